@@ -1,0 +1,138 @@
+import Foundation
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+
+/// A parsed XML element with resolved namespaces and its source position.
+final class XMLNode {
+    struct Attribute {
+        var localName: String
+        var namespaceURI: String?
+        var value: String
+    }
+
+    let localName: String
+    let namespaceURI: String?
+    let attributes: [Attribute]
+    let line: Int
+    let column: Int
+    let path: String
+    var children: [XMLNode] = []
+    var text = ""
+
+    init(localName: String, namespaceURI: String?, attributes: [Attribute], line: Int, column: Int, path: String) {
+        self.localName = localName
+        self.namespaceURI = namespaceURI
+        self.attributes = attributes
+        self.line = line
+        self.column = column
+        self.path = path
+    }
+
+    /// An attribute without a namespace.
+    subscript(_ name: String) -> String? {
+        attributes.first { $0.localName == name && $0.namespaceURI == nil }?.value
+    }
+
+    /// An attribute in a given namespace.
+    func attribute(_ name: String, namespace: String) -> String? {
+        attributes.first { $0.localName == name && $0.namespaceURI == namespace }?.value
+    }
+
+    func children(named name: String) -> [XMLNode] { children.filter { $0.localName == name } }
+    func child(named name: String) -> XMLNode? { children.first { $0.localName == name } }
+}
+
+/// Builds an `XMLNode` tree with Foundation's SAX parser, resolving namespace prefixes
+/// itself so the result does not depend on platform differences.
+final class XMLTreeBuilder: NSObject, XMLParserDelegate {
+    private var stack: [XMLNode] = []
+    private var prefixStack: [[String: String]] = [[:]]
+    private(set) var root: XMLNode?
+    private var failure: MetadataError?
+    private weak var parser: XMLParser?
+    private static let maxDepth = 256
+
+    static func parse(_ data: Data) throws(MetadataError) -> XMLNode {
+        let builder = XMLTreeBuilder()
+        let parser = XMLParser(data: data)
+        parser.shouldProcessNamespaces = false
+        parser.shouldReportNamespacePrefixes = false
+        parser.shouldResolveExternalEntities = false
+        parser.delegate = builder
+        builder.parser = parser
+        let ok = parser.parse()
+        if let failure = builder.failure { throw failure }
+        if !ok || builder.root == nil {
+            let reason = parser.parserError.map { describe($0) } ?? "the document is empty or not XML"
+            throw MetadataError(.malformedXML, "Malformed XML: \(reason)", line: max(parser.lineNumber, 1),
+                                column: max(parser.columnNumber, 1), elementPath: builder.stack.last?.path ?? "")
+        }
+        guard let root = builder.root else {
+            throw MetadataError(.malformedXML, "The document is empty", line: 1, column: 1, elementPath: "")
+        }
+        return root
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        let nsError = error as NSError
+        if let message = nsError.userInfo[NSLocalizedDescriptionKey] as? String, !message.isEmpty {
+            return message.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        return "XML parser error \(nsError.code)"
+    }
+
+    func parser(_ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
+                qualifiedName qName: String?, attributes attributeDict: [String: String] = [:]) {
+        guard failure == nil else { return }
+        var prefixes = prefixStack.last ?? [:]
+        for (name, value) in attributeDict {
+            if name == "xmlns" {
+                prefixes[""] = value
+            } else if name.hasPrefix("xmlns:") {
+                prefixes[String(name.dropFirst(6))] = value
+            }
+        }
+        prefixStack.append(prefixes)
+        let (prefix, local) = split(elementName)
+        let ns = prefixes[prefix ?? ""]
+        var attributes: [XMLNode.Attribute] = []
+        for name in attributeDict.keys.sorted() {
+            guard let value = attributeDict[name], name != "xmlns", !name.hasPrefix("xmlns:") else { continue }
+            let (attrPrefix, attrLocal) = split(name)
+            attributes.append(.init(localName: attrLocal, namespaceURI: attrPrefix.flatMap { prefixes[$0] }, value: value))
+        }
+        let label = attributeDict["Name"] ?? attributeDict["Namespace"] ?? attributeDict["Term"] ?? attributeDict["Target"]
+        let step = label.map { "\(local)[\($0)]" } ?? local
+        let path = (stack.last.map { $0.path + "/" } ?? "") + step
+        let node = XMLNode(localName: local, namespaceURI: ns, attributes: attributes,
+                           line: parser.lineNumber, column: parser.columnNumber, path: path)
+        if stack.count >= Self.maxDepth {
+            failure = MetadataError(.malformedXML, "Elements nested deeper than \(Self.maxDepth) levels", line: parser.lineNumber,
+                                    column: parser.columnNumber, elementPath: path)
+            parser.abortParsing()
+            return
+        }
+        if let parent = stack.last {
+            parent.children.append(node)
+        } else {
+            root = node
+        }
+        stack.append(node)
+    }
+
+    func parser(_ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName qName: String?) {
+        guard failure == nil else { return }
+        _ = stack.popLast()
+        _ = prefixStack.popLast()
+    }
+
+    func parser(_ parser: XMLParser, foundCharacters string: String) {
+        stack.last?.text += string
+    }
+
+    private func split(_ name: String) -> (String?, String) {
+        guard let colon = name.firstIndex(of: ":") else { return (nil, name) }
+        return (String(name[..<colon]), String(name[name.index(after: colon)...]))
+    }
+}

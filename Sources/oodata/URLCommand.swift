@@ -1,0 +1,2 @@
+import ArgumentParser
+struct URLCommand: ParsableCommand { static let configuration = CommandConfiguration(commandName: "url") }
