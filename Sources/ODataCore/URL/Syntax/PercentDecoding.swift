@@ -1,0 +1,40 @@
+/// Percent-decoded text that remembers where each decoded byte came from, so that errors
+/// found in the decoded text point into the raw URL.
+struct DecodedText {
+    var text: String
+    /// `rawOffsets[k]` is the raw offset of decoded byte `k`; one extra entry for the end.
+    var rawOffsets: [Int]
+
+    func rawOffset(_ decoded: Int) -> Int {
+        rawOffsets[max(0, min(decoded, rawOffsets.count - 1))]
+    }
+
+    /// Decodes `%XX` escapes (and `+` as a space when `plusAsSpace`) in `raw[range]`.
+    static func decode(_ raw: [UInt8], _ range: Range<Int>, plusAsSpace: Bool, input: String) throws(SyntaxError) -> DecodedText {
+        var out: [UInt8] = []
+        var offsets: [Int] = []
+        out.reserveCapacity(range.count)
+        var i = range.lowerBound
+        while i < range.upperBound {
+            let c = raw[i]
+            if c == UInt8(ascii: "%") {
+                guard i + 2 < range.upperBound, let hi = Literal.hexValue(raw[i + 1]), let lo = Literal.hexValue(raw[i + 2]) else {
+                    throw SyntaxError(.invalidPercentEncoding, "'%' must be followed by two hex digits", input: input, offset: i)
+                }
+                out.append(hi << 4 | lo)
+                offsets.append(i)
+                i += 3
+            } else if c == UInt8(ascii: "+") && plusAsSpace {
+                out.append(0x20)
+                offsets.append(i)
+                i += 1
+            } else {
+                out.append(c)
+                offsets.append(i)
+                i += 1
+            }
+        }
+        offsets.append(range.upperBound)
+        return DecodedText(text: String(decoding: out, as: UTF8.self), rawOffsets: offsets)
+    }
+}

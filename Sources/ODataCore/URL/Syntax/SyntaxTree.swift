@@ -1,0 +1,143 @@
+/// A parsed expression from `$filter`, `$orderby`, `$compute`, an alias value or a key.
+///
+/// `offset` is the UTF-8 offset of the expression in the decoded option text it came from.
+public struct Expression: Sendable, Hashable {
+    public var node: Node
+    public var offset: Int
+    public init(_ node: Node, at offset: Int) {
+        self.node = node
+        self.offset = offset
+    }
+
+    /// The kinds of expression.
+    public indirect enum Node: Sendable, Hashable {
+        /// A primitive, enum or null literal.
+        case literal(Value)
+        /// A parameter alias, `@p`.
+        case alias(String)
+        /// A JSON array or object written in the URL (4.01), kept as its text.
+        case json(String)
+        /// A member path, possibly starting at `$it`, `$root` or a lambda variable.
+        case path(PathExpression)
+        case unary(UnaryOperator, Expression)
+        case binary(BinaryOperator, Expression, Expression)
+        /// A parenthesized list of literals, the right side of `in`.
+        case list([Expression])
+        /// A canonical function call (`contains`, `year`, `geo.distance`, `substringof`, …).
+        case call(String, [Expression])
+        /// A qualified type name as the argument of `isof` or `cast`.
+        case typeName(String)
+        /// A 4.01 `case(condition:value, …)` expression.
+        case caseOf([CaseBranch])
+    }
+
+    /// One `condition:value` pair of `case`.
+    public struct CaseBranch: Sendable, Hashable {
+        public var condition: Expression
+        public var value: Expression
+    }
+}
+
+/// Unary operators.
+public enum UnaryOperator: String, Sendable, Hashable, Codable {
+    case not
+    case negate = "-"
+}
+
+/// Binary operators, by precedence group.
+public enum BinaryOperator: String, Sendable, Hashable, Codable, CaseIterable {
+    case or, and
+    case eq, ne
+    case gt, ge, lt, le
+    case add, sub
+    case mul, div, divby, mod
+    case has, `in`
+
+    /// Higher binds tighter.
+    var precedence: Int {
+        switch self {
+        case .or: 1
+        case .and: 2
+        case .eq, .ne: 3
+        case .gt, .ge, .lt, .le: 4
+        case .add, .sub: 5
+        case .mul, .div, .divby, .mod: 6
+        case .has, .in: 8
+        }
+    }
+
+    public var isComparison: Bool { [.eq, .ne, .gt, .ge, .lt, .le].contains(self) }
+    public var isLogical: Bool { self == .and || self == .or }
+    public var isArithmetic: Bool { [.add, .sub, .mul, .div, .divby, .mod].contains(self) }
+}
+
+/// A member path inside an expression: `Address/City`, `$it/Name`, `o/Items/$count`,
+/// `Orders/any(o:o/Amount gt 5)`, `Model.VipCustomer/Discount`.
+public struct PathExpression: Sendable, Hashable {
+    /// Where the path starts.
+    public enum Root: Sendable, Hashable {
+        /// The current instance, implicitly.
+        case implicit
+        case it
+        case root
+        case this
+        /// A lambda variable in scope.
+        case variable(String)
+    }
+
+    /// One step of the path.
+    public enum Step: Sendable, Hashable {
+        /// A property or navigation property.
+        case member(String)
+        /// A type cast to a qualified type.
+        case cast(String)
+        /// A key predicate after a collection-valued navigation (4.01).
+        case key([KeyValue])
+        /// `$count`, with optional `$filter`/`$search` (4.01).
+        case count(filter: Expression?, search: SearchExpression?)
+        /// A bound function with named arguments.
+        case function(String, [NamedArgument])
+        /// `any` or `all`.
+        case lambda(LambdaKind, variable: String?, predicate: Expression?)
+        /// An annotation, `@Ns.Term`.
+        case annotation(String)
+    }
+
+    public enum LambdaKind: String, Sendable, Hashable, Codable { case any, all }
+
+    public var root: Root
+    public var steps: [Step]
+    public init(root: Root, steps: [Step]) {
+        self.root = root
+        self.steps = steps
+    }
+}
+
+/// A named function argument, or a named key part.
+public struct NamedArgument: Sendable, Hashable {
+    public var name: String
+    public var value: Expression
+    public init(name: String, value: Expression) {
+        self.name = name
+        self.value = value
+    }
+}
+
+/// One part of a key predicate: named (`ID=1`) or positional (`(1)`, name nil).
+public struct KeyValue: Sendable, Hashable {
+    public var name: String?
+    public var value: Expression
+    public init(name: String?, value: Expression) {
+        self.name = name
+        self.value = value
+    }
+}
+
+/// A `$search` expression.
+public indirect enum SearchExpression: Sendable, Hashable {
+    case term(String)
+    case phrase(String)
+    case not(SearchExpression)
+    case and(SearchExpression, SearchExpression)
+    case or(SearchExpression, SearchExpression)
+}
