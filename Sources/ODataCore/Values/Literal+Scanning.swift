@@ -282,9 +282,11 @@ extension Literal {
             srid = value
             body = body[body.index(after: semicolon)...]
         }
-        let kinds = ["MultiLineString", "MultiPolygon", "MultiPoint", "LineString", "Polygon", "Point", "Collection"]
-        guard let kind = kinds.first(where: { body.lowercased().hasPrefix($0.lowercased() + "(") }) else { return nil }
-        let inner = body.dropFirst(kind.count)
+        let kinds = ["MultiLineString", "MultiPolygon", "MultiPoint", "LineString", "Polygon", "Point", "GeometryCollection", "Collection"]
+        guard let written = kinds.first(where: { body.lowercased().hasPrefix($0.lowercased() + "(") }) else { return nil }
+        let inner = body.dropFirst(written.count)
+        // WKT spells collections `GeometryCollection` for geography values too.
+        let kind = written == "GeometryCollection" ? "Collection" : written
         guard validSpatialBody(kind: kind, Array(inner.utf8)) else { return nil }
         var point: SpatialValue.Point?
         if kind == "Point" {

@@ -364,8 +364,7 @@ public enum Literal {
         case .duration: return .duration(try whole(scanDuration(b, 0)))
         case .time: return .time(try whole(scanDuration(b, 0)))
         case .binary:
-            let compact = text.filter { !$0.isWhitespace }
-            guard let bytes = decodeBase64URL(compact) else { throw fail() }
+            guard let bytes = decodeBase64URL(text) else { throw fail() }
             return .binary(Data(bytes))
         case .stream:
             throw SyntaxError(.invalidLiteral, "Edm.Stream has no literal form", input: text, offset: 0)

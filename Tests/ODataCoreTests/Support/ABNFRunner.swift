@@ -115,15 +115,23 @@ struct ABNFRunner {
              "systemQueryOption", "customQueryOption":
             let raw = Array(input.utf8)
             _ = try parser.parseQuery(raw, 0..<raw.count, input: input)
-        case "commonExpr", "boolCommonExpr", "boolcommonExpr", "firstMemberExpr", "propertyPathExpr", "anyExpr", "isofExpr", "notExpr":
+        case "anyExpr":
+            // `any(…)` is the last step of a collection path; parse it after one.
+            let text = "Items/" + (try decoded(input))
+            var expressionParser = ExpressionParser(text, version: .v401)
+            do {
+                _ = try expressionParser.parseComplete()
+            } catch {
+                throw SyntaxError(error.code, error.message, input: input, offset: max(0, error.offset - 6))
+            }
+        case "commonExpr", "boolCommonExpr", "boolcommonExpr", "firstMemberExpr", "propertyPathExpr", "isofExpr", "notExpr":
             let text = try decoded(input)
             var expressionParser = ExpressionParser(text, version: .v401)
             _ = try expressionParser.parseComplete()
         case "searchExpr":
-            let text = try decoded(input)
-            var search = SearchParser(b: Array(text.utf8), text: text, i: 0)
-            _ = try search.parseOr()
-            if search.i != text.utf8.count { throw SyntaxError(.invalidQueryOption, "rest", input: text, offset: search.i) }
+            let raw = Array(input.utf8)
+            let text = try DecodedText.decode(raw, 0..<raw.count, plusAsSpace: false, input: input)
+            _ = try SearchParser.parseComplete(text.text, encoded: text.encoded)
         case "orderBy":
             _ = try parser.parseOrderBy(try decoded(input))
         case "primitiveLiteral":
@@ -131,8 +139,12 @@ struct ABNFRunner {
         case "primitiveValue" where input.contains("'"):
             try literal(input, nil)
         case "primitiveValue":
-            // A request body value: binary in base64 without line breaks.
-            try payload(input, .binary)
+            // A value in a request body: any primitive type's payload form.
+            let types: [PrimitiveType] = [.boolean, .int64, .decimal, .double, .guid, .date, .dateTimeOffset, .timeOfDay, .duration,
+                                          .geographyPoint, .binary]
+            guard types.contains(where: { (try? Literal.parsePayloadValue(input, as: $0)) != nil }) else {
+                throw SyntaxError(.invalidLiteral, "no primitive value", input: input, offset: firstNonBase64(input))
+            }
         case "binaryLiteral": try literal(input, .binary)
         case "boolean": try literal(input, .boolean)
         case "booleanValue": try payload(input, .boolean)
@@ -160,12 +172,22 @@ struct ABNFRunner {
         case "sbyteValue": try payload(input, .sbyte)
         case "sbyteLiteral": try literal(input, .sbyte)
         case "guid": try literal(input, .guid)
-        case "stringLiteral", "stringInUrl": try literal(input, .string)
+        case "stringLiteral": try literal(input, .string)
+        case "stringInUrl":
+            // A string in URL JSON: single- or double-quoted.
+            let text = try decoded(input)
+            var expressionParser = ExpressionParser(text, version: .v401)
+            guard case .literal(.primitive(.string)) = try expressionParser.parseComplete().node else {
+                throw SyntaxError(.invalidLiteral, "not a string", input: input, offset: 0)
+            }
         case "null":
             guard try Literal.parse(try decoded(input)) == .null else { throw SyntaxError(.invalidLiteral, "not null", input: input, offset: 0) }
         case "enumLiteral":
-            guard case .enumeration = try Literal.parse(try decoded(input), version: .v401) else {
-                throw SyntaxError(.invalidLiteral, "not an enum", input: input, offset: 0)
+            // Qualified (`Ns.Color'Red'`) or, in 4.01, just quoted members (`'Red,Blue'`).
+            switch try Literal.parse(try decoded(input), version: .v401) {
+            case .enumeration: break
+            case .primitive(.string(let members)) where members.split(separator: ",").allSatisfy({ Literal.isEnumMember(String($0)) }): break
+            default: throw SyntaxError(.invalidLiteral, "not an enum", input: input, offset: 0)
             }
         case "enumValue":
             // Payload form: members or numbers separated by commas, no percent-encoding.
@@ -203,4 +225,9 @@ struct ABNFRunner {
     }
 
     struct UncoveredRule: Error {}
+
+    private func firstNonBase64(_ input: String) -> Int {
+        input.utf8.firstIndex { !(isAlpha($0) || isDigit($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "=")) }
+            .map { input.utf8.distance(from: input.utf8.startIndex, to: $0) } ?? 0
+    }
 }

@@ -21,7 +21,17 @@ public struct PathResolver: Sendable {
         func fail(_ code: BindingError.Code, _ message: String, _ segment: PathSegment) -> BindingError {
             BindingError(code, message, input: input, offset: segment.offset)
         }
-        for (index, segment) in path.segments.enumerated() {
+        var index = 0
+        let input_segments = path.segments
+        /// Named parts of a following key group are really function arguments.
+        func takeArguments(after position: Int) -> [NamedArgument]? {
+            guard position + 1 < input_segments.count, case .key(let parts) = input_segments[position + 1].kind,
+                  parts.allSatisfy({ $0.name != nil }) else { return nil }
+            return parts.map { NamedArgument(name: $0.name ?? "", value: $0.value) }
+        }
+        while index < input_segments.count {
+            let segment = input_segments[index]
+            defer { index += 1 }
             if finished {
                 throw fail(.invalidSegment, "Nothing may follow the previous segment", segment)
             }
@@ -30,11 +40,20 @@ public struct PathResolver: Sendable {
             lastWasCast = false
             let hadKey = canHaveKey
             canHaveKey = false
+            if case .query = segment.kind {
+                guard index > 0 else { throw fail(.invalidSegment, "$query needs a resource before it", segment) }
+                segments.append(resolved)
+                finished = true
+                continue
+            }
             if index == 0 {
                 switch segment.kind {
-                case .metadata, .batch, .entity, .all:
+                case .metadata, .batch:
                     finished = true
                     shape = .none
+                case .entity, .all:
+                    // A cast may follow: `$all/Ns.Customer`, `$entity/Ns.Customer`.
+                    shape = segment.kind == .all ? .entityCollection(type: nil) : .entity(type: nil)
                 case .crossjoin(let names):
                     for name in names {
                         guard case .entitySet = lookup.root(name) else {
@@ -55,8 +74,16 @@ public struct PathResolver: Sendable {
                         resolved.kind = .actionImport(name)
                         shape = returns
                         finished = true
-                    case .functionImport?:
-                        throw fail(.invalidSegment, "Function import \(name) needs parentheses", segment)
+                    case .functionImport(let returns)?:
+                        // Parameters may be in parentheses or, in 4.01, all passed as aliases.
+                        if let arguments = takeArguments(after: index) {
+                            index += 1
+                            resolved.kind = .functionImport(name, arguments)
+                        } else {
+                            resolved.kind = .functionImport(name, [])
+                        }
+                        shape = returns
+                        canHaveKey = returns.isCollection
                     case nil:
                         throw fail(.unknownName, "\(name) is not an entity set, singleton or operation import", segment)
                     }
@@ -81,10 +108,7 @@ public struct PathResolver: Sendable {
                 }
                 shape = .entity(type: type)
             case .keySegment(let text):
-                guard case .entityCollection(let type) = shape, lookup.acceptsKeySegment(text, of: type) else {
-                    throw fail(.unknownName, "'\(text)' is not a member here", segment)
-                }
-                shape = .entity(type: type)
+                try resolveKeySegment(text, &resolved, &shape, &canHaveKey, segment, fail)
             case .count:
                 guard shape.isCollection else { throw fail(.invalidSegment, "$count needs a collection", segment) }
                 shape = .primitive(type: "Edm.Int32")
@@ -104,12 +128,11 @@ public struct PathResolver: Sendable {
                 finished = true
             case .each, .filter:
                 guard shape.isCollection else { throw fail(.invalidSegment, "This segment needs a collection", segment) }
-                canHaveKey = false
             case .unresolved(let name):
-                guard isStructured(shape) else {
-                    throw fail(.invalidSegment, "\(name) cannot follow a value that has no members", segment)
-                }
-                if let member = lookup.member(name, of: shape.typeName) {
+                if case .entityCollection(let type) = shape, lookup.acceptsKeySegment(name, of: type) {
+                    resolved.kind = .keySegment(name)
+                    shape = .entity(type: type)
+                } else if isStructured(shape), let member = lookup.member(name, of: shape.typeName) {
                     switch member {
                     case .property(let memberShape):
                         resolved.kind = .property(name)
@@ -119,48 +142,84 @@ public struct PathResolver: Sendable {
                         shape = memberShape
                         canHaveKey = memberShape.isCollection
                     }
-                } else if case .entityCollection(let type) = shape, lookup.acceptsKeySegment(name, of: type) {
-                    resolved.kind = .keySegment(name)
-                    shape = .entity(type: type)
+                } else if let kind = lookup.qualified(name, on: shape) {
+                    // 4.01: names in the default namespace may be used unqualified.
+                    try applyQualified(kind, name, wasCast, hadKey, &resolved, &shape, &finished, &lastWasCast, &canHaveKey, segment, fail)
+                } else if !isStructured(shape) {
+                    throw fail(.invalidSegment, "\(name) cannot follow a value that has no members", segment)
                 } else {
                     throw fail(.unknownName, "\(name) is not a property or navigation property here", segment)
                 }
             case .typeCast(let name):
-                switch lookup.qualified(name, on: shape) {
-                case .typeCast(let type, let isComplex)?:
-                    guard !wasCast else { throw fail(.invalidSegment, "Two type casts in a row", segment) }
-                    switch shape {
-                    case .entityCollection where !isComplex: shape = .entityCollection(type: type)
-                    case .entity where !isComplex: shape = .entity(type: type)
-                    case .complex where isComplex: shape = .complex(type: type)
-                    case .complexCollection where isComplex: shape = .complexCollection(type: type)
-                    default: throw fail(.typeMismatch, "Cannot cast to \(name) here", segment)
-                    }
-                    lastWasCast = true
-                    canHaveKey = hadKey
-                case .action(let returns)?:
-                    resolved.kind = .action(name)
-                    shape = returns
-                    finished = true
-                case .function?:
-                    throw fail(.invalidSegment, "Function \(name) needs parentheses", segment)
-                case nil:
+                guard let kind = lookup.qualified(name, on: shape) else {
                     throw fail(.unknownName, "\(name) is not a type or a bound operation here", segment)
                 }
-            case .function(let name, _):
+                try applyQualified(kind, name, wasCast, hadKey, &resolved, &shape, &finished, &lastWasCast, &canHaveKey, segment, fail)
+            case .function(let name, let arguments), .functionImport(let name, let arguments):
                 guard case .function(let returns, _)? = lookup.qualified(name, on: shape) else {
+                    if case .functionImport = segment.kind {
+                        throw fail(.invalidSegment, "Function import \(name) may only appear at the service root", segment)
+                    }
                     throw fail(.unknownName, "\(name) is not a bound function here", segment)
                 }
+                resolved.kind = .function(name, arguments)
                 shape = returns
                 canHaveKey = returns.isCollection
-            case .functionImport(let name, _):
-                throw fail(.invalidSegment, "Function import \(name) may only appear at the service root", segment)
             default:
                 throw fail(.invalidSegment, "This segment may only start a path", segment)
             }
             segments.append(resolved)
         }
         return Resolution(path: ResourcePath(segments: segments), shape: shape)
+    }
+
+    private func applyQualified(_ kind: QualifiedKind, _ name: String, _ wasCast: Bool, _ hadKey: Bool,
+                                _ resolved: inout PathSegment, _ shape: inout ResourceShape, _ finished: inout Bool,
+                                _ lastWasCast: inout Bool, _ canHaveKey: inout Bool, _ segment: PathSegment,
+                                _ fail: (BindingError.Code, String, PathSegment) -> BindingError) throws(BindingError) {
+        switch kind {
+        case .typeCast(let type, let isComplex):
+            guard !wasCast else { throw fail(.invalidSegment, "Two type casts in a row", segment) }
+            switch shape {
+            case .entityCollection where !isComplex: shape = .entityCollection(type: type)
+            case .entity where !isComplex: shape = .entity(type: type)
+            case .complex where isComplex: shape = .complex(type: type)
+            case .complexCollection where isComplex: shape = .complexCollection(type: type)
+            default: throw fail(.typeMismatch, "Cannot cast to \(name) here", segment)
+            }
+            resolved.kind = .typeCast(name)
+            lastWasCast = true
+            canHaveKey = hadKey
+        case .action(let returns):
+            resolved.kind = .action(name)
+            shape = returns
+            finished = true
+        case .function(let returns, _):
+            // 4.01 allows a function without parentheses when its parameters are aliases.
+            resolved.kind = .function(name, [])
+            shape = returns
+            canHaveKey = returns.isCollection
+        }
+    }
+
+    private func resolveKeySegment(_ text: String, _ resolved: inout PathSegment, _ shape: inout ResourceShape,
+                                   _ canHaveKey: inout Bool, _ segment: PathSegment,
+                                   _ fail: (BindingError.Code, String, PathSegment) -> BindingError) throws(BindingError) {
+        switch shape {
+        case .entityCollection(let type) where lookup.acceptsKeySegment(text, of: type):
+            shape = .entity(type: type)
+        case .entity(let type) where type == nil && lookup.acceptsKeySegment(text, of: nil):
+            // A further part of a compound key written as segments (`OrderItems/2001/1`).
+            break
+        case .primitiveCollection(let type), .complexCollection(let type):
+            // An element of an ordered collection by index (4.01), negative from the end.
+            guard let position = Int(text) else { throw fail(.invalidKey, "'\(text)' is not an index", segment) }
+            resolved.kind = .index(position)
+            if case .primitiveCollection = shape { shape = .primitive(type: type) } else { shape = .complex(type: type) }
+        default:
+            throw fail(.unknownName, "'\(text)' is not a member or key here", segment)
+        }
+        _ = canHaveKey
     }
 
     private func isStructured(_ shape: ResourceShape) -> Bool {

@@ -138,6 +138,18 @@ struct ExpressionParser {
             i += 1
             skipWhitespace()
             var items: [Expression] = []
+            // `x in (expr)` is a parenthesized expression; `x in (lit, lit)` a list of literals.
+            let save = i
+            if let single = try? parseExpression() {
+                var j = i
+                while isWhitespace(at: j) { j += 1 }
+                if j < b.count, b[j] == UInt8(ascii: ")") {
+                    i = j + 1
+                    if case .literal = single.node { return Expression(.list([single]), at: start) }
+                    return single
+                }
+            }
+            i = save
             if peek() != UInt8(ascii: ")") {
                 while true {
                     let itemStart = i
@@ -163,7 +175,7 @@ struct ExpressionParser {
     mutating func parseListItem() throws(SyntaxError) -> Expression? {
         let start = i
         if peek() == UInt8(ascii: "@") { return try parsePrimary() }
-        if peek() == UInt8(ascii: "[") || peek() == UInt8(ascii: "{") { return try parsePrimary() }
+        if peek() == UInt8(ascii: "[") || peek() == UInt8(ascii: "{") || peek() == UInt8(ascii: "\"") { return try parsePrimary() }
         guard let (value, end) = Literal.scan(b, i, version: version) else { return nil }
         i = end
         return Expression(.literal(value), at: start)
@@ -197,12 +209,16 @@ struct ExpressionParser {
             return inner
         case UInt8(ascii: "@"):
             i += 1
-            let name = try identifierOrQualified()
+            let name = try annotationName()
+            if peek() == UInt8(ascii: "/") {
+                i += 1
+                return try parsePathContinuation(root: .alias(name), steps: [], start: start, afterRoot: false, forceStep: true)
+            }
             return Expression(.alias(name), at: start)
-        case UInt8(ascii: "["), UInt8(ascii: "{"):
-            let end = try JSONScanner.scanValue(b, i, text: text)
-            i = end
-            return Expression(.json(String(decoding: b[start..<end], as: UTF8.self)), at: start)
+        case UInt8(ascii: "["):
+            return try parseArray()
+        case UInt8(ascii: "{"):
+            return try parseObject()
         case UInt8(ascii: "$"):
             return try parseDollarPath()
         default:
@@ -210,9 +226,7 @@ struct ExpressionParser {
         }
         if c == UInt8(ascii: "\"") {
             // A JSON string is a literal string in 4.01 URL JSON syntax.
-            let end = try JSONScanner.scanValue(b, i, text: text)
-            i = end
-            return Expression(.json(String(decoding: b[start..<end], as: UTF8.self)), at: start)
+            return Expression(.literal(.primitive(.string(try jsonString()))), at: start)
         }
         if let (value, end) = Literal.scan(b, i, version: version) {
             i = end
@@ -244,18 +258,120 @@ struct ExpressionParser {
         let start = i
         if keyword("$it", at: i) {
             i += 3
-            return try parsePathContinuation(root: .it, steps: [], start: start, afterRoot: true)
+            if peek() == UInt8(ascii: "/") {
+                i += 1
+                return try parsePathContinuation(root: .it, steps: [], start: start, forceStep: true)
+            }
+            return Expression(.path(PathExpression(root: .it, steps: [])), at: start)
         }
         if keyword("$root", at: i) {
             i += 5
             guard peek() == UInt8(ascii: "/") else { throw fail("$root must be followed by a path") }
-            return try parsePathContinuation(root: .root, steps: [], start: start, afterRoot: true)
+            i += 1
+            return try parsePathContinuation(root: .root, steps: [], start: start, forceStep: true)
         }
         if keyword("$this", at: i) {
             i += 5
-            return try parsePathContinuation(root: .this, steps: [], start: start, afterRoot: true)
+            if peek() == UInt8(ascii: "/") {
+                i += 1
+                return try parsePathContinuation(root: .this, steps: [], start: start, forceStep: true)
+            }
+            return Expression(.path(PathExpression(root: .this, steps: [])), at: start)
         }
         throw fail("Unknown $-name in an expression", code: .unexpectedCharacter)
+    }
+
+    /// `Ns.Term` or `Term`, with an optional `#qualifier`.
+    mutating func annotationName() throws(SyntaxError) -> String {
+        var name = try identifierOrQualified()
+        if peek() == UInt8(ascii: "#") {
+            i += 1
+            name += "#" + (try identifier())
+        }
+        return name
+    }
+
+    /// A double-quoted JSON string; returns its unescaped content.
+    mutating func jsonString() throws(SyntaxError) -> String {
+        let start = i
+        let end = try JSONScanner.scanValue(b, i, text: text)
+        i = end
+        let raw = String(decoding: b[(start + 1)..<(end - 1)], as: UTF8.self)
+        guard raw.contains("\\") else { return raw }
+        var out = ""
+        var iterator = raw.unicodeScalars.makeIterator()
+        while let c = iterator.next() {
+            guard c == "\\", let e = iterator.next() else {
+                out.unicodeScalars.append(c)
+                continue
+            }
+            switch e {
+            case "n": out += "\n"
+            case "t": out += "\t"
+            case "r": out += "\r"
+            case "b": out += "\u{08}"
+            case "f": out += "\u{0C}"
+            case "u":
+                var hex = ""
+                for _ in 0..<4 { if let h = iterator.next() { hex.unicodeScalars.append(h) } }
+                if let value = UInt32(hex, radix: 16), let scalar = Unicode.Scalar(value) { out.unicodeScalars.append(scalar) }
+            default: out.unicodeScalars.append(e)
+            }
+        }
+        return out
+    }
+
+    mutating func parseArray() throws(SyntaxError) -> Expression {
+        let start = i
+        i += 1
+        skipJSONSpace()
+        var items: [Expression] = []
+        if peek() == UInt8(ascii: "]") {
+            i += 1
+            return Expression(.array(items), at: start)
+        }
+        while true {
+            items.append(try parseExpression())
+            skipJSONSpace()
+            if peek() == UInt8(ascii: ",") {
+                i += 1
+                skipJSONSpace()
+                continue
+            }
+            try expect(UInt8(ascii: "]"), "',' or ']' in an array")
+            return Expression(.array(items), at: start)
+        }
+    }
+
+    mutating func parseObject() throws(SyntaxError) -> Expression {
+        let start = i
+        i += 1
+        skipJSONSpace()
+        var members: [Expression.Member] = []
+        if peek() == UInt8(ascii: "}") {
+            i += 1
+            return Expression(.object(members), at: start)
+        }
+        while true {
+            guard peek() == UInt8(ascii: "\"") else { throw fail("Expected a member name in double quotes", code: .unexpectedCharacter) }
+            let name = try jsonString()
+            skipJSONSpace()
+            try expect(UInt8(ascii: ":"), "':' after a member name")
+            skipJSONSpace()
+            members.append(Expression.Member(name: name, value: try parseExpression()))
+            skipJSONSpace()
+            if peek() == UInt8(ascii: ",") {
+                i += 1
+                skipJSONSpace()
+                continue
+            }
+            try expect(UInt8(ascii: "}"), "',' or '}' in an object")
+            return Expression(.object(members), at: start)
+        }
+    }
+
+    mutating func skipJSONSpace() {
+        while let c = peek(), c == 0x20 || c == 0x09 || c == 0x0A || c == 0x0D { i += 1 }
     }
 
     /// Reads `name` or `Ns.Name` (dots between identifiers).
@@ -282,13 +398,27 @@ struct ExpressionParser {
 
     /// Continues a path: the first member (unless `afterRoot`), then `/step`s.
     mutating func parsePathContinuation(root: PathExpression.Root, steps initial: [PathExpression.Step], start: Int,
-                                        afterRoot: Bool = false) throws(SyntaxError) -> Expression {
+                                        afterRoot: Bool = false, forceStep: Bool = false) throws(SyntaxError) -> Expression {
         var steps = initial
-        var expectStep = !afterRoot && root == .implicit
+        var expectStep = forceStep || (!afterRoot && root == .implicit)
         var lastWasCast = false
         while true {
             if expectStep {
                 let stepStart = i
+                if keyword("$filter", at: i), peek(7) == UInt8(ascii: "(") {
+                    i += 8
+                    skipWhitespace()
+                    let condition = try parseExpression()
+                    skipWhitespace()
+                    try expect(UInt8(ascii: ")"), "')' to close $filter(")
+                    steps.append(.filter(condition))
+                    if peek() == UInt8(ascii: "(") { steps.append(.key(try parseKeyPredicate())) }
+                    lastWasCast = false
+                    expectStep = true
+                    guard peek() == UInt8(ascii: "/") else { break }
+                    i += 1
+                    continue
+                }
                 if peek() == UInt8(ascii: "$") {
                     guard keyword("$count", at: i) else { throw fail("Unknown $-segment in a path", code: .unexpectedCharacter) }
                     guard !steps.isEmpty || root != .implicit else { throw fail("$count needs a collection before it", at: stepStart) }
@@ -303,8 +433,12 @@ struct ExpressionParser {
                 }
                 if peek() == UInt8(ascii: "@") {
                     i += 1
-                    steps.append(.annotation(try identifierOrQualified()))
-                    break
+                    steps.append(.annotation(try annotationName()))
+                    lastWasCast = false
+                    expectStep = true
+                    guard peek() == UInt8(ascii: "/") else { break }
+                    i += 1
+                    continue
                 }
                 let name = try identifierOrQualified()
                 let lower = name.lowercased()
@@ -325,17 +459,27 @@ struct ExpressionParser {
                         if lastWasCast { throw fail("Two type casts in a row", at: stepStart) }
                         steps.append(.cast(name))
                         lastWasCast = true
-                        guard peek() == UInt8(ascii: "/") else {
-                            throw fail("A type cast must be followed by '/' and a member", code: atEnd ? .unexpectedEnd : .unexpectedCharacter)
+                        if peek() != UInt8(ascii: "/") {
+                            // A cast may end a path only after a member (`Address/Ns.Derived`);
+                            // on its own it needs a member after it.
+                            guard steps.count > 1 || root != .implicit else {
+                                throw fail("A type cast must be followed by '/' and a member", code: atEnd ? .unexpectedEnd : .unexpectedCharacter)
+                            }
+                            break
                         }
                         i += 1
                         continue
                     }
                 } else {
-                    steps.append(.member(name))
                     lastWasCast = false
-                    if peek() == UInt8(ascii: "(") {
-                        steps.append(.key(try parseKeyPredicate()))
+                    if peek() == UInt8(ascii: "("), peek(1) == UInt8(ascii: ")") {
+                        // `Name()`: an unqualified bound function (4.01 default namespace).
+                        steps.append(.function(name, try parseNamedArguments()))
+                    } else {
+                        steps.append(.member(name))
+                        if peek() == UInt8(ascii: "(") {
+                            steps.append(.key(try parseKeyPredicate()))
+                        }
                     }
                 }
             }

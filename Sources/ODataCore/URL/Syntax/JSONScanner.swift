@@ -107,43 +107,76 @@ enum JSONScanner {
     }
 }
 
-/// `$search` syntax: terms, `"phrases"`, `NOT`, `AND`, `OR` (with implicit AND between
-/// adjacent terms) and parentheses.
+/// `$search` syntax (OData ABNF `searchExpr`): words, `"phrases"`, `NOT`, `AND`, `OR` (with
+/// implicit AND between adjacent terms) and parentheses. `AND`, `OR` and `NOT` are operators
+/// only where an operand follows; elsewhere they are words.
+///
+/// The parser sees decoded text plus, per byte, whether it was percent-encoded: an encoded
+/// `;` or `#` may be part of a word, a raw one may not.
 struct SearchParser {
     let b: [UInt8]
+    let encoded: [Bool]
     let text: String
     var i: Int
     private var depth = 0
 
-    init(b: [UInt8], text: String, i: Int) {
+    init(b: [UInt8], text: String, i: Int, encoded: [Bool] = []) {
         self.b = b
         self.text = text
         self.i = i
+        self.encoded = encoded
+    }
+
+    /// Parses a whole `$search` value.
+    static func parseComplete(_ value: String, encoded: [Bool]) throws(SyntaxError) -> SearchExpression {
+        let bytes = Array(value.utf8)
+        // `searchExpr-incomplete`: a single-quoted string is taken as one phrase.
+        if bytes.first == UInt8(ascii: "'") {
+            guard let (content, end) = Literal.scanQuoted(bytes, 0), end == bytes.count else {
+                throw SyntaxError(.invalidQueryOption, "Unterminated quoted $search value", input: value, offset: bytes.count)
+            }
+            return .phrase(content)
+        }
+        var parser = SearchParser(b: bytes, text: value, i: 0, encoded: encoded)
+        let search = try parser.parseOr()
+        guard parser.i == bytes.count else {
+            throw SyntaxError(.invalidQueryOption, "Unexpected character in $search", input: value, offset: parser.i)
+        }
+        return search
     }
 
     func fail(_ message: String, at offset: Int? = nil) -> SyntaxError {
         SyntaxError(.invalidQueryOption, message, input: text, offset: offset ?? i)
     }
 
+    private func isEncoded(_ j: Int) -> Bool { j < encoded.count && encoded[j] }
     private func isSpace(_ j: Int) -> Bool { j < b.count && (b[j] == 0x20 || b[j] == 0x09) }
+    private func isQuote(_ j: Int) -> Bool { j < b.count && b[j] == UInt8(ascii: "\"") }
+    private func isOpen(_ j: Int) -> Bool { j < b.count && b[j] == UInt8(ascii: "(") && !isEncoded(j) }
+    private func isClose(_ j: Int) -> Bool { j < b.count && b[j] == UInt8(ascii: ")") && !isEncoded(j) }
 
-    private func keyword(_ word: String, at j: Int) -> Bool {
-        let w = Array(word.utf8)
-        guard j + w.count <= b.count, Array(b[j..<(j + w.count)]) == w else { return false }
-        let after = j + w.count
-        return after == b.count || isSpace(after) || b[after] == UInt8(ascii: "(") || b[after] == UInt8(ascii: ")")
+    /// Whether an operand can start at `j`.
+    private func operandStarts(at j: Int) -> Bool {
+        j < b.count && !isSpace(j) && !isClose(j)
     }
 
-    /// The position after whitespace if `word` follows it, else nil.
-    private func operatorAhead(_ word: String) -> Int? {
+    private func word(at j: Int, _ w: String) -> Bool {
+        let bytes = Array(w.utf8)
+        guard j + bytes.count <= b.count, Array(b[j..<(j + bytes.count)]) == bytes else { return false }
+        let after = j + bytes.count
+        return after == b.count || isSpace(after) || isClose(after)
+    }
+
+    /// If `RWS w RWS operand` follows, the position of the operand.
+    private func binaryOperator(_ w: String) -> Int? {
         guard isSpace(i) else { return nil }
         var j = i
         while isSpace(j) { j += 1 }
-        guard keyword(word, at: j) else { return nil }
-        var k = j + word.utf8.count
+        guard word(at: j, w) else { return nil }
+        var k = j + w.utf8.count
         guard isSpace(k) else { return nil }
         while isSpace(k) { k += 1 }
-        return k
+        return operandStarts(at: k) ? k : nil
     }
 
     mutating func parseOr() throws(SyntaxError) -> SearchExpression {
@@ -151,7 +184,7 @@ struct SearchParser {
         defer { depth -= 1 }
         guard depth < 100 else { throw SyntaxError(.tooDeep, "$search nested too deeply", input: text, offset: i) }
         var left = try parseAnd()
-        while let next = operatorAhead("OR") {
+        while let next = binaryOperator("OR") {
             i = next
             left = .or(left, try parseAnd())
         }
@@ -161,17 +194,17 @@ struct SearchParser {
     mutating func parseAnd() throws(SyntaxError) -> SearchExpression {
         var left = try parseUnary()
         while true {
-            if let next = operatorAhead("AND") {
+            if binaryOperator("OR") != nil { break }
+            if let next = binaryOperator("AND") {
                 i = next
                 left = .and(left, try parseUnary())
                 continue
             }
-            if operatorAhead("OR") != nil { break }
-            // Implicit AND: whitespace followed by another term.
+            // Implicit AND: whitespace followed by another operand.
             guard isSpace(i) else { break }
             var j = i
             while isSpace(j) { j += 1 }
-            guard j < b.count, b[j] != UInt8(ascii: ")") else { break }
+            guard operandStarts(at: j) else { break }
             i = j
             left = .and(left, try parseUnary())
         }
@@ -179,31 +212,33 @@ struct SearchParser {
     }
 
     mutating func parseUnary() throws(SyntaxError) -> SearchExpression {
-        if keyword("NOT", at: i), isSpace(i + 3) {
-            i += 3
-            while isSpace(i) { i += 1 }
-            return .not(try parseUnary())
+        if word(at: i, "NOT"), isSpace(i + 3) {
+            var j = i + 3
+            while isSpace(j) { j += 1 }
+            if operandStarts(at: j) {
+                i = j
+                return .not(try parseUnary())
+            }
         }
         return try parsePrimary()
     }
 
     mutating func parsePrimary() throws(SyntaxError) -> SearchExpression {
         guard i < b.count else { throw fail("Expected a search term") }
-        let c = b[i]
-        if c == UInt8(ascii: "(") {
+        if isOpen(i) {
             i += 1
             while isSpace(i) { i += 1 }
             let inner = try parseOr()
             while isSpace(i) { i += 1 }
-            guard i < b.count, b[i] == UInt8(ascii: ")") else { throw fail("Expected ')' in $search") }
+            guard isClose(i) else { throw fail("Expected ')' in $search") }
             i += 1
             return inner
         }
-        if c == UInt8(ascii: "\"") {
+        if isQuote(i) {
             let start = i
             i += 1
             var out: [UInt8] = []
-            while i < b.count, b[i] != UInt8(ascii: "\"") {
+            while i < b.count, !isQuote(i) {
                 if b[i] == UInt8(ascii: "\\"), i + 1 < b.count, b[i + 1] == UInt8(ascii: "\"") || b[i + 1] == UInt8(ascii: "\\") {
                     out.append(b[i + 1])
                     i += 2
@@ -212,28 +247,27 @@ struct SearchParser {
                 out.append(b[i])
                 i += 1
             }
-            guard i < b.count else { throw fail("Unterminated phrase in $search", at: start) }
+            guard i < b.count else { throw fail("Unterminated phrase in $search", at: b.count) }
+            guard !out.isEmpty else { throw fail("Empty phrase in $search", at: start) }
             i += 1
-            guard out.contains(where: { $0 != 0x20 }) else { throw fail("Empty phrase in $search", at: start) }
-            if i < b.count, !isSpace(i), b[i] != UInt8(ascii: ")") {
+            if i < b.count, !isSpace(i), !isClose(i) {
                 throw fail("A phrase must be followed by whitespace or ')'")
             }
             return .phrase(String(decoding: out, as: UTF8.self))
         }
         let start = i
-        while i < b.count, isSearchWordByte(b[i]) { i += 1 }
-        guard i > start else { throw fail("Expected a search term") }
-        let word = String(decoding: b[start..<i], as: UTF8.self)
-        if ["AND", "OR", "NOT"].contains(word) { throw fail("\(word) needs a term", at: start) }
-        if i < b.count, !isSpace(i), b[i] != UInt8(ascii: ")") {
-            throw fail("Unexpected character in a search term")
-        }
-        return .term(word)
+        while i < b.count, isWordByte(i, first: i == start) { i += 1 }
+        guard i > start else { throw fail("Unexpected character in $search") }
+        return .term(String(decoding: b[start..<i], as: UTF8.self))
     }
 
-    private func isSearchWordByte(_ c: UInt8) -> Bool {
-        if c >= 0x80 { return true }
-        if isAlpha(c) || isDigit(c) { return true }
-        return "-._~!$'*+,:@/?%".utf8.contains(c)
+    /// `searchChar = unreserved / pct-encoded-no-DQUOTE / "!" / "*" / "+" / "," / ":" / "@" / "/" / "?" / "$" / "="`,
+    /// plus `'` after the first character; encoded parentheses are excluded too.
+    private func isWordByte(_ j: Int, first: Bool) -> Bool {
+        let c = b[j]
+        if isEncoded(j) { return c != UInt8(ascii: "\"") && c != UInt8(ascii: "(") && c != UInt8(ascii: ")") && c != 0x20 && c != 0x09 }
+        if c >= 0x80 || isAlpha(c) || isDigit(c) { return true }
+        if c == UInt8(ascii: "'") { return !first }
+        return "-._~!*+,:@/?$=".utf8.contains(c)
     }
 }

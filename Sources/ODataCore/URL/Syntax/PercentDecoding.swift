@@ -4,6 +4,8 @@ struct DecodedText {
     var text: String
     /// `rawOffsets[k]` is the raw offset of decoded byte `k`; one extra entry for the end.
     var rawOffsets: [Int]
+    /// `encoded[k]` is true when decoded byte `k` was written percent-encoded.
+    var encoded: [Bool] = []
 
     func rawOffset(_ decoded: Int) -> Int {
         rawOffsets[max(0, min(decoded, rawOffsets.count - 1))]
@@ -13,6 +15,7 @@ struct DecodedText {
     static func decode(_ raw: [UInt8], _ range: Range<Int>, plusAsSpace: Bool, input: String) throws(SyntaxError) -> DecodedText {
         var out: [UInt8] = []
         var offsets: [Int] = []
+        var encoded: [Bool] = []
         out.reserveCapacity(range.count)
         var i = range.lowerBound
         while i < range.upperBound {
@@ -23,18 +26,21 @@ struct DecodedText {
                 }
                 out.append(hi << 4 | lo)
                 offsets.append(i)
+                encoded.append(true)
                 i += 3
             } else if c == UInt8(ascii: "+") && plusAsSpace {
                 out.append(0x20)
                 offsets.append(i)
+                encoded.append(false)
                 i += 1
             } else {
                 out.append(c)
                 offsets.append(i)
+                encoded.append(false)
                 i += 1
             }
         }
         offsets.append(range.upperBound)
-        return DecodedText(text: String(decoding: out, as: UTF8.self), rawOffsets: offsets)
+        return DecodedText(text: String(decoding: out, as: UTF8.self), rawOffsets: offsets, encoded: encoded)
     }
 }

@@ -47,6 +47,10 @@ public struct PathSegment: Sendable, Hashable {
         case value
         case ref
         case each
+        /// 4.01 `$query`: the request's query options are in the body.
+        case query
+        /// An element of an ordered collection by index (4.01 `Addresses/0`).
+        case index(Int)
         /// 4.01 `$filter(expr)` path segment.
         case filter(Expression)
         case metadata

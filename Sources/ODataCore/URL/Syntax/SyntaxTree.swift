@@ -15,8 +15,10 @@ public struct Expression: Sendable, Hashable {
         case literal(Value)
         /// A parameter alias, `@p`.
         case alias(String)
-        /// A JSON array or object written in the URL (4.01), kept as its text.
-        case json(String)
+        /// A JSON-style array written in the URL (4.01): `[1,2]`, `["a",Name]`.
+        case array([Expression])
+        /// A JSON-style object written in the URL (4.01): `{"Name":"x","Price":Price add 1}`.
+        case object([Member])
         /// A member path, possibly starting at `$it`, `$root` or a lambda variable.
         case path(PathExpression)
         case unary(UnaryOperator, Expression)
@@ -29,6 +31,12 @@ public struct Expression: Sendable, Hashable {
         case typeName(String)
         /// A 4.01 `case(condition:value, …)` expression.
         case caseOf([CaseBranch])
+    }
+
+    /// One member of an object literal.
+    public struct Member: Sendable, Hashable {
+        public var name: String
+        public var value: Expression
     }
 
     /// One `condition:value` pair of `case`.
@@ -83,6 +91,9 @@ public struct PathExpression: Sendable, Hashable {
         case this
         /// A lambda variable in scope.
         case variable(String)
+        /// A parameter alias or an annotation at the start of a path (`@a/Street`,
+        /// `@Core.Messages/any(…)`); binding decides which.
+        case alias(String)
     }
 
     /// One step of the path.
@@ -99,8 +110,10 @@ public struct PathExpression: Sendable, Hashable {
         case function(String, [NamedArgument])
         /// `any` or `all`.
         case lambda(LambdaKind, variable: String?, predicate: Expression?)
-        /// An annotation, `@Ns.Term`.
+        /// An annotation, `@Ns.Term` (with an optional `#qualifier`).
         case annotation(String)
+        /// A 4.01 `$filter(…)` step that filters a collection.
+        case filter(Expression)
     }
 
     public enum LambdaKind: String, Sendable, Hashable, Codable { case any, all }

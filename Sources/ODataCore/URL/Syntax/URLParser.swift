@@ -12,7 +12,11 @@ public struct URLParser: Sendable {
     public func parse(_ url: String) throws(SyntaxError) -> ParsedURL {
         let raw = Array(url.utf8)
         if let hash = raw.firstIndex(of: UInt8(ascii: "#")) {
-            throw SyntaxError(.unexpectedCharacter, "'#' starts a fragment, which a request URL must not have", input: url, offset: hash)
+            // Only a metadata URL may carry a fragment (a context URL: `$metadata#Customers`).
+            guard raw[..<hash].elementsEqual("$metadata".utf8) || raw[..<hash].elementsEqual("/$metadata".utf8) else {
+                throw SyntaxError(.unexpectedCharacter, "'#' starts a fragment, which a request URL must not have", input: url, offset: hash)
+            }
+            return ParsedURL(path: ResourcePath(segments: [PathSegment(.metadata, offset: 0)]), query: QueryOptions())
         }
         let questionMark = raw.firstIndex(of: UInt8(ascii: "?")) ?? raw.count
         let path = try parsePath(raw, 0..<questionMark, input: url)
@@ -102,7 +106,7 @@ public struct URLParser: Sendable {
         if b.first == UInt8(ascii: "$") {
             let simple: [String: PathSegment.Kind] = [
                 "$metadata": .metadata, "$batch": .batch, "$entity": .entity, "$all": .all,
-                "$count": .count, "$value": .value, "$ref": .ref, "$each": .each,
+                "$count": .count, "$value": .value, "$ref": .ref, "$each": .each, "$query": .query,
             ]
             if let kind = simple[text] { return [PathSegment(kind, offset: rawOffset)] }
             if text.hasPrefix("$crossjoin(") {
@@ -151,12 +155,12 @@ public struct URLParser: Sendable {
         }
         // Parenthesized groups: function arguments and/or key predicates.
         let groupStart = parser.i
-        let isFunctionLike = name.contains(".") || looksLikeArguments(b, from: groupStart)
+        let isFunctionLike = looksLikeArguments(b, from: groupStart) || (name.contains(".") && looksNamed(b, from: groupStart))
         if isFunctionLike {
             let arguments = try parser.parseNamedArguments()
             result.append(PathSegment(name.contains(".") ? .function(name, arguments) : .functionImport(name, arguments), offset: rawOffset))
         } else {
-            result.append(PathSegment(.unresolved(name), offset: rawOffset))
+            result.append(PathSegment(name.contains(".") ? .typeCast(name) : .unresolved(name), offset: rawOffset))
             let keys = try parser.parseKeyPredicate()
             result.append(PathSegment(.key(keys), offset: rawOffset + groupStart))
         }
@@ -173,6 +177,13 @@ public struct URLParser: Sendable {
     /// a key. Named literals are ambiguous (`(ID=1)`) and count as a key until resolved.
     private func looksLikeArguments(_ b: [UInt8], from start: Int) -> Bool {
         start + 1 < b.count && b[start + 1] == UInt8(ascii: ")")
+    }
+
+    /// `(name=…`: named arguments or a named key.
+    private func looksNamed(_ b: [UInt8], from start: Int) -> Bool {
+        var j = start + 1
+        while j < b.count, isIdentifierByte(b[j]) { j += 1 }
+        return j > start + 1 && j < b.count && b[j] == UInt8(ascii: "=")
     }
 
     // MARK: Query
@@ -200,7 +211,8 @@ public struct URLParser: Sendable {
             let hasValue = equals < part.upperBound
             let valueRange = hasValue ? (equals + 1)..<part.upperBound : part.upperBound..<part.upperBound
             let value = try DecodedText.decode(raw, valueRange, plusAsSpace: true, input: input)
-            if name.hasPrefix("$") || (name.hasPrefix("@") && !version.isLegacy) {
+            let bareSystem = version >= .v401 && Self.systemOptions.contains(name.lowercased())
+            if name.hasPrefix("$") || bareSystem || (name.hasPrefix("@") && !version.isLegacy) {
                 guard hasValue else {
                     throw SyntaxError(.invalidQueryOption, "\(name) needs '=' and a value", input: input, offset: part.upperBound)
                 }
@@ -214,7 +226,7 @@ public struct URLParser: Sendable {
                     }
                     continue
                 }
-                let key = name.dropFirst().lowercased()
+                let key = bareSystem ? name.lowercased() : name.dropFirst().lowercased()
                 guard Self.systemOptions.contains(key) else {
                     throw SyntaxError(.invalidQueryOption, "Unknown system query option \(name)", input: input, offset: part.lowerBound)
                 }
@@ -222,13 +234,16 @@ public struct URLParser: Sendable {
                     throw SyntaxError(.duplicateQueryOption, "\(name) is given twice", input: input, offset: part.lowerBound)
                 }
                 do throws(SyntaxError) {
-                    try apply(key, value.text, to: &options, nested: false)
+                    try apply(key, value.text, encoded: value.encoded[...], to: &options, nested: false)
                 } catch {
                     throw SyntaxError(error.code, error.message, input: input, offset: value.rawOffset(error.offset))
                 }
             } else {
                 if name.isEmpty {
                     throw SyntaxError(.invalidQueryOption, "A query option needs a name", input: input, offset: part.lowerBound)
+                }
+                guard hasValue else {
+                    throw SyntaxError(.invalidQueryOption, "Query option \(name) needs '=' and a value", input: input, offset: part.upperBound)
                 }
                 if name == "!deltatoken" {
                     options.deltaToken = value.text
@@ -240,7 +255,7 @@ public struct URLParser: Sendable {
     }
 
     /// Parses a single system query option value (decoded) into `options`.
-    func apply(_ key: String, _ value: String, to options: inout QueryOptions, nested: Bool) throws(SyntaxError) {
+    func apply(_ key: String, _ value: String, encoded: ArraySlice<Bool>, to options: inout QueryOptions, nested: Bool) throws(SyntaxError) {
         func nonNegative() throws(SyntaxError) -> Int {
             guard !value.isEmpty, value.utf8.allSatisfy(isDigit), let n = Int(value) else {
                 let bad = value.utf8.firstIndex { !isDigit($0) }.map { value.utf8.distance(from: value.utf8.startIndex, to: $0) } ?? 0
@@ -268,15 +283,10 @@ public struct URLParser: Sendable {
                 throw SyntaxError(.invalidQueryOption, "$inlinecount must be allpages or none", input: value, offset: 0)
             }
             options.inlineCount = inline
-        case "select": options.select = try parseSelect(value)
-        case "expand": options.expand = try parseExpand(value)
+        case "select": options.select = try parseSelect(value, encoded: encoded)
+        case "expand": options.expand = try parseExpand(value, encoded: encoded)
         case "search":
-            var parser = SearchParser(b: Array(value.utf8), text: value, i: 0)
-            let search = try parser.parseOr()
-            guard parser.i == value.utf8.count else {
-                throw SyntaxError(.invalidQueryOption, "Unexpected text in $search", input: value, offset: parser.i)
-            }
-            options.search = search
+            options.search = try SearchParser.parseComplete(value, encoded: Array(encoded))
         case "skiptoken": options.skipToken = value
         case "deltatoken": options.deltaToken = value
         case "format":
@@ -354,9 +364,11 @@ public struct URLParser: Sendable {
             do throws(SyntaxError) {
                 var text = part
                 var descending = false
-                for (suffix, isDescending) in [(" desc", true), (" asc", false)] where text.lowercased().hasSuffix(suffix) {
-                    text = String(text.dropLast(suffix.count))
-                    while text.hasSuffix(" ") { text.removeLast() }
+                for (suffix, isDescending) in [("desc", true), ("asc", false)] where text.lowercased().hasSuffix(suffix) {
+                    let head = text.dropLast(suffix.count)
+                    guard let last = head.last, last == " " || last == "\t" else { continue }
+                    text = String(head)
+                    while let end = text.last, end == " " || end == "\t" { text.removeLast() }
                     descending = isDescending
                     break
                 }
@@ -390,7 +402,7 @@ public struct URLParser: Sendable {
     }
 
     /// Parses `(opt;opt)` nested options at `text[open...]`, returning the options.
-    func parseNestedOptions(_ inner: String, allowed: Set<String>) throws(SyntaxError) -> QueryOptions {
+    func parseNestedOptions(_ inner: String, encoded: ArraySlice<Bool>, allowed: Set<String>) throws(SyntaxError) -> QueryOptions {
         var options = QueryOptions()
         var seen: Set<String> = []
         for (part, offset) in try splitTopLevel(inner, separator: UInt8(ascii: ";")) {
@@ -399,10 +411,21 @@ public struct URLParser: Sendable {
                     throw SyntaxError(.invalidQueryOption, "Nested options need '='", input: part, offset: part.utf8.count)
                 }
                 let name = part[..<equals].lowercased()
-                guard name.hasPrefix("$") else {
+                if name.hasPrefix("@") {
+                    // A parameter alias local to this item (4.01).
+                    var parser = ExpressionParser(String(part[part.index(after: equals)...]), version: version)
+                    let valueStart = part.utf8.distance(from: part.startIndex, to: equals) + 1
+                    do throws(SyntaxError) {
+                        options.aliases[String(name.dropFirst())] = try parser.parseComplete()
+                    } catch {
+                        throw rebase(error, valueStart, part)
+                    }
+                    continue
+                }
+                guard name.hasPrefix("$") || version >= .v401 else {
                     throw SyntaxError(.invalidQueryOption, "Only system query options may be nested", input: part, offset: 0)
                 }
-                let key = String(name.dropFirst())
+                let key = name.hasPrefix("$") ? String(name.dropFirst()) : name
                 guard allowed.contains(key) else {
                     throw SyntaxError(.invalidQueryOption, "$\(key) is not allowed here", input: part, offset: 0)
                 }
@@ -411,7 +434,8 @@ public struct URLParser: Sendable {
                 }
                 let valueStart = part.utf8.distance(from: part.startIndex, to: equals) + 1
                 do throws(SyntaxError) {
-                    try apply(key, String(part[part.index(after: equals)...]), to: &options, nested: true)
+                    let valueEncoded = slice(encoded, from: offset + valueStart, count: part.utf8.count - valueStart)
+                    try apply(key, String(part[part.index(after: equals)...]), encoded: valueEncoded, to: &options, nested: true)
                 } catch {
                     throw rebase(error, valueStart, part)
                 }
@@ -420,6 +444,13 @@ public struct URLParser: Sendable {
             }
         }
         return options
+    }
+
+    /// The part of an encoded-flags slice for a sub-range (relative offsets), clamped.
+    func slice(_ flags: ArraySlice<Bool>, from offset: Int, count: Int) -> ArraySlice<Bool> {
+        let start = min(flags.startIndex + max(0, offset), flags.endIndex)
+        let end = min(start + max(0, count), flags.endIndex)
+        return flags[start..<end]
     }
 
     /// Splits `name(inner)` into the name and the inner text; nil inner when there are no parens.
@@ -438,7 +469,7 @@ public struct URLParser: Sendable {
     private static let countOptions: Set<String> = ["filter", "search"]
     private static let selectOptions: Set<String> = ["filter", "search", "orderby", "skip", "top", "count", "select", "compute"]
 
-    func parseExpand(_ value: String) throws(SyntaxError) -> [ExpandItem] {
+    func parseExpand(_ value: String, encoded: ArraySlice<Bool> = []) throws(SyntaxError) -> [ExpandItem] {
         var items: [ExpandItem] = []
         for (part, offset) in try splitTopLevel(value, separator: UInt8(ascii: ",")) {
             do throws(SyntaxError) {
@@ -459,6 +490,7 @@ public struct URLParser: Sendable {
                 for (index, segment) in segments.enumerated() {
                     let valid = segment == "*" ? index == segments.count - 1 && !item.isCount
                         : segment == "$value" ? segments.count == 1
+                        : segment.hasPrefix("@") ? isQualifiedOrSimpleName(String(segment.dropFirst()).components(separatedBy: "#")[0])
                         : isQualifiedOrSimpleName(segment)
                     guard valid else {
                         throw SyntaxError(.invalidQueryOption, "'\(segment)' is not a valid expand path segment", input: part, offset: position)
@@ -470,7 +502,8 @@ public struct URLParser: Sendable {
                     let allowed = item.isRef ? Self.refOptions : item.isCount ? Self.countOptions
                         : segments.last == "*" ? ["levels"] : Self.expandOptions
                     do throws(SyntaxError) {
-                        item.options = try parseNestedOptions(inner, allowed: allowed)
+                        let innerEncoded = slice(encoded, from: offset + innerOffset, count: inner.utf8.count)
+                        item.options = try parseNestedOptions(inner, encoded: innerEncoded, allowed: allowed)
                     } catch {
                         throw rebase(error, innerOffset, part)
                     }
@@ -483,7 +516,7 @@ public struct URLParser: Sendable {
         return items
     }
 
-    func parseSelect(_ value: String) throws(SyntaxError) -> [SelectItem] {
+    func parseSelect(_ value: String, encoded: ArraySlice<Bool> = []) throws(SyntaxError) -> [SelectItem] {
         var items: [SelectItem] = []
         for (part, offset) in try splitTopLevel(value, separator: UInt8(ascii: ",")) {
             do throws(SyntaxError) {
@@ -510,9 +543,13 @@ public struct URLParser: Sendable {
                     }
                     item = SelectItem(kind: .path(segments))
                 }
-                if let inner {
+                if let inner, isParameterNameList(inner), case .path(let segments) = item.kind, segments.last?.contains(".") == true || segments.count == 1 {
+                    // `Ns.Function(p1,p2)`: a function overload by parameter names.
+                    item.kind = .path(segments.dropLast() + [(segments.last ?? "") + "(" + inner + ")"])
+                } else if let inner {
                     do throws(SyntaxError) {
-                        item.options = try parseNestedOptions(inner, allowed: Self.selectOptions)
+                        let innerEncoded = slice(encoded, from: offset + innerOffset, count: inner.utf8.count)
+                        item.options = try parseNestedOptions(inner, encoded: innerEncoded, allowed: Self.selectOptions)
                     } catch {
                         throw rebase(error, innerOffset, part)
                     }
@@ -523,6 +560,11 @@ public struct URLParser: Sendable {
             }
         }
         return items
+    }
+
+    /// `p1,p2`: names only, no `$` options.
+    func isParameterNameList(_ text: String) -> Bool {
+        text.split(separator: ",", omittingEmptySubsequences: false).allSatisfy { isQualifiedOrSimpleName(String($0)) && !$0.contains(".") }
     }
 
     func isQualifiedOrSimpleName(_ text: String) -> Bool {
