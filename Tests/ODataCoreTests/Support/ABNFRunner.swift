@@ -12,6 +12,9 @@ struct ConstraintLookup: NameLookup {
 
     private func has(_ rule: String, _ name: String) -> Bool { lists[rule]?.contains(name) ?? false }
 
+    /// Rules the file lists no names for accept any name in the official runner.
+    private func unconstrained(_ rule: String) -> Bool { lists[rule] == nil }
+
     func root(_ name: String) -> RootKind? {
         if has("entitySetName", name) { return .entitySet(type: nil) }
         if has("singletonEntity", name) { return .singleton(type: nil) }
@@ -22,6 +25,7 @@ struct ConstraintLookup: NameLookup {
         if has("primitiveColFunctionImport", name) { return .functionImport(returns: .primitiveCollection(type: nil)) }
         if has("primitiveFunctionImport", name) { return .functionImport(returns: .primitive(type: nil)) }
         if has("actionImport", name) { return .actionImport(returns: .none) }
+        if unconstrained("primitiveFunctionImport") { return .functionImport(returns: .primitive(type: nil)) }
         return nil
     }
 
@@ -38,7 +42,8 @@ struct ConstraintLookup: NameLookup {
 
     func qualified(_ name: String, on shape: ResourceShape) -> QualifiedKind? {
         let parts = name.split(separator: ".").map(String.init)
-        guard parts.count >= 2, parts.dropLast().allSatisfy({ has("namespacePart", $0) }), let last = parts.last else { return nil }
+        // Unqualified names are allowed for the default namespace (4.01).
+        guard parts.dropLast().allSatisfy({ has("namespacePart", $0) }), let last = parts.last else { return nil }
         if has("entityTypeName", last) { return .typeCast(type: name, isComplex: false) }
         if has("complexTypeName", last) { return .typeCast(type: name, isComplex: true) }
         for (rule, result) in [("entityColFunction", ResourceShape.entityCollection(type: nil)), ("entityFunction", .entity(type: nil)),
@@ -105,6 +110,7 @@ struct ABNFRunner {
         switch rule {
         case "odataRelativeUri":
             let url = try parser.parse(input)
+            try checkCustomNames(url.query, input)
             if !url.path.segments.isEmpty {
                 _ = try PathResolver(lookup: lookup).resolve(url.path, input: input)
             }
@@ -114,7 +120,8 @@ struct ABNFRunner {
         case "queryOptions", "filter", "expand", "select", "orderby", "search", "skiptoken", "deltatoken", "compute",
              "systemQueryOption", "customQueryOption":
             let raw = Array(input.utf8)
-            _ = try parser.parseQuery(raw, 0..<raw.count, input: input)
+            let query = try parser.parseQuery(raw, 0..<raw.count, input: input)
+            try checkCustomNames(query, input)
         case "anyExpr":
             // `any(…)` is the last step of a collection path; parse it after one.
             let text = "Items/" + (try decoded(input))
@@ -133,7 +140,8 @@ struct ABNFRunner {
             let text = try DecodedText.decode(raw, 0..<raw.count, plusAsSpace: false, input: input)
             _ = try SearchParser.parseComplete(text.text, encoded: text.encoded)
         case "orderBy":
-            _ = try parser.parseOrderBy(try decoded(input))
+            let raw = Array(input.utf8)
+            _ = try parser.parseQuery(raw, 0..<raw.count, input: input)
         case "primitiveLiteral":
             try literal(input, nil)
         case "primitiveValue" where input.contains("'"):
@@ -225,6 +233,14 @@ struct ABNFRunner {
     }
 
     struct UncoveredRule: Error {}
+
+    /// The file constrains `customName`: only the listed custom options exist.
+    private func checkCustomNames(_ query: QueryOptions, _ input: String) throws {
+        guard let allowed = lookup.lists["customName"] else { return }
+        for option in query.custom where !allowed.contains(option.name) {
+            throw SyntaxError(.invalidQueryOption, "unknown custom option", input: input, offset: input.utf8.count)
+        }
+    }
 
     private func firstNonBase64(_ input: String) -> Int {
         input.utf8.firstIndex { !(isAlpha($0) || isDigit($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "=")) }

@@ -98,6 +98,13 @@ extension Model: NameLookup {
     }
 
     public func qualified(_ name: String, on shape: ResourceShape) -> QualifiedKind? {
+        if !name.contains(".") {
+            // 4.01: an unqualified name refers to the default (first) namespace that has it.
+            for schema in schemas {
+                if let kind = qualified(schema.namespace + "." + name, on: shape) { return kind }
+            }
+            return nil
+        }
         if let entity = entityType(name) {
             if let current = shape.typeName, !isType(entity.qualifiedName, derivedFrom: current), !isType(current, derivedFrom: entity.qualifiedName) {
                 return nil

@@ -145,6 +145,10 @@ public struct PathResolver: Sendable {
                 } else if let kind = lookup.qualified(name, on: shape) {
                     // 4.01: names in the default namespace may be used unqualified.
                     try applyQualified(kind, name, wasCast, hadKey, &resolved, &shape, &finished, &lastWasCast, &canHaveKey, segment, fail)
+                    if case .function = kind, let arguments = takeArguments(after: index) {
+                        index += 1
+                        resolved.kind = .function(name, arguments)
+                    }
                 } else if !isStructured(shape) {
                     throw fail(.invalidSegment, "\(name) cannot follow a value that has no members", segment)
                 } else {
@@ -155,6 +159,10 @@ public struct PathResolver: Sendable {
                     throw fail(.unknownName, "\(name) is not a type or a bound operation here", segment)
                 }
                 try applyQualified(kind, name, wasCast, hadKey, &resolved, &shape, &finished, &lastWasCast, &canHaveKey, segment, fail)
+                if case .function = kind, let arguments = takeArguments(after: index) {
+                    index += 1
+                    resolved.kind = .function(name, arguments)
+                }
             case .function(let name, let arguments), .functionImport(let name, let arguments):
                 guard case .function(let returns, _)? = lookup.qualified(name, on: shape) else {
                     if case .functionImport = segment.kind {

@@ -33,6 +33,9 @@ public struct URLParser: Sendable {
         if first.kind == .entity && query.id == nil {
             throw SyntaxError(.invalidQueryOption, "$entity needs an $id query option", input: input, offset: input.utf8.count)
         }
+        if first.kind == .entity && path.segments.count == 1 && (query.select != nil || query.expand != nil) {
+            throw SyntaxError(.invalidQueryOption, "$select and $expand on $entity need a type cast ($entity/Ns.Type)", input: input, offset: queryStart + 1)
+        }
     }
 
     // MARK: Path
@@ -242,9 +245,6 @@ public struct URLParser: Sendable {
                 if name.isEmpty {
                     throw SyntaxError(.invalidQueryOption, "A query option needs a name", input: input, offset: part.lowerBound)
                 }
-                guard hasValue else {
-                    throw SyntaxError(.invalidQueryOption, "Query option \(name) needs '=' and a value", input: input, offset: part.upperBound)
-                }
                 if name == "!deltatoken" {
                     options.deltaToken = value.text
                 }
@@ -271,7 +271,11 @@ public struct URLParser: Sendable {
             options.orderBy = try parseOrderBy(value)
         case "top": options.top = try nonNegative()
         case "skip": options.skip = try nonNegative()
-        case "index": options.index = try nonNegative()
+        case "index":
+            guard let n = Int(value), value.utf8.allSatisfy({ isDigit($0) || $0 == UInt8(ascii: "-") }) else {
+                throw SyntaxError(.invalidQueryOption, "$index needs an integer", input: value, offset: 0)
+            }
+            options.index = n
         case "count":
             switch value.lowercased() {
             case "true": options.count = true
@@ -315,7 +319,8 @@ public struct URLParser: Sendable {
     // MARK: Lists
 
     /// Splits at top-level `separator` (outside parentheses, brackets and quotes).
-    func splitTopLevel(_ text: String, separator: UInt8) throws(SyntaxError) -> [(String, Int)] {
+    /// A separator that was percent-encoded (flag set in `encoded`) does not split.
+    func splitTopLevel(_ text: String, separator: UInt8, encoded: ArraySlice<Bool> = []) throws(SyntaxError) -> [(String, Int)] {
         let b = Array(text.utf8)
         var result: [(String, Int)] = []
         var depth = 0
@@ -341,7 +346,7 @@ public struct URLParser: Sendable {
             } else if c == UInt8(ascii: ")") || c == UInt8(ascii: "]") || c == UInt8(ascii: "}") {
                 depth -= 1
                 if depth < 0 { throw SyntaxError(.unexpectedCharacter, "Unbalanced ')'", input: text, offset: i) }
-            } else if c == separator && depth == 0 {
+            } else if c == separator && depth == 0 && !(encoded.startIndex + i < encoded.endIndex && encoded[encoded.startIndex + i]) {
                 result.append((String(decoding: b[start..<i], as: UTF8.self), start))
                 start = i + 1
             }
@@ -405,7 +410,7 @@ public struct URLParser: Sendable {
     func parseNestedOptions(_ inner: String, encoded: ArraySlice<Bool>, allowed: Set<String>) throws(SyntaxError) -> QueryOptions {
         var options = QueryOptions()
         var seen: Set<String> = []
-        for (part, offset) in try splitTopLevel(inner, separator: UInt8(ascii: ";")) {
+        for (part, offset) in try splitTopLevel(inner, separator: UInt8(ascii: ";"), encoded: encoded) {
             do throws(SyntaxError) {
                 guard let equals = part.firstIndex(of: "=") else {
                     throw SyntaxError(.invalidQueryOption, "Nested options need '='", input: part, offset: part.utf8.count)
@@ -471,7 +476,7 @@ public struct URLParser: Sendable {
 
     func parseExpand(_ value: String, encoded: ArraySlice<Bool> = []) throws(SyntaxError) -> [ExpandItem] {
         var items: [ExpandItem] = []
-        for (part, offset) in try splitTopLevel(value, separator: UInt8(ascii: ",")) {
+        for (part, offset) in try splitTopLevel(value, separator: UInt8(ascii: ","), encoded: encoded) {
             do throws(SyntaxError) {
                 let (head, inner, innerOffset) = try splitParens(part)
                 var segments = head.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
