@@ -57,7 +57,15 @@ struct ExpressionParser {
         guard !b.isEmpty else { throw SyntaxError(.unexpectedEnd, "An expression is required", input: text, offset: 0) }
         if isWhitespace(at: 0) { throw fail("An expression must not start with whitespace", at: 0, code: .unexpectedCharacter) }
         let expression = try parseExpression()
-        guard atEnd else { throw fail("Unexpected text after the expression", code: .unexpectedCharacter) }
+        guard atEnd else {
+            var j = i
+            while isWhitespace(at: j) { j += 1 }
+            if let op = BinaryOperator.allCases.first(where: { keyword($0.rawValue, at: j) }) {
+                let end = j + op.rawValue.utf8.count
+                throw fail("Expected an operand after '\(op.rawValue)'", at: end, code: end >= b.count ? .unexpectedEnd : .unexpectedCharacter)
+            }
+            throw fail("Unexpected text after the expression", code: .unexpectedCharacter)
+        }
         return expression
     }
 

@@ -38,6 +38,21 @@ public struct URLParser: Sendable {
         }
     }
 
+    /// The decoded value of a system query option in `url` (`name` without `$`), for error
+    /// messages that show the option's own text.
+    public func optionText(_ name: String, in url: String) -> String? {
+        guard let question = url.firstIndex(of: "?") else { return nil }
+        for part in url[url.index(after: question)...].split(separator: "&") {
+            guard let equals = part.firstIndex(of: "=") else { continue }
+            let key = part[..<equals].lowercased()
+            if key == "$" + name.lowercased() || key == name.lowercased() {
+                let raw = Array(part[part.index(after: equals)...].utf8)
+                return (try? DecodedText.decode(raw, 0..<raw.count, plusAsSpace: true, input: String(part)))?.text
+            }
+        }
+        return nil
+    }
+
     // MARK: Path
 
     /// Parses only a resource path.

@@ -1,0 +1,191 @@
+/// A request bound to a model: the resolved path and the typed query options.
+public struct BoundRequest: Sendable, Hashable {
+    public var path: PathResolver.Resolution
+    /// The structured type the query options apply to (the path's element type), if any.
+    public var elementType: String?
+    public var filter: BoundExpression?
+    public var orderBy: [BoundOrderBy]
+    public var compute: [BoundExpression]
+    public var expand: [BoundExpand]
+
+    /// One bound `$orderby` item.
+    public struct BoundOrderBy: Sendable, Hashable {
+        public var expression: BoundExpression
+        public var descending: Bool
+    }
+
+    /// One bound `$expand` item with its target type and nested options.
+    public struct BoundExpand: Sendable, Hashable {
+        public var item: ExpandItem
+        /// The entity type the navigation leads to (nil for `*`).
+        public var targetType: String?
+        public var isCollection: Bool
+        public var filter: BoundExpression?
+        public var orderBy: [BoundOrderBy]
+        public var expand: [BoundExpand]
+    }
+}
+
+/// Binds a ``ParsedURL`` to a ``Model``.
+public struct RequestBinder: Sendable {
+    public var model: Model
+
+    public init(model: Model) { self.model = model }
+
+    /// Resolves the path and binds every query option that refers to the model.
+    public func bind(_ url: ParsedURL, input: String) throws(BindingError) -> BoundRequest {
+        let resolution = try PathResolver(lookup: model).resolve(url.path, input: input)
+        let elementType = resolution.shape.typeName.flatMap { name -> String? in
+            model.entityType(name) != nil || model.complexType(name) != nil ? name : nil
+        }
+        var request = BoundRequest(path: resolution, elementType: elementType, filter: nil, orderBy: [], compute: [], expand: [])
+        let binder = ExpressionBinder(model: model, aliases: url.query.aliases)
+        let parser = URLParser(version: model.version)
+        func text(_ name: String) -> String { parser.optionText(name, in: input) ?? "$" + name }
+        guard let type = elementType else {
+            if url.query.filter != nil || url.query.orderBy != nil || url.query.expand != nil {
+                throw BindingError(.invalidSegment, "Query options need a resource with structured values", input: input, offset: 0)
+            }
+            return request
+        }
+        request.filter = try url.query.filter.map { (f) throws(BindingError) in try binder.bindFilter(f, itType: type, input: text("filter")) }
+        request.orderBy = try bindOrderBy(url.query.orderBy ?? [], binder, type, input: text("orderby"))
+        request.compute = try (url.query.compute ?? []).map { (item) throws(BindingError) in
+            try binder.bind(item.expression, itType: type, input: text("compute"))
+        }
+        try checkSelect(url.query.select ?? [], type)
+        request.expand = try bindExpand(url.query.expand ?? [], binder, type)
+        return request
+    }
+
+    private func bindOrderBy(_ items: [OrderByItem], _ binder: ExpressionBinder, _ type: String, input: String = "$orderby") throws(BindingError) -> [BoundRequest.BoundOrderBy] {
+        var result: [BoundRequest.BoundOrderBy] = []
+        for item in items {
+            let bound = try binder.bind(item.expression, itType: type, input: input)
+            if case .collection = bound.type {
+                throw BindingError(.typeMismatch, "$orderby needs a single value, not \(bound.type)", input: "$orderby", offset: item.expression.offset)
+            }
+            result.append(.init(expression: bound, descending: item.descending))
+        }
+        return result
+    }
+
+    private func checkSelect(_ items: [SelectItem], _ type: String) throws(BindingError) {
+        for item in items {
+            guard case .path(let segments) = item.kind else { continue }
+            var current: String? = type
+            for segment in segments {
+                guard let owner = current else { break }
+                if segment.hasPrefix("@") || segment.contains("(") { current = nil; continue }
+                if segment.contains(".") {
+                    if model.typeKind(segment) != nil { current = segment; continue }
+                    if !model.functions(segment).isEmpty || !model.actions(segment).isEmpty { current = nil; continue }
+                    throw BindingError(.unknownName, "\(segment) is not a type or operation", input: "$select", offset: 0)
+                }
+                if let property = model.property(segment, ofStructuredType: owner) {
+                    current = property.type.name
+                } else if let nav = model.navigationProperty(segment, ofStructuredType: owner) {
+                    current = nav.type.name
+                } else if isOpen(owner) {
+                    current = nil
+                } else {
+                    throw BindingError(.unknownName, "\(owner) has no property \(segment)", input: "$select", offset: 0)
+                }
+            }
+        }
+    }
+
+    private func bindExpand(_ items: [ExpandItem], _ binder: ExpressionBinder, _ type: String) throws(BindingError) -> [BoundRequest.BoundExpand] {
+        var result: [BoundRequest.BoundExpand] = []
+        for item in items {
+            if item.path == ["*"] || item.path == ["$value"] || item.path.first?.hasPrefix("@") == true {
+                result.append(.init(item: item, targetType: nil, isCollection: false, filter: nil, orderBy: [], expand: []))
+                continue
+            }
+            var owner = type
+            var target: NavigationProperty?
+            for segment in item.path {
+                if segment.contains(".") {
+                    guard model.typeKind(segment) != nil else {
+                        throw BindingError(.unknownName, "\(segment) is not a type", input: "$expand", offset: 0)
+                    }
+                    owner = segment
+                    continue
+                }
+                if let nav = model.navigationProperty(segment, ofStructuredType: owner) {
+                    target = nav
+                    owner = nav.type.name
+                } else if let property = model.property(segment, ofStructuredType: owner), model.complexType(property.type.name) != nil {
+                    owner = property.type.name
+                } else {
+                    throw BindingError(.unknownName, "\(owner) has no navigation property \(segment)", input: "$expand", offset: 0)
+                }
+            }
+            guard let nav = target else {
+                throw BindingError(.invalidSegment, "\(item.path.joined(separator: "/")) does not end in a navigation property", input: "$expand", offset: 0)
+            }
+            let options = item.options ?? QueryOptions()
+            let nestedBinder = ExpressionBinder(model: model, aliases: binder.aliases.merging(options.aliases) { $1 })
+            var bound = BoundRequest.BoundExpand(item: item, targetType: owner, isCollection: nav.type.isCollection, filter: nil, orderBy: [], expand: [])
+            bound.filter = try options.filter.map { (f) throws(BindingError) in try nestedBinder.bindFilter(f, itType: owner, input: "$filter") }
+            bound.orderBy = try bindOrderBy(options.orderBy ?? [], nestedBinder, owner)
+            try checkSelect(options.select ?? [], owner)
+            bound.expand = try bindExpand(options.expand ?? [], nestedBinder, owner)
+            result.append(bound)
+        }
+        return result
+    }
+
+    private func isOpen(_ name: String) -> Bool {
+        model.entityType(name).map { model.entityTypeChain($0).contains { $0.isOpenType } } ?? false
+    }
+}
+
+extension BoundRequest {
+    /// The bound request as a JSON tree: resolved path, addressed shape, and typed options.
+    public var json: TreeJSON {
+        var members: [(String, TreeJSON)] = [
+            ("path", .array(path.path.segments.map(\.json))),
+            ("shape", .string(String(describing: path.shape))),
+            ("elementType", elementType.map { .string($0) } ?? .null),
+        ]
+        if let filter { members.append(("$filter", filter.json)) }
+        if !orderBy.isEmpty {
+            members.append(("$orderby", .array(orderBy.map { .object([("expression", $0.expression.json), ("descending", .bool($0.descending))]) })))
+        }
+        if !expand.isEmpty { members.append(("$expand", .array(expand.map(\.json)))) }
+        return .object(members)
+    }
+}
+
+extension BoundRequest.BoundExpand {
+    public var json: TreeJSON {
+        var members: [(String, TreeJSON)] = [
+            ("path", .array(item.path.map { .string($0) })),
+            ("targetType", targetType.map { .string($0) } ?? .null),
+            ("isCollection", .bool(isCollection)),
+        ]
+        if let filter { members.append(("$filter", filter.json)) }
+        if !expand.isEmpty { members.append(("$expand", .array(expand.map(\.json)))) }
+        return .object(members)
+    }
+}
+
+extension BoundExpression {
+    /// The bound tree: each node with its type, paths with their resolved steps.
+    public var json: TreeJSON {
+        var members: [(String, TreeJSON)] = [("type", .string(type.description))]
+        switch expression.node {
+        case .binary(let op, _, _): members.append(("operator", .string(op.rawValue)))
+        case .unary(let op, _): members.append(("operator", .string(op.rawValue)))
+        case .call(let name, _): members.append(("function", .string(name)))
+        case .literal(let value): members.append(("literal", .string(Literal.format(value))))
+        default: break
+        }
+        if !steps.isEmpty {
+            members.append(("steps", .array(steps.map { .object([("kind", .string(String(describing: $0.kind))), ("name", .string($0.name)), ("type", .string($0.type.description))]) })))
+        }
+        if !operands.isEmpty { members.append(("operands", .array(operands.map(\.json)))) }
+        return .object(members)
+    }
+}
