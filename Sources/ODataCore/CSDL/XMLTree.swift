@@ -47,6 +47,9 @@ final class XMLNode {
 /// itself so the result does not depend on platform differences.
 final class XMLTreeBuilder: NSObject, XMLParserDelegate {
     private var stack: [XMLNode] = []
+    /// Qualified names of the open elements, to check that end tags match (the Linux
+    /// XMLParser recovers from mismatched tags instead of failing).
+    private var openNames: [String] = []
     private var prefixStack: [[String: String]] = [[:]]
     private(set) var root: XMLNode?
     private var failure: MetadataError?
@@ -63,6 +66,10 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
         builder.parser = parser
         let ok = parser.parse()
         if let failure = builder.failure { throw failure }
+        if !builder.openNames.isEmpty {
+            throw MetadataError(.malformedXML, "Malformed XML: <\(builder.openNames.last ?? "")> is never closed", line: max(parser.lineNumber, 1),
+                                column: max(parser.columnNumber, 1), elementPath: builder.stack.last?.path ?? "")
+        }
         if !ok || builder.root == nil {
             let reason = parser.parserError.map { describe($0) } ?? "the document is empty or not XML"
             throw MetadataError(.malformedXML, "Malformed XML: \(reason)", line: max(parser.lineNumber, 1),
@@ -79,7 +86,14 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
         if let message = nsError.userInfo[NSLocalizedDescriptionKey] as? String, !message.isEmpty {
             return message.trimmingCharacters(in: .whitespacesAndNewlines)
         }
-        return "XML parser error \(nsError.code)"
+        let known: [Int: String] = [
+            4: "the document is empty or does not start with an element", 5: "the document ends too early or has extra content",
+            9: "invalid character", 23: "'>' or '/>' expected in a tag", 26: "undeclared entity", 38: "attribute value must be quoted",
+            39: "'<' not allowed in an attribute value", 40: "attribute value not closed", 41: "attribute without a value",
+            42: "attribute redefined", 64: "XML declaration malformed", 65: "whitespace required", 68: "name expected",
+            73: "'>' expected", 76: "end tag does not match the start tag", 77: "the document ends inside a tag",
+        ]
+        return "\(known[nsError.code] ?? "XML parser error") (libxml2 code \(nsError.code))"
     }
 
     func parser(_ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
@@ -119,10 +133,25 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
             root = node
         }
         stack.append(node)
+        openNames.append(elementName)
+    }
+
+    func parser(_ parser: XMLParser, parseErrorOccurred parseError: any Error) {
+        guard failure == nil else { return }
+        failure = MetadataError(.malformedXML, "Malformed XML: \(Self.describe(parseError))", line: max(parser.lineNumber, 1),
+                                column: max(parser.columnNumber, 1), elementPath: stack.last?.path ?? "")
+        parser.abortParsing()
     }
 
     func parser(_ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName qName: String?) {
         guard failure == nil else { return }
+        if let open = openNames.last, open != elementName {
+            failure = MetadataError(.malformedXML, "Malformed XML: end tag </\(elementName)> does not match <\(open)>",
+                                    line: max(parser.lineNumber, 1), column: max(parser.columnNumber, 1), elementPath: stack.last?.path ?? "")
+            parser.abortParsing()
+            return
+        }
+        _ = openNames.popLast()
         _ = stack.popLast()
         _ = prefixStack.popLast()
     }
