@@ -39,7 +39,7 @@ public indirect enum ExpressionType: Sendable, Hashable, CustomStringConvertible
 
 /// An expression with its type, and, for paths, each step resolved against the model.
 public struct BoundExpression: Sendable, Hashable {
-    public var expression: Expression
+    public var expression: CommonExpression
     public var type: ExpressionType
     /// Bound operands in source order (binary sides, call arguments, list items, lambda
     /// predicates, case branches as condition/value pairs).
@@ -47,7 +47,7 @@ public struct BoundExpression: Sendable, Hashable {
     /// For a path: the steps with the type each one yields.
     public var steps: [BoundStep]
 
-    public init(expression: Expression, type: ExpressionType, operands: [BoundExpression] = [], steps: [BoundStep] = []) {
+    public init(expression: CommonExpression, type: ExpressionType, operands: [BoundExpression] = [], steps: [BoundStep] = []) {
         self.expression = expression
         self.type = type
         self.operands = operands

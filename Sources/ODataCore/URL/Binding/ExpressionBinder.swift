@@ -4,22 +4,22 @@
 public struct ExpressionBinder: Sendable {
     public var model: Model
     /// Parameter aliases of the request, used to type `@p`.
-    public var aliases: [String: Expression]
+    public var aliases: [String: CommonExpression]
 
-    public init(model: Model, aliases: [String: Expression] = [:]) {
+    public init(model: Model, aliases: [String: CommonExpression] = [:]) {
         self.model = model
         self.aliases = aliases
     }
 
     /// Binds `expression`, evaluated on instances of the structured type `itType`.
     /// `input` is the option text the expression was parsed from (for error positions).
-    public func bind(_ expression: Expression, itType: String, input: String) throws(BindingError) -> BoundExpression {
+    public func bind(_ expression: CommonExpression, itType: String, input: String) throws(BindingError) -> BoundExpression {
         var context = Context(input: input, itType: itType, variables: [:], depth: 0)
         return try bind(expression, &context)
     }
 
     /// Binds a `$filter`: the result must be Boolean.
-    public func bindFilter(_ expression: Expression, itType: String, input: String) throws(BindingError) -> BoundExpression {
+    public func bindFilter(_ expression: CommonExpression, itType: String, input: String) throws(BindingError) -> BoundExpression {
         let bound = try bind(expression, itType: itType, input: input)
         guard bound.type.canBeBoolean else {
             throw BindingError(.typeMismatch, "$filter must be a Boolean expression, not \(bound.type)", input: input, offset: expression.offset)
@@ -34,11 +34,11 @@ public struct ExpressionBinder: Sendable {
         var depth: Int
     }
 
-    private func fail(_ code: BindingError.Code, _ message: String, _ expression: Expression, _ context: Context) -> BindingError {
+    private func fail(_ code: BindingError.Code, _ message: String, _ expression: CommonExpression, _ context: Context) -> BindingError {
         BindingError(code, message, input: context.input, offset: expression.offset)
     }
 
-    private func bind(_ expression: Expression, _ context: inout Context) throws(BindingError) -> BoundExpression {
+    private func bind(_ expression: CommonExpression, _ context: inout Context) throws(BindingError) -> BoundExpression {
         context.depth += 1
         defer { context.depth -= 1 }
         guard context.depth < 200 else { throw fail(.unsupported, "Expression nested too deeply", expression, context) }
@@ -158,7 +158,7 @@ public struct ExpressionBinder: Sendable {
         }
     }
 
-    private func binaryType(_ op: BinaryOperator, _ left: BoundExpression, _ right: BoundExpression, _ rhs: Expression,
+    private func binaryType(_ op: BinaryOperator, _ left: BoundExpression, _ right: BoundExpression, _ rhs: CommonExpression,
                             _ context: Context) throws(BindingError) -> ExpressionType {
         let a = left.type, b = right.type
         func mismatch(_ message: String) -> BindingError {
@@ -219,7 +219,7 @@ public struct ExpressionBinder: Sendable {
         }
     }
 
-    private func callType(_ name: String, _ args: [BoundExpression], _ expression: Expression, _ context: Context) throws(BindingError) -> ExpressionType {
+    private func callType(_ name: String, _ args: [BoundExpression], _ expression: CommonExpression, _ context: Context) throws(BindingError) -> ExpressionType {
         func expect(_ index: Int, _ allowed: Set<PrimitiveType>, _ what: String) throws(BindingError) {
             guard index < args.count else { return }
             let t = args[index].type
@@ -314,7 +314,7 @@ public struct ExpressionBinder: Sendable {
 
     // MARK: Paths
 
-    private func bindPath(_ path: PathExpression, _ expression: Expression, _ context: inout Context) throws(BindingError) -> BoundExpression {
+    private func bindPath(_ path: PathExpression, _ expression: CommonExpression, _ context: inout Context) throws(BindingError) -> BoundExpression {
         var current: ExpressionType
         var steps: [BoundStep] = []
         var operands: [BoundExpression] = []

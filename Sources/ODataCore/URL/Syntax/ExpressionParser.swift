@@ -53,7 +53,7 @@ struct ExpressionParser {
     }
 
     /// Parses a whole expression; the text must be used up.
-    mutating func parseComplete() throws(SyntaxError) -> Expression {
+    mutating func parseComplete() throws(SyntaxError) -> CommonExpression {
         guard !b.isEmpty else { throw SyntaxError(.unexpectedEnd, "An expression is required", input: text, offset: 0) }
         if isWhitespace(at: 0) { throw fail("An expression must not start with whitespace", at: 0, code: .unexpectedCharacter) }
         let expression = try parseExpression()
@@ -71,7 +71,7 @@ struct ExpressionParser {
 
     // MARK: Operators
 
-    mutating func parseExpression(minPrecedence: Int = 0) throws(SyntaxError) -> Expression {
+    mutating func parseExpression(minPrecedence: Int = 0) throws(SyntaxError) -> CommonExpression {
         depth += 1
         defer { depth -= 1 }
         guard depth < Self.maxDepth else { throw fail("Expression nested too deeply", code: .tooDeep) }
@@ -82,17 +82,17 @@ struct ExpressionParser {
             i = after
             if op == .in {
                 let right = try parseInRight()
-                left = Expression(.binary(op, left, right), at: left.offset)
+                left = CommonExpression(.binary(op, left, right), at: left.offset)
                 continue
             }
             if op == .has {
                 let right = try parseHasRight()
-                left = Expression(.binary(op, left, right), at: left.offset)
+                left = CommonExpression(.binary(op, left, right), at: left.offset)
                 continue
             }
             _ = start
             let right = try parseExpression(minPrecedence: op.precedence)
-            left = Expression(.binary(op, left, right), at: left.offset)
+            left = CommonExpression(.binary(op, left, right), at: left.offset)
         }
         return left
     }
@@ -112,40 +112,40 @@ struct ExpressionParser {
         return nil
     }
 
-    mutating func parseUnary() throws(SyntaxError) -> Expression {
+    mutating func parseUnary() throws(SyntaxError) -> CommonExpression {
         let start = i
         if keyword("not", at: i), isWhitespace(at: i + 3) {
             i += 3
             skipWhitespace()
             let operand = try parseUnaryOperand()
-            return Expression(.unary(.not, operand), at: start)
+            return CommonExpression(.unary(.not, operand), at: start)
         }
         if peek() == UInt8(ascii: "-"), let next = peek(1), !isDigit(next), !(keyword("INF", at: i + 1)) {
             i += 1
             skipWhitespace()
             let operand = try parseUnaryOperand()
-            return Expression(.unary(.negate, operand), at: start)
+            return CommonExpression(.unary(.negate, operand), at: start)
         }
         return try parsePrimary()
     }
 
     /// The operand of a unary operator binds tighter than any binary operator but `has`/`in`.
-    mutating func parseUnaryOperand() throws(SyntaxError) -> Expression {
+    mutating func parseUnaryOperand() throws(SyntaxError) -> CommonExpression {
         var operand = try parseUnary()
         while let (op, after) = binaryOperator(), op == .has || op == .in {
             i = after
             let right = op == .in ? try parseInRight() : try parseHasRight()
-            operand = Expression(.binary(op, operand, right), at: operand.offset)
+            operand = CommonExpression(.binary(op, operand, right), at: operand.offset)
         }
         return operand
     }
 
-    mutating func parseInRight() throws(SyntaxError) -> Expression {
+    mutating func parseInRight() throws(SyntaxError) -> CommonExpression {
         let start = i
         if peek() == UInt8(ascii: "(") {
             i += 1
             skipWhitespace()
-            var items: [Expression] = []
+            var items: [CommonExpression] = []
             // `x in (expr)` is a parenthesized expression; `x in (lit, lit)` a list of literals.
             let save = i
             if let single = try? parseExpression() {
@@ -153,7 +153,7 @@ struct ExpressionParser {
                 while isWhitespace(at: j) { j += 1 }
                 if j < b.count, b[j] == UInt8(ascii: ")") {
                     i = j + 1
-                    if case .literal = single.node { return Expression(.list([single]), at: start) }
+                    if case .literal = single.node { return CommonExpression(.list([single]), at: start) }
                     return single
                 }
             }
@@ -175,21 +175,21 @@ struct ExpressionParser {
                 }
             }
             try expect(UInt8(ascii: ")"), "')' to close the list")
-            return Expression(.list(items), at: start)
+            return CommonExpression(.list(items), at: start)
         }
         return try parsePrimary()
     }
 
-    mutating func parseListItem() throws(SyntaxError) -> Expression? {
+    mutating func parseListItem() throws(SyntaxError) -> CommonExpression? {
         let start = i
         if peek() == UInt8(ascii: "@") { return try parsePrimary() }
         if peek() == UInt8(ascii: "[") || peek() == UInt8(ascii: "{") || peek() == UInt8(ascii: "\"") { return try parsePrimary() }
         guard let (value, end) = Literal.scan(b, i, version: version) else { return nil }
         i = end
-        return Expression(.literal(value), at: start)
+        return CommonExpression(.literal(value), at: start)
     }
 
-    mutating func parseHasRight() throws(SyntaxError) -> Expression {
+    mutating func parseHasRight() throws(SyntaxError) -> CommonExpression {
         let start = i
         if peek() == UInt8(ascii: "@") { return try parsePrimary() }
         guard let (value, end) = Literal.scan(b, i, version: version) else {
@@ -199,12 +199,12 @@ struct ExpressionParser {
             throw fail("The right side of 'has' must be an enum literal", at: start)
         }
         i = end
-        return Expression(.literal(value), at: start)
+        return CommonExpression(.literal(value), at: start)
     }
 
     // MARK: Primary
 
-    mutating func parsePrimary() throws(SyntaxError) -> Expression {
+    mutating func parsePrimary() throws(SyntaxError) -> CommonExpression {
         let start = i
         guard let c = peek() else { throw fail("Expected an expression", code: .unexpectedEnd) }
         switch c {
@@ -222,7 +222,7 @@ struct ExpressionParser {
                 i += 1
                 return try parsePathContinuation(root: .alias(name), steps: [], start: start, afterRoot: false, forceStep: true)
             }
-            return Expression(.alias(name), at: start)
+            return CommonExpression(.alias(name), at: start)
         case UInt8(ascii: "["):
             return try parseArray()
         case UInt8(ascii: "{"):
@@ -234,11 +234,11 @@ struct ExpressionParser {
         }
         if c == UInt8(ascii: "\"") {
             // A JSON string is a literal string in 4.01 URL JSON syntax.
-            return Expression(.literal(.primitive(.string(try jsonString()))), at: start)
+            return CommonExpression(.literal(.primitive(.string(try jsonString()))), at: start)
         }
         if let (value, end) = Literal.scan(b, i, version: version) {
             i = end
-            return Expression(.literal(value), at: start)
+            return CommonExpression(.literal(value), at: start)
         }
         guard isIdentifierStart(c) else {
             throw fail("Expected an expression", code: .unexpectedCharacter)
@@ -262,7 +262,7 @@ struct ExpressionParser {
         return try parsePathContinuation(root: .implicit, steps: [], start: nameStart)
     }
 
-    mutating func parseDollarPath() throws(SyntaxError) -> Expression {
+    mutating func parseDollarPath() throws(SyntaxError) -> CommonExpression {
         let start = i
         if keyword("$it", at: i) {
             i += 3
@@ -270,7 +270,7 @@ struct ExpressionParser {
                 i += 1
                 return try parsePathContinuation(root: .it, steps: [], start: start, forceStep: true)
             }
-            return Expression(.path(PathExpression(root: .it, steps: [])), at: start)
+            return CommonExpression(.path(PathExpression(root: .it, steps: [])), at: start)
         }
         if keyword("$root", at: i) {
             i += 5
@@ -284,7 +284,7 @@ struct ExpressionParser {
                 i += 1
                 return try parsePathContinuation(root: .this, steps: [], start: start, forceStep: true)
             }
-            return Expression(.path(PathExpression(root: .this, steps: [])), at: start)
+            return CommonExpression(.path(PathExpression(root: .this, steps: [])), at: start)
         }
         throw fail("Unknown $-name in an expression", code: .unexpectedCharacter)
     }
@@ -329,14 +329,14 @@ struct ExpressionParser {
         return out
     }
 
-    mutating func parseArray() throws(SyntaxError) -> Expression {
+    mutating func parseArray() throws(SyntaxError) -> CommonExpression {
         let start = i
         i += 1
         skipJSONSpace()
-        var items: [Expression] = []
+        var items: [CommonExpression] = []
         if peek() == UInt8(ascii: "]") {
             i += 1
-            return Expression(.array(items), at: start)
+            return CommonExpression(.array(items), at: start)
         }
         while true {
             items.append(try parseExpression())
@@ -347,18 +347,18 @@ struct ExpressionParser {
                 continue
             }
             try expect(UInt8(ascii: "]"), "',' or ']' in an array")
-            return Expression(.array(items), at: start)
+            return CommonExpression(.array(items), at: start)
         }
     }
 
-    mutating func parseObject() throws(SyntaxError) -> Expression {
+    mutating func parseObject() throws(SyntaxError) -> CommonExpression {
         let start = i
         i += 1
         skipJSONSpace()
-        var members: [Expression.Member] = []
+        var members: [CommonExpression.Member] = []
         if peek() == UInt8(ascii: "}") {
             i += 1
-            return Expression(.object(members), at: start)
+            return CommonExpression(.object(members), at: start)
         }
         while true {
             guard peek() == UInt8(ascii: "\"") else { throw fail("Expected a member name in double quotes", code: .unexpectedCharacter) }
@@ -366,7 +366,7 @@ struct ExpressionParser {
             skipJSONSpace()
             try expect(UInt8(ascii: ":"), "':' after a member name")
             skipJSONSpace()
-            members.append(Expression.Member(name: name, value: try parseExpression()))
+            members.append(CommonExpression.Member(name: name, value: try parseExpression()))
             skipJSONSpace()
             if peek() == UInt8(ascii: ",") {
                 i += 1
@@ -374,7 +374,7 @@ struct ExpressionParser {
                 continue
             }
             try expect(UInt8(ascii: "}"), "',' or '}' in an object")
-            return Expression(.object(members), at: start)
+            return CommonExpression(.object(members), at: start)
         }
     }
 
@@ -406,7 +406,7 @@ struct ExpressionParser {
 
     /// Continues a path: the first member (unless `afterRoot`), then `/step`s.
     mutating func parsePathContinuation(root: PathExpression.Root, steps initial: [PathExpression.Step], start: Int,
-                                        afterRoot: Bool = false, forceStep: Bool = false) throws(SyntaxError) -> Expression {
+                                        afterRoot: Bool = false, forceStep: Bool = false) throws(SyntaxError) -> CommonExpression {
         var steps = initial
         var expectStep = forceStep || (!afterRoot && root == .implicit)
         var lastWasCast = false
@@ -431,7 +431,7 @@ struct ExpressionParser {
                     guard keyword("$count", at: i) else { throw fail("Unknown $-segment in a path", code: .unexpectedCharacter) }
                     guard !steps.isEmpty || root != .implicit else { throw fail("$count needs a collection before it", at: stepStart) }
                     i += 6
-                    var filter: Expression?
+                    var filter: CommonExpression?
                     var search: SearchExpression?
                     if peek() == UInt8(ascii: "(") {
                         (filter, search) = try parseCountOptions()
@@ -495,12 +495,12 @@ struct ExpressionParser {
             guard peek() == UInt8(ascii: "/") else { break }
             i += 1
         }
-        return Expression(.path(PathExpression(root: root, steps: steps)), at: start)
+        return CommonExpression(.path(PathExpression(root: root, steps: steps)), at: start)
     }
 
-    mutating func parseCountOptions() throws(SyntaxError) -> (Expression?, SearchExpression?) {
+    mutating func parseCountOptions() throws(SyntaxError) -> (CommonExpression?, SearchExpression?) {
         try expect(UInt8(ascii: "("), "'('")
-        var filter: Expression?
+        var filter: CommonExpression?
         var search: SearchExpression?
         while true {
             let optionStart = i
@@ -545,15 +545,15 @@ struct ExpressionParser {
         return .lambda(kind, variable: variable, predicate: predicate)
     }
 
-    mutating func parseCall(_ name: String, at start: Int) throws(SyntaxError) -> Expression {
+    mutating func parseCall(_ name: String, at start: Int) throws(SyntaxError) -> CommonExpression {
         try expect(UInt8(ascii: "("), "'('")
         skipWhitespace()
-        var arguments: [Expression] = []
+        var arguments: [CommonExpression] = []
         if peek() != UInt8(ascii: ")") {
             while true {
                 let argStart = i
                 if (name == "isof" || name == "cast"), let typeName = try? scanTypeNameArgument() {
-                    arguments.append(Expression(.typeName(typeName), at: argStart))
+                    arguments.append(CommonExpression(.typeName(typeName), at: argStart))
                 } else {
                     arguments.append(try parseExpression())
                 }
@@ -571,7 +571,7 @@ struct ExpressionParser {
         guard range.contains(arguments.count) else {
             throw fail("\(name) takes \(range.lowerBound == range.upperBound ? "\(range.lowerBound)" : "\(range.lowerBound) to \(range.upperBound)") arguments, not \(arguments.count)", at: start)
         }
-        return Expression(.call(name, arguments), at: start)
+        return CommonExpression(.call(name, arguments), at: start)
     }
 
     /// A qualified type name argument (`Edm.String`, `Ns.T`), only when followed by `,` or `)`.
@@ -588,10 +588,10 @@ struct ExpressionParser {
         return name
     }
 
-    mutating func parseCase(at start: Int) throws(SyntaxError) -> Expression {
+    mutating func parseCase(at start: Int) throws(SyntaxError) -> CommonExpression {
         try expect(UInt8(ascii: "("), "'('")
         skipWhitespace()
-        var branches: [Expression.CaseBranch] = []
+        var branches: [CommonExpression.CaseBranch] = []
         while true {
             let condition = try parseExpression()
             skipWhitespace()
@@ -608,7 +608,7 @@ struct ExpressionParser {
             break
         }
         try expect(UInt8(ascii: ")"), "')' to close case(")
-        return Expression(.caseOf(branches), at: start)
+        return CommonExpression(.caseOf(branches), at: start)
     }
 
     /// `(name=value,…)` for a function, values being expressions (literals, aliases, JSON, paths).
@@ -657,13 +657,13 @@ struct ExpressionParser {
                 }
             }
             let valueStart = i
-            let value: Expression
+            let value: CommonExpression
             if peek() == UInt8(ascii: "@") {
                 i += 1
-                value = Expression(.alias(try identifierOrQualified()), at: valueStart)
+                value = CommonExpression(.alias(try identifierOrQualified()), at: valueStart)
             } else if let (literal, end) = Literal.scan(b, i, version: version) {
                 i = end
-                value = Expression(.literal(literal), at: valueStart)
+                value = CommonExpression(.literal(literal), at: valueStart)
             } else {
                 throw fail("A key value must be a literal or a parameter alias", at: valueStart, code: .invalidLiteral)
             }

@@ -52,7 +52,7 @@ public struct PathSegment: Sendable, Hashable {
         /// An element of an ordered collection by index (4.01 `Addresses/0`).
         case index(Int)
         /// 4.01 `$filter(expr)` path segment.
-        case filter(Expression)
+        case filter(CommonExpression)
         case metadata
         case batch
         case entity
@@ -71,9 +71,9 @@ public enum InlineCount: String, Sendable, Hashable, Codable {
 
 /// One `$orderby` item.
 public struct OrderByItem: Sendable, Hashable {
-    public var expression: Expression
+    public var expression: CommonExpression
     public var descending: Bool
-    public init(expression: Expression, descending: Bool) {
+    public init(expression: CommonExpression, descending: Bool) {
         self.expression = expression
         self.descending = descending
     }
@@ -122,9 +122,9 @@ public struct ExpandItem: Sendable, Hashable {
 
 /// One `$compute` item: `expression as alias`.
 public struct ComputeItem: Sendable, Hashable {
-    public var expression: Expression
+    public var expression: CommonExpression
     public var alias: String
-    public init(expression: Expression, alias: String) {
+    public init(expression: CommonExpression, alias: String) {
         self.expression = expression
         self.alias = alias
     }
@@ -142,7 +142,7 @@ public struct CustomOption: Sendable, Hashable {
 
 /// The query options of a request (or of an expand/select item).
 public struct QueryOptions: Sendable, Hashable {
-    public var filter: Expression?
+    public var filter: CommonExpression?
     public var orderBy: [OrderByItem]?
     public var top: Int?
     public var skip: Int?
@@ -163,7 +163,7 @@ public struct QueryOptions: Sendable, Hashable {
     public var schemaVersion: String?
     public var levels: ExpandLevels?
     /// Parameter aliases: `@p=…`.
-    public var aliases: [String: Expression] = [:]
+    public var aliases: [String: CommonExpression] = [:]
     public var custom: [CustomOption] = []
     public init() {}
 

@@ -81,7 +81,7 @@ func keyJSON(_ parts: [KeyValue]) -> TreeJSON {
     })
 }
 
-extension Expression {
+extension CommonExpression {
     /// The expression as a JSON tree.
     public var json: TreeJSON {
         switch node {

@@ -1,7 +1,7 @@
 /// A parsed expression from `$filter`, `$orderby`, `$compute`, an alias value or a key.
 ///
 /// `offset` is the UTF-8 offset of the expression in the decoded option text it came from.
-public struct Expression: Sendable, Hashable {
+public struct CommonExpression: Sendable, Hashable {
     public var node: Node
     public var offset: Int
     public init(_ node: Node, at offset: Int) {
@@ -16,17 +16,17 @@ public struct Expression: Sendable, Hashable {
         /// A parameter alias, `@p`.
         case alias(String)
         /// A JSON-style array written in the URL (4.01): `[1,2]`, `["a",Name]`.
-        case array([Expression])
+        case array([CommonExpression])
         /// A JSON-style object written in the URL (4.01): `{"Name":"x","Price":Price add 1}`.
         case object([Member])
         /// A member path, possibly starting at `$it`, `$root` or a lambda variable.
         case path(PathExpression)
-        case unary(UnaryOperator, Expression)
-        case binary(BinaryOperator, Expression, Expression)
+        case unary(UnaryOperator, CommonExpression)
+        case binary(BinaryOperator, CommonExpression, CommonExpression)
         /// A parenthesized list of literals, the right side of `in`.
-        case list([Expression])
+        case list([CommonExpression])
         /// A canonical function call (`contains`, `year`, `geo.distance`, `substringof`, …).
-        case call(String, [Expression])
+        case call(String, [CommonExpression])
         /// A qualified type name as the argument of `isof` or `cast`.
         case typeName(String)
         /// A 4.01 `case(condition:value, …)` expression.
@@ -36,13 +36,13 @@ public struct Expression: Sendable, Hashable {
     /// One member of an object literal.
     public struct Member: Sendable, Hashable {
         public var name: String
-        public var value: Expression
+        public var value: CommonExpression
     }
 
     /// One `condition:value` pair of `case`.
     public struct CaseBranch: Sendable, Hashable {
-        public var condition: Expression
-        public var value: Expression
+        public var condition: CommonExpression
+        public var value: CommonExpression
     }
 }
 
@@ -105,15 +105,15 @@ public struct PathExpression: Sendable, Hashable {
         /// A key predicate after a collection-valued navigation (4.01).
         case key([KeyValue])
         /// `$count`, with optional `$filter`/`$search` (4.01).
-        case count(filter: Expression?, search: SearchExpression?)
+        case count(filter: CommonExpression?, search: SearchExpression?)
         /// A bound function with named arguments.
         case function(String, [NamedArgument])
         /// `any` or `all`.
-        case lambda(LambdaKind, variable: String?, predicate: Expression?)
+        case lambda(LambdaKind, variable: String?, predicate: CommonExpression?)
         /// An annotation, `@Ns.Term` (with an optional `#qualifier`).
         case annotation(String)
         /// A 4.01 `$filter(…)` step that filters a collection.
-        case filter(Expression)
+        case filter(CommonExpression)
     }
 
     public enum LambdaKind: String, Sendable, Hashable, Codable { case any, all }
@@ -129,8 +129,8 @@ public struct PathExpression: Sendable, Hashable {
 /// A named function argument, or a named key part.
 public struct NamedArgument: Sendable, Hashable {
     public var name: String
-    public var value: Expression
-    public init(name: String, value: Expression) {
+    public var value: CommonExpression
+    public init(name: String, value: CommonExpression) {
         self.name = name
         self.value = value
     }
@@ -139,8 +139,8 @@ public struct NamedArgument: Sendable, Hashable {
 /// One part of a key predicate: named (`ID=1`) or positional (`(1)`, name nil).
 public struct KeyValue: Sendable, Hashable {
     public var name: String?
-    public var value: Expression
-    public init(name: String?, value: Expression) {
+    public var value: CommonExpression
+    public init(name: String?, value: CommonExpression) {
         self.name = name
         self.value = value
     }

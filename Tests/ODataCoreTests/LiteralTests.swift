@@ -1,0 +1,130 @@
+import Foundation
+import Testing
+@testable import ODataCore
+
+@Suite struct LiteralTests {
+    static let v4Samples: [(String, PrimitiveValue)] = [
+        ("true", .boolean(true)),
+        ("42", .int32(42)),
+        ("-9223372036854775808", .int64(.min)),
+        ("12.50", .decimal(DecimalValue("12.50")!)),
+        ("1.5E0", .double(1.5)),
+        ("'it''s'", .string("it's")),
+        ("01234567-89ab-cdef-0123-456789abcdef", .guid(GuidValue("01234567-89ab-cdef-0123-456789abcdef")!)),
+        ("2012-09-03", .date(DateValue(year: 2012, month: 9, day: 3))),
+        ("13:20:00.5", .timeOfDay(TimeOfDayValue(hour: 13, minute: 20, second: 0, fraction: "5"))),
+        ("2012-09-03T13:52:10.123+02:00", .dateTimeOffset(DateTimeOffsetValue(date: DateValue(year: 2012, month: 9, day: 3),
+                                                                               time: TimeOfDayValue(hour: 13, minute: 52, second: 10, fraction: "123"),
+                                                                               offsetMinutes: 120, usesZ: false))),
+        ("duration'P1DT2H3M4.5S'", .duration(DurationValue(days: 1, hours: 2, minutes: 3, seconds: 4, fraction: "5"))),
+        ("binary'Zm9vYmFy'", .binary(Data("foobar".utf8))),
+    ]
+
+    @Test func v4LiteralsParseToTheirValues() throws {
+        for (text, expected) in Self.v4Samples {
+            let value = try Literal.parse(text)
+            #expect(value == .primitive(expected), "\(text)")
+        }
+    }
+
+    @Test func v4LiteralsRoundTrip() throws {
+        for (_, value) in Self.v4Samples {
+            let text = Literal.format(.primitive(value))
+            #expect(try Literal.parse(text, as: value.type) == .primitive(value), "\(text)")
+        }
+    }
+
+    @Test func v2LiteralsParseAndRoundTrip() throws {
+        let samples: [(String, PrimitiveValue)] = [
+            ("datetime'2000-12-12T12:00'", .dateTime(DateTimeOffsetValue(date: DateValue(year: 2000, month: 12, day: 12),
+                                                                           time: TimeOfDayValue(hour: 12, minute: 0, hasSeconds: false), offsetMinutes: nil))),
+            ("datetimeoffset'2002-10-10T17:00:00Z'", .dateTimeOffset(DateTimeOffsetValue(date: DateValue(year: 2002, month: 10, day: 10),
+                                                                                           time: TimeOfDayValue(hour: 17, minute: 0, second: 0), offsetMinutes: 0))),
+            ("guid'12345678-aaaa-bbbb-cccc-ddddeeeeffff'", .guid(GuidValue("12345678-aaaa-bbbb-cccc-ddddeeeeffff")!)),
+            ("12M", .decimal(DecimalValue("12")!)),
+            ("12.5m", .decimal(DecimalValue("12.5")!)),
+            ("1L", .int64(1)),
+            ("2.5d", .double(2.5)),
+            ("2.5f", .single(2.5)),
+            ("X'0aFF'", .binary(Data([0x0A, 0xFF]))),
+            ("binary'0aff'", .binary(Data([0x0A, 0xFF]))),
+            ("time'PT13H20M'", .time(DurationValue(hours: 13, minutes: 20))),
+            ("'O''Neil'", .string("O'Neil")),
+        ]
+        for (text, expected) in samples {
+            #expect(try Literal.parse(text, version: .v2) == .primitive(expected), "\(text)")
+            let printed = Literal.format(.primitive(expected), version: .v2)
+            #expect(try Literal.parse(printed, version: .v2, as: expected.type) == .primitive(expected), "\(printed)")
+        }
+    }
+
+    @Test func enumAndSpatialLiterals() throws {
+        #expect(try Literal.parse("Ns.Color'Red'") == .enumeration(EnumValue(typeName: "Ns.Color", members: ["Red"])))
+        #expect(try Literal.parse("Ns.Color'Red,Blue'") == .enumeration(EnumValue(typeName: "Ns.Color", members: ["Red", "Blue"])))
+        guard case .primitive(.spatial(let point)) = try Literal.parse("geography'SRID=4326;Point(-122.1 47.6)'") else {
+            Issue.record("not spatial")
+            return
+        }
+        #expect(point.kind == "Point")
+        #expect(point.srid == 4326)
+        #expect(point.point == SpatialValue.Point(x: -122.1, y: 47.6))
+        #expect(Literal.format(.primitive(.spatial(point))) == "geography'SRID=4326;Point(-122.1 47.6)'")
+        guard case .primitive(.spatial(let line)) = try Literal.parse("geometry'LineString(1 2,3 4)'") else {
+            Issue.record("not spatial")
+            return
+        }
+        #expect(line.kind == "LineString")
+        #expect(line.point == nil)
+    }
+
+    @Test func decimalIsExactAndNumericallyOrdered() throws {
+        let big = try #require(DecimalValue("123456789012345678901234567890.123456789"))
+        #expect(big.description == "123456789012345678901234567890.123456789")
+        #expect(DecimalValue("1.50") == DecimalValue("1.5"))
+        #expect(DecimalValue("1.50")?.description == "1.50")
+        #expect(DecimalValue("-2")! < DecimalValue("-1.5")!)
+        #expect(DecimalValue("0.1")! < DecimalValue("0.10000000000000000001")!)
+        #expect(DecimalValue("9")! < DecimalValue("10")!)
+        #expect(DecimalValue("1e3") == DecimalValue("1000"))
+        #expect(DecimalValue("-0") == DecimalValue("0"))
+        // 0.1 + 0.2 style values survive a literal round trip exactly.
+        let parsed = try Literal.parse("0.30000000000000000000000001")
+        #expect(Literal.format(parsed) == "0.30000000000000000000000001")
+    }
+
+    @Test func dateTimeOffsetComparesByInstant() throws {
+        let a = try Literal.parsePayloadValue("2012-09-03T12:00:00+02:00", as: .dateTimeOffset)
+        let b = try Literal.parsePayloadValue("2012-09-03T10:00:00Z", as: .dateTimeOffset)
+        let c = try Literal.parsePayloadValue("2012-09-03T10:00:01Z", as: .dateTimeOffset)
+        guard case .dateTimeOffset(let x) = a, case .dateTimeOffset(let y) = b, case .dateTimeOffset(let z) = c else {
+            Issue.record("wrong types")
+            return
+        }
+        #expect(x == y)
+        #expect(x.description == "2012-09-03T12:00:00+02:00")
+        #expect(y < z)
+        #expect(DateValue(daysSinceEpoch: DateValue(year: -44, month: 3, day: 15).daysSinceEpoch) == DateValue(year: -44, month: 3, day: 15))
+    }
+
+    @Test func invalidLiteralsAreRejectedWithAPosition() {
+        for text in ["'unterminated", "2012-13-01", "25:00", "12X", "binary'!!'", "duration'P'", "Ns.Color'Red Blue'", "geography'Point(1)'"] {
+            #expect(throws: SyntaxError.self, "\(text)") { try Literal.parse(text) }
+        }
+        do {
+            _ = try Literal.parse("42abc")
+            Issue.record("expected an error")
+        } catch {
+            #expect(error.code == .invalidLiteral)
+        }
+        #expect(throws: SyntaxError.self) { try Literal.parse("300", as: .byte) }
+        #expect(throws: SyntaxError.self) { try Literal.parsePayloadValue("tRUe", as: .boolean) }
+    }
+
+    @Test func conversionsToDeclaredTypes() throws {
+        #expect(try Literal.parse("12", as: .int64) == .primitive(.int64(12)))
+        #expect(try Literal.parse("12", as: .decimal) == .primitive(.decimal(DecimalValue("12")!)))
+        #expect(try Literal.parse("1.5", as: .double) == .primitive(.double(1.5)))
+        #expect(try Literal.parse("'P1D'", as: .duration) == .primitive(.duration(DurationValue(days: 1))))
+        #expect(try Literal.parse("null", as: .string) == .null)
+    }
+}
