@@ -128,36 +128,32 @@ public struct Model: Sendable, Hashable, Codable {
     /// Every entity container in the model.
     public var entityContainers: [EntityContainer] { schemas.compactMap(\.entityContainer) }
 
-    /// The entity set with this name in the default container.
-    public func entitySet(_ name: String) -> EntitySet? {
+    /// The first match of `find` across the entity containers, in document order.
+    private func firstInContainers<T>(_ find: (EntityContainer) -> T?) -> T? {
         for container in entityContainers {
-            if let set = container.entitySets.first(where: { $0.name == name }) { return set }
+            if let found = find(container) { return found }
         }
         return nil
     }
 
-    /// The singleton with this name in the default container.
+    /// The entity set with this name.
+    public func entitySet(_ name: String) -> EntitySet? {
+        firstInContainers { $0.entitySets.first { $0.name == name } }
+    }
+
+    /// The singleton with this name.
     public func singleton(_ name: String) -> Singleton? {
-        for container in entityContainers {
-            if let singleton = container.singletons.first(where: { $0.name == name }) { return singleton }
-        }
-        return nil
+        firstInContainers { $0.singletons.first { $0.name == name } }
     }
 
     /// The function import with this name.
     public func functionImport(_ name: String) -> FunctionImport? {
-        for container in entityContainers {
-            if let item = container.functionImports.first(where: { $0.name == name }) { return item }
-        }
-        return nil
+        firstInContainers { $0.functionImports.first { $0.name == name } }
     }
 
     /// The action import with this name.
     public func actionImport(_ name: String) -> ActionImport? {
-        for container in entityContainers {
-            if let item = container.actionImports.first(where: { $0.name == name }) { return item }
-        }
-        return nil
+        firstInContainers { $0.actionImports.first { $0.name == name } }
     }
 
     /// The entity type of an entity set, by the set's name.
