@@ -1,0 +1,82 @@
+import Foundation
+import Testing
+
+/// Runs the built `oodata` tool as a user would.
+@Suite struct CLITests {
+    static var binary: URL? {
+        // The test bundle sits in the same build folder as the tool.
+        var url = Bundle.main.bundleURL
+        for _ in 0..<3 {
+            let candidate = url.appendingPathComponent("oodata")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            url.deleteLastPathComponent()
+        }
+        return nil
+    }
+
+    func run(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
+        let tool = try #require(Self.binary, "oodata was not built next to the tests")
+        let process = Process()
+        process.executableURL = tool
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        let errData = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+    }
+
+    @Test func metadataPrintsCounts() throws {
+        let file = Conformance.url("metadata/v4/trippin-SampleService-Models-TripPin.xml").path
+        let result = try run(["metadata", file])
+        #expect(result.status == 0)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.out.utf8)) as? [String: Any])
+        #expect(json["version"] as? String == "4.0")
+        #expect(json["entitySets"] as? Int == 4)
+        #expect(json["singletons"] as? Int == 1)
+        for key in ["entityTypes", "complexTypes", "enumTypes", "navigationProperties", "functionImports", "actionImports", "functions", "actions"] {
+            #expect(json[key] is Int, "\(key)")
+        }
+        let full = try run(["metadata", "--full", file])
+        #expect(full.status == 0)
+        #expect(full.out.contains("\"schemas\""))
+    }
+
+    @Test func metadataRejectsBadInput() throws {
+        let bad = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-bad-\(UUID().uuidString).xml")
+        try Data("<edmx:Edmx><broken".utf8).write(to: bad)
+        defer { try? FileManager.default.removeItem(at: bad) }
+        let result = try run(["metadata", bad.path])
+        #expect(result.status == 1)
+        #expect(result.err.contains("line"))
+        #expect(result.out.isEmpty)
+        let missing = try run(["metadata", "/nonexistent/file.xml"])
+        #expect(missing.status == 1)
+        let strict = try run(["metadata", "--strict", Conformance.url("metadata/invalid/test1.xml").path])
+        #expect(strict.status == 1)
+        #expect(strict.err.contains("Key"))
+    }
+
+    @Test func urlPrintsTreesAndPositions() throws {
+        let ok = try run(["url", "Products?$filter=Price gt 5&$top=2"])
+        #expect(ok.status == 0)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(ok.out.utf8)) as? [String: Any])
+        let request = try #require(json["request"] as? [String: Any])
+        let query = try #require(request["query"] as? [String: Any])
+        #expect(query["$top"] as? Int == 2)
+        #expect((query["$filter"] as? [String: Any])?["operator"] as? String == "gt")
+        let syntax = try run(["url", "Products?$filter=Price gt"])
+        #expect(syntax.status == 1)
+        #expect(syntax.err.contains("offset 25"))
+        let file = Conformance.url("metadata/v4/trippin-SampleService-Models-TripPin.xml").path
+        let bound = try run(["url", "--metadata", file, "People?$filter=FirstName eq 'x'"])
+        #expect(bound.status == 0)
+        #expect(bound.out.contains("\"bound\""))
+        let binding = try run(["url", "--metadata", file, "People?$filter=FirstName eq 5"])
+        #expect(binding.status == 1)
+        #expect(binding.err.contains("Cannot compare"))
+    }
+}
