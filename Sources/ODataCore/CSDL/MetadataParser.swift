@@ -239,7 +239,6 @@ struct CSDLReader {
                 schema.terms.append(term)
                 try readInlineAnnotations(child, target: "\(namespace).\(name)", into: &schema)
             case "Function", "Action":
-                schema.functions.append(contentsOf: [])
                 let op = try readOperation(child, namespace: namespace, schema: &schema)
                 if op.kind == .function { schema.functions.append(op) } else { schema.actions.append(op) }
             case "EntityContainer":

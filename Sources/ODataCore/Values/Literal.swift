@@ -162,8 +162,7 @@ public enum Literal {
             }
         }
         guard isDigit(c) || c == UInt8(ascii: "-") || c == UInt8(ascii: "+") else { return nil }
-        if c == UInt8(ascii: "-"), start + 3 < b.count + 0, String(decoding: b[start..<min(b.count, start + 4)], as: UTF8.self) == "-INF",
-           !continuesIdentifier(b, start + 4) {
+        if b[start...].starts(with: "-INF".utf8), !continuesIdentifier(b, start + 4) {
             return (.primitive(.double(-.infinity)), start + 4)
         }
         if !legacy {

@@ -22,15 +22,15 @@ public struct PathResolver: Sendable {
             BindingError(code, message, input: input, offset: segment.offset)
         }
         var index = 0
-        let input_segments = path.segments
+        let inputSegments = path.segments
         /// Named parts of a following key group are really function arguments.
         func takeArguments(after position: Int) -> [NamedArgument]? {
-            guard position + 1 < input_segments.count, case .key(let parts) = input_segments[position + 1].kind,
+            guard position + 1 < inputSegments.count, case .key(let parts) = inputSegments[position + 1].kind,
                   parts.allSatisfy({ $0.name != nil }) else { return nil }
             return parts.map { NamedArgument(name: $0.name ?? "", value: $0.value) }
         }
-        while index < input_segments.count {
-            let segment = input_segments[index]
+        while index < inputSegments.count {
+            let segment = inputSegments[index]
             defer { index += 1 }
             if finished {
                 throw fail(.invalidSegment, "Nothing may follow the previous segment", segment)
@@ -108,7 +108,7 @@ public struct PathResolver: Sendable {
                 }
                 shape = .entity(type: type)
             case .keySegment(let text):
-                try resolveKeySegment(text, &resolved, &shape, &canHaveKey, segment, fail)
+                try resolveKeySegment(text, &resolved, &shape, segment, fail)
             case .count:
                 guard shape.isCollection else { throw fail(.invalidSegment, "$count needs a collection", segment) }
                 shape = .primitive(type: "Edm.Int32")
@@ -211,7 +211,7 @@ public struct PathResolver: Sendable {
     }
 
     private func resolveKeySegment(_ text: String, _ resolved: inout PathSegment, _ shape: inout ResourceShape,
-                                   _ canHaveKey: inout Bool, _ segment: PathSegment,
+                                   _ segment: PathSegment,
                                    _ fail: (BindingError.Code, String, PathSegment) -> BindingError) throws(BindingError) {
         switch shape {
         case .entityCollection(let type) where lookup.acceptsKeySegment(text, of: type):
@@ -227,7 +227,6 @@ public struct PathResolver: Sendable {
         default:
             throw fail(.unknownName, "'\(text)' is not a member or key here", segment)
         }
-        _ = canHaveKey
     }
 
     private func isStructured(_ shape: ResourceShape) -> Bool {

@@ -78,7 +78,6 @@ struct ExpressionParser {
         var left = try parseUnary()
         while true {
             guard let (op, after) = binaryOperator(), op.precedence > minPrecedence else { break }
-            let start = i
             i = after
             if op == .in {
                 let right = try parseInRight()
@@ -90,7 +89,6 @@ struct ExpressionParser {
                 left = CommonExpression(.binary(op, left, right), at: left.offset)
                 continue
             }
-            _ = start
             let right = try parseExpression(minPrecedence: op.precedence)
             left = CommonExpression(.binary(op, left, right), at: left.offset)
         }
@@ -390,9 +388,6 @@ struct ExpressionParser {
         while peek() == UInt8(ascii: "."), let next = peek(1), isIdentifierStart(next) {
             i += 1
             while let c = peek(), isIdentifierByte(c) { i += 1 }
-        }
-        if peek() == UInt8(ascii: "."), peek(1) == UInt8(ascii: "*") {
-            // `Ns.*` is only valid in $select; leave the dot for the caller to reject.
         }
         return String(decoding: b[start..<i], as: UTF8.self)
     }
