@@ -858,7 +858,9 @@ struct CSDLReader {
                 }
             }
             for term in schema.terms where !isKnownType(term.type.name, model) {
-                throw positioned(.unknownType, "Term \(term.name) has unknown type \(term.type.name)", positions["term:\(term.qualifiedName)"])
+                // Vocabulary types often come from documents that are not referenced; a term
+                // does not shape data, so this is only reported.
+                try report(positioned(.unknownType, "Term \(term.name) has unknown type \(term.type.name)", positions["term:\(term.qualifiedName)"]))
             }
             if let container = schema.entityContainer {
                 try checkContainer(container, model)

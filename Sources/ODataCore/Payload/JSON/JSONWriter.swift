@@ -1,0 +1,110 @@
+/// Builds compact JSON text into a byte buffer.
+struct JSONWriter {
+    var bytes: [UInt8] = []
+    private var needsComma: [Bool] = []
+
+    init() { bytes.reserveCapacity(256) }
+
+    var text: String { String(decoding: bytes, as: UTF8.self) }
+
+    private mutating func separate() {
+        if let last = needsComma.last {
+            if last { bytes.append(UInt8(ascii: ",")) }
+            needsComma[needsComma.count - 1] = true
+        }
+    }
+
+    mutating func endObject() {
+        bytes.append(UInt8(ascii: "}"))
+        needsComma.removeLast()
+    }
+
+    mutating func endArray() {
+        bytes.append(UInt8(ascii: "]"))
+        needsComma.removeLast()
+    }
+
+    /// Writes a member name; the next value call writes its value.
+    mutating func key(_ name: String) {
+        separate()
+        appendString(name)
+        bytes.append(UInt8(ascii: ":"))
+        // The value that follows must not write another comma.
+        needsComma.append(false)
+        pendingKey = true
+    }
+
+    private var pendingKey = false
+
+    private mutating func beforeValue() {
+        if pendingKey {
+            pendingKey = false
+            needsComma.removeLast()
+        } else {
+            separate()
+        }
+    }
+
+    mutating func string(_ s: String) {
+        beforeValue()
+        appendString(s)
+    }
+
+    mutating func raw(_ text: String) {
+        beforeValue()
+        bytes.append(contentsOf: text.utf8)
+    }
+
+    mutating func bool(_ b: Bool) { raw(b ? "true" : "false") }
+    mutating func null() { raw("null") }
+
+    mutating func objectStart() {
+        beforeValue()
+        bytes.append(UInt8(ascii: "{"))
+        needsComma.append(false)
+    }
+
+    mutating func arrayStart() {
+        beforeValue()
+        bytes.append(UInt8(ascii: "["))
+        needsComma.append(false)
+    }
+
+    mutating func value(_ value: JSONValue) {
+        switch value {
+        case .null: null()
+        case .bool(let b): bool(b)
+        case .number(let n): raw(n)
+        case .string(let s): string(s)
+        case .array(let items):
+            arrayStart()
+            for item in items { self.value(item) }
+            endArray()
+        case .object(let members):
+            objectStart()
+            for member in members {
+                key(member.name)
+                self.value(member.value)
+            }
+            endObject()
+        }
+    }
+
+    private mutating func appendString(_ s: String) {
+        bytes.append(0x22)
+        for c in s.utf8 {
+            switch c {
+            case 0x22: bytes.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: bytes.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: bytes.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: bytes.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: bytes.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(c >> 4)], hex[Int(c & 0xF)]])
+            default: bytes.append(c)
+            }
+        }
+        bytes.append(0x22)
+    }
+}
