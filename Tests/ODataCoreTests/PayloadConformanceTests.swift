@@ -128,3 +128,99 @@ extension PayloadConformanceTests {
         #expect(address.typeName == ns + "Location")
     }
 }
+
+extension PayloadConformanceTests {
+    /// V2 JSON files that are invalid on purpose.
+    static let invalidV2: [String: String] = [
+        "invalidSvcDocJson.json": "malformed JSON: the EntitySets array has no opening bracket",
+        "InvalidSvcDocJson2.json": "malformed JSON: an extra closing brace after the document",
+        "JsonInvalidTeamDoubleNameProperty.json": "the property Name appears twice in one entity",
+    ]
+
+    static var v2Files: [String] {
+        let dir = Conformance.url("payloads/v2-json/olingo2")
+        return ((try? FileManager.default.contentsOfDirectory(atPath: dir.path)) ?? []).filter { $0.hasSuffix(".json") }.sorted()
+    }
+
+    static func v2IsCollection(_ bytes: [UInt8]) throws -> Bool {
+        let root = try JSONValue.parse(bytes)
+        let content = root["d"] ?? root
+        if case .array = content { return true }
+        return content["results"] != nil
+    }
+
+    @Test func v2FilesRoundTripOrAreRejected() throws {
+        var failures: [String] = []
+        #expect(Self.v2Files.count > 30)
+        for name in Self.v2Files {
+            let bytes = Array(try Conformance.data("payloads/v2-json/olingo2/" + name))
+            do {
+                let reader = V2JSONReader()
+                let writer = V2JSONWriter()
+                if try Self.v2IsCollection(bytes) {
+                    let first = try reader.readCollection(bytes)
+                    let second = try reader.readCollection(writer.write(first))
+                    if first != second { failures.append("\(name): round trip differs") }
+                } else {
+                    let first = try reader.readEntity(bytes)
+                    let second = try reader.readEntity(writer.write(first))
+                    if first != second { failures.append("\(name): round trip differs") }
+                }
+                if Self.invalidV2[name] != nil { failures.append("\(name): accepted but invalid by design") }
+            } catch let error as PayloadError {
+                if Self.invalidV2[name] == nil { failures.append("\(name): \(error)") }
+            }
+        }
+        #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
+    }
+
+    @Test func v2TypedWithTheReferenceScenarioModel() throws {
+        let model = try MetadataParser().parse(try Conformance.data("metadata/v2/olingo2-refScenario.xml"))
+        let reader = V2JSONReader(model: model)
+        let employee = try reader.readEntity(Array(try Conformance.data("payloads/v2-json/olingo2/JsonEmployee.json")), entityType: "RefScenario.Employee")
+        #expect(employee.typeName == "RefScenario.Employee")
+        #expect(employee.control.mediaReadLink == "Employees('1')/$value")
+        guard case .primitive(.int16(let age))? = employee["Age"] else {
+            Issue.record("Age must be an Int16: \(String(describing: employee["Age"]))")
+            return
+        }
+        #expect(age > 0)
+        guard case .primitive(.dateTime(let entry))? = employee["EntryDate"] else {
+            Issue.record("EntryDate must be a DateTime: \(String(describing: employee["EntryDate"]))")
+            return
+        }
+        #expect(entry.date.year > 1970)
+        #expect(employee.navigation("ne_Manager")?.navigationLink?.hasSuffix("ne_Manager") == true)
+        let again = try reader.readEntity(V2JSONWriter().write(employee), entityType: "RefScenario.Employee")
+        #expect(again == employee)
+
+        let teams = try reader.readCollection(Array(try Conformance.data("payloads/v2-json/olingo2/JsonTeamsWithCount.json")), entityType: "RefScenario.Team")
+        #expect(teams.count == 3)
+        #expect(teams.entities.count >= 2)
+        let deleted = try reader.readCollection(Array(try Conformance.data("payloads/v2-json/olingo2/JsonWithDeletedEntries.json")), entityType: "RefScenario.Room")
+        #expect(deleted.deleted.map(\.id) == ["http://host:80/service/Rooms('3')", "http://host:80/service/Rooms('4')"])
+        #expect(deleted.deltaLink != nil)
+    }
+
+    @Test func v2DatesAndRequestBodies() throws {
+        #expect(V2JSONReader.parseDate("/Date(1234567890000)/", as: .dateTime) == .dateTime(DateTimeOffsetValue(
+            date: DateValue(year: 2009, month: 2, day: 13), time: TimeOfDayValue(hour: 23, minute: 31, second: 30), offsetMinutes: nil)))
+        guard case .dateTimeOffset(let withOffset)? = V2JSONReader.parseDate("/Date(1234567890000+0060)/", as: .dateTimeOffset) else {
+            Issue.record("offset date")
+            return
+        }
+        #expect(withOffset.offsetMinutes == 60)
+        #expect(withOffset.time.hour == 0)
+        #expect(V2JSONWriter.dateText(withOffset) == "/Date(1234567890000+0060)/")
+        var order = Entity(typeName: "RefScenario.Room")
+        order["Id"] = .primitive(.string("7"))
+        order["Seats"] = .primitive(.int16(3))
+        var link = NavigationValue(name: "nr_Building")
+        link.bind = ["Buildings('1')"]
+        order.navigation.append(link)
+        let body = String(decoding: V2JSONWriter().writeRequestBody(order), as: UTF8.self)
+        #expect(body == #"{"__metadata":{"type":"RefScenario.Room"},"Id":"7","Seats":3,"nr_Building":{"__metadata":{"uri":"Buildings('1')"}}}"#)
+        let read = try V2JSONReader().readEntity(Array(body.utf8))
+        #expect(read.navigation("nr_Building")?.bind == ["Buildings('1')"])
+    }
+}

@@ -152,9 +152,11 @@ public struct V4JSONReader: Sendable {
         var entity = Entity(typeName: declared)
         var pendingTypes: [String: TypeReference] = [:]
         var members = declared.map { context.members(of: $0) } ?? [:]
+        var seen: Set<String> = []
         try r.readObject { (r, name) throws(PayloadError) in
             r.path.append(name)
             defer { r.path.removeLast() }
+            guard seen.insert(name).inserted else { throw r.error("'\(name)' appears twice", .unexpectedValue) }
             if name.hasPrefix("@") || name.hasPrefix("odata.") {
                 try readEntityControl(&r, name, &entity, &members, &context)
                 return
