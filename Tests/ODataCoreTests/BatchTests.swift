@@ -1,0 +1,146 @@
+import Foundation
+import Testing
+@testable import ODataCore
+
+@Suite struct BatchTests {
+    static var files: [String] {
+        let root = Conformance.url("payloads/batch")
+        let enumerator = FileManager.default.enumerator(atPath: root.path)
+        var names: [String] = []
+        while let next = enumerator?.nextObject() as? String {
+            if next.hasSuffix(".batch") { names.append(next) }
+        }
+        return names.sorted()
+    }
+
+    /// Batch files that are not valid multipart batches, with the reason.
+    static let invalidByDesign: [String: String] = [
+        "olingo4-batchWithContent.batch": "not a multipart body: one line of base64 (a JPEG) that Olingo's test puts inside a batch part; it has no boundary",
+    ]
+
+    /// Compares two batches ignoring Content-Length, which the writer always recomputes.
+    static func normalized(_ batch: MultipartBatch) -> MultipartBatch {
+        func strip(_ operation: BatchOperation) -> BatchOperation {
+            var copy = operation
+            copy.message.headers["Content-Length"] = nil
+            copy.partHeaders["Content-Length"] = nil
+            return copy
+        }
+        var copy = batch
+        copy.preamble = []
+        copy.epilogue = []
+        copy.parts = batch.parts.map { part in
+            switch part {
+            case .operation(let operation): return .operation(strip(operation))
+            case .changeSet(var set):
+                set.partHeaders["Content-Length"] = nil
+                set.partHeaders["Content-Type"] = nil
+                set.operations = set.operations.map(strip)
+                return .changeSet(set)
+            }
+        }
+        return copy
+    }
+
+    @Test func everyBatchFileRoundTrips() throws {
+        let files = Self.files
+        #expect(files.count >= 20)
+        var failures: [String] = []
+        for name in files {
+            let bytes = Array(try Conformance.data("payloads/batch/" + name))
+            do {
+                let first = try MultipartBatch.read(bytes)
+                #expect(!first.parts.isEmpty, "\(name)")
+                let second = try MultipartBatch.read(first.write(), boundary: first.boundary)
+                if Self.normalized(first) != Self.normalized(second) { failures.append("\(name): round trip differs") }
+                if Self.invalidByDesign[name] != nil { failures.append("\(name): accepted but invalid by design") }
+            } catch {
+                if Self.invalidByDesign[name] == nil { failures.append("\(name): \(error)") }
+            }
+        }
+        #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
+    }
+
+    @Test func changeSetsContentIDsAndLineEnds() throws {
+        let lf = """
+        preamble text
+        --b1
+        content-type: application/http
+        Content-Transfer-Encoding: binary
+
+        GET Customers('A') HTTP/1.1
+        Accept: application/json
+
+
+        --b1
+        Content-Type: multipart/mixed; boundary=cs1
+
+        --cs1
+        Content-Type: application/http
+        CONTENT-ID: 1
+
+        POST Customers HTTP/1.1
+        Content-Type: application/json
+
+        {"ID":"B"}
+        --cs1
+        Content-Type: application/http
+        Content-ID: 2
+
+        POST $1/Orders HTTP/1.1
+        Content-Type: application/json
+
+        {"Amount":5}
+        --cs1--
+        --b1--
+        epilogue
+        """
+        for text in [lf, lf.replacingOccurrences(of: "\n", with: "\r\n")] {
+            let batch = try MultipartBatch.read(Array(text.utf8))
+            #expect(batch.boundary == "b1")
+            #expect(batch.parts.count == 2)
+            guard case .operation(let get) = batch.parts[0], case .changeSet(let set) = batch.parts[1] else {
+                Issue.record("expected an operation and a change set")
+                return
+            }
+            #expect(get.message.method == "GET")
+            #expect(get.message.url == "Customers('A')")
+            #expect(get.message.headers["accept"] == "application/json")
+            #expect(get.partHeaders["Content-Type"] == "application/http")
+            #expect(set.operations.map(\.contentID) == ["1", "2"])
+            #expect(String(decoding: set.operations[0].message.body, as: UTF8.self) == #"{"ID":"B"}"#)
+            #expect(ContentIDReferences.resolve(url: set.operations[1].message.url ?? "", ["1": "Customers('B')"]) == "Customers('B')/Orders")
+            #expect(String(decoding: batch.epilogue, as: UTF8.self).contains("epilogue"))
+        }
+    }
+
+    @Test func brokenBatchesNameThePlace() {
+        let cases: [(String, String)] = [
+            ("--b\r\nContent-Type: application/http\r\n\r\nGET x HTTP/1.1\r\n\r\n", "closing delimiter"),
+            ("--b\r\nContent-Type: multipart/mixed\r\n\r\n--b--", "boundary"),
+            ("--b\r\nContent-Type: application/http\r\n\r\nnot a request\r\n--b--", "request line"),
+            ("--b\r\nContent-Type: text/plain\r\n\r\nx\r\n--b--", "application/http"),
+            ("no boundary here", "No boundary"),
+        ]
+        for (text, message) in cases {
+            do {
+                _ = try MultipartBatch.read(Array(text.utf8))
+                Issue.record("should fail: \(text)")
+            } catch {
+                #expect(error.message.contains(message), "\(error)")
+                #expect(error.code == .malformedBatch)
+            }
+        }
+    }
+
+    @Test func randomBytesNeverCrash() throws {
+        var generator = SystemRandomNumberGenerator()
+        let sample = Array(try Conformance.data("payloads/batch/olingo2/batchRequest.batch"))
+        for _ in 0..<300 {
+            var bytes = sample
+            for _ in 0..<8 { bytes[Int.random(in: 0..<bytes.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator) }
+            _ = try? MultipartBatch.read(bytes)
+            _ = try? MultipartBatch.read(Array(bytes.prefix(Int.random(in: 0..<bytes.count, using: &generator))))
+        }
+    }
+}
