@@ -144,3 +144,82 @@ import Testing
         }
     }
 }
+
+@Suite struct JSONBatchTests {
+    @Test func requestsRoundTripAndValidate() throws {
+        let text = #"""
+        {"requests":[
+          {"id":"1","method":"post","url":"Customers","atomicityGroup":"g1","headers":{"Content-Type":"application/json"},"body":{"ID":"A"}},
+          {"id":"2","method":"PATCH","url":"$1","atomicityGroup":"g1","dependsOn":["1"],"body":{"Name":"x"}},
+          {"id":"3","method":"GET","url":"Customers?$top=1","dependsOn":["g1"]}
+        ]}
+        """#
+        let batch = try JSONBatchRequest.read(Array(text.utf8))
+        #expect(batch.requests.map(\.id) == ["1", "2", "3"])
+        #expect(batch.requests[0].method == "POST")
+        #expect(batch.requests[0].headers["content-type"] == "application/json")
+        #expect(batch.requests[1].dependsOn == ["1"])
+        #expect(batch.requests[2].dependsOn == ["g1"])
+        #expect(try JSONBatchRequest.read(batch.write()) == batch)
+        for bad in [#"{"requests":[{"id":"1","method":"GET","url":"A"},{"id":"1","method":"GET","url":"B"}]}"#,
+                    #"{"requests":[{"id":"1","method":"GET","url":"A","dependsOn":["9"]}]}"#,
+                    #"{"requests":[{"method":"GET","url":"A"}]}"#, #"{"nope":1}"#, #"{"requests":[1]"#] {
+            #expect(throws: PayloadError.self, "\(bad)") { try JSONBatchRequest.read(Array(bad.utf8)) }
+        }
+    }
+
+    @Test func responsesRoundTrip() throws {
+        let response = JSONBatchResponse(responses: [
+            .init(id: "1", status: 201, headers: ["location": "Customers('A')"], body: .object([.init("ID", .string("A"))]), atomicityGroup: "g1"),
+            .init(id: "3", status: 404, body: .object([.init("error", .object([.init("code", .string("404")), .init("message", .string("no"))]))])),
+        ])
+        let read = try JSONBatchResponse.read(response.write())
+        #expect(read == response)
+        #expect(throws: PayloadError.self) { try JSONBatchResponse.read(Array(#"{"responses":[{"id":"1","status":"x"}]}"#.utf8)) }
+    }
+}
+
+@Suite struct ODataErrorTests {
+    @Test func v4ErrorsFromTheCorpus() throws {
+        let error = try ODataError.parse(Array(try Conformance.data("payloads/v4-json/olingo4-client-core/error.json")), httpStatus: 501)
+        #expect(error.code == "501")
+        #expect(error.message == "Unsupported functionality")
+        #expect(error.target == "query")
+        #expect(error.details == [ODataError.Detail(code: "301", message: "$search query option not supported", target: "$search")])
+        #expect(error.innerError?["trace"] != nil)
+        #expect(error.httpStatus == 501)
+        #expect(try ODataError.parse(error.v4JSON(), httpStatus: 501) == error)
+    }
+
+    @Test func v2JSONAndXMLWithSAPDetails() throws {
+        let json = #"""
+        {"error":{"code":"SY/530","message":{"lang":"en","value":"Order 42 is locked"},
+         "innererror":{"transactionid":"ABC","errordetails":[{"code":"ZORD/001","message":"Locked by JDOE","target":"OrderID","severity":"error"}]}}}
+        """#
+        let error = try ODataError.parse(Array(json.utf8), httpStatus: 400)
+        #expect(error.code == "SY/530")
+        #expect(error.message == "Order 42 is locked")
+        #expect(error.language == "en")
+        #expect(error.details == [ODataError.Detail(code: "ZORD/001", message: "Locked by JDOE", target: "OrderID", severity: "error")])
+        #expect(try ODataError.parse(error.v2JSON(), httpStatus: 400) == error)
+        let xml = #"""
+        <?xml version="1.0" encoding="utf-8"?>
+        <error xmlns="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata">
+          <code>SY/530</code><message xml:lang="en">Order 42 is locked</message>
+          <innererror><errordetails><errordetail><code>ZORD/001</code><message>Locked by JDOE</message><target>OrderID</target><severity>error</severity></errordetail></errordetails></innererror>
+        </error>
+        """#
+        let fromXML = try ODataError.parse(Array(xml.utf8))
+        #expect(fromXML.code == "SY/530")
+        #expect(fromXML.message == "Order 42 is locked")
+        #expect(fromXML.details == error.details)
+        let rewritten = try ODataError.parse(fromXML.v2XML())
+        #expect(rewritten.code == fromXML.code && rewritten.details == fromXML.details && rewritten.message == fromXML.message)
+    }
+
+    @Test func badErrorBodies() {
+        for body in ["", "{}", "{\"error\":1}", "<error>", "<nope/>", "{\"error\":{"] {
+            #expect(throws: PayloadError.self, "\(body)") { try ODataError.parse(Array(body.utf8)) }
+        }
+    }
+}
