@@ -5,8 +5,8 @@ import Foundation
 struct OODataCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "oodata",
-        abstract: "Offline OData tools: inspect metadata and URLs.",
-        subcommands: [MetadataCommand.self, URLCommand.self]
+        abstract: "Offline OData tools: inspect metadata, URLs, payloads and batches.",
+        subcommands: [MetadataCommand.self, URLCommand.self, PayloadCommand.self, BatchCommand.self]
     )
 
     /// Runs the tool, printing failures on stderr and exiting with 1.

@@ -79,4 +79,32 @@ import Testing
         #expect(binding.status == 1)
         #expect(binding.err.contains("Cannot compare"))
     }
+
+    @Test func payloadPrintsTypedEntities() throws {
+        let folder = "payloads/v4-json/olingo4-trippin-data/"
+        let result = try run(["payload", "--metadata", Conformance.url(folder + "trippin.xml").path, "--entity-set", "Airports", Conformance.url(folder + "airports.json").path])
+        #expect(result.status == 0, "\(result.err)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.out.utf8)) as? [String: Any])
+        let entities = try #require(json["entities"] as? [[String: Any]])
+        #expect(!entities.isEmpty)
+        #expect(entities.first?["type"] as? String == "Microsoft.OData.SampleService.Models.TripPin.Airport")
+        let v2 = try run(["payload", "--v2", Conformance.url("payloads/v2-json/olingo2/JsonTeamsWithCount.json").path])
+        #expect(v2.status == 0)
+        #expect(v2.out.contains("\"count\": 3"))
+        let bad = try run(["payload", Conformance.url("payloads/v2-json/olingo2/invalidSvcDocJson.json").path])
+        #expect(bad.status == 1)
+        #expect(bad.err.contains("byte"))
+    }
+
+    @Test func batchPrintsASummary() throws {
+        let result = try run(["batch", Conformance.url("payloads/batch/olingo2-fit/changeset.batch").path])
+        #expect(result.status == 0)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.out.utf8)) as? [String: Any])
+        #expect(json["parts"] as? Int == 3)
+        #expect(json["changeSets"] as? Int == 1)
+        #expect(result.out.contains("\"contentID\": \"putRequest\""))
+        let bad = try run(["batch", Conformance.url("payloads/batch/olingo4-batchWithContent.batch").path])
+        #expect(bad.status == 1)
+        #expect(bad.err.contains("boundary"))
+    }
 }
