@@ -103,3 +103,23 @@ import Testing
         #expect(maxBuffer < 3 * 65_536)
     }
 }
+
+@Suite struct NumberParsingTests {
+    @Test func fastDoubleMatchesFoundation() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<20_000 {
+            let integer = Int.random(in: -999_999...999_999, using: &generator)
+            let fraction = Int.random(in: 0...99_999_999, using: &generator)
+            let text = "\(integer).\(String(fraction))"
+            let bytes = Array(text.utf8)
+            if let fast = V4JSONReader.fastDouble(bytes, 0..<bytes.count) {
+                #expect(fast == Double(text), "\(text)")
+            }
+        }
+        for text in ["0", "-0.5", "1e5", "123456789012345678", "0.000001", "12.50"] {
+            let bytes = Array(text.utf8)
+            let value = V4JSONReader.number(bytes, 0..<bytes.count, as: .double)
+            #expect(value == .double(Double(text) ?? .nan), "\(text)")
+        }
+    }
+}

@@ -55,8 +55,8 @@ public struct V2JSONReader: Sendable {
         try r.readObject { (r, name) throws(PayloadError) in
             guard name == "d", !sawD else { throw r.error("Unexpected member '\(name)' beside 'd'", .unexpectedValue) }
             sawD = true
-            r.path.append("d")
-            defer { r.path.removeLast() }
+            r.enter("d")
+            defer { r.leave() }
             try body(&r)
         }
     }
@@ -70,8 +70,8 @@ public struct V2JSONReader: Sendable {
         guard r.peek() == UInt8(ascii: "{") else { throw r.error("A collection must be an array or an object with 'results'", .unexpectedValue) }
         var sawResults = false
         try r.readObject { (r, name) throws(PayloadError) in
-            r.path.append(name)
-            defer { r.path.removeLast() }
+            r.enter(name)
+            defer { r.leave() }
             switch name {
             case "results":
                 sawResults = true
@@ -92,8 +92,8 @@ public struct V2JSONReader: Sendable {
 
     private func readResults(_ r: inout JSONReader, type: String?, into collection: inout EntityCollection, _ context: inout Context) throws(PayloadError) {
         try r.readArray { (r, index) throws(PayloadError) in
-            r.path.append("[\(index)]")
-            defer { r.path.removeLast() }
+            r.enter("[\(index)]")
+            defer { r.leave() }
             guard r.peek() == UInt8(ascii: "{") else { throw r.error("A collection element must be an object", .unexpectedValue) }
             let entity = try readEntity(&r, type: type, &context)
             if let deleted = deletedEntry(entity) {
@@ -123,11 +123,11 @@ public struct V2JSONReader: Sendable {
 
     private func readEntity(_ r: inout JSONReader, type declared: String?, _ context: inout Context) throws(PayloadError) -> Entity {
         var entity = Entity(typeName: declared)
-        var members = declared.map { context.members(of: $0) } ?? [:]
+        var members = declared.map { context.members(of: $0) } ?? V4JSONReader.Context.PropertyTable()
         var seen: Set<String> = []
         try r.readObject { (r, name) throws(PayloadError) in
-            r.path.append(name)
-            defer { r.path.removeLast() }
+            r.enter(name)
+            defer { r.leave() }
             guard seen.insert(name).inserted else { throw r.error("'\(name)' appears twice", .unexpectedValue) }
             switch name {
             case "__metadata":
@@ -216,8 +216,8 @@ public struct V2JSONReader: Sendable {
             var inner = EntityCollection()
             var links: [String] = []
             try r.readArray { (r, index) throws(PayloadError) in
-                r.path.append("[\(index)]")
-                defer { r.path.removeLast() }
+                r.enter("[\(index)]")
+                defer { r.leave() }
                 let entity = try readEntity(&r, type: target, &context)
                 if entity.properties.isEmpty, entity.navigation.isEmpty, let uri = entity.control.editLink, entity.typeName == target {
                     links.append(uri)
@@ -295,8 +295,8 @@ public struct V2JSONReader: Sendable {
         var items: [Value] = []
         func readArray(_ r: inout JSONReader) throws(PayloadError) {
             try r.readArray { (r, index) throws(PayloadError) in
-                r.path.append("[\(index)]")
-                defer { r.path.removeLast() }
+                r.enter("[\(index)]")
+                defer { r.leave() }
                 if r.peek() == UInt8(ascii: "n") {
                     _ = try r.readKeyword()
                     items.append(.null)

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Reads V4 JSON payloads (`application/json;odata.metadata=…`) into typed entities.
 ///
 /// With a model, property values come out as their declared Edm types and navigation
@@ -11,7 +13,27 @@ public struct V4JSONReader: Sendable {
 
     /// Reads a single entity (a response to `Set(key)`, or a request body).
     public func readEntity(_ bytes: [UInt8], entityType: String? = nil) throws(PayloadError) -> Entity {
+        try withPathOnFailure { (trackPath) throws(PayloadError) in try readEntity(bytes, entityType: entityType, trackPath: trackPath) }
+    }
+
+    /// Runs `body` fast, without maintaining the JSON path; if it fails, runs it again with
+    /// the path so the error says where.
+    func withPathOnFailure<T>(_ body: (Bool) throws(PayloadError) -> T) throws(PayloadError) -> T {
+        do {
+            return try body(false)
+        } catch {
+            do {
+                _ = try body(true)
+            } catch let tracked {
+                throw tracked
+            }
+            throw error
+        }
+    }
+
+    private func readEntity(_ bytes: [UInt8], entityType: String?, trackPath: Bool) throws(PayloadError) -> Entity {
         var reader = JSONReader(bytes)
+        reader.trackPath = trackPath
         var context = Context(model: model)
         guard reader.peek() == UInt8(ascii: "{") else { throw reader.error("An entity must be a JSON object", .unexpectedValue) }
         let entity = try readEntity(&reader, type: entityType, &context)
@@ -21,7 +43,12 @@ public struct V4JSONReader: Sendable {
 
     /// Reads a collection of entities (with count, next link, delta link and delta entries).
     public func readCollection(_ bytes: [UInt8], entityType: String? = nil) throws(PayloadError) -> EntityCollection {
+        try withPathOnFailure { (trackPath) throws(PayloadError) in try readCollection(bytes, entityType: entityType, trackPath: trackPath) }
+    }
+
+    private func readCollection(_ bytes: [UInt8], entityType: String?, trackPath: Bool) throws(PayloadError) -> EntityCollection {
         var reader = JSONReader(bytes)
+        reader.trackPath = trackPath
         var context = Context(model: model)
         guard reader.peek() == UInt8(ascii: "{") else { throw reader.error("A collection response must be a JSON object", .unexpectedValue) }
         var collection = EntityCollection()
@@ -29,11 +56,11 @@ public struct V4JSONReader: Sendable {
         try reader.readObject { (r, name) throws(PayloadError) in
             if name == "value" {
                 sawValue = true
-                r.path.append("value")
-                defer { r.path.removeLast() }
+                r.enter("value")
+                defer { r.leave() }
                 try r.readArray { (r, index) throws(PayloadError) in
-                    r.path.append("[\(index)]")
-                    defer { r.path.removeLast() }
+                    r.enter("[\(index)]")
+                    defer { r.leave() }
                     try readCollectionItem(&r, type: entityType, into: &collection, &context)
                 }
                 return
@@ -62,8 +89,8 @@ public struct V4JSONReader: Sendable {
         }
         try reader.readObject { (r, name) throws(PayloadError) in
             if name == "value" {
-                r.path.append("value")
-                defer { r.path.removeLast() }
+                r.enter("value")
+                defer { r.leave() }
                 result = try readTyped(&r, kind, &context)
             } else {
                 complex.append(JSONValue.Member(name, try r.readValue()))
@@ -87,12 +114,41 @@ public struct V4JSONReader: Sendable {
 
     struct Context {
         let model: Model?
-        var typeCache: [String: [String: Member]] = [:]
+        var typeCache: [String: PropertyTable] = [:]
 
         /// A member of a structured type.
         enum Member {
             case property(Kind)
             case navigation(String, collection: Bool)
+        }
+
+        /// The members of one structured type, found by name bytes without allocating.
+        struct PropertyTable {
+            struct Entry {
+                let name: String
+                let bytes: [UInt8]
+                let member: Member
+            }
+            var entries: [Entry] = []
+
+            subscript(name: String) -> Member? { entries.first { $0.name == name }?.member }
+
+            @inline(__always) func index(of range: Range<Int>, in source: [UInt8]) -> Int? {
+                let length = range.count
+                for (index, entry) in entries.enumerated() where entry.bytes.count == length {
+                    var equal = true
+                    var k = 0
+                    while k < length {
+                        if entry.bytes[k] != source[range.lowerBound + k] {
+                            equal = false
+                            break
+                        }
+                        k += 1
+                    }
+                    if equal { return index }
+                }
+                return nil
+            }
         }
 
         func kind(of reference: TypeReference) -> Kind {
@@ -111,13 +167,15 @@ public struct V4JSONReader: Sendable {
             return .untyped(collection: collection)
         }
 
-        mutating func members(of type: String) -> [String: Member] {
+        mutating func members(of type: String) -> PropertyTable {
             if let cached = typeCache[type] { return cached }
-            var table: [String: Member] = [:]
+            var table = PropertyTable()
             if let model {
-                for property in model.allProperties(ofStructuredType: type) { table[property.name] = .property(kind(of: property.type)) }
+                for property in model.allProperties(ofStructuredType: type) {
+                    table.entries.append(.init(name: property.name, bytes: Array(property.name.utf8), member: .property(kind(of: property.type))))
+                }
                 for nav in model.allNavigationProperties(ofStructuredType: type) {
-                    table[nav.name] = .navigation(nav.type.name, collection: nav.type.isCollection)
+                    table.entries.append(.init(name: nav.name, bytes: Array(nav.name.utf8), member: .navigation(nav.type.name, collection: nav.type.isCollection)))
                 }
             }
             typeCache[type] = table
@@ -151,12 +209,29 @@ public struct V4JSONReader: Sendable {
     func readEntity(_ r: inout JSONReader, type declared: String?, _ context: inout Context) throws(PayloadError) -> Entity {
         var entity = Entity(typeName: declared)
         var pendingTypes: [String: TypeReference] = [:]
-        var members = declared.map { context.members(of: $0) } ?? [:]
-        var seen: Set<String> = []
-        try r.readObject { (r, name) throws(PayloadError) in
-            r.path.append(name)
-            defer { r.path.removeLast() }
-            guard seen.insert(name).inserted else { throw r.error("'\(name)' appears twice", .unexpectedValue) }
+        var members = declared.map { context.members(of: $0) } ?? Context.PropertyTable()
+        entity.properties.reserveCapacity(members.entries.count)
+        var seenMask: UInt64 = 0
+        var seenNames: Set<String> = []
+        try r.readObjectKeys { (r, key) throws(PayloadError) in
+            // Fast path: a declared property or navigation property, matched by its bytes.
+            if key.decoded == nil, let index = members.index(of: key.range, in: r.bytes) {
+                let entry = members.entries[index]
+                if index < 64 {
+                    guard seenMask & (1 << UInt64(index)) == 0 else { throw r.error("'\(entry.name)' appears twice", .unexpectedValue) }
+                    seenMask |= 1 << UInt64(index)
+                } else {
+                    guard seenNames.insert(entry.name).inserted else { throw r.error("'\(entry.name)' appears twice", .unexpectedValue) }
+                }
+                r.enter(entry.name)
+                defer { r.leave() }
+                try readMember(&r, entry.name, entry.member, &entity, pendingTypes, &context)
+                return
+            }
+            let name = key.string(r.bytes)
+            r.enter(name)
+            defer { r.leave() }
+            guard seenNames.insert(name).inserted else { throw r.error("'\(name)' appears twice", .unexpectedValue) }
             if name.hasPrefix("@") || name.hasPrefix("odata.") {
                 try readEntityControl(&r, name, &entity, &members, &context)
                 return
@@ -167,22 +242,9 @@ public struct V4JSONReader: Sendable {
                 try readPropertyAnnotation(&r, property: property, term: term, &entity, &pendingTypes)
                 return
             }
-            switch members[name] {
-            case .navigation(let target, let collection)?:
-                var nav = entity.navigation(name) ?? NavigationValue(name: name)
-                if r.peek() == UInt8(ascii: "n") {
-                    _ = try r.readKeyword()
-                    nav.inline = .entity(nil)
-                } else if collection {
-                    nav.inline = .collection(try readInlineCollection(&r, type: target, &context))
-                } else {
-                    nav.inline = .entity(try readEntity(&r, type: target, &context))
-                }
-                setNavigation(nav, in: &entity)
-            case .property(let kind)?:
-                let value = try readTyped(&r, pendingTypes[name].map { context.kind(of: $0) } ?? kind, &context)
-                entity.properties.append(NamedValue(name: name, value: value))
-            case nil:
+            if let member = members[name] {
+                try readMember(&r, name, member, &entity, pendingTypes, &context)
+            } else {
                 let kind = pendingTypes[name].map { context.kind(of: $0) }
                 let value = try readTyped(&r, kind, &context)
                 entity.properties.append(NamedValue(name: name, value: value))
@@ -196,6 +258,27 @@ public struct V4JSONReader: Sendable {
         return entity
     }
 
+    @inline(__always)
+    private func readMember(_ r: inout JSONReader, _ name: String, _ member: Context.Member, _ entity: inout Entity,
+                            _ pendingTypes: [String: TypeReference], _ context: inout Context) throws(PayloadError) {
+        switch member {
+        case .navigation(let target, let collection):
+            var nav = entity.navigation(name) ?? NavigationValue(name: name)
+            if r.peek() == UInt8(ascii: "n") {
+                _ = try r.readKeyword()
+                nav.inline = .entity(nil)
+            } else if collection {
+                nav.inline = .collection(try readInlineCollection(&r, type: target, &context))
+            } else {
+                nav.inline = .entity(try readEntity(&r, type: target, &context))
+            }
+            setNavigation(nav, in: &entity)
+        case .property(let kind):
+            let value = try readTyped(&r, pendingTypes.isEmpty ? kind : pendingTypes[name].map { context.kind(of: $0) } ?? kind, &context)
+            entity.properties.append(NamedValue(name: name, value: value))
+        }
+    }
+
     private func setNavigation(_ nav: NavigationValue, in entity: inout Entity) {
         if let index = entity.navigation.firstIndex(where: { $0.name == nav.name }) {
             entity.navigation[index] = nav
@@ -205,7 +288,7 @@ public struct V4JSONReader: Sendable {
     }
 
     private func readEntityControl(_ r: inout JSONReader, _ name: String, _ entity: inout Entity,
-                                   _ members: inout [String: Context.Member], _ context: inout Context) throws(PayloadError) {
+                                   _ members: inout Context.PropertyTable, _ context: inout Context) throws(PayloadError) {
         guard let control = Self.controlName(name) else {
             entity.annotations.append(InstanceAnnotation(property: nil, term: String(name.dropFirst()), value: try r.readValue()))
             return
@@ -280,8 +363,8 @@ public struct V4JSONReader: Sendable {
     func readInlineCollection(_ r: inout JSONReader, type: String?, _ context: inout Context) throws(PayloadError) -> EntityCollection {
         var collection = EntityCollection()
         try r.readArray { (r, index) throws(PayloadError) in
-            r.path.append("[\(index)]")
-            defer { r.path.removeLast() }
+            r.enter("[\(index)]")
+            defer { r.leave() }
             try readCollectionItem(&r, type: type, into: &collection, &context)
         }
         return collection
@@ -383,8 +466,8 @@ public struct V4JSONReader: Sendable {
         guard r.peek() == UInt8(ascii: "[") else { throw r.error("Expected a JSON array for a collection", .wrongType) }
         var items: [Value] = []
         try r.readArray { (r, index) throws(PayloadError) in
-            r.path.append("[\(index)]")
-            defer { r.path.removeLast() }
+            r.enter("[\(index)]")
+            defer { r.leave() }
             if r.peek() == UInt8(ascii: "n") {
                 _ = try r.readKeyword()
                 items.append(.null)
@@ -415,6 +498,12 @@ public struct V4JSONReader: Sendable {
         guard let c = r.peek() else { throw r.error("Unexpected end of JSON, expected a value") }
         let start = r.i
         if c == 0x22 {
+            if type != .string {
+                // Dates, times, GUIDs: parse straight from the bytes when there are no escapes.
+                let key = try r.readKey()
+                if key.decoded == nil, let value = Self.fromBytes(r.bytes, key.range, as: type) { return .primitive(value) }
+                r.i = start
+            }
             let text = try r.readString()
             if type == .string { return .primitive(.string(text)) }
             do {
@@ -442,6 +531,84 @@ public struct V4JSONReader: Sendable {
         return .primitive(value)
     }
 
+    /// Parses the payload form of temporal and GUID values directly from bytes.
+    static func fromBytes(_ bytes: [UInt8], _ range: Range<Int>, as type: PrimitiveType) -> PrimitiveValue? {
+        let start = range.lowerBound
+        switch type {
+        case .dateTimeOffset:
+            guard let (value, end) = Literal.scanDateTimeOffset(bytes, start), end == range.upperBound else { return nil }
+            return .dateTimeOffset(value)
+        case .date:
+            guard let (value, end) = Literal.scanDate(bytes, start), end == range.upperBound else { return nil }
+            return .date(value)
+        case .timeOfDay:
+            guard let (value, end) = Literal.scanTimeOfDay(bytes, start), end == range.upperBound else { return nil }
+            return .timeOfDay(value)
+        case .guid:
+            guard range.count == 36 else { return nil }
+            var raw = [UInt8](repeating: 0, count: 16)
+            var out = 0
+            var k = start
+            while k < range.upperBound {
+                let offset = k - start
+                if offset == 8 || offset == 13 || offset == 18 || offset == 23 {
+                    guard bytes[k] == UInt8(ascii: "-") else { return nil }
+                    k += 1
+                    continue
+                }
+                guard k + 1 < range.upperBound, let hi = Literal.hexValue(bytes[k]), let lo = Literal.hexValue(bytes[k + 1]) else { return nil }
+                raw[out] = hi << 4 | lo
+                out += 1
+                k += 2
+            }
+            guard out == 16 else { return nil }
+            let uuid = UUID(uuid: (raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10], raw[11],
+                                   raw[12], raw[13], raw[14], raw[15]))
+            return .guid(GuidValue(uuid))
+        default:
+            return nil
+        }
+    }
+
+    /// Powers of ten exactly representable as Double.
+    private static let exactPowers: [Double] = (0...22).map { pow(10, Double($0)) }
+
+    /// Correctly rounded Double for simple numbers (at most 15 significant digits, small
+    /// exponent), without allocating; nil when the slow path is needed.
+    @inline(__always) static func fastDouble(_ bytes: [UInt8], _ range: Range<Int>) -> Double? {
+        var k = range.lowerBound
+        var negative = false
+        if bytes[k] == UInt8(ascii: "-") {
+            negative = true
+            k += 1
+        }
+        var mantissa: UInt64 = 0
+        var digits = 0
+        var scale = 0
+        var inFraction = false
+        while k < range.upperBound {
+            let c = bytes[k]
+            if isDigit(c) {
+                if mantissa == 0 && c == UInt8(ascii: "0") && !inFraction {
+                    // leading zero
+                } else {
+                    digits += 1
+                    if digits > 15 { return nil }
+                    mantissa = mantissa * 10 + UInt64(c - 48)
+                }
+                if inFraction { scale += 1 }
+            } else if c == UInt8(ascii: ".") {
+                inFraction = true
+            } else {
+                return nil
+            }
+            k += 1
+        }
+        guard scale < exactPowers.count else { return nil }
+        let value = Double(mantissa) / exactPowers[scale]
+        return negative ? -value : value
+    }
+
     /// Converts number bytes to a primitive of `type`, without going through Double for exact types.
     static func number(_ bytes: [UInt8], _ range: Range<Int>, as type: PrimitiveType) -> PrimitiveValue? {
         switch type {
@@ -455,8 +622,9 @@ public struct V4JSONReader: Sendable {
             default: return .int64(v)
             }
         case .decimal:
-            return DecimalValue(String(decoding: bytes[range], as: UTF8.self)).map { .decimal($0) }
+            return DecimalValue(bytes: bytes[range]).map { .decimal($0) }
         case .double:
+            if let fast = fastDouble(bytes, range) { return .double(fast) }
             return Double(String(decoding: bytes[range], as: UTF8.self)).map { .double($0) }
         case .single:
             return Float(String(decoding: bytes[range], as: UTF8.self)).map { .single($0) }

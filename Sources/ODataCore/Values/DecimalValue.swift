@@ -11,13 +11,19 @@ public struct DecimalValue: Sendable, Hashable, Comparable, Codable, CustomStrin
 
     /// Parses `[+-]digits[.digits][e[+-]digits]`; nil if the text is not a decimal number.
     public init?(_ text: String) {
-        var bytes = Array(text.utf8)[...]
+        self.init(bytes: Array(text.utf8)[...])
+    }
+
+    /// Parses the same syntax from UTF-8 bytes.
+    public init?(bytes source: ArraySlice<UInt8>) {
+        var bytes = source
         var negative = false
         if let first = bytes.first, first == UInt8(ascii: "-") || first == UInt8(ascii: "+") {
             negative = first == UInt8(ascii: "-")
             bytes = bytes.dropFirst()
         }
         var digits: [UInt8] = []
+        digits.reserveCapacity(bytes.count)
         var exponent = 0
         var sawDigit = false
         while let c = bytes.first, isDigit(c) {

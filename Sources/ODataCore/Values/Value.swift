@@ -189,11 +189,11 @@ public struct StructuredValue: Sendable, Hashable {
 }
 
 /// Any OData value: null, primitive, enum, complex, collection or entity.
-public indirect enum Value: Sendable, Hashable {
+public enum Value: Sendable, Hashable {
     case null
     case primitive(PrimitiveValue)
     case enumeration(EnumValue)
-    case complex(StructuredValue)
-    case collection([Value])
-    case entity(StructuredValue)
+    indirect case complex(StructuredValue)
+    indirect case collection([Value])
+    indirect case entity(StructuredValue)
 }

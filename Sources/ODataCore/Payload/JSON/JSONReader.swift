@@ -8,6 +8,17 @@ struct JSONReader {
     static let maxDepth = 256
     /// The JSON path of the current position, maintained by callers that want it in errors.
     var path: [String] = []
+    /// Whether `enter`/`leave` maintain `path`. Readers run without it for speed and, when
+    /// they fail, run again with it to say where.
+    var trackPath = true
+
+    @inline(__always) mutating func enter(_ part: @autoclosure () -> String) {
+        if trackPath { path.append(part()) }
+    }
+
+    @inline(__always) mutating func leave() {
+        if trackPath { path.removeLast() }
+    }
 
     init(_ bytes: [UInt8], start: Int = 0) {
         self.bytes = bytes
@@ -136,6 +147,34 @@ struct JSONReader {
         return value
     }
 
+    /// A member name: its raw byte range when it has no escapes, else its decoded text.
+    struct Key {
+        var range: Range<Int>
+        var decoded: String?
+        func string(_ bytes: [UInt8]) -> String { decoded ?? String(decoding: bytes[range], as: UTF8.self) }
+    }
+
+    /// Reads a string, returning its raw range when it holds no escapes (no allocation).
+    mutating func readKey() throws(PayloadError) -> Key {
+        skipWhitespace()
+        guard i < bytes.count, bytes[i] == 0x22 else {
+            throw error(i < bytes.count ? "Expected a string" : "Unexpected end of JSON, expected a string")
+        }
+        let start = i + 1
+        var j = start
+        while j < bytes.count {
+            let c = bytes[j]
+            if c == 0x22 {
+                i = j + 1
+                return Key(range: start..<j, decoded: nil)
+            }
+            if c == 0x5C || c < 0x20 { break }
+            j += 1
+        }
+        let text = try readString()
+        return Key(range: start..<start, decoded: text)
+    }
+
     /// The byte range of a number token (validated against JSON's number grammar).
     mutating func readNumberRange() throws(PayloadError) -> Range<Int> {
         skipWhitespace()
@@ -228,6 +267,31 @@ struct JSONReader {
             let name = try readString()
             try expect(UInt8(ascii: ":"))
             try body(&self, name)
+            guard let c = peek() else { throw error("Unexpected end of JSON inside an object") }
+            if c == UInt8(ascii: ",") {
+                i += 1
+                continue
+            }
+            guard c == UInt8(ascii: "}") else { throw error("Expected ',' or '}' in an object") }
+            i += 1
+            return
+        }
+    }
+
+    /// Like `readObject`, but hands over member names as `Key`s without allocating.
+    mutating func readObjectKeys(_ body: (inout JSONReader, Key) throws(PayloadError) -> Void) throws(PayloadError) {
+        try expect(UInt8(ascii: "{"))
+        depth += 1
+        defer { depth -= 1 }
+        guard depth <= Self.maxDepth else { throw error("JSON nested deeper than \(Self.maxDepth) levels", .tooDeep) }
+        if peek() == UInt8(ascii: "}") {
+            i += 1
+            return
+        }
+        while true {
+            let key = try readKey()
+            try expect(UInt8(ascii: ":"))
+            try body(&self, key)
             guard let c = peek() else { throw error("Unexpected end of JSON inside an object") }
             if c == UInt8(ascii: ",") {
                 i += 1
