@@ -47,21 +47,45 @@ public enum Fixtures {
         return bytes
     }
 
-    /// The same payload produced chunk by chunk, never whole in memory.
-    public static func chunks(count: Int, chunkSize: Int = 65_536) -> AsyncStream<[UInt8]> {
-        AsyncStream { continuation in
-            var buffer = Array(#"{"@odata.context":"$metadata#Products","value":["#.utf8)
-            for i in 0..<count {
-                if i > 0 { buffer.append(UInt8(ascii: ",")) }
-                buffer += Array(entity(i).utf8)
-                if buffer.count >= chunkSize {
-                    continuation.yield(buffer)
-                    buffer = []
-                }
+    /// The same payload produced chunk by chunk on demand, never whole in memory.
+    public static func chunks(count: Int, chunkSize: Int = 65_536) -> ChunkSequence {
+        ChunkSequence(count: count, chunkSize: chunkSize)
+    }
+}
+
+/// Produces the benchmark payload lazily, one chunk per `next()`.
+public struct ChunkSequence: AsyncSequence, Sendable {
+    public typealias Element = [UInt8]
+    let count: Int
+    let chunkSize: Int
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let count: Int
+        let chunkSize: Int
+        var index = 0
+        var started = false
+        var finished = false
+
+        public mutating func next() async -> [UInt8]? {
+            if finished { return nil }
+            var buffer: [UInt8] = []
+            buffer.reserveCapacity(chunkSize + 512)
+            if !started {
+                started = true
+                buffer += Array(#"{"@odata.context":"$metadata#Products","value":["#.utf8)
             }
-            buffer += Array(#"],"@odata.nextLink":"Products?$skiptoken=end"}"#.utf8)
-            continuation.yield(buffer)
-            continuation.finish()
+            while index < count && buffer.count < chunkSize {
+                if index > 0 { buffer.append(UInt8(ascii: ",")) }
+                buffer += Array(Fixtures.entity(index).utf8)
+                index += 1
+            }
+            if index == count {
+                buffer += Array(#"],"@odata.nextLink":"Products?$skiptoken=end"}"#.utf8)
+                finished = true
+            }
+            return buffer
         }
     }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(count: count, chunkSize: chunkSize) }
 }

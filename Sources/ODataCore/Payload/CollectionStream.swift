@@ -28,6 +28,8 @@ public struct CollectionStreamParser: Sendable {
     private var elementIndex = 0
     private var header = EntityCollection()
     private var sawValue = false
+    /// Type tables, kept across elements.
+    private var context: V4JSONReader.Context
 
     private enum State: Sendable {
         case root, memberNameStart, memberName, colon, memberValue, elementStart, element, afterElement
@@ -37,6 +39,7 @@ public struct CollectionStreamParser: Sendable {
     public init(reader: V4JSONReader = V4JSONReader(), entityType: String? = nil) {
         self.reader = reader
         self.entityType = entityType
+        self.context = V4JSONReader.Context(model: reader.model)
     }
 
     /// Bytes held for items not yet complete (for memory checks).
@@ -50,7 +53,10 @@ public struct CollectionStreamParser: Sendable {
 
     /// Consumes the next chunk of the body and returns the items it completed.
     public mutating func feed(_ chunk: some Sequence<UInt8>) throws(PayloadError) -> [CollectionItem] {
-        buffer.append(contentsOf: chunk)
+        // Contiguous chunks (arrays, Data, ByteBuffer views) are copied in one go.
+        if chunk.withContiguousStorageIfAvailable({ buffer.append(contentsOf: $0) }) == nil {
+            buffer.append(contentsOf: chunk)
+        }
         var items: [CollectionItem] = []
         while position < buffer.count {
             let c = buffer[position]
@@ -214,11 +220,16 @@ public struct CollectionStreamParser: Sendable {
         let bytes = Array(buffer[range])
         do throws(PayloadError) {
             if state == .element {
-                var collection = EntityCollection()
-                var json = JSONReader(bytes)
-                var context = V4JSONReader.Context(model: reader.model)
-                try reader.readCollectionItem(&json, type: entityType, into: &collection, &context)
-                try json.expectEnd()
+                var shared = context
+                let collection = try reader.withPathOnFailure { (trackPath) throws(PayloadError) -> EntityCollection in
+                    var collection = EntityCollection()
+                    var json = JSONReader(bytes)
+                    json.trackPath = trackPath
+                    try reader.readCollectionItem(&json, type: entityType, into: &collection, &shared)
+                    try json.expectEnd()
+                    return collection
+                }
+                context = shared
                 items += collection.entities.map { .entity($0) } + collection.deleted.map { .deleted($0) }
                     + collection.addedLinks.map { .addedLink($0) } + collection.removedLinks.map { .removedLink($0) }
                     + collection.references.map { .reference($0) }
@@ -284,6 +295,11 @@ public struct CollectionItemSequence<Chunks: AsyncSequence & Sendable>: AsyncSeq
         var finished = false
 
         public mutating func next() async throws -> CollectionItem? {
+            try await next(isolation: nil)
+        }
+
+        /// Runs on the caller's actor, so iterating does not hop executors for every item.
+        public mutating func next(isolation actor: isolated (any Actor)?) async throws -> CollectionItem? {
             while true {
                 if pendingIndex < pending.count {
                     defer { pendingIndex += 1 }
@@ -292,7 +308,7 @@ public struct CollectionItemSequence<Chunks: AsyncSequence & Sendable>: AsyncSeq
                 if finished { return nil }
                 pending = []
                 pendingIndex = 0
-                if let chunk = try await source.next() {
+                if let chunk = try await source.next(isolation: actor) {
                     pending = try parser.feed(chunk)
                 } else {
                     finished = true
