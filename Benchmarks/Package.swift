@@ -10,11 +10,22 @@ let package = Package(
     platforms: [.macOS(.v14)],
     dependencies: [
         .package(path: ".."),
+        .package(url: "https://github.com/ordo-one/package-benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
         .target(
             name: "PayloadFixtures",
             dependencies: [.product(name: "ODataCore", package: parent)]
+        ),
+        .executableTarget(
+            name: "PayloadDecoding",
+            dependencies: [
+                "PayloadFixtures",
+                .product(name: "ODataCore", package: parent),
+                .product(name: "Benchmark", package: "package-benchmark"),
+            ],
+            path: "Benchmarks/PayloadDecoding",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "package-benchmark")]
         ),
         .executableTarget(
             name: "PayloadRatio",
