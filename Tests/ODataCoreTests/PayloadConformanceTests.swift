@@ -224,3 +224,76 @@ extension PayloadConformanceTests {
         #expect(read.navigation("nr_Building")?.bind == ["Buildings('1')"])
     }
 }
+
+@Suite struct PayloadRobustnessTests {
+    static let model = """
+    <edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.0"><edmx:DataServices>
+    <Schema Namespace="T" xmlns="http://docs.oasis-open.org/odata/ns/edm">
+      <EntityType Name="P"><Key><PropertyRef Name="ID"/></Key><Property Name="ID" Type="Edm.Int64" Nullable="false"/>
+        <Property Name="When" Type="Edm.DateTimeOffset"/><Property Name="Price" Type="Edm.Decimal"/></EntityType>
+      <EntityContainer Name="C"><EntitySet Name="Ps" EntityType="T.P"/></EntityContainer>
+    </Schema></edmx:DataServices></edmx:Edmx>
+    """
+
+    @Test func wronglyTypedValuesNameThePlace() throws {
+        let reader = V4JSONReader(model: try MetadataParser().parse(Self.model))
+        let cases: [(String, String)] = [
+            (#"{"value":[{"ID":1},{"ID":"x"}]}"#, "value[1].ID"),
+            (#"{"value":[{"ID":1,"When":"yesterday"}]}"#, "value[0].When"),
+            (#"{"value":[{"ID":1.5}]}"#, "value[0].ID"),
+            (#"{"value":[{"ID":1,"Price":true}]}"#, "value[0].Price"),
+            (#"{"value":[{"ID":1},{"ID":2"#, "value[1]"),
+        ]
+        for (text, path) in cases {
+            do {
+                _ = try reader.readCollection(Array(text.utf8), entityType: "T.P")
+                Issue.record("should fail: \(text)")
+            } catch {
+                #expect(error.path == path, "\(text): \(error)")
+                #expect(error.offset > 0)
+            }
+        }
+        // IEEE754Compatible strings are accepted for Int64 and Decimal.
+        let ieee = try reader.readCollection(Array(#"{"value":[{"ID":"9007199254740993","Price":"12.345678901234567890"}]}"#.utf8), entityType: "T.P")
+        #expect(ieee.entities.first?["ID"] == .primitive(.int64(9_007_199_254_740_993)))
+        #expect(ieee.entities.first?["Price"] == .primitive(.decimal(DecimalValue("12.345678901234567890")!)))
+        let written = String(decoding: V4JSONWriter(format: JSONFormat(ieee754Compatible: true)).write(ieee), as: UTF8.self)
+        #expect(written.contains(#""ID":"9007199254740993""#))
+    }
+
+    @Test func mutatedCorpusFilesNeverCrash() throws {
+        var generator = SystemRandomNumberGenerator()
+        let files = PayloadConformanceTests.v4Files.prefix(20).map { Array((try? Data(contentsOf: $0)) ?? Data()) }
+            + PayloadConformanceTests.v2Files.prefix(10).map { Array((try? Conformance.data("payloads/v2-json/olingo2/" + $0)) ?? Data()) }
+        for bytes in files where !bytes.isEmpty {
+            for _ in 0..<40 {
+                var mutated = bytes
+                for _ in 0..<Int.random(in: 1...6, using: &generator) {
+                    mutated[Int.random(in: 0..<mutated.count, using: &generator)] = "{}[]\",:0a\\n-".utf8.randomElement(using: &generator) ?? 0
+                }
+                let cut = Array(mutated.prefix(Int.random(in: 0...mutated.count, using: &generator)))
+                for input in [mutated, cut] {
+                    _ = try? V4JSONReader().readCollection(input)
+                    _ = try? V4JSONReader().readEntity(input)
+                    _ = try? V2JSONReader().readCollection(input)
+                    _ = try? V2JSONReader().readEntity(input)
+                    _ = try? ODataError.parse(input)
+                    var parser = CollectionStreamParser()
+                    _ = try? parser.feed(input)
+                    _ = try? parser.finish()
+                }
+            }
+        }
+        // Deep nesting is refused, not a stack overflow.
+        let deep = Array((String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)).utf8)
+        #expect(throws: PayloadError.self) { try JSONValue.parse(deep) }
+        #expect(throws: PayloadError.self) { try V4JSONReader().readValue(Array(#"{"value":"#.utf8) + deep + Array("}".utf8), type: nil) }
+    }
+
+    @Test func conformanceDocumentListsEveryInvalidFile() throws {
+        let document = try String(contentsOf: Conformance.repositoryRoot.appendingPathComponent("docs/conformance.md"), encoding: .utf8)
+        for name in Array(PayloadConformanceTests.invalidV2.keys) + Array(BatchTests.invalidByDesign.keys) {
+            #expect(document.contains(name), "docs/conformance.md must say why \(name) is rejected")
+        }
+    }
+}
