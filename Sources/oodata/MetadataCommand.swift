@@ -18,23 +18,27 @@ struct MetadataCommand: ParsableCommand {
     var strict = false
 
     func run() throws {
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: file))
-        } catch {
-            throw CLIFailure("cannot read \(file): \(error.localizedDescription)")
-        }
-        let model: Model
-        do {
-            model = try MetadataParser(options: .init(strict: strict)).parse(data)
-        } catch {
-            throw CLIFailure("\(file): \(error)")
-        }
+        let model = try loadModel(file, strict: strict)
         if full {
             try printJSON(model)
         } else {
             try printJSON(model.summary)
         }
+    }
+}
+
+/// Reads and parses a `$metadata` file, turning failures into messages for the user.
+func loadModel(_ path: String, strict: Bool = false) throws -> Model {
+    let data: Data
+    do {
+        data = try Data(contentsOf: URL(fileURLWithPath: path))
+    } catch {
+        throw CLIFailure("cannot read \(path): \(error.localizedDescription)")
+    }
+    do {
+        return try MetadataParser(options: .init(strict: strict)).parse(data)
+    } catch {
+        throw CLIFailure("\(path): \(error)")
     }
 }
 

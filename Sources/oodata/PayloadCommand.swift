@@ -21,16 +21,7 @@ struct PayloadCommand: ParsableCommand {
     var payload: String
 
     func run() throws {
-        var model: Model?
-        if let metadata {
-            do {
-                model = try MetadataParser().parse(try Data(contentsOf: URL(fileURLWithPath: metadata)))
-            } catch let error as MetadataError {
-                throw CLIFailure("\(metadata): \(error)")
-            } catch {
-                throw CLIFailure("cannot read \(metadata): \(error.localizedDescription)")
-            }
-        }
+        let model = try metadata.map { try loadModel($0) }
         var entityType: String?
         if let entitySet {
             guard let model else { throw CLIFailure("--entity-set needs --metadata") }

@@ -18,16 +18,7 @@ struct URLCommand: ParsableCommand {
     var url: String
 
     func run() throws {
-        var model: Model?
-        if let metadata {
-            do {
-                model = try MetadataParser().parse(try Data(contentsOf: URL(fileURLWithPath: metadata)))
-            } catch let error as MetadataError {
-                throw CLIFailure("\(metadata): \(error)")
-            } catch {
-                throw CLIFailure("cannot read \(metadata): \(error.localizedDescription)")
-            }
-        }
+        let model = try metadata.map { try loadModel($0) }
         let version = try odataVersion.map { text -> ODataVersion in
             guard let version = ODataVersion(rawValue: text) else { throw CLIFailure("unknown OData version \(text)") }
             return version

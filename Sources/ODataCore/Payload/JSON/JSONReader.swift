@@ -255,27 +255,7 @@ struct JSONReader {
 
     /// Iterates an object's members; `body` must consume each member's value.
     mutating func readObject(_ body: (inout JSONReader, String) throws(PayloadError) -> Void) throws(PayloadError) {
-        try expect(UInt8(ascii: "{"))
-        depth += 1
-        defer { depth -= 1 }
-        guard depth <= Self.maxDepth else { throw error("JSON nested deeper than \(Self.maxDepth) levels", .tooDeep) }
-        if peek() == UInt8(ascii: "}") {
-            i += 1
-            return
-        }
-        while true {
-            let name = try readString()
-            try expect(UInt8(ascii: ":"))
-            try body(&self, name)
-            guard let c = peek() else { throw error("Unexpected end of JSON inside an object") }
-            if c == UInt8(ascii: ",") {
-                i += 1
-                continue
-            }
-            guard c == UInt8(ascii: "}") else { throw error("Expected ',' or '}' in an object") }
-            i += 1
-            return
-        }
+        try readObjectKeys { (reader, key) throws(PayloadError) in try body(&reader, key.string(reader.bytes)) }
     }
 
     /// Like `readObject`, but hands over member names as `Key`s without allocating.
