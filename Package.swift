@@ -11,6 +11,7 @@ let package = Package(
     platforms: [.macOS(.v14), .iOS(.v17)],
     products: [
         .library(name: "ODataCore", targets: ["ODataCore"]),
+        .library(name: "ODataStore", targets: ["ODataStore"]),
         .executable(name: "oodata", targets: ["oodata"]),
     ],
     dependencies: [
@@ -19,6 +20,16 @@ let package = Package(
     targets: [
         .target(
             name: "ODataCore",
+            swiftSettings: swiftSettings
+        ),
+        .systemLibrary(
+            name: "CSQLCipher",
+            pkgConfig: "sqlcipher",
+            providers: [.apt(["libsqlcipher-dev"])]
+        ),
+        .target(
+            name: "ODataStore",
+            dependencies: ["ODataCore", "CSQLCipher"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -32,6 +43,11 @@ let package = Package(
         .testTarget(
             name: "ODataCoreTests",
             dependencies: ["ODataCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ODataStoreTests",
+            dependencies: ["ODataStore", "ODataCore"],
             swiftSettings: swiftSettings
         ),
     ],

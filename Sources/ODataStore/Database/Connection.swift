@@ -1,0 +1,355 @@
+import CSQLCipher
+import Foundation
+
+/// A single SQLite/SQLCipher connection: the only place in the project that calls SQLite.
+///
+/// A connection has one owner at a time and is not `Sendable`: use it from one thread, or
+/// through ``SerializedConnection`` / ``DatabasePool``, which confine it to a queue.
+public final class Connection {
+    /// How a connection is opened.
+    public struct Options: Sendable {
+        /// The SQLCipher key; nil opens an unencrypted file.
+        public var key: String?
+        public var readOnly = false
+        /// Journal in write-ahead-log mode so readers do not wait for writers.
+        public var walMode = true
+        /// How long to wait for a lock before failing with `busy`, in milliseconds.
+        public var busyTimeoutMilliseconds: Int32 = 5_000
+        /// Page cache in KiB. Keyed stores get a larger one: every page miss costs a decrypt.
+        public var cacheSizeKiB: Int?
+        /// Create the file when it does not exist.
+        public var create = true
+        public init(key: String? = nil) { self.key = key }
+    }
+
+    /// Page size used for keyed stores (SQLCipher 3's default, matching the common 4 KiB
+    /// file-system block).
+    public static let cipherPageSize = 4096
+    /// Default page cache for keyed stores: 32 MiB, against SQLite's 2 MiB default.
+    public static let keyedCacheKiB = 32_768
+
+    let handle: OpaquePointer
+    public let path: String
+    private var statements: [String: Statement] = [:]
+    private var isOpen = true
+    private var savepointDepth = 0
+
+    /// Opens (or creates) the database at `path`. With a key, the key is checked right away:
+    /// a wrong or missing key is an `invalidEncryptionKey` error here, not at the first read.
+    public init(path: String, options: Options = Options()) throws(DatabaseError) {
+        var pointer: OpaquePointer?
+        var flags = options.readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
+        if options.create && !options.readOnly { flags |= SQLITE_OPEN_CREATE }
+        flags |= SQLITE_OPEN_NOMUTEX
+        let status = sqlite3_open_v2(path, &pointer, flags, nil)
+        guard let pointer else {
+            throw DatabaseError(.sqlite, resultCode: status, message: "Cannot allocate a connection for \(path)")
+        }
+        self.handle = pointer
+        self.path = path
+        guard status == SQLITE_OK else {
+            let error = Self.error(pointer, status, sql: nil)
+            sqlite3_close_v2(pointer)
+            throw DatabaseError(error.code, resultCode: status, message: "Cannot open \(path): \(error.message)")
+        }
+        sqlite3_extended_result_codes(pointer, 1)
+        do throws(DatabaseError) {
+            if let key = options.key {
+                let bytes = Array(key.utf8)
+                let keyStatus = sqlite3_key(pointer, bytes, Int32(bytes.count))
+                guard keyStatus == SQLITE_OK else { throw Self.error(pointer, keyStatus, sql: nil) }
+                try execute("PRAGMA cipher_page_size = \(Self.cipherPageSize)")
+            }
+            try verifyReadable(keyed: options.key != nil)
+            sqlite3_busy_timeout(pointer, options.busyTimeoutMilliseconds)
+            if let cache = options.cacheSizeKiB ?? (options.key != nil ? Self.keyedCacheKiB : nil) {
+                try execute("PRAGMA cache_size = -\(cache)")
+            }
+            try execute("PRAGMA foreign_keys = ON")
+            if options.walMode && !options.readOnly {
+                _ = try query("PRAGMA journal_mode = WAL")
+            }
+        } catch {
+            sqlite3_close_v2(pointer)
+            throw error
+        }
+    }
+
+    deinit {
+        if isOpen {
+            statements.removeAll()
+            sqlite3_close_v2(handle)
+        }
+    }
+
+    /// Closes the connection; further use fails with `closed`.
+    public func close() {
+        guard isOpen else { return }
+        statements.removeAll()
+        sqlite3_close_v2(handle)
+        isOpen = false
+    }
+
+    /// Reads the schema once, which is where SQLCipher notices a wrong key.
+    private func verifyReadable(keyed: Bool) throws(DatabaseError) {
+        do {
+            _ = try query("SELECT count(*) FROM sqlite_master")
+        } catch {
+            if error.resultCode & 0xFF == SQLITE_NOTADB {
+                if keyed {
+                    throw DatabaseError(.invalidEncryptionKey, resultCode: error.resultCode,
+                                        message: "The encryption key is wrong, or \(path) is not an encrypted store")
+                }
+                // A plain SQLite file starts with its magic string; an encrypted one is random
+                // bytes in whole pages.
+                if Self.looksEncrypted(path) {
+                    throw DatabaseError(.invalidEncryptionKey, resultCode: error.resultCode,
+                                        message: "\(path) is encrypted and needs its key")
+                }
+                throw DatabaseError(.notADatabase, resultCode: error.resultCode, message: "\(path) is not a SQLite database")
+            }
+            throw error
+        }
+    }
+
+    /// Whether a file that SQLite cannot read looks like an encrypted database: no SQLite
+    /// header, and a size that is a whole number of pages.
+    static func looksEncrypted(_ path: String) -> Bool {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return false }
+        defer { try? handle.close() }
+        let header = (try? handle.read(upToCount: 16)) ?? Data()
+        let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+        return header != Data("SQLite format 3\u{0}".utf8) && size >= 1024 && size % 1024 == 0
+    }
+
+    // MARK: Errors
+
+    static func error(_ handle: OpaquePointer?, _ status: Int32, sql: String?, arguments: [DatabaseValue] = []) -> DatabaseError {
+        let message = handle.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(status))
+        let code: DatabaseError.Code
+        switch status & 0xFF {
+        case SQLITE_NOTADB: code = .notADatabase
+        case SQLITE_CORRUPT: code = .corrupt
+        case SQLITE_BUSY, SQLITE_LOCKED: code = .busy
+        case SQLITE_CONSTRAINT: code = .constraint
+        case SQLITE_MISUSE: code = .misuse
+        default: code = .sqlite
+        }
+        return DatabaseError(code, resultCode: status, message: message, sql: sql, arguments: arguments)
+    }
+
+    func check(_ status: Int32, sql: String? = nil, arguments: [DatabaseValue] = []) throws(DatabaseError) {
+        guard status == SQLITE_OK || status == SQLITE_DONE || status == SQLITE_ROW else {
+            throw Self.error(handle, status, sql: sql, arguments: arguments)
+        }
+    }
+
+    // MARK: Statements
+
+    /// A prepared statement from the cache (prepared on first use).
+    public func statement(_ sql: String) throws(DatabaseError) -> Statement {
+        guard isOpen else { throw DatabaseError(.closed, message: "The connection is closed", sql: sql) }
+        if let cached = statements[sql] {
+            cached.reset()
+            return cached
+        }
+        let statement = try Statement(connection: self, sql: sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Runs one or more statements without results (no bound values).
+    public func execute(_ sql: String) throws(DatabaseError) {
+        guard isOpen else { throw DatabaseError(.closed, message: "The connection is closed", sql: sql) }
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let status = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        if status != SQLITE_OK {
+            let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(status))
+            sqlite3_free(errorMessage)
+            var error = Self.error(handle, status, sql: sql)
+            error.message = message
+            throw error
+        }
+    }
+
+    /// Runs a statement with bound values; returns the number of rows changed.
+    @discardableResult
+    public func execute(_ sql: String, _ arguments: [DatabaseValue]) throws(DatabaseError) -> Int {
+        let statement = try statement(sql)
+        try statement.bind(arguments)
+        while try statement.step() {}
+        return Int(sqlite3_changes(handle))
+    }
+
+    /// Runs a query and returns every row.
+    public func query(_ sql: String, _ arguments: [DatabaseValue] = []) throws(DatabaseError) -> [[DatabaseValue]] {
+        let statement = try statement(sql)
+        try statement.bind(arguments)
+        var rows: [[DatabaseValue]] = []
+        while try statement.step() { rows.append(statement.row()) }
+        return rows
+    }
+
+    /// The rowid of the last insert.
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a transaction (a savepoint when one is already open): commits when it
+    /// returns, rolls back when it throws.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        if savepointDepth > 0 || sqlite3_get_autocommit(handle) == 0 {
+            return try savepoint(body)
+        }
+        try execute("BEGIN IMMEDIATE")
+        savepointDepth += 1
+        do {
+            let result = try body()
+            savepointDepth -= 1
+            try execute("COMMIT")
+            return result
+        } catch {
+            savepointDepth -= 1
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Runs `body` inside a savepoint; a throw rolls back only what the savepoint covered.
+    public func savepoint<T>(_ body: () throws -> T) throws -> T {
+        let name = "sp\(savepointDepth)"
+        try execute("SAVEPOINT \(name)")
+        savepointDepth += 1
+        do {
+            let result = try body()
+            savepointDepth -= 1
+            try execute("RELEASE \(name)")
+            return result
+        } catch {
+            savepointDepth -= 1
+            try? execute("ROLLBACK TO \(name)")
+            try? execute("RELEASE \(name)")
+            throw error
+        }
+    }
+
+    // MARK: Keys
+
+    /// Changes the key of an encrypted database (`PRAGMA rekey`).
+    public func rekey(to newKey: String) throws(DatabaseError) {
+        let bytes = Array(newKey.utf8)
+        guard !bytes.isEmpty else {
+            throw DatabaseError(.invalidEncryptionKey, message: "An empty key cannot be set; use Connection.exportDecrypted to remove the key")
+        }
+        try check(sqlite3_rekey(handle, bytes, Int32(bytes.count)))
+    }
+
+    /// Writes a copy of this database to `path` with another key, or unencrypted when
+    /// `key` is nil (SQLCipher cannot rekey to no key in place).
+    public func export(to path: String, key: String?) throws(DatabaseError) {
+        try execute("ATTACH DATABASE ? AS exported KEY ?", [.text(path), .text(key ?? "")])
+        defer { try? execute("DETACH DATABASE exported") }
+        _ = try query("SELECT sqlcipher_export('exported')")
+        let version = try query("PRAGMA user_version").first?.first ?? .integer(0)
+        if case .integer(let number) = version { try execute("PRAGMA exported.user_version = \(number)") }
+    }
+}
+
+/// A prepared statement. Owned by its connection's cache; valid until the connection closes.
+public final class Statement {
+    let handle: OpaquePointer
+    public let sql: String
+    private unowned let connection: Connection
+    private var arguments: [DatabaseValue] = []
+
+    init(connection: Connection, sql: String) throws(DatabaseError) {
+        var pointer: OpaquePointer?
+        let status = sqlite3_prepare_v2(connection.handle, sql, -1, &pointer, nil)
+        guard status == SQLITE_OK, let pointer else {
+            throw Connection.error(connection.handle, status, sql: sql)
+        }
+        self.handle = pointer
+        self.sql = sql
+        self.connection = connection
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+        arguments = []
+    }
+
+    /// Binds values to `?` parameters in order.
+    public func bind(_ values: [DatabaseValue]) throws(DatabaseError) {
+        arguments = values
+        let expected = Int(sqlite3_bind_parameter_count(handle))
+        guard expected == values.count else {
+            throw DatabaseError(.misuse, message: "The statement has \(expected) parameters, \(values.count) values were given", sql: sql, arguments: values)
+        }
+        for (index, value) in values.enumerated() {
+            try bind(value, at: Int32(index + 1))
+        }
+    }
+
+    /// Binds one value at a 1-based position.
+    public func bind(_ value: DatabaseValue, at position: Int32) throws(DatabaseError) {
+        let status: Int32
+        switch value {
+        case .null: status = sqlite3_bind_null(handle, position)
+        case .integer(let v): status = sqlite3_bind_int64(handle, position, v)
+        case .real(let v): status = sqlite3_bind_double(handle, position, v)
+        case .text(let s):
+            // With the byte count, so text with NUL characters survives.
+            let bytes = Array(s.utf8)
+            status = bytes.withUnsafeBufferPointer { buffer in
+                buffer.withMemoryRebound(to: CChar.self) { chars in
+                    // An empty string still needs a non-null pointer, or SQLite binds NULL.
+                    chars.isEmpty ? sqlite3_bind_text(handle, position, "", 0, csqlcipher_transient())
+                        : sqlite3_bind_text(handle, position, chars.baseAddress, Int32(chars.count), csqlcipher_transient())
+                }
+            }
+        case .blob(let b): status = b.withUnsafeBytes { sqlite3_bind_blob(handle, position, $0.baseAddress, Int32(b.count), csqlcipher_transient()) }
+        }
+        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+    }
+
+    /// Advances; true while a row is available.
+    public func step() throws(DatabaseError) -> Bool {
+        let status = sqlite3_step(handle)
+        switch status {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default:
+            let error = Connection.error(connection.handle, status, sql: sql, arguments: arguments)
+            sqlite3_reset(handle)
+            throw error
+        }
+    }
+
+    public var columnCount: Int { Int(sqlite3_column_count(handle)) }
+
+    public func columnName(_ index: Int) -> String { String(cString: sqlite3_column_name(handle, Int32(index))) }
+
+    /// The value of a column of the current row.
+    public func column(_ index: Int) -> DatabaseValue {
+        let i = Int32(index)
+        switch sqlite3_column_type(handle, i) {
+        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, i))
+        case SQLITE_FLOAT: return .real(sqlite3_column_double(handle, i))
+        case SQLITE_TEXT:
+            guard let text = sqlite3_column_text(handle, i) else { return .text("") }
+            let count = Int(sqlite3_column_bytes(handle, i))
+            return .text(String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self))
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_column_bytes(handle, i))
+            guard count > 0, let pointer = sqlite3_column_blob(handle, i) else { return .blob([]) }
+            return .blob(Array(UnsafeRawBufferPointer(start: pointer, count: count)))
+        default: return .null
+        }
+    }
+
+    /// Every column of the current row.
+    public func row() -> [DatabaseValue] { (0..<columnCount).map(column) }
+}

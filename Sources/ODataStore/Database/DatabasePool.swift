@@ -1,0 +1,92 @@
+import Dispatch
+import Foundation
+
+/// A connection confined to its own serial queue. Work is sent to the queue and awaited, so the
+/// connection is only ever touched by one thread at a time and never escapes the closure.
+public final class SerializedConnection: @unchecked Sendable {
+    // @unchecked Sendable: `connection` is only accessed on `queue` (every access goes through
+    // `run`, which dispatches there), so no two threads touch it at once.
+    private let connection: Connection
+    private let queue: DispatchQueue
+
+    public init(path: String, options: Connection.Options, label: String) throws(DatabaseError) {
+        self.connection = try Connection(path: path, options: options)
+        self.queue = DispatchQueue(label: label)
+    }
+
+    /// Runs `body` with the connection on its queue.
+    public func run<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                continuation.resume(with: Result { try body(self.connection) })
+            }
+        }
+    }
+
+    /// Runs `body` synchronously on the queue (for setup and tests).
+    public func runSync<T>(_ body: (Connection) throws -> T) rethrows -> T {
+        try queue.sync { try body(connection) }
+    }
+
+    func close() { queue.sync { connection.close() } }
+}
+
+/// One writer and a small pool of readers over the same file in WAL mode: reads see the last
+/// committed state and never wait for a long write.
+public final class DatabasePool: Sendable {
+    public let path: String
+    private let writer: SerializedConnection
+    private let readers: [SerializedConnection]
+    private let counter = RoundRobin()
+
+    /// Opens the pool; with a key, the key is checked at open.
+    public init(path: String, key: String? = nil, readerCount: Int = 2) throws(DatabaseError) {
+        self.path = path
+        var options = Connection.Options(key: key)
+        options.walMode = true
+        self.writer = try SerializedConnection(path: path, options: options, label: "ODataStore.writer")
+        var readerOptions = options
+        readerOptions.create = false
+        readerOptions.walMode = false
+        var readers: [SerializedConnection] = []
+        for index in 0..<max(1, readerCount) {
+            readers.append(try SerializedConnection(path: path, options: readerOptions, label: "ODataStore.reader\(index)"))
+        }
+        self.readers = readers
+    }
+
+    /// Runs `body` in a write transaction on the writer.
+    public func write<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await writer.run { connection in try connection.transaction { try body(connection) } }
+    }
+
+    /// Runs `body` on a reader, inside a read transaction so it sees one consistent snapshot.
+    public func read<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        let reader = readers[counter.next(readers.count)]
+        return try await reader.run { connection in
+            try connection.execute("BEGIN DEFERRED")
+            defer { try? connection.execute("COMMIT") }
+            return try body(connection)
+        }
+    }
+
+    /// Closes every connection.
+    public func close() {
+        for reader in readers { reader.close() }
+        writer.close()
+    }
+}
+
+/// A thread-safe counter for spreading reads over the readers.
+final class RoundRobin: @unchecked Sendable {
+    // @unchecked Sendable: `value` is only read and written while holding `lock`.
+    private let lock = NSLock()
+    private var value = 0
+
+    func next(_ count: Int) -> Int {
+        lock.lock()
+        defer { lock.unlock() }
+        value = (value + 1) % max(1, count)
+        return value
+    }
+}

@@ -1,0 +1,220 @@
+import Dispatch
+import Foundation
+import Testing
+@testable import ODataStore
+
+/// A temporary folder removed when the test ends.
+final class TemporaryDirectory {
+    let url: URL
+    init() {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("odatastore-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
+    deinit { try? FileManager.default.removeItem(at: url) }
+}
+
+@Suite struct ConnectionTests {
+    @Test func typedBindsAndColumnsRoundTrip() throws {
+        let dir = TemporaryDirectory()
+        let db = try Connection(path: dir.path("t.sqlite"))
+        try db.execute("CREATE TABLE t (i INTEGER, r REAL, s TEXT, b BLOB, n)")
+        let values: [DatabaseValue] = [.integer(.min), .real(-1.5e300), .text("héllo ' \" \u{0}x"), .blob([0, 1, 255]), .null]
+        try db.execute("INSERT INTO t VALUES (?, ?, ?, ?, ?)", values)
+        #expect(try db.query("SELECT i, r, s, b, n FROM t") == [values])
+        // The statement cache hands back the same prepared statement.
+        #expect(try db.statement("SELECT 1") === db.statement("SELECT 1"))
+    }
+
+    @Test func errorsCarryCodeMessageAndSQLButHideValues() throws {
+        let dir = TemporaryDirectory()
+        let db = try Connection(path: dir.path("t.sqlite"))
+        try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL)")
+        do {
+            try db.execute("INSERT INTO t (id, name) VALUES (?, ?)", [.integer(1), .null])
+            Issue.record("expected a constraint error")
+        } catch {
+            #expect(error.code == .constraint)
+            #expect(error.sql == "INSERT INTO t (id, name) VALUES (?, ?)")
+            #expect(error.message.contains("NOT NULL"))
+            #expect(!error.description.contains("NULL, ") && error.expandedDescription.contains("arguments"))
+        }
+        do {
+            try db.execute("INSERT INTO t (id, name) VALUES (?, ?)", [.integer(1), .text("secret-value")])
+            try db.execute("INSERT INTO t (id, name) VALUES (?, ?)", [.integer(1), .text("secret-value")])
+            Issue.record("expected a key violation")
+        } catch {
+            #expect(!error.description.contains("secret-value"))
+            #expect(error.expandedDescription.contains("secret-value"))
+        }
+        #expect(throws: DatabaseError.self) { try db.query("SELECT * FROM missing") }
+    }
+
+    @Test func transactionsAndSavepointsRollBack() throws {
+        let dir = TemporaryDirectory()
+        let db = try Connection(path: dir.path("t.sqlite"))
+        try db.execute("CREATE TABLE t (v INTEGER)")
+        struct Stop: Error {}
+        _ = try? db.transaction {
+            try db.execute("INSERT INTO t VALUES (?)", [.integer(1)])
+            throw Stop()
+        }
+        #expect(try db.query("SELECT count(*) FROM t") == [[.integer(0)]])
+        try db.transaction {
+            try db.execute("INSERT INTO t VALUES (?)", [.integer(1)])
+            _ = try? db.savepoint {
+                try db.execute("INSERT INTO t VALUES (?)", [.integer(2)])
+                throw Stop()
+            }
+            try db.execute("INSERT INTO t VALUES (?)", [.integer(3)])
+        }
+        #expect(try db.query("SELECT v FROM t ORDER BY v") == [[.integer(1)], [.integer(3)]])
+    }
+
+    static let secret = "Zanzibar-Confidential-4711"
+
+    /// The error `body` throws, or nil.
+    static func failure(_ body: () throws(DatabaseError) -> Void) -> DatabaseError? {
+        do {
+            try body()
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    static func fill(_ db: Connection) throws {
+        try db.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        try db.transaction {
+            for i in 0..<200 { try db.execute("INSERT INTO customers (name) VALUES (?)", [.text("\(secret) #\(i)")]) }
+        }
+    }
+
+    static func fileContains(_ path: String, _ needle: String) throws -> Bool {
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        // The WAL file holds recent pages too.
+        if let wal = try? Data(contentsOf: URL(fileURLWithPath: path + "-wal")) { bytes += wal }
+        let pattern = Array(needle.utf8)
+        guard bytes.count >= pattern.count else { return false }
+        for start in 0...(bytes.count - pattern.count) where bytes[start] == pattern[0] {
+            if Array(bytes[start..<(start + pattern.count)]) == pattern { return true }
+        }
+        return false
+    }
+
+    @Test func keyedFilesHoldNoPlaintext() throws {
+        let dir = TemporaryDirectory()
+        let plain = try Connection(path: dir.path("plain.sqlite"))
+        try Self.fill(plain)
+        plain.close()
+        #expect(try Self.fileContains(dir.path("plain.sqlite"), Self.secret), "control: the unkeyed file shows the value")
+        let keyed = try Connection(path: dir.path("keyed.sqlite"), options: .init(key: "correct horse"))
+        try Self.fill(keyed)
+        #expect(try keyed.query("SELECT count(*) FROM customers") == [[.integer(200)]])
+        keyed.close()
+        #expect(try !Self.fileContains(dir.path("keyed.sqlite"), Self.secret))
+        #expect(try !Self.fileContains(dir.path("keyed.sqlite"), "CREATE TABLE"))
+    }
+
+    @Test func wrongOrMissingKeyFailsAtOpen() throws {
+        let dir = TemporaryDirectory()
+        let path = dir.path("keyed.sqlite")
+        let keyed = try Connection(path: path, options: .init(key: "right"))
+        try Self.fill(keyed)
+        keyed.close()
+        for options in [Connection.Options(key: "wrong"), Connection.Options(key: nil)] {
+            do {
+                _ = try Connection(path: path, options: options)
+                Issue.record("open must fail")
+            } catch {
+                #expect(error.code == .invalidEncryptionKey, "\(error)")
+            }
+        }
+        // A key for an unencrypted file is wrong too.
+        let plainPath = dir.path("plain.sqlite")
+        let plain = try Connection(path: plainPath)
+        try Self.fill(plain)
+        plain.close()
+        #expect(throws: DatabaseError.self) { try Connection(path: plainPath, options: .init(key: "anything")) }
+    }
+
+    @Test func filesThatAreNotStoresAreRejected() throws {
+        let dir = TemporaryDirectory()
+        let text = dir.path("notes.txt")
+        try Data("This is not a database, just some text that is long enough to look like something.".utf8).write(to: URL(fileURLWithPath: text))
+        do {
+            _ = try Connection(path: text)
+            Issue.record("a text file must not open")
+        } catch {
+            #expect(error.code == .notADatabase)
+            #expect(error.message.contains("notes.txt"))
+        }
+        // A damaged database: overwrite pages in the middle.
+        let path = dir.path("damaged.sqlite")
+        var options = Connection.Options()
+        options.walMode = false
+        let db = try Connection(path: path, options: options)
+        try Self.fill(db)
+        db.close()
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        for i in 100..<min(bytes.count, 3000) { bytes[i] = 0xA5 }
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        let failure = Self.failure { () throws(DatabaseError) in
+            let damaged = try Connection(path: path, options: options)
+            _ = try damaged.query("SELECT * FROM customers")
+        }
+        #expect(failure.map { [DatabaseError.Code.corrupt, .notADatabase].contains($0.code) } == true, "\(String(describing: failure))")
+    }
+
+    @Test func rekeyAndExport() throws {
+        let dir = TemporaryDirectory()
+        let path = dir.path("keyed.sqlite")
+        let db = try Connection(path: path, options: .init(key: "one"))
+        try Self.fill(db)
+        try db.rekey(to: "two")
+        db.close()
+        #expect(throws: DatabaseError.self) { try Connection(path: path, options: .init(key: "one")) }
+        let reopened = try Connection(path: path, options: .init(key: "two"))
+        #expect(try reopened.query("SELECT count(*) FROM customers") == [[.integer(200)]])
+        #expect(throws: DatabaseError.self) { try reopened.rekey(to: "") }
+        // Removing the key: export an unencrypted copy.
+        let plainPath = dir.path("plain.sqlite")
+        try reopened.export(to: plainPath, key: nil)
+        reopened.close()
+        let plain = try Connection(path: plainPath)
+        #expect(try plain.query("SELECT count(*) FROM customers") == [[.integer(200)]])
+        #expect(try Self.fileContains(plainPath, Self.secret))
+    }
+
+    @Test func readersDoNotWaitForAWriter() async throws {
+        let dir = TemporaryDirectory()
+        let pool = try DatabasePool(path: dir.path("pool.sqlite"), key: "k", readerCount: 2)
+        defer { pool.close() }
+        try await pool.write { db in
+            try db.execute("CREATE TABLE t (v INTEGER)")
+            try db.execute("INSERT INTO t VALUES (?)", [.integer(1)])
+        }
+        let inserted = DispatchSemaphore(value: 0)
+        let readDone = DispatchSemaphore(value: 0)
+        // The writer inserts, then holds its transaction open until the read has finished.
+        let writing = Task {
+            try await pool.write { db in
+                try db.execute("INSERT INTO t VALUES (?)", [.integer(2)])
+                inserted.signal()
+                if readDone.wait(timeout: .now() + 20) == .timedOut { throw DatabaseError(.busy, message: "the read never finished") }
+            }
+        }
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                inserted.wait()
+                continuation.resume()
+            }
+        }
+        let during = try await pool.read { db in try db.query("SELECT count(*) FROM t") }
+        readDone.signal()
+        try await writing.value
+        #expect(during == [[.integer(1)]], "the reader sees the last committed state while the write is open")
+        let after = try await pool.read { db in try db.query("SELECT count(*) FROM t") }
+        #expect(after == [[.integer(2)]])
+    }
+}
