@@ -2,6 +2,7 @@
 public struct HTTPHeaders: Sendable, Hashable, Sequence {
     public private(set) var fields: [(name: String, value: String)]
 
+    /// Creates a value from its parts.
     public init(_ fields: [(String, String)] = []) {
         self.fields = fields.map { (name: $0.0, value: $0.1) }
     }

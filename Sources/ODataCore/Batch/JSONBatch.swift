@@ -11,6 +11,7 @@ public struct JSONBatchRequest: Sendable, Hashable {
         public var body: JSONValue?
         public var atomicityGroup: String?
         public var dependsOn: [String]
+        /// Creates a value from its parts.
         public init(id: String, method: String, url: String, headers: [String: String] = [:], body: JSONValue? = nil,
                     atomicityGroup: String? = nil, dependsOn: [String] = []) {
             self.id = id
@@ -24,6 +25,7 @@ public struct JSONBatchRequest: Sendable, Hashable {
     }
 
     public var requests: [Request]
+    /// Creates a value from its parts.
     public init(requests: [Request]) { self.requests = requests }
 
     /// Reads a JSON batch request body; checks ids are unique and `dependsOn` refers back.
@@ -89,6 +91,7 @@ public struct JSONBatchResponse: Sendable, Hashable {
         public var headers: [String: String]
         public var body: JSONValue?
         public var atomicityGroup: String?
+        /// Creates a value from its parts.
         public init(id: String, status: Int, headers: [String: String] = [:], body: JSONValue? = nil, atomicityGroup: String? = nil) {
             self.id = id
             self.status = status
@@ -101,6 +104,7 @@ public struct JSONBatchResponse: Sendable, Hashable {
     public var responses: [Response]
     /// `@odata.nextLink` for asynchronous batches that continue later.
     public var nextLink: String?
+    /// Creates a value from its parts.
     public init(responses: [Response], nextLink: String? = nil) {
         self.responses = responses
         self.nextLink = nextLink

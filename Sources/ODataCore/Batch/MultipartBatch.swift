@@ -11,6 +11,7 @@ public struct BatchMessage: Sendable, Hashable {
     public var headers: HTTPHeaders
     public var body: [UInt8]
 
+    /// Creates a value from its parts.
     public init(startLine: StartLine, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
         self.startLine = startLine
         self.headers = headers
@@ -49,6 +50,7 @@ public struct BatchOperation: Sendable, Hashable {
     public var partHeaders: HTTPHeaders
     public var message: BatchMessage
 
+    /// Creates a value from its parts.
     public init(partHeaders: HTTPHeaders = HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")]),
                 message: BatchMessage) {
         self.partHeaders = partHeaders
@@ -65,6 +67,7 @@ public struct ChangeSet: Sendable, Hashable {
     public var partHeaders: HTTPHeaders
     public var operations: [BatchOperation]
 
+    /// Creates a value from its parts.
     public init(boundary: String = "changeset_" + UUID().uuidString.lowercased(), partHeaders: HTTPHeaders = HTTPHeaders(), operations: [BatchOperation]) {
         self.boundary = boundary
         self.partHeaders = partHeaders
@@ -87,6 +90,7 @@ public struct MultipartBatch: Sendable, Hashable {
     /// Text after the closing boundary.
     public var epilogue: [UInt8]
 
+    /// Creates a value from its parts.
     public init(boundary: String = "batch_" + UUID().uuidString.lowercased(), parts: [BatchPart], preamble: [UInt8] = [], epilogue: [UInt8] = []) {
         self.boundary = boundary
         self.parts = parts

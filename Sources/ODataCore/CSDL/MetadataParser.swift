@@ -12,11 +12,13 @@ public struct MetadataParser: Sendable {
     public struct Options: Sendable {
         /// Enforce CSDL schema rules as well (see ``MetadataParser``).
         public var strict: Bool
+        /// Creates a value from its parts.
         public init(strict: Bool = false) { self.strict = strict }
     }
 
     public var options: Options
 
+    /// Creates a value from its parts.
     public init(options: Options = Options()) { self.options = options }
 
     /// Parses a document.

@@ -29,6 +29,7 @@ public struct MetadataError: Error, Sendable, Hashable, CustomStringConvertible 
     public var column: Int
     public var elementPath: String
 
+    /// Creates a value from its parts.
     public init(_ code: Code, _ message: String, line: Int, column: Int, elementPath: String) {
         self.code = code
         self.message = message

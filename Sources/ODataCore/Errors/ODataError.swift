@@ -14,6 +14,7 @@ public struct ODataError: Error, Sendable, Hashable, CustomStringConvertible {
         public var target: String?
         /// SAP's `severity` (`error`, `warning`, `info`), when given.
         public var severity: String?
+        /// Creates a value from its parts.
         public init(code: String, message: String, target: String? = nil, severity: String? = nil) {
             self.code = code
             self.message = message
@@ -33,6 +34,7 @@ public struct ODataError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The language of the message (V2 `message.lang` / `xml:lang`).
     public var language: String?
 
+    /// Creates a value from its parts.
     public init(code: String, message: String, target: String? = nil, details: [Detail] = [], innerError: JSONValue? = nil,
                 httpStatus: Int? = nil, language: String? = nil) {
         self.code = code

@@ -27,6 +27,7 @@ public struct PayloadError: Error, Sendable, Hashable, CustomStringConvertible {
     public var offset: Int
     public var path: String
 
+    /// Creates a value from its parts.
     public init(_ code: Code, _ message: String, offset: Int, path: String = "") {
         self.code = code
         self.message = message

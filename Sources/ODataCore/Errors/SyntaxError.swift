@@ -32,6 +32,7 @@ public struct SyntaxError: Error, Sendable, Hashable, CustomStringConvertible {
     /// UTF-8 offset into `input` where the problem starts.
     public var offset: Int
 
+    /// Creates a value from its parts.
     public init(_ code: Code, _ message: String, input: String, offset: Int) {
         self.code = code
         self.message = message
@@ -83,6 +84,7 @@ public struct BindingError: Error, Sendable, Hashable, CustomStringConvertible {
     /// UTF-8 offset into `input`.
     public var offset: Int
 
+    /// Creates a value from its parts.
     public init(_ code: Code, _ message: String, input: String, offset: Int) {
         self.code = code
         self.message = message

@@ -9,6 +9,7 @@ public struct Annotation: Sendable, Hashable, Codable {
     /// The annotated model element, e.g. `Ns.Customer/Name` or `Ns.Container/Customers`.
     public var target: String
     public var value: AnnotationValue?
+    /// Creates a value from its parts.
     public init(term: String, qualifier: String? = nil, target: String, value: AnnotationValue?) {
         self.term = term
         self.qualifier = qualifier
@@ -35,6 +36,7 @@ public indirect enum AnnotationValue: Sendable, Hashable, Codable {
     public struct PropertyValue: Sendable, Hashable, Codable {
         public var property: String
         public var value: AnnotationValue?
+        /// Creates a value from its parts.
         public init(property: String, value: AnnotationValue?) {
             self.property = property
             self.value = value

@@ -31,6 +31,7 @@ public enum ODataVersion: String, Sendable, Hashable, Codable, Comparable {
 public struct Model: Sendable, Hashable, Codable {
     private enum CodingKeys: String, CodingKey { case version, schemas, references, warnings }
 
+    /// Decodes a model encoded by `encode(to:)`.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(version: try container.decode(ODataVersion.self, forKey: .version),
@@ -48,6 +49,7 @@ public struct Model: Sendable, Hashable, Codable {
     /// Problems the lenient parser tolerated (strict mode turns each into an error).
     public var warnings: [String] = []
 
+    /// Creates a value from its parts.
     public init(version: ODataVersion, schemas: [Schema] = [], references: [Reference] = []) {
         self.version = version
         self.schemas = schemas
@@ -290,6 +292,7 @@ public enum TypeKind: Sendable, Hashable {
 public struct Reference: Sendable, Hashable, Codable {
     public var uri: String
     public var includes: [Include]
+    /// Creates a value from its parts.
     public init(uri: String, includes: [Include]) {
         self.uri = uri
         self.includes = includes
@@ -299,6 +302,7 @@ public struct Reference: Sendable, Hashable, Codable {
     public struct Include: Sendable, Hashable, Codable {
         public var namespace: String
         public var alias: String?
+        /// Creates a value from its parts.
         public init(namespace: String, alias: String?) {
             self.namespace = namespace
             self.alias = alias
@@ -323,6 +327,7 @@ public struct Schema: Sendable, Hashable, Codable {
     /// V2 associations as they were declared (already resolved into navigation properties).
     public var associations: [Association] = []
 
+    /// Creates a value from its parts.
     public init(namespace: String, alias: String? = nil) {
         self.namespace = namespace
         self.alias = alias
@@ -335,6 +340,7 @@ public struct PropertyRef: Sendable, Hashable, Codable {
     public var name: String
     /// The key alias (required when `name` is a path).
     public var alias: String?
+    /// Creates a value from its parts.
     public init(name: String, alias: String? = nil) {
         self.name = name
         self.alias = alias
@@ -348,6 +354,7 @@ public struct TypeReference: Sendable, Hashable, Codable, CustomStringConvertibl
     /// Qualified name of the element type, e.g. `Edm.String` or `Ns.Customer`.
     public var name: String
     public var isCollection: Bool
+    /// Creates a value from its parts.
     public init(name: String, isCollection: Bool = false) {
         self.name = name
         self.isCollection = isCollection
@@ -380,6 +387,7 @@ public struct Facets: Sendable, Hashable, Codable {
     public var srid: String?
     public var unicode: Bool?
     public var defaultValue: String?
+    /// Creates a value from its parts.
     public init() {}
 }
 
@@ -390,6 +398,7 @@ public struct Property: Sendable, Hashable, Codable {
     public var facets: Facets
     /// V2 `ConcurrencyMode="Fixed"`: the property takes part in optimistic concurrency.
     public var concurrencyFixed: Bool = false
+    /// Creates a value from its parts.
     public init(name: String, type: TypeReference, facets: Facets = Facets()) {
         self.name = name
         self.type = type
@@ -411,6 +420,7 @@ public enum OnDeleteAction: String, Sendable, Hashable, Codable {
 public struct ReferentialConstraint: Sendable, Hashable, Codable {
     public var property: String
     public var referencedProperty: String
+    /// Creates a value from its parts.
     public init(property: String, referencedProperty: String) {
         self.property = property
         self.referencedProperty = referencedProperty
@@ -431,6 +441,7 @@ public struct NavigationProperty: Sendable, Hashable, Codable {
     public var relationship: String?
     public var fromRole: String?
     public var toRole: String?
+    /// Creates a value from its parts.
     public init(name: String, type: TypeReference) {
         self.name = name
         self.type = type
@@ -448,6 +459,7 @@ public struct EntityType: Sendable, Hashable, Codable {
     public var hasStream = false
     public var properties: [Property] = []
     public var navigationProperties: [NavigationProperty] = []
+    /// Creates a value from its parts.
     public init(namespace: String, name: String) {
         self.namespace = namespace
         self.name = name
@@ -464,6 +476,7 @@ public struct ComplexType: Sendable, Hashable, Codable {
     public var isOpenType = false
     public var properties: [Property] = []
     public var navigationProperties: [NavigationProperty] = []
+    /// Creates a value from its parts.
     public init(namespace: String, name: String) {
         self.namespace = namespace
         self.name = name
@@ -478,6 +491,7 @@ public struct EnumType: Sendable, Hashable, Codable {
     public var underlyingType: PrimitiveType = .int32
     public var isFlags = false
     public var members: [Member] = []
+    /// Creates a value from its parts.
     public init(namespace: String, name: String) {
         self.namespace = namespace
         self.name = name
@@ -488,6 +502,7 @@ public struct EnumType: Sendable, Hashable, Codable {
     public struct Member: Sendable, Hashable, Codable {
         public var name: String
         public var value: Int64
+        /// Creates a value from its parts.
         public init(name: String, value: Int64) {
             self.name = name
             self.value = value
@@ -504,6 +519,7 @@ public struct TypeDefinition: Sendable, Hashable, Codable {
     public var name: String
     public var underlyingType: String
     public var facets: Facets
+    /// Creates a value from its parts.
     public init(namespace: String, name: String, underlyingType: String, facets: Facets = Facets()) {
         self.namespace = namespace
         self.name = name
@@ -521,6 +537,7 @@ public struct Term: Sendable, Hashable, Codable {
     public var appliesTo: [String] = []
     public var baseTerm: String?
     public var defaultValue: String?
+    /// Creates a value from its parts.
     public init(namespace: String, name: String, type: TypeReference) {
         self.namespace = namespace
         self.name = name
@@ -536,6 +553,7 @@ public struct Parameter: Sendable, Hashable, Codable {
     public var facets: Facets
     /// V4.01 `Nullable`-style optional parameter (`Core.OptionalParameter`), or V2 `Mode`.
     public var mode: String?
+    /// Creates a value from its parts.
     public init(name: String, type: TypeReference, facets: Facets = Facets()) {
         self.name = name
         self.type = type
@@ -545,6 +563,7 @@ public struct Parameter: Sendable, Hashable, Codable {
 
 /// A function or an action (one overload).
 public struct Operation: Sendable, Hashable, Codable {
+    /// The kinds this type distinguishes.
     public enum Kind: String, Sendable, Hashable, Codable { case function, action }
     public var kind: Kind
     public var namespace: String
@@ -555,6 +574,7 @@ public struct Operation: Sendable, Hashable, Codable {
     public var parameters: [Parameter] = []
     public var returnType: TypeReference?
     public var returnNullable = true
+    /// Creates a value from its parts.
     public init(kind: Kind, namespace: String, name: String) {
         self.kind = kind
         self.namespace = namespace
@@ -575,6 +595,7 @@ public struct EntityContainer: Sendable, Hashable, Codable {
     public var singletons: [Singleton] = []
     public var functionImports: [FunctionImport] = []
     public var actionImports: [ActionImport] = []
+    /// Creates a value from its parts.
     public init(namespace: String, name: String) {
         self.namespace = namespace
         self.name = name
@@ -586,6 +607,7 @@ public struct EntityContainer: Sendable, Hashable, Codable {
 public struct NavigationPropertyBinding: Sendable, Hashable, Codable {
     public var path: String
     public var target: String
+    /// Creates a value from its parts.
     public init(path: String, target: String) {
         self.path = path
         self.target = target
@@ -598,6 +620,7 @@ public struct EntitySet: Sendable, Hashable, Codable {
     public var entityType: String
     public var includeInServiceDocument = true
     public var navigationPropertyBindings: [NavigationPropertyBinding] = []
+    /// Creates a value from its parts.
     public init(name: String, entityType: String) {
         self.name = name
         self.entityType = entityType
@@ -609,6 +632,7 @@ public struct Singleton: Sendable, Hashable, Codable {
     public var name: String
     public var type: String
     public var navigationPropertyBindings: [NavigationPropertyBinding] = []
+    /// Creates a value from its parts.
     public init(name: String, type: String) {
         self.name = name
         self.type = type
@@ -627,6 +651,7 @@ public struct FunctionImport: Sendable, Hashable, Codable {
     /// V2: the import's own parameters and return type.
     public var parameters: [Parameter] = []
     public var returnType: TypeReference?
+    /// Creates a value from its parts.
     public init(name: String) { self.name = name }
 }
 
@@ -635,6 +660,7 @@ public struct ActionImport: Sendable, Hashable, Codable {
     public var name: String
     public var action: String
     public var entitySet: String?
+    /// Creates a value from its parts.
     public init(name: String, action: String) {
         self.name = name
         self.action = action
@@ -649,6 +675,7 @@ public struct Association: Sendable, Hashable, Codable {
     public var principalRole: String?
     public var dependentRole: String?
     public var constraints: [ReferentialConstraint] = []
+    /// Creates a value from its parts.
     public init(namespace: String, name: String, ends: [End]) {
         self.namespace = namespace
         self.name = name
@@ -663,6 +690,7 @@ public struct Association: Sendable, Hashable, Codable {
         /// `1`, `0..1` or `*`.
         public var multiplicity: String
         public var onDelete: OnDeleteAction?
+        /// Creates a value from its parts.
         public init(role: String, type: String, multiplicity: String) {
             self.role = role
             self.type = type

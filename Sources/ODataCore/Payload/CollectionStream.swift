@@ -36,6 +36,7 @@ public struct CollectionStreamParser: Sendable {
         case otherValue, afterMember, done
     }
 
+    /// Creates a value from its parts.
     public init(reader: V4JSONReader = V4JSONReader(), entityType: String? = nil) {
         self.reader = reader
         self.entityType = entityType
@@ -282,6 +283,7 @@ public struct CollectionItemSequence<Chunks: AsyncSequence & Sendable>: AsyncSeq
     let chunks: Chunks
     let parser: CollectionStreamParser
 
+    /// Creates a value from its parts.
     public init(chunks: Chunks, reader: V4JSONReader = V4JSONReader(), entityType: String? = nil) {
         self.chunks = chunks
         self.parser = CollectionStreamParser(reader: reader, entityType: entityType)

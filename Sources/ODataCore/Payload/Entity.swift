@@ -9,6 +9,7 @@ public struct ControlInformation: Sendable, Hashable {
     public var mediaEditLink: String?
     public var mediaETag: String?
     public var mediaContentType: String?
+    /// Creates a value from its parts.
     public init() {}
 
     /// True when nothing is set.
@@ -22,6 +23,7 @@ public struct InstanceAnnotation: Sendable, Hashable {
     /// Term with optional `#qualifier`.
     public var term: String
     public var value: JSONValue
+    /// Creates a value from its parts.
     public init(property: String?, term: String, value: JSONValue) {
         self.property = property
         self.term = term
@@ -52,6 +54,7 @@ public struct NavigationValue: Sendable, Hashable {
         case collection(EntityCollection)
     }
 
+    /// Creates a value from its parts.
     public init(name: String) { self.name = name }
 }
 
@@ -65,6 +68,7 @@ public struct Entity: Sendable, Hashable {
     public var control: ControlInformation
     public var annotations: [InstanceAnnotation]
 
+    /// Creates a value from its parts.
     public init(typeName: String? = nil, properties: [NamedValue] = [], navigation: [NavigationValue] = [],
                 control: ControlInformation = ControlInformation(), annotations: [InstanceAnnotation] = []) {
         self.typeName = typeName
@@ -99,6 +103,7 @@ public struct DeletedEntity: Sendable, Hashable {
     /// Key (and other) properties sent with the removal (4.01).
     public var properties: [NamedValue]
     public var context: String?
+    /// Creates a value from its parts.
     public init(id: String?, reason: String? = nil, properties: [NamedValue] = [], context: String? = nil) {
         self.id = id
         self.reason = reason
@@ -113,6 +118,7 @@ public struct DeltaLinkChange: Sendable, Hashable {
     public var relationship: String
     public var target: String
     public var context: String?
+    /// Creates a value from its parts.
     public init(source: String, relationship: String, target: String, context: String? = nil) {
         self.source = source
         self.relationship = relationship
@@ -136,6 +142,7 @@ public struct EntityCollection: Sendable, Hashable {
     /// Entity references (`@odata.id` only), for `$ref` responses.
     public var references: [String]
 
+    /// Creates a value from its parts.
     public init(context: String? = nil, count: Int64? = nil, nextLink: String? = nil, deltaLink: String? = nil, entities: [Entity] = [],
                 deleted: [DeletedEntity] = [], addedLinks: [DeltaLinkChange] = [], removedLinks: [DeltaLinkChange] = [],
                 annotations: [InstanceAnnotation] = [], references: [String] = []) {
@@ -162,6 +169,7 @@ public struct JSONFormat: Sendable, Hashable {
     public var metadata: MetadataLevel
     /// `IEEE754Compatible=true`: Int64 and Decimal are written as strings.
     public var ieee754Compatible: Bool
+    /// Creates a value from its parts.
     public init(metadata: MetadataLevel = .minimal, ieee754Compatible: Bool = false) {
         self.metadata = metadata
         self.ieee754Compatible = ieee754Compatible

@@ -6,6 +6,7 @@ import Foundation
 public struct V2JSONReader: Sendable {
     public var model: Model?
 
+    /// Creates a value from its parts.
     public init(model: Model? = nil) { self.model = model }
 
     private typealias Context = V4JSONReader.Context
@@ -390,6 +391,7 @@ public struct V2JSONReader: Sendable {
 /// Writes V2 verbose JSON: `{"d": …}` with `__metadata`, `results`, `__count`, `__next`,
 /// `__delta`; Int64 and Decimal as strings, dates as `/Date(…)/`, times as `PT…`.
 public struct V2JSONWriter: Sendable {
+    /// Creates a value from its parts.
     public init() {}
 
     public func write(_ entity: Entity) -> [UInt8] {

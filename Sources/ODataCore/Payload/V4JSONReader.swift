@@ -9,6 +9,7 @@ import Foundation
 public struct V4JSONReader: Sendable {
     public var model: Model?
 
+    /// Creates a value from its parts.
     public init(model: Model? = nil) { self.model = model }
 
     /// Reads a single entity (a response to `Set(key)`, or a request body).

@@ -6,6 +6,7 @@
 public struct V4JSONWriter: Sendable {
     public var format: JSONFormat
 
+    /// Creates a value from its parts.
     public init(format: JSONFormat = JSONFormat()) { self.format = format }
 
     public func write(_ entity: Entity) -> [UInt8] {

@@ -3,6 +3,7 @@ public struct DateValue: Sendable, Hashable, Comparable, Codable, CustomStringCo
     public var year: Int
     public var month: Int
     public var day: Int
+    /// Creates a value from its parts.
     public init(year: Int, month: Int, day: Int) {
         self.year = year
         self.month = month
@@ -49,6 +50,7 @@ public struct TimeOfDayValue: Sendable, Hashable, Comparable, Codable, CustomStr
     public var fraction: String
     /// Whether the seconds were written at all (`13:52` vs `13:52:00`).
     public var hasSeconds: Bool
+    /// Creates a value from its parts.
     public init(hour: Int, minute: Int, second: Int = 0, fraction: String = "", hasSeconds: Bool = true) {
         self.hour = hour
         self.minute = minute
@@ -88,6 +90,7 @@ public struct DateTimeOffsetValue: Sendable, Hashable, Comparable, Codable, Cust
     public var offsetMinutes: Int?
     /// Whether UTC was written as `Z` (true) or `+00:00` (false).
     public var usesZ: Bool
+    /// Creates a value from its parts.
     public init(date: DateValue, time: TimeOfDayValue, offsetMinutes: Int?, usesZ: Bool = true) {
         self.date = date
         self.time = time
@@ -137,6 +140,7 @@ public struct DurationValue: Sendable, Hashable, Comparable, Codable, CustomStri
     public var minutes: Int
     public var seconds: Int
     public var fraction: String
+    /// Creates a value from its parts.
     public init(negative: Bool = false, days: Int = 0, hours: Int = 0, minutes: Int = 0, seconds: Int = 0, fraction: String = "") {
         self.negative = negative
         self.days = days

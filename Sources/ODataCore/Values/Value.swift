@@ -3,6 +3,7 @@ public import Foundation
 /// A GUID, kept as 16 bytes and printed in lowercase.
 public struct GuidValue: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
     public var uuid: UUID
+    /// Creates a value from its parts.
     public init(_ uuid: UUID) { self.uuid = uuid }
     /// Parses `8-4-4-4-12` hex digits; nil otherwise.
     public init?(_ text: String) {
@@ -41,6 +42,7 @@ public struct SpatialValue: Sendable, Hashable, Codable, CustomStringConvertible
         public var y: Double
         public var z: Double?
         public var m: Double?
+        /// Creates a value from its parts.
         public init(x: Double, y: Double, z: Double? = nil, m: Double? = nil) {
             self.x = x
             self.y = y
@@ -49,6 +51,7 @@ public struct SpatialValue: Sendable, Hashable, Codable, CustomStringConvertible
         }
     }
 
+    /// Creates a value from its parts.
     public init(kind: String, isGeography: Bool, srid: Int?, point: Point?, wellKnownText: String) {
         self.kind = kind
         self.isGeography = isGeography
@@ -147,6 +150,7 @@ public struct EnumValue: Sendable, Hashable {
     public var typeName: String?
     /// Member names or numeric values as written, in order.
     public var members: [String]
+    /// Creates a value from its parts.
     public init(typeName: String?, members: [String]) {
         self.typeName = typeName
         self.members = members
@@ -157,6 +161,7 @@ public struct EnumValue: Sendable, Hashable {
 public struct NamedValue: Sendable, Hashable {
     public var name: String
     public var value: Value
+    /// Creates a value from its parts.
     public init(name: String, value: Value) {
         self.name = name
         self.value = value
@@ -167,6 +172,7 @@ public struct NamedValue: Sendable, Hashable {
 public struct StructuredValue: Sendable, Hashable {
     public var typeName: String?
     public var properties: [NamedValue]
+    /// Creates a value from its parts.
     public init(typeName: String? = nil, properties: [NamedValue] = []) {
         self.typeName = typeName
         self.properties = properties

@@ -19,6 +19,7 @@ public final class Connection {
         public var cacheSizeKiB: Int?
         /// Create the file when it does not exist.
         public var create = true
+        /// Creates a value from its parts.
         public init(key: String? = nil) { self.key = key }
     }
 
@@ -330,6 +331,7 @@ public final class Statement {
 
     public var columnCount: Int { Int(sqlite3_column_count(handle)) }
 
+    /// The name of a result column.
     public func columnName(_ index: Int) -> String { String(cString: sqlite3_column_name(handle, Int32(index))) }
 
     /// The value of a column of the current row.

@@ -38,6 +38,7 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
     /// Bound values, kept out of `description`.
     public var arguments: [DatabaseValue]
 
+    /// Creates a value from its parts.
     public init(_ code: Code, resultCode: Int32 = 0, message: String, sql: String? = nil, arguments: [DatabaseValue] = []) {
         self.code = code
         self.resultCode = resultCode

@@ -9,6 +9,7 @@ public final class SerializedConnection: @unchecked Sendable {
     private let connection: Connection
     private let queue: DispatchQueue
 
+    /// Creates a value from its parts.
     public init(path: String, options: Connection.Options, label: String) throws(DatabaseError) {
         self.connection = try Connection(path: path, options: options)
         self.queue = DispatchQueue(label: label)

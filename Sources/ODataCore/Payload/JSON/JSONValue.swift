@@ -12,6 +12,7 @@ public indirect enum JSONValue: Sendable, Hashable {
     public struct Member: Sendable, Hashable {
         public var name: String
         public var value: JSONValue
+        /// Creates a value from its parts.
         public init(_ name: String, _ value: JSONValue) {
             self.name = name
             self.value = value

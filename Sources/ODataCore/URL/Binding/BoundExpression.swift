@@ -47,6 +47,7 @@ public struct BoundExpression: Sendable, Hashable {
     /// For a path: the steps with the type each one yields.
     public var steps: [BoundStep]
 
+    /// Creates a value from its parts.
     public init(expression: CommonExpression, type: ExpressionType, operands: [BoundExpression] = [], steps: [BoundStep] = []) {
         self.expression = expression
         self.type = type
@@ -57,6 +58,7 @@ public struct BoundExpression: Sendable, Hashable {
 
 /// One resolved step of a path expression.
 public struct BoundStep: Sendable, Hashable {
+    /// The kinds this type distinguishes.
     public enum Kind: Sendable, Hashable {
         case property
         case navigation
@@ -76,6 +78,7 @@ public struct BoundStep: Sendable, Hashable {
     public var name: String
     /// The type after this step.
     public var type: ExpressionType
+    /// Creates a value from its parts.
     public init(kind: Kind, name: String, type: ExpressionType) {
         self.kind = kind
         self.name = name

@@ -6,6 +6,7 @@ public struct ExpressionBinder: Sendable {
     /// Parameter aliases of the request, used to type `@p`.
     public var aliases: [String: CommonExpression]
 
+    /// Creates a value from its parts.
     public init(model: Model, aliases: [String: CommonExpression] = [:]) {
         self.model = model
         self.aliases = aliases

@@ -3,6 +3,7 @@
 public struct PathResolver: Sendable {
     public var lookup: any NameLookup
 
+    /// Creates a value from its parts.
     public init(lookup: any NameLookup) { self.lookup = lookup }
 
     /// The resolved path and the shape of what it addresses.

@@ -30,6 +30,7 @@ public struct BoundRequest: Sendable, Hashable {
 public struct RequestBinder: Sendable {
     public var model: Model
 
+    /// Creates a value from its parts.
     public init(model: Model) { self.model = model }
 
     /// Resolves the path and binds every query option that refers to the model.
@@ -159,6 +160,7 @@ extension BoundRequest {
 }
 
 extension BoundRequest.BoundExpand {
+    /// This value as a JSON tree (what the `oodata` inspect commands print).
     public var json: TreeJSON {
         var members: [(String, TreeJSON)] = [
             ("path", .array(item.path.map { .string($0) })),

@@ -2,6 +2,7 @@
 public struct ParsedURL: Sendable, Hashable {
     public var path: ResourcePath
     public var query: QueryOptions
+    /// Creates a value from its parts.
     public init(path: ResourcePath, query: QueryOptions) {
         self.path = path
         self.query = query
@@ -12,6 +13,7 @@ public struct ParsedURL: Sendable, Hashable {
 /// the model) allows.
 public struct ResourcePath: Sendable, Hashable {
     public var segments: [PathSegment]
+    /// Creates a value from its parts.
     public init(segments: [PathSegment]) { self.segments = segments }
 }
 
@@ -20,6 +22,7 @@ public struct PathSegment: Sendable, Hashable {
     public var kind: Kind
     /// UTF-8 offset of the segment in the URL as given.
     public var offset: Int
+    /// Creates a value from its parts.
     public init(_ kind: Kind, offset: Int) {
         self.kind = kind
         self.offset = offset
@@ -73,6 +76,7 @@ public enum InlineCount: String, Sendable, Hashable, Codable {
 public struct OrderByItem: Sendable, Hashable {
     public var expression: CommonExpression
     public var descending: Bool
+    /// Creates a value from its parts.
     public init(expression: CommonExpression, descending: Bool) {
         self.expression = expression
         self.descending = descending
@@ -81,6 +85,7 @@ public struct OrderByItem: Sendable, Hashable {
 
 /// One `$select` item.
 public struct SelectItem: Sendable, Hashable {
+    /// The kinds this type distinguishes.
     public enum Kind: Sendable, Hashable {
         /// `*`
         case star
@@ -92,6 +97,7 @@ public struct SelectItem: Sendable, Hashable {
     public var kind: Kind
     /// Nested options (4.01): `$select=Addresses($filter=…;$top=2)`.
     public var options: QueryOptions?
+    /// Creates a value from its parts.
     public init(kind: Kind, options: QueryOptions? = nil) {
         self.kind = kind
         self.options = options
@@ -112,6 +118,7 @@ public struct ExpandItem: Sendable, Hashable {
     public var isRef: Bool
     public var isCount: Bool
     public var options: QueryOptions?
+    /// Creates a value from its parts.
     public init(path: [String], isRef: Bool = false, isCount: Bool = false, options: QueryOptions? = nil) {
         self.path = path
         self.isRef = isRef
@@ -124,6 +131,7 @@ public struct ExpandItem: Sendable, Hashable {
 public struct ComputeItem: Sendable, Hashable {
     public var expression: CommonExpression
     public var alias: String
+    /// Creates a value from its parts.
     public init(expression: CommonExpression, alias: String) {
         self.expression = expression
         self.alias = alias
@@ -134,6 +142,7 @@ public struct ComputeItem: Sendable, Hashable {
 public struct CustomOption: Sendable, Hashable {
     public var name: String
     public var value: String?
+    /// Creates a value from its parts.
     public init(name: String, value: String?) {
         self.name = name
         self.value = value
@@ -165,6 +174,7 @@ public struct QueryOptions: Sendable, Hashable {
     /// Parameter aliases: `@p=…`.
     public var aliases: [String: CommonExpression] = [:]
     public var custom: [CustomOption] = []
+    /// Creates a value from its parts.
     public init() {}
 
     /// True when no option is set.

@@ -40,6 +40,7 @@ extension ParsedURL {
 }
 
 extension PathSegment {
+    /// This value as a JSON tree (what the `oodata` inspect commands print).
     public var json: TreeJSON {
         func named(_ kind: String, _ extra: [(String, TreeJSON)] = []) -> TreeJSON { .object([("kind", .string(kind))] + extra) }
         switch kind {
@@ -137,6 +138,7 @@ private func stepJSON(_ step: PathExpression.Step) -> TreeJSON {
 }
 
 extension SearchExpression {
+    /// This value as a JSON tree (what the `oodata` inspect commands print).
     public var json: TreeJSON {
         switch self {
         case .term(let t): .object([("term", .string(t))])
@@ -188,6 +190,7 @@ extension QueryOptions {
 }
 
 extension SelectItem {
+    /// This value as a JSON tree (what the `oodata` inspect commands print).
     public var json: TreeJSON {
         var members: [(String, TreeJSON)]
         switch kind {
@@ -201,6 +204,7 @@ extension SelectItem {
 }
 
 extension ExpandItem {
+    /// This value as a JSON tree (what the `oodata` inspect commands print).
     public var json: TreeJSON {
         var members: [(String, TreeJSON)] = [("path", .array(path.map { .string($0) }))]
         if isRef { members.append(("$ref", .bool(true))) }

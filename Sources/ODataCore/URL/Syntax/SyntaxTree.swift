@@ -4,6 +4,7 @@
 public struct CommonExpression: Sendable, Hashable {
     public var node: Node
     public var offset: Int
+    /// Creates a value from its parts.
     public init(_ node: Node, at offset: Int) {
         self.node = node
         self.offset = offset
@@ -116,10 +117,12 @@ public struct PathExpression: Sendable, Hashable {
         case filter(CommonExpression)
     }
 
+    /// The kinds this type distinguishes.
     public enum LambdaKind: String, Sendable, Hashable, Codable { case any, all }
 
     public var root: Root
     public var steps: [Step]
+    /// Creates a value from its parts.
     public init(root: Root, steps: [Step]) {
         self.root = root
         self.steps = steps
@@ -130,6 +133,7 @@ public struct PathExpression: Sendable, Hashable {
 public struct NamedArgument: Sendable, Hashable {
     public var name: String
     public var value: CommonExpression
+    /// Creates a value from its parts.
     public init(name: String, value: CommonExpression) {
         self.name = name
         self.value = value
@@ -140,6 +144,7 @@ public struct NamedArgument: Sendable, Hashable {
 public struct KeyValue: Sendable, Hashable {
     public var name: String?
     public var value: CommonExpression
+    /// Creates a value from its parts.
     public init(name: String?, value: CommonExpression) {
         self.name = name
         self.value = value

@@ -6,6 +6,7 @@
 public struct URLParser: Sendable {
     public var version: ODataVersion
 
+    /// Creates a value from its parts.
     public init(version: ODataVersion = .v4) { self.version = version }
 
     /// Parses `path?query` (a leading `/` is ignored).
