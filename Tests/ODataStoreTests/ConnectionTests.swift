@@ -116,6 +116,17 @@ final class TemporaryDirectory {
         #expect(try !Self.fileContains(dir.path("keyed.sqlite"), "CREATE TABLE"))
     }
 
+    @Test func theProcessUsesSQLCipher() throws {
+        let dir = TemporaryDirectory()
+        let db = try Connection(path: dir.path("v.sqlite"))
+        guard case .text(let version)? = try db.query("PRAGMA cipher_version").first?.first else {
+            Issue.record("PRAGMA cipher_version returned nothing: plain SQLite is linked")
+            return
+        }
+        #expect(version.hasPrefix("3.4"))
+        #expect(try db.query("SELECT sqlite_version()") == [[.text("3.15.2")]])
+    }
+
     @Test func wrongOrMissingKeyFailsAtOpen() throws {
         let dir = TemporaryDirectory()
         let path = dir.path("keyed.sqlite")

@@ -56,6 +56,11 @@ public final class Connection {
         sqlite3_extended_result_codes(pointer, 1)
         do throws(DatabaseError) {
             if let key = options.key {
+                // If plain SQLite were linked instead of SQLCipher, keys would be ignored and
+                // the file written in the clear: refuse to go on.
+                guard case .text(let version)? = try query("PRAGMA cipher_version").first?.first, !version.isEmpty else {
+                    throw DatabaseError(.invalidEncryptionKey, message: "This process is not linked with SQLCipher; a key cannot be applied")
+                }
                 let bytes = Array(key.utf8)
                 let keyStatus = sqlite3_key(pointer, bytes, Int32(bytes.count))
                 guard keyStatus == SQLITE_OK else { throw Self.error(pointer, keyStatus, sql: nil) }
