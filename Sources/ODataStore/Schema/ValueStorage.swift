@@ -1,0 +1,256 @@
+import Foundation
+public import ODataCore
+
+/// How each Edm primitive type is stored so that the stored value is exact, decodes back to an
+/// equal value, and compares and sorts in SQLite (with `=`, `<`, `ORDER BY`) the way OData
+/// compares the values:
+///
+/// | Edm type | SQLite storage |
+/// |---|---|
+/// | Boolean, Byte, SByte, Int16/32/64 | INTEGER |
+/// | Single, Double | REAL (NaN cannot be stored: SQLite turns it into NULL) |
+/// | Decimal | BLOB: sign, exponent, digits — order-preserving and exact (canonical, so 1.50 = 1.5) |
+/// | DateTimeOffset, DateTime | TEXT: UTC instant, fixed width, year biased by 100000, then the original offset |
+/// | Date | TEXT `YYYYYY-MM-DD` with the year biased by 100000 |
+/// | TimeOfDay | TEXT `HH:MM:SS.ffffffffffff` |
+/// | Duration, Time | BLOB: biased seconds and picoseconds, big-endian |
+/// | Guid | TEXT, lowercase |
+/// | String, spatial (literal text) | TEXT |
+/// | Binary, Stream | BLOB |
+public enum ValueStorage {
+    /// The SQLite column type for a primitive type.
+    public static func columnType(_ type: PrimitiveType) -> String {
+        switch type {
+        case .boolean, .byte, .sbyte, .int16, .int32, .int64: "INTEGER"
+        case .single, .double: "REAL"
+        case .decimal, .duration, .time, .binary, .stream: "BLOB"
+        default: "TEXT"
+        }
+    }
+
+    // MARK: Encoding
+
+    /// The stored form of a value.
+    public static func encode(_ value: PrimitiveValue) -> DatabaseValue {
+        switch value {
+        case .boolean(let b): return .integer(b ? 1 : 0)
+        case .byte(let v): return .integer(Int64(v))
+        case .sbyte(let v): return .integer(Int64(v))
+        case .int16(let v): return .integer(Int64(v))
+        case .int32(let v): return .integer(Int64(v))
+        case .int64(let v): return .integer(v)
+        case .single(let v): return .real(Double(v))
+        case .double(let v): return .real(v)
+        case .decimal(let d): return .blob(encodeDecimal(d))
+        case .string(let s): return .text(s)
+        case .guid(let g): return .text(g.description)
+        case .date(let d): return .text(dateText(d))
+        case .timeOfDay(let t): return .text(timeText(t))
+        case .dateTimeOffset(let d): return .text(instantText(d) + offsetText(d.offsetMinutes, usesZ: d.usesZ))
+        case .dateTime(let d): return .text(instantText(d))
+        case .duration(let d), .time(let d): return .blob(encodeDuration(d))
+        case .binary(let data): return .blob(Array(data))
+        case .spatial(let s): return .text(Literal.format(.primitive(.spatial(s))))
+        }
+    }
+
+    /// The order key of a DateTimeOffset: its UTC instant only (what `=` and `<` compare).
+    public static func instantKey(_ value: DateTimeOffsetValue) -> String { instantText(value) }
+
+    /// Length of the instant part of a stored DateTimeOffset.
+    public static let instantLength = 34
+
+    static func dateText(_ d: DateValue) -> String {
+        pad(d.year + 100_000, 6) + "-" + pad(d.month, 2) + "-" + pad(d.day, 2)
+    }
+
+    static func timeText(_ t: TimeOfDayValue) -> String {
+        pad(t.hour, 2) + ":" + pad(t.minute, 2) + ":" + pad(t.second, 2) + "." + t.fraction.padding(toLength: 12, withPad: "0", startingAt: 0)
+    }
+
+    /// `YYYYYY-MM-DDTHH:MM:SS.ffffffffffff` in UTC (34 characters).
+    static func instantText(_ d: DateTimeOffsetValue) -> String {
+        let (seconds, picos) = d.instant
+        let days = Int((seconds >= 0 ? seconds : seconds - 86_399) / 86_400)
+        let secondOfDay = Int(seconds - Int64(days) * 86_400)
+        let date = DateValue(daysSinceEpoch: days)
+        let fraction = pad12(picos)
+        return dateText(date) + "T" + pad(secondOfDay / 3600, 2) + ":" + pad(secondOfDay / 60 % 60, 2) + ":" + pad(secondOfDay % 60, 2) + "." + fraction
+    }
+
+    static func offsetText(_ minutes: Int?, usesZ: Bool) -> String {
+        guard let minutes else { return "" }
+        if minutes == 0 && usesZ { return "Z" }
+        return (minutes < 0 ? "-" : "+") + pad(abs(minutes) / 60, 2) + ":" + pad(abs(minutes) % 60, 2)
+    }
+
+    static func pad(_ value: Int, _ width: Int) -> String {
+        let text = String(value)
+        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+    }
+
+    static func pad12(_ picos: Int64) -> String {
+        let text = String(picos)
+        return String(repeating: "0", count: max(0, 12 - text.count)) + text
+    }
+
+    /// Sign byte (1 negative, 2 zero, 3 positive), then for positives the exponent biased by
+    /// 2^31 (big-endian) and the significant digits; for negatives everything complemented and a
+    /// terminator, so that byte order is numeric order.
+    static func encodeDecimal(_ d: DecimalValue) -> [UInt8] {
+        if d.isZero { return [2] }
+        var digits = Array(d.digits.utf8)
+        var exponent = d.exponent
+        while digits.count > 1, digits.last == UInt8(ascii: "0") {
+            digits.removeLast()
+            exponent += 1
+        }
+        // value = 0.d1d2… × 10^e with e = exponent + digits.count
+        let e = Int64(exponent + digits.count)
+        if !d.negative {
+            return [3] + bigEndian(UInt32(clamping: e + Int64(Int32.max) + 1)) + digits
+        }
+        return [1] + bigEndian(UInt32(clamping: Int64(Int32.max) + 1 - e)) + digits.map { UInt8(ascii: "9") - ($0 - UInt8(ascii: "0")) + UInt8(ascii: "0") } + [0xFF]
+    }
+
+    static func bigEndian(_ value: UInt32) -> [UInt8] {
+        [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+    }
+
+    static func bigEndian64(_ value: UInt64) -> [UInt8] {
+        (0..<8).map { UInt8(value >> (56 - 8 * UInt64($0)) & 0xFF) }
+    }
+
+    /// Seconds biased by 2^63 then picoseconds in [0, 10^12), both big-endian.
+    static func encodeDuration(_ d: DurationValue) -> [UInt8] {
+        var (whole, picos) = d.totalPicoseconds
+        if picos < 0 {
+            whole -= 1
+            picos += 1_000_000_000_000
+        }
+        return bigEndian64(UInt64(bitPattern: whole) ^ (1 << 63)) + bigEndian64(UInt64(picos))
+    }
+
+    // MARK: Decoding
+
+    /// Decodes a stored value as `type`.
+    public static func decode(_ stored: DatabaseValue, as type: PrimitiveType) throws(DatabaseError) -> PrimitiveValue? {
+        func fail() -> DatabaseError {
+            DatabaseError(.corrupt, message: "A stored \(type.rawValue) value cannot be read: \(stored)")
+        }
+        switch (type, stored) {
+        case (_, .null): return nil
+        case (.boolean, .integer(let v)): return .boolean(v != 0)
+        case (.byte, .integer(let v)): return UInt8(exactly: v).map { .byte($0) }
+        case (.sbyte, .integer(let v)): return Int8(exactly: v).map { .sbyte($0) }
+        case (.int16, .integer(let v)): return Int16(exactly: v).map { .int16($0) }
+        case (.int32, .integer(let v)): return Int32(exactly: v).map { .int32($0) }
+        case (.int64, .integer(let v)): return .int64(v)
+        case (.single, .real(let v)): return .single(Float(v))
+        case (.single, .integer(let v)): return .single(Float(v))
+        case (.double, .real(let v)): return .double(v)
+        case (.double, .integer(let v)): return .double(Double(v))
+        case (.decimal, .blob(let bytes)):
+            guard let decimal = decodeDecimal(bytes) else { throw fail() }
+            return .decimal(decimal)
+        case (.string, .text(let s)): return .string(s)
+        case (.guid, .text(let s)):
+            guard let guid = GuidValue(s) else { throw fail() }
+            return .guid(guid)
+        case (.date, .text(let s)):
+            guard let date = decodeDate(s) else { throw fail() }
+            return .date(date)
+        case (.timeOfDay, .text(let s)):
+            guard let time = try? Literal.parsePayloadValue(s, as: .timeOfDay), case .timeOfDay(var t) = time else { throw fail() }
+            t.fraction = String(t.fraction.reversed().drop { $0 == "0" }.reversed())
+            return .timeOfDay(t)
+        case (.dateTimeOffset, .text(let s)), (.dateTime, .text(let s)):
+            guard let value = decodeInstant(s) else { throw fail() }
+            return type == .dateTime ? .dateTime(value) : .dateTimeOffset(value)
+        case (.duration, .blob(let bytes)), (.time, .blob(let bytes)):
+            guard let value = decodeDuration(bytes) else { throw fail() }
+            return type == .time ? .time(value) : .duration(value)
+        case (.binary, .blob(let bytes)), (.stream, .blob(let bytes)): return .binary(Data(bytes))
+        case (_, .text(let s)) where type.isSpatial:
+            guard case .primitive(let value) = try? Literal.parse(s) else { throw fail() }
+            return value
+        default:
+            throw fail()
+        }
+    }
+
+    static func decodeDecimal(_ bytes: [UInt8]) -> DecimalValue? {
+        guard let sign = bytes.first else { return nil }
+        if sign == 2 { return DecimalValue("0") }
+        guard bytes.count >= 6 else { return nil }
+        let biased = Int64(bytes[1]) << 24 | Int64(bytes[2]) << 16 | Int64(bytes[3]) << 8 | Int64(bytes[4])
+        var digits = Array(bytes[5...])
+        let e: Int64
+        if sign == 3 {
+            e = biased - Int64(Int32.max) - 1
+        } else {
+            guard digits.last == 0xFF else { return nil }
+            digits.removeLast()
+            e = Int64(Int32.max) + 1 - biased
+            digits = digits.map { UInt8(ascii: "9") - ($0 - UInt8(ascii: "0")) + UInt8(ascii: "0") }
+        }
+        guard digits.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
+        let text = (sign == 1 ? "-0." : "0.") + String(decoding: digits, as: UTF8.self) + "e\(e)"
+        return DecimalValue(text)
+    }
+
+    static func decodeDate(_ s: String) -> DateValue? {
+        let parts = s.split(separator: "-")
+        guard parts.count == 3, let year = Int(parts[0]), let month = Int(parts[1]), let day = Int(parts[2]) else { return nil }
+        return DateValue(year: year - 100_000, month: month, day: day)
+    }
+
+    static func decodeInstant(_ s: String) -> DateTimeOffsetValue? {
+        guard s.utf8.count >= instantLength else { return nil }
+        let instant = String(s.prefix(instantLength))
+        let suffix = String(s.dropFirst(instantLength))
+        guard let date = decodeDate(String(instant.prefix(12))),
+              case .timeOfDay(let utcTime)? = try? Literal.parsePayloadValue(String(instant.dropFirst(13)), as: .timeOfDay) else { return nil }
+        let offset: Int?
+        var usesZ = false
+        switch suffix {
+        case "": offset = nil
+        case "Z":
+            offset = 0
+            usesZ = true
+        default:
+            guard suffix.count == 6, let hours = Int(suffix.dropFirst().prefix(2)), let minutes = Int(suffix.suffix(2)) else { return nil }
+            offset = (suffix.hasPrefix("-") ? -1 : 1) * (hours * 60 + minutes)
+        }
+        // Shift the UTC time into the stored offset.
+        let utcSeconds = Int64(date.daysSinceEpoch) * 86_400 + Int64(utcTime.hour * 3600 + utcTime.minute * 60 + utcTime.second)
+        let local = utcSeconds + Int64((offset ?? 0) * 60)
+        let days = Int((local >= 0 ? local : local - 86_399) / 86_400)
+        let secondOfDay = Int(local - Int64(days) * 86_400)
+        let fraction = String(utcTime.fraction.reversed().drop { $0 == "0" }.reversed())
+        let time = TimeOfDayValue(hour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60, fraction: fraction)
+        return DateTimeOffsetValue(date: DateValue(daysSinceEpoch: days), time: time, offsetMinutes: offset, usesZ: usesZ)
+    }
+
+    static func decodeDuration(_ bytes: [UInt8]) -> DurationValue? {
+        guard bytes.count == 16 else { return nil }
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        for k in 0..<8 {
+            high = high << 8 | UInt64(bytes[k])
+            low = low << 8 | UInt64(bytes[8 + k])
+        }
+        var whole = Int64(bitPattern: high ^ (1 << 63))
+        var picos = Int64(low)
+        guard picos < 1_000_000_000_000 else { return nil }
+        let negative = whole < 0
+        if negative && picos > 0 {
+            whole += 1
+            picos = 1_000_000_000_000 - picos
+        }
+        let magnitude = whole.magnitude
+        let fraction = String(pad12(picos).reversed().drop { $0 == "0" }.reversed())
+        return DurationValue(negative: negative, days: Int(magnitude / 86_400), hours: Int(magnitude / 3600 % 24),
+                             minutes: Int(magnitude / 60 % 60), seconds: Int(magnitude % 60), fraction: fraction)
+    }
+}

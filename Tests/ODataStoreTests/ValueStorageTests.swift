@@ -1,0 +1,106 @@
+import Foundation
+import Testing
+import ODataCore
+@testable import ODataStore
+
+@Suite struct ValueStorageTests {
+    static func randomDecimal(_ g: inout some RandomNumberGenerator) -> DecimalValue {
+        let digits = (0..<Int.random(in: 1...30, using: &g)).map { _ in String(Int.random(in: 0...9, using: &g)) }.joined()
+        let scale = Int.random(in: 0...12, using: &g)
+        let sign = Bool.random(using: &g) ? "-" : ""
+        var text = digits
+        if scale > 0 && scale < digits.count { text.insert(".", at: text.index(text.endIndex, offsetBy: -scale)) }
+        return DecimalValue(sign + text) ?? DecimalValue(0)
+    }
+
+    static func randomDateTimeOffset(_ g: inout some RandomNumberGenerator) -> DateTimeOffsetValue {
+        DateTimeOffsetValue(date: DateValue(year: Int.random(in: -50...9999, using: &g), month: Int.random(in: 1...12, using: &g), day: Int.random(in: 1...28, using: &g)),
+                            time: TimeOfDayValue(hour: Int.random(in: 0...23, using: &g), minute: Int.random(in: 0...59, using: &g), second: Int.random(in: 0...59, using: &g),
+                                                 fraction: Bool.random(using: &g) ? String(Int.random(in: 1...999, using: &g)) : ""),
+                            offsetMinutes: Int.random(in: -14...14, using: &g) * 60 + [0, 30, 45].randomElement(using: &g)!, usesZ: false)
+    }
+
+    static func randomDuration(_ g: inout some RandomNumberGenerator) -> DurationValue {
+        DurationValue(negative: Bool.random(using: &g), days: Int.random(in: 0...400_000, using: &g), hours: Int.random(in: 0...23, using: &g),
+                      minutes: Int.random(in: 0...59, using: &g), seconds: Int.random(in: 0...59, using: &g),
+                      fraction: Bool.random(using: &g) ? String(Int.random(in: 1...999_999, using: &g)) : "")
+    }
+
+    /// Stores the values, reads them back in SQLite's ORDER BY, and checks order and equality.
+    func checkOrder(_ values: [PrimitiveValue], type: PrimitiveType, by less: (PrimitiveValue, PrimitiveValue) -> Bool) throws {
+        let dir = TemporaryDirectory()
+        let db = try Connection(path: dir.path("v.sqlite"), options: .init(key: "k"))
+        try db.execute("CREATE TABLE v (x \(ValueStorage.columnType(type)))")
+        for value in values { try db.execute("INSERT INTO v VALUES (?)", [ValueStorage.encode(value)]) }
+        let stored = try db.query("SELECT x FROM v ORDER BY x").map { row in try ValueStorage.decode(row[0], as: type) }
+        let expected = values.sorted(by: less)
+        #expect(stored.count == values.count)
+        for (a, b) in zip(stored, expected) {
+            #expect(a == b, "\(type.rawValue): \(String(describing: a)) vs \(b)")
+            if a != b { break }
+        }
+    }
+
+    @Test func decimalsAreExactAndNumericallyOrdered() throws {
+        var g = SystemRandomNumberGenerator()
+        var values = (0..<400).map { _ in PrimitiveValue.decimal(Self.randomDecimal(&g)) }
+        values += ["0", "-0.001", "0.001", "1", "10", "9.99999999999999999999", "-1e30", "1e-20", "123456789012345678901234567890"].map { .decimal(DecimalValue($0)!) }
+        try checkOrder(values, type: .decimal) { a, b in
+            guard case .decimal(let x) = a, case .decimal(let y) = b else { return false }
+            return x < y
+        }
+        // Canonical storage: 1.50 and 1.5 are the same stored value.
+        #expect(ValueStorage.encode(.decimal(DecimalValue("1.50")!)) == ValueStorage.encode(.decimal(DecimalValue("1.5")!)))
+    }
+
+    @Test func dateTimeOffsetsSortByInstantAndKeepTheirOffset() throws {
+        var g = SystemRandomNumberGenerator()
+        let values = (0..<400).map { _ in PrimitiveValue.dateTimeOffset(Self.randomDateTimeOffset(&g)) }
+        try checkOrder(values, type: .dateTimeOffset) { a, b in
+            guard case .dateTimeOffset(let x) = a, case .dateTimeOffset(let y) = b else { return false }
+            return x < y
+        }
+        let value = try #require(try Literal.parsePayloadValue("2012-09-03T12:00:00.25+02:00", as: .dateTimeOffset))
+        let decoded = try ValueStorage.decode(ValueStorage.encode(value), as: .dateTimeOffset)
+        guard case .dateTimeOffset(let back)? = decoded else {
+            Issue.record("not a DateTimeOffset")
+            return
+        }
+        #expect(back.description == "2012-09-03T12:00:00.25+02:00")
+        // Same instant, other offset: equal by instant key.
+        guard case .dateTimeOffset(let utc) = try Literal.parsePayloadValue("2012-09-03T10:00:00.25Z", as: .dateTimeOffset) else { return }
+        #expect(ValueStorage.instantKey(back) == ValueStorage.instantKey(utc))
+    }
+
+    @Test func durationsDatesTimesAndOthersRoundTripInOrder() throws {
+        var g = SystemRandomNumberGenerator()
+        try checkOrder((0..<300).map { _ in .duration(Self.randomDuration(&g)) }, type: .duration) { a, b in
+            guard case .duration(let x) = a, case .duration(let y) = b else { return false }
+            return x < y
+        }
+        try checkOrder((0..<300).map { _ in .date(DateValue(year: Int.random(in: -500...9999, using: &g), month: Int.random(in: 1...12, using: &g), day: Int.random(in: 1...28, using: &g))) },
+                       type: .date) { a, b in
+            guard case .date(let x) = a, case .date(let y) = b else { return false }
+            return x < y
+        }
+        try checkOrder((0..<300).map { _ in .timeOfDay(TimeOfDayValue(hour: Int.random(in: 0...23, using: &g), minute: Int.random(in: 0...59, using: &g),
+                                                                      second: Int.random(in: 0...59, using: &g), fraction: String(Int.random(in: 1...9, using: &g)))) },
+                       type: .timeOfDay) { a, b in
+            guard case .timeOfDay(let x) = a, case .timeOfDay(let y) = b else { return false }
+            return x < y
+        }
+        let samples: [PrimitiveValue] = [
+            .boolean(true), .byte(255), .sbyte(-128), .int16(-32768), .int32(.max), .int64(.min), .double(-2.5e-300), .single(1.5),
+            .string("naïve 'quoted' \u{1F600}"), .guid(GuidValue("01234567-89ab-cdef-0123-456789abcdef")!), .binary(Data([0, 255, 7])),
+            .time(DurationValue(hours: 13, minutes: 20)), .dateTime(DateTimeOffsetValue(date: DateValue(year: 2000, month: 1, day: 2), time: TimeOfDayValue(hour: 3, minute: 4), offsetMinutes: nil)),
+        ]
+        for value in samples {
+            #expect(try ValueStorage.decode(ValueStorage.encode(value), as: value.type) == value, "\(value)")
+        }
+        if case .primitive(let point) = try Literal.parse("geography'SRID=4326;Point(1 2)'") {
+            #expect(try ValueStorage.decode(ValueStorage.encode(point), as: .geographyPoint) == point)
+        }
+        #expect(throws: DatabaseError.self) { try ValueStorage.decode(.text("not a date"), as: .date) }
+        #expect(throws: DatabaseError.self) { try ValueStorage.decode(.blob([9, 9]), as: .decimal) }
+    }
+}
