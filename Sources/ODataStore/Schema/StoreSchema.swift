@@ -1,0 +1,286 @@
+public import ODataCore
+
+/// The table layout of a store, derived from a model.
+///
+/// - one table per entity set (`"es_Set"`) with a rowid (`_rowid`, the stable local identity),
+///   bookkeeping columns, the key and every structural property; complex properties are
+///   flattened into `Prop/Sub` columns plus a `Prop` presence column;
+/// - a child table per collection-valued property (`"es_Set/Prop"`: owner, ordinal, value columns);
+/// - navigation: joins through foreign-key columns where a referential constraint exists (on the
+///   property or its partner), otherwise a link table `"lk_Set/Nav"` (source and target rowids);
+/// - a table of dynamic properties for open types (`"es_Set/$dynamic"`);
+/// - `store_meta` with the schema version and the model.
+public struct StoreSchema: Sendable {
+    /// Version of this layout; stored in `PRAGMA user_version` so later releases can migrate.
+    public static let version = 1
+
+    /// Bookkeeping columns every entity table has, besides `_rowid`.
+    public static let bookkeepingColumns: [(name: String, type: String)] = [
+        ("_type", "TEXT"), ("_etag", "TEXT"), ("_editLink", "TEXT"), ("_localID", "TEXT"),
+        ("_isLocal", "INTEGER NOT NULL DEFAULT 0"), ("_pending", "INTEGER NOT NULL DEFAULT 0"),
+        ("_error", "INTEGER NOT NULL DEFAULT 0"), ("_upserted", "INTEGER NOT NULL DEFAULT 0"),
+    ]
+
+    /// What a column stores.
+    public enum ColumnKind: Sendable, Hashable {
+        case primitive(PrimitiveType)
+        /// An enum, stored as its integer value.
+        case enumeration(String)
+        /// 1 when a complex value is present, NULL when it is null.
+        case complexPresence(String)
+    }
+
+    /// A column of an entity or collection table.
+    public struct Column: Sendable, Hashable {
+        /// SQL name (unquoted), the property path joined with `/`.
+        public var name: String
+        public var path: [String]
+        public var kind: ColumnKind
+        public var nullable: Bool
+
+        var sqlType: String {
+            switch kind {
+            case .primitive(let p): ValueStorage.columnType(p)
+            case .enumeration, .complexPresence: "INTEGER"
+            }
+        }
+    }
+
+    /// A collection-valued property's child table.
+    public struct CollectionTable: Sendable, Hashable {
+        public var name: String
+        public var property: String
+        /// Value columns: `value` for primitives, flattened columns for complex elements.
+        public var columns: [Column]
+    }
+
+    /// How a navigation property is joined.
+    public enum Relation: Sendable, Hashable {
+        /// Columns of the source table equal columns of the target table.
+        case foreignKey(sourceColumns: [String], targetColumns: [String])
+        /// A link table with `source` and `target` rowids.
+        case linkTable(String)
+    }
+
+    /// A navigation property of an entity set.
+    public struct Navigation: Sendable, Hashable {
+        public var name: String
+        public var targetEntitySet: String
+        public var isCollection: Bool
+        public var relation: Relation
+        public var onDelete: OnDeleteAction?
+    }
+
+    /// The table of one entity set.
+    public struct EntityTable: Sendable, Hashable {
+        public var name: String
+        public var entitySet: String
+        public var entityType: String
+        public var keyColumns: [String]
+        public var columns: [Column]
+        public var collections: [CollectionTable]
+        public var navigation: [Navigation]
+        public var isOpen: Bool
+
+        /// The table of dynamic properties, for open types.
+        public var dynamicTable: String? { isOpen ? name + "/$dynamic" : nil }
+
+        public func column(_ path: [String]) -> Column? { columns.first { $0.path == path } }
+        public func navigation(_ name: String) -> Navigation? { navigation.first { $0.name == name } }
+    }
+
+    public let model: Model
+    public var tables: [EntityTable]
+    /// Extra indexes: table name → column lists.
+    public var extraIndexes: [(table: String, columns: [String])]
+
+    /// The layout for every entity set of `model`, with optional extra indexes
+    /// (entity set name → property paths such as `Address/City`).
+    public init(model: Model, indexes: [String: [[String]]] = [:]) throws(StoreError) {
+        self.model = model
+        self.tables = []
+        self.extraIndexes = []
+        for container in model.entityContainers {
+            for set in container.entitySets {
+                tables.append(try Self.table(for: set, model))
+            }
+        }
+        for index in tables.indices {
+            tables[index].navigation = try navigation(of: tables[index])
+        }
+        for (setName, paths) in indexes {
+            guard let table = table(forEntitySet: setName) else { throw StoreError(.unknownEntitySet, "No entity set \(setName) to index") }
+            for path in paths {
+                guard table.columns.contains(where: { $0.name == path.joined(separator: "/") }) else {
+                    throw StoreError(.unknownProperty, "\(setName) has no column \(path.joined(separator: "/")) to index")
+                }
+            }
+            extraIndexes += paths.map { (table: table.name, columns: [$0.joined(separator: "/")]) }
+        }
+    }
+
+    /// The table of an entity set.
+    public func table(forEntitySet name: String) -> EntityTable? { tables.first { $0.entitySet == name } }
+
+    // MARK: Building
+
+    static func table(for set: EntitySet, _ model: Model) throws(StoreError) -> EntityTable {
+        guard let type = model.entityType(set.entityType) else {
+            throw StoreError(.unknownEntitySet, "Entity set \(set.name) has type \(set.entityType), which the model does not define")
+        }
+        let key = model.key(of: type)
+        guard !key.isEmpty else { throw StoreError(.unsupported, "Entity set \(set.name): type \(type.name) has no key") }
+        // The set may hold derived types: their properties get columns too.
+        let derived = model.schemas.flatMap(\.entityTypes).filter { $0.qualifiedName != type.qualifiedName && model.isType($0.qualifiedName, derivedFrom: type.qualifiedName) }
+        var columns: [Column] = []
+        var collections: [CollectionTable] = []
+        let tableName = "es_" + set.name
+        for owner in [type] + derived {
+            let properties = owner.qualifiedName == type.qualifiedName ? model.allProperties(ofStructuredType: owner.qualifiedName) : owner.properties
+            for property in properties where !columns.contains(where: { $0.path.first == property.name }) {
+                if property.type.isCollection {
+                    collections.append(CollectionTable(name: tableName + "/" + property.name, property: property.name,
+                                                       columns: try flatten(property.type.name, path: [], nullable: true, model, element: true)))
+                } else {
+                    let isKey = key.contains { $0.name == property.name }
+                    columns += try flatten(property.type.name, path: [property.name], nullable: property.nullable && !isKey, model, element: false)
+                }
+            }
+        }
+        let keyColumns = key.map { $0.name }
+        for keyColumn in keyColumns where !columns.contains(where: { $0.name == keyColumn }) {
+            throw StoreError(.unsupported, "Key property \(keyColumn) of \(type.name) is not a stored primitive property")
+        }
+        let isOpen = ([type] + derived).contains { $0.isOpenType } || model.entityTypeChain(type).contains { $0.isOpenType }
+        return EntityTable(name: tableName, entitySet: set.name, entityType: type.qualifiedName, keyColumns: keyColumns,
+                           columns: columns, collections: collections, navigation: [], isOpen: isOpen)
+    }
+
+    /// Columns for a value of `typeName` at `path`: one for a primitive or enum, presence plus
+    /// sub-columns for a complex type (nested complex types flatten further).
+    static func flatten(_ typeName: String, path: [String], nullable: Bool, _ model: Model, element: Bool, depth: Int = 0) throws(StoreError) -> [Column] {
+        guard depth < 16 else { throw StoreError(.unsupported, "Complex types nested deeper than 16 levels at \(path.joined(separator: "/"))") }
+        let name = element && path.isEmpty ? "value" : path.joined(separator: "/")
+        switch model.typeKind(typeName) {
+        case .primitive(let p)?:
+            return [Column(name: name, path: path, kind: .primitive(p), nullable: nullable)]
+        case .typeDefinition(let underlying)?:
+            guard let p = PrimitiveType(qualifiedName: underlying) else { throw StoreError(.unsupported, "Type definition \(typeName) is not primitive") }
+            return [Column(name: name, path: path, kind: .primitive(p), nullable: nullable)]
+        case .enumeration?:
+            return [Column(name: name, path: path, kind: .enumeration(typeName), nullable: nullable)]
+        case .complex?:
+            var columns: [Column] = path.isEmpty ? [] : [Column(name: name, path: path, kind: .complexPresence(typeName), nullable: true)]
+            for property in model.allProperties(ofStructuredType: typeName) where !property.type.isCollection {
+                columns += try flatten(property.type.name, path: path + [property.name], nullable: true, model, element: false, depth: depth + 1)
+            }
+            return columns
+        default:
+            throw StoreError(.unsupported, "Property \(path.joined(separator: "/")) has type \(typeName), which the store cannot hold")
+        }
+    }
+
+    func navigation(of table: EntityTable) throws(StoreError) -> [Navigation] {
+        guard let set = model.entitySet(table.entitySet) else { return [] }
+        var result: [Navigation] = []
+        for nav in model.allNavigationProperties(ofStructuredType: table.entityType) {
+            guard let target = model.targetEntitySet(from: set.name, navigationPath: nav.name), let targetTable = self.table(forEntitySet: target.name) else {
+                // Unbound or contained navigation: not stored as a relation between sets.
+                continue
+            }
+            var relation = Relation.linkTable("lk_\(set.name)/\(nav.name)")
+            if !nav.referentialConstraints.isEmpty,
+               nav.referentialConstraints.allSatisfy({ c in table.columns.contains { $0.name == c.property } && targetTable.columns.contains { $0.name == c.referencedProperty } }) {
+                relation = .foreignKey(sourceColumns: nav.referentialConstraints.map(\.property), targetColumns: nav.referentialConstraints.map(\.referencedProperty))
+            } else if let partnerName = nav.partner, let partner = model.navigationProperty(partnerName, ofStructuredType: nav.type.name),
+                      !partner.referentialConstraints.isEmpty,
+                      partner.referentialConstraints.allSatisfy({ c in targetTable.columns.contains { $0.name == c.property } && table.columns.contains { $0.name == c.referencedProperty } }) {
+                relation = .foreignKey(sourceColumns: partner.referentialConstraints.map(\.referencedProperty), targetColumns: partner.referentialConstraints.map(\.property))
+            }
+            result.append(Navigation(name: nav.name, targetEntitySet: target.name, isCollection: nav.type.isCollection, relation: relation, onDelete: nav.onDelete))
+        }
+        return result
+    }
+
+    // MARK: SQL
+
+    /// `"name"` with quotes doubled.
+    public static func quote(_ identifier: String) -> String {
+        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    /// The statements that create the schema.
+    public func createStatements() -> [String] {
+        var statements: [String] = [
+            "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value BLOB)",
+        ]
+        for table in tables {
+            let q = Self.quote
+            var columns = ["_rowid INTEGER PRIMARY KEY"] + Self.bookkeepingColumns.map { "\($0.name) \($0.type)" }
+            columns += table.columns.map { column in "\(q(column.name)) \(column.sqlType)" + (column.nullable ? "" : " NOT NULL") }
+            statements.append("CREATE TABLE \(q(table.name)) (\(columns.joined(separator: ", ")))")
+            statements.append("CREATE UNIQUE INDEX \(q(table.name + "/$key")) ON \(q(table.name)) (\(table.keyColumns.map(q).joined(separator: ", ")))")
+            statements.append("CREATE UNIQUE INDEX \(q(table.name + "/$localID")) ON \(q(table.name)) (_localID)")
+            for collection in table.collections {
+                let valueColumns = collection.columns.map { "\(q($0.name)) \($0.sqlType)" }
+                statements.append("CREATE TABLE \(q(collection.name)) (owner INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
+                                  + "ordinal INTEGER NOT NULL, \(valueColumns.joined(separator: ", ")), PRIMARY KEY (owner, ordinal))")
+            }
+            if let dynamic = table.dynamicTable {
+                statements.append("CREATE TABLE \(q(dynamic)) (owner INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
+                                  + "name TEXT NOT NULL, type TEXT NOT NULL, value, PRIMARY KEY (owner, name))")
+            }
+            for nav in table.navigation {
+                switch nav.relation {
+                case .foreignKey(let sourceColumns, _):
+                    // Index the foreign-key side (unless it is the key, which is indexed already).
+                    if sourceColumns != table.keyColumns {
+                        statements.append("CREATE INDEX IF NOT EXISTS \(q(table.name + "/$fk/" + sourceColumns.joined(separator: ","))) ON \(q(table.name)) (\(sourceColumns.map(q).joined(separator: ", ")))")
+                    }
+                case .linkTable(let name):
+                    guard let target = self.table(forEntitySet: nav.targetEntitySet) else { continue }
+                    statements.append("CREATE TABLE \(q(name)) (source INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
+                                      + "target INTEGER NOT NULL REFERENCES \(q(target.name))(_rowid) ON DELETE CASCADE, PRIMARY KEY (source, target))")
+                    statements.append("CREATE INDEX \(q(name + "/$target")) ON \(q(name)) (target, source)")
+                }
+            }
+        }
+        for (index, extra) in extraIndexes.enumerated() {
+            statements.append("CREATE INDEX \(Self.quote(extra.table + "/$index\(index)")) ON \(Self.quote(extra.table)) (\(extra.columns.map(Self.quote).joined(separator: ", ")))")
+        }
+        return statements
+    }
+}
+
+/// An error of the store above the SQL level: a name the model does not know, a feature the
+/// store does not support, a store whose schema is from another version.
+public struct StoreError: Error, Sendable, CustomStringConvertible {
+    /// The kind of failure; cases may be added.
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        private enum Base: String, Sendable, Hashable {
+            case unknownEntitySet, unknownProperty, unsupported, schemaVersion, notAStore, notFound, conflict
+        }
+        private let base: Base
+        private init(_ base: Base) { self.base = base }
+        public static let unknownEntitySet = Code(.unknownEntitySet)
+        public static let unknownProperty = Code(.unknownProperty)
+        /// A model feature or query the store cannot handle; the message names it.
+        public static let unsupported = Code(.unsupported)
+        public static let schemaVersion = Code(.schemaVersion)
+        public static let notAStore = Code(.notAStore)
+        public static let notFound = Code(.notFound)
+        public static let conflict = Code(.conflict)
+        public var description: String { base.rawValue }
+    }
+
+    public var code: Code
+    public var message: String
+
+    /// Creates an error with its code and message.
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(message) (\(code))" }
+}

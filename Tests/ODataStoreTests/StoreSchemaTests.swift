@@ -1,0 +1,79 @@
+import Foundation
+import Testing
+import ODataCore
+@testable import ODataStore
+
+enum StoreFixtures {
+    static let conformance: URL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("shared/odata-conformance")
+
+    static var directory: URL {
+        if let override = ProcessInfo.processInfo.environment["ODATA_CONFORMANCE_DIR"] { return URL(fileURLWithPath: override) }
+        return conformance
+    }
+
+    static func model(_ relative: String) throws -> Model {
+        try MetadataParser().parse(try Data(contentsOf: directory.appendingPathComponent(relative)))
+    }
+}
+
+@Suite struct StoreSchemaTests {
+    @Test func tripPinLayout() throws {
+        let model = try StoreFixtures.model("payloads/v4-json/olingo4-trippin-data/trippin.xml")
+        let schema = try StoreSchema(model: model)
+        let people = try #require(schema.table(forEntitySet: "People"))
+        #expect(people.name == "es_People")
+        #expect(people.keyColumns == ["UserName"])
+        #expect(people.column(["UserName"])?.nullable == false)
+        #expect(people.collections.map(\.property).sorted() == ["AddressInfo", "Emails"])
+        let emails = try #require(people.collections.first { $0.property == "Emails" })
+        #expect(emails.columns.map(\.name) == ["value"])
+        let address = try #require(people.collections.first { $0.property == "AddressInfo" })
+        #expect(address.columns.map(\.name).contains("City/Name"))
+        #expect(people.column(["Gender"])?.kind == .enumeration("Microsoft.OData.SampleService.Models.TripPin.PersonGender"))
+        #expect(people.isOpen)
+        let friends = try #require(people.navigation("Friends"))
+        #expect(friends.relation == .linkTable("lk_People/Friends"))
+        #expect(friends.isCollection)
+        #expect(friends.targetEntitySet == "People")
+        // The schema creates on SQLCipher.
+        let dir = TemporaryDirectory()
+        let db = try Connection(path: dir.path("trippin.sqlite"), options: .init(key: "k"))
+        for statement in schema.createStatements() { try db.execute(statement) }
+        let tables = try db.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").compactMap { row -> String? in
+            if case .text(let name) = row[0] { return name }
+            return nil
+        }
+        #expect(tables.contains("es_People/Emails"))
+        #expect(tables.contains("lk_People/Friends"))
+        #expect(tables.contains("es_People/$dynamic"))
+    }
+
+    @Test func foreignKeysWhereConstraintsExist() throws {
+        let model = try StoreFixtures.model("metadata/v2/northwind-v2-pyodata.xml")
+        let schema = try StoreSchema(model: model, indexes: ["Products": [["ProductName"]]])
+        let products = try #require(schema.table(forEntitySet: "Products"))
+        #expect(products.navigation("Category")?.relation == .foreignKey(sourceColumns: ["CategoryID"], targetColumns: ["CategoryID"]))
+        let categories = try #require(schema.table(forEntitySet: "Categories"))
+        // The other direction uses the partner's constraint.
+        #expect(categories.navigation("Products")?.relation == .foreignKey(sourceColumns: ["CategoryID"], targetColumns: ["CategoryID"]))
+        let statements = schema.createStatements()
+        #expect(statements.contains { $0.contains("CREATE INDEX IF NOT EXISTS \"es_Products/$fk/CategoryID\"") })
+        #expect(statements.contains { $0.contains("\"es_Products/$index0\"") && $0.contains("\"ProductName\"") })
+        let dir = TemporaryDirectory()
+        let db = try Connection(path: dir.path("nw.sqlite"))
+        for statement in statements { try db.execute(statement) }
+        #expect(throws: StoreError.self) { try StoreSchema(model: model, indexes: ["Products": [["Nope"]]]) }
+        #expect(throws: StoreError.self) { try StoreSchema(model: model, indexes: ["Nope": [["ProductName"]]]) }
+    }
+
+    @Test func decimalsDatesAndComplexColumnsGetTheirStorage() throws {
+        let model = try StoreFixtures.model("metadata/v4/northwind-v4.xml")
+        let schema = try StoreSchema(model: model)
+        let orders = try #require(schema.table(forEntitySet: "Orders"))
+        #expect(orders.column(["Freight"])?.kind == .primitive(.decimal))
+        #expect(orders.column(["Freight"])?.sqlType == "BLOB")
+        #expect(orders.column(["OrderDate"])?.sqlType == "TEXT")
+        #expect(orders.keyColumns == ["OrderID"])
+    }
+}
