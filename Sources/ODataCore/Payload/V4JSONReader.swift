@@ -480,13 +480,30 @@ public struct V4JSONReader: Sendable {
     }
 
     private func readEnum(_ r: inout JSONReader, _ name: String) throws(PayloadError) -> Value {
+        let text: String
         if r.peek() == 0x22 {
-            let text = try r.readString()
+            text = try r.readString()
             let members = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            return .enumeration(EnumValue(typeName: name, members: members))
+            if members.count != 1 || Int64(members[0]) == nil {
+                return .enumeration(EnumValue(typeName: name, members: members))
+            }
+        } else {
+            let range = try r.readNumberRange()
+            text = String(decoding: r.bytes[range], as: UTF8.self)
         }
-        let range = try r.readNumberRange()
-        return .enumeration(EnumValue(typeName: name, members: [String(decoding: r.bytes[range], as: UTF8.self)]))
+        // A numeric value: name the members when the model knows them.
+        if let number = Int64(text.trimmingCharacters(in: .whitespaces)), let type = model?.enumType(name) {
+            if let member = type.members.first(where: { $0.value == number }) {
+                return .enumeration(EnumValue(typeName: name, members: [member.name]))
+            }
+            if type.isFlags {
+                let names = type.members.filter { $0.value != 0 && number & $0.value == $0.value }.map(\.name)
+                if !names.isEmpty, names.reduce(Int64(0), { result, member in result | (type.member(named: member)?.value ?? 0) }) == number {
+                    return .enumeration(EnumValue(typeName: name, members: names))
+                }
+            }
+        }
+        return .enumeration(EnumValue(typeName: name, members: [text]))
     }
 
     private func readComplex(_ r: inout JSONReader, _ name: String, _ context: inout Context) throws(PayloadError) -> Value {

@@ -1,0 +1,86 @@
+import Foundation
+public import ODataCore
+
+/// A local OData store: a SQLite/SQLCipher file whose tables follow a model.
+///
+/// Reads run on a reader pool and see the last committed state; writes run on one writer, each
+/// `write` call in one transaction.
+public final class Store: Sendable {
+    public let schema: StoreSchema
+    public var model: Model { schema.model }
+    let pool: DatabasePool
+
+    private init(schema: StoreSchema, pool: DatabasePool) {
+        self.schema = schema
+        self.pool = pool
+    }
+
+    /// Creates a new store at `path` for `model` (the file must not exist yet).
+    public static func create(path: String, model: Model, key: String? = nil, indexes: [String: [[String]]] = [:]) async throws -> Store {
+        guard !FileManager.default.fileExists(atPath: path) else {
+            throw StoreError(.conflict, "\(path) already exists")
+        }
+        let schema = try StoreSchema(model: model, indexes: indexes)
+        let pool = try DatabasePool(path: path, key: key)
+        let modelData = try JSONEncoder().encode(model)
+        let indexData = try JSONEncoder().encode(indexes)
+        let statements = schema.createStatements()
+        try await pool.write { db in
+            for statement in statements { try db.execute(statement) }
+            try db.execute("INSERT INTO store_meta (key, value) VALUES (?, ?)", [.text("model"), .blob(Array(modelData))])
+            try db.execute("INSERT INTO store_meta (key, value) VALUES (?, ?)", [.text("indexes"), .blob(Array(indexData))])
+            try db.execute("PRAGMA user_version = \(StoreSchema.version)")
+        }
+        return Store(schema: schema, pool: pool)
+    }
+
+    /// Opens an existing store; the key is checked here.
+    public static func open(path: String, key: String? = nil) async throws -> Store {
+        guard FileManager.default.fileExists(atPath: path) else { throw StoreError(.notFound, "No store at \(path)") }
+        let pool = try DatabasePool(path: path, key: key)
+        do {
+            let (version, modelBytes, indexBytes) = try await pool.read { db -> (Int64, [UInt8]?, [UInt8]?) in
+                guard case .integer(let version)? = try db.query("PRAGMA user_version").first?.first else { return (0, nil, nil) }
+                let hasMeta = try db.query("SELECT count(*) FROM sqlite_master WHERE name = 'store_meta'") == [[.integer(1)]]
+                guard hasMeta else { return (version, nil, nil) }
+                var model: [UInt8]?
+                var indexes: [UInt8]?
+                for row in try db.query("SELECT key, value FROM store_meta") {
+                    if case .text("model") = row[0], case .blob(let bytes) = row[1] { model = bytes }
+                    if case .text("indexes") = row[0], case .blob(let bytes) = row[1] { indexes = bytes }
+                }
+                return (version, model, indexes)
+            }
+            guard let modelBytes else { throw StoreError(.notAStore, "\(path) is a SQLite database but not an OData store") }
+            guard version == StoreSchema.version else {
+                throw StoreError(.schemaVersion, "\(path) has store schema version \(version); this release reads version \(StoreSchema.version)")
+            }
+            let model = try JSONDecoder().decode(Model.self, from: Data(modelBytes))
+            let indexes = try indexBytes.map { try JSONDecoder().decode([String: [[String]]].self, from: Data($0)) } ?? [:]
+            return Store(schema: try StoreSchema(model: model, indexes: indexes), pool: pool)
+        } catch {
+            pool.close()
+            throw error
+        }
+    }
+
+    /// Closes the store's connections.
+    public func close() { pool.close() }
+
+    /// Runs `body` in one write transaction: every change in it is applied, or none.
+    public func write<T: Sendable>(_ body: @escaping @Sendable (StoreWriter) throws -> T) async throws -> T {
+        let schema = self.schema
+        return try await pool.write { db in try body(StoreWriter(db: db, schema: schema)) }
+    }
+
+    /// Runs `body` on a consistent snapshot.
+    public func read<T: Sendable>(_ body: @escaping @Sendable (StoreReader) throws -> T) async throws -> T {
+        let schema = self.schema
+        return try await pool.read { db in try body(StoreReader(db: db, schema: schema)) }
+    }
+
+    /// Changes the key of the store file (`nil` is not allowed; export to remove a key).
+    public func rekey(to newKey: String) async throws {
+        try await pool.write { db in try db.rekey(to: newKey) }
+    }
+}

@@ -1,0 +1,355 @@
+public import ODataCore
+
+/// Writes entities inside one transaction of a ``Store``. Obtain one from `Store.write`.
+public struct StoreWriter {
+    let db: Connection
+    let schema: StoreSchema
+
+    func table(_ entitySet: String) throws(StoreError) -> StoreSchema.EntityTable {
+        guard let table = schema.table(forEntitySet: entitySet) else { throw StoreError(.unknownEntitySet, "No entity set \(entitySet)") }
+        return table
+    }
+
+    /// Bookkeeping written with an entity.
+    public struct Bookkeeping: Sendable {
+        public var isLocal = false
+        public var pending = false
+        public var localID: String?
+        public init(isLocal: Bool = false, pending: Bool = false, localID: String? = nil) {
+            self.isLocal = isLocal
+            self.pending = pending
+            self.localID = localID
+        }
+    }
+
+    // MARK: Insert
+
+    /// Inserts an entity (with its collections, dynamic properties and expanded navigation,
+    /// recursively: a deep insert) and returns its rowid.
+    @discardableResult
+    public func insert(_ entity: Entity, into entitySet: String, bookkeeping: Bookkeeping = Bookkeeping()) throws -> Int64 {
+        let table = try table(entitySet)
+        let q = StoreSchema.quote
+        let columns = ["_type", "_etag", "_editLink", "_localID", "_isLocal", "_pending"] + table.columns.map(\.name)
+        let sql = "INSERT INTO \(q(table.name)) (\(columns.map(q).joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
+        var values: [DatabaseValue] = [
+            entity.typeName.map { .text($0) } ?? .null, entity.control.etag.map { .text($0) } ?? .null,
+            entity.control.editLink.map { .text($0) } ?? .null, bookkeeping.localID.map { .text($0) } ?? .null,
+            .integer(bookkeeping.isLocal ? 1 : 0), .integer(bookkeeping.pending ? 1 : 0),
+        ]
+        values += try table.columns.map { column in try columnValue(column, in: entity, table: table) }
+        if let failure = Self.failure({ () throws(DatabaseError) in try db.execute(sql, values) }) {
+            guard failure.code == .constraint else { throw failure }
+            throw StoreError(.conflict, "\(entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
+        }
+        let rowid = db.lastInsertRowID
+        try writeChildren(entity, table: table, rowid: rowid)
+        try insertInline(entity, table: table, rowid: rowid, bookkeeping: bookkeeping)
+        return rowid
+    }
+
+    /// Inserts many entities with one prepared statement (for downloads).
+    public func bulkInsert(_ entities: [Entity], into entitySet: String) throws {
+        for entity in entities { try insert(entity, into: entitySet) }
+    }
+
+    /// Inserts the entity, or replaces the existing one with the same key (downloads: the
+    /// backend's copy wins). Returns the rowid, which stays stable on replace.
+    @discardableResult
+    public func upsert(_ entity: Entity, into entitySet: String) throws -> Int64 {
+        let table = try table(entitySet)
+        if let rowid = try rowid(of: entity, in: table) {
+            try replace(rowid: rowid, with: entity, table: table)
+            return rowid
+        }
+        return try insert(entity, into: entitySet)
+    }
+
+    // MARK: Update and delete
+
+    /// Updates the entity with `entity`'s key: merge (PATCH/MERGE: only the properties given)
+    /// or replace (PUT: properties not given become null).
+    public func update(_ entity: Entity, in entitySet: String, replace: Bool) throws {
+        let table = try table(entitySet)
+        guard let rowid = try rowid(of: entity, in: table) else {
+            throw StoreError(.notFound, "\(entitySet): no entity with the given key")
+        }
+        if replace {
+            try self.replace(rowid: rowid, with: entity, table: table)
+            return
+        }
+        let given = Set(entity.properties.map(\.name))
+        let columns = table.columns.filter { given.contains($0.path.first ?? "") && !table.keyColumns.contains($0.name) }
+        let q = StoreSchema.quote
+        var assignments = columns.map { "\(q($0.name)) = ?" }
+        var values = try columns.map { column in try columnValue(column, in: entity, table: table) }
+        if let etag = entity.control.etag {
+            assignments.append("_etag = ?")
+            values.append(.text(etag))
+        }
+        if !assignments.isEmpty {
+            try db.execute("UPDATE \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?", values + [.integer(rowid)])
+        }
+        for collection in table.collections where given.contains(collection.property) {
+            try db.execute("DELETE FROM \(q(collection.name)) WHERE owner = ?", [.integer(rowid)])
+        }
+        try writeChildren(entity, table: table, rowid: rowid, only: given)
+    }
+
+    private func replace(rowid: Int64, with entity: Entity, table: StoreSchema.EntityTable) throws {
+        let q = StoreSchema.quote
+        let columns = table.columns.filter { !table.keyColumns.contains($0.name) }
+        var assignments = columns.map { "\(q($0.name)) = ?" } + ["_etag = ?", "_type = ?"]
+        if entity.control.editLink != nil { assignments.append("_editLink = ?") }
+        var values = try columns.map { column in try columnValue(column, in: entity, table: table) }
+        values += [entity.control.etag.map { .text($0) } ?? .null, entity.typeName.map { .text($0) } ?? .null]
+        if let link = entity.control.editLink { values.append(.text(link)) }
+        let sql = "UPDATE \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?"
+        if let failure = Self.failure({ () throws(DatabaseError) in try db.execute(sql, values + [.integer(rowid)]) }) {
+            guard failure.code == .constraint else { throw failure }
+            throw StoreError(.conflict, "\(table.entitySet): a replace must give every required property (\(failure.message))")
+        }
+        for collection in table.collections { try db.execute("DELETE FROM \(q(collection.name)) WHERE owner = ?", [.integer(rowid)]) }
+        if let dynamic = table.dynamicTable { try db.execute("DELETE FROM \(q(dynamic)) WHERE owner = ?", [.integer(rowid)]) }
+        try writeChildren(entity, table: table, rowid: rowid)
+    }
+
+    /// Deletes the entity with the given key values, following `OnDelete` cascades; returns
+    /// whether it existed.
+    @discardableResult
+    public func delete(from entitySet: String, key: [String: PrimitiveValue]) throws -> Bool {
+        let table = try table(entitySet)
+        guard let rowid = try rowid(forKey: key, in: table) else { return false }
+        try delete(rowid: rowid, table: table, depth: 0)
+        return true
+    }
+
+    private func delete(rowid: Int64, table: StoreSchema.EntityTable, depth: Int) throws {
+        guard depth < 64 else { throw StoreError(.unsupported, "Cascading deletes deeper than 64 levels") }
+        for nav in table.navigation where nav.onDelete == .cascade {
+            guard let target = schema.table(forEntitySet: nav.targetEntitySet) else { continue }
+            for child in try relatedRowids(from: rowid, table: table, nav: nav) {
+                try delete(rowid: child, table: target, depth: depth + 1)
+            }
+        }
+        try db.execute("DELETE FROM \(StoreSchema.quote(table.name)) WHERE _rowid = ?", [.integer(rowid)])
+    }
+
+    // MARK: Links
+
+    /// Links two entities through a navigation property stored in a link table, or by setting
+    /// the foreign key of the dependent side.
+    public func link(_ entitySet: String, key: [String: PrimitiveValue], navigation: String, to targetKey: [String: PrimitiveValue]) throws {
+        let table = try table(entitySet)
+        guard let nav = table.navigation(navigation), let target = schema.table(forEntitySet: nav.targetEntitySet) else {
+            throw StoreError(.unknownProperty, "\(entitySet) has no stored navigation property \(navigation)")
+        }
+        guard let source = try rowid(forKey: key, in: table) else { throw StoreError(.notFound, "\(entitySet): no entity with the given key") }
+        guard let targetRow = try rowid(forKey: targetKey, in: target) else { throw StoreError(.notFound, "\(target.entitySet): no entity with the given key") }
+        try link(sourceRow: source, table: table, nav: nav, targetRow: targetRow, target: target)
+    }
+
+    func link(sourceRow: Int64, table: StoreSchema.EntityTable, nav: StoreSchema.Navigation, targetRow: Int64, target: StoreSchema.EntityTable) throws {
+        let q = StoreSchema.quote
+        switch nav.relation {
+        case .linkTable(let name):
+            // No UPSERT in SQLite 3.15: INSERT OR IGNORE keeps an existing link.
+            if !nav.isCollection { try db.execute("DELETE FROM \(q(name)) WHERE source = ?", [.integer(sourceRow)]) }
+            try db.execute("INSERT OR IGNORE INTO \(q(name)) (source, target) VALUES (?, ?)", [.integer(sourceRow), .integer(targetRow)])
+        case .foreignKey(let sourceColumns, let targetColumns):
+            if sourceColumns == table.keyColumns {
+                // The foreign key is on the target: point the target at the source.
+                let values = try db.query("SELECT \(sourceColumns.map(q).joined(separator: ", ")) FROM \(q(table.name)) WHERE _rowid = ?", [.integer(sourceRow)])
+                guard let row = values.first else { return }
+                try db.execute("UPDATE \(q(target.name)) SET \(targetColumns.map { "\(q($0)) = ?" }.joined(separator: ", ")) WHERE _rowid = ?", row + [.integer(targetRow)])
+            } else {
+                let values = try db.query("SELECT \(targetColumns.map(q).joined(separator: ", ")) FROM \(q(target.name)) WHERE _rowid = ?", [.integer(targetRow)])
+                guard let row = values.first else { return }
+                try db.execute("UPDATE \(q(table.name)) SET \(sourceColumns.map { "\(q($0)) = ?" }.joined(separator: ", ")) WHERE _rowid = ?", row + [.integer(sourceRow)])
+            }
+        }
+    }
+
+    /// Removes a link (for a foreign key, sets the dependent's columns to null).
+    public func unlink(_ entitySet: String, key: [String: PrimitiveValue], navigation: String, from targetKey: [String: PrimitiveValue]) throws {
+        let table = try table(entitySet)
+        guard let nav = table.navigation(navigation), let target = schema.table(forEntitySet: nav.targetEntitySet) else {
+            throw StoreError(.unknownProperty, "\(entitySet) has no stored navigation property \(navigation)")
+        }
+        guard let source = try rowid(forKey: key, in: table), let targetRow = try rowid(forKey: targetKey, in: target) else { return }
+        let q = StoreSchema.quote
+        switch nav.relation {
+        case .linkTable(let name):
+            try db.execute("DELETE FROM \(q(name)) WHERE source = ? AND target = ?", [.integer(source), .integer(targetRow)])
+        case .foreignKey(let sourceColumns, let targetColumns):
+            let (owner, row, columns) = sourceColumns == table.keyColumns ? (target, targetRow, targetColumns) : (table, source, sourceColumns)
+            try db.execute("UPDATE \(q(owner.name)) SET \(columns.map { "\(q($0)) = NULL" }.joined(separator: ", ")) WHERE _rowid = ?", [.integer(row)])
+        }
+    }
+
+    // MARK: Helpers
+
+    /// The error `body` throws, or nil.
+    static func failure(_ body: () throws(DatabaseError) -> Void) -> DatabaseError? {
+        do {
+            try body()
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    func relatedRowids(from rowid: Int64, table: StoreSchema.EntityTable, nav: StoreSchema.Navigation) throws -> [Int64] {
+        guard let target = schema.table(forEntitySet: nav.targetEntitySet) else { return [] }
+        let q = StoreSchema.quote
+        let rows: [[DatabaseValue]]
+        switch nav.relation {
+        case .linkTable(let name):
+            rows = try db.query("SELECT target FROM \(q(name)) WHERE source = ?", [.integer(rowid)])
+        case .foreignKey(let sourceColumns, let targetColumns):
+            let condition = zip(sourceColumns, targetColumns).map { "t.\(q($1)) = s.\(q($0))" }.joined(separator: " AND ")
+            rows = try db.query("SELECT t._rowid FROM \(q(target.name)) t JOIN \(q(table.name)) s ON \(condition) WHERE s._rowid = ?", [.integer(rowid)])
+        }
+        return rows.compactMap { if case .integer(let id) = $0.first { return id }; return nil }
+    }
+
+    func rowid(of entity: Entity, in table: StoreSchema.EntityTable) throws -> Int64? {
+        var key: [String: PrimitiveValue] = [:]
+        for name in table.keyColumns {
+            guard case .primitive(let value)? = entity[name] else { throw StoreError(.unknownProperty, "\(table.entitySet): the entity has no value for key property \(name)") }
+            key[name] = value
+        }
+        return try rowid(forKey: key, in: table)
+    }
+
+    func rowid(forKey key: [String: PrimitiveValue], in table: StoreSchema.EntityTable) throws -> Int64? {
+        let q = StoreSchema.quote
+        var values: [DatabaseValue] = []
+        for name in table.keyColumns {
+            guard let value = key[name], let column = table.column([name]) else {
+                throw StoreError(.unknownProperty, "\(table.entitySet): key property \(name) is missing")
+            }
+            values.append(try encode(.primitive(value), for: column))
+        }
+        let condition = table.keyColumns.map { "\(q($0)) = ?" }.joined(separator: " AND ")
+        let rows = try db.query("SELECT _rowid FROM \(q(table.name)) WHERE \(condition)", values)
+        if case .integer(let id)? = rows.first?.first { return id }
+        return nil
+    }
+
+    /// The stored value of one column for an entity.
+    func columnValue(_ column: StoreSchema.Column, in entity: Entity, table: StoreSchema.EntityTable) throws -> DatabaseValue {
+        var value: Value? = entity[column.path.first ?? ""]
+        for part in column.path.dropFirst() {
+            guard case .complex(let structured)? = value else {
+                value = nil
+                break
+            }
+            value = structured[part]
+        }
+        return try encode(value ?? .null, for: column)
+    }
+
+    func encode(_ value: Value, for column: StoreSchema.Column) throws -> DatabaseValue {
+        switch (column.kind, value) {
+        case (_, .null): return .null
+        case (.complexPresence, .complex): return .integer(1)
+        case (.complexPresence, _): return .null
+        case (.primitive(let type), _):
+            guard case .primitive(let converted)? = Literal.convert(value, to: type) else {
+                throw StoreError(.unsupported, "Property \(column.name): \(value) is not a \(type.rawValue)")
+            }
+            return ValueStorage.encode(converted)
+        case (.enumeration(let typeName), .enumeration(let e)):
+            return .integer(try enumNumber(e.members, typeName, column))
+        case (.enumeration(let typeName), .primitive(.string(let text))):
+            return .integer(try enumNumber(text.split(separator: ",").map(String.init), typeName, column))
+        case (.enumeration(let typeName), .primitive(let p)):
+            guard case .primitive(.int64(let number))? = Literal.convert(.primitive(p), to: .int64) else {
+                throw StoreError(.unsupported, "Property \(column.name): \(p) is not a member of \(typeName)")
+            }
+            return .integer(number)
+        default:
+            throw StoreError(.unsupported, "Property \(column.name): cannot store \(value)")
+        }
+    }
+
+    func enumNumber(_ members: [String], _ typeName: String, _ column: StoreSchema.Column) throws -> Int64 {
+        guard let type = schema.model.enumType(typeName) else { throw StoreError(.unknownProperty, "Unknown enum type \(typeName)") }
+        var result: Int64 = 0
+        for member in members {
+            let name = member.trimmingCharacters(in: .whitespaces)
+            if let found = type.member(named: name) {
+                result |= found.value
+            } else if let number = Int64(name) {
+                result |= number
+            } else {
+                throw StoreError(.unsupported, "Property \(column.name): \(name) is not a member of \(typeName)")
+            }
+            if !type.isFlags && members.count > 1 { throw StoreError(.unsupported, "Property \(column.name): \(typeName) is not a flags enum") }
+        }
+        return result
+    }
+
+    /// Collection rows and dynamic properties of an entity.
+    private func writeChildren(_ entity: Entity, table: StoreSchema.EntityTable, rowid: Int64, only: Set<String>? = nil) throws {
+        let q = StoreSchema.quote
+        for collection in table.collections where only?.contains(collection.property) ?? true {
+            guard case .collection(let items)? = entity[collection.property] else { continue }
+            let columns = ["owner", "ordinal"] + collection.columns.map(\.name)
+            let sql = "INSERT INTO \(q(collection.name)) (\(columns.map(q).joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
+            for (ordinal, item) in items.enumerated() {
+                var values: [DatabaseValue] = [.integer(rowid), .integer(Int64(ordinal))]
+                for column in collection.columns {
+                    if column.path.isEmpty {
+                        values.append(try encode(item, for: column))
+                    } else {
+                        var value: Value? = item
+                        for part in column.path {
+                            guard case .complex(let structured)? = value else {
+                                value = nil
+                                break
+                            }
+                            value = structured[part]
+                        }
+                        values.append(try encode(value ?? .null, for: column))
+                    }
+                }
+                try db.execute(sql, values)
+            }
+        }
+        if let dynamic = table.dynamicTable {
+            let declared = Set(schema.model.allProperties(ofStructuredType: table.entityType).map(\.name))
+            for property in entity.properties where !declared.contains(property.name) && !table.columns.contains(where: { $0.path.first == property.name }) {
+                guard only?.contains(property.name) ?? true else { continue }
+                guard case .primitive(let p) = property.value else {
+                    if property.value == .null { continue }
+                    throw StoreError(.unsupported, "Dynamic property \(property.name): only primitive dynamic properties are stored")
+                }
+                try db.execute("INSERT OR REPLACE INTO \(q(dynamic)) (owner, name, type, value) VALUES (?, ?, ?, ?)",
+                               [.integer(rowid), .text(property.name), .text(p.type.rawValue), ValueStorage.encode(p)])
+            }
+        }
+    }
+
+    /// Expanded navigation values in the payload are inserted and linked (deep insert).
+    private func insertInline(_ entity: Entity, table: StoreSchema.EntityTable, rowid parentRow: Int64, bookkeeping: Bookkeeping) throws {
+        for value in entity.navigation {
+            guard let inline = value.inline, let nav = table.navigation(value.name), let target = schema.table(forEntitySet: nav.targetEntitySet) else { continue }
+            let children: [Entity]
+            switch inline {
+            case .entity(let child): children = child.map { [$0] } ?? []
+            case .collection(let collection): children = collection.entities
+            }
+            for child in children {
+                var childRow = try rowid(of: child, in: target)
+                if childRow == nil {
+                    var nested = bookkeeping
+                    nested.localID = nil
+                    childRow = try insert(child, into: target.entitySet, bookkeeping: nested)
+                }
+                if let childRow { try link(sourceRow: parentRow, table: table, nav: nav, targetRow: childRow, target: target) }
+            }
+        }
+    }
+}
