@@ -127,7 +127,7 @@ import ODataCore
         nav.inline = .collection(items)
         order.navigation = [nav]
         let deep = order
-        try await store.write { writer in try writer.insert(deep, into: "Orders") }   // deep insert
+        _ = try await store.write { writer in try writer.insert(deep, into: "Orders") }   // deep insert
         let linked = try await store.read { try $0.db.query("SELECT count(*) FROM \"es_Items\" WHERE \"OrderID\" = 1") }
         #expect(linked == [[.integer(3)]], "deep insert sets the foreign keys")
         try await store.write { writer in _ = try writer.delete(from: "Orders", key: ["ID": .int32(1)]) }
