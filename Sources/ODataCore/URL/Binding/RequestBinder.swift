@@ -23,6 +23,16 @@ public struct BoundRequest: Sendable, Hashable {
         public var filter: BoundExpression?
         public var orderBy: [BoundOrderBy]
         public var expand: [BoundExpand]
+
+        /// Creates a value from its parts.
+        public init(item: ExpandItem, targetType: String?, isCollection: Bool, filter: BoundExpression?, orderBy: [BoundOrderBy], expand: [BoundExpand]) {
+            self.item = item
+            self.targetType = targetType
+            self.isCollection = isCollection
+            self.filter = filter
+            self.orderBy = orderBy
+            self.expand = expand
+        }
     }
 }
 
@@ -36,7 +46,12 @@ public struct RequestBinder: Sendable {
     /// Resolves the path and binds every query option that refers to the model.
     public func bind(_ url: ParsedURL, input: String) throws(BindingError) -> BoundRequest {
         let resolution = try PathResolver(lookup: model).resolve(url.path, input: input)
-        let elementType = resolution.shape.typeName.flatMap { name -> String? in
+        // Options of `/$count` and `/$ref` apply to the collection before them.
+        var optionsShape = resolution.shape
+        if let last = url.path.segments.last, last.kind == .count || last.kind == .ref, url.path.segments.count > 1 {
+            optionsShape = try PathResolver(lookup: model).resolve(ResourcePath(segments: Array(url.path.segments.dropLast())), input: input).shape
+        }
+        let elementType = optionsShape.typeName.flatMap { name -> String? in
             model.entityType(name) != nil || model.complexType(name) != nil ? name : nil
         }
         var request = BoundRequest(path: resolution, elementType: elementType, filter: nil, orderBy: [], compute: [], expand: [])

@@ -1,0 +1,273 @@
+public import ODataCore
+
+/// The answer to a read request.
+public enum QueryResult: Sendable, Hashable {
+    /// A collection of entities, with count and next link.
+    case collection(EntityCollection)
+    /// One entity (nil: not found, or outside the store's scope).
+    case entity(Entity?)
+    /// A property value or a collection of values.
+    case value(Value)
+    /// A `/$count` result.
+    case count(Int64)
+    /// Entity references for `$ref`.
+    case references([String])
+}
+
+extension Store {
+    /// Answers a read request (a URL relative to the service root) from the store.
+    ///
+    /// `pageSize` limits how many entities one response carries; a longer result returns a
+    /// next link with `$skiptoken` that resumes where this page stopped.
+    public func query(_ url: String, pageSize: Int? = nil) async throws -> QueryResult {
+        let schema = self.schema
+        let version: ODataVersion = schema.model.version.isLegacy ? schema.model.version : .v401
+        let parsed = try URLParser(version: version).parse(url)
+        let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
+        return try await read { reader in
+            var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+            return try executor.run(pageSize: pageSize)
+        }
+    }
+}
+
+/// Runs one bound request against a snapshot.
+struct QueryExecutor {
+    let reader: StoreReader
+    let schema: StoreSchema
+    let parsed: ParsedURL
+    let bound: BoundRequest
+    let url: String
+    var compiler: ExpressionCompiler
+    /// SQL statements run, for tests that check there is no N+1.
+    static let traceKey = "ODATASTORE_TRACE_SQL"
+
+    init(reader: StoreReader, schema: StoreSchema, parsed: ParsedURL, bound: BoundRequest, url: String) {
+        self.reader = reader
+        self.schema = schema
+        self.parsed = parsed
+        self.bound = bound
+        self.url = url
+        self.compiler = ExpressionCompiler(schema: schema, aliases: parsed.query.aliases)
+    }
+
+    /// The rows a path addresses: a table and a condition on its alias `t0`.
+    struct Source {
+        var table: StoreSchema.EntityTable
+        var condition: SQLFragment
+        var single: Bool
+    }
+
+    func fail(_ feature: String) -> StoreError { ExpressionCompiler.unsupported(feature) }
+
+    // MARK: Path
+
+    mutating func source() throws -> (Source, ArraySlice<PathSegment>) {
+        var segments = bound.path.path.segments[...]
+        guard let first = segments.first, case .entitySet(let name) = first.kind else {
+            throw fail("requests that do not start at an entity set")
+        }
+        guard let table = schema.table(forEntitySet: name) else { throw StoreError(.unknownEntitySet, "No entity set \(name) in the store") }
+        segments = segments.dropFirst()
+        var source = Source(table: table, condition: SQLFragment("1"), single: false)
+        var hops = 0
+        while let segment = segments.first {
+            switch segment.kind {
+            case .key(let parts):
+                source.condition = "(" + source.condition + " AND " + (try keyCondition(parts, source.table, alias: "t0")) + ")"
+                source.single = true
+            case .keySegment(let text):
+                guard source.table.keyColumns.count == 1, let column = source.table.column([source.table.keyColumns[0]]) else { throw fail("key segments for compound keys") }
+                guard case .primitive(let type) = column.kind, let value = try? Literal.parse(text, as: type) else { throw StoreError(.notFound, "'\(text)' is not a key of \(source.table.entitySet)") }
+                source.condition = "(" + source.condition + " AND t0.\(StoreSchema.quote(column.name)) = ?" + ")"
+                source.condition.arguments.append(try compiler.encode(value, for: .primitive(type)))
+                source.single = true
+            case .navigation(let navName):
+                guard let nav = source.table.navigation(navName), let target = schema.table(forEntitySet: nav.targetEntitySet) else {
+                    throw fail("navigation \(navName), which has no target entity set in the store")
+                }
+                // Rows of the target reachable from the current rows; each hop gets its own alias.
+                hops += 1
+                let hop = "n\(hops)"
+                let previous = source.condition.sql.replacingOccurrences(of: "t0.", with: "\(hop).")
+                let joinCondition = compiler.join(nav, from: hop, to: "t0")
+                source = Source(table: target, condition: SQLFragment("EXISTS (SELECT 1 FROM \(StoreSchema.quote(source.table.name)) \(hop) WHERE (\(previous)) AND \(joinCondition))",
+                                                                     source.condition.arguments),
+                                single: !nav.isCollection)
+            case .typeCast(let typeName):
+                let derived = schema.model.schemas.flatMap(\.entityTypes).filter { schema.model.isType($0.qualifiedName, derivedFrom: typeName) }.map(\.qualifiedName)
+                let placeholders = Array(repeating: "?", count: derived.count).joined(separator: ", ")
+                source.condition = "(" + source.condition + SQLFragment(" AND COALESCE(t0._type, ?) IN (\(placeholders)))", [.text(source.table.entityType)] + derived.map { .text($0) })
+            default:
+                return (source, segments)
+            }
+            segments = segments.dropFirst()
+        }
+        return (source, segments)
+    }
+
+    mutating func keyCondition(_ parts: [KeyValue], _ table: StoreSchema.EntityTable, alias: String) throws -> SQLFragment {
+        var conditions: [SQLFragment] = []
+        for part in parts {
+            guard let name = part.name ?? (table.keyColumns.count == 1 ? table.keyColumns[0] : nil), let column = table.column([name]) else {
+                throw StoreError(.notFound, "The key does not match \(table.entitySet)'s key \(table.keyColumns.joined(separator: ","))")
+            }
+            let value: Value
+            switch part.value.node {
+            case .literal(let literal): value = literal
+            case .alias(let aliasName):
+                guard let expression = parsed.query.aliases[aliasName], case .literal(let literal) = expression.node else { throw fail("this key alias") }
+                value = literal
+            default: throw fail("this key value")
+            }
+            conditions.append(SQLFragment("\(alias).\(StoreSchema.quote(column.name)) = ?", [try compiler.encode(value, for: compiler.storageOf(column))]))
+        }
+        return SQLFragment.joined(conditions, " AND ")
+    }
+
+    // MARK: Run
+
+    mutating func run(pageSize: Int?) throws -> QueryResult {
+        let (source, rest) = try source()
+        let q = StoreSchema.quote
+        var conditions = [source.condition]
+        if let filter = bound.filter {
+            let scope = ExpressionCompiler.Scope(table: source.table, alias: "t0", rootTable: source.table, rootAlias: "t0")
+            conditions.append(try compiler.predicate(filter, scope))
+        }
+        if let search = parsed.query.search {
+            conditions.append(try searchCondition(search, source.table))
+        }
+        let whereClause = SQLFragment.joined(conditions, " AND ")
+        let fromClause = "\(q(source.table.name)) t0"
+
+        // Paths that end beyond the entities.
+        if let last = rest.first {
+            switch last.kind {
+            case .count:
+                let rows = try reader.db.query("SELECT count(*) FROM \(fromClause) WHERE " + whereClause.sql, whereClause.arguments)
+                if case .integer(let n)? = rows.first?.first { return .count(n) }
+                return .count(0)
+            case .ref:
+                let rows = try rowids(fromClause, whereClause, order: try orderBy(source.table), limit: nil, offset: nil)
+                return .references(try references(source.table, rows))
+            case .property(let name):
+                return try propertyValue(source, Array(rest), name: name, whereClause: whereClause)
+            default:
+                throw fail("the path segment \(last.kind)")
+            }
+        }
+
+        if source.single {
+            let rows = try rowids(fromClause, whereClause, order: [], limit: 1, offset: nil)
+            guard let entity = try load(source.table, rows, options: parsed.query, boundExpand: bound.expand).first else { return .entity(nil) }
+            return .entity(entity)
+        }
+
+        var collection = EntityCollection()
+        if parsed.query.count == true || parsed.query.inlineCount == .allPages {
+            let rows = try reader.db.query("SELECT count(*) FROM \(fromClause) WHERE " + whereClause.sql, whereClause.arguments)
+            if case .integer(let n)? = rows.first?.first { collection.count = n }
+        }
+        let skipToken = parsed.query.skipToken.flatMap { Int($0) } ?? 0
+        let skip = (parsed.query.skip ?? 0) + skipToken
+        var limit = parsed.query.top.map { max(0, $0 - skipToken) }
+        var paged = false
+        if let pageSize, pageSize > 0, limit.map({ $0 > pageSize }) ?? true {
+            limit = pageSize + 1
+            paged = true
+        }
+        var rows = try rowids(fromClause, whereClause, order: try orderBy(source.table), limit: limit, offset: skip)
+        if paged && rows.count > (pageSize ?? 0) {
+            rows.removeLast()
+            collection.nextLink = nextLink(skipToken: skipToken + rows.count)
+        }
+        collection.entities = try load(source.table, rows, options: parsed.query, boundExpand: bound.expand)
+        return .collection(collection)
+    }
+
+    /// The next-page URL: the same request with `$skiptoken` set to the rows already returned.
+    func nextLink(skipToken: Int) -> String {
+        var base = url
+        var query = ""
+        if let question = url.firstIndex(of: "?") {
+            base = String(url[..<question])
+            query = String(url[url.index(after: question)...])
+        }
+        let kept = query.split(separator: "&").filter { !$0.lowercased().hasPrefix("$skiptoken=") && !$0.lowercased().hasPrefix("%24skiptoken=") }
+        return base + "?" + (kept.map(String.init) + ["$skiptoken=\(skipToken)"]).joined(separator: "&")
+    }
+
+    func rowids(_ from: String, _ whereClause: SQLFragment, order: [SQLFragment], limit: Int?, offset: Int?) throws -> [Int64] {
+        var sql = SQLFragment("SELECT t0._rowid FROM \(from) WHERE ") + whereClause
+        if !order.isEmpty { sql = sql + " ORDER BY " + SQLFragment.joined(order, ", ") }
+        if let limit { sql = sql + SQLFragment(" LIMIT ?", [.integer(Int64(limit))]) }
+        if let offset, offset > 0 {
+            if limit == nil { sql = sql + " LIMIT -1" }
+            sql = sql + SQLFragment(" OFFSET ?", [.integer(Int64(offset))])
+        }
+        return try reader.db.query(sql.sql, sql.arguments).compactMap { if case .integer(let id) = $0.first { return id }; return nil }
+    }
+
+    /// `$orderby`, then the key for a stable order. Nulls sort first ascending, last
+    /// descending, which is SQLite's order too.
+    mutating func orderBy(_ table: StoreSchema.EntityTable) throws -> [SQLFragment] {
+        var parts: [SQLFragment] = []
+        let scope = ExpressionCompiler.Scope(table: table, alias: "t0", rootTable: table, rootAlias: "t0")
+        for item in bound.orderBy {
+            let operand = try compiler.compile(item.expression, scope)
+            let sql = try compiler.comparable(operand, operand.storage)
+            parts.append(sql + (item.descending ? " DESC" : " ASC"))
+        }
+        parts += table.keyColumns.map { SQLFragment("t0.\(StoreSchema.quote($0)) ASC") }
+        return parts
+    }
+
+    /// `$search`: terms and phrases matched case-insensitively in any string property.
+    func searchCondition(_ search: SearchExpression, _ table: StoreSchema.EntityTable) throws -> SQLFragment {
+        let columns = table.columns.filter { $0.kind == .primitive(.string) }
+        guard !columns.isEmpty else { return SQLFragment("0") }
+        func term(_ text: String) -> SQLFragment {
+            let parts = columns.map { SQLFragment("instr(lower(t0.\(StoreSchema.quote($0.name))), lower(?)) > 0", [.text(text)]) }
+            return "(" + SQLFragment.joined(parts, " OR ") + ")"
+        }
+        switch search {
+        case .term(let text), .phrase(let text): return term(text)
+        case .not(let inner): return "(NOT " + (try searchCondition(inner, table)) + ")"
+        case .and(let a, let b): return .binary(try searchCondition(a, table), "AND", try searchCondition(b, table))
+        case .or(let a, let b): return .binary(try searchCondition(a, table), "OR", try searchCondition(b, table))
+        }
+    }
+
+    func references(_ table: StoreSchema.EntityTable, _ rows: [Int64]) throws -> [String] {
+        try reader.entities(table, rowids: rows).map { _, entity in
+            let key = table.keyColumns.compactMap { name -> String? in
+                guard case .primitive(let value)? = entity[name] else { return nil }
+                let literal = Literal.format(.primitive(value))
+                return table.keyColumns.count == 1 ? literal : "\(name)=\(literal)"
+            }.joined(separator: ",")
+            return "\(table.entitySet)(\(key))"
+        }
+    }
+
+    mutating func propertyValue(_ source: Source, _ rest: [PathSegment], name: String, whereClause: SQLFragment) throws -> QueryResult {
+        let rows = try rowids("\(StoreSchema.quote(source.table.name)) t0", whereClause, order: [], limit: 1, offset: nil)
+        guard let entity = try reader.entities(source.table, rowids: rows).first?.1 else { return .entity(nil) }
+        var value = entity[name] ?? .null
+        for segment in rest.dropFirst() {
+            switch segment.kind {
+            case .property(let sub):
+                guard case .complex(let structured) = value else { return .value(.null) }
+                value = structured[sub] ?? .null
+            case .value:
+                continue
+            case .count:
+                guard case .collection(let items) = value else { throw fail("$count on a non-collection property") }
+                return .count(Int64(items.count))
+            default:
+                throw fail("the path segment \(segment.kind) after a property")
+            }
+        }
+        return .value(value)
+    }
+}
