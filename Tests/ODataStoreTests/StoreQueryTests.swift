@@ -273,3 +273,56 @@ enum Catalogue {
         }
     }
 }
+
+@Suite struct StoreSQLTests {
+    @Test func expandRunsOneQueryPerLevelNotPerParent() async throws {
+        let dir = TemporaryDirectory()
+        let store = try await Catalogue.store(dir)
+        defer { store.close() }
+        let (_, few) = try await store.queryTracingSQL("Categories?$filter=ID eq 1&$expand=Products($expand=Related)")
+        let (_, all) = try await store.queryTracingSQL("Categories?$expand=Products($expand=Related)")
+        // The same number of statements whether one parent or three.
+        #expect(few.count == all.count, "\(few) vs \(all)")
+        let expandQueries = all.filter { $0.contains("JOIN") }
+        #expect(expandQueries.count == 2, "one join per expand level: \(expandQueries)")
+    }
+
+    @Test func valuesAreBoundNeverSpliced() async throws {
+        let dir = TemporaryDirectory()
+        let store = try await Catalogue.store(dir)
+        defer { store.close() }
+        let (result, sql) = try await store.queryTracingSQL("Products?$filter=Name eq 'x'' OR 1=1 --' or contains(Name,'drop table')&$search=secretword")
+        #expect(StoreQueryTests.ids(result).isEmpty)
+        #expect(!sql.joined().contains("secretword"))
+        #expect(!sql.joined().contains("drop table"))
+        #expect(!sql.joined().contains("1=1"))
+        // String comparisons use instr/substr, not LIKE (which ignores case).
+        let (_, contains) = try await store.queryTracingSQL("Products?$filter=contains(Name,'a') and startswith(Name,'H')")
+        #expect(!contains.joined().uppercased().contains(" LIKE "))
+        #expect(contains.joined().contains("instr("))
+    }
+}
+
+@Suite struct TripPinQueryTests {
+    @Test func realModelAndData() async throws {
+        let dir = TemporaryDirectory()
+        let (store, people) = try await StoreWriteTests.tripPin(dir, key: "k")
+        defer { store.close() }
+        #expect(try await store.query("People/$count") == .count(Int64(people.count)))
+        guard case .collection(let females) = try await store.query("People?$filter=Gender eq Microsoft.OData.SampleService.Models.TripPin.PersonGender'Female'&$orderby=LastName&$select=UserName,LastName") else { return }
+        #expect(!females.entities.isEmpty)
+        let lastNames = females.entities.compactMap { entity -> String? in if case .primitive(.string(let s))? = entity["LastName"] { return s }; return nil }
+        #expect(lastNames == lastNames.sorted())
+        guard case .collection(let inSF) = try await store.query("People?$filter=AddressInfo/any(a:a/City/Name eq 'Boise')") else { return }
+        #expect(!inSF.entities.isEmpty)
+        for person in inSF.entities {
+            guard case .collection(let addresses)? = person["AddressInfo"] else { continue }
+            #expect(addresses.contains { value in
+                if case .complex(let address) = value, case .complex(let city)? = address["City"] { return city["Name"] == .primitive(.string("Boise")) }
+                return false
+            })
+        }
+        guard case .collection(let emails) = try await store.query("People?$filter=Emails/any(e:endswith(e,'@contoso.com'))&$top=3") else { return }
+        #expect(emails.entities.count <= 3 && !emails.entities.isEmpty)
+    }
+}

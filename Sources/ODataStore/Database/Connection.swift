@@ -32,6 +32,8 @@ public final class Connection {
     let handle: OpaquePointer
     public let path: String
     private var statements: [String: Statement] = [:]
+    /// When set, every statement's SQL is appended here (for tests that count queries).
+    var statementLog: [String]?
     private var isOpen = true
     private var savepointDepth = 0
 
@@ -155,6 +157,7 @@ public final class Connection {
     /// A prepared statement from the cache (prepared on first use).
     public func statement(_ sql: String) throws(DatabaseError) -> Statement {
         guard isOpen else { throw DatabaseError(.closed, message: "The connection is closed", sql: sql) }
+        statementLog?.append(sql)
         if let cached = statements[sql] {
             cached.reset()
             return cached

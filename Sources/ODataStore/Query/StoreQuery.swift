@@ -31,6 +31,23 @@ extension Store {
     }
 }
 
+extension Store {
+    /// Like `query`, also returning the SQL statements it ran (for tests).
+    func queryTracingSQL(_ url: String, pageSize: Int? = nil) async throws -> (QueryResult, [String]) {
+        let schema = self.schema
+        let version: ODataVersion = schema.model.version.isLegacy ? schema.model.version : .v401
+        let parsed = try URLParser(version: version).parse(url)
+        let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
+        return try await read { reader in
+            reader.db.statementLog = []
+            defer { reader.db.statementLog = nil }
+            var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+            let result = try executor.run(pageSize: pageSize)
+            return (result, reader.db.statementLog ?? [])
+        }
+    }
+}
+
 /// Runs one bound request against a snapshot.
 struct QueryExecutor {
     let reader: StoreReader
