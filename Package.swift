@@ -36,6 +36,7 @@ let package = Package(
             name: "oodata",
             dependencies: [
                 "ODataCore",
+                "ODataStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

@@ -107,4 +107,30 @@ import Testing
         #expect(bad.status == 1)
         #expect(bad.err.contains("boundary"))
     }
+
+    @Test func storeCommandsCreateImportQueryAndRekey() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-store-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let store = dir.appendingPathComponent("trippin.sqlite").path
+        let folder = "payloads/v4-json/olingo4-trippin-data/"
+        #expect(try run(["store", "init", "--metadata", Conformance.url(folder + "trippin.xml").path, "--store", store, "--key", "k1"]).status == 0)
+        let imported = try run(["store", "import", "--store", store, "--key", "k1", "--entity-set", "People", Conformance.url(folder + "people.json").path])
+        #expect(imported.status == 0, "\(imported.err)")
+        #expect(imported.out.contains("imported 20"))
+        let query = try run(["store", "query", "--store", store, "--key", "k1", "People?$filter=FirstName eq 'Russell'&$select=UserName"])
+        #expect(query.status == 0, "\(query.err)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(query.out.utf8)) as? [String: Any])
+        #expect((json["value"] as? [[String: Any]])?.first?["UserName"] as? String == "russellwhyte")
+        #expect(json["@odata.context"] as? String == "$metadata#People")
+        let wrong = try run(["store", "query", "--store", store, "--key", "nope", "People"])
+        #expect(wrong.status == 1)
+        #expect(wrong.err.contains("invalidEncryptionKey"))
+        #expect(try run(["store", "rekey", "--store", store, "--key", "k1", "--new-key", "k2"]).status == 0)
+        let count = try run(["store", "query", "--store", store, "--key", "k2", "People/$count"])
+        #expect(count.out.trimmingCharacters(in: .whitespacesAndNewlines) == "20")
+        let unsupported = try run(["store", "query", "--store", store, "--key", "k2", "People?$filter=matchesPattern(FirstName,'^R')"])
+        #expect(unsupported.status == 1)
+        #expect(unsupported.err.contains("matchespattern"))
+    }
 }

@@ -88,7 +88,8 @@ public struct StoreReader {
 
     func entity(from row: [DatabaseValue], table: StoreSchema.EntityTable) throws -> Entity {
         var entity = Entity()
-        if case .text(let type) = row[1] { entity.typeName = type } else { entity.typeName = table.entityType }
+        // Only a derived type is named; the set's own type is implied.
+        if case .text(let type) = row[1], type != table.entityType { entity.typeName = type }
         if case .text(let etag) = row[2] { entity.control.etag = etag }
         if case .text(let link) = row[3] { entity.control.editLink = link }
         let values = Array(row[4...])
