@@ -28,6 +28,10 @@ let package = Package(
             plugins: [.plugin(name: "BenchmarkPlugin", package: "package-benchmark")]
         ),
         .executableTarget(
+            name: "StoreRatio",
+            dependencies: ["PayloadFixtures", .product(name: "ODataCore", package: parent), .product(name: "ODataStore", package: parent)]
+        ),
+        .executableTarget(
             name: "PayloadRatio",
             dependencies: ["PayloadFixtures", .product(name: "ODataCore", package: parent)]
         ),

@@ -310,7 +310,17 @@ public final class Statement {
         case .integer(let v): status = sqlite3_bind_int64(handle, position, v)
         case .real(let v): status = sqlite3_bind_double(handle, position, v)
         case .text(let s):
-            // With the byte count, so text with NUL characters survives.
+            // With the byte count, so text with NUL characters survives; native strings are
+            // bound from their own storage without a copy.
+            if let bound = s.utf8.withContiguousStorageIfAvailable({ buffer -> Int32 in
+                buffer.withMemoryRebound(to: CChar.self) { chars in
+                    chars.isEmpty ? sqlite3_bind_text(handle, position, "", 0, csqlcipher_transient())
+                        : sqlite3_bind_text(handle, position, chars.baseAddress, Int32(chars.count), csqlcipher_transient())
+                }
+            }) {
+                status = bound
+                break
+            }
             let bytes = Array(s.utf8)
             status = bytes.withUnsafeBufferPointer { buffer in
                 buffer.withMemoryRebound(to: CChar.self) { chars in

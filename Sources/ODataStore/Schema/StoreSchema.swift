@@ -82,6 +82,12 @@ public struct StoreSchema: Sendable {
         public var navigation: [Navigation]
         public var isOpen: Bool
 
+        /// The INSERT statement for a row: bookkeeping columns, then `columns` in order.
+        public var insertSQL: String {
+            let names = StoreWriter.insertBookkeeping + columns.map(\.name)
+            return "INSERT INTO \(StoreSchema.quote(name)) (\(names.map(StoreSchema.quote).joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))"
+        }
+
         /// The table of dynamic properties, for open types.
         public var dynamicTable: String? { isOpen ? name + "/$dynamic" : nil }
 
@@ -206,7 +212,8 @@ public struct StoreSchema: Sendable {
 
     /// `"name"` with quotes doubled.
     public static func quote(_ identifier: String) -> String {
-        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        guard identifier.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + identifier + "\"" }
+        return "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
     }
 
     /// The statements that create the schema.

@@ -4,6 +4,23 @@ public import ODataCore
 public struct StoreWriter {
     let db: Connection
     let schema: StoreSchema
+    /// INSERT statements per table, built once per write transaction.
+    private let insertStatements = InsertStatementCache()
+
+    /// Bookkeeping columns an INSERT sets, before the property columns.
+    static let insertBookkeeping = ["_type", "_etag", "_editLink", "_localID", "_isLocal", "_pending"]
+
+    init(db: Connection, schema: StoreSchema) {
+        self.db = db
+        self.schema = schema
+    }
+
+    func insertSQL(_ table: StoreSchema.EntityTable) -> String {
+        if let cached = insertStatements.sql[table.name] { return cached }
+        let sql = table.insertSQL
+        insertStatements.sql[table.name] = sql
+        return sql
+    }
 
     func table(_ entitySet: String) throws(StoreError) -> StoreSchema.EntityTable {
         guard let table = schema.table(forEntitySet: entitySet) else { throw StoreError(.unknownEntitySet, "No entity set \(entitySet)") }
@@ -29,10 +46,10 @@ public struct StoreWriter {
     @discardableResult
     public func insert(_ entity: Entity, into entitySet: String, bookkeeping: Bookkeeping = Bookkeeping()) throws -> Int64 {
         let table = try table(entitySet)
-        let q = StoreSchema.quote
-        let columns = ["_type", "_etag", "_editLink", "_localID", "_isLocal", "_pending"] + table.columns.map(\.name)
-        let sql = "INSERT INTO \(q(table.name)) (\(columns.map(q).joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
-        var values: [DatabaseValue] = [
+        let sql = insertSQL(table)
+        var values: [DatabaseValue] = []
+        values.reserveCapacity(Self.insertBookkeeping.count + table.columns.count)
+        values += [
             entity.typeName.map { .text($0) } ?? .null, entity.control.etag.map { .text($0) } ?? .null,
             entity.control.editLink.map { .text($0) } ?? .null, bookkeeping.localID.map { .text($0) } ?? .null,
             .integer(bookkeeping.isLocal ? 1 : 0), .integer(bookkeeping.pending ? 1 : 0),
@@ -188,6 +205,11 @@ public struct StoreWriter {
     }
 
     // MARK: Helpers
+
+    /// Per-transaction cache of generated SQL; only used on the writer's queue.
+    final class InsertStatementCache {
+        var sql: [String: String] = [:]
+    }
 
     /// The error `body` throws, or nil.
     static func failure(_ body: () throws(DatabaseError) -> Void) -> DatabaseError? {
