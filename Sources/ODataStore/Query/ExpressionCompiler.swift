@@ -168,19 +168,7 @@ struct ExpressionCompiler {
     }
 
     func enumNumber(_ members: [String], _ typeName: String) throws -> Int64 {
-        guard let type = schema.model.enumType(typeName) else { throw StoreError(.unknownProperty, "Unknown enum type \(typeName)") }
-        var result: Int64 = 0
-        for member in members {
-            let name = member.trimmingCharacters(in: .whitespaces)
-            if let found = type.member(named: name) {
-                result |= found.value
-            } else if let number = Int64(name) {
-                result |= number
-            } else {
-                throw StoreError(.unknownProperty, "\(name) is not a member of \(typeName)")
-            }
-        }
-        return result
+        try schema.model.enumNumber(members, typeName)
     }
 
     private func negate(_ value: Value) throws -> Value {

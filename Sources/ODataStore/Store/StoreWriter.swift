@@ -297,20 +297,11 @@ public struct StoreWriter {
     }
 
     func enumNumber(_ members: [String], _ typeName: String, _ column: StoreSchema.Column) throws -> Int64 {
-        guard let type = schema.model.enumType(typeName) else { throw StoreError(.unknownProperty, "Unknown enum type \(typeName)") }
-        var result: Int64 = 0
-        for member in members {
-            let name = member.trimmingCharacters(in: .whitespaces)
-            if let found = type.member(named: name) {
-                result |= found.value
-            } else if let number = Int64(name) {
-                result |= number
-            } else {
-                throw StoreError(.unsupported, "Property \(column.name): \(name) is not a member of \(typeName)")
-            }
-            if !type.isFlags && members.count > 1 { throw StoreError(.unsupported, "Property \(column.name): \(typeName) is not a flags enum") }
+        do {
+            return try schema.model.enumNumber(members, typeName)
+        } catch {
+            throw StoreError(error.code, "Property \(column.name): \(error.message)")
         }
-        return result
     }
 
     /// Collection rows and dynamic properties of an entity.
