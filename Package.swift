@@ -12,10 +12,14 @@ let package = Package(
     products: [
         .library(name: "ODataCore", targets: ["ODataCore"]),
         .library(name: "ODataStore", targets: ["ODataStore"]),
+        .library(name: "ODataServer", targets: ["ODataServer"]),
         .executable(name: "oodata", targets: ["oodata"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         .target(
@@ -32,12 +36,25 @@ let package = Package(
             dependencies: ["ODataCore", "CSQLCipher"],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "ODataServer",
+            dependencies: [
+                "ODataCore",
+                "ODataStore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "oodata",
             dependencies: [
                 "ODataCore",
                 "ODataStore",
+                "ODataServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -49,6 +66,14 @@ let package = Package(
         .testTarget(
             name: "ODataStoreTests",
             dependencies: ["ODataStore", "ODataCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ODataServerTests",
+            dependencies: [
+                "ODataServer", "ODataStore", "ODataCore",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
             swiftSettings: swiftSettings
         ),
     ],

@@ -19,9 +19,9 @@ extension Store {
     ///
     /// `pageSize` limits how many entities one response carries; a longer result returns a
     /// next link with `$skiptoken` that resumes where this page stopped.
-    public func query(_ url: String, pageSize: Int? = nil) async throws -> QueryResult {
+    public func query(_ url: String, version requested: ODataVersion? = nil, pageSize: Int? = nil) async throws -> QueryResult {
         let schema = self.schema
-        let version: ODataVersion = schema.model.version.isLegacy ? schema.model.version : .v401
+        let version: ODataVersion = requested.map { $0 == .v4 ? .v401 : $0 } ?? (schema.model.version.isLegacy ? schema.model.version : .v401)
         let parsed = try URLParser(version: version).parse(url)
         let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
         return try await read { reader in

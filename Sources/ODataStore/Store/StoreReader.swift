@@ -3,7 +3,11 @@ public import ODataCore
 /// Reads entities from one consistent snapshot of a ``Store``. Obtain one from `Store.read`.
 public struct StoreReader {
     let db: Connection
-    let schema: StoreSchema
+    /// The schema the store follows.
+    public let schema: StoreSchema
+    /// The connection of this read, for tables kept beside the entity tables. It must not
+    /// escape the `read` closure.
+    public var connection: Connection { db }
 
     /// Bookkeeping of a stored entity.
     public struct Bookkeeping: Sendable, Hashable {

@@ -3,7 +3,14 @@ public import ODataCore
 /// Writes entities inside one transaction of a ``Store``. Obtain one from `Store.write`.
 public struct StoreWriter {
     let db: Connection
-    let schema: StoreSchema
+    /// The schema the store follows.
+    public let schema: StoreSchema
+    /// The connection of this write transaction, for tables the store's user keeps beside the
+    /// entity tables. It must not escape the `write` closure.
+    public var connection: Connection { db }
+    /// A reader over this transaction's connection: it sees the changes made so far.
+    public var reader: StoreReader { StoreReader(db: db, schema: schema) }
+
     /// INSERT statements per table, built once per write transaction.
     private let insertStatements = InsertStatementCache()
 

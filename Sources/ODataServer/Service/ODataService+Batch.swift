@@ -1,0 +1,187 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+extension ODataService {
+    /// A request inside a batch, relative to the service root.
+    func subrequest(_ message: BatchMessage, _ outer: ServiceRequest, contentIDs: [String: String]) -> ServiceRequest {
+        var url = message.url ?? ""
+        for root in ["/odata/v4/", "/odata/v2/"] {
+            if let range = url.range(of: root) { url = String(url[range.upperBound...]) }
+        }
+        if let root = outer.serviceRoot, url.hasPrefix(root) { url = String(url.dropFirst(root.count)) }
+        url = ContentIDReferences.resolve(url: url, contentIDs)
+        let body = ContentIDReferences.resolve(body: message.body, contentIDs)
+        var request = ServiceRequest(method: message.method ?? "GET", target: url, headers: message.headers, body: body, version: outer.version)
+        request.serviceRoot = outer.serviceRoot
+        return request
+    }
+
+    static func batchMessage(_ response: ServiceResponse) -> BatchMessage {
+        var headers = response.headers
+        if !response.body.isEmpty { headers["Content-Length"] = String(response.body.count) }
+        return .response(response.status, headers: headers, body: response.body)
+    }
+
+    /// `$batch`: multipart (V2 and V4) or JSON (4.01).
+    func batch(_ request: ServiceRequest) async throws -> ServiceResponse {
+        let contentType = request.headers["Content-Type"] ?? ""
+        if contentType.lowercased().hasPrefix("application/json") { return try await jsonBatch(request) }
+        guard contentType.lowercased().hasPrefix("multipart/mixed") else {
+            throw ServiceFailure(400, "BadBatch", "A $batch request needs Content-Type multipart/mixed or application/json")
+        }
+        let batch = try MultipartBatch.read(request.body, boundary: HTTPHeaders.parameter("boundary", in: contentType))
+        let continueOnError = request.isV2 || Preferences(request.headers["Prefer"]).continueOnError
+        var parts: [BatchPart] = []
+        var contentIDs: [String: String] = [:]
+        for part in batch.parts {
+            switch part {
+            case .operation(let operation):
+                let sub = subrequest(operation.message, request, contentIDs: contentIDs)
+                let response = await handleUnfaulted(sub)
+                var partHeaders = HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
+                if let id = operation.contentID {
+                    partHeaders["Content-ID"] = id
+                    if let location = response.headers["Location"] { contentIDs[id] = location }
+                }
+                parts.append(.operation(BatchOperation(partHeaders: partHeaders, message: Self.batchMessage(response))))
+                if response.status >= 400 && !continueOnError { break }
+            case .changeSet(let set):
+                parts.append(await changeSet(set, request, &contentIDs))
+            }
+            if case .operation(let last)? = parts.last, (last.message.status ?? 200) >= 400, !continueOnError { break }
+        }
+        let result = MultipartBatch(boundary: "batchresponse_" + UUID().uuidString.lowercased(), parts: parts)
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = result.contentType
+        headers[request.isV2 ? "DataServiceVersion" : "OData-Version"] = request.isV2 ? "2.0" : "4.0"
+        return ServiceResponse(status: 200, headers: headers, body: result.write())
+    }
+
+    /// A change set: every operation in one transaction, or none of them.
+    private func changeSet(_ set: ChangeSet, _ outer: ServiceRequest, _ contentIDs: inout [String: String]) async -> BatchPart {
+        struct Failed: Error { var response: ServiceResponse }
+        let known = contentIDs
+        do {
+            let (responses, ids) = try await store.write { writer -> ([BatchOperation], [String: String]) in
+                var ids = known
+                var operations: [BatchOperation] = []
+                for operation in set.operations {
+                    let sub = self.subrequest(operation.message, outer, contentIDs: ids)
+                    var response: ServiceResponse
+                    if let id = self.repeatabilityID(sub), let stored = try Self.stored(id, writer.connection) {
+                        response = stored
+                    } else {
+                        do {
+                            response = try self.modify(sub, writer)
+                        } catch {
+                            response = Self.errorResponse(error, version: outer.version)
+                        }
+                        if response.status >= 400 { throw Failed(response: response) }
+                        try self.remember(sub, response, writer)
+                    }
+                    var partHeaders = HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
+                    if let id = operation.contentID {
+                        partHeaders["Content-ID"] = id
+                        if let location = response.headers["Location"] { ids[id] = location }
+                    }
+                    operations.append(BatchOperation(partHeaders: partHeaders, message: Self.batchMessage(response)))
+                }
+                return (operations, ids)
+            }
+            contentIDs = ids
+            return .changeSet(ChangeSet(boundary: "changesetresponse_" + UUID().uuidString.lowercased(), operations: responses))
+        } catch let failed as Failed {
+            // The whole change set was rolled back; its answer is the failing response.
+            return .operation(BatchOperation(message: Self.batchMessage(failed.response)))
+        } catch {
+            return .operation(BatchOperation(message: Self.batchMessage(Self.errorResponse(error, version: outer.version))))
+        }
+    }
+
+    /// A 4.01 JSON batch: requests in order, each atomicity group in one transaction.
+    private func jsonBatch(_ request: ServiceRequest) async throws -> ServiceResponse {
+        let batch = try JSONBatchRequest.read(request.body)
+        var responses: [JSONBatchResponse.Response] = []
+        var locations: [String: String] = [:]
+        var failed: Set<String> = []
+        var index = 0
+        func toResponse(_ id: String, _ response: ServiceResponse, group: String?) -> JSONBatchResponse.Response {
+            var headers: [String: String] = [:]
+            for field in response.headers { headers[field.name.lowercased()] = field.value }
+            let body = response.body.isEmpty ? nil : ((try? JSONValue.parse(response.body)) ?? .string(String(decoding: response.body, as: UTF8.self)))
+            return JSONBatchResponse.Response(id: id, status: response.status, headers: headers, body: body, atomicityGroup: group)
+        }
+        @Sendable func message(_ item: JSONBatchRequest.Request) -> BatchMessage {
+            var headers = HTTPHeaders()
+            for (name, value) in item.headers { headers[name] = value }
+            if item.body != nil && headers["Content-Type"] == nil { headers["Content-Type"] = "application/json" }
+            let body: [UInt8] = item.body.map { value in
+                if case .string(let text) = value, headers["Content-Type"]?.hasPrefix("application/json") == false { return Array(text.utf8) }
+                return Array(value.serialized.utf8)
+            } ?? []
+            return .request(item.method, item.url, headers: headers, body: body)
+        }
+        while index < batch.requests.count {
+            let item = batch.requests[index]
+            if item.dependsOn.contains(where: failed.contains) {
+                failed.insert(item.id)
+                if let group = item.atomicityGroup { failed.insert(group) }
+                responses.append(JSONBatchResponse.Response(id: item.id, status: 424, atomicityGroup: item.atomicityGroup))
+                index += 1
+                continue
+            }
+            guard let group = item.atomicityGroup else {
+                let sub = subrequest(message(item), request, contentIDs: locations)
+                let response = await handleUnfaulted(sub)
+                if let location = response.headers["Location"] { locations[item.id] = location }
+                if response.status >= 400 { failed.insert(item.id) }
+                responses.append(toResponse(item.id, response, group: nil))
+                index += 1
+                continue
+            }
+            // Every consecutive request of the group runs in one transaction.
+            var members: [JSONBatchRequest.Request] = []
+            while index < batch.requests.count, batch.requests[index].atomicityGroup == group {
+                members.append(batch.requests[index])
+                index += 1
+            }
+            struct Failed: Error { var id: String; var response: ServiceResponse }
+            let known = locations
+            let groupMembers = members
+            do {
+                let (results, newLocations) = try await store.write { writer -> ([(String, ServiceResponse)], [String: String]) in
+                    var ids = known
+                    var results: [(String, ServiceResponse)] = []
+                    for member in groupMembers {
+                        let sub = self.subrequest(message(member), request, contentIDs: ids)
+                        let response: ServiceResponse
+                        do {
+                            response = try self.modify(sub, writer)
+                        } catch {
+                            throw Failed(id: member.id, response: Self.errorResponse(error, version: request.version))
+                        }
+                        if response.status >= 400 { throw Failed(id: member.id, response: response) }
+                        try self.remember(sub, response, writer)
+                        if let location = response.headers["Location"] { ids[member.id] = location }
+                        results.append((member.id, response))
+                    }
+                    return (results, ids)
+                }
+                locations = newLocations
+                responses += results.map { toResponse($0.0, $0.1, group: group) }
+            } catch let failure as Failed {
+                failed.insert(group)
+                for member in members { failed.insert(member.id) }
+                responses += members.map { member in
+                    member.id == failure.id ? toResponse(member.id, failure.response, group: group)
+                        : JSONBatchResponse.Response(id: member.id, status: 424, atomicityGroup: group)
+                }
+            }
+        }
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        headers["OData-Version"] = "4.01"
+        return ServiceResponse(status: 200, headers: headers, body: JSONBatchResponse(responses: responses).write())
+    }
+}

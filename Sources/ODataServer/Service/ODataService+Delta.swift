@@ -1,0 +1,102 @@
+import ODataCore
+import ODataStore
+
+extension ODataService {
+    /// The delta link for a tracked read: the request with `$deltatoken` set to the newest change.
+    func deltaLink(for request: ServiceRequest, table: StoreSchema.EntityTable) async throws -> String {
+        let latest = try await store.read { reader in try reader.connection.query("SELECT max(seq) FROM server_changes") }
+        var token: Int64 = 0
+        if case .integer(let value)? = latest.first?.first { token = value }
+        let base = request.target.split(separator: "?", maxSplits: 1)
+        var query = base.count > 1 ? String(base[1]).split(separator: "&").filter { !$0.hasPrefix("$skiptoken") && !$0.hasPrefix("!deltatoken") && !$0.hasPrefix("$deltatoken") }.joined(separator: "&") : ""
+        query += (query.isEmpty ? "" : "&") + (request.isV2 ? "!deltatoken=\(token)" : "$deltatoken=\(token)")
+        return (request.serviceRoot ?? "") + String(base[0]) + "?" + query
+    }
+
+    /// Changes since a delta token: changed entities that still match the request, and
+    /// removed ones (deleted, or changed so they no longer match) with their keys.
+    func delta(_ request: ServiceRequest, _ parsed: ParsedURL) async throws -> ServiceResponse {
+        guard let tokenText = parsed.query.deltaToken, let token = Int64(tokenText) else {
+            throw ServiceFailure(400, "BadDeltaToken", "The delta token is not valid")
+        }
+        guard let table = try table(forPath: request.target, version: request.version) else {
+            throw ServiceFailure(400, "BadRequest", "Delta needs an entity set")
+        }
+        let set = table.entitySet
+        let (floor, changes) = try await store.read { reader -> (Int64, [[DatabaseValue]]) in
+            let floor = try reader.connection.query("SELECT value FROM server_history WHERE name = 'floor'")
+            var floorValue: Int64 = 0
+            if case .integer(let value)? = floor.first?.first { floorValue = value }
+            let rows = try reader.connection.query("SELECT seq, key, kind FROM server_changes WHERE entity_set = ? AND seq > ? ORDER BY seq", [.text(set), .integer(token)])
+            return (floorValue, rows)
+        }
+        guard token >= floor else {
+            throw ServiceFailure(410, "DeltaTokenExpired", "The delta token is older than the retained change history; read the collection again")
+        }
+        // The last change per key decides.
+        var last: [String: String] = [:]
+        var order: [String] = []
+        for row in changes {
+            guard case .text(let key) = row[1], case .text(let kind) = row[2] else { continue }
+            if last[key] == nil { order.append(key) }
+            last[key] = kind
+        }
+        var collection = EntityCollection()
+        var otherOptions = request.target.split(separator: "?", maxSplits: 1).count > 1
+            ? String(request.target.split(separator: "?", maxSplits: 1)[1]).split(separator: "&").filter { !$0.hasPrefix("$deltatoken") && !$0.hasPrefix("!deltatoken") }.map(String.init) : []
+        otherOptions.removeAll { $0.hasPrefix("$skiptoken") }
+        let filter = parsed.query.filter != nil ? otherOptions.first { $0.hasPrefix("$filter=") }.map { String($0.dropFirst(8)) } : nil
+        for key in order {
+            let keyPath = set + key
+            if last[key] == "delete" {
+                collection.deleted.append(removed(keyPath, key, table, reason: "deleted", v2: request.isV2))
+                continue
+            }
+            // Still in the result? Re-run the filter on this one entity.
+            var url = keyPath
+            if let filter { url = set + "?$filter=(\(filter)) and " + keyFilter(key, table) }
+            let result = try await store.query(url, version: request.version)
+            switch result {
+            case .entity(let entity?):
+                collection.entities.append(request.isV2 ? decorateV2(entity, table, root: request.serviceRoot ?? "") : entity)
+            case .collection(let found) where !found.entities.isEmpty:
+                collection.entities.append(contentsOf: request.isV2 ? found.entities.map { decorateV2($0, table, root: request.serviceRoot ?? "") } : found.entities)
+            default:
+                collection.deleted.append(removed(keyPath, key, table, reason: "changed", v2: request.isV2))
+            }
+        }
+        collection.deltaLink = try await deltaLink(for: request, table: table)
+        if request.isV2 { return .json(200, V2JSONWriter().write(collection), version: request.version) }
+        collection.context = "$metadata#\(set)/$delta"
+        return .json(200, V4JSONWriter().write(collection), version: request.version)
+    }
+
+    /// A removed entity with its key properties (V4 `@removed`; V2 deleted entry).
+    private func removed(_ id: String, _ keyText: String, _ table: StoreSchema.EntityTable, reason: String, v2: Bool) -> DeletedEntity {
+        var properties: [NamedValue] = []
+        if let parsed = try? URLParser(version: v2 ? .v2 : .v401).parsePath(id), case .key(let parts)? = parsed.segments.last?.kind,
+           let key = try? keyValues(parts, table, QueryOptions()) {
+            properties = table.keyColumns.compactMap { name in key[name].map { NamedValue(name: name, value: .primitive($0)) } }
+        }
+        return DeletedEntity(id: id, reason: reason, properties: properties, context: v2 ? "$metadata#\(table.entitySet)/$deletedEntity" : nil)
+    }
+
+    /// `$filter` text matching one key predicate.
+    private func keyFilter(_ keyText: String, _ table: StoreSchema.EntityTable) -> String {
+        let inner = keyText.dropFirst().dropLast()
+        if table.keyColumns.count == 1 { return "\(table.keyColumns[0]) eq \(inner)" }
+        return inner.split(separator: ",").map { $0.replacingOccurrences(of: "=", with: " eq ") }.joined(separator: " and ")
+    }
+
+    /// Forgets change history older than the newest `keep` changes; tokens older than that get 410.
+    public func pruneChangeHistory(keepingLast keep: Int) async throws {
+        try await store.write { writer in
+            let db = writer.connection
+            let rows = try db.query("SELECT max(seq) FROM server_changes")
+            guard case .integer(let newest)? = rows.first?.first else { return }
+            let floor = max(0, newest - Int64(keep))
+            try db.execute("DELETE FROM server_changes WHERE seq <= ?", [.integer(floor)])
+            try db.execute("INSERT OR REPLACE INTO server_history (name, value) VALUES ('floor', ?)", [.integer(floor)])
+        }
+    }
+}

@@ -1,0 +1,82 @@
+import ODataCore
+import ODataStore
+
+extension ODataService {
+    /// Function imports of the sample service: `GetProductsByCategory(CategoryID='C1')`.
+    func callFunction(_ request: ServiceRequest, _ parsed: ParsedURL) async throws -> ServiceResponse {
+        var name = ""
+        var arguments: [String: Value] = [:]
+        switch parsed.path.segments.first?.kind {
+        case .functionImport(let n, let args)?:
+            name = n
+            for argument in args {
+                switch argument.value.node {
+                case .literal(let value): arguments[argument.name] = value
+                case .alias(let alias): if case .literal(let value)? = parsed.query.aliases[alias]?.node { arguments[argument.name] = value }
+                default: break
+                }
+            }
+        case .unresolved(let n)?:
+            // V2 passes parameters as query options: GetProductsByCategory?CategoryID='C1'
+            name = n
+            for option in parsed.query.custom {
+                if let text = option.value, let value = try? Literal.parse(text, version: request.version == .v4 ? .v401 : request.version) {
+                    arguments[option.name] = value
+                }
+            }
+            for (alias, expression) in parsed.query.aliases { if case .literal(let value) = expression.node { arguments[alias] = value } }
+        default:
+            throw ServiceFailure(404, "NotFound", "Unknown function")
+        }
+        switch name {
+        case "GetProductsByCategory":
+            guard case .primitive(.string(let category))? = arguments["CategoryID"] else {
+                throw ServiceFailure(400, "BadParameter", "GetProductsByCategory needs a string CategoryID")
+            }
+            let escaped = category.replacingOccurrences(of: "'", with: "''")
+            let query = "Products?$filter=CategoryID eq '\(escaped)'&$orderby=ProductID"
+            let result = try await store.query(query, pageSize: nil)
+            guard case .collection(var collection) = result, let table = store.schema.table(forEntitySet: "Products") else {
+                throw ServiceFailure(500, "InternalError", "GetProductsByCategory did not return a collection")
+            }
+            if request.isV2 {
+                collection.entities = collection.entities.map { decorateV2($0, table, root: request.serviceRoot ?? "") }
+                return .json(200, V2JSONWriter().write(collection), version: request.version)
+            }
+            collection.context = "$metadata#Products"
+            return .json(200, V4JSONWriter().write(collection), version: request.version)
+        default:
+            throw ServiceFailure(501, "NotImplemented", "The function import \(name) has no implementation in this service")
+        }
+    }
+
+    /// Action imports of the sample service: `POST ConfirmOrder {"OrderID": "SO1"}`.
+    func callAction(_ request: ServiceRequest, _ name: String, _ writer: StoreWriter) throws -> ServiceResponse {
+        switch name {
+        case "ConfirmOrder":
+            var orderID: String?
+            if !request.body.isEmpty, let json = try? JSONValue.parse(request.body) { orderID = json["OrderID"]?.stringValue }
+            if orderID == nil, let parsed = try? URLParser(version: .v401).parse(request.target) {
+                for option in parsed.query.custom where option.name == "OrderID" {
+                    if case .primitive(.string(let s))? = option.value.flatMap({ try? Literal.parse($0, version: .v2) }) { orderID = s }
+                }
+            }
+            guard let orderID, let table = store.schema.table(forEntitySet: "SalesOrders") else {
+                throw ServiceFailure(400, "BadParameter", "ConfirmOrder needs an OrderID")
+            }
+            let key: [String: PrimitiveValue] = ["OrderID": .string(orderID)]
+            guard try writer.reader.entity(in: "SalesOrders", key: key) != nil else { throw ServiceFailure(404, "NotFound", "No order \(orderID)") }
+            var change = Entity()
+            change["OrderID"] = .primitive(.string(orderID))
+            change["Status"] = .enumeration(EnumValue(typeName: "Sales.OrderStatus", members: ["Confirmed"]))
+            change.control.etag = Self.newETag()
+            try writer.update(change, in: "SalesOrders", replace: false)
+            let keyText = "('\(orderID.replacingOccurrences(of: "'", with: "''"))')"
+            try recordChange(writer, table, keyText, "upsert")
+            let order = try writer.reader.entity(in: "SalesOrders", key: key) ?? change
+            return representation(order, table, request, status: 200)
+        default:
+            throw ServiceFailure(501, "NotImplemented", "The action import \(name) has no implementation in this service")
+        }
+    }
+}

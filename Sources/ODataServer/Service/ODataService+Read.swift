@@ -1,0 +1,188 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+extension ODataService {
+    /// The key predicate of an entity in URL form: `('P1')` or `(OrderID='SO1',ItemPosition=10)`.
+    func keyPredicate(_ entity: Entity, _ table: StoreSchema.EntityTable, version: ODataVersion) -> String {
+        let parts = table.keyColumns.map { name -> String in
+            let literal = entity[name].map { Literal.format($0, version: version) } ?? "null"
+            return table.keyColumns.count == 1 ? literal : "\(name)=\(literal)"
+        }
+        return "(" + parts.joined(separator: ",") + ")"
+    }
+
+    /// V2 entities carry their URI and type; nested expanded entities too.
+    func decorateV2(_ entity: Entity, _ table: StoreSchema.EntityTable, root: String) -> Entity {
+        var entity = entity
+        let uri = root + table.entitySet + keyPredicate(entity, table, version: .v2)
+        entity.control.editLink = uri
+        entity.control.id = uri
+        if entity.typeName == nil { entity.typeName = table.entityType }
+        for index in entity.navigation.indices {
+            let name = entity.navigation[index].name
+            guard let nav = table.navigation(name), let target = store.schema.table(forEntitySet: nav.targetEntitySet) else { continue }
+            switch entity.navigation[index].inline {
+            case .entity(let inner?)?: entity.navigation[index].inline = .entity(decorateV2(inner, target, root: root))
+            case .collection(var inner)?:
+                inner.entities = inner.entities.map { decorateV2($0, target, root: root) }
+                entity.navigation[index].inline = .collection(inner)
+            default: break
+            }
+        }
+        // Navigation properties not expanded are deferred links.
+        for nav in table.navigation where entity.navigation(nav.name) == nil {
+            var value = NavigationValue(name: nav.name)
+            value.navigationLink = uri + "/" + nav.name
+            entity.navigation.append(value)
+        }
+        return entity
+    }
+
+    func table(forPath target: String, version: ODataVersion) throws -> StoreSchema.EntityTable? {
+        let parsed = try URLParser(version: version == .v4 ? .v401 : version).parse(target)
+        let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: target)
+        var setName: String?
+        var current: String?
+        for segment in resolved.path.segments {
+            switch segment.kind {
+            case .entitySet(let name): setName = name
+            case .navigation(let name):
+                if let set = current ?? setName, let nav = store.schema.table(forEntitySet: set)?.navigation(name) { setName = nav.targetEntitySet }
+            default: break
+            }
+            current = setName
+        }
+        return setName.flatMap { store.schema.table(forEntitySet: $0) }
+    }
+
+    func read(_ request: ServiceRequest) async throws -> ServiceResponse {
+        let parsedURL = try URLParser(version: request.version == .v4 ? .v401 : request.version).parse(request.target)
+        if case .unresolved(let name)? = parsedURL.path.segments.first?.kind, model.functionImport(name) != nil {
+            return try await callFunction(request, parsedURL)
+        }
+        if case .functionImport? = parsedURL.path.segments.first?.kind {
+            return try await callFunction(request, parsedURL)
+        }
+        if parsedURL.path.segments.last?.kind == .value, let media = try await mediaValue(request, parsedURL) { return media }
+        if parsedURL.query.deltaToken != nil { return try await delta(request, parsedURL) }
+        let preferences = Preferences(request.headers["Prefer"])
+        let pageSize = preferences.maxPageSize.map { min($0, options.pageSize) } ?? options.pageSize
+        let result = try await store.query(request.target, version: request.version, pageSize: pageSize)
+        let root = request.serviceRoot ?? ""
+        var headers = HTTPHeaders()
+        if preferences.maxPageSize != nil { headers["Preference-Applied"] = "odata.maxpagesize=\(pageSize)" }
+        let table = try self.table(forPath: request.target, version: request.version)
+        switch result {
+        case .collection(var collection):
+            if collection.nextLink == nil, preferences.trackChanges, let table {
+                collection.deltaLink = try await deltaLink(for: request, table: table)
+                headers["Preference-Applied"] = "odata.track-changes"
+            }
+            if let next = collection.nextLink { collection.nextLink = root + next }
+            if request.isV2 {
+                if let table { collection.entities = collection.entities.map { decorateV2($0, table, root: root) } }
+                var response = ServiceResponse.json(200, V2JSONWriter().write(collection), version: request.version)
+                response.headers.merge(headers)
+                return response
+            }
+            if let table { collection.context = "$metadata#" + table.entitySet }
+            var response = ServiceResponse.json(200, V4JSONWriter().write(collection), version: request.version)
+            response.headers.merge(headers)
+            return response
+        case .entity(let entity?):
+            var response: ServiceResponse
+            if request.isV2 {
+                response = .json(200, V2JSONWriter().write(table.map { decorateV2(entity, $0, root: root) } ?? entity), version: request.version)
+            } else {
+                var entity = entity
+                if let table { entity.control.context = "$metadata#" + table.entitySet + "/$entity" }
+                response = .json(200, V4JSONWriter().write(entity), version: request.version)
+            }
+            if let etag = entity.control.etag { response.headers["ETag"] = etag }
+            return response
+        case .entity(nil):
+            throw ServiceFailure(404, "NotFound", "No entity at \(request.path)")
+        case .value(let value):
+            if parsedURL.path.segments.last?.kind == .value {
+                var headers = HTTPHeaders()
+                headers["Content-Type"] = "text/plain"
+                let text: String
+                switch value {
+                case .primitive(let p): text = Literal.payloadText(p)
+                case .enumeration(let e): text = e.members.joined(separator: ",")
+                case .null: throw ServiceFailure(404, "NotFound", "The value is null")
+                default: throw ServiceFailure(400, "BadRequest", "$value needs a primitive property")
+                }
+                return ServiceResponse(status: 200, headers: headers, body: Array(text.utf8))
+            }
+            if request.isV2 {
+                let name = parsedURL.path.segments.last.flatMap { segment -> String? in if case .property(let n) = segment.kind { return n }; return nil } ?? "value"
+                let entity = Entity(properties: [NamedValue(name: name, value: value)])
+                return .json(200, V2JSONWriter().write(entity), version: request.version)
+            }
+            return .json(200, V4JSONWriter().writeValue(value), version: request.version)
+        case .count(let count):
+            var headers = HTTPHeaders()
+            headers["Content-Type"] = "text/plain"
+            return ServiceResponse(status: 200, headers: headers, body: Array(String(count).utf8))
+        case .references(let ids):
+            if request.isV2 {
+                let links = JSONValue.object([.init("d", .object([.init("results", .array(ids.map { .object([.init("uri", .string(root + $0))]) }))]))])
+                return .json(200, Array(links.serialized.utf8), version: request.version)
+            }
+            var collection = EntityCollection(context: "$metadata#Collection($ref)")
+            collection.references = ids
+            return .json(200, V4JSONWriter().write(collection), version: request.version)
+        }
+    }
+
+    /// `GET Set(key)/$value` of a media entity: its stored stream.
+    func mediaValue(_ request: ServiceRequest, _ parsed: ParsedURL) async throws -> ServiceResponse? {
+        guard parsed.path.segments.count >= 2, case .key = parsed.path.segments[parsed.path.segments.count - 2].kind,
+              let table = try table(forPath: request.target, version: request.version),
+              model.entityType(table.entityType)?.hasStream == true else { return nil }
+        let keyText = String(request.path.dropLast("/$value".count).drop { $0 != "(" })
+        let set = table.entitySet
+        let row = try await store.read { reader in
+            try reader.connection.query("SELECT content_type, bytes FROM server_media WHERE entity_set = ? AND key = ?", [.text(set), .text(keyText)])
+        }
+        guard let first = row.first, case .blob(let bytes) = first[1] else { throw ServiceFailure(404, "NotFound", "No media stream for \(request.path)") }
+        var headers = HTTPHeaders()
+        if case .text(let type) = first[0] { headers["Content-Type"] = type }
+        return ServiceResponse(status: 200, headers: headers, body: bytes)
+    }
+}
+
+/// The `Prefer` header's parts that the service honours.
+struct Preferences {
+    var maxPageSize: Int?
+    var trackChanges = false
+    var returnMinimal = false
+    var returnRepresentation = false
+    var continueOnError = false
+
+    init(_ header: String?) {
+        for part in (header ?? "").split(separator: ",") {
+            let item = part.trimmingCharacters(in: .whitespaces).lowercased()
+            if item.hasPrefix("odata.maxpagesize=") || item.hasPrefix("maxpagesize=") {
+                maxPageSize = Int(item.split(separator: "=").last ?? "").flatMap { $0 > 0 ? $0 : nil }
+            } else if item == "odata.track-changes" || item == "track-changes" {
+                trackChanges = true
+            } else if item == "return=minimal" {
+                returnMinimal = true
+            } else if item == "return=representation" {
+                returnRepresentation = true
+            } else if item == "odata.continue-on-error" || item == "continue-on-error" {
+                continueOnError = true
+            }
+        }
+    }
+}
+
+extension HTTPHeaders {
+    /// Adds every field of `other`, replacing fields with the same name.
+    mutating func merge(_ other: HTTPHeaders) {
+        for field in other { self[field.name] = field.value }
+    }
+}

@@ -1,0 +1,281 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+extension ODataService {
+    /// A parsed modification target: the entity set, the key (if any) and what follows.
+    struct WriteTarget {
+        var table: StoreSchema.EntityTable
+        var key: [String: PrimitiveValue]?
+        var keyText: String?
+        /// A navigation property after the key (`Orders('1')/Items`).
+        var navigation: StoreSchema.Navigation?
+        var isRef = false
+        var isValue = false
+        var query: QueryOptions
+    }
+
+    func writeTarget(_ request: ServiceRequest) throws -> WriteTarget {
+        let parsed = try URLParser(version: request.version == .v4 ? .v401 : request.version).parse(request.target)
+        let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: request.target)
+        guard case .entitySet(let setName)? = resolved.path.segments.first?.kind, let table = store.schema.table(forEntitySet: setName) else {
+            throw ServiceFailure(400, "BadRequest", "\(request.method) needs an entity set, not \(request.path)")
+        }
+        var target = WriteTarget(table: table, query: parsed.query)
+        for segment in resolved.path.segments.dropFirst() {
+            switch segment.kind {
+            case .key(let parts):
+                if target.navigation != nil {
+                    // `Set(k)/Nav(k2)/$ref`: the second key names the linked entity.
+                    continue
+                }
+                target.key = try keyValues(parts, table, parsed.query)
+                target.keyText = String(request.path.drop { $0 != "(" }.prefix { $0 != "/" })
+            case .navigation(let name):
+                guard let nav = table.navigation(name) else { throw ServiceFailure(400, "BadRequest", "\(name) cannot be written here") }
+                target.navigation = nav
+            case .ref: target.isRef = true
+            case .value: target.isValue = true
+            case .typeCast: continue
+            default: throw ServiceFailure(400, "BadRequest", "\(request.method) is not supported on \(request.path)")
+            }
+        }
+        return target
+    }
+
+    func keyValues(_ parts: [KeyValue], _ table: StoreSchema.EntityTable, _ query: QueryOptions) throws -> [String: PrimitiveValue] {
+        var key: [String: PrimitiveValue] = [:]
+        for part in parts {
+            guard let name = part.name ?? (table.keyColumns.count == 1 ? table.keyColumns[0] : nil),
+                  let column = table.column([name]), case .primitive(let type) = column.kind else {
+                throw ServiceFailure(400, "BadKey", "The key does not fit \(table.entitySet)")
+            }
+            var literal: Value?
+            switch part.value.node {
+            case .literal(let value): literal = value
+            case .alias(let alias): if case .literal(let value)? = query.aliases[alias]?.node { literal = value }
+            default: break
+            }
+            guard let literal, case .primitive(let value)? = Literal.convert(literal, to: type) else {
+                throw ServiceFailure(400, "BadKey", "The key value for \(name) is not a \(type.rawValue)")
+            }
+            key[name] = value
+        }
+        return key
+    }
+
+    /// Parses a request body as an entity of the table's type.
+    func entity(from request: ServiceRequest, _ table: StoreSchema.EntityTable) throws -> Entity {
+        guard !request.body.isEmpty else { throw ServiceFailure(400, "EmptyBody", "The request has no body") }
+        if request.isV2 { return try V2JSONReader(model: model).readEntity(request.body, entityType: table.entityType) }
+        return try V4JSONReader(model: model).readEntity(request.body, entityType: table.entityType)
+    }
+
+    /// Enforces `If-Match` against the stored ETag: 412 on a mismatch; `*` matches any entity.
+    func checkIfMatch(_ request: ServiceRequest, _ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue]) throws {
+        guard let ifMatch = request.headers["If-Match"]?.trimmingCharacters(in: .whitespaces) else { return }
+        guard let current = try writer.reader.entity(in: table.entitySet, key: key) else {
+            throw ServiceFailure(ifMatch == "*" ? 412 : 404, ifMatch == "*" ? "PreconditionFailed" : "NotFound", "No entity to match If-Match against")
+        }
+        if ifMatch == "*" { return }
+        let tags = ifMatch.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        guard let etag = current.control.etag, tags.contains(etag) else {
+            throw ServiceFailure(412, "PreconditionFailed", "The entity has changed: If-Match \(ifMatch) does not match its ETag")
+        }
+    }
+
+    func recordChange(_ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ keyText: String, _ kind: String) throws {
+        try writer.connection.execute("INSERT INTO server_changes (entity_set, key, kind) VALUES (?, ?, ?)", [.text(table.entitySet), .text(keyText), .text(kind)])
+    }
+
+    /// Runs one modification inside a write transaction (also used by `$batch`).
+    func modify(_ request: ServiceRequest, _ writer: StoreWriter) throws -> ServiceResponse {
+        if request.method == "POST", case .unresolved(let name)? = try? URLParser(version: .v401).parsePath(request.path).segments.first?.kind,
+           model.actionImport(name) != nil {
+            return try callAction(request, name, writer)
+        }
+        let target = try writeTarget(request)
+        let preferences = Preferences(request.headers["Prefer"])
+        switch (request.method, target.key, target.navigation, target.isRef) {
+        case ("POST", nil, nil, false):
+            return try create(request, target.table, writer, preferences, linkFrom: nil)
+        case ("POST", let key?, let nav?, false):
+            return try create(request, target.table, writer, preferences, linkFrom: (key, nav))
+        case ("POST", let key?, let nav?, true), ("PUT", let key?, let nav?, true):
+            let id = try referencedID(request)
+            let (targetTable, targetKey) = try resolveID(id, request.version)
+            guard targetTable.entitySet == nav.targetEntitySet else { throw ServiceFailure(400, "BadReference", "\(id) is not in \(nav.targetEntitySet)") }
+            try writer.link(target.table.entitySet, key: key, navigation: nav.name, to: targetKey)
+            return ServiceResponse(status: 204)
+        case ("DELETE", let key?, let nav?, true):
+            let id: String
+            if let given = target.query.id {
+                id = given
+            } else if let last = request.path.split(separator: "/").dropLast().last, last.contains("(") {
+                id = nav.targetEntitySet + String(last.drop { $0 != "(" })
+            } else {
+                throw ServiceFailure(400, "BadReference", "Deleting a reference needs $id or a key")
+            }
+            let (_, targetKey) = try resolveID(id, request.version)
+            try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: targetKey)
+            return ServiceResponse(status: 204)
+        case ("PUT", let key?, nil, false) where target.isValue:
+            return try uploadMedia(request, target.table, key, target.keyText ?? "", writer)
+        case ("PUT", let key?, nil, false), ("PATCH", let key?, nil, false), ("MERGE", let key?, nil, false):
+            try checkIfMatch(request, writer, target.table, key)
+            guard try writer.reader.entity(in: target.table.entitySet, key: key) != nil else {
+                throw ServiceFailure(404, "NotFound", "No entity at \(request.path)")
+            }
+            var entity = try entity(from: request, target.table)
+            for (name, value) in key { entity[name] = .primitive(value) }
+            let etag = Self.newETag()
+            entity.control.etag = etag
+            try writer.update(entity, in: target.table.entitySet, replace: request.method == "PUT")
+            try linkBinds(entity, target.table, key, writer, request.version)
+            try recordChange(writer, target.table, target.keyText ?? "", "upsert")
+            var headers = HTTPHeaders()
+            headers["ETag"] = etag
+            if preferences.returnRepresentation, let stored = try writer.reader.entity(in: target.table.entitySet, key: key) {
+                var response = representation(stored, target.table, request, status: 200)
+                response.headers["Preference-Applied"] = "return=representation"
+                response.headers["ETag"] = etag
+                return response
+            }
+            return ServiceResponse(status: 204, headers: headers)
+        case ("DELETE", let key?, nil, false):
+            try checkIfMatch(request, writer, target.table, key)
+            guard try writer.delete(from: target.table.entitySet, key: key) else {
+                throw ServiceFailure(404, "NotFound", "No entity at \(request.path)")
+            }
+            try writer.connection.execute("DELETE FROM server_media WHERE entity_set = ? AND key = ?", [.text(target.table.entitySet), .text(target.keyText ?? "")])
+            try recordChange(writer, target.table, target.keyText ?? "", "delete")
+            return ServiceResponse(status: 204)
+        default:
+            throw ServiceFailure(405, "MethodNotAllowed", "\(request.method) is not supported on \(request.path)")
+        }
+    }
+
+    private func create(_ request: ServiceRequest, _ table: StoreSchema.EntityTable, _ writer: StoreWriter, _ preferences: Preferences,
+                        linkFrom parent: ([String: PrimitiveValue], StoreSchema.Navigation)?) throws -> ServiceResponse {
+        var targetTable = table
+        if let (_, nav) = parent {
+            guard let target = store.schema.table(forEntitySet: nav.targetEntitySet) else { throw ServiceFailure(400, "BadRequest", "Cannot create through \(nav.name)") }
+            targetTable = target
+        }
+        var entity = try entity(from: request, targetTable)
+        if let keyName = options.serverGeneratedKeys[targetTable.entitySet], entity[keyName] == nil || entity[keyName] == .null {
+            let rows = try writer.connection.query("SELECT max(\(StoreSchema.quote(keyName))) FROM \(StoreSchema.quote(targetTable.name))")
+            var next: Int64 = 1
+            if case .integer(let max)? = rows.first?.first { next = max + 1 }
+            entity[keyName] = .primitive(.int64(next))
+        }
+        for keyName in targetTable.keyColumns where entity[keyName] == nil || entity[keyName] == .null {
+            throw ServiceFailure(400, "MissingKey", "The new \(targetTable.entitySet) entity has no value for key property \(keyName)")
+        }
+        let etag = Self.newETag()
+        entity.control.etag = etag
+        stampNested(&entity)
+        try writer.insert(entity, into: targetTable.entitySet)
+        var key: [String: PrimitiveValue] = [:]
+        for name in targetTable.keyColumns { if case .primitive(let value)? = entity[name] { key[name] = value } }
+        try linkBinds(entity, targetTable, key, writer, request.version)
+        if let (parentKey, nav) = parent {
+            try writer.link(table.entitySet, key: parentKey, navigation: nav.name, to: key)
+        }
+        let keyText = keyPredicate(entity, targetTable, version: request.version)
+        try recordChange(writer, targetTable, keyText, "upsert")
+        let location = (request.serviceRoot ?? "") + targetTable.entitySet + keyText
+        var headers = HTTPHeaders()
+        headers["Location"] = location
+        headers["ETag"] = etag
+        if preferences.returnMinimal {
+            headers["Preference-Applied"] = "return=minimal"
+            headers["OData-EntityId"] = location
+            return ServiceResponse(status: 204, headers: headers)
+        }
+        let stored = try writer.reader.entity(in: targetTable.entitySet, key: key) ?? entity
+        var response = representation(stored, targetTable, request, status: 201)
+        response.headers.merge(headers)
+        return response
+    }
+
+    /// Expanded entities of a deep insert get ETags too.
+    private func stampNested(_ entity: inout Entity) {
+        for index in entity.navigation.indices {
+            switch entity.navigation[index].inline {
+            case .entity(var inner?)?:
+                inner.control.etag = Self.newETag()
+                stampNested(&inner)
+                entity.navigation[index].inline = .entity(inner)
+            case .collection(var inner)?:
+                for i in inner.entities.indices {
+                    inner.entities[i].control.etag = Self.newETag()
+                    stampNested(&inner.entities[i])
+                }
+                entity.navigation[index].inline = .collection(inner)
+            default: break
+            }
+        }
+    }
+
+    func representation(_ entity: Entity, _ table: StoreSchema.EntityTable, _ request: ServiceRequest, status: Int) -> ServiceResponse {
+        if request.isV2 {
+            return .json(status, V2JSONWriter().write(decorateV2(entity, table, root: request.serviceRoot ?? "")), version: request.version)
+        }
+        var entity = entity
+        entity.control.context = "$metadata#\(table.entitySet)/$entity"
+        return .json(status, V4JSONWriter().write(entity), version: request.version)
+    }
+
+    /// `@odata.bind` / `__metadata.uri` links of a written entity.
+    private func linkBinds(_ entity: Entity, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue], _ writer: StoreWriter, _ version: ODataVersion) throws {
+        for nav in entity.navigation {
+            guard let binds = nav.bind else { continue }
+            for id in binds {
+                let (_, targetKey) = try resolveID(id, version)
+                try writer.link(table.entitySet, key: key, navigation: nav.name, to: targetKey)
+            }
+        }
+    }
+
+    /// `Set(key)` (relative or absolute) → the table and key it names.
+    func resolveID(_ id: String, _ version: ODataVersion) throws -> (StoreSchema.EntityTable, [String: PrimitiveValue]) {
+        var path = id
+        for root in ["/odata/v4/", "/odata/v2/"] {
+            if let range = path.range(of: root) { path = String(path[range.upperBound...]) }
+        }
+        let parsed = try URLParser(version: version == .v4 ? .v401 : version).parse(path)
+        let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: path)
+        guard resolved.path.segments.count == 2, case .entitySet(let set) = resolved.path.segments[0].kind,
+              case .key(let parts) = resolved.path.segments[1].kind, let table = store.schema.table(forEntitySet: set) else {
+            throw ServiceFailure(400, "BadReference", "\(id) does not name one entity")
+        }
+        return (table, try keyValues(parts, table, parsed.query))
+    }
+
+    private func referencedID(_ request: ServiceRequest) throws -> String {
+        let json = try JSONValue.parse(request.body)
+        if let id = json["@odata.id"]?.stringValue ?? json["@id"]?.stringValue ?? json["uri"]?.stringValue { return id }
+        throw ServiceFailure(400, "BadReference", "The body must name the entity with @odata.id")
+    }
+
+    private func uploadMedia(_ request: ServiceRequest, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue], _ keyText: String,
+                             _ writer: StoreWriter) throws -> ServiceResponse {
+        guard model.entityType(table.entityType)?.hasStream == true else {
+            throw ServiceFailure(400, "NotAMediaEntity", "\(table.entitySet) entities have no stream")
+        }
+        guard try writer.reader.entity(in: table.entitySet, key: key) != nil else { throw ServiceFailure(404, "NotFound", "No entity at \(request.path)") }
+        try checkIfMatch(request, writer, table, key)
+        try writer.connection.execute("INSERT OR REPLACE INTO server_media (entity_set, key, content_type, bytes) VALUES (?, ?, ?, ?)",
+                                      [.text(table.entitySet), .text(keyText), .text(request.headers["Content-Type"] ?? "application/octet-stream"), .blob(request.body)])
+        var entity = Entity()
+        for (name, value) in key { entity[name] = .primitive(value) }
+        let etag = Self.newETag()
+        entity.control.etag = etag
+        try writer.update(entity, in: table.entitySet, replace: false)
+        try recordChange(writer, table, keyText, "upsert")
+        var headers = HTTPHeaders()
+        headers["ETag"] = etag
+        return ServiceResponse(status: 204, headers: headers)
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+public import ODataCore
+public import ODataStore
+
+/// The reference OData service: answers V4 and V2 requests from an ``ODataStore/Store``.
+///
+/// `handle` is independent of HTTP; ``ODataHTTPServer`` puts it on Hummingbird.
+public final class ODataService: Sendable {
+    /// How the service behaves.
+    public struct Options: Sendable {
+        /// Entities per page unless the client asks for fewer with `Prefer: odata.maxpagesize`.
+        public var pageSize = 100
+        /// Largest request body accepted, in bytes.
+        public var maxBodyBytes = 16 * 1024 * 1024
+        /// Entity sets whose key the server generates on POST (set → key property).
+        public var serverGeneratedKeys: [String: String] = [:]
+        /// How many changes the delta history keeps; older delta tokens get 410.
+        public var deltaRetention = 100_000
+        /// Creates the default options.
+        public init() {}
+    }
+
+    public let store: Store
+    public let options: Options
+    public let faults: FaultInjector
+    var model: Model { store.model }
+
+    private init(store: Store, options: Options, faults: FaultInjector) {
+        self.store = store
+        self.options = options
+        self.faults = faults
+    }
+
+    /// Opens (or creates) the service's store and its bookkeeping tables.
+    public static func open(store: Store, options: Options = Options(), faults: [FaultRule] = []) async throws -> ODataService {
+        try await store.write { writer in
+            let db = writer.connection
+            try db.execute("CREATE TABLE IF NOT EXISTS server_changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, entity_set TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL)")
+            try db.execute("CREATE INDEX IF NOT EXISTS server_changes_set ON server_changes (entity_set, seq)")
+            try db.execute("CREATE TABLE IF NOT EXISTS server_history (name TEXT PRIMARY KEY, value INTEGER)")
+            try db.execute("CREATE TABLE IF NOT EXISTS server_repeatability (id TEXT PRIMARY KEY, first_sent TEXT, status INTEGER, headers TEXT, body BLOB)")
+            try db.execute("CREATE TABLE IF NOT EXISTS server_media (entity_set TEXT NOT NULL, key TEXT NOT NULL, content_type TEXT, bytes BLOB, PRIMARY KEY (entity_set, key))")
+        }
+        return ODataService(store: store, options: options, faults: FaultInjector(rules: faults))
+    }
+
+    /// Loads generated or imported data into the store (inside one transaction), recording no
+    /// change history.
+    public func load(_ data: [(entitySet: String, entities: [Entity])]) async throws {
+        try await store.write { writer in
+            for (set, entities) in data {
+                for var entity in entities {
+                    entity.control.etag = Self.newETag()
+                    try writer.insert(entity, into: set)
+                }
+            }
+        }
+    }
+
+    static func newETag() -> String { "W/\"\(UUID().uuidString.lowercased().prefix(18))\"" }
+
+    // MARK: Handling
+
+    /// Answers one request. Never throws: every failure becomes an OData error response.
+    public func handle(_ request: ServiceRequest) async -> ServiceResponse {
+        if let fault = await faults.match(request) {
+            if let delay = fault.delayMilliseconds { try? await Task.sleep(nanoseconds: UInt64(delay) * 1_000_000) }
+            if let status = fault.status {
+                return .error(status, code: fault.code ?? "InjectedFault", fault.message ?? "Injected failure", version: request.version)
+            }
+            if fault.dropAfterCommit {
+                var response = await handleUnfaulted(request)
+                response.dropConnection = true
+                return response
+            }
+        }
+        return await handleUnfaulted(request)
+    }
+
+    func handleUnfaulted(_ request: ServiceRequest) async -> ServiceResponse {
+        guard request.body.count <= options.maxBodyBytes else {
+            return .error(413, code: "RequestTooLarge", "The request body is larger than \(options.maxBodyBytes) bytes", version: request.version)
+        }
+        do {
+            return try await dispatch(request)
+        } catch {
+            return Self.errorResponse(error, version: request.version)
+        }
+    }
+
+    /// Maps any error to an OData error response with a fitting status.
+    static func errorResponse(_ error: any Error, version: ODataVersion) -> ServiceResponse {
+        switch error {
+        case let e as ServiceFailure: return .error(e.status, code: e.code, e.message, version: version)
+        case let e as SyntaxError: return .error(400, code: "SyntaxError", e.description, version: version)
+        case let e as BindingError: return .error(400, code: "BindingError", e.description, version: version)
+        case let e as PayloadError: return .error(400, code: "BadPayload", e.description, version: version)
+        case let e as StoreError:
+            switch e.code {
+            case .notFound: return .error(404, code: "NotFound", e.message, version: version)
+            case .unsupported: return .error(501, code: "NotImplemented", e.message, version: version)
+            case .conflict: return .error(409, code: "Conflict", e.message, version: version)
+            case .unknownEntitySet, .unknownProperty: return .error(400, code: "BadRequest", e.message, version: version)
+            default: return .error(500, code: "StoreError", e.message, version: version)
+            }
+        case let e as DatabaseError where e.code == .constraint:
+            return .error(409, code: "Conflict", e.message, version: version)
+        default:
+            return .error(500, code: "InternalError", "\(error)", version: version)
+        }
+    }
+
+    private func dispatch(_ request: ServiceRequest) async throws -> ServiceResponse {
+        var request = request
+        if request.method == "POST", let tunnelled = request.headers["X-HTTP-Method"] {
+            request.method = tunnelled.uppercased()
+        }
+        let path = request.path
+        switch (request.method, path) {
+        case ("GET", ""): return serviceDocument(request)
+        case ("GET", "$metadata"):
+            var headers = HTTPHeaders()
+            headers["Content-Type"] = "application/xml"
+            headers[request.isV2 ? "DataServiceVersion" : "OData-Version"] = request.isV2 ? "2.0" : "4.0"
+            let writer = MetadataWriter()
+            return ServiceResponse(status: 200, headers: headers, body: Array((request.isV2 ? writer.v2(model) : writer.v4(model)).utf8))
+        case ("POST", "$batch"):
+            return try await batch(request)
+        default:
+            break
+        }
+        if let repeated = try await repeatedResponse(request) { return repeated }
+        let response: ServiceResponse
+        switch request.method {
+        case "GET": response = try await read(request)
+        case "POST", "PUT", "PATCH", "MERGE", "DELETE":
+            response = try await modifyRemembering(request)
+        default:
+            throw ServiceFailure(405, "MethodNotAllowed", "\(request.method) is not supported")
+        }
+        return response
+    }
+
+    private func serviceDocument(_ request: ServiceRequest) -> ServiceResponse {
+        let sets = model.entityContainer?.entitySets.map(\.name) ?? []
+        if request.isV2 {
+            return .json(200, Array(JSONValue.object([.init("d", .object([.init("EntitySets", .array(sets.map { .string($0) }))]))]).serialized.utf8), version: request.version)
+        }
+        var items = sets.map { JSONValue.object([.init("name", .string($0)), .init("kind", .string("EntitySet")), .init("url", .string($0))]) }
+        for item in model.entityContainer?.functionImports ?? [] where item.includeInServiceDocument {
+            items.append(.object([.init("name", .string(item.name)), .init("kind", .string("FunctionImport")), .init("url", .string(item.name))]))
+        }
+        return .json(200, Array(JSONValue.object([.init("@odata.context", .string("$metadata")), .init("value", .array(items))]).serialized.utf8), version: request.version)
+    }
+}
+
+/// A failure with an HTTP status and an OData error code.
+struct ServiceFailure: Error {
+    var status: Int
+    var code: String
+    var message: String
+    init(_ status: Int, _ code: String, _ message: String) {
+        self.status = status
+        self.code = code
+        self.message = message
+    }
+}

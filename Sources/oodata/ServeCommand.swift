@@ -1,0 +1,83 @@
+import ArgumentParser
+import Foundation
+import Hummingbird
+import ODataCore
+import ODataServer
+import ODataStore
+
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the reference OData service (V4 at /odata/v4/, V2 at /odata/v2/)."
+    )
+
+    @Option(help: "A $metadata document to serve (with --data).") var metadata: String?
+    @Option(help: "A folder of <EntitySet>.json collections (V4 or V2 JSON) to load into a new store.") var data: String?
+    @Option(help: "A built-in sample model: sales.") var sample: String?
+    @Option(help: "Sample size: N business partners and about 10×N orders.") var scale = 20
+    @Option(help: "The store file (kept between runs); a temporary store when omitted.") var store: String?
+    @Option(help: "Encryption key for the store.") var key: String?
+    @Option(help: "Port to listen on.") var port = 8080
+    @Option(help: "Address to listen on (loopback unless you say otherwise).") var host = "127.0.0.1"
+    @Option(help: "Default page size.") var pageSize = 100
+    @Option(help: "A JSON file of fault rules (see docs/server.md).") var faults: String?
+
+    func run() async throws {
+        guard (sample == nil) != (metadata == nil) else { throw CLIFailure("give either --sample sales or --metadata FILE") }
+        if let sample, sample != "sales" { throw CLIFailure("unknown sample '\(sample)'; the built-in sample is 'sales'") }
+        let model: Model
+        do {
+            model = sample != nil ? try SalesSample.model() : try loadModel(metadata ?? "")
+        } catch let error as CLIFailure {
+            throw error
+        } catch {
+            throw CLIFailure("\(error)")
+        }
+        let path = store ?? FileManager.default.temporaryDirectory.appendingPathComponent("oodata-serve-\(UUID().uuidString).sqlite").path
+        let existed = FileManager.default.fileExists(atPath: path)
+        let opened: Store = try await storeFailure {
+            existed ? try await Store.open(path: path, key: key) : try await Store.create(path: path, model: model, key: key)
+        }
+        var options = ODataService.Options()
+        options.pageSize = pageSize
+        if sample != nil { options.serverGeneratedKeys = SalesSample.serverGeneratedKeys }
+        var rules: [FaultRule] = []
+        if let faults {
+            do { rules = try FaultInjector.rules(fromFile: faults) } catch { throw CLIFailure("cannot read fault rules \(faults): \(error)") }
+        }
+        let service = try await storeFailure { try await ODataService.open(store: opened, options: options, faults: rules) }
+        if !existed {
+            if sample != nil {
+                try await storeFailure { try await service.load(SalesSample.data(scale: scale)) }
+            } else if let data {
+                try await storeFailure { try await service.load(try Self.readData(data, model)) }
+            }
+        }
+        let app = ODataHTTPServer.application(service: service, host: host, port: port) { port in
+            let text = "OData V4: http://\(host):\(port)/odata/v4/\nOData V2: http://\(host):\(port)/odata/v2/\nstore: \(path)\(existed ? " (existing)" : "")\n"
+            FileHandle.standardOutput.write(Data(text.utf8))
+        }
+        try await app.runService()
+        opened.close()
+        if store == nil { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    static func readData(_ folder: String, _ model: Model) throws -> [(entitySet: String, entities: [Entity])] {
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        var result: [(entitySet: String, entities: [Entity])] = []
+        for file in files.sorted() where file.hasSuffix(".json") {
+            let set = String(file.dropLast(5))
+            guard let type = model.entityType(ofEntitySet: set) else { throw CLIFailure("\(file): \(set) is not an entity set of the model") }
+            let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: folder).appendingPathComponent(file)))
+            do {
+                let root = try JSONValue.parse(bytes)
+                let entities = root["d"] != nil ? try V2JSONReader(model: model).readCollection(bytes, entityType: type.qualifiedName).entities
+                    : try V4JSONReader(model: model).readCollection(bytes, entityType: type.qualifiedName).entities
+                result.append((set, entities))
+            } catch {
+                throw CLIFailure("\(file): \(error)")
+            }
+        }
+        return result
+    }
+}
