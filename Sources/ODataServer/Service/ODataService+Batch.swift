@@ -5,12 +5,11 @@ import ODataStore
 extension ODataService {
     /// A request inside a batch, relative to the service root.
     func subrequest(_ message: BatchMessage, _ outer: ServiceRequest, contentIDs: [String: String]) -> ServiceRequest {
-        var url = message.url ?? ""
+        var url = ContentIDReferences.resolve(url: message.url ?? "", contentIDs)
+        if let root = outer.serviceRoot, url.hasPrefix(root) { url = String(url.dropFirst(root.count)) }
         for root in ["/odata/v4/", "/odata/v2/"] {
             if let range = url.range(of: root) { url = String(url[range.upperBound...]) }
         }
-        if let root = outer.serviceRoot, url.hasPrefix(root) { url = String(url.dropFirst(root.count)) }
-        url = ContentIDReferences.resolve(url: url, contentIDs)
         let body = ContentIDReferences.resolve(body: message.body, contentIDs)
         var request = ServiceRequest(method: message.method ?? "GET", target: url, headers: message.headers, body: body, version: outer.version)
         request.serviceRoot = outer.serviceRoot

@@ -19,6 +19,12 @@ extension ODataService {
         case .unresolved(let n)?:
             // V2 passes parameters as query options: GetProductsByCategory?CategoryID='C1'
             name = n
+            // `Name(P='x')`: the syntax tree keeps the parameters as a named key.
+            if parsed.path.segments.count > 1, case .key(let parts) = parsed.path.segments[1].kind {
+                for part in parts {
+                    if let partName = part.name, case .literal(let value) = part.value.node { arguments[partName] = value }
+                }
+            }
             for option in parsed.query.custom {
                 if let text = option.value, let value = try? Literal.parse(text, version: request.version == .v4 ? .v401 : request.version) {
                     arguments[option.name] = value

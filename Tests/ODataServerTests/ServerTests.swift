@@ -1,0 +1,324 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+import ODataCore
+import ODataStore
+import Testing
+@testable import ODataServer
+
+/// A sales service on a temporary store, served over a real loopback port.
+struct TestServer {
+    let directory: URL
+    let path: String
+
+    init() {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-server-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        path = directory.appendingPathComponent("sales.sqlite").path
+    }
+
+    func service(faults: [FaultRule] = [], create: Bool = true) async throws -> ODataService {
+        var options = ODataService.Options()
+        options.pageSize = 50
+        options.serverGeneratedKeys = SalesSample.serverGeneratedKeys
+        let store = create && !FileManager.default.fileExists(atPath: path)
+            ? try await Store.create(path: path, model: try SalesSample.model(), key: "test-key")
+            : try await Store.open(path: path, key: "test-key")
+        let service = try await ODataService.open(store: store, options: options, faults: faults)
+        let existing = try await store.query("BusinessPartners/$count")
+        if create && existing == .count(0) {
+            try await service.load(SalesSample.data(scale: 3))
+        }
+        return service
+    }
+
+    /// Runs `body` with a live HTTP client against the service.
+    func run(_ service: ODataService, _ body: @Sendable (Client) async throws -> Void) async throws {
+        let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: 0)
+        try await app.test(.live) { client in try await body(Client(client: client)) }
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: directory) }
+
+    struct Reply {
+        var status: Int
+        var headers: HTTPFields
+        var body: [UInt8]
+        var text: String { String(decoding: body, as: UTF8.self) }
+        var json: JSONValue? { try? JSONValue.parse(body) }
+        func header(_ name: String) -> String? { HTTPField.Name(name).flatMap { headers[$0] } }
+    }
+
+    struct Client: Sendable {
+        let client: any TestClientProtocol
+
+        func send(_ method: String, _ uri: String, headers: [String: String] = [:], body: String? = nil) async throws -> Reply {
+            var fields = HTTPFields()
+            for (name, value) in headers { if let field = HTTPField.Name(name) { fields[field] = value } }
+            if body != nil && fields[.contentType] == nil { fields[.contentType] = "application/json" }
+            // Encode spaces as a client does; everything else is sent as written.
+            let encoded = uri.replacingOccurrences(of: " ", with: "%20")
+            let response = try await client.execute(uri: encoded, method: HTTPRequest.Method(method) ?? .get, headers: fields,
+                                                     body: body.map { ByteBuffer(string: $0) })
+            return Reply(status: response.status.code, headers: response.headers, body: Array(response.body.readableBytesView))
+        }
+    }
+}
+
+@Suite(.serialized) struct ServerTests {
+    @Test func readsMetadataPagingAndV2() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            let document = try await client.send("GET", "/odata/v4/")
+            #expect(document.status == 200)
+            #expect(document.json?["value"]?.arrayValue?.count == 7)
+            let metadata = try await client.send("GET", "/odata/v4/$metadata")
+            let model = try MetadataParser().parse(Data(metadata.body))
+            #expect(model.entitySet("SalesOrders") != nil)
+            let v2 = try await client.send("GET", "/odata/v2/$metadata")
+            let v2Model = try MetadataParser(options: .init(strict: true)).parse(Data(v2.body))
+            #expect(v2Model.version == .v2)
+            #expect(v2Model.targetEntitySet(from: "SalesOrders", navigationPath: "Items")?.name == "SalesOrderItems")
+            #expect(v2Model.navigationProperty("Order", ofStructuredType: "Sales.SalesOrderItem")?.referentialConstraints.first?.property == "OrderID")
+            // Server-driven paging.
+            let page = try await client.send("GET", "/odata/v4/SalesOrders?$orderby=OrderID&$select=OrderID", headers: ["Prefer": "odata.maxpagesize=4"])
+            #expect(page.status == 200)
+            #expect(page.json?["value"]?.arrayValue?.count == 4)
+            let next = try #require(page.json?["@odata.nextLink"]?.stringValue)
+            #expect(page.header("Preference-Applied") == "odata.maxpagesize=4")
+            let second = try await client.send("GET", String(next.drop { $0 != "/" }.dropFirst(2).drop { $0 != "/" }))
+            #expect(second.json?["value"]?.arrayValue?.first?["OrderID"]?.stringValue == "SO12")
+            // V2: inlinecount, __next and verbose JSON.
+            let v2Page = try await client.send("GET", "/odata/v2/SalesOrders?$inlinecount=allpages&$top=3&$filter=substringof('SO1',OrderID)")
+            #expect(v2Page.json?["d"]?["__count"]?.stringValue == "11")
+            #expect(v2Page.json?["d"]?["results"]?.arrayValue?.first?["__metadata"]?["uri"]?.stringValue?.hasPrefix("http://") == true)
+            let count = try await client.send("GET", "/odata/v4/Products/$count")
+            #expect(count.text == "20")
+            let value = try await client.send("GET", "/odata/v4/Products('P1')/Name/$value")
+            #expect(value.text == "Product 1")
+            let missing = try await client.send("GET", "/odata/v4/Products('nope')")
+            #expect(missing.status == 404)
+            #expect(missing.json?["error"]?["code"]?.stringValue == "NotFound")
+        }
+    }
+
+    @Test func writesEtagsAndCascades() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            // Server-generated key.
+            let created = try await client.send("POST", "/odata/v4/Contacts", body: #"{"PartnerID":"BP1","FirstName":"Zoe","LastName":"Quinn"}"#)
+            #expect(created.status == 201)
+            let location = try #require(created.header("Location"))
+            #expect(location.hasSuffix("Contacts(7)"))
+            let etag = try #require(created.header("ETag"))
+            // A stale ETag is refused with 412.
+            let stale = try await client.send("PATCH", "/odata/v4/Contacts(7)", headers: ["If-Match": "W/\"stale\""], body: #"{"LastName":"X"}"#)
+            #expect(stale.status == 412)
+            let patched = try await client.send("PATCH", "/odata/v4/Contacts(7)", headers: ["If-Match": etag, "Prefer": "return=representation"], body: #"{"LastName":"Quincy"}"#)
+            #expect(patched.status == 200)
+            #expect(patched.json?["LastName"]?.stringValue == "Quincy")
+            #expect(patched.json?["FirstName"]?.stringValue == "Zoe")
+            #expect(try await client.send("PATCH", "/odata/v4/Contacts(7)", headers: ["If-Match": "*"], body: #"{"Email":"z@q.example"}"#).status == 204)
+            // V2 MERGE and X-HTTP-Method tunnelling.
+            #expect(try await client.send("POST", "/odata/v2/Contacts(7L)", headers: ["X-HTTP-Method": "MERGE"], body: #"{"FirstName":"Zoey"}"#).status == 204)
+            let v2 = try await client.send("GET", "/odata/v2/Contacts(7L)")
+            #expect(v2.json?["d"]?["FirstName"]?.stringValue == "Zoey")
+            // Deep insert with a bind, then a cascade delete.
+            let order = try await client.send("POST", "/odata/v4/SalesOrders", headers: ["Prefer": "return=minimal"], body: """
+                {"OrderID":"SO-NEW","Status":"New","Partner@odata.bind":"BusinessPartners('BP2')",
+                 "Items":[{"OrderID":"SO-NEW","ItemPosition":10,"ProductID":"P1","Quantity":2,"NetAmount":10.50}]}
+                """)
+            #expect(order.status == 204)
+            #expect(order.header("Location")?.hasSuffix("SalesOrders('SO-NEW')") == true)
+            let items = try await client.send("GET", "/odata/v4/SalesOrders('SO-NEW')/Items")
+            #expect(items.json?["value"]?.arrayValue?.count == 1)
+            let partner = try await client.send("GET", "/odata/v4/SalesOrders('SO-NEW')/Partner")
+            #expect(partner.json?["PartnerID"]?.stringValue == "BP2")
+            #expect(try await client.send("DELETE", "/odata/v4/SalesOrders('SO-NEW')").status == 204)
+            let gone = try await client.send("GET", "/odata/v4/SalesOrderItems?$filter=OrderID eq 'SO-NEW'")
+            #expect(gone.json?["value"]?.arrayValue?.isEmpty == true)
+            // $ref: link a contact to another partner, then read it back.
+            #expect(try await client.send("PUT", "/odata/v4/Contacts(7)/Partner/$ref", body: #"{"@odata.id":"BusinessPartners('BP0')"}"#).status == 204)
+            let linked = try await client.send("GET", "/odata/v4/Contacts(7)?$select=PartnerID")
+            #expect(linked.json?["PartnerID"]?.stringValue == "BP0")
+            // Media upload and download.
+            #expect(try await client.send("PUT", "/odata/v4/ProductPictures('PIC1')/$value", headers: ["Content-Type": "image/png"], body: "PNGDATA").status == 204)
+            let media = try await client.send("GET", "/odata/v4/ProductPictures('PIC1')/$value")
+            #expect(media.text == "PNGDATA")
+            #expect(media.header("Content-Type") == "image/png")
+            // Functions and actions.
+            let function = try await client.send("GET", "/odata/v4/GetProductsByCategory(CategoryID='C3')")
+            #expect(function.json?["value"]?.arrayValue?.allSatisfy { $0["CategoryID"]?.stringValue == "C3" } == true)
+            let action = try await client.send("POST", "/odata/v4/ConfirmOrder", body: #"{"OrderID":"SO1"}"#)
+            #expect(action.json?["Status"]?.stringValue == "Confirmed")
+        }
+    }
+
+    @Test func batchChangeSetsAreAtomic() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            let body = """
+            --b1\r
+            Content-Type: multipart/mixed; boundary=cs1\r
+            \r
+            --cs1\r
+            Content-Type: application/http\r
+            Content-ID: 1\r
+            \r
+            POST SalesOrders HTTP/1.1\r
+            Content-Type: application/json\r
+            \r
+            {"OrderID":"SO-B1","Status":"New"}\r
+            --cs1\r
+            Content-Type: application/http\r
+            Content-ID: 2\r
+            \r
+            POST $1/Items HTTP/1.1\r
+            Content-Type: application/json\r
+            \r
+            {"OrderID":"SO-B1","ItemPosition":10,"Quantity":1}\r
+            --cs1--\r
+            --b1\r
+            Content-Type: application/http\r
+            \r
+            GET SalesOrders('SO-B1')/Items/$count HTTP/1.1\r
+            \r
+            \r
+            --b1--\r
+
+            """
+            let reply = try await client.send("POST", "/odata/v4/$batch", headers: ["Content-Type": "multipart/mixed; boundary=b1"], body: body)
+            #expect(reply.status == 200)
+            let batch = try MultipartBatch.read(reply.body, boundary: HTTPHeaders.parameter("boundary", in: reply.header("Content-Type") ?? ""))
+            guard case .changeSet(let set) = batch.parts[0], case .operation(let count) = batch.parts[1] else {
+                Issue.record("expected a change set and an operation: \(reply.text) \(batch.parts)")
+                return
+            }
+            #expect(set.operations.map { $0.message.status } == [201, 201])
+            #expect(String(decoding: count.message.body, as: UTF8.self) == "1")
+            // A failing change set leaves nothing behind.
+            let failing = body.replacingOccurrences(of: "SO-B1", with: "SO-B2").replacingOccurrences(of: #""ItemPosition":10"#, with: #""ItemPosition":"ten""#)
+            let failed = try await client.send("POST", "/odata/v4/$batch", headers: ["Content-Type": "multipart/mixed; boundary=b1"], body: failing)
+            let failedBatch = try MultipartBatch.read(failed.body)
+            guard case .operation(let failure) = failedBatch.parts[0] else {
+                Issue.record("a failed change set answers with one error")
+                return
+            }
+            #expect(failure.message.status == 400)
+            #expect(try await client.send("GET", "/odata/v4/SalesOrders('SO-B2')").status == 404)
+            // JSON batch with an atomicity group.
+            let json = #"{"requests":[{"id":"a","method":"POST","url":"Contacts","atomicityGroup":"g","body":{"PartnerID":"BP0","FirstName":"J"}},{"id":"b","method":"GET","url":"Contacts/$count","dependsOn":["g"]}]}"#
+            let jsonReply = try await client.send("POST", "/odata/v4/$batch", headers: ["Content-Type": "application/json"], body: json)
+            let responses = try JSONBatchResponse.read(jsonReply.body)
+            #expect(responses.responses.map(\.status) == [201, 200])
+        }
+    }
+
+    @Test func deltaTracksInsertsUpdatesAndDeletes() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            let initial = try await client.send("GET", "/odata/v4/ProductCategories", headers: ["Prefer": "odata.track-changes"])
+            let deltaLink = try #require(initial.json?["@odata.deltaLink"]?.stringValue)
+            let relative = String(deltaLink.drop { $0 != "/" }.dropFirst(2).drop { $0 != "/" })
+            #expect(try await client.send("POST", "/odata/v4/ProductCategories", body: #"{"CategoryID":"C99","Name":"New"}"#).status == 201)
+            #expect(try await client.send("PATCH", "/odata/v4/ProductCategories('C1')", body: #"{"Name":"Screens 2"}"#).status == 204)
+            #expect(try await client.send("DELETE", "/odata/v4/ProductCategories('C9')").status == 204)
+            let delta = try await client.send("GET", relative)
+            #expect(delta.status == 200)
+            let values = delta.json?["value"]?.arrayValue ?? []
+            #expect(values.contains { $0["CategoryID"]?.stringValue == "C99" })
+            #expect(values.contains { $0["Name"]?.stringValue == "Screens 2" })
+            #expect(values.contains { $0["@odata.removed"] != nil && $0["CategoryID"]?.stringValue == "C9" })
+            #expect(delta.json?["@odata.deltaLink"] != nil)
+            // History pruned past the token: 410.
+            try await service.pruneChangeHistory(keepingLast: 0)
+            #expect(try await client.send("GET", relative).status == 410)
+        }
+    }
+
+    @Test func repeatedRequestsApplyOnceEvenAfterARestart() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let headers = ["Repeatability-Request-ID": "6f9619ff-8b86-d011-b42d-00c04fc964ff", "Repeatability-First-Sent": "Sat, 21 Nov 2026 06:00:00 GMT"]
+        let first = try await server.service()
+        try await server.run(first) { client in
+            let a = try await client.send("POST", "/odata/v4/Contacts", headers: headers, body: #"{"PartnerID":"BP0","FirstName":"Once"}"#)
+            let b = try await client.send("POST", "/odata/v4/Contacts", headers: headers, body: #"{"PartnerID":"BP0","FirstName":"Once"}"#)
+            #expect(a.status == 201 && b.status == 201)
+            #expect(b.header("Repeatability-Result") == "accepted")
+            #expect(a.header("Location") == b.header("Location"))
+        }
+        first.store.close()
+        let second = try await server.service(create: false)
+        try await server.run(second) { client in
+            let c = try await client.send("POST", "/odata/v4/Contacts", headers: headers, body: #"{"PartnerID":"BP0","FirstName":"Once"}"#)
+            #expect(c.header("Repeatability-Result") == "accepted")
+            let count = try await client.send("GET", "/odata/v4/Contacts/$count?$filter=FirstName eq 'Once'")
+            #expect(count.text == "1")
+            // Legacy headers too.
+            let legacy = ["RequestID": "abc-123", "RepeatabilityCreation": "2026-11-21T06:00:00Z"]
+            _ = try await client.send("POST", "/odata/v4/Contacts", headers: legacy, body: #"{"PartnerID":"BP0","FirstName":"Legacy"}"#)
+            let again = try await client.send("POST", "/odata/v4/Contacts", headers: legacy, body: #"{"PartnerID":"BP0","FirstName":"Legacy"}"#)
+            #expect(again.header("Repeatability-Result") == "accepted")
+            #expect(try await client.send("GET", "/odata/v4/Contacts/$count?$filter=FirstName eq 'Legacy'").text == "1")
+        }
+        second.store.close()
+    }
+
+    @Test func malformedInputGets400NotACrash() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            let cases: [(String, String, String?, [String: String])] = [
+                ("GET", "/odata/v4/Products?$filter=Price gt", nil, [:]),
+                ("GET", "/odata/v4/Products?$top=-1", nil, [:]),
+                ("GET", "/odata/v4/Products('P1'", nil, [:]),
+                ("GET", "/odata/v4/Nope", nil, [:]),
+                ("GET", "/odata/v4/Products?$filter=Name eq 5", nil, [:]),
+                ("POST", "/odata/v4/Products", "{not json", [:]),
+                ("POST", "/odata/v4/Products", #"{"ProductID":"X","Price":"cheap"}"#, [:]),
+                ("POST", "/odata/v4/Products", #"{"Name":"no key"}"#, [:]),
+                ("POST", "/odata/v4/$batch", "--x\r\nnot a batch", ["Content-Type": "multipart/mixed; boundary=x"]),
+                ("POST", "/odata/v4/$batch", "{}", ["Content-Type": "application/json"]),
+                ("POST", "/odata/v4/$batch", "hello", ["Content-Type": "text/plain"]),
+                ("GET", "/odata/v4/Products?$filter=contains(Name,'%ZZ')", nil, [:]),
+            ]
+            for (method, uri, body, headers) in cases {
+                let reply = try await client.send(method, uri, headers: headers, body: body)
+                #expect(reply.status == 400, "\(method) \(uri): \(reply.status) \(reply.text)")
+                #expect(reply.json?["error"]?["message"]?.stringValue?.isEmpty == false, "\(uri)")
+            }
+            #expect(try await client.send("PATCH", "/odata/v4/Products('nope')", body: "{}").status == 404)
+            #expect(try await client.send("POST", "/odata/v4/Products", body: #"{"ProductID":"P1"}"#).status == 409)
+        }
+    }
+
+    @Test func faultInjection() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service(faults: [FaultRule(method: "POST", urlContains: "ProductCategories", status: 503, code: "Maintenance", message: "Down", times: 1)])
+        try await server.run(service) { client in
+            let failed = try await client.send("POST", "/odata/v4/ProductCategories", body: #"{"CategoryID":"F1"}"#)
+            #expect(failed.status == 503)
+            #expect(failed.json?["error"]?["code"]?.stringValue == "Maintenance")
+            #expect(try await client.send("POST", "/odata/v4/ProductCategories", body: #"{"CategoryID":"F1"}"#).status == 201, "the rule fired once")
+            // Rules through the admin endpoint: commit, then drop the connection.
+            let rules = #"[{"method":"POST","urlContains":"ProductCategories","dropAfterCommit":true,"times":1}]"#
+            #expect(try await client.send("PUT", "/_faults", body: rules).status == 204)
+            await #expect(throws: (any Error).self) { try await client.send("POST", "/odata/v4/ProductCategories", body: #"{"CategoryID":"F2"}"#) }
+        }
+        // The change was committed although the response was lost.
+        #expect(try await service.store.query("ProductCategories('F2')") != .entity(nil))
+    }
+}
