@@ -203,7 +203,7 @@ public struct MultipartBatch: Sendable, Hashable {
                 tail = tail.dropFirst(2)
             }
             // Transport padding: only whitespace may follow a delimiter.
-            guard tail.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) else { continue }
+            guard tail.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) else { continue }
             // The line break before the delimiter belongs to it.
             var contentEnd = line.content.lowerBound
             if contentEnd > range.lowerBound, body[contentEnd - 1] == 0x0A {

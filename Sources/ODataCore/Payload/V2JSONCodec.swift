@@ -352,6 +352,16 @@ public struct V2JSONReader: Sendable {
         case .dateTime, .dateTimeOffset:
             if let value = parseDate(text, as: type) { return value }
             return try? Literal.parsePayloadValue(text, as: type)
+        case .date:
+            // A V4 Date property read from V2 JSON arrives as a DateTime.
+            if case .dateTime(let d)? = parseDate(text, as: .dateTime) { return .date(d.date) }
+            if case .dateTimeOffset(let d)? = parseDate(text, as: .dateTimeOffset) { return .date(d.date) }
+            return try? Literal.parsePayloadValue(text, as: type)
+        case .timeOfDay:
+            if case .duration(let d)? = try? Literal.parsePayloadValue(text, as: .duration), !d.negative, d.days == 0 {
+                return .timeOfDay(TimeOfDayValue(hour: d.hours, minute: d.minutes, second: d.seconds, fraction: d.fraction))
+            }
+            return try? Literal.parsePayloadValue(text, as: type)
         case .binary:
             // V2 uses standard base64.
             return Literal.decodeBase64URL(text).map { .binary(Data($0)) }
@@ -574,6 +584,12 @@ public struct V2JSONWriter: Sendable {
             case .double(let v) where v.isFinite: writer.raw(String(v))
             case .single(let v) where v.isFinite: writer.raw(String(v))
             case .dateTime(let d), .dateTimeOffset(let d): writer.string(Self.dateText(d))
+            case .date(let d):
+                // V2 has no Edm.Date: a date is a DateTime at midnight UTC.
+                writer.string("/Date(\(Int64(d.daysSinceEpoch) * 86_400_000))/")
+            case .timeOfDay(let t):
+                // V2 has no Edm.TimeOfDay: a time of day is an Edm.Time duration.
+                writer.string(DurationValue(hours: t.hour, minutes: t.minute, seconds: t.second, fraction: t.fraction).description)
             case .binary(let data): writer.string(Data(data).base64EncodedString())
             default: writer.string(Literal.payloadText(p))
             }

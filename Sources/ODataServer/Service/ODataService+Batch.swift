@@ -54,7 +54,8 @@ extension ODataService {
         var headers = HTTPHeaders()
         headers["Content-Type"] = result.contentType
         headers[request.isV2 ? "DataServiceVersion" : "OData-Version"] = request.isV2 ? "2.0" : "4.0"
-        return ServiceResponse(status: 200, headers: headers, body: result.write())
+        // V2 answers a batch with 202 Accepted, V4 with 200.
+        return ServiceResponse(status: request.isV2 ? 202 : 200, headers: headers, body: result.write())
     }
 
     /// A change set: every operation in one transaction, or none of them.

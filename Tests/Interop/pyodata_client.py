@@ -1,0 +1,57 @@
+"""Drives the reference service's V2 root with SAP's pyodata client and prints one JSON
+object of results for the Swift test to check. Usage: pyodata_client.py SERVICE_URL"""
+import json
+import sys
+
+import pyodata
+import requests
+
+url = sys.argv[1]
+session = requests.Session()
+client = pyodata.Client(url, session)
+out = {}
+
+# Metadata.
+out["entity_sets"] = sorted(es.name for es in client.schema.entity_sets)
+
+# Reads: filter, top, skip, orderby, inlinecount, expand, get by key, navigation.
+orders = client.entity_sets.SalesOrders.get_entities().filter("PartnerID eq 'BP1'").order_by("OrderID desc").top(3).skip(1).count(inline=True).execute()
+out["filtered_orders"] = [o.OrderID for o in orders]
+out["inline_count"] = orders.total_count
+expanded = client.entity_sets.SalesOrders.get_entities().filter("OrderID eq 'SO1'").expand("Items").execute()
+out["expanded_items"] = len(expanded[0].Items)
+partner = client.entity_sets.BusinessPartners.get_entity("BP2").execute()
+out["partner_name"] = partner.CompanyName
+out["partner_city"] = partner.Address["City"]
+contacts = partner.nav("Contacts").get_entities().execute()
+out["partner_contacts"] = sorted(c.FirstName for c in contacts)
+count = client.entity_sets.Products.get_entities().count().execute()
+out["product_count"] = count
+
+# Create, update, delete.
+created = client.entity_sets.ProductCategories.create_entity().set(CategoryID="PY1", Name="From pyodata").execute()
+out["created"] = created.CategoryID
+client.entity_sets.ProductCategories.update_entity(CategoryID="PY1").set(Name="Renamed by pyodata").execute()
+out["updated"] = client.entity_sets.ProductCategories.get_entity("PY1").execute().Name
+client.entity_sets.ProductCategories.delete_entity("PY1").execute()
+try:
+    client.entity_sets.ProductCategories.get_entity("PY1").execute()
+    out["deleted"] = False
+except pyodata.exceptions.HttpError as error:
+    out["deleted"] = error.response.status_code == 404
+
+# A batch with a change set.
+batch = client.create_batch()
+changeset = client.create_changeset()
+changeset.add_request(client.entity_sets.ProductCategories.create_entity().set(CategoryID="PY2", Name="Batch one"))
+changeset.add_request(client.entity_sets.ProductCategories.create_entity().set(CategoryID="PY3", Name="Batch two"))
+batch.add_request(changeset)
+batch.add_request(client.entity_sets.ProductCategories.get_entity("C1"))
+batch.execute()
+out["batch_created"] = sorted(c.CategoryID for c in client.entity_sets.ProductCategories.get_entities().filter("startswith(CategoryID,'PY')").execute())
+
+# A function import.
+products = client.functions.GetProductsByCategory.parameter("CategoryID", "C3").execute()
+out["function_categories"] = sorted({p.CategoryID for p in products})
+
+print(json.dumps(out))
