@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "ODataCore", targets: ["ODataCore"]),
         .library(name: "ODataStore", targets: ["ODataStore"]),
         .library(name: "ODataServer", targets: ["ODataServer"]),
+        .library(name: "OfflineOData", targets: ["OfflineOData"]),
         .executable(name: "oodata", targets: ["oodata"]),
     ],
     dependencies: [
@@ -20,6 +21,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         .target(
@@ -47,12 +49,24 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "OfflineOData",
+            dependencies: [
+                "ODataCore",
+                "ODataStore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            resources: [.process("Resources")],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "oodata",
             dependencies: [
                 "ODataCore",
                 "ODataStore",
                 "ODataServer",
+                "OfflineOData",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],
@@ -66,6 +80,11 @@ let package = Package(
         .testTarget(
             name: "ODataStoreTests",
             dependencies: ["ODataStore", "ODataCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "OfflineODataTests",
+            dependencies: ["OfflineOData", "ODataServer", "ODataStore", "ODataCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -21,7 +21,22 @@ extension ExpressionCompiler {
         "mindatetime", "maxdatetime", "round", "floor", "ceiling", "isof", "cast",
     ]
 
+    /// The bookkeeping column behind a local-state function (`sap.isLocal()` and the others).
+    static func localStateColumn(_ name: String) -> String? {
+        let bare = name.hasPrefix("sap.") ? String(name.dropFirst(4)) : name
+        switch bare {
+        case "islocal": return "_isLocal"
+        case "haspendingchanges": return "_pending"
+        case "inerrorstate": return "_error"
+        case "upsertedlastdownload": return "_upserted"
+        default: return nil
+        }
+    }
+
     mutating func call(_ name: String, _ expression: BoundExpression, _ scope: Scope) throws -> Operand {
+        if let column = Self.localStateColumn(name) {
+            return Operand(sql: SQLFragment("(\(scope.alias).\(column) <> 0)"), storage: .boolean)
+        }
         guard Self.supportedFunctions.contains(name) else { throw Self.unsupported("the function \(name)") }
         var args: [Operand] = []
         for operand in expression.operands {

@@ -373,3 +373,73 @@ public struct StoreWriter {
         }
     }
 }
+
+extension StoreWriter {
+    /// The rowid of the entity with the given key, if stored.
+    public func rowid(in entitySet: String, key: [String: PrimitiveValue]) throws -> Int64? {
+        try rowid(forKey: key, in: try table(entitySet))
+    }
+
+    /// Sets local-state flags of one entity (nil leaves a flag as it is); returns whether it exists.
+    @discardableResult
+    public func setState(in entitySet: String, key: [String: PrimitiveValue], isLocal: Bool? = nil, pending: Bool? = nil, inError: Bool? = nil,
+                         upserted: Bool? = nil, etag: String?? = nil, localID: String?? = nil) throws -> Bool {
+        let table = try table(entitySet)
+        guard let rowid = try rowid(forKey: key, in: table) else { return false }
+        try setState(table: table, rowid: rowid, isLocal: isLocal, pending: pending, inError: inError, upserted: upserted, etag: etag, localID: localID)
+        return true
+    }
+
+    /// Sets local-state flags of the row `rowid` of `entitySet`.
+    public func setState(in entitySet: String, rowid: Int64, isLocal: Bool? = nil, pending: Bool? = nil, inError: Bool? = nil,
+                         upserted: Bool? = nil) throws {
+        try setState(table: try table(entitySet), rowid: rowid, isLocal: isLocal, pending: pending, inError: inError, upserted: upserted, etag: nil, localID: nil)
+    }
+
+    private func setState(table: StoreSchema.EntityTable, rowid: Int64, isLocal: Bool?, pending: Bool?, inError: Bool?, upserted: Bool?,
+                          etag: String??, localID: String??) throws {
+        var assignments: [String] = []
+        var values: [DatabaseValue] = []
+        for (column, flag) in [("_isLocal", isLocal), ("_pending", pending), ("_error", inError), ("_upserted", upserted)] {
+            if let flag {
+                assignments.append("\(column) = ?")
+                values.append(.integer(flag ? 1 : 0))
+            }
+        }
+        if let etag {
+            assignments.append("_etag = ?")
+            values.append(etag.map { .text($0) } ?? .null)
+        }
+        if let localID {
+            assignments.append("_localID = ?")
+            values.append(localID.map { .text($0) } ?? .null)
+        }
+        guard !assignments.isEmpty else { return }
+        try db.execute("UPDATE \(StoreSchema.quote(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?", values + [.integer(rowid)])
+    }
+
+    /// Clears a flag on every row of every entity table (e.g. `_upserted` before a download).
+    public func clearFlag(_ column: String) throws {
+        guard ["_upserted", "_error", "_isLocal", "_pending"].contains(column) else { throw StoreError(.unknownProperty, "No flag \(column)") }
+        for table in schema.tables { try db.execute("UPDATE \(StoreSchema.quote(table.name)) SET \(column) = 0 WHERE \(column) <> 0") }
+    }
+
+    /// Key values of every stored entity of `entitySet` with its pending flag.
+    public func keys(in entitySet: String) throws -> [(key: [String: PrimitiveValue], pending: Bool)] {
+        let table = try table(entitySet)
+        let q = StoreSchema.quote
+        let columns = table.keyColumns
+        let rows = try db.query("SELECT _pending, \(columns.map(q).joined(separator: ", ")) FROM \(q(table.name))")
+        var result: [(key: [String: PrimitiveValue], pending: Bool)] = []
+        for row in rows {
+            var key: [String: PrimitiveValue] = [:]
+            for (index, name) in columns.enumerated() {
+                guard let column = table.column([name]), case .primitive(let type) = column.kind,
+                      let value = try ValueStorage.decode(row[index + 1], as: type) else { continue }
+                key[name] = value
+            }
+            result.append((key, row[0] == .integer(1)))
+        }
+        return result
+    }
+}

@@ -285,6 +285,8 @@ public struct ExpressionBinder: Sendable {
             return .primitive(.int32)
         case "now", "mindatetime", "maxdatetime":
             return .primitive(.dateTimeOffset)
+        case _ where CanonicalFunctions.localState(name) != nil:
+            return .primitive(.boolean)
         case "round", "floor", "ceiling":
             try expect(0, numbers, "a number")
             if let p = args.first?.type.primitive, p == .single || p == .double { return .primitive(.double) }

@@ -688,7 +688,15 @@ enum CanonicalFunctions {
         "totaloffsetminutes": 1...1, "mindatetime": 0...0, "maxdatetime": 0...0, "now": 0...0,
         "round": 1...1, "floor": 1...1, "ceiling": 1...1, "geo.distance": 2...2, "geo.length": 1...1,
         "geo.intersects": 2...2, "isof": 1...2, "cast": 1...2, "hassubset": 2...2, "hassubsequence": 2...2,
+        // Offline stores: the local state of an entity (`sap.isLocal()` or `isLocal()`).
+        "sap.islocal": 0...0, "sap.haspendingchanges": 0...0, "sap.inerrorstate": 0...0, "sap.upsertedlastdownload": 0...0,
+        "islocal": 0...0, "haspendingchanges": 0...0, "inerrorstate": 0...0, "upsertedlastdownload": 0...0,
     ]
+    /// Maps the local-state functions to one name without the `sap.` prefix.
+    static func localState(_ name: String) -> String? {
+        let bare = name.hasPrefix("sap.") ? String(name.dropFirst(4)) : name
+        return ["islocal", "haspendingchanges", "inerrorstate", "upsertedlastdownload"].contains(bare) ? bare : nil
+    }
     /// V2-only functions.
     static let legacy: Set<String> = ["substringof", "replace"]
     static let legacyArity: [String: ClosedRange<Int>] = ["substringof": 2...2, "replace": 3...3]

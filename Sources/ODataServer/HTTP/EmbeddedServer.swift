@@ -1,0 +1,72 @@
+public import Foundation
+import Hummingbird
+import Logging
+import ODataCore
+import ODataStore
+
+/// The reference server running inside the current process on a free loopback port: for
+/// tests, the demo, and apps that want a backend to try things against.
+public final class EmbeddedServer: Sendable {
+    /// The port the server listens on.
+    public let port: Int
+    /// The service behind the server (its fault injector can be changed while it runs).
+    public let service: ODataService
+    private let task: Task<Void, any Error>
+
+    private init(port: Int, service: ODataService, task: Task<Void, any Error>) {
+        self.port = port
+        self.service = service
+        self.task = task
+    }
+
+    /// The V4 service root, `http://127.0.0.1:PORT/odata/v4/`.
+    public var v4Root: URL { URL(string: "http://127.0.0.1:\(port)/odata/v4/") ?? URL(fileURLWithPath: "/") }
+    /// The V2 service root, `http://127.0.0.1:PORT/odata/v2/`.
+    public var v2Root: URL { URL(string: "http://127.0.0.1:\(port)/odata/v2/") ?? URL(fileURLWithPath: "/") }
+
+    /// Starts `service` on 127.0.0.1 with a port chosen by the system.
+    public static func start(_ service: ODataService) async throws -> EmbeddedServer {
+        let box = PortWaiter()
+        var logger = Logger(label: "oodata.embedded")
+        logger.logLevel = .critical
+        let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: 0, logger: logger) { port in await box.set(port) }
+        let task = Task { try await app.runService(gracefulShutdownSignals: []) }
+        let port = await box.wait()
+        return EmbeddedServer(port: port, service: service, task: task)
+    }
+
+    /// Starts the sales sample in a new store file at `path` (replacing an old one).
+    public static func sales(at path: String, scale: Int = 3, pageSize: Int = 100, faults: [FaultRule] = []) async throws -> EmbeddedServer {
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        let store = try await Store.create(path: path, model: try SalesSample.model())
+        var options = ODataService.Options()
+        options.pageSize = pageSize
+        options.serverGeneratedKeys = SalesSample.serverGeneratedKeys
+        let service = try await ODataService.open(store: store, options: options, faults: faults)
+        try await service.load(SalesSample.data(scale: scale))
+        return try await start(service)
+    }
+
+    /// Stops the server and waits until it has.
+    public func stop() async {
+        task.cancel()
+        _ = await task.result
+    }
+}
+
+/// Hands the port from the start-up callback to `start`.
+private actor PortWaiter {
+    private var port: Int?
+    private var waiters: [CheckedContinuation<Int, Never>] = []
+
+    func set(_ value: Int) {
+        port = value
+        for waiter in waiters { waiter.resume(returning: value) }
+        waiters = []
+    }
+
+    func wait() async -> Int {
+        if let port { return port }
+        return await withCheckedContinuation { waiters.append($0) }
+    }
+}

@@ -1,0 +1,64 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+/// The provider's own entity sets (ErrorArchive, RequestQueue, EventLog, SPEC §7) and the side
+/// tables it keeps in the store file beside the entity tables.
+enum LocalSchema {
+    static let namespace = "OfflineOData.Local"
+    static let errorArchive = "ErrorArchive"
+    static let requestQueue = "RequestQueue"
+    static let eventLog = "EventLog"
+    static let systemSets: Set<String> = [errorArchive, requestQueue, eventLog]
+
+    static let csdl = """
+    <edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.0"><edmx:DataServices>
+    <Schema xmlns="http://docs.oasis-open.org/odata/ns/edm" Namespace="OfflineOData.Local">
+      <EntityType Name="ErrorArchiveEntry"><Key><PropertyRef Name="RequestID"/></Key>
+        <Property Name="RequestID" Type="Edm.Int64" Nullable="false"/><Property Name="CustomTag" Type="Edm.String"/>
+        <Property Name="HTTPStatusCode" Type="Edm.Int32"/><Property Name="Code" Type="Edm.String"/>
+        <Property Name="Message" Type="Edm.String"/><Property Name="InnerError" Type="Edm.String"/>
+        <Property Name="Domain" Type="Edm.String"/><Property Name="RequestMethod" Type="Edm.String"/>
+        <Property Name="RequestURL" Type="Edm.String"/><Property Name="RequestBody" Type="Edm.String"/>
+      </EntityType>
+      <EntityType Name="RequestQueueEntry"><Key><PropertyRef Name="RequestID"/></Key>
+        <Property Name="RequestID" Type="Edm.Int64" Nullable="false"/><Property Name="Status" Type="Edm.String"/>
+        <Property Name="RequestMethod" Type="Edm.String"/><Property Name="RequestURL" Type="Edm.String"/>
+        <Property Name="RequestBody" Type="Edm.String"/><Property Name="CustomTag" Type="Edm.String"/>
+        <Property Name="TransactionID" Type="Edm.String"/><Property Name="UploadCategory" Type="Edm.String"/>
+        <Property Name="AffectedEntityURL" Type="Edm.String"/>
+      </EntityType>
+      <EntityType Name="EventLogEntry"><Key><PropertyRef Name="ID"/></Key>
+        <Property Name="ID" Type="Edm.Int64" Nullable="false"/><Property Name="Type" Type="Edm.String"/>
+        <Property Name="Time" Type="Edm.DateTimeOffset"/><Property Name="Details" Type="Edm.String"/>
+      </EntityType>
+      <EntityContainer Name="LocalContainer">
+        <EntitySet Name="ErrorArchive" EntityType="OfflineOData.Local.ErrorArchiveEntry"/>
+        <EntitySet Name="RequestQueue" EntityType="OfflineOData.Local.RequestQueueEntry"/>
+        <EntitySet Name="EventLog" EntityType="OfflineOData.Local.EventLogEntry"/>
+      </EntityContainer>
+    </Schema></edmx:DataServices></edmx:Edmx>
+    """
+
+    /// The backend's model with the local entity sets added.
+    static func extend(_ model: Model) throws -> Model {
+        let local = try MetadataParser().parse(Data(csdl.utf8))
+        var model = model
+        model.schemas += local.schemas
+        model.rebuildIndex()
+        return model
+    }
+
+    static let sideTables = [
+        "CREATE TABLE oo_meta (key TEXT PRIMARY KEY, value TEXT)",
+        "CREATE TABLE oo_defining (name TEXT PRIMARY KEY, query TEXT NOT NULL, streams INTEGER NOT NULL, delta_link TEXT, ordinal INTEGER NOT NULL)",
+        """
+        CREATE TABLE oo_queue (id INTEGER PRIMARY KEY, method TEXT NOT NULL, url TEXT NOT NULL, body BLOB, headers TEXT,
+          entity_set TEXT, entity_key TEXT, is_create INTEGER NOT NULL DEFAULT 0, local_key INTEGER NOT NULL DEFAULT 0,
+          transaction_id TEXT, custom_tag TEXT, upload_category TEXT, remove_after_upload INTEGER NOT NULL DEFAULT 0,
+          unmodifiable INTEGER NOT NULL DEFAULT 0, repeat_id TEXT, first_sent TEXT, status TEXT NOT NULL DEFAULT 'pending')
+        """,
+        "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key))",
+        "CREATE TABLE oo_key_map (entity_set TEXT NOT NULL, local_key TEXT NOT NULL, server_key TEXT NOT NULL, PRIMARY KEY (entity_set, local_key))",
+    ]
+}

@@ -1,0 +1,131 @@
+public import Foundation
+
+/// The settings of an offline provider (SPEC §2). Every default matches the reference system.
+public struct OfflineODataParameters: Sendable {
+    /// Key of the store file; fixed at the first open; every later open needs it.
+    public var storeEncryptionKey: String?
+    /// File name stem of the store (`localstore` gives `localstore.db`).
+    public var storeName = "localstore"
+    /// Folder of the store files; nil means the current directory.
+    public var storePath: String?
+    /// Appended to every URL sent to the backend (some proxies need it).
+    public var urlSuffix: String?
+    /// Advanced options as `key=value;key=value`; see ``extraStreamOptions``.
+    public var extraStreamParameters: String?
+    /// Headers added to every HTTP request the provider sends.
+    public var customHeaders: [String: String] = [:]
+    /// Cookies added to every HTTP request the provider sends.
+    public var customCookies: [String: String] = [:]
+    /// Send repeatable-request headers with every modification so each is applied exactly once.
+    public var enableRepeatableRequests = true
+    /// Largest number of entities one local read returns; nil for no paging.
+    public var pageSize: Int?
+    /// Network timeout in seconds; nil for the transport's default.
+    public var timeout: TimeInterval?
+    /// Combine queued requests before upload (SPEC §6.1; the algorithm is a later issue).
+    public var enableRequestQueueOptimization = false
+    /// Deleting a not-yet-uploaded created entity removes its requests (SPEC §6.2; later issue).
+    public var enableUndoLocalCreation = false
+    /// Group requests by transaction ID into change sets (SPEC §6.3; later issue).
+    public var enableTransactionBuilder = false
+    /// Delete single ErrorArchive rows with their dependants (SPEC §7; later issue).
+    public var enableIndividualErrorArchiveDeletion = false
+    /// Whether the backend accepts `$batch`; without it the queue is sent request by request.
+    public var backendSupportsBatch = true
+    /// Most requests in one `$batch` request.
+    public var maxRequestsPerBatch = 100
+    /// How often remote status is polled, in milliseconds (never below 500).
+    public var statusPollInterval = 2000 {
+        didSet { statusPollInterval = max(500, statusPollInterval) }
+    }
+
+    /// Creates parameters with the defaults.
+    public init() {}
+
+    /// The store file: `storePath/storeName.db`.
+    public var storeFile: String {
+        let folder = storePath ?? FileManager.default.currentDirectoryPath
+        return (folder as NSString).appendingPathComponent(storeName + ".db")
+    }
+
+    /// `extraStreamParameters` split into pairs; malformed text is an error naming the part.
+    public func extraStreamOptions() throws(OfflineODataError) -> [String: String] {
+        guard let text = extraStreamParameters, !text.isEmpty else { return [:] }
+        var options: [String: String] = [:]
+        for part in text.split(separator: ";", omittingEmptySubsequences: true) {
+            let pair = part.split(separator: "=", maxSplits: 1)
+            guard pair.count == 2, !pair[0].trimmingCharacters(in: .whitespaces).isEmpty else {
+                throw OfflineODataError(.invalidParameter, "extraStreamParameters: '\(part)' is not key=value")
+            }
+            options[pair[0].trimmingCharacters(in: .whitespaces)] = pair[1].trimmingCharacters(in: .whitespaces)
+        }
+        return options
+    }
+}
+
+/// A named read request whose results the store keeps (SPEC §3).
+public struct OfflineODataDefiningQuery: Sendable, Hashable, Codable {
+    /// Unique name.
+    public var name: String
+    /// The read request relative to the service root, e.g. `Orders?$expand=Items`.
+    public var query: String
+    /// Whether media streams of the entities are downloaded too.
+    public var automaticallyRetrievesStreams: Bool
+
+    /// Creates a defining query.
+    public init(name: String, query: String, automaticallyRetrievesStreams: Bool = false) {
+        self.name = name
+        self.query = query
+        self.automaticallyRetrievesStreams = automaticallyRetrievesStreams
+    }
+}
+
+/// Options of one local modification.
+public struct OfflineODataRequestOptions: Sendable, Hashable {
+    /// Requests with the same transaction ID travel in one change set.
+    public var transactionID: String?
+    /// Never combined with other requests by the queue algorithms.
+    public var unmodifiableRequest = false
+    /// Free text shown in RequestQueue and ErrorArchive.
+    public var customTag: String?
+    /// `upload(categories:)` sends only requests of the given categories.
+    public var uploadCategory: String?
+    /// Drop the local created entity once uploaded; the backend's copy arrives with the next download.
+    public var removeAfterUpload = false
+    /// Headers sent with this request when it is uploaded.
+    public var customHeaders: [String: String] = [:]
+
+    /// Creates options; every field is optional.
+    public init(transactionID: String? = nil, unmodifiableRequest: Bool = false, customTag: String? = nil, uploadCategory: String? = nil,
+                removeAfterUpload: Bool = false, customHeaders: [String: String] = [:]) {
+        self.transactionID = transactionID
+        self.unmodifiableRequest = unmodifiableRequest
+        self.customTag = customTag
+        self.uploadCategory = uploadCategory
+        self.removeAfterUpload = removeAfterUpload
+        self.customHeaders = customHeaders
+    }
+}
+
+/// A provider failure with a category and a message that names what is wrong.
+public struct OfflineODataError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure.
+    public enum Code: String, Sendable {
+        case invalidParameter, invalidRequest, notOpen, alreadyOpen, notSupportedOffline, duplicateDefiningQuery,
+             unknownDefiningQuery, pendingChanges, backend, transport, store, cancelled, wrongKey
+    }
+
+    public var code: Code
+    public var message: String
+    /// The HTTP status when the backend answered with an error.
+    public var httpStatus: Int?
+
+    /// Creates an error.
+    public init(_ code: Code, _ message: String, httpStatus: Int? = nil) {
+        self.code = code
+        self.message = message
+        self.httpStatus = httpStatus
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+}

@@ -1,0 +1,327 @@
+public import Foundation
+public import ODataCore
+import ODataStore
+
+/// The offline OData provider: an encrypted local store filled by defining queries, local
+/// reads and writes through OData requests, and upload/download against the backend.
+///
+/// ```swift
+/// var parameters = OfflineODataParameters()
+/// parameters.storeEncryptionKey = "secret"
+/// let provider = OfflineODataProvider(serviceRoot: URL(string: "http://host/odata/v4/")!, parameters: parameters)
+/// try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Orders", query: "SalesOrders?$expand=Items"))
+/// try await provider.open()
+/// let orders = try await provider.read("SalesOrders?$filter=GrossAmount gt 100")
+/// ```
+public actor OfflineODataProvider {
+    /// The service root, ending in `/`.
+    public nonisolated let serviceRoot: String
+    /// The parameters given at creation; `customHeaders` and `customCookies` can change later.
+    public private(set) var parameters: OfflineODataParameters
+    let transport: any Transport
+    weak var delegate: (any OfflineODataDelegate)?
+    var definingQueries: [OfflineODataDefiningQuery] = []
+    var store: Store?
+    var continuations: [UUID: AsyncStream<OfflineODataEvent>.Continuation] = [:]
+    var cancelUploadRequested = false
+    var cancelDownloadRequested = false
+    var busy = false
+    /// Bytes sent and received since the provider was created (progress reports use these).
+    var bytesSent: Int64 = 0
+    var bytesReceived: Int64 = 0
+    /// Language of the default progress messages; the device locale unless set.
+    public var messageLanguage: String = ProgressMessages.shared.language(for: Locale.current)
+
+    /// Creates a provider. Nothing touches the disk or network until `open()`.
+    public init(serviceRoot: URL, parameters: OfflineODataParameters = OfflineODataParameters(), transport: (any Transport)? = nil,
+                delegate: (any OfflineODataDelegate)? = nil) {
+        var root = serviceRoot.absoluteString
+        if !root.hasSuffix("/") { root += "/" }
+        self.serviceRoot = root
+        self.parameters = parameters
+        self.transport = transport ?? AsyncHTTPClientTransport()
+        self.delegate = delegate
+    }
+
+    /// Sets the delegate.
+    public func setDelegate(_ delegate: (any OfflineODataDelegate)?) { self.delegate = delegate }
+
+    /// Sets the language of progress messages (a code such as `de` or `zh-Hant`).
+    public func setMessageLanguage(_ code: String) { messageLanguage = code }
+
+    /// Replaces the custom headers; effective at the next upload or download.
+    public func setCustomHeaders(_ headers: [String: String]) { parameters.customHeaders = headers }
+
+    /// Replaces the custom cookies; effective at the next upload or download.
+    public func setCustomCookies(_ cookies: [String: String]) { parameters.customCookies = cookies }
+
+    // MARK: Events
+
+    /// Progress and failures as an `AsyncSequence`; each call gives a new stream.
+    public func events() -> AsyncStream<OfflineODataEvent> {
+        let (stream, continuation) = AsyncStream<OfflineODataEvent>.makeStream(bufferingPolicy: .bufferingNewest(1000))
+        let id = UUID()
+        continuations[id] = continuation
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.removeContinuation(id) }
+        }
+        return stream
+    }
+
+    private func removeContinuation(_ id: UUID) { continuations[id] = nil }
+
+    func emit(_ event: OfflineODataEvent) {
+        for continuation in continuations.values { continuation.yield(event) }
+        switch event {
+        case .progress(let progress): delegate?.offlineODataProvider(didUpdate: progress)
+        case .requestFailed(let failure): delegate?.offlineODataProvider(requestDidFail: failure)
+        }
+    }
+
+    func reporter(_ operation: OfflineODataOperation, _ plan: [OfflineODataProgressStep]) -> ProgressReporter {
+        ProgressReporter(operation: operation, plan: plan, language: messageLanguage) { [weak self] event in
+            Task { await self?.emit(event) }
+        }
+    }
+
+    // MARK: Defining queries
+
+    /// Adds a defining query. Before the first open it is part of the initial download;
+    /// afterwards it needs a `download()` to fill it. The same name or query twice is an error.
+    public func add(definingQuery: OfflineODataDefiningQuery) async throws {
+        guard !definingQueries.contains(where: { $0.name == definingQuery.name }) else {
+            throw OfflineODataError(.duplicateDefiningQuery, "A defining query named \(definingQuery.name) exists already")
+        }
+        guard !definingQueries.contains(where: { $0.query == definingQuery.query }) else {
+            throw OfflineODataError(.duplicateDefiningQuery, "The defining query \(definingQuery.query) exists already")
+        }
+        try Self.validate(definingQuery)
+        definingQueries.append(definingQuery)
+        if let store {
+            let ordinal = definingQueries.count
+            try await store.write { writer in
+                _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",
+                                                  [.text(definingQuery.name), .text(definingQuery.query),
+                                                   .integer(definingQuery.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal))])
+            }
+        }
+    }
+
+    /// Removes a defining query and, unless another query covers the same entity set, its data.
+    /// Refused while changes are pending.
+    public func remove(definingQueryNamed name: String) async throws {
+        guard let index = definingQueries.firstIndex(where: { $0.name == name }) else {
+            throw OfflineODataError(.unknownDefiningQuery, "No defining query named \(name)")
+        }
+        let removed = definingQueries[index]
+        if let store {
+            guard try await isRequestQueueEmpty else {
+                throw OfflineODataError(.pendingChanges, "Defining query \(name) cannot be removed while changes are pending; upload first")
+            }
+            let others = definingQueries.filter { $0.name != name }
+            let set = try Self.entitySet(of: removed.query, model: store.model)
+            let stillCovered = try others.contains { try Self.coveredSets(of: $0.query, model: store.model).contains(set) }
+            try await store.write { writer in
+                _ = try writer.connection.execute("DELETE FROM oo_defining WHERE name = ?", [.text(name)])
+                if !stillCovered, let table = writer.schema.table(forEntitySet: set) {
+                    try writer.connection.execute("DELETE FROM \(StoreSchema.quote(table.name))")
+                }
+            }
+        }
+        definingQueries.remove(at: index)
+    }
+
+    /// The defining queries in force.
+    public var currentDefiningQueries: [OfflineODataDefiningQuery] { definingQueries }
+
+    static func validate(_ query: OfflineODataDefiningQuery) throws {
+        guard !query.name.isEmpty else { throw OfflineODataError(.invalidParameter, "A defining query needs a name") }
+        guard !query.query.isEmpty, !query.query.hasPrefix("/"), !query.query.contains("://") else {
+            throw OfflineODataError(.invalidParameter, "Defining query \(query.name): '\(query.query)' must be a read request relative to the service root")
+        }
+        _ = try URLParser(version: .v401).parse(query.query)
+    }
+
+    /// The entity set a defining query reads.
+    static func entitySet(of query: String, model: Model) throws -> String {
+        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
+        let parsed = try URLParser(version: version).parse(query)
+        let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: query)
+        var set: String?
+        for segment in resolved.path.segments {
+            switch segment.kind {
+            case .entitySet(let name): set = name
+            case .navigation(let name):
+                if let current = set { set = model.targetEntitySet(from: current, navigationPath: name)?.name }
+            default: continue
+            }
+        }
+        guard let set else { throw OfflineODataError(.invalidParameter, "The defining query \(query) does not read an entity set") }
+        return set
+    }
+
+    /// Entity sets whose rows a defining query brings: its own and those of its expands.
+    static func coveredSets(of query: String, model: Model) throws -> Set<String> {
+        let root = try entitySet(of: query, model: model)
+        var sets: Set<String> = [root]
+        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
+        let parsed = try URLParser(version: version).parse(query)
+        func walk(_ items: [ExpandItem], from set: String) {
+            for item in items {
+                guard let name = item.path.last(where: { !$0.contains(".") }),
+                      let target = model.targetEntitySet(from: set, navigationPath: name)?.name else { continue }
+                sets.insert(target)
+                walk(item.options?.expand ?? [], from: target)
+            }
+        }
+        walk(parsed.query.expand ?? [], from: root)
+        return sets
+    }
+
+    // MARK: Lifecycle
+
+    /// Whether the store is open.
+    public var isOpen: Bool { store != nil }
+
+    /// Opens the store. The first time: fetches `$metadata`, creates the store and runs every
+    /// defining query. Later: only opens the file, checking the key.
+    public func open() async throws {
+        guard store == nil else { return }
+        let path = parameters.storeFile
+        if FileManager.default.fileExists(atPath: path) {
+            try await openExisting(path)
+        } else {
+            try await createAndFill(path)
+        }
+    }
+
+    private func openExisting(_ path: String) async throws {
+        let opened: Store
+        do {
+            opened = try await Store.open(path: path, key: parameters.storeEncryptionKey)
+        } catch let error as DatabaseError {
+            throw OfflineODataError(.wrongKey, "The store \(path) cannot be opened with the given key: \(error.message)")
+        }
+        let stored = try await opened.read { reader -> [OfflineODataDefiningQuery] in
+            try reader.connection.query("SELECT name, query, streams FROM oo_defining ORDER BY ordinal").compactMap { row in
+                guard case .text(let name) = row[0], case .text(let query) = row[1] else { return nil }
+                return OfflineODataDefiningQuery(name: name, query: query, automaticallyRetrievesStreams: row[2] == .integer(1))
+            }
+        }
+        let added = definingQueries.filter { query in !stored.contains { $0.name == query.name } }
+        for (offset, query) in added.enumerated() {
+            let ordinal = stored.count + offset + 1
+            try await opened.write { writer in
+                _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",
+                                                  [.text(query.name), .text(query.query), .integer(query.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal))])
+            }
+        }
+        definingQueries = stored + added
+        store = opened
+    }
+
+    private func createAndFill(_ path: String) async throws {
+        let progress = reporter(.open, [.loadingMetadata, .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .processingDefiningQueries,
+                                        .receivingDataFromServer, .analyzingReceivedData, .buildingEntityStore])
+        progress.report(.loadingMetadata)
+        let metadata = try await send(method: "GET", url: "$metadata", headers: ["Accept": "application/xml"], expect: 200)
+        let backendModel: Model
+        do {
+            backendModel = try MetadataParser().parse(Data(metadata.body))
+        } catch {
+            throw OfflineODataError(.backend, "The backend's $metadata at \(serviceRoot)$metadata is not valid: \(error)")
+        }
+        let model = try LocalSchema.extend(backendModel)
+        for query in definingQueries { _ = try Self.entitySet(of: query.query, model: model) }
+        // Fetch every defining query before the file exists: a backend failure leaves nothing behind.
+        let fetched = try await fetchDefiningQueries(definingQueries.map { ($0, nil) }, model: model, progress: progress)
+        progress.report(.creatingBootStrapDatabase)
+        let created = try await Store.create(path: path, model: model, key: parameters.storeEncryptionKey)
+        do {
+            progress.report(.creatingRequestQueueDatabase)
+            let queries = definingQueries
+            let root = serviceRoot
+            try await created.write { writer in
+                for statement in LocalSchema.sideTables { try writer.connection.execute(statement) }
+                _ = try writer.connection.execute("INSERT INTO oo_meta (key, value) VALUES ('serviceRoot', ?), ('nextLocalKey', '1')", [.text(root)])
+                for (ordinal, query) in queries.enumerated() {
+                    _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",
+                                                      [.text(query.name), .text(query.query), .integer(query.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal + 1))])
+                }
+            }
+            progress.report(.buildingEntityStore)
+            let summary = try await apply(fetched, to: created)
+            try await logEvent(in: created, type: "Open", details: summary)
+        } catch {
+            created.close()
+            for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+            throw error
+        }
+        store = created
+    }
+
+    /// Closes the store; a later `open()` reopens it.
+    public func close() {
+        store?.close()
+        store = nil
+    }
+
+    /// Closes and deletes the store files, without contacting anyone.
+    public func clear() {
+        close()
+        let path = parameters.storeFile
+        for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+    }
+
+    func openStore() throws -> Store {
+        guard let store else { throw OfflineODataError(.notOpen, "The offline store is not open; call open() first") }
+        return store
+    }
+
+    /// The store's model: the backend's, with ErrorArchive, RequestQueue and EventLog.
+    public var model: Model {
+        get throws { try openStore().model }
+    }
+
+    // MARK: Queue state
+
+    /// Whether no request waits for upload.
+    public var isRequestQueueEmpty: Bool {
+        get async throws {
+            let store = try openStore()
+            return try await store.read { reader in
+                try reader.connection.query("SELECT count(*) FROM oo_queue WHERE status = 'pending'").first?.first == .integer(0)
+            }
+        }
+    }
+
+    /// Whether changes wait for upload (the same as `!isRequestQueueEmpty`).
+    public var hasPendingUpload: Bool {
+        get async throws { try await !isRequestQueueEmpty }
+    }
+
+    func logEvent(in store: Store, type: String, details: String) async throws {
+        let now = Self.timestamp()
+        try await store.write { writer in
+            let next = try writer.connection.query("SELECT coalesce(max(\"ID\"), 0) + 1 FROM \(StoreSchema.quote(writer.schema.table(forEntitySet: LocalSchema.eventLog)?.name ?? "EventLog"))")
+            var id: Int64 = 1
+            if case .integer(let value)? = next.first?.first { id = value }
+            let entry = Entity(properties: [NamedValue(name: "ID", value: .primitive(.int64(id))), NamedValue(name: "Type", value: .primitive(.string(type))),
+                                            NamedValue(name: "Time", value: now), NamedValue(name: "Details", value: .primitive(.string(details)))])
+            try writer.insert(entry, into: LocalSchema.eventLog)
+            // Keep the last 100 events.
+            if id > 100 {
+                for old in try writer.reader.all(in: LocalSchema.eventLog) {
+                    if case .primitive(.int64(let oldID))? = old["ID"], oldID <= id - 100 {
+                        try writer.delete(from: LocalSchema.eventLog, key: ["ID": .int64(oldID)])
+                    }
+                }
+            }
+        }
+    }
+
+    static func timestamp() -> Value {
+        let text = ISO8601DateFormatter().string(from: Date())
+        return (try? Literal.parse(text, version: .v4, as: .dateTimeOffset)) ?? .null
+    }
+}

@@ -1,0 +1,178 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+/// What one defining query brought from the backend.
+struct FetchedQuery: Sendable {
+    var name: String
+    var entitySet: String
+    var entities: [Entity] = []
+    var deleted: [DeletedEntity] = []
+    var deltaLink: String?
+    /// True when this was a delta; false for a full read (then missing rows are deletions).
+    var isDelta = false
+}
+
+extension OfflineODataProvider {
+    /// Downloads the changes for every defining query, or only those named, then reapplies the
+    /// pending local changes. A backend failure leaves the store as it was.
+    public func download(definingQueries names: [String]? = nil) async throws {
+        let store = try openStore()
+        guard !busy else { throw OfflineODataError(.invalidRequest, "Another upload or download is running") }
+        busy = true
+        cancelDownloadRequested = false
+        defer { busy = false }
+        let selected = names.map { wanted in definingQueries.filter { wanted.contains($0.name) } } ?? definingQueries
+        if let names, selected.count != names.count {
+            let unknown = names.filter { name in !definingQueries.contains { $0.name == name } }
+            throw OfflineODataError(.unknownDefiningQuery, "No defining query named \(unknown.joined(separator: ", "))")
+        }
+        let progress = reporter(.download, [.processingDefiningQueries, .receivingDataFromServer, .analyzingReceivedData,
+                                            .removingDeletedRelationships, .reapplyingChanges])
+        let links = try await store.read { reader -> [String: String] in
+            var links: [String: String] = [:]
+            for row in try reader.connection.query("SELECT name, delta_link FROM oo_defining") {
+                if case .text(let name) = row[0], case .text(let link) = row[1] { links[name] = link }
+            }
+            return links
+        }
+        let fetched = try await fetchDefiningQueries(selected.map { ($0, links[$0.name]) }, model: store.model, progress: progress)
+        if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
+        progress.report(.analyzingReceivedData)
+        progress.report(.removingDeletedRelationships)
+        let summary = try await apply(fetched, to: store, partial: names != nil)
+        progress.report(.reapplyingChanges)
+        try await logEvent(in: store, type: "Download", details: summary)
+    }
+
+    /// Asks a running download to stop at the next safe point; nothing is half-applied.
+    public func cancelDownload() { cancelDownloadRequested = true }
+
+    /// Reads each query (its delta link when there is one), following next links.
+    func fetchDefiningQueries(_ queries: [(OfflineODataDefiningQuery, String?)], model: Model, progress: ProgressReporter) async throws -> [FetchedQuery] {
+        var results: [FetchedQuery] = []
+        for (query, deltaLink) in queries {
+            progress.report(.processingDefiningQueries, ["name": query.name, "url": "/" + query.query])
+            let set = try Self.entitySet(of: query.query, model: model)
+            var result = FetchedQuery(name: query.name, entitySet: set)
+            var next: String? = deltaLink ?? query.query
+            result.isDelta = deltaLink != nil
+            var pages = 0
+            while let url = next {
+                if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
+                pages += 1
+                guard pages <= 100_000 else { throw OfflineODataError(.backend, "\(query.name): more than 100000 pages; the backend's next links loop") }
+                let response = try await send(method: "GET", url: url, headers: ["Prefer": "odata.track-changes"])
+                if response.status == 410 && result.isDelta {
+                    // The delta link expired: read everything again and diff locally.
+                    result = FetchedQuery(name: query.name, entitySet: set)
+                    next = query.query
+                    continue
+                }
+                guard response.status < 400 else { throw Self.backendError(response, method: "GET", url: absoluteURL(url)) }
+                progress.report(.receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
+                let entityType = model.entitySet(set)?.entityType
+                let page: EntityCollection
+                do {
+                    page = model.version.isLegacy
+                        ? try V2JSONReader(model: model).readCollection(response.body, entityType: entityType)
+                        : try V4JSONReader(model: model).readCollection(response.body, entityType: entityType)
+                } catch {
+                    throw OfflineODataError(.backend, "Defining query \(query.name): the response to GET \(absoluteURL(url)) is not a valid collection: \(error)")
+                }
+                result.entities += page.entities
+                result.deleted += page.deleted
+                if page.deltaLink != nil { result.deltaLink = page.deltaLink }
+                next = page.nextLink
+            }
+            results.append(result)
+        }
+        return results
+    }
+
+    /// Applies fetched data in one transaction: upserts, deletions and, for full reads, a
+    /// local diff. Rows with pending local changes keep their local state (the changes are
+    /// reapplied on top). Returns a one-line summary.
+    func apply(_ fetched: [FetchedQuery], to store: Store, partial: Bool = false) async throws -> String {
+        let model = store.model
+        let root = serviceRoot
+        let allQueries = definingQueries
+        return try await store.write { writer in
+            try writer.clearFlag("_upserted")
+            var upserted = 0
+            var deleted = 0
+            var seen: [String: Set<String>] = [:]
+            var fullSets: Set<String> = []
+            for query in fetched {
+                for entity in query.entities {
+                    upserted += try Self.applyEntity(entity, in: query.entitySet, writer: writer, model: model)
+                    if let key = Keys.key(of: entity, in: query.entitySet, model: model) {
+                        seen[query.entitySet, default: []].insert(Keys.predicate(key, in: query.entitySet, model: model))
+                    }
+                }
+                for removed in query.deleted {
+                    guard let key = Self.key(of: removed, in: query.entitySet, model: model, root: root) else { continue }
+                    if try writer.reader.bookkeeping(in: query.entitySet, key: key)?.pending == true { continue }
+                    if try writer.delete(from: query.entitySet, key: key) { deleted += 1 }
+                }
+                if !query.isDelta { fullSets.insert(query.entitySet) }
+                if let link = query.deltaLink {
+                    _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = ? WHERE name = ?", [.text(link), .text(query.name)])
+                }
+            }
+            // A full read: what the backend no longer returns is gone, unless another query not
+            // read this time also covers the set, or the row has pending changes.
+            for set in fullSets {
+                let coveredElsewhere = allQueries.contains { query in
+                    !fetched.contains { $0.name == query.name } && ((try? Self.entitySet(of: query.query, model: model)) == set)
+                }
+                if coveredElsewhere || partial && fetched.contains(where: { $0.entitySet == set && $0.isDelta }) { continue }
+                for (key, pending) in try writer.keys(in: set) where !pending {
+                    if !(seen[set]?.contains(Keys.predicate(key, in: set, model: model)) ?? false) {
+                        if try writer.delete(from: set, key: key) { deleted += 1 }
+                    }
+                }
+            }
+            return "\(fetched.count) defining queries, \(upserted) entities inserted or updated, \(deleted) deleted"
+        }
+    }
+
+    /// Upserts an entity and, first, its expanded children, then links them. Returns how many
+    /// entities were written.
+    static func applyEntity(_ entity: Entity, in entitySet: String, writer: StoreWriter, model: Model) throws -> Int {
+        var count = 0
+        var parent = entity
+        var links: [(String, [String: PrimitiveValue])] = []
+        for nav in entity.navigation {
+            guard let inline = nav.inline, let target = model.targetEntitySet(from: entitySet, navigationPath: nav.name)?.name else { continue }
+            let children: [Entity]
+            switch inline {
+            case .entity(let child): children = child.map { [$0] } ?? []
+            case .collection(let collection): children = collection.entities
+            }
+            for child in children {
+                count += try applyEntity(child, in: target, writer: writer, model: model)
+                if let key = Keys.key(of: child, in: target, model: model) { links.append((nav.name, key)) }
+            }
+        }
+        parent.navigation = []
+        guard let key = Keys.key(of: parent, in: entitySet, model: model) else {
+            throw OfflineODataError(.backend, "An entity of \(entitySet) from the backend has no key")
+        }
+        if try writer.reader.bookkeeping(in: entitySet, key: key)?.pending != true {
+            let rowid = try writer.upsert(parent, into: entitySet)
+            try writer.setState(in: entitySet, rowid: rowid, isLocal: false, inError: false, upserted: true)
+            count += 1
+        }
+        for (navigation, childKey) in links where writer.schema.table(forEntitySet: entitySet)?.navigation(navigation) != nil {
+            try writer.link(entitySet, key: key, navigation: navigation, to: childKey)
+        }
+        return count
+    }
+
+    static func key(of removed: DeletedEntity, in entitySet: String, model: Model, root: String) -> [String: PrimitiveValue]? {
+        if let key = Keys.key(of: Entity(properties: removed.properties), in: entitySet, model: model) { return key }
+        guard let id = removed.id else { return nil }
+        return Keys.parse(id, model: model, serviceRoot: root)?.1
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+extension OfflineODataProvider {
+    /// The absolute URL for a relative one, with `urlSuffix` applied.
+    func absoluteURL(_ url: String) -> String {
+        var result = url.contains("://") ? url : serviceRoot + url
+        if let suffix = parameters.urlSuffix?.trimmingCharacters(in: CharacterSet(charactersIn: "?&")), !suffix.isEmpty {
+            result += (result.contains("?") ? "&" : "?") + suffix
+        }
+        return result
+    }
+
+    /// Every request to the backend passes here: custom headers and cookies, OData version
+    /// headers, `urlSuffix` and `timeout` are applied in this one place.
+    func send(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], expect: Int? = nil) async throws -> TransportResponse {
+        var fields = ODataCore.HTTPHeaders()
+        let legacy = (try? openStore().model.version.isLegacy) ?? serviceRoot.contains("/v2/")
+        if legacy {
+            fields["MaxDataServiceVersion"] = "2.0"
+            fields["DataServiceVersion"] = "2.0"
+        } else {
+            fields["OData-Version"] = "4.0"
+            fields["OData-MaxVersion"] = "4.01"
+        }
+        fields["Accept"] = legacy ? "application/json" : "application/json;odata.metadata=minimal"
+        for (name, value) in parameters.customHeaders { fields[name] = value }
+        if !parameters.customCookies.isEmpty {
+            fields["Cookie"] = parameters.customCookies.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "; ")
+        }
+        for (name, value) in headers { fields[name] = value }
+        let request = TransportRequest(method: method, url: absoluteURL(url), headers: fields, body: body)
+        let response: TransportResponse
+        do {
+            response = try await transport.send(request, timeout: parameters.timeout)
+        } catch let error as TransportError {
+            throw OfflineODataError(.transport, error.description)
+        } catch {
+            throw OfflineODataError(.transport, "\(method) \(request.url) failed: \(error)")
+        }
+        bytesSent += Int64(body.count)
+        bytesReceived += Int64(response.body.count)
+        if expect != nil, response.status >= 400 {
+            throw Self.backendError(response, method: method, url: request.url)
+        }
+        return response
+    }
+
+    static func backendError(_ response: TransportResponse, method: String, url: String) -> OfflineODataError {
+        let detail = (try? ODataError.parse(response.body, httpStatus: response.status)).map { "\($0.code): \($0.message)" }
+            ?? String(decoding: response.body.prefix(300), as: UTF8.self)
+        return OfflineODataError(.backend, "\(method) \(url) answered \(response.status): \(detail)", httpStatus: response.status)
+    }
+}
+
+/// Keys and key predicates.
+enum Keys {
+    /// The key of `entity` as stored in `entitySet`.
+    static func key(of entity: Entity, in entitySet: String, model: Model) -> [String: PrimitiveValue]? {
+        guard let type = model.entityType(ofEntitySet: entitySet) else { return nil }
+        var key: [String: PrimitiveValue] = [:]
+        for ref in model.key(of: type) {
+            guard case .primitive(let value)? = entity[ref.name] else { return nil }
+            key[ref.name] = value
+        }
+        return key
+    }
+
+    /// `('A')` or `(K1='A',K2=2)`, in key order.
+    static func predicate(_ key: [String: PrimitiveValue], in entitySet: String, model: Model) -> String {
+        let version: ODataVersion = model.version.isLegacy ? model.version : .v4
+        let names = model.entityType(ofEntitySet: entitySet).map { model.key(of: $0).map(\.name) } ?? key.keys.sorted()
+        if names.count == 1, let value = key[names[0]] { return "(" + Literal.format(.primitive(value), version: version) + ")" }
+        return "(" + names.compactMap { name in key[name].map { "\(name)=" + Literal.format(.primitive($0), version: version) } }.joined(separator: ",") + ")"
+    }
+
+    /// `Set(key)` (relative, or absolute under `serviceRoot`) → entity set and key.
+    static func parse(_ path: String, model: Model, serviceRoot: String) -> (String, [String: PrimitiveValue])? {
+        var relative = path
+        if relative.hasPrefix(serviceRoot) { relative = String(relative.dropFirst(serviceRoot.count)) }
+        if let range = relative.range(of: "/odata/v4/") ?? relative.range(of: "/odata/v2/") { relative = String(relative[range.upperBound...]) }
+        if relative.hasPrefix("/") { relative.removeFirst() }
+        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
+        guard let parsed = try? URLParser(version: version).parse(relative),
+              let resolved = try? PathResolver(lookup: model).resolve(parsed.path, input: relative),
+              resolved.path.segments.count == 2, case .entitySet(let set) = resolved.path.segments[0].kind,
+              case .key(let parts) = resolved.path.segments[1].kind,
+              let key = try? values(parts, entitySet: set, model: model, query: parsed.query) else { return nil }
+        return (set, key)
+    }
+
+    /// Key values from a parsed key predicate.
+    static func values(_ parts: [KeyValue], entitySet: String, model: Model, query: QueryOptions) throws -> [String: PrimitiveValue] {
+        guard let type = model.entityType(ofEntitySet: entitySet) else {
+            throw OfflineODataError(.invalidRequest, "No entity set \(entitySet)")
+        }
+        let keyNames = model.key(of: type).map(\.name)
+        var key: [String: PrimitiveValue] = [:]
+        for part in parts {
+            guard let name = part.name ?? (keyNames.count == 1 ? keyNames[0] : nil), keyNames.contains(name),
+                  let property = model.property(name, ofStructuredType: type.qualifiedName),
+                  let primitiveType = PrimitiveType(rawValue: property.type.name) else {
+                throw OfflineODataError(.invalidRequest, "The key does not fit \(entitySet)")
+            }
+            var literal: Value?
+            switch part.value.node {
+            case .literal(let value): literal = value
+            case .alias(let alias): if case .literal(let value)? = query.aliases[alias]?.node { literal = value }
+            default: break
+            }
+            guard let literal, case .primitive(let value)? = Literal.convert(literal, to: primitiveType) else {
+                throw OfflineODataError(.invalidRequest, "The key value for \(name) is not a \(primitiveType.rawValue)")
+            }
+            key[name] = value
+        }
+        guard key.count == keyNames.count else { throw OfflineODataError(.invalidRequest, "\(entitySet) needs the key \(keyNames.joined(separator: ", "))") }
+        return key
+    }
+}

@@ -1,0 +1,213 @@
+import Foundation
+public import ODataCore
+public import ODataStore
+
+/// The answer of the provider to a request string.
+public struct OfflineODataResponse: Sendable {
+    /// HTTP-like status: 200, 201, 204, 404.
+    public var status: Int
+    /// The response body in the service's JSON format.
+    public var body: [UInt8]
+    /// The same answer as a model value, for reads and creates.
+    public var result: QueryResult?
+}
+
+extension OfflineODataProvider {
+    // MARK: Reads
+
+    /// Reads from the local store with the full query language. Nothing reaches the network;
+    /// what the defining queries do not cover reads as empty (or nil for one entity).
+    public func read(_ url: String) async throws -> QueryResult {
+        let store = try openStore()
+        let model = store.model
+        var url = try await rewriteLocalKeys(url, store: store)
+        if let affected = try await affectedEntityURL(url, store: store) { url = affected }
+        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
+        let parsed: ParsedURL
+        let resolved: PathResolver.Resolution
+        do {
+            parsed = try URLParser(version: version).parse(url)
+            resolved = try PathResolver(lookup: model).resolve(parsed.path, input: url)
+        } catch {
+            throw OfflineODataError(.invalidRequest, "The read request \(url) is not valid: \(error)")
+        }
+        for segment in resolved.path.segments {
+            switch segment.kind {
+            case .functionImport(let name, _), .function(let name, _):
+                throw OfflineODataError(.notSupportedOffline, "\(name) is a function; functions run on the backend only, not offline")
+            case .actionImport(let name), .action(let name):
+                throw OfflineODataError(.notSupportedOffline, "\(name) is an action; actions run on the backend only, not offline")
+            default: continue
+            }
+        }
+        if case .entitySet(let set)? = resolved.path.segments.first?.kind, !LocalSchema.systemSets.contains(set) {
+            let covered = try definingQueries.reduce(into: Set<String>()) { $0.formUnion(try Self.coveredSets(of: $1.query, model: model)) }
+            if !covered.contains(set) {
+                let isSingle = resolved.path.segments.count > 1 && resolved.path.segments.allSatisfy {
+                    if case .key = $0.kind { return true }
+                    if case .entitySet = $0.kind { return true }
+                    return false
+                }
+                return isSingle ? .entity(nil) : .collection(EntityCollection())
+            }
+        }
+        do {
+            return try await store.query(url, pageSize: parameters.pageSize)
+        } catch let error as OfflineODataError {
+            throw error
+        } catch {
+            throw OfflineODataError(.invalidRequest, "The read request \(url) failed: \(error)")
+        }
+    }
+
+    /// `ErrorArchive(n)/AffectedEntity…` and `RequestQueue(n)/AffectedEntity…` → the entity's own URL.
+    func affectedEntityURL(_ url: String, store: Store) async throws -> String? {
+        for set in [LocalSchema.errorArchive, LocalSchema.requestQueue] {
+            guard url.hasPrefix(set + "(") else { continue }
+            let rest = url.dropFirst(set.count + 1)
+            guard let close = rest.firstIndex(of: ")"), let id = Int64(rest[rest.startIndex..<close]) else { continue }
+            let tail = rest[rest.index(after: close)...]
+            guard tail.hasPrefix("/AffectedEntity") else { continue }
+            let after = String(tail.dropFirst("/AffectedEntity".count))
+            let target = try await store.read { reader -> String? in
+                let rows = try reader.connection.query("SELECT entity_set, entity_key FROM oo_queue WHERE id = ?", [.integer(id)])
+                guard let row = rows.first, case .text(let set) = row[0], case .text(let key) = row[1] else { return nil }
+                return set + key
+            }
+            guard let target else { throw OfflineODataError(.invalidRequest, "\(set)(\(id)) has no affected entity") }
+            return try await rewriteLocalKeys(target, store: store) + after
+        }
+        return nil
+    }
+
+    /// A read link with a local temporary key keeps working after upload: it maps to the
+    /// backend's key.
+    func rewriteLocalKeys(_ url: String, store: Store) async throws -> String {
+        guard let open = url.firstIndex(of: "("), let close = url[open...].firstIndex(of: ")") else { return url }
+        let set = String(url[url.startIndex..<open])
+        let key = String(url[open...close])
+        let server = try await store.read { reader -> String? in
+            let rows = try reader.connection.query("SELECT server_key FROM oo_key_map WHERE entity_set = ? AND local_key = ?", [.text(set), .text(key)])
+            if case .text(let server)? = rows.first?.first { return server }
+            return nil
+        }
+        guard let server else { return url }
+        return set + server + url[url.index(after: close)...]
+    }
+
+    // MARK: Request strings
+
+    /// Runs an OData request string against the local store, as the app would send it online:
+    /// GET reads; POST, PUT, PATCH, MERGE and DELETE change the store and are queued for upload.
+    public func execute(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [],
+                        options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws -> OfflineODataResponse {
+        let store = try openStore()
+        let model = store.model
+        let verb = method.uppercased()
+        if verb == "GET" {
+            let result = try await read(url)
+            return OfflineODataResponse(status: result == .entity(nil) ? 404 : 200, body: Self.encode(result, model: model), result: result)
+        }
+        guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(verb) else {
+            throw OfflineODataError(.invalidRequest, "\(method) is not an OData method")
+        }
+        let target = try parseTarget(url, model: model)
+        var change = LocalChange(method: verb, url: url, body: body, target: target, options: options)
+        change.headers = headers.merging(options.customHeaders) { _, new in new }
+        if verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "MERGE", !target.isRef {
+            guard !body.isEmpty else { throw OfflineODataError(.invalidRequest, "\(verb) \(url) needs a body") }
+            let set = target.navigation.flatMap { model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name } ?? target.entitySet
+            do {
+                change.entity = model.version.isLegacy
+                    ? try V2JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
+                    : try V4JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
+            } catch {
+                throw OfflineODataError(.invalidRequest, "The body of \(verb) \(url) is not a valid \(set) entity: \(error)")
+            }
+        }
+        if target.isRef, verb != "DELETE" {
+            let json = try? JSONValue.parse(body)
+            guard let id = json?["@odata.id"]?.stringValue ?? json?["uri"]?.stringValue,
+                  let (set, key) = Keys.parse(try await rewriteLocalKeys(id, store: store), model: model, serviceRoot: serviceRoot) else {
+                throw OfflineODataError(.invalidRequest, "\(verb) \(url): the body must name one entity with @odata.id")
+            }
+            change.linkTarget = (set, key)
+        }
+        let result = try await apply(change, store: store)
+        return OfflineODataResponse(status: result == nil ? 204 : 201, body: result.map { Self.encode(.entity($0), model: model) } ?? [],
+                                    result: result.map { .entity($0) })
+    }
+
+    static func encode(_ result: QueryResult, model: Model) -> [UInt8] {
+        let legacy = model.version.isLegacy
+        switch result {
+        case .collection(let collection): return legacy ? V2JSONWriter().write(collection) : V4JSONWriter().write(collection)
+        case .entity(let entity?): return legacy ? V2JSONWriter().write(entity) : V4JSONWriter().write(entity)
+        case .entity(nil): return []
+        case .value(let value): return V4JSONWriter().writeValue(value)
+        case .count(let count): return Array("\(count)".utf8)
+        case .references(let ids): return Array(JSONValue.object([.init("value", .array(ids.map { .object([.init("@odata.id", .string($0))]) }))]).serialized.utf8)
+        }
+    }
+
+    // MARK: Typed API
+
+    /// Reads entities (or one entity) by URL.
+    public func readEntities(_ url: String) async throws -> [Entity] {
+        switch try await read(url) {
+        case .collection(let collection): return collection.entities
+        case .entity(let entity): return entity.map { [$0] } ?? []
+        default: throw OfflineODataError(.invalidRequest, "\(url) does not read entities")
+        }
+    }
+
+    /// Creates an entity (with inline children: a deep insert); returns it with its key, a
+    /// local temporary one when the backend generates keys.
+    @discardableResult
+    public func createEntity(_ entity: Entity, in entitySet: String, options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws -> Entity {
+        let model = try openStore().model
+        let response = try await execute(method: "POST", url: entitySet, body: Self.requestBody(entity, model: model), options: options)
+        guard case .entity(let created?)? = response.result else { throw OfflineODataError(.store, "The created entity could not be read back") }
+        return created
+    }
+
+    /// Updates an entity: merge (PATCH) by default, replace (PUT) when `replace` is true.
+    public func updateEntity(_ entity: Entity, in entitySet: String, replace: Bool = false,
+                             options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws {
+        let model = try openStore().model
+        guard let key = Keys.key(of: entity, in: entitySet, model: model) else {
+            throw OfflineODataError(.invalidRequest, "The entity has no key for \(entitySet)")
+        }
+        var body = entity
+        body.properties.removeAll { key[$0.name] != nil }
+        _ = try await execute(method: replace ? "PUT" : (model.version.isLegacy ? "MERGE" : "PATCH"),
+                              url: entitySet + Keys.predicate(key, in: entitySet, model: model), body: Self.requestBody(body, model: model), options: options)
+    }
+
+    /// Deletes an entity by key.
+    public func deleteEntity(in entitySet: String, key: [String: PrimitiveValue], options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws {
+        let model = try openStore().model
+        _ = try await execute(method: "DELETE", url: entitySet + Keys.predicate(key, in: entitySet, model: model), options: options)
+    }
+
+    /// Links `key` of `entitySet` through `navigation` to another entity.
+    public func createLink(from entitySet: String, key: [String: PrimitiveValue], navigation: String, to targetSet: String,
+                           targetKey: [String: PrimitiveValue], options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws {
+        let model = try openStore().model
+        let body = JSONValue.object([.init("@odata.id", .string(targetSet + Keys.predicate(targetKey, in: targetSet, model: model)))]).serialized
+        _ = try await execute(method: "POST", url: entitySet + Keys.predicate(key, in: entitySet, model: model) + "/\(navigation)/$ref",
+                              body: Array(body.utf8), options: options)
+    }
+
+    /// Removes a link created by ``createLink(from:key:navigation:to:targetKey:options:)``.
+    public func deleteLink(from entitySet: String, key: [String: PrimitiveValue], navigation: String, to targetSet: String,
+                           targetKey: [String: PrimitiveValue], options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws {
+        let model = try openStore().model
+        _ = try await execute(method: "DELETE", url: entitySet + Keys.predicate(key, in: entitySet, model: model) + "/\(navigation)"
+                              + Keys.predicate(targetKey, in: targetSet, model: model) + "/$ref", options: options)
+    }
+
+    static func requestBody(_ entity: Entity, model: Model) -> [UInt8] {
+        model.version.isLegacy ? V2JSONWriter().writeRequestBody(entity) : V4JSONWriter().write(entity)
+    }
+}

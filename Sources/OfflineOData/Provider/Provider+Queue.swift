@@ -1,0 +1,364 @@
+import Foundation
+public import ODataCore
+import ODataStore
+
+/// Where a modification points.
+struct WriteTarget: Sendable {
+    var entitySet: String
+    var key: [String: PrimitiveValue]?
+    var navigation: String?
+    /// `Set(k)/Nav(k2)/$ref` or `$id=`: the linked entity.
+    var navigationKey: [String: PrimitiveValue]?
+    var isRef = false
+}
+
+/// One local modification before it is applied.
+struct LocalChange: Sendable {
+    var method: String
+    var url: String
+    var body: [UInt8]
+    var headers: [String: String] = [:]
+    var target: WriteTarget
+    var options: OfflineODataRequestOptions
+    var entity: Entity?
+    var linkTarget: (String, [String: PrimitiveValue])?
+
+    init(method: String, url: String, body: [UInt8], target: WriteTarget, options: OfflineODataRequestOptions) {
+        self.method = method
+        self.url = url
+        self.body = body
+        self.target = target
+        self.options = options
+    }
+}
+
+extension OfflineODataProvider {
+    func parseTarget(_ url: String, model: Model) throws -> WriteTarget {
+        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
+        let parsed: ParsedURL
+        let resolved: PathResolver.Resolution
+        do {
+            parsed = try URLParser(version: version).parse(url)
+            resolved = try PathResolver(lookup: model).resolve(parsed.path, input: url)
+        } catch {
+            throw OfflineODataError(.invalidRequest, "The request URL \(url) is not valid: \(error)")
+        }
+        guard case .entitySet(let set)? = resolved.path.segments.first?.kind else {
+            if case .functionImport(let name, _)? = resolved.path.segments.first?.kind {
+                throw OfflineODataError(.notSupportedOffline, "\(name) is a function import; it runs on the backend only, not offline")
+            }
+            if case .actionImport(let name)? = resolved.path.segments.first?.kind {
+                throw OfflineODataError(.notSupportedOffline, "\(name) is an action import; it runs on the backend only, not offline")
+            }
+            throw OfflineODataError(.invalidRequest, "\(url): a modification needs an entity set")
+        }
+        guard !LocalSchema.systemSets.contains(set) || set == LocalSchema.errorArchive else {
+            throw OfflineODataError(.invalidRequest, "\(set) is read-only")
+        }
+        var target = WriteTarget(entitySet: set)
+        var navigationSet: String?
+        for segment in resolved.path.segments.dropFirst() {
+            switch segment.kind {
+            case .key(let parts):
+                if let navigationSet {
+                    target.navigationKey = try Keys.values(parts, entitySet: navigationSet, model: model, query: parsed.query)
+                } else {
+                    target.key = try Keys.values(parts, entitySet: set, model: model, query: parsed.query)
+                }
+            case .navigation(let name):
+                guard target.key != nil, target.navigation == nil else {
+                    throw OfflineODataError(.invalidRequest, "\(url): only one navigation after a key can be modified")
+                }
+                target.navigation = name
+                navigationSet = model.targetEntitySet(from: set, navigationPath: name)?.name
+            case .ref: target.isRef = true
+            case .typeCast: continue
+            case .action(let name), .function(let name, _):
+                throw OfflineODataError(.notSupportedOffline, "\(name) is bound to an entity; operations run on the backend only, not offline")
+            default:
+                throw OfflineODataError(.invalidRequest, "\(url): this path cannot be modified offline")
+            }
+        }
+        if target.isRef, target.navigationKey == nil, let id = parsed.query.id, let navigationSet,
+           let (set, key) = Keys.parse(id, model: model, serviceRoot: serviceRoot), set == navigationSet {
+            target.navigationKey = key
+        }
+        return target
+    }
+
+    /// Applies a modification to the store and appends it to the queue, in one transaction.
+    func apply(_ change: LocalChange, store: Store) async throws -> Entity? {
+        let model = store.model
+        let repeatable = parameters.enableRepeatableRequests
+        if change.target.entitySet == LocalSchema.errorArchive {
+            guard change.method == "DELETE" else { throw OfflineODataError(.invalidRequest, "ErrorArchive rows can only be deleted") }
+            try await clearErrorArchive()
+            return nil
+        }
+        do {
+            return try await store.write { writer in
+                try Self.applyLocally(change, writer: writer, model: model, repeatable: repeatable)
+            }
+        } catch let error as OfflineODataError {
+            throw error
+        } catch {
+            throw OfflineODataError(.store, "\(change.method) \(change.url) could not be applied locally: \(error)")
+        }
+    }
+
+    static func applyLocally(_ change: LocalChange, writer: StoreWriter, model: Model, repeatable: Bool) throws -> Entity? {
+        let target = change.target
+        var queued = QueuedRequest(method: change.method, url: change.url, body: change.body, headers: change.headers, options: change.options)
+        queued.repeatID = repeatable ? UUID().uuidString.lowercased() : nil
+        var result: Entity?
+        if target.isRef {
+            guard let key = target.key, let navigation = target.navigation else { throw OfflineODataError(.invalidRequest, "\(change.url): a $ref needs an entity and a navigation property") }
+            try snapshot(target.entitySet, key: key, writer: writer, model: model)
+            if change.method == "DELETE" {
+                guard let other = target.navigationKey else { throw OfflineODataError(.invalidRequest, "\(change.url): say which link to delete, with a key or $id") }
+                try writer.unlink(target.entitySet, key: key, navigation: navigation, from: other)
+            } else {
+                guard let (_, other) = change.linkTarget else { throw OfflineODataError(.invalidRequest, "\(change.url): the body must name the entity to link") }
+                try writer.link(target.entitySet, key: key, navigation: navigation, to: other)
+            }
+            try writer.setState(in: target.entitySet, key: key, isLocal: true, pending: true)
+            queued.entitySet = target.entitySet
+            queued.entityKey = Keys.predicate(key, in: target.entitySet, model: model)
+        } else if change.method == "POST" {
+            let set = target.navigation.flatMap { model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name } ?? target.entitySet
+            guard target.key == nil || target.navigation != nil, var entity = change.entity else {
+                throw OfflineODataError(.invalidRequest, "POST \(change.url) must name an entity set or a collection navigation property")
+            }
+            var localKey = false
+            if let type = model.entityType(ofEntitySet: set) {
+                for ref in model.key(of: type) where entity[ref.name] == nil || entity[ref.name] == .null {
+                    guard let property = model.property(ref.name, ofStructuredType: type.qualifiedName),
+                          let value = try nextLocalKey(PrimitiveType(rawValue: property.type.name), writer: writer) else {
+                        throw OfflineODataError(.invalidRequest, "POST \(change.url): the key \(ref.name) is missing and no local key can be made for its type")
+                    }
+                    entity.properties.removeAll { $0.name == ref.name }
+                    entity.properties.append(NamedValue(name: ref.name, value: .primitive(value)))
+                    localKey = true
+                }
+            }
+            guard let key = Keys.key(of: entity, in: set, model: model) else { throw OfflineODataError(.invalidRequest, "POST \(change.url): the entity has no key") }
+            let predicate = Keys.predicate(key, in: set, model: model)
+            if try writer.rowid(in: set, key: key) != nil {
+                throw OfflineODataError(.invalidRequest, "POST \(change.url): \(set)\(predicate) exists already")
+            }
+            if let parentKey = target.key, let navigation = target.navigation {
+                // The parent's foreign key side is set by the link below.
+                try writer.insert(entity, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: true, localID: localKey ? predicate : nil))
+                try writer.link(target.entitySet, key: parentKey, navigation: navigation, to: key)
+            } else {
+                try writer.insert(entity, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: true, localID: localKey ? predicate : nil))
+            }
+            _ = try writer.connection.execute("INSERT OR IGNORE INTO oo_original (entity_set, entity_key, existed) VALUES (?, ?, 0)", [.text(set), .text(predicate)])
+            queued.entitySet = set
+            queued.entityKey = predicate
+            queued.isCreate = true
+            queued.localKey = localKey
+            result = try writer.reader.entity(in: set, key: key)
+        } else {
+            guard let key = target.key, target.navigation == nil else {
+                throw OfflineODataError(.invalidRequest, "\(change.method) \(change.url) must name one entity")
+            }
+            guard try writer.rowid(in: target.entitySet, key: key) != nil else {
+                throw OfflineODataError(.invalidRequest, "\(change.method) \(change.url): the entity is not in the offline store")
+            }
+            try snapshot(target.entitySet, key: key, writer: writer, model: model)
+            if change.method == "DELETE" {
+                try writer.delete(from: target.entitySet, key: key)
+            } else {
+                guard var entity = change.entity else { throw OfflineODataError(.invalidRequest, "\(change.method) \(change.url) needs a body") }
+                for (name, value) in key {
+                    entity.properties.removeAll { $0.name == name }
+                    entity.properties.append(NamedValue(name: name, value: .primitive(value)))
+                }
+                entity.control.etag = nil
+                try writer.update(entity, in: target.entitySet, replace: change.method == "PUT")
+                try writer.setState(in: target.entitySet, key: key, isLocal: true, pending: true)
+            }
+            queued.entitySet = target.entitySet
+            queued.entityKey = Keys.predicate(key, in: target.entitySet, model: model)
+        }
+        try enqueue(queued, writer: writer)
+        return result
+    }
+
+    /// Keeps the downloaded state of an entity before its first local change (for undo and
+    /// for reverting failed requests).
+    static func snapshot(_ entitySet: String, key: [String: PrimitiveValue], writer: StoreWriter, model: Model) throws {
+        let predicate = Keys.predicate(key, in: entitySet, model: model)
+        let existing = try writer.connection.query("SELECT 1 FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(predicate)])
+        guard existing.isEmpty, let entity = try writer.reader.entity(in: entitySet, key: key) else { return }
+        _ = try writer.connection.execute("INSERT INTO oo_original (entity_set, entity_key, existed, body) VALUES (?, ?, 1, ?)",
+                                          [.text(entitySet), .text(predicate), .blob(V4JSONWriter().write(entity))])
+    }
+
+    /// A local temporary key value: negative numbers for integers, `LOCAL~n` for strings, a
+    /// random GUID for GUIDs.
+    static func nextLocalKey(_ type: PrimitiveType?, writer: StoreWriter) throws -> PrimitiveValue? {
+        let rows = try writer.connection.query("SELECT value FROM oo_meta WHERE key = 'nextLocalKey'")
+        var next: Int64 = 1
+        if case .text(let text)? = rows.first?.first, let value = Int64(text) { next = value }
+        _ = try writer.connection.execute("UPDATE oo_meta SET value = ? WHERE key = 'nextLocalKey'", [.text("\(next + 1)")])
+        switch type {
+        case .int64?: return .int64(-next)
+        case .int32?: return .int32(Int32(truncatingIfNeeded: -next))
+        case .int16?: return .int16(Int16(truncatingIfNeeded: -next))
+        case .string?: return .string("LOCAL~\(next)")
+        case .guid?: return .guid(GuidValue(UUID()))
+        default: return nil
+        }
+    }
+}
+
+/// A request in the queue.
+struct QueuedRequest: Sendable {
+    var id: Int64 = 0
+    var method: String
+    var url: String
+    var body: [UInt8]
+    var headers: [String: String]
+    var options: OfflineODataRequestOptions
+    var entitySet: String?
+    var entityKey: String?
+    var isCreate = false
+    var localKey = false
+    var repeatID: String?
+    var firstSent: String?
+
+    init(method: String, url: String, body: [UInt8], headers: [String: String], options: OfflineODataRequestOptions) {
+        self.method = method
+        self.url = url
+        self.body = body
+        self.headers = headers
+        self.options = options
+    }
+}
+
+extension OfflineODataProvider {
+    static func enqueue(_ request: QueuedRequest, writer: StoreWriter) throws {
+        let headers = JSONValue.object(request.headers.sorted { $0.key < $1.key }.map { .init($0.key, .string($0.value)) }).serialized
+        func text(_ value: String?) -> DatabaseValue { value.map { .text($0) } ?? .null }
+        _ = try writer.connection.execute("""
+            INSERT INTO oo_queue (method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag,
+              upload_category, remove_after_upload, unmodifiable, repeat_id, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
+            """, [.text(request.method), .text(request.url), .blob(request.body), .text(headers), text(request.entitySet), text(request.entityKey),
+                  .integer(request.isCreate ? 1 : 0), .integer(request.localKey ? 1 : 0), text(request.options.transactionID), text(request.options.customTag),
+                  text(request.options.uploadCategory), .integer(request.options.removeAfterUpload ? 1 : 0),
+                  .integer(request.options.unmodifiableRequest ? 1 : 0), text(request.repeatID)])
+        let id = writer.connection.lastInsertRowID
+        let body = request.body.isEmpty ? Value.null : .primitive(.string(String(decoding: request.body, as: UTF8.self)))
+        func value(_ text: String?) -> Value { text.map { .primitive(.string($0)) } ?? .null }
+        try writer.insert(Entity(properties: [
+            NamedValue(name: "RequestID", value: .primitive(.int64(id))), NamedValue(name: "Status", value: .primitive(.string("pending"))),
+            NamedValue(name: "RequestMethod", value: .primitive(.string(request.method))), NamedValue(name: "RequestURL", value: .primitive(.string(request.url))),
+            NamedValue(name: "RequestBody", value: body), NamedValue(name: "CustomTag", value: value(request.options.customTag)),
+            NamedValue(name: "TransactionID", value: value(request.options.transactionID)), NamedValue(name: "UploadCategory", value: value(request.options.uploadCategory)),
+            NamedValue(name: "AffectedEntityURL", value: value(request.entitySet.map { $0 + (request.entityKey ?? "") })),
+        ]), into: LocalSchema.requestQueue)
+    }
+
+    /// Loads queued requests with the given status, in order.
+    static func loadQueue(_ connection: Connection, status: String) throws -> [QueuedRequest] {
+        let rows = try connection.query("""
+            SELECT id, method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag, upload_category,
+              remove_after_upload, unmodifiable, repeat_id, first_sent FROM oo_queue WHERE status = ? ORDER BY id
+            """, [.text(status)])
+        return rows.map { row in
+            func text(_ index: Int) -> String? { if case .text(let value) = row[index] { return value }; return nil }
+            var headers: [String: String] = [:]
+            if let json = text(4), let parsed = try? JSONValue.parse(Array(json.utf8)) {
+                for member in parsed.objectMembers ?? [] { headers[member.name] = member.value.stringValue }
+            }
+            var body: [UInt8] = []
+            if case .blob(let bytes) = row[3] { body = bytes }
+            var options = OfflineODataRequestOptions(transactionID: text(9), unmodifiableRequest: row[13] == .integer(1), customTag: text(10),
+                                                     uploadCategory: text(11), removeAfterUpload: row[12] == .integer(1))
+            options.customHeaders = headers
+            var request = QueuedRequest(method: text(1) ?? "GET", url: text(2) ?? "", body: body, headers: headers, options: options)
+            if case .integer(let id) = row[0] { request.id = id }
+            request.entitySet = text(5)
+            request.entityKey = text(6)
+            request.isCreate = row[7] == .integer(1)
+            request.localKey = row[8] == .integer(1)
+            request.repeatID = text(14)
+            request.firstSent = text(15)
+            return request
+        }
+    }
+
+    // MARK: Undo
+
+    /// Undoes every pending change of one entity: an updated entity returns to its downloaded
+    /// state, a created one disappears, a deleted one comes back; its queued requests go.
+    public func undoPendingChanges(for entitySet: String, key: [String: PrimitiveValue]) async throws {
+        let store = try openStore()
+        let model = store.model
+        let predicate = Keys.predicate(key, in: entitySet, model: model)
+        try await store.write { writer in
+            try Self.revert([(entitySet, predicate)], writer: writer, model: model, statuses: ["pending", "failed"])
+        }
+    }
+
+    /// Restores entities to their downloaded state and removes their requests (and requests
+    /// that refer to them) with the given statuses.
+    static func revert(_ entities: [(String, String)], writer: StoreWriter, model: Model, statuses: [String]) throws {
+        for (set, predicate) in entities {
+            let reference = set + predicate
+            let rows = try writer.connection.query("SELECT id, status, url, body FROM oo_queue")
+            for row in rows {
+                guard case .integer(let id) = row[0], case .text(let status) = row[1], statuses.contains(status) else { continue }
+                var mentions = false
+                if case .text(let url) = row[2], url.hasPrefix(reference) { mentions = true }
+                if case .blob(let body) = row[3], String(decoding: body, as: UTF8.self).contains(reference) { mentions = true }
+                let own = try writer.connection.query("SELECT 1 FROM oo_queue WHERE id = ? AND entity_set = ? AND entity_key = ?", [.integer(id), .text(set), .text(predicate)])
+                guard mentions || !own.isEmpty else { continue }
+                _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(id)])
+                try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(id)])
+                try writer.delete(from: LocalSchema.errorArchive, key: ["RequestID": .int64(id)])
+            }
+            let original = try writer.connection.query("SELECT existed, body FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+            guard let first = original.first else { continue }
+            guard let (_, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
+            try writer.delete(from: set, key: key)
+            if first[0] == .integer(1), case .blob(let bytes) = first[1] {
+                let entity = try V4JSONReader(model: model).readEntity(bytes, entityType: model.entitySet(set)?.entityType)
+                try writer.insert(entity, into: set)
+            }
+            _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+        }
+    }
+
+    /// Default ErrorArchive deletion (SPEC §7): deleting any row clears the whole archive,
+    /// removes those failed requests and reverts the local changes they made.
+    func clearErrorArchive() async throws {
+        let store = try openStore()
+        let model = store.model
+        try await store.write { writer in
+            let failed = try writer.connection.query("SELECT DISTINCT entity_set, entity_key FROM oo_queue WHERE status = 'failed' AND entity_set IS NOT NULL")
+            var entities: [(String, String)] = []
+            for row in failed {
+                if case .text(let set) = row[0], case .text(let key) = row[1] { entities.append((set, key)) }
+            }
+            // Entities that still have unsent requests keep their state; only failed requests go.
+            var revertible: [(String, String)] = []
+            for (set, key) in entities {
+                let pending = try writer.connection.query("SELECT 1 FROM oo_queue WHERE status = 'pending' AND entity_set = ? AND entity_key = ?", [.text(set), .text(key)])
+                if pending.isEmpty { revertible.append((set, key)) }
+            }
+            try Self.revert(revertible, writer: writer, model: model, statuses: ["failed"])
+            _ = try writer.connection.execute("DELETE FROM oo_queue WHERE status = 'failed'")
+            for row in try writer.reader.all(in: LocalSchema.errorArchive) {
+                if case .primitive(let id)? = row["RequestID"] { try writer.delete(from: LocalSchema.errorArchive, key: ["RequestID": id]) }
+            }
+            for (set, key) in entities {
+                if let (_, parsed) = Keys.parse(set + key, model: model, serviceRoot: "") {
+                    try writer.setState(in: set, key: parsed, inError: false)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,356 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+/// The outcome of one sent request.
+struct SentResult: Sendable {
+    var request: QueuedRequest
+    var status: Int
+    var headers: ODataCore.HTTPHeaders
+    var body: [UInt8]
+    /// Not sent because a request it depends on failed.
+    var dependencyOf: Int64?
+}
+
+extension OfflineODataProvider {
+    /// Sends the queue in order (only requests of `categories`, when given). Requests the
+    /// backend rejects go to the ErrorArchive and the upload goes on; a dropped connection
+    /// throws and leaves the unanswered requests queued, to be resent with the same
+    /// repeatability IDs.
+    public func upload(categories: [String]? = nil) async throws {
+        let store = try openStore()
+        guard !busy else { throw OfflineODataError(.invalidRequest, "Another upload or download is running") }
+        busy = true
+        cancelUploadRequested = false
+        defer { busy = false }
+        var plan: [OfflineODataProgressStep] = [.uploadPreprocessing]
+        if parameters.enableRequestQueueOptimization { plan.append(.performingRequestQueueMerge) }
+        if parameters.enableUndoLocalCreation { plan.append(.performingCreateDeleteMerge) }
+        if parameters.enableTransactionBuilder { plan.append(.performingTransactionMerge) }
+        plan += [.processingRequests, .sendingDataToServer, .receivingDataFromServer, .removingRemoveAfterUploadRequests]
+        let progress = reporter(.upload, plan)
+        progress.report(.uploadPreprocessing)
+        var queue = try await store.read { reader in try Self.loadQueue(reader.connection, status: "pending") }
+        if let categories { queue = queue.filter { $0.options.uploadCategory.map(categories.contains) ?? false } }
+        // Hook for the queue algorithms of SPEC §6 (a later issue): they run here, in this order.
+        if parameters.enableRequestQueueOptimization { progress.report(.performingRequestQueueMerge) }
+        if parameters.enableUndoLocalCreation { progress.report(.performingCreateDeleteMerge) }
+        if parameters.enableTransactionBuilder { progress.report(.performingTransactionMerge) }
+        let model = store.model
+        var failedEntities: [String: Int64] = [:]
+        var sent = 0
+        var succeeded = 0
+        var failed = 0
+        var index = 0
+        while index < queue.count {
+            if cancelUploadRequested { break }
+            // One batch: up to maxRequestsPerBatch requests; an entity already changed in this
+            // batch by another change set starts the next batch, so that If-Match stays right.
+            var batch: [QueuedRequest] = []
+            var skipped: [SentResult] = []
+            var touched: Set<String> = []
+            while index < queue.count, batch.count < max(1, parameters.maxRequestsPerBatch) {
+                let request = queue[index]
+                let reference = (request.entitySet ?? "") + (request.entityKey ?? "")
+                if let failedID = failedEntities[reference] ?? failedEntities.first(where: { Self.mentions(request, $0.key) })?.value {
+                    skipped.append(SentResult(request: request, status: 424, headers: ODataCore.HTTPHeaders(), body: [], dependencyOf: failedID))
+                    failedEntities[reference] = failedID
+                    index += 1
+                    continue
+                }
+                let sameTransaction = request.options.transactionID != nil && request.options.transactionID == batch.last?.options.transactionID
+                if touched.contains(reference) && !request.isCreate && !sameTransaction && !batch.isEmpty { break }
+                if !request.isCreate { touched.insert(reference) }
+                batch.append(request)
+                index += 1
+            }
+            progress.report(.processingRequests, ["number": "\(sent + batch.count)", "count": "\(queue.count)"])
+            var results = skipped
+            if !batch.isEmpty {
+                results += try await send(batch, store: store, model: model, progress: progress)
+            }
+            sent += batch.count
+            let failures = try await record(results, store: store, model: model)
+            for result in results where result.status >= 400 {
+                failedEntities[(result.request.entitySet ?? "") + (result.request.entityKey ?? "")] = result.dependencyOf ?? result.request.id
+            }
+            failed += results.filter { $0.status >= 400 }.count
+            succeeded += results.filter { $0.status < 400 }.count
+            for failure in failures { emit(.requestFailed(failure)) }
+        }
+        progress.report(.removingRemoveAfterUploadRequests)
+        try await logEvent(in: store, type: "Upload", details: "\(succeeded) requests applied, \(failed) failed, \(queue.count - succeeded - failed) not sent")
+        if cancelUploadRequested && index < queue.count {
+            throw OfflineODataError(.cancelled, "The upload was cancelled after \(succeeded + failed) requests; the rest stay queued")
+        }
+    }
+
+    /// Asks a running upload to stop after the batch in flight; nothing is lost.
+    public func cancelUpload() { cancelUploadRequested = true }
+
+    /// Whether a request's URL or body refers to the entity `reference` (`Set(key)`).
+    static func mentions(_ request: QueuedRequest, _ reference: String) -> Bool {
+        request.url.hasPrefix(reference + "/") || request.url == reference || String(decoding: request.body, as: UTF8.self).contains(reference)
+    }
+
+    /// Sends one batch (or, without `$batch`, each request) and returns each request's answer.
+    func send(_ batch: [QueuedRequest], store: Store, model: Model, progress: ProgressReporter) async throws -> [SentResult] {
+        let now = Self.httpDate()
+        let firstSent = try await store.write { writer -> [Int64: String] in
+            var times: [Int64: String] = [:]
+            for request in batch {
+                if let time = request.firstSent { times[request.id] = time; continue }
+                _ = try writer.connection.execute("UPDATE oo_queue SET first_sent = ? WHERE id = ?", [.text(now), .integer(request.id)])
+                times[request.id] = now
+            }
+            return times
+        }
+        // Local keys: Content-ID references inside this batch, the backend's key for earlier ones.
+        let (keyMap, etags) = try await store.read { reader -> ([String: String], [String: String]) in
+            var map: [String: String] = [:]
+            for row in try reader.connection.query("SELECT entity_set, local_key, server_key FROM oo_key_map") {
+                if case .text(let set) = row[0], case .text(let local) = row[1], case .text(let server) = row[2] { map[set + local] = set + server }
+            }
+            var etags: [String: String] = [:]
+            for request in batch where !request.isCreate {
+                guard let set = request.entitySet, let key = request.entityKey else { continue }
+                let reference = map[set + key] ?? set + key
+                if let (mappedSet, parsed) = Keys.parse(reference, model: model, serviceRoot: ""),
+                   let etag = try reader.entity(in: mappedSet, key: parsed)?.control.etag {
+                    etags[set + key] = etag
+                }
+            }
+            return (map, etags)
+        }
+        var contentIDs: [String: String] = [:]
+        var messages: [BatchMessage] = []
+        var createdHere: Set<String> = []
+        for request in batch {
+            var url = request.url
+            var body = String(decoding: request.body, as: UTF8.self)
+            for (local, cid) in contentIDs {
+                if url == local || url.hasPrefix(local + "/") { url = cid + url.dropFirst(local.count) }
+                body = body.replacingOccurrences(of: "\"\(local)\"", with: "\"\(cid)\"")
+            }
+            for (local, server) in keyMap {
+                if url == local || url.hasPrefix(local + "/") { url = server + url.dropFirst(local.count) }
+                body = body.replacingOccurrences(of: "\"\(local)\"", with: "\"\(server)\"")
+            }
+            var headers = ODataCore.HTTPHeaders()
+            headers["Content-Type"] = model.version.isLegacy ? "application/json" : "application/json"
+            if parameters.enableRepeatableRequests, let id = request.repeatID {
+                let time = firstSent[request.id] ?? now
+                headers["Repeatability-Request-ID"] = id
+                headers["Repeatability-First-Sent"] = time
+                headers["RequestID"] = id
+                headers["RepeatabilityCreation"] = time
+            }
+            let reference = (request.entitySet ?? "") + (request.entityKey ?? "")
+            if !request.isCreate, !createdHere.contains(reference), let etag = etags[reference], request.method != "POST" || !request.url.hasSuffix("$ref") {
+                headers["If-Match"] = etag
+            }
+            for (name, value) in request.headers { headers[name] = value }
+            headers["Content-ID"] = "\(request.id)"
+            if request.isCreate, request.localKey {
+                contentIDs[reference] = "$\(request.id)"
+            }
+            if request.isCreate { createdHere.insert(reference) }
+            messages.append(.request(request.method, url, headers: headers, body: Array(body.utf8)))
+        }
+        if !parameters.backendSupportsBatch {
+            var results: [SentResult] = []
+            var locations: [String: String] = [:]
+            for (request, message) in zip(batch, messages) {
+                var url = ContentIDReferences.resolve(url: message.url ?? "", locations)
+                let body = ContentIDReferences.resolve(body: message.body, locations)
+                if url.hasPrefix(serviceRoot) { url = String(url.dropFirst(serviceRoot.count)) }
+                var headers: [String: String] = [:]
+                for field in message.headers where field.name != "Content-ID" { headers[field.name] = field.value }
+                let response = try await send(method: request.method, url: url, headers: headers, body: body)
+                progress.report(.sendingDataToServer, ["sentBytes": "\(bytesSent)"])
+                if let location = response.headers["Location"] { locations["\(request.id)"] = location }
+                results.append(SentResult(request: request, status: response.status, headers: response.headers, body: response.body))
+            }
+            progress.report(.receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
+            return results
+        }
+        // One change set per transaction ID; a request without one is its own change set.
+        var parts: [BatchPart] = []
+        var groups: [[Int]] = []
+        for (offset, request) in batch.enumerated() {
+            if let transaction = request.options.transactionID, let last = groups.last?.last, batch[last].options.transactionID == transaction {
+                groups[groups.count - 1].append(offset)
+            } else {
+                groups.append([offset])
+            }
+        }
+        for group in groups {
+            parts.append(.changeSet(ChangeSet(operations: group.map { offset in
+                var partHeaders = ODataCore.HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
+                partHeaders["Content-ID"] = "\(batch[offset].id)"
+                return BatchOperation(partHeaders: partHeaders, message: messages[offset])
+            })))
+        }
+        let multipart = MultipartBatch(parts: parts)
+        var headers = ["Content-Type": multipart.contentType]
+        if !model.version.isLegacy { headers["Prefer"] = "odata.continue-on-error" }
+        let response = try await send(method: "POST", url: "$batch", headers: headers, body: multipart.write())
+        progress.report(.sendingDataToServer, ["sentBytes": "\(bytesSent)"])
+        progress.report(.receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
+        guard response.status < 400 else { throw Self.backendError(response, method: "POST", url: absoluteURL("$batch")) }
+        let answer: MultipartBatch
+        do {
+            answer = try MultipartBatch.read(response.body, boundary: response.headers["Content-Type"].flatMap { ODataCore.HTTPHeaders.parameter("boundary", in: $0) })
+        } catch {
+            throw OfflineODataError(.backend, "The $batch response is not valid multipart: \(error); the requests stay queued")
+        }
+        var results: [SentResult] = []
+        for (groupIndex, group) in groups.enumerated() {
+            guard groupIndex < answer.parts.count else {
+                // The backend stopped early (no continue-on-error): the rest stays queued.
+                break
+            }
+            switch answer.parts[groupIndex] {
+            case .changeSet(let set):
+                for (offset, operation) in zip(group, set.operations) {
+                    let message = operation.message
+                    results.append(SentResult(request: batch[offset], status: message.status ?? 500, headers: message.headers, body: message.body))
+                }
+            case .operation(let operation):
+                let message = operation.message
+                for offset in group {
+                    results.append(SentResult(request: batch[offset], status: message.status ?? 500, headers: message.headers, body: message.body))
+                }
+            }
+        }
+        return results
+    }
+
+    /// Applies the answers in one transaction: successes leave the queue and bring the
+    /// backend's key, ETag and values; failures go to the ErrorArchive.
+    func record(_ results: [SentResult], store: Store, model: Model) async throws -> [OfflineODataFailedRequest] {
+        try await store.write { writer in
+            var failures: [OfflineODataFailedRequest] = []
+            var touched: Set<String> = []
+            for result in results {
+                let request = result.request
+                let set = request.entitySet
+                let reference = (set ?? "") + (request.entityKey ?? "")
+                touched.insert(reference)
+                if result.status < 400 {
+                    _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(request.id)])
+                    try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(request.id)])
+                    guard let set, let localKey = request.entityKey, let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "") else { continue }
+                    if request.isCreate {
+                        try Self.takeOverCreated(result, set: set, localPredicate: localKey, localKey: key, writer: writer, model: model)
+                        if let (_, serverKey) = Self.serverEntity(result, set: set, model: model).flatMap({ entity in Keys.key(of: entity, in: set, model: model).map { (entity, $0) } }) {
+                            touched.insert(set + Keys.predicate(serverKey, in: set, model: model))
+                        }
+                    } else if request.method != "DELETE", let etag = result.headers["ETag"] {
+                        try writer.setState(in: set, key: key, etag: .some(etag))
+                    } else if request.method != "DELETE", let entity = Self.serverEntity(result, set: set, model: model), let etag = entity.control.etag {
+                        try writer.setState(in: set, key: key, etag: .some(etag))
+                    }
+                    continue
+                }
+                // Failed, or not sent because a request it depends on failed.
+                _ = try writer.connection.execute("UPDATE oo_queue SET status = 'failed' WHERE id = ?", [.integer(request.id)])
+                if var row = try writer.reader.entity(in: LocalSchema.requestQueue, key: ["RequestID": .int64(request.id)]) {
+                    row.properties.removeAll { $0.name == "Status" }
+                    row.properties.append(NamedValue(name: "Status", value: .primitive(.string("failed"))))
+                    try writer.update(row, in: LocalSchema.requestQueue, replace: false)
+                }
+                var code = "DependencyFailed"
+                var message = "Not sent: it depends on request \(result.dependencyOf ?? 0), which failed"
+                var inner: String?
+                if result.dependencyOf == nil {
+                    if let error = try? ODataError.parse(result.body, httpStatus: result.status) {
+                        code = error.code
+                        message = error.message
+                        inner = error.innerError?.serialized
+                    } else {
+                        code = "HTTP\(result.status)"
+                        message = String(decoding: result.body.prefix(500), as: UTF8.self)
+                    }
+                }
+                let body = request.body.isEmpty ? nil : String(decoding: request.body, as: UTF8.self)
+                let failure = OfflineODataFailedRequest(httpStatus: result.status, requestID: request.id, customTag: request.options.customTag, code: code,
+                                                        message: message, innerError: inner, method: request.method, url: request.url, body: body)
+                func text(_ value: String?) -> Value { value.map { .primitive(.string($0)) } ?? .null }
+                try writer.insert(Entity(properties: [
+                    NamedValue(name: "RequestID", value: .primitive(.int64(request.id))), NamedValue(name: "CustomTag", value: text(request.options.customTag)),
+                    NamedValue(name: "HTTPStatusCode", value: .primitive(.int32(Int32(result.status)))), NamedValue(name: "Code", value: text(code)),
+                    NamedValue(name: "Message", value: text(message)), NamedValue(name: "InnerError", value: text(inner)),
+                    NamedValue(name: "Domain", value: text(result.dependencyOf == nil ? "Backend" : "OfflineOData")),
+                    NamedValue(name: "RequestMethod", value: text(request.method)), NamedValue(name: "RequestURL", value: text(request.url)),
+                    NamedValue(name: "RequestBody", value: text(body)),
+                ]), into: LocalSchema.errorArchive)
+                if let set, let localKey = request.entityKey, let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "") {
+                    try writer.setState(in: set, key: key, inError: true)
+                }
+                if result.dependencyOf == nil { failures.append(failure) }
+            }
+            // Entities without queued requests are no longer pending.
+            for reference in touched {
+                guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
+                let predicate = Keys.predicate(key, in: set, model: model)
+                let left = try writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND status = 'pending'", [.text(set), .text(predicate)])
+                if left.isEmpty {
+                    try writer.setState(in: set, key: key, pending: false)
+                    let failedLeft = try writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+                    if failedLeft.isEmpty {
+                        _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+                    }
+                }
+            }
+            return failures
+        }
+    }
+
+    static func serverEntity(_ result: SentResult, set: String, model: Model) -> Entity? {
+        guard !result.body.isEmpty else { return nil }
+        let type = model.entitySet(set)?.entityType
+        return model.version.isLegacy ? try? V2JSONReader(model: model).readEntity(result.body, entityType: type)
+            : try? V4JSONReader(model: model).readEntity(result.body, entityType: type)
+    }
+
+    /// A create succeeded: the local entity takes the backend's key, ETag and values; later
+    /// requests and read links that use the local key are mapped to the backend's.
+    static func takeOverCreated(_ result: SentResult, set: String, localPredicate: String, localKey: [String: PrimitiveValue], writer: StoreWriter, model: Model) throws {
+        let removeAfterUpload = result.request.options.removeAfterUpload
+        guard var server = serverEntity(result, set: set, model: model), let serverKey = Keys.key(of: server, in: set, model: model) else {
+            if removeAfterUpload { try writer.delete(from: set, key: localKey) }
+            return
+        }
+        if let etag = result.headers["ETag"] { server.control.etag = etag }
+        server.navigation = []
+        let serverPredicate = Keys.predicate(serverKey, in: set, model: model)
+        if removeAfterUpload {
+            try writer.delete(from: set, key: localKey)
+        } else if serverPredicate != localPredicate {
+            try writer.delete(from: set, key: localKey)
+            try writer.insert(server, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: false, localID: localPredicate))
+        } else {
+            try writer.update(server, in: set, replace: false)
+            try writer.setState(in: set, key: serverKey, etag: .some(server.control.etag))
+        }
+        if serverPredicate != localPredicate {
+            _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_key_map (entity_set, local_key, server_key) VALUES (?, ?, ?)",
+                                              [.text(set), .text(localPredicate), .text(serverPredicate)])
+            _ = try writer.connection.execute("UPDATE oo_queue SET entity_key = ? WHERE entity_set = ? AND entity_key = ?",
+                                              [.text(serverPredicate), .text(set), .text(localPredicate)])
+            _ = try writer.connection.execute("UPDATE oo_original SET entity_key = ? WHERE entity_set = ? AND entity_key = ?",
+                                              [.text(serverPredicate), .text(set), .text(localPredicate)])
+            let stillPending = try writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND status = 'pending'", [.text(set), .text(serverPredicate)])
+            if !stillPending.isEmpty, !removeAfterUpload { try writer.setState(in: set, key: serverKey, pending: true) }
+        }
+    }
+
+    static func httpDate() -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: Date())
+    }
+}

@@ -1,0 +1,54 @@
+public import Foundation
+public import ODataCore
+
+/// An HTTP request the provider sends.
+public struct TransportRequest: Sendable {
+    public var method: String
+    /// Absolute URL.
+    public var url: String
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+
+    /// Creates a value from its parts.
+    public init(method: String, url: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// An HTTP response.
+public struct TransportResponse: Sendable {
+    public var status: Int
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+
+    /// Creates a value from its parts.
+    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// Sends HTTP requests for the provider. `AsyncHTTPClientTransport` is the default on Linux;
+/// an app on Apple platforms can implement this with URLSession.
+public protocol Transport: Sendable {
+    /// Sends one request; `timeout` is in seconds. A dropped connection or timeout throws.
+    func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse
+}
+
+/// A transport failure: the connection dropped, timed out, or the URL was bad.
+public struct TransportError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public var url: String
+
+    /// Creates an error.
+    public init(_ message: String, url: String) {
+        self.message = message
+        self.url = url
+    }
+
+    public var description: String { "\(message) (\(url))" }
+}
