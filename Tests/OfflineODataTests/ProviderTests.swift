@@ -43,6 +43,16 @@ struct Fixture {
         return try JSONValue.parse(response.body)
     }
 
+    /// Changes the backend directly, as another user would.
+    @discardableResult
+    func backendSend(_ method: String, _ url: String, _ body: String) async throws -> Int {
+        var headers = ODataCore.HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: method, url: server.v4Root.absoluteString + url, headers: headers,
+                                                                                  body: Array(body.utf8)), timeout: 10)
+        return response.status
+    }
+
     func stop() async {
         await server.stop()
         try? FileManager.default.removeItem(at: directory)
@@ -115,15 +125,20 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         defer { Task { await fixture.stop() } }
         let provider = try await fixture.provider()
         try await provider.open()
-        let model = try await provider.model
-        if let function = model.entityContainer?.functionImports.first?.name {
-            do {
-                _ = try await provider.read("\(function)()")
-                Issue.record("a function import must be refused")
-            } catch let error as OfflineODataError {
-                #expect(error.code == .notSupportedOffline || error.code == .invalidRequest)
-            }
+        do {
+            _ = try await provider.read("GetProductsByCategory(CategoryID='C1')")
+            Issue.record("a function import must be refused")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .notSupportedOffline)
+            #expect(error.message.contains("GetProductsByCategory"))
         }
+        do {
+            _ = try await provider.execute(method: "POST", url: "ConfirmOrder", body: Array("{}".utf8))
+            Issue.record("an action import must be refused")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .notSupportedOffline)
+        }
+        #expect(try await provider.isRequestQueueEmpty)
         do {
             _ = try await provider.read("BusinessPartners?$filter=CompanyName eq")
             Issue.record("a malformed URL must fail")
@@ -187,5 +202,229 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         #expect(count(try await provider.read("Contacts?$filter=isLocal()")) == 0)
         #expect(count(try await provider.read("EventLog?$filter=Type eq 'Upload'")) == 1)
         #expect(count(try await provider.read("EventLog?$filter=Type eq 'Download'")) == 1)
+    }
+
+    @Test func failedRequestsGoToTheErrorArchiveWithTheirDependants() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let recorder = Recorder()
+        let provider = try await fixture.provider(delegate: recorder)
+        try await provider.open()
+        let events = await provider.events()
+        let partners = try await provider.readEntities("BusinessPartners?$orderby=PartnerID&$top=2")
+        let first = try #require(string(partners.first, "PartnerID"))
+        let second = try #require(string(partners.last, "PartnerID"))
+        // 1: rejected by the backend (4xx); 2: ETag conflict; 3: depends on 1 (same entity), not sent.
+        await fixture.server.service.faults.set([FaultRule(method: "PATCH", bodyContains: "REJECT", status: 400, code: "Invalid", message: "Phone is not valid")])
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('\(second)')", "{\"Email\":\"changed@backend\"}") < 300)
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(first)')", body: Array("{\"Phone\":\"REJECT\"}".utf8),
+                                       options: OfflineODataRequestOptions(customTag: "one"))
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(second)')", body: Array("{\"Phone\":\"2\"}".utf8))
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(first)')", body: Array("{\"Email\":\"x@y\"}".utf8))
+        try await provider.upload()
+        // One callback per failed request; the dependant is archived, not reported as sent.
+        #expect(recorder.failures.count == 2)
+        #expect(recorder.failures.first?.httpStatus == 400)
+        #expect(recorder.failures.first?.code == "Invalid")
+        #expect(recorder.failures.first?.customTag == "one")
+        #expect(recorder.failures.last?.httpStatus == 412)
+        #expect(count(try await provider.read("ErrorArchive")) == 3)
+        #expect(count(try await provider.read("ErrorArchive?$filter=HTTPStatusCode eq 400&$top=10")) == 1)
+        let archived = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+        #expect(string(archived.first, "Message") == "Phone is not valid")
+        #expect(string(archived.first, "RequestMethod") == "PATCH")
+        #expect(string(archived.last, "Code") == "DependencyFailed")
+        // The backend never saw request 3.
+        #expect(try await fixture.backend("BusinessPartners('\(first)')")["Email"]?.stringValue != "x@y")
+        // AffectedEntity reads the local entity, which is in error state.
+        guard case .primitive(.int64(let id))? = archived.first?["RequestID"] else { Issue.record("no id"); return }
+        let affected = try await provider.readEntities("ErrorArchive(\(id))/AffectedEntity")
+        #expect(string(affected.first, "PartnerID") == first)
+        #expect(string(affected.first, "Phone") == "REJECT")
+        #expect(count(try await provider.read("BusinessPartners?$filter=sap.inErrorState()")) == 2)
+        // The same failures arrive on the AsyncSequence.
+        let reader = Task {
+            var streamed = 0
+            for await event in events {
+                if case .requestFailed = event { streamed += 1 }
+                if streamed == 2 { break }
+            }
+            return streamed
+        }
+        let watchdog = Task {
+            try await Task.sleep(nanoseconds: 5_000_000_000)
+            reader.cancel()
+        }
+        let streamed = await reader.value
+        watchdog.cancel()
+        #expect(streamed == 2)
+        // Deleting any row clears the archive and reverts those changes.
+        _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        let reverted = try await provider.readEntities("BusinessPartners('\(first)')")
+        #expect(string(reverted.first, "Phone") != "REJECT")
+        #expect(count(try await provider.read("BusinessPartners?$filter=sap.inErrorState()")) == 0)
+        #expect(try await provider.isRequestQueueEmpty)
+    }
+
+    @Test func aLostResponseIsResentAndAppliedOnce() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        await fixture.server.service.faults.set([FaultRule(method: "POST", urlContains: "$batch", dropAfterCommit: true, times: 1)])
+        _ = try await provider.execute(method: "POST", url: "Contacts", body: Array("{\"FirstName\":\"Once\",\"LastName\":\"Only\"}".utf8))
+        await #expect(throws: OfflineODataError.self) { try await provider.upload() }
+        // Nothing lost: the request is still queued.
+        #expect(try await !provider.isRequestQueueEmpty)
+        try await provider.upload()
+        #expect(try await provider.isRequestQueueEmpty)
+        let rows = try await fixture.backend("Contacts?$filter=LastName eq 'Only'")["value"]?.arrayValue ?? []
+        #expect(rows.count == 1)
+    }
+
+    @Test func withoutBatchRequestsGoOneByOneAndCategoriesFilter() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        var parameters = fixture.parameters()
+        parameters.backendSupportsBatch = false
+        let provider = try await fixture.provider(parameters: parameters)
+        try await provider.open()
+        await fixture.server.service.faults.set([FaultRule(urlContains: "$batch", status: 501, code: "NoBatch", message: "no batch here")])
+        let partner = try #require(string(try await provider.readEntities("BusinessPartners?$top=1").first, "PartnerID"))
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(partner)')", body: Array("{\"Phone\":\"cat-a\"}".utf8),
+                                       options: OfflineODataRequestOptions(uploadCategory: "a"))
+        let created = try await provider.execute(method: "POST", url: "Contacts", body: Array("{\"FirstName\":\"B\",\"LastName\":\"CatB\"}".utf8),
+                                                 options: OfflineODataRequestOptions(uploadCategory: "b", removeAfterUpload: true))
+        guard case .entity(let contact?)? = created.result, case .primitive(.int64(let localID))? = contact["ContactID"] else { Issue.record("no key"); return }
+        try await provider.upload(categories: ["a"])
+        #expect(try await fixture.backend("BusinessPartners('\(partner)')")["Phone"]?.stringValue == "cat-a")
+        #expect((try await fixture.backend("Contacts?$filter=LastName eq 'CatB'")["value"]?.arrayValue ?? []).isEmpty)
+        #expect(count(try await provider.read("RequestQueue")) == 1)
+        try await provider.upload(categories: ["b"])
+        #expect((try await fixture.backend("Contacts?$filter=LastName eq 'CatB'")["value"]?.arrayValue ?? []).count == 1)
+        // removeAfterUpload: the local copy is gone until the next download brings the backend's.
+        #expect(try await provider.readEntities("Contacts(\(localID))").isEmpty)
+        #expect(count(try await provider.read("Contacts?$filter=LastName eq 'CatB'")) == 0)
+        try await provider.download()
+        #expect(count(try await provider.read("Contacts?$filter=LastName eq 'CatB'")) == 1)
+    }
+
+    @Test func downloadAppliesDeltasAndKeepsPendingEdits() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let recorder = Recorder()
+        let provider = try await fixture.provider(delegate: recorder)
+        try await provider.open()
+        let partners = try await provider.readEntities("BusinessPartners?$orderby=PartnerID")
+        let changed = try #require(string(partners.first, "PartnerID"))
+        let edited = try #require(string(partners.dropFirst().first, "PartnerID"))
+        let before = count(try await provider.read("BusinessPartners"))
+        // Server side: an update, an insert and a delete; locally: an unsent edit.
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('\(changed)')", "{\"CompanyName\":\"Renamed on server\"}") < 300)
+        #expect(try await fixture.backendSend("POST", "BusinessPartners", "{\"PartnerID\":\"NEW1\",\"CompanyName\":\"New\"}") < 300)
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('\(edited)')", "{\"CompanyName\":\"Server wins?\"}") < 300)
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(edited)')", body: Array("{\"CompanyName\":\"Local edit\"}".utf8))
+        try await provider.download(definingQueries: ["Partners"])
+        #expect(string(try await provider.readEntities("BusinessPartners('\(changed)')").first, "CompanyName") == "Renamed on server")
+        #expect(count(try await provider.read("BusinessPartners")) == before + 1)
+        #expect(string(try await provider.readEntities("BusinessPartners('\(edited)')").first, "CompanyName") == "Local edit")
+        #expect(count(try await provider.read("BusinessPartners?$filter=sap.upsertedLastDownload()")) == 2)
+        let steps = recorder.progress.filter { $0.operation == .download }.map(\.step)
+        #expect(steps.first == .processingDefiningQueries)
+        #expect(steps.contains(.reapplyingChanges))
+        // A delete on the server arrives as a delta removal.
+        #expect(try await fixture.backendSend("DELETE", "BusinessPartners('NEW1')", "") < 300)
+        try await provider.download()
+        #expect(try await provider.readEntities("BusinessPartners('NEW1')").isEmpty)
+        // A backend error during download leaves the store as it was.
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('\(changed)')", "{\"CompanyName\":\"Not yet\"}") < 300)
+        await fixture.server.service.faults.set([FaultRule(method: "GET", urlContains: "SalesOrders", status: 503, code: "Down", message: "maintenance")])
+        await #expect(throws: OfflineODataError.self) { try await provider.download() }
+        #expect(string(try await provider.readEntities("BusinessPartners('\(changed)')").first, "CompanyName") == "Renamed on server")
+        await fixture.server.service.faults.set([])
+        try await provider.download()
+        #expect(string(try await provider.readEntities("BusinessPartners('\(changed)')").first, "CompanyName") == "Not yet")
+    }
+
+    @Test func undoPendingChangesRestoresTheDownloadedState() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        let partner = try #require(try await provider.readEntities("BusinessPartners?$top=1").first)
+        let id = try #require(string(partner, "PartnerID"))
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(id)')", body: Array("{\"Phone\":\"undo me\"}".utf8))
+        try await provider.undoPendingChanges(for: "BusinessPartners", key: ["PartnerID": .string(id)])
+        #expect(string(try await provider.readEntities("BusinessPartners('\(id)')").first, "Phone") == string(partner, "Phone"))
+        #expect(try await provider.isRequestQueueEmpty)
+        // A created entity disappears; a deleted one comes back.
+        let created = try await provider.createEntity(Entity(properties: [NamedValue(name: "FirstName", value: .primitive(.string("Tmp")))]), in: "Contacts")
+        guard case .primitive(let localKey)? = created["ContactID"] else { Issue.record("no key"); return }
+        try await provider.undoPendingChanges(for: "Contacts", key: ["ContactID": localKey])
+        #expect(try await provider.readEntities("Contacts(\(Literal.format(.primitive(localKey))))").isEmpty)
+        try await provider.deleteEntity(in: "BusinessPartners", key: ["PartnerID": .string(id)])
+        #expect(try await provider.readEntities("BusinessPartners('\(id)')").isEmpty)
+        try await provider.undoPendingChanges(for: "BusinessPartners", key: ["PartnerID": .string(id)])
+        #expect(string(try await provider.readEntities("BusinessPartners('\(id)')").first, "PartnerID") == id)
+        #expect(try await provider.isRequestQueueEmpty)
+    }
+
+    @Test func theStoreAndQueuePersistAcrossRestartsAndV2Works() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: true)
+        try await provider.open()
+        let partner = try #require(string(try await provider.readEntities("BusinessPartners?$top=1").first, "PartnerID"))
+        _ = try await provider.execute(method: "MERGE", url: "BusinessPartners('\(partner)')", body: Array("{\"Phone\":\"v2 phone\"}".utf8))
+        await provider.close()
+        // A new provider (as after a restart) finds the queue and uploads it.
+        let restarted = try await fixture.provider(v2: true, queries: [])
+        try await restarted.open()
+        #expect(try await restarted.hasPendingUpload)
+        try await restarted.upload()
+        #expect(try await restarted.isRequestQueueEmpty)
+        #expect(try await fixture.backend("BusinessPartners('\(partner)')")["Phone"]?.stringValue == "v2 phone")
+        try await restarted.download()
+        #expect(count(try await restarted.read("SalesOrderItems")) > 0)
+    }
+
+    @Test func definingQueriesFollowTheRules() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        await #expect(throws: OfflineODataError.self) { try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Partners", query: "Products")) }
+        await #expect(throws: OfflineODataError.self) { try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "P2", query: "BusinessPartners")) }
+        // A second query over the same entity set shares its rows.
+        try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "GermanPartners", query: "BusinessPartners?$filter=Address/Country eq 'DE'"))
+        try await provider.open()
+        let all = count(try await provider.read("BusinessPartners"))
+        try await provider.remove(definingQueryNamed: "GermanPartners")
+        #expect(count(try await provider.read("BusinessPartners")) == all)
+        // Added after open: filled by the next download.
+        try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Products", query: "Products"))
+        #expect(count(try await provider.read("Products")) == 0)
+        try await provider.download(definingQueries: ["Products"])
+        #expect(count(try await provider.read("Products")) > 0)
+        // Removing the only query over a set removes its data.
+        try await provider.remove(definingQueryNamed: "Products")
+        #expect(count(try await provider.read("Products")) == 0)
+    }
+
+    @Test func progressMessagesComeInTheDeviceLanguage() async throws {
+        let messages = ProgressMessages.shared
+        #expect(messages.availableLanguages.count == 30)
+        #expect(messages.language(for: Locale(identifier: "de_DE")) == "de")
+        #expect(messages.language(for: Locale(identifier: "zh_TW")) == "zh-Hant")
+        #expect(messages.language(for: Locale(identifier: "zh_CN")) == "zh-Hans")
+        #expect(messages.language(for: Locale(identifier: "nb_NO")) == "no")
+        #expect(messages.language(for: Locale(identifier: "xx_YY")) == "en")
+        let english = messages.message(step: .processingDefiningQueries, number: 3, total: 9, parameters: ["name": "Customers", "url": "/Customers"], language: "en")
+        #expect(english == "Performing step 3 of 9 : Processing defining queries Customers using /Customers")
+        for language in messages.availableLanguages where language != "en" {
+            let text = messages.message(step: .processingDefiningQueries, number: 3, total: 9, parameters: ["name": "Customers", "url": "/Customers"], language: language)
+            #expect(text != english, "\(language) must be translated")
+            #expect(text.contains("Customers") && text.contains("3") && text.contains("9"), "\(language): \(text)")
+        }
     }
 }

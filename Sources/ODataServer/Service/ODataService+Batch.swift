@@ -37,7 +37,7 @@ extension ODataService {
             switch part {
             case .operation(let operation):
                 let sub = subrequest(operation.message, request, contentIDs: contentIDs)
-                let response = await handleUnfaulted(sub)
+                let response = await handle(sub)
                 var partHeaders = HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
                 if let id = operation.contentID {
                     partHeaders["Content-ID"] = id
@@ -62,14 +62,27 @@ extension ODataService {
     private func changeSet(_ set: ChangeSet, _ outer: ServiceRequest, _ contentIDs: inout [String: String]) async -> BatchPart {
         struct Failed: Error { var response: ServiceResponse }
         let known = contentIDs
+        // Injected faults apply to the requests inside a change set too.
+        var injected: [ServiceResponse?] = []
+        for operation in set.operations {
+            let sub = subrequest(operation.message, outer, contentIDs: known)
+            if let fault = await faults.match(sub), let status = fault.status {
+                injected.append(.error(status, code: fault.code ?? "InjectedFault", fault.message ?? "Injected failure", version: outer.version))
+            } else {
+                injected.append(nil)
+            }
+        }
+        let faultResponses = injected
         do {
             let (responses, ids) = try await store.write { writer -> ([BatchOperation], [String: String]) in
                 var ids = known
                 var operations: [BatchOperation] = []
-                for operation in set.operations {
+                for (index, operation) in set.operations.enumerated() {
                     let sub = self.subrequest(operation.message, outer, contentIDs: ids)
                     var response: ServiceResponse
-                    if let id = self.repeatabilityID(sub), let stored = try Self.stored(id, writer.connection) {
+                    if let failure = faultResponses[index] {
+                        throw Failed(response: failure)
+                    } else if let id = self.repeatabilityID(sub), let stored = try Self.stored(id, writer.connection) {
                         response = stored
                     } else {
                         do {
