@@ -325,3 +325,24 @@ public actor OfflineODataProvider {
         return (try? Literal.parse(text, version: .v4, as: .dateTimeOffset)) ?? .null
     }
 }
+
+extension OfflineODataProvider {
+    /// The service root an existing store was created for (nil when there is no store yet).
+    public static func storedServiceRoot(parameters: OfflineODataParameters) async throws -> URL? {
+        let path = parameters.storeFile
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        let store: Store
+        do {
+            store = try await Store.open(path: path, key: parameters.storeEncryptionKey)
+        } catch {
+            throw OfflineODataError(.wrongKey, "The store \(path) cannot be opened with the given key: \(error)")
+        }
+        defer { store.close() }
+        let root = try await store.read { reader -> String? in
+            let rows = try reader.connection.query("SELECT value FROM oo_meta WHERE key = 'serviceRoot'")
+            if case .text(let value)? = rows.first?.first { return value }
+            return nil
+        }
+        return root.flatMap(URL.init(string:))
+    }
+}

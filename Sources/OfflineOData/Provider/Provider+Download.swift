@@ -21,6 +21,8 @@ extension OfflineODataProvider {
         guard !busy else { throw OfflineODataError(.invalidRequest, "Another upload or download is running") }
         busy = true
         cancelDownloadRequested = false
+        bytesSent = 0
+        bytesReceived = 0
         defer { busy = false }
         let selected = names.map { wanted in definingQueries.filter { wanted.contains($0.name) } } ?? definingQueries
         if let names, selected.count != names.count {

@@ -362,3 +362,16 @@ extension OfflineODataProvider {
         }
     }
 }
+
+extension OfflineODataProvider {
+    /// Undoes the pending changes of the entity a URL such as `Customers('C1')` names (it may
+    /// be deleted locally).
+    public func undoPendingChanges(forURL url: String) async throws {
+        let store = try openStore()
+        let mapped = try await rewriteLocalKeys(url, store: store)
+        guard let (set, key) = Keys.parse(mapped, model: store.model, serviceRoot: serviceRoot) else {
+            throw OfflineODataError(.invalidRequest, "\(url) does not name one entity by key")
+        }
+        try await undoPendingChanges(for: set, key: key)
+    }
+}

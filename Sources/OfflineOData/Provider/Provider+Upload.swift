@@ -22,6 +22,8 @@ extension OfflineODataProvider {
         guard !busy else { throw OfflineODataError(.invalidRequest, "Another upload or download is running") }
         busy = true
         cancelUploadRequested = false
+        bytesSent = 0
+        bytesReceived = 0
         defer { busy = false }
         var plan: [OfflineODataProgressStep] = [.uploadPreprocessing]
         if parameters.enableRequestQueueOptimization { plan.append(.performingRequestQueueMerge) }

@@ -1,0 +1,261 @@
+import ArgumentParser
+import Foundation
+import ODataCore
+import ODataStore
+import OfflineOData
+
+/// Prints progress as a bar on a terminal and as plain lines otherwise.
+final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
+    private let lock = NSLock()
+    private let terminal = isatty(STDOUT_FILENO) == 1
+    private var lastLine = ""
+    private(set) var failures: [OfflineODataFailedRequest] = []
+    var quiet = false
+
+    func offlineODataProvider(didUpdate progress: OfflineODataProgress) {
+        lock.withLock {
+            guard !quiet else { return }
+            if terminal {
+                let width = 24
+                let filled = progress.totalSteps > 0 ? width * progress.stepNumber / progress.totalSteps : 0
+                let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)
+                let text = String(progress.message.prefix(90))
+                print("\r\u{1B}[2K  \(bar) \(text)", terminator: "")
+                FileHandle.standardOutput.synchronizeFile()
+            } else if progress.message != lastLine {
+                print("  \(progress.message)")
+            }
+            lastLine = progress.message
+        }
+    }
+
+    func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {
+        lock.withLock { failures.append(request) }
+    }
+
+    /// Ends a progress bar line.
+    func finish() {
+        lock.withLock {
+            if terminal && !lastLine.isEmpty { print("\r\u{1B}[2K", terminator: "") }
+            lastLine = ""
+        }
+    }
+}
+
+/// Options every offline command shares.
+struct OfflineStoreOptions: ParsableArguments {
+    @Option(help: "The store file (created by `offline open`).") var store: String
+    @Option(help: "The store's encryption key.") var key: String?
+
+    func parameters() -> OfflineODataParameters {
+        var parameters = OfflineODataParameters()
+        let url = URL(fileURLWithPath: store)
+        parameters.storePath = url.deletingLastPathComponent().path
+        parameters.storeName = url.lastPathComponent.hasSuffix(".db") ? String(url.lastPathComponent.dropLast(3)) : url.lastPathComponent
+        parameters.storeEncryptionKey = key
+        return parameters
+    }
+
+    /// Opens the provider of an existing store.
+    func provider(_ printer: ProgressPrinter? = nil) async throws -> OfflineODataProvider {
+        let parameters = parameters()
+        guard let root = try await OfflineODataProvider.storedServiceRoot(parameters: parameters) else {
+            throw CLIFailure("No offline store at \(parameters.storeFile); create it with `oodata offline open`")
+        }
+        let provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, delegate: printer)
+        try await provider.open()
+        return provider
+    }
+}
+
+struct OfflineCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "offline",
+        abstract: "Work with an offline store: open, read and change it locally, upload and download.",
+        subcommands: [Open.self, Read.self, Create.self, Update.self, Delete.self, Upload.self, Download.self, Errors.self, Queue.self,
+                      Events.self, Undo.self]
+    )
+
+    struct Open: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create the store from a service's defining queries (or reopen it).")
+        @Option(help: "The service root URL.") var service: String
+        @Option(name: .customLong("define"), help: "A defining query, NAME=QUERY (repeatable).") var definitions: [String] = []
+        @OptionGroup var options: OfflineStoreOptions
+
+        func run() async throws {
+            guard let root = URL(string: service), root.scheme != nil else { throw CLIFailure("--service \(service) is not an absolute URL") }
+            let printer = ProgressPrinter()
+            let provider = OfflineODataProvider(serviceRoot: root, parameters: options.parameters(), delegate: printer)
+            for definition in definitions {
+                let parts = definition.split(separator: "=", maxSplits: 1)
+                guard parts.count == 2 else { throw CLIFailure("--define \(definition) must be NAME=QUERY") }
+                try await provider.add(definingQuery: OfflineODataDefiningQuery(name: String(parts[0]), query: String(parts[1])))
+            }
+            try await provider.open()
+            printer.finish()
+            for query in await provider.currentDefiningQueries {
+                let set = query.query.split(separator: "?").first.map(String.init) ?? query.query
+                let count = try await provider.read("\(set)/$count")
+                if case .count(let n) = count { print("\(query.name): \(n) \(set)") }
+            }
+            await provider.close()
+        }
+    }
+
+    struct Read: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Read from the store with the OData query language.")
+        @OptionGroup var options: OfflineStoreOptions
+        @Argument(help: "Relative URL, e.g. \"SalesOrders?$filter=GrossAmount gt 100\".") var url: String
+
+        func run() async throws {
+            let provider = try await options.provider()
+            let response = try await provider.execute(method: "GET", url: url)
+            print(String(decoding: response.body, as: UTF8.self))
+            await provider.close()
+        }
+    }
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create an entity locally (queued for upload).")
+        @OptionGroup var options: OfflineStoreOptions
+        @Argument(help: "Entity set or collection navigation path.") var url: String
+        @Argument(help: "The entity as JSON.") var body: String
+        @Option(help: "Custom tag shown in RequestQueue and ErrorArchive.") var tag: String?
+
+        func run() async throws {
+            let provider = try await options.provider()
+            let response = try await provider.execute(method: "POST", url: url, body: Array(body.utf8), options: OfflineODataRequestOptions(customTag: tag))
+            print(String(decoding: response.body, as: UTF8.self))
+            await provider.close()
+        }
+    }
+
+    struct Update: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Update an entity locally: merge, or replace with --replace.")
+        @OptionGroup var options: OfflineStoreOptions
+        @Argument(help: "The entity, e.g. \"BusinessPartners('BP1')\".") var url: String
+        @Argument(help: "The changed properties as JSON.") var body: String
+        @Flag(help: "Replace (PUT) instead of merge.") var replace = false
+        @Option(help: "Custom tag.") var tag: String?
+
+        func run() async throws {
+            let provider = try await options.provider()
+            let legacy = try await provider.model.version.isLegacy
+            _ = try await provider.execute(method: replace ? "PUT" : (legacy ? "MERGE" : "PATCH"), url: url, body: Array(body.utf8),
+                                           options: OfflineODataRequestOptions(customTag: tag))
+            print("updated \(url) locally; \(try await provider.hasPendingUpload ? "queued for upload" : "")")
+            await provider.close()
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete an entity locally (queued for upload).")
+        @OptionGroup var options: OfflineStoreOptions
+        @Argument(help: "The entity, e.g. \"BusinessPartners('BP1')\".") var url: String
+
+        func run() async throws {
+            let provider = try await options.provider()
+            _ = try await provider.execute(method: "DELETE", url: url)
+            print("deleted \(url) locally; queued for upload")
+            await provider.close()
+        }
+    }
+
+    struct Upload: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Send the request queue to the backend.")
+        @OptionGroup var options: OfflineStoreOptions
+        @Option(name: .customLong("category"), help: "Only requests of this upload category (repeatable).") var categories: [String] = []
+
+        func run() async throws {
+            let printer = ProgressPrinter()
+            let provider = try await options.provider(printer)
+            try await provider.upload(categories: categories.isEmpty ? nil : categories)
+            printer.finish()
+            for failure in printer.failures {
+                print("failed: request \(failure.requestID) \(failure.method) \(failure.url) → HTTP \(failure.httpStatus) \(failure.code): \(failure.message)")
+            }
+            print(try await provider.isRequestQueueEmpty ? "upload done; the queue is empty" : "upload done; requests remain queued")
+            await provider.close()
+        }
+    }
+
+    struct Download: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Fetch changes for the defining queries.")
+        @OptionGroup var options: OfflineStoreOptions
+        @Option(name: .customLong("query"), help: "Only this defining query (repeatable).") var queries: [String] = []
+
+        func run() async throws {
+            let printer = ProgressPrinter()
+            let provider = try await options.provider(printer)
+            try await provider.download(definingQueries: queries.isEmpty ? nil : queries)
+            printer.finish()
+            let last = try await provider.readEntities("EventLog?$orderby=ID desc&$top=1").first
+            if case .primitive(.string(let details))? = last?["Details"] { print("download done: \(details)") }
+            await provider.close()
+        }
+    }
+
+    struct Errors: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the ErrorArchive; --clear deletes it and reverts those changes.")
+        @OptionGroup var options: OfflineStoreOptions
+        @Flag(help: "Clear the archive.") var clear = false
+
+        func run() async throws {
+            let provider = try await options.provider()
+            let rows = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+            for row in rows { print(describe(row, ["RequestID", "HTTPStatusCode", "Code", "Message", "RequestMethod", "RequestURL", "CustomTag"])) }
+            if rows.isEmpty { print("the ErrorArchive is empty") }
+            if clear, let first = rows.first, case .primitive(.int64(let id))? = first["RequestID"] {
+                _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
+                print("cleared \(rows.count) entries and reverted their changes")
+            }
+            await provider.close()
+        }
+    }
+
+    struct Queue: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the request queue.")
+        @OptionGroup var options: OfflineStoreOptions
+
+        func run() async throws {
+            let provider = try await options.provider()
+            let rows = try await provider.readEntities("RequestQueue?$orderby=RequestID")
+            for row in rows { print(describe(row, ["RequestID", "Status", "RequestMethod", "RequestURL", "CustomTag", "UploadCategory"])) }
+            if rows.isEmpty { print("the request queue is empty") }
+            await provider.close()
+        }
+    }
+
+    struct Events: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the EventLog (last 100 uploads and downloads).")
+        @OptionGroup var options: OfflineStoreOptions
+
+        func run() async throws {
+            let provider = try await options.provider()
+            for row in try await provider.readEntities("EventLog?$orderby=ID") { print(describe(row, ["ID", "Type", "Time", "Details"])) }
+            await provider.close()
+        }
+    }
+
+    struct Undo: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Undo the pending changes of one entity.")
+        @OptionGroup var options: OfflineStoreOptions
+        @Argument(help: "The entity, e.g. \"BusinessPartners('BP1')\".") var url: String
+
+        func run() async throws {
+            let provider = try await options.provider()
+            try await provider.undoPendingChanges(forURL: url)
+            print("undid the pending changes of \(url)")
+            await provider.close()
+        }
+    }
+}
+
+/// `Name=value` pairs of an entity's properties, for listings.
+func describe(_ entity: Entity, _ names: [String]) -> String {
+    names.compactMap { name -> String? in
+        guard let value = entity[name], value != .null else { return nil }
+        if case .primitive(.string(let text)) = value { return "\(name)=\(text)" }
+        return "\(name)=\(Literal.format(value))"
+    }.joined(separator: "  ")
+}
