@@ -32,6 +32,13 @@ let package = Package(
             dependencies: ["PayloadFixtures", .product(name: "ODataCore", package: parent), .product(name: "ODataStore", package: parent)]
         ),
         .executableTarget(
+            name: "OfflineRatio",
+            dependencies: [
+                "PayloadFixtures", .product(name: "ODataCore", package: parent), .product(name: "ODataStore", package: parent),
+                .product(name: "ODataServer", package: parent), .product(name: "OfflineOData", package: parent),
+            ]
+        ),
+        .executableTarget(
             name: "PayloadRatio",
             dependencies: ["PayloadFixtures", .product(name: "ODataCore", package: parent)]
         ),

@@ -250,7 +250,7 @@ public actor OfflineODataProvider {
                 }
             }
             progress.report(.buildingEntityStore)
-            let summary = try await apply(fetched, to: created)
+            let summary = try await apply(fetched, to: created, initial: true)
             try await logEvent(in: created, type: "Open", details: summary)
         } catch {
             created.close()

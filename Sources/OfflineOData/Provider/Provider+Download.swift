@@ -95,7 +95,7 @@ extension OfflineODataProvider {
     /// Applies fetched data in one transaction: upserts, deletions and, for full reads, a
     /// local diff. Rows with pending local changes keep their local state (the changes are
     /// reapplied on top). Returns a one-line summary.
-    func apply(_ fetched: [FetchedQuery], to store: Store, partial: Bool = false) async throws -> String {
+    func apply(_ fetched: [FetchedQuery], to store: Store, partial: Bool = false, initial: Bool = false) async throws -> String {
         let model = store.model
         let root = serviceRoot
         let allQueries = definingQueries
@@ -105,8 +105,23 @@ extension OfflineODataProvider {
             var deleted = 0
             var seen: [String: Set<String>] = [:]
             var fullSets: Set<String> = []
+            var filledSets: Set<String> = []
             for query in fetched {
-                for entity in query.entities {
+                // The first fill of an empty set: plain entities go in with one prepared
+                // statement (no per-row lookups); expanded ones take the general path.
+                let bulk = initial && !filledSets.contains(query.entitySet)
+                filledSets.insert(query.entitySet)
+                if bulk {
+                    let plain = query.entities.filter { entity in !entity.navigation.contains { $0.inline != nil } }
+                    try writer.bulkInsert(plain, into: query.entitySet)
+                    upserted += plain.count
+                    for entity in plain {
+                        if let key = Keys.key(of: entity, in: query.entitySet, model: model) {
+                            seen[query.entitySet, default: []].insert(Keys.predicate(key, in: query.entitySet, model: model))
+                        }
+                    }
+                }
+                for entity in query.entities where !bulk || entity.navigation.contains(where: { $0.inline != nil }) {
                     upserted += try Self.applyEntity(entity, in: query.entitySet, writer: writer, model: model)
                     if let key = Keys.key(of: entity, in: query.entitySet, model: model) {
                         seen[query.entitySet, default: []].insert(Keys.predicate(key, in: query.entitySet, model: model))

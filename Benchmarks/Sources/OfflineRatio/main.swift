@@ -1,0 +1,145 @@
+import Foundation
+import ODataCore
+import ODataServer
+import ODataStore
+import OfflineOData
+import PayloadFixtures
+
+// Offline provider benchmarks against the reference server on loopback, each beside a baseline
+// run in the same process:
+// 1. initial open of N Products (10 properties) into a keyed store vs Foundation's
+//    JSONSerialization only parsing the same pages;
+// 2. peak resident memory of the process after that open (run with a large N in its own process);
+// 3. local create/update throughput vs hand-written SQL doing the same two inserts per change;
+// 4. upload of 1,000 queued changes: HTTP round trips and time.
+// Usage: OfflineRatio [N] [pageSize]
+
+let arguments = CommandLine.arguments
+let count = arguments.count > 1 ? Int(arguments[1]) ?? 100_000 : 100_000
+let pageSize = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
+
+func seconds(_ body: () async throws -> Void) async rethrows -> Double {
+    let start = DispatchTime.now().uptimeNanoseconds
+    try await body()
+    return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+}
+
+func peakRSSMiB() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_maxrss) / 1024
+}
+
+/// Counts requests on their way to the real transport.
+actor Counter {
+    var requests = 0
+    var batches = 0
+    func add(_ request: TransportRequest) {
+        requests += 1
+        if request.url.contains("$batch") { batches += 1 }
+    }
+}
+
+struct CountingTransport: Transport {
+    let inner = AsyncHTTPClientTransport()
+    let counter = Counter()
+    func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
+        await counter.add(request)
+        return try await inner.send(request, timeout: timeout)
+    }
+}
+
+let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offline-bench-\(UUID().uuidString)")
+try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+defer { try? FileManager.default.removeItem(at: directory) }
+let model = try MetadataParser().parse(ProductModel.metadata)
+
+// The backend: the reference server with N products.
+let backendStore = try await Store.create(path: directory.appendingPathComponent("backend.sqlite").path, model: model)
+var options = ODataService.Options()
+options.pageSize = pageSize
+let service = try await ODataService.open(store: backendStore, options: options)
+for start in stride(from: 0, to: count, by: 10_000) {
+    try await service.load([("Products", (start..<min(start + 10_000, count)).map(ProductModel.product))])
+}
+let server = try await EmbeddedServer.start(service)
+print("entities: \(count), server page size \(pageSize), keyed offline store")
+
+// 1. Initial open, end to end.
+let transport = CountingTransport()
+var parameters = OfflineODataParameters()
+parameters.storePath = directory.path
+parameters.storeEncryptionKey = "bench-key"
+let provider = OfflineODataProvider(serviceRoot: server.v4Root, parameters: parameters, transport: transport)
+try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Products", query: "Products"))
+let openTime = try await seconds { try await provider.open() }
+let rssAfterOpen = peakRSSMiB()
+guard case .count(let stored) = try await provider.read("Products/$count"), stored == Int64(count) else {
+    fatalError("the open did not store every entity")
+}
+let openRequests = await transport.counter.requests
+
+// Baseline: fetch the same pages once, then time JSONSerialization parsing them.
+var pages: [Data] = []
+var next: String? = server.v4Root.absoluteString + "Products"
+let fetchStart = DispatchTime.now().uptimeNanoseconds
+while let url = next {
+    let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: url), timeout: 120)
+    pages.append(Data(response.body))
+    let json = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
+    next = json?["@odata.nextLink"] as? String
+}
+let fetchTime = Double(DispatchTime.now().uptimeNanoseconds - fetchStart) / 1e9
+var parsedRows = 0
+let parseTime = try await seconds {
+    for page in pages {
+        let json = try JSONSerialization.jsonObject(with: page) as? [String: Any]
+        parsedRows += (json?["value"] as? [Any])?.count ?? 0
+    }
+}
+let payloadMiB = Double(pages.reduce(0) { $0 + $1.count }) / 1_048_576
+print(String(format: "1. open: %.2f s = %.0f entities/s (%d HTTP requests, %.1f MiB JSON); JSONSerialization parse only: %.2f s = %.0f entities/s; open/parse speed ratio %.2f",
+             openTime, Double(count) / openTime, openRequests, payloadMiB, parseTime, Double(parsedRows) / parseTime, parseTime / openTime))
+print(String(format: "   (the server alone needs %.2f s to produce those pages, so the client side of the open takes about %.2f s = %.0f entities/s)",
+             fetchTime, openTime - fetchTime, Double(count) / max(0.001, openTime - fetchTime)))
+print(String(format: "2. peak RSS after the open (server and client in one process): %.0f MiB", rssAfterOpen))
+
+// 3. Local changes: each an update of one entity (store write + queue row) vs hand-written SQL.
+let changes = 2_000
+let localTime = try await seconds {
+    for i in 0..<changes {
+        _ = try await provider.execute(method: "PATCH", url: "Products(\(i))", body: Array("{\"Quantity\":\(i % 97)}".utf8))
+    }
+}
+let sqlPath = directory.appendingPathComponent("baseline.sqlite").path
+let baseline = try Connection(path: sqlPath, options: Connection.Options(key: "bench-key"))
+try baseline.execute("CREATE TABLE entity (id INTEGER PRIMARY KEY, quantity INTEGER, pending INTEGER)")
+try baseline.execute("CREATE TABLE queue (id INTEGER PRIMARY KEY, method TEXT, url TEXT, body BLOB)")
+for i in 0..<changes { _ = try baseline.execute("INSERT INTO entity (id, quantity, pending) VALUES (?, 0, 0)", [.integer(Int64(i))]) }
+let sqlTime = try await seconds {
+    for i in 0..<changes {
+        try baseline.transaction {
+            _ = try baseline.execute("UPDATE entity SET quantity = ?, pending = 1 WHERE id = ?", [.integer(Int64(i % 97)), .integer(Int64(i))])
+            _ = try baseline.execute("INSERT INTO queue (method, url, body) VALUES ('PATCH', ?, ?)", [.text("Products(\(i))"), .blob(Array("{\"Quantity\":\(i % 97)}".utf8))])
+        }
+    }
+}
+baseline.close()
+print(String(format: "3. local changes: %.0f/s through the provider; hand-written SQL (update + queue insert per transaction): %.0f/s; ratio %.2f",
+             Double(changes) / localTime, Double(changes) / sqlTime, sqlTime / localTime))
+
+// 4. Upload of 1,000 of them.
+try await provider.undoPendingChanges(forURL: "Products(0)")
+let before = await transport.counter.requests
+var queued = 0
+if case .count(let n) = try await provider.read("RequestQueue/$count") { queued = Int(n) }
+// Keep exactly 1,000 queued changes.
+for i in 1..<(queued - 999) { try await provider.undoPendingChanges(forURL: "Products(\(i))") }
+if case .count(let n) = try await provider.read("RequestQueue/$count") { queued = Int(n) }
+let batchSize = parameters.maxRequestsPerBatch
+let uploadTime = try await seconds { try await provider.upload() }
+let roundTrips = await transport.counter.requests - before
+print(String(format: "4. upload of %d changes: %d HTTP round trips (goal ⌈%d/%d⌉ = %d), %.2f s", queued, roundTrips, queued, batchSize,
+             (queued + batchSize - 1) / batchSize, uploadTime))
+await provider.close()
+await server.stop()
