@@ -29,6 +29,18 @@ import Testing
         return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
     }
 
+    /// The README's main job: it must run on a fresh machine and show the whole round trip.
+    @Test func demoRunsTheOfflineRoundTrip() throws {
+        let result = try run(["demo"])
+        #expect(result.status == 0, "demo failed: \(result.err)")
+        #expect(result.out.contains("requestDidFail: request 4 PATCH SalesOrders('SO2') → HTTP 400 OrderLocked"))
+        #expect(result.out.contains("ErrorArchive?$filter=HTTPStatusCode eq 400 → 1 row(s)"))
+        #expect(result.out.contains("now reads the backend's ContactID="))
+        #expect(result.out.contains("is named \"Renamed by another user\""))
+        #expect(result.out.contains("Type=Upload  Details=3 requests applied, 1 failed, 0 not sent"))
+        #expect(result.out.contains("queue empty: true"))
+    }
+
     @Test func metadataPrintsCounts() throws {
         let file = Conformance.url("metadata/v4/trippin-SampleService-Models-TripPin.xml").path
         let result = try run(["metadata", file])
