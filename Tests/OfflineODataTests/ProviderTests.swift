@@ -427,4 +427,81 @@ func string(_ entity: Entity?, _ name: String) -> String? {
             #expect(text.contains("Customers") && text.contains("3") && text.contains("9"), "\(language): \(text)")
         }
     }
+
+    @Test func linksDeepInsertAndRequestHeadersTravel() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        var parameters = fixture.parameters()
+        parameters.customHeaders = ["X-App": "field-sales"]
+        parameters.customCookies = ["session": "abc"]
+        parameters.urlSuffix = "sap-client=100"
+        let recording = RecordingTransport()
+        let provider = OfflineODataProvider(serviceRoot: fixture.server.v4Root, parameters: parameters, transport: recording)
+        for query in Fixture.queries { try await provider.add(definingQuery: query) }
+        try await provider.open()
+        // Deep insert: an order with two items, then a link of the order to another partner.
+        let partners = try await provider.readEntities("BusinessPartners?$orderby=PartnerID&$top=2")
+        let first = try #require(string(partners.first, "PartnerID"))
+        let second = try #require(string(partners.last, "PartnerID"))
+        let body = """
+        {"OrderID":"DEEP1","PartnerID":"\(first)","Currency":"EUR","Items":[
+          {"OrderID":"DEEP1","ItemPosition":1,"ProductID":"P0","Quantity":2},{"OrderID":"DEEP1","ItemPosition":2,"ProductID":"P1","Quantity":3}]}
+        """
+        _ = try await provider.execute(method: "POST", url: "SalesOrders", body: Array(body.utf8))
+        #expect(count(try await provider.read("SalesOrders('DEEP1')/Items")) == 2)
+        _ = try await provider.execute(method: "PUT", url: "SalesOrders('DEEP1')/Partner/$ref",
+                                       body: Array("{\"@odata.id\":\"BusinessPartners('\(second)')\"}".utf8))
+        #expect(string(try await provider.readEntities("SalesOrders('DEEP1')/Partner").first, "PartnerID") == second)
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        let backendOrder = try await fixture.backend("SalesOrders('DEEP1')?$expand=Items")
+        #expect(backendOrder["PartnerID"]?.stringValue == second)
+        #expect(backendOrder["Items"]?.arrayValue?.count == 2)
+        // Every request carried the custom header, cookie and URL suffix; modifications carried both
+        // repeatability pairs with one ID per request.
+        let sent = await recording.requests
+        #expect(!sent.isEmpty)
+        for request in sent {
+            #expect(request.headers["X-App"] == "field-sales")
+            #expect(request.headers["Cookie"] == "session=abc")
+            #expect(request.url.contains("sap-client=100"), "\(request.url)")
+        }
+        let batch = try #require(sent.last { $0.url.contains("$batch") })
+        let parsed = try MultipartBatch.read(batch.body, boundary: batch.headers["Content-Type"].flatMap { HTTPHeaders.parameter("boundary", in: $0) })
+        #expect(parsed.operations.count == 2)
+        let ids = parsed.operations.compactMap { $0.message.headers["Repeatability-Request-ID"] }
+        #expect(ids.count == 2 && Set(ids).count == 2)
+        #expect(parsed.operations.allSatisfy { $0.message.headers["RequestID"] == $0.message.headers["Repeatability-Request-ID"] })
+        #expect(parsed.operations.allSatisfy { $0.message.headers["Repeatability-First-Sent"]?.hasSuffix("GMT") == true })
+        #expect(parsed.operations.last?.message.headers["If-Match"] == nil, "the order was created in this batch: no ETag yet")
+    }
+
+    @Test func anExpiredDeltaLinkFallsBackToAFullReadWithALocalDiff() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        let before = count(try await provider.read("Contacts"))
+        let victim = try #require(try await provider.readEntities("Contacts?$top=1").first)
+        guard case .primitive(.int64(let victimID))? = victim["ContactID"] else { Issue.record("no key"); return }
+        #expect(try await fixture.backendSend("DELETE", "Contacts(\(victimID))", "") < 300)
+        for n in 0..<5 { #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP0')", "{\"Phone\":\"\(n)\"}") < 300) }
+        // The server forgets its change history: every delta link now answers 410.
+        try await fixture.server.service.pruneChangeHistory(keepingLast: 0)
+        try await provider.download()
+        #expect(count(try await provider.read("Contacts")) == before - 1)
+        #expect(try await provider.readEntities("Contacts(\(victimID))").isEmpty)
+        #expect(string(try await provider.readEntities("BusinessPartners('BP0')").first, "Phone") == "4")
+    }
+}
+
+/// Records what the provider sends, then sends it over the real transport.
+actor RecordingTransport: Transport {
+    private(set) var requests: [TransportRequest] = []
+    private let inner = AsyncHTTPClientTransport()
+    nonisolated func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
+        await record(request)
+        return try await inner.send(request, timeout: timeout)
+    }
+    private func record(_ request: TransportRequest) { requests.append(request) }
 }
