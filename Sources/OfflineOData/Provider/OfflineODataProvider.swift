@@ -29,6 +29,8 @@ public actor OfflineODataProvider {
     /// Bytes sent and received since the provider was created (progress reports use these).
     var bytesSent: Int64 = 0
     var bytesReceived: Int64 = 0
+    /// `Set(localKey)` → backend key predicate, loaded on first use and dropped after uploads.
+    var keyMapCache: [String: String]?
     /// Language of the default progress messages; the device locale unless set.
     public var messageLanguage: String = ProgressMessages.shared.language(for: Locale.current)
 
@@ -262,6 +264,7 @@ public actor OfflineODataProvider {
 
     /// Closes the store; a later `open()` reopens it.
     public func close() {
+        keyMapCache = nil
         store?.close()
         store = nil
     }

@@ -84,15 +84,21 @@ extension OfflineODataProvider {
     /// backend's key.
     func rewriteLocalKeys(_ url: String, store: Store) async throws -> String {
         guard let open = url.firstIndex(of: "("), let close = url[open...].firstIndex(of: ")") else { return url }
-        let set = String(url[url.startIndex..<open])
-        let key = String(url[open...close])
-        let server = try await store.read { reader -> String? in
-            let rows = try reader.connection.query("SELECT server_key FROM oo_key_map WHERE entity_set = ? AND local_key = ?", [.text(set), .text(key)])
-            if case .text(let server)? = rows.first?.first { return server }
-            return nil
+        let map: [String: String]
+        if let cached = keyMapCache {
+            map = cached
+        } else {
+            map = try await store.read { reader -> [String: String] in
+                var map: [String: String] = [:]
+                for row in try reader.connection.query("SELECT entity_set, local_key, server_key FROM oo_key_map") {
+                    if case .text(let set) = row[0], case .text(let local) = row[1], case .text(let server) = row[2] { map[set + local] = server }
+                }
+                return map
+            }
+            keyMapCache = map
         }
-        guard let server else { return url }
-        return set + server + url[url.index(after: close)...]
+        guard !map.isEmpty, let server = map[String(url[url.startIndex...close])] else { return url }
+        return String(url[url.startIndex..<open]) + server + url[url.index(after: close)...]
     }
 
     // MARK: Request strings

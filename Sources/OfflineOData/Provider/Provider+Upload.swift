@@ -73,6 +73,7 @@ extension OfflineODataProvider {
             }
             sent += batch.count
             let failures = try await record(results, store: store, model: model)
+            keyMapCache = nil
             for result in results where result.status >= 400 {
                 failedEntities[(result.request.entitySet ?? "") + (result.request.entityKey ?? "")] = result.dependencyOf ?? result.request.id
             }
