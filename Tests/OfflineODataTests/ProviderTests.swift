@@ -495,6 +495,39 @@ func string(_ entity: Entity?, _ name: String) -> String? {
     }
 }
 
+extension ProviderTests {
+    @Test func cancelUploadStopsAtABatchBoundaryAndLosesNothing() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        var parameters = fixture.parameters()
+        parameters.maxRequestsPerBatch = 1
+        let provider = try await fixture.provider(parameters: parameters)
+        try await provider.open()
+        let partners = try await provider.readEntities("BusinessPartners?$orderby=PartnerID&$top=3")
+        for partner in partners {
+            let id = try #require(string(partner, "PartnerID"))
+            _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(id)')", body: Array("{\"Phone\":\"cancel\"}".utf8))
+        }
+        await fixture.server.service.faults.set([FaultRule(urlContains: "$batch", delayMilliseconds: 400)])
+        let upload = Task { try await provider.upload() }
+        try await Task.sleep(nanoseconds: 150_000_000)
+        await provider.cancelUpload()
+        do {
+            try await upload.value
+            Issue.record("the upload should report the cancellation")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .cancelled)
+        }
+        // The batch in flight completed; the rest is still queued, nothing half-applied.
+        #expect(count(try await provider.read("RequestQueue")) == 2)
+        await fixture.server.service.faults.set([])
+        try await provider.upload()
+        #expect(try await provider.isRequestQueueEmpty)
+        let phones = try await fixture.backend("BusinessPartners?$filter=Phone eq 'cancel'")["value"]?.arrayValue ?? []
+        #expect(phones.count == 3)
+    }
+}
+
 /// Records what the provider sends, then sends it over the real transport.
 actor RecordingTransport: Transport {
     private(set) var requests: [TransportRequest] = []
