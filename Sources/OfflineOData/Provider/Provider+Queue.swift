@@ -308,14 +308,14 @@ extension OfflineODataProvider {
     static func revert(_ entities: [(String, String)], writer: StoreWriter, model: Model, statuses: [String]) throws {
         for (set, predicate) in entities {
             let reference = set + predicate
-            let rows = try writer.connection.query("SELECT id, status, url, body FROM oo_queue")
+            // The entity's own requests and those naming it in their URL or body.
+            let marks = statuses.map { _ in "?" }.joined(separator: ", ")
+            let rows = try writer.connection.query("""
+                SELECT id FROM oo_queue WHERE status IN (\(marks)) AND ((entity_set = ? AND entity_key = ?) OR instr(url, ?) = 1
+                  OR instr(CAST(body AS TEXT), ?) > 0)
+                """, statuses.map { .text($0) } + [.text(set), .text(predicate), .text(reference), .text(reference)])
             for row in rows {
-                guard case .integer(let id) = row[0], case .text(let status) = row[1], statuses.contains(status) else { continue }
-                var mentions = false
-                if case .text(let url) = row[2], url.hasPrefix(reference) { mentions = true }
-                if case .blob(let body) = row[3], String(decoding: body, as: UTF8.self).contains(reference) { mentions = true }
-                let own = try writer.connection.query("SELECT 1 FROM oo_queue WHERE id = ? AND entity_set = ? AND entity_key = ?", [.integer(id), .text(set), .text(predicate)])
-                guard mentions || !own.isEmpty else { continue }
+                guard case .integer(let id) = row[0] else { continue }
                 _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(id)])
                 try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(id)])
                 try writer.delete(from: LocalSchema.errorArchive, key: ["RequestID": .int64(id)])
