@@ -26,7 +26,7 @@ public actor OfflineODataProvider {
     var cancelUploadRequested = false
     var cancelDownloadRequested = false
     var busy = false
-    /// Bytes sent and received since the provider was created (progress reports use these).
+    /// Bytes sent and received during the current upload or download (for progress).
     var bytesSent: Int64 = 0
     var bytesReceived: Int64 = 0
     /// `Set(localKey)` → backend key predicate, loaded on first use and dropped after uploads.
@@ -81,9 +81,12 @@ public actor OfflineODataProvider {
     }
 
     func reporter(_ operation: OfflineODataOperation, _ plan: [OfflineODataProgressStep]) -> ProgressReporter {
-        ProgressReporter(operation: operation, plan: plan, language: messageLanguage) { [weak self] event in
-            Task { await self?.emit(event) }
-        }
+        ProgressReporter(operation: operation, plan: plan, language: messageLanguage)
+    }
+
+    /// Sends a progress update now, so updates arrive in the order the operation passes its steps.
+    func report(_ progress: ProgressReporter, _ step: OfflineODataProgressStep, _ parameters: [String: String] = [:]) {
+        emit(progress.event(step, parameters))
     }
 
     // MARK: Defining queries
@@ -225,7 +228,7 @@ public actor OfflineODataProvider {
     private func createAndFill(_ path: String) async throws {
         let progress = reporter(.open, [.loadingMetadata, .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .processingDefiningQueries,
                                         .receivingDataFromServer, .analyzingReceivedData, .buildingEntityStore])
-        progress.report(.loadingMetadata)
+        report(progress, .loadingMetadata)
         let metadata = try await send(method: "GET", url: "$metadata", headers: ["Accept": "application/xml"], expect: 200)
         let backendModel: Model
         do {
@@ -237,10 +240,10 @@ public actor OfflineODataProvider {
         for query in definingQueries { _ = try Self.entitySet(of: query.query, model: model) }
         // Fetch every defining query before the file exists: a backend failure leaves nothing behind.
         let fetched = try await fetchDefiningQueries(definingQueries.map { ($0, nil) }, model: model, progress: progress)
-        progress.report(.creatingBootStrapDatabase)
+        report(progress, .creatingBootStrapDatabase)
         let created = try await Store.create(path: path, model: model, key: parameters.storeEncryptionKey)
         do {
-            progress.report(.creatingRequestQueueDatabase)
+            report(progress, .creatingRequestQueueDatabase)
             let queries = definingQueries
             let root = serviceRoot
             try await created.write { writer in
@@ -251,7 +254,7 @@ public actor OfflineODataProvider {
                                                       [.text(query.name), .text(query.query), .integer(query.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal + 1))])
                 }
             }
-            progress.report(.buildingEntityStore)
+            report(progress, .buildingEntityStore)
             let summary = try await apply(fetched, to: created, initial: true)
             try await logEvent(in: created, type: "Open", details: summary)
         } catch {

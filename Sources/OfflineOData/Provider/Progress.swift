@@ -117,18 +117,17 @@ public struct ProgressMessages: Sendable {
     }
 }
 
-/// Numbers the steps of one operation and sends the updates.
+/// Numbers the steps of one operation and words its updates.
 struct ProgressReporter: Sendable {
     let operation: OfflineODataOperation
     /// Every step the operation can pass through, in order.
     var plan: [OfflineODataProgressStep]
     let language: String
-    let emit: @Sendable (OfflineODataEvent) -> Void
 
-    func report(_ step: OfflineODataProgressStep, _ parameters: [String: String] = [:]) {
+    func event(_ step: OfflineODataProgressStep, _ parameters: [String: String]) -> OfflineODataEvent {
         let number = (plan.firstIndex(of: step) ?? plan.count - 1) + 1
         let message = ProgressMessages.shared.message(step: step, number: number, total: plan.count, parameters: parameters, language: language)
-        emit(.progress(OfflineODataProgress(operation: operation, step: step, stepNumber: number, totalSteps: plan.count, time: Date(),
-                                            parameters: parameters, message: message)))
+        return .progress(OfflineODataProgress(operation: operation, step: step, stepNumber: number, totalSteps: plan.count, time: Date(),
+                                              parameters: parameters, message: message))
     }
 }

@@ -40,10 +40,10 @@ extension OfflineODataProvider {
         }
         let fetched = try await fetchDefiningQueries(selected.map { ($0, links[$0.name]) }, model: store.model, progress: progress)
         if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
-        progress.report(.analyzingReceivedData)
-        progress.report(.removingDeletedRelationships)
+        report(progress, .analyzingReceivedData)
+        report(progress, .removingDeletedRelationships)
         let summary = try await apply(fetched, to: store, partial: names != nil)
-        progress.report(.reapplyingChanges)
+        report(progress, .reapplyingChanges)
         try await logEvent(in: store, type: "Download", details: summary)
     }
 
@@ -54,7 +54,7 @@ extension OfflineODataProvider {
     func fetchDefiningQueries(_ queries: [(OfflineODataDefiningQuery, String?)], model: Model, progress: ProgressReporter) async throws -> [FetchedQuery] {
         var results: [FetchedQuery] = []
         for (query, deltaLink) in queries {
-            progress.report(.processingDefiningQueries, ["name": query.name, "url": "/" + query.query])
+            report(progress, .processingDefiningQueries, ["name": query.name, "url": "/" + query.query])
             let set = try Self.entitySet(of: query.query, model: model)
             var result = FetchedQuery(name: query.name, entitySet: set)
             var next: String? = deltaLink ?? query.query
@@ -72,7 +72,7 @@ extension OfflineODataProvider {
                     continue
                 }
                 guard response.status < 400 else { throw Self.backendError(response, method: "GET", url: absoluteURL(url)) }
-                progress.report(.receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
+                report(progress, .receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
                 let entityType = model.entitySet(set)?.entityType
                 let page: EntityCollection
                 do {

@@ -31,13 +31,13 @@ extension OfflineODataProvider {
         if parameters.enableTransactionBuilder { plan.append(.performingTransactionMerge) }
         plan += [.processingRequests, .sendingDataToServer, .receivingDataFromServer, .removingRemoveAfterUploadRequests]
         let progress = reporter(.upload, plan)
-        progress.report(.uploadPreprocessing)
+        report(progress, .uploadPreprocessing)
         var queue = try await store.read { reader in try Self.loadQueue(reader.connection, status: "pending") }
         if let categories { queue = queue.filter { $0.options.uploadCategory.map(categories.contains) ?? false } }
         // Hook for the queue algorithms of SPEC §6 (a later issue): they run here, in this order.
-        if parameters.enableRequestQueueOptimization { progress.report(.performingRequestQueueMerge) }
-        if parameters.enableUndoLocalCreation { progress.report(.performingCreateDeleteMerge) }
-        if parameters.enableTransactionBuilder { progress.report(.performingTransactionMerge) }
+        if parameters.enableRequestQueueOptimization { report(progress, .performingRequestQueueMerge) }
+        if parameters.enableUndoLocalCreation { report(progress, .performingCreateDeleteMerge) }
+        if parameters.enableTransactionBuilder { report(progress, .performingTransactionMerge) }
         let model = store.model
         var failedEntities: [String: Int64] = [:]
         var sent = 0
@@ -66,7 +66,7 @@ extension OfflineODataProvider {
                 batch.append(request)
                 index += 1
             }
-            progress.report(.processingRequests, ["number": "\(sent + batch.count)", "count": "\(queue.count)"])
+            report(progress, .processingRequests, ["number": "\(sent + batch.count)", "count": "\(queue.count)"])
             var results = skipped
             if !batch.isEmpty {
                 results += try await send(batch, store: store, model: model, progress: progress)
@@ -81,7 +81,7 @@ extension OfflineODataProvider {
             succeeded += results.filter { $0.status < 400 }.count
             for failure in failures { emit(.requestFailed(failure)) }
         }
-        progress.report(.removingRemoveAfterUploadRequests)
+        report(progress, .removingRemoveAfterUploadRequests)
         try await logEvent(in: store, type: "Upload", details: "\(succeeded) requests applied, \(failed) failed, \(queue.count - succeeded - failed) not sent")
         if cancelUploadRequested && index < queue.count {
             throw OfflineODataError(.cancelled, "The upload was cancelled after \(succeeded + failed) requests; the rest stay queued")
@@ -170,11 +170,11 @@ extension OfflineODataProvider {
                 var headers: [String: String] = [:]
                 for field in message.headers where field.name != "Content-ID" { headers[field.name] = field.value }
                 let response = try await send(method: request.method, url: url, headers: headers, body: body)
-                progress.report(.sendingDataToServer, ["sentBytes": "\(bytesSent)"])
+                report(progress, .sendingDataToServer, ["sentBytes": "\(bytesSent)"])
                 if let location = response.headers["Location"] { locations["\(request.id)"] = location }
                 results.append(SentResult(request: request, status: response.status, headers: response.headers, body: response.body))
             }
-            progress.report(.receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
+            report(progress, .receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
             return results
         }
         // One change set per transaction ID; a request without one is its own change set.
@@ -198,8 +198,8 @@ extension OfflineODataProvider {
         var headers = ["Content-Type": multipart.contentType]
         if !model.version.isLegacy { headers["Prefer"] = "odata.continue-on-error" }
         let response = try await send(method: "POST", url: "$batch", headers: headers, body: multipart.write())
-        progress.report(.sendingDataToServer, ["sentBytes": "\(bytesSent)"])
-        progress.report(.receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
+        report(progress, .sendingDataToServer, ["sentBytes": "\(bytesSent)"])
+        report(progress, .receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
         guard response.status < 400 else { throw Self.backendError(response, method: "POST", url: absoluteURL("$batch")) }
         let answer: MultipartBatch
         do {
