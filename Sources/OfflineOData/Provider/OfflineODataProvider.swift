@@ -31,6 +31,8 @@ public actor OfflineODataProvider {
     var bytesReceived: Int64 = 0
     /// `Set(localKey)` → backend key predicate, loaded on first use and dropped after uploads.
     var keyMapCache: [String: String]?
+    /// The backend's OData version, from its `$metadata` (decides headers and payload formats).
+    var serviceVersion: ODataVersion?
     /// Language of the default progress messages; the device locale unless set.
     public var messageLanguage: String = ProgressMessages.shared.language(for: Locale.current)
 
@@ -222,6 +224,7 @@ public actor OfflineODataProvider {
             }
         }
         definingQueries = stored + added
+        serviceVersion = opened.model.version
         store = opened
     }
 
@@ -236,6 +239,7 @@ public actor OfflineODataProvider {
         } catch {
             throw OfflineODataError(.backend, "The backend's $metadata at \(serviceRoot)$metadata is not valid: \(error)")
         }
+        serviceVersion = backendModel.version
         let model = try LocalSchema.extend(backendModel)
         for query in definingQueries { _ = try Self.entitySet(of: query.query, model: model) }
         // Fetch every defining query before the file exists: a backend failure leaves nothing behind.

@@ -16,15 +16,18 @@ extension OfflineODataProvider {
     /// headers, `urlSuffix` and `timeout` are applied in this one place.
     func send(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], expect: Int? = nil) async throws -> TransportResponse {
         var fields = ODataCore.HTTPHeaders()
-        let legacy = (try? openStore().model.version.isLegacy) ?? serviceRoot.contains("/v2/")
-        if legacy {
-            fields["MaxDataServiceVersion"] = "2.0"
-            fields["DataServiceVersion"] = "2.0"
-        } else {
-            fields["OData-Version"] = "4.0"
-            fields["OData-MaxVersion"] = "4.01"
+        // The version is known once `$metadata` has been read; that first request goes without.
+        if let version = serviceVersion {
+            if version.isLegacy {
+                fields["MaxDataServiceVersion"] = "2.0"
+                fields["DataServiceVersion"] = "2.0"
+                fields["Accept"] = "application/json"
+            } else {
+                fields["OData-Version"] = "4.0"
+                fields["OData-MaxVersion"] = "4.01"
+                fields["Accept"] = "application/json;odata.metadata=minimal"
+            }
         }
-        fields["Accept"] = legacy ? "application/json" : "application/json;odata.metadata=minimal"
         for (name, value) in parameters.customHeaders { fields[name] = value }
         if !parameters.customCookies.isEmpty {
             fields["Cookie"] = parameters.customCookies.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "; ")
@@ -78,8 +81,15 @@ enum Keys {
     /// `Set(key)` (relative, or absolute under `serviceRoot`) → entity set and key.
     static func parse(_ path: String, model: Model, serviceRoot: String) -> (String, [String: PrimitiveValue])? {
         var relative = path
-        if relative.hasPrefix(serviceRoot) { relative = String(relative.dropFirst(serviceRoot.count)) }
-        if let range = relative.range(of: "/odata/v4/") ?? relative.range(of: "/odata/v2/") { relative = String(relative[range.upperBound...]) }
+        if !serviceRoot.isEmpty, relative.hasPrefix(serviceRoot) {
+            relative = String(relative.dropFirst(serviceRoot.count))
+        } else if relative.contains("://"), let url = URL(string: relative) {
+            // Another spelling of the host (`localhost` for `127.0.0.1`): compare paths only.
+            let rootPath = URL(string: serviceRoot)?.path ?? ""
+            relative = url.path + (url.query.map { "?" + $0 } ?? "")
+            guard !rootPath.isEmpty, relative.hasPrefix(rootPath) else { return nil }
+            relative = String(relative.dropFirst(rootPath.count))
+        }
         if relative.hasPrefix("/") { relative.removeFirst() }
         let version: ODataVersion = model.version.isLegacy ? model.version : .v401
         guard let parsed = try? URLParser(version: version).parse(relative),
