@@ -197,10 +197,14 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         #expect(serverID > 0)
         #expect(rows.first?["ContactID"] == .number("\(serverID)"))
         #expect(count(try await provider.read("BusinessPartners?$filter=sap.hasPendingChanges()")) == 0)
+        // The local link also works for later changes, which reach the backend's entity.
+        _ = try await provider.execute(method: "PATCH", url: "Contacts(\(localID))", body: Array("{\"Email\":\"ada@backend.example\"}".utf8))
+        try await provider.upload()
+        #expect(try await fixture.backend("Contacts(\(serverID))")["Email"]?.stringValue == "ada@backend.example")
         // After a download the entities are no longer local.
         try await provider.download()
         #expect(count(try await provider.read("Contacts?$filter=isLocal()")) == 0)
-        #expect(count(try await provider.read("EventLog?$filter=Type eq 'Upload'")) == 1)
+        #expect(count(try await provider.read("EventLog?$filter=Type eq 'Upload'")) == 2)
         #expect(count(try await provider.read("EventLog?$filter=Type eq 'Download'")) == 1)
     }
 

@@ -33,6 +33,8 @@ public actor OfflineODataProvider {
     var keyMapCache: [String: String]?
     /// The backend's OData version, from its `$metadata` (decides headers and payload formats).
     var serviceVersion: ODataVersion?
+    /// Entity sets the defining queries cover; nil after they change.
+    var coveredSetsCache: Set<String>?
     /// Language of the default progress messages; the device locale unless set.
     public var messageLanguage: String = ProgressMessages.shared.language(for: Locale.current)
 
@@ -104,6 +106,7 @@ public actor OfflineODataProvider {
         }
         try Self.validate(definingQuery)
         definingQueries.append(definingQuery)
+        coveredSetsCache = nil
         if let store {
             let ordinal = definingQueries.count
             try await store.write { writer in
@@ -136,6 +139,7 @@ public actor OfflineODataProvider {
             }
         }
         definingQueries.remove(at: index)
+        coveredSetsCache = nil
     }
 
     /// The defining queries in force.
@@ -224,6 +228,7 @@ public actor OfflineODataProvider {
             }
         }
         definingQueries = stored + added
+        coveredSetsCache = nil
         serviceVersion = opened.model.version
         store = opened
     }

@@ -41,8 +41,7 @@ extension OfflineODataProvider {
             }
         }
         if case .entitySet(let set)? = resolved.path.segments.first?.kind, !LocalSchema.systemSets.contains(set) {
-            let covered = try definingQueries.reduce(into: Set<String>()) { $0.formUnion(try Self.coveredSets(of: $1.query, model: model)) }
-            if !covered.contains(set) {
+            if !(try coveredSets(model: model)).contains(set) {
                 let isSingle = resolved.path.segments.count > 1 && resolved.path.segments.allSatisfy {
                     if case .key = $0.kind { return true }
                     if case .entitySet = $0.kind { return true }
@@ -58,6 +57,14 @@ extension OfflineODataProvider {
         } catch {
             throw OfflineODataError(.invalidRequest, "The read request \(url) failed: \(error)")
         }
+    }
+
+    /// Entity sets the defining queries fill (computed once per set of queries).
+    func coveredSets(model: Model) throws -> Set<String> {
+        if let cached = coveredSetsCache { return cached }
+        let covered = try definingQueries.reduce(into: Set<String>()) { $0.formUnion(try Self.coveredSets(of: $1.query, model: model)) }
+        coveredSetsCache = covered
+        return covered
     }
 
     /// `ErrorArchive(n)/AffectedEntity…` and `RequestQueue(n)/AffectedEntity…` → the entity's own URL.
@@ -117,6 +124,8 @@ extension OfflineODataProvider {
         guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(verb) else {
             throw OfflineODataError(.invalidRequest, "\(method) is not an OData method")
         }
+        // A local key that the backend has replaced still names the entity.
+        let url = try await rewriteLocalKeys(url, store: store)
         let target = try parseTarget(url, model: model)
         var change = LocalChange(method: verb, url: url, body: body, target: target, options: options)
         change.headers = headers.merging(options.customHeaders) { _, new in new }

@@ -236,8 +236,13 @@ extension OfflineODataProvider {
             var failures: [OfflineODataFailedRequest] = []
             var touched: Set<String> = []
             for result in results {
-                let request = result.request
+                var request = result.request
                 let set = request.entitySet
+                // An entity created earlier in this upload now has the backend's key.
+                if let set, let local = request.entityKey {
+                    let mapped = try writer.connection.query("SELECT server_key FROM oo_key_map WHERE entity_set = ? AND local_key = ?", [.text(set), .text(local)])
+                    if case .text(let server)? = mapped.first?.first { request.entityKey = server }
+                }
                 let reference = (set ?? "") + (request.entityKey ?? "")
                 touched.insert(reference)
                 if result.status < 400 {
@@ -245,9 +250,8 @@ extension OfflineODataProvider {
                     try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(request.id)])
                     guard let set, let localKey = request.entityKey, let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "") else { continue }
                     if request.isCreate {
-                        try Self.takeOverCreated(result, set: set, localPredicate: localKey, localKey: key, writer: writer, model: model)
-                        if let (_, serverKey) = Self.serverEntity(result, set: set, model: model).flatMap({ entity in Keys.key(of: entity, in: set, model: model).map { (entity, $0) } }) {
-                            touched.insert(set + Keys.predicate(serverKey, in: set, model: model))
+                        if let serverPredicate = try Self.takeOverCreated(result, set: set, localPredicate: localKey, localKey: key, writer: writer, model: model) {
+                            touched.insert(set + serverPredicate)
                         }
                     } else if request.method != "DELETE", let etag = result.headers["ETag"] {
                         try writer.setState(in: set, key: key, etag: .some(etag))
@@ -318,12 +322,15 @@ extension OfflineODataProvider {
     }
 
     /// A create succeeded: the local entity takes the backend's key, ETag and values; later
-    /// requests and read links that use the local key are mapped to the backend's.
-    static func takeOverCreated(_ result: SentResult, set: String, localPredicate: String, localKey: [String: PrimitiveValue], writer: StoreWriter, model: Model) throws {
+    /// requests and read links that use the local key are mapped to the backend's. Returns the
+    /// backend's key predicate when the response carried the entity.
+    @discardableResult
+    static func takeOverCreated(_ result: SentResult, set: String, localPredicate: String, localKey: [String: PrimitiveValue], writer: StoreWriter,
+                                model: Model) throws -> String? {
         let removeAfterUpload = result.request.options.removeAfterUpload
         guard var server = serverEntity(result, set: set, model: model), let serverKey = Keys.key(of: server, in: set, model: model) else {
             if removeAfterUpload { try writer.delete(from: set, key: localKey) }
-            return
+            return nil
         }
         if let etag = result.headers["ETag"] { server.control.etag = etag }
         server.navigation = []
@@ -347,6 +354,7 @@ extension OfflineODataProvider {
             let stillPending = try writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND status = 'pending'", [.text(set), .text(serverPredicate)])
             if !stillPending.isEmpty, !removeAfterUpload { try writer.setState(in: set, key: serverKey, pending: true) }
         }
+        return serverPredicate
     }
 
     static func httpDate() -> String {
