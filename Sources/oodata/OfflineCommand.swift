@@ -10,11 +10,9 @@ final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
     private let terminal = isatty(STDOUT_FILENO) == 1
     private var lastLine = ""
     private(set) var failures: [OfflineODataFailedRequest] = []
-    var quiet = false
 
     func offlineODataProvider(didUpdate progress: OfflineODataProgress) {
         lock.withLock {
-            guard !quiet else { return }
             if terminal {
                 let width = 24
                 let filled = progress.totalSteps > 0 ? width * progress.stepNumber / progress.totalSteps : 0

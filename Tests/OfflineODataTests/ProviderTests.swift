@@ -532,6 +532,20 @@ extension ProviderTests {
     }
 }
 
+extension ProviderTests {
+    @Test func theEventLogKeepsTheLast100Events() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(queries: [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners")])
+        try await provider.open()
+        let store = try await provider.openStore()
+        for n in 0..<120 { try await provider.logEvent(in: store, type: "Test", details: "event \(n)") }
+        #expect(count(try await provider.read("EventLog")) == 100)
+        let oldest = try await provider.readEntities("EventLog?$orderby=ID&$top=1").first
+        #expect(string(oldest, "Details") == "event 20")
+    }
+}
+
 /// Records what the provider sends, then sends it over the real transport.
 actor RecordingTransport: Transport {
     private(set) var requests: [TransportRequest] = []

@@ -155,9 +155,7 @@ public actor OfflineODataProvider {
 
     /// The entity set a defining query reads.
     static func entitySet(of query: String, model: Model) throws -> String {
-        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
-        let parsed = try URLParser(version: version).parse(query)
-        let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: query)
+        let (_, resolved) = try Keys.resolve(query, model: model, what: "defining query")
         var set: String?
         for segment in resolved.path.segments {
             switch segment.kind {
@@ -175,8 +173,7 @@ public actor OfflineODataProvider {
     static func coveredSets(of query: String, model: Model) throws -> Set<String> {
         let root = try entitySet(of: query, model: model)
         var sets: Set<String> = [root]
-        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
-        let parsed = try URLParser(version: version).parse(query)
+        let (parsed, _) = try Keys.resolve(query, model: model, what: "defining query")
         func walk(_ items: [ExpandItem], from set: String) {
             for item in items {
                 guard let name = item.path.last(where: { !$0.contains(".") }),
@@ -325,12 +322,8 @@ public actor OfflineODataProvider {
                                             NamedValue(name: "Time", value: now), NamedValue(name: "Details", value: .primitive(.string(details)))])
             try writer.insert(entry, into: LocalSchema.eventLog)
             // Keep the last 100 events.
-            if id > 100 {
-                for old in try writer.reader.all(in: LocalSchema.eventLog) {
-                    if case .primitive(.int64(let oldID))? = old["ID"], oldID <= id - 100 {
-                        try writer.delete(from: LocalSchema.eventLog, key: ["ID": .int64(oldID)])
-                    }
-                }
+            if id > 100, let table = writer.schema.table(forEntitySet: LocalSchema.eventLog) {
+                _ = try writer.connection.execute("DELETE FROM \(StoreSchema.quote(table.name)) WHERE \"ID\" <= ?", [.integer(id - 100)])
             }
         }
     }

@@ -57,8 +57,20 @@ extension OfflineODataProvider {
     }
 }
 
-/// Keys and key predicates.
+/// Keys, key predicates and request URLs.
 enum Keys {
+    /// Parses a request URL relative to the service root and resolves its path against the
+    /// model; a failure names the request (`what`) and the reason.
+    static func resolve(_ url: String, model: Model, what: String) throws -> (ParsedURL, PathResolver.Resolution) {
+        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
+        do {
+            let parsed = try URLParser(version: version).parse(url)
+            return (parsed, try PathResolver(lookup: model).resolve(parsed.path, input: url))
+        } catch {
+            throw OfflineODataError(.invalidRequest, "The \(what) \(url) is not valid: \(error)")
+        }
+    }
+
     /// The key of `entity` as stored in `entitySet`.
     static func key(of entity: Entity, in entitySet: String, model: Model) -> [String: PrimitiveValue]? {
         guard let type = model.entityType(ofEntitySet: entitySet) else { return nil }

@@ -22,15 +22,7 @@ extension OfflineODataProvider {
         let model = store.model
         var url = try await rewriteLocalKeys(url, store: store)
         if let affected = try await affectedEntityURL(url, store: store) { url = affected }
-        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
-        let parsed: ParsedURL
-        let resolved: PathResolver.Resolution
-        do {
-            parsed = try URLParser(version: version).parse(url)
-            resolved = try PathResolver(lookup: model).resolve(parsed.path, input: url)
-        } catch {
-            throw OfflineODataError(.invalidRequest, "The read request \(url) is not valid: \(error)")
-        }
+        let (_, resolved) = try Keys.resolve(url, model: model, what: "read request")
         for segment in resolved.path.segments {
             switch segment.kind {
             case .functionImport(let name, _), .function(let name, _):

@@ -34,15 +34,7 @@ struct LocalChange: Sendable {
 
 extension OfflineODataProvider {
     func parseTarget(_ url: String, model: Model) throws -> WriteTarget {
-        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
-        let parsed: ParsedURL
-        let resolved: PathResolver.Resolution
-        do {
-            parsed = try URLParser(version: version).parse(url)
-            resolved = try PathResolver(lookup: model).resolve(parsed.path, input: url)
-        } catch {
-            throw OfflineODataError(.invalidRequest, "The request URL \(url) is not valid: \(error)")
-        }
+        let (parsed, resolved) = try Keys.resolve(url, model: model, what: "request URL")
         guard case .entitySet(let set)? = resolved.path.segments.first?.kind else {
             if case .functionImport(let name, _)? = resolved.path.segments.first?.kind {
                 throw OfflineODataError(.notSupportedOffline, "\(name) is a function import; it runs on the backend only, not offline")
@@ -146,12 +138,10 @@ extension OfflineODataProvider {
             if try writer.rowid(in: set, key: key) != nil {
                 throw OfflineODataError(.invalidRequest, "POST \(change.url): \(set)\(predicate) exists already")
             }
+            try writer.insert(entity, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: true, localID: localKey ? predicate : nil))
             if let parentKey = target.key, let navigation = target.navigation {
-                // The parent's foreign key side is set by the link below.
-                try writer.insert(entity, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: true, localID: localKey ? predicate : nil))
+                // Created through `Parent(key)/Navigation`: linked to the parent.
                 try writer.link(target.entitySet, key: parentKey, navigation: navigation, to: key)
-            } else {
-                try writer.insert(entity, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: true, localID: localKey ? predicate : nil))
             }
             _ = try writer.connection.execute("INSERT OR IGNORE INTO oo_original (entity_set, entity_key, existed) VALUES (?, ?, 0)", [.text(set), .text(predicate)])
             queued.entitySet = set

@@ -140,7 +140,7 @@ extension OfflineODataProvider {
                 body = body.replacingOccurrences(of: "\"\(local)\"", with: "\"\(server)\"")
             }
             var headers = ODataCore.HTTPHeaders()
-            headers["Content-Type"] = model.version.isLegacy ? "application/json" : "application/json"
+            if !body.isEmpty { headers["Content-Type"] = "application/json" }
             if parameters.enableRepeatableRequests, let id = request.repeatID {
                 let time = firstSent[request.id] ?? now
                 headers["Repeatability-Request-ID"] = id
@@ -149,7 +149,7 @@ extension OfflineODataProvider {
                 headers["RepeatabilityCreation"] = time
             }
             let reference = (request.entitySet ?? "") + (request.entityKey ?? "")
-            if !request.isCreate, !createdHere.contains(reference), let etag = etags[reference], request.method != "POST" || !request.url.hasSuffix("$ref") {
+            if !request.isCreate, !request.url.hasSuffix("/$ref"), !createdHere.contains(reference), let etag = etags[reference] {
                 headers["If-Match"] = etag
             }
             for (name, value) in request.headers { headers[name] = value }
