@@ -44,24 +44,11 @@ extension ODataService {
     }
 
     func keyValues(_ parts: [KeyValue], _ table: StoreSchema.EntityTable, _ query: QueryOptions) throws -> [String: PrimitiveValue] {
-        var key: [String: PrimitiveValue] = [:]
-        for part in parts {
-            guard let name = part.name ?? (table.keyColumns.count == 1 ? table.keyColumns[0] : nil),
-                  let column = table.column([name]), case .primitive(let type) = column.kind else {
-                throw ServiceFailure(400, "BadKey", "The key does not fit \(table.entitySet)")
-            }
-            var literal: Value?
-            switch part.value.node {
-            case .literal(let value): literal = value
-            case .alias(let alias): if case .literal(let value)? = query.aliases[alias]?.node { literal = value }
-            default: break
-            }
-            guard let literal, case .primitive(let value)? = Literal.convert(literal, to: type) else {
-                throw ServiceFailure(400, "BadKey", "The key value for \(name) is not a \(type.rawValue)")
-            }
-            key[name] = value
+        do {
+            return try model.keyValues(parts, ofEntitySet: table.entitySet, aliases: query.aliases)
+        } catch {
+            throw ServiceFailure(400, "BadKey", error.message)
         }
-        return key
     }
 
     /// Parses a request body as an entity of the table's type.

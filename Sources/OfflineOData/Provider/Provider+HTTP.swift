@@ -114,29 +114,10 @@ enum Keys {
 
     /// Key values from a parsed key predicate.
     static func values(_ parts: [KeyValue], entitySet: String, model: Model, query: QueryOptions) throws -> [String: PrimitiveValue] {
-        guard let type = model.entityType(ofEntitySet: entitySet) else {
-            throw OfflineODataError(.invalidRequest, "No entity set \(entitySet)")
+        do {
+            return try model.keyValues(parts, ofEntitySet: entitySet, aliases: query.aliases)
+        } catch {
+            throw OfflineODataError(.invalidRequest, error.message)
         }
-        let keyNames = model.key(of: type).map(\.name)
-        var key: [String: PrimitiveValue] = [:]
-        for part in parts {
-            guard let name = part.name ?? (keyNames.count == 1 ? keyNames[0] : nil), keyNames.contains(name),
-                  let property = model.property(name, ofStructuredType: type.qualifiedName),
-                  let primitiveType = PrimitiveType(rawValue: property.type.name) else {
-                throw OfflineODataError(.invalidRequest, "The key does not fit \(entitySet)")
-            }
-            var literal: Value?
-            switch part.value.node {
-            case .literal(let value): literal = value
-            case .alias(let alias): if case .literal(let value)? = query.aliases[alias]?.node { literal = value }
-            default: break
-            }
-            guard let literal, case .primitive(let value)? = Literal.convert(literal, to: primitiveType) else {
-                throw OfflineODataError(.invalidRequest, "The key value for \(name) is not a \(primitiveType.rawValue)")
-            }
-            key[name] = value
-        }
-        guard key.count == keyNames.count else { throw OfflineODataError(.invalidRequest, "\(entitySet) needs the key \(keyNames.joined(separator: ", "))") }
-        return key
     }
 }
