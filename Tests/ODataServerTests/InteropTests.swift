@@ -47,29 +47,24 @@ import Testing
         defer { server.remove() }
         let service = try await server.service()
         let script = Self.repository.appendingPathComponent("Tests/Interop/pyodata_client.py").path
-        let ready = PortBox()
-        let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: 0) { port in await ready.set(port) }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await app.runService(gracefulShutdownSignals: []) }
-            let port = try await ready.wait()
-            let (status, output, errors) = try Self.run(python, [script, "http://127.0.0.1:\(port)/odata/v2/"])
-            group.cancelAll()
-            #expect(status == 0, "pyodata failed: \(errors)")
-            let json = try #require(try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any], "output: \(output) \(errors)")
-            #expect((json["entity_sets"] as? [String])?.contains("SalesOrders") == true)
-            #expect(json["filtered_orders"] as? [String] == ["SO18", "SO17", "SO16"])
-            #expect(json["inline_count"] as? Int == 10)
-            #expect((json["expanded_items"] as? Int ?? 0) >= 1)
-            #expect(json["partner_name"] as? String == "Company 2")
-            #expect(json["partner_city"] as? String == "Boston")
-            #expect((json["partner_contacts"] as? [String])?.count == 2)
-            #expect(json["product_count"] as? Int == 20)
-            #expect(json["created"] as? String == "PY1")
-            #expect(json["updated"] as? String == "Renamed by pyodata")
-            #expect(json["deleted"] as? Bool == true)
-            #expect(json["batch_created"] as? [String] == ["PY2", "PY3"])
-            #expect(json["function_categories"] as? [String] == ["C3"])
-        }
+        let running = try await EmbeddedServer.start(service)
+        let (status, output, errors) = try Self.run(python, [script, running.v2Root.absoluteString])
+        await running.stop()
+        #expect(status == 0, "pyodata failed: \(errors)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any], "output: \(output) \(errors)")
+        #expect((json["entity_sets"] as? [String])?.contains("SalesOrders") == true)
+        #expect(json["filtered_orders"] as? [String] == ["SO18", "SO17", "SO16"])
+        #expect(json["inline_count"] as? Int == 10)
+        #expect((json["expanded_items"] as? Int ?? 0) >= 1)
+        #expect(json["partner_name"] as? String == "Company 2")
+        #expect(json["partner_city"] as? String == "Boston")
+        #expect((json["partner_contacts"] as? [String])?.count == 2)
+        #expect(json["product_count"] as? Int == 20)
+        #expect(json["created"] as? String == "PY1")
+        #expect(json["updated"] as? String == "Renamed by pyodata")
+        #expect(json["deleted"] as? Bool == true)
+        #expect(json["batch_created"] as? [String] == ["PY2", "PY3"])
+        #expect(json["function_categories"] as? [String] == ["C3"])
     }
 }
 
@@ -79,32 +74,10 @@ extension InteropTests {
         defer { server.remove() }
         let service = try await server.service()
         let script = Self.repository.appendingPathComponent("Tests/Interop/curl_v4.sh").path
-        let ready = PortBox()
-        let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: 0) { port in await ready.set(port) }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await app.runService(gracefulShutdownSignals: []) }
-            let port = try await ready.wait()
-            let (status, output, errors) = try Self.run("/usr/bin/env", ["bash", script, "http://127.0.0.1:\(port)/odata/v4/"])
-            group.cancelAll()
-            #expect(status == 0, "curl checks failed: \(errors)")
-            #expect(output.contains("15 passed, 0 failed"), "\(output) \(errors)")
-        }
-    }
-}
-
-/// Hands the chosen port from the server's start-up callback to the test.
-actor PortBox {
-    private var port: Int?
-    private var waiters: [CheckedContinuation<Int, Never>] = []
-
-    func set(_ value: Int) {
-        port = value
-        for waiter in waiters { waiter.resume(returning: value) }
-        waiters = []
-    }
-
-    func wait() async throws -> Int {
-        if let port { return port }
-        return await withCheckedContinuation { waiters.append($0) }
+        let running = try await EmbeddedServer.start(service)
+        let (status, output, errors) = try Self.run("/usr/bin/env", ["bash", script, running.v4Root.absoluteString])
+        await running.stop()
+        #expect(status == 0, "curl checks failed: \(errors)")
+        #expect(output.contains("15 passed, 0 failed"), "\(output) \(errors)")
     }
 }
