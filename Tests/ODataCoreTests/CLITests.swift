@@ -41,6 +41,49 @@ import Testing
         #expect(result.out.contains("queue empty: true"))
     }
 
+    /// `oodata offline …` against `oodata serve`, both as separate processes.
+    @Test func offlineCommandsWorkAgainstTheServer() throws {
+        let tool = try #require(Self.binary, "oodata was not built next to the tests")
+        let serve = Process()
+        serve.executableURL = tool
+        serve.arguments = ["serve", "--sample", "sales", "--port", "0"]
+        let out = Pipe()
+        serve.standardOutput = out
+        serve.standardError = FileHandle.nullDevice
+        try serve.run()
+        defer { serve.terminate(); serve.waitUntilExit() }
+        var printed = ""
+        let deadline = Date().addingTimeInterval(20)
+        while !printed.contains("/odata/v4/"), Date() < deadline {
+            printed += String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+        }
+        let line = try #require(printed.split(separator: "\n").first { $0.hasPrefix("OData V4: ") }, "serve printed: \(printed)")
+        let root = String(line.dropFirst("OData V4: ".count))
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = ["--store", folder.appendingPathComponent("cli.db").path, "--key", "cli-key"]
+
+        let open = try run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--define", "O=SalesOrders?$expand=Items"] + store)
+        #expect(open.status == 0, "\(open.err)")
+        #expect(open.out.contains("P: 20 BusinessPartners"), "\(open.out)")
+        let update = try run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Phone":"cli"}"#])
+        #expect(update.status == 0, "\(update.err)")
+        #expect(try run(["offline", "queue"] + store).out.contains("RequestMethod=PATCH  RequestURL=BusinessPartners('BP1')"))
+        let upload = try run(["offline", "upload"] + store)
+        #expect(upload.out.contains("upload done; the queue is empty"), "\(upload.out) \(upload.err)")
+        #expect(try run(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"))
+        let read = try run(["offline", "read"] + store + ["BusinessPartners('BP1')?$select=Phone"])
+        #expect(read.out.contains(#""Phone":"cli""#), "\(read.out)")
+        _ = try run(["offline", "delete"] + store + ["BusinessPartners('BP2')"])
+        #expect(try run(["offline", "undo"] + store + ["BusinessPartners('BP2')"]).status == 0)
+        #expect(try run(["offline", "read"] + store + ["BusinessPartners('BP2')?$select=PartnerID"]).out.contains("BP2"))
+        #expect(try run(["offline", "events"] + store).out.contains("Type=Upload"))
+        let wrongKey = try run(["offline", "read", "--store", folder.appendingPathComponent("cli.db").path, "--key", "wrong", "BusinessPartners"])
+        #expect(wrongKey.status != 0)
+        #expect(wrongKey.err.contains("cannot be opened with the given key"), "\(wrongKey.err)")
+    }
+
     @Test func metadataPrintsCounts() throws {
         let file = Conformance.url("metadata/v4/trippin-SampleService-Models-TripPin.xml").path
         let result = try run(["metadata", file])

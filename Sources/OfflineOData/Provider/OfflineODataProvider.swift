@@ -231,8 +231,9 @@ public actor OfflineODataProvider {
     }
 
     private func createAndFill(_ path: String) async throws {
-        let progress = reporter(.open, [.loadingMetadata, .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .processingDefiningQueries,
-                                        .receivingDataFromServer, .analyzingReceivedData, .buildingEntityStore])
+        // In the order the steps happen: everything is fetched before the store file is made.
+        let progress = reporter(.open, [.loadingMetadata, .processingDefiningQueries, .receivingDataFromServer, .analyzingReceivedData,
+                                        .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .buildingEntityStore])
         report(progress, .loadingMetadata)
         let metadata = try await send(method: "GET", url: "$metadata", headers: ["Accept": "application/xml"], expect: 200)
         let backendModel: Model
@@ -246,6 +247,7 @@ public actor OfflineODataProvider {
         for query in definingQueries { _ = try Self.entitySet(of: query.query, model: model) }
         // Fetch every defining query before the file exists: a backend failure leaves nothing behind.
         let fetched = try await fetchDefiningQueries(definingQueries.map { ($0, nil) }, model: model, progress: progress)
+        report(progress, .analyzingReceivedData)
         report(progress, .creatingBootStrapDatabase)
         let created = try await Store.create(path: path, model: model, key: parameters.storeEncryptionKey)
         do {
