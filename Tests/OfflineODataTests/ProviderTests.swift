@@ -413,9 +413,14 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         #expect(count(try await provider.read("Products")) == 0)
         try await provider.download(definingQueries: ["Products"])
         #expect(count(try await provider.read("Products")) > 0)
-        // Removing the only query over a set removes its data.
+        // Removing the only query over a set removes its data, with the sets of its expands.
         try await provider.remove(definingQueryNamed: "Products")
         #expect(count(try await provider.read("Products")) == 0)
+        #expect(count(try await provider.read("SalesOrderItems")) > 0)
+        try await provider.remove(definingQueryNamed: "Orders")
+        let store = try await provider.openStore()
+        #expect(try await store.query("SalesOrders/$count") == .count(0))
+        #expect(try await store.query("SalesOrderItems/$count") == .count(0))
     }
 
     @Test func progressMessagesComeInTheDeviceLanguage() async throws {

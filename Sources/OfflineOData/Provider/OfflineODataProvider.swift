@@ -117,7 +117,8 @@ public actor OfflineODataProvider {
         }
     }
 
-    /// Removes a defining query and, unless another query covers the same entity set, its data.
+    /// Removes a defining query and the data of the entity sets it fills (its own and those of
+    /// its expands) that no other defining query covers.
     /// Refused while changes are pending.
     public func remove(definingQueryNamed name: String) async throws {
         guard let index = definingQueries.firstIndex(where: { $0.name == name }) else {
@@ -128,13 +129,15 @@ public actor OfflineODataProvider {
             guard try await isRequestQueueEmpty else {
                 throw OfflineODataError(.pendingChanges, "Defining query \(name) cannot be removed while changes are pending; upload first")
             }
-            let others = definingQueries.filter { $0.name != name }
-            let set = try Self.entitySet(of: removed.query, model: store.model)
-            let stillCovered = try others.contains { try Self.coveredSets(of: $0.query, model: store.model).contains(set) }
+            let model = store.model
+            let stillCovered = try definingQueries.filter { $0.name != name }
+                .reduce(into: Set<String>()) { $0.formUnion(try Self.coveredSets(of: $1.query, model: model)) }
+            // The query's own set and the sets of its expands that no other query covers.
+            let orphaned = try Self.coveredSets(of: removed.query, model: model).subtracting(stillCovered)
             try await store.write { writer in
                 _ = try writer.connection.execute("DELETE FROM oo_defining WHERE name = ?", [.text(name)])
-                if !stillCovered, let table = writer.schema.table(forEntitySet: set) {
-                    try writer.connection.execute("DELETE FROM \(StoreSchema.quote(table.name))")
+                for set in orphaned {
+                    for (key, _) in try writer.keys(in: set) { try writer.delete(from: set, key: key) }
                 }
             }
         }
