@@ -498,12 +498,19 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         guard case .primitive(.int64(let victimID))? = victim["ContactID"] else { Issue.record("no key"); return }
         #expect(try await fixture.backendSend("DELETE", "Contacts(\(victimID))", "") < 300)
         for n in 0..<5 { #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP0')", "{\"Phone\":\"\(n)\"}") < 300) }
+        // An expanded child removed on the server disappears too.
+        let item = try #require(try await provider.readEntities("SalesOrderItems?$top=1").first)
+        let order = try #require(string(item, "OrderID"))
+        guard case .primitive(.int32(let position))? = item["ItemPosition"] else { Issue.record("no item key"); return }
+        let itemURL = "SalesOrderItems(OrderID='\(order)',ItemPosition=\(position))"
+        #expect(try await fixture.backendSend("DELETE", itemURL, "") < 300)
         // The server forgets its change history: every delta link now answers 410.
         try await fixture.server.service.pruneChangeHistory(keepingLast: 0)
         try await provider.download()
         #expect(count(try await provider.read("Contacts")) == before - 1)
         #expect(try await provider.readEntities("Contacts(\(victimID))").isEmpty)
         #expect(string(try await provider.readEntities("BusinessPartners('BP0')").first, "Phone") == "4")
+        #expect(try await provider.readEntities(itemURL).isEmpty)
     }
 }
 

@@ -42,7 +42,7 @@ extension OfflineODataProvider {
         if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
         report(progress, .analyzingReceivedData)
         report(progress, .removingDeletedRelationships)
-        let summary = try await apply(fetched, to: store, partial: names != nil)
+        let summary = try await apply(fetched, to: store)
         report(progress, .reapplyingChanges)
         try await logEvent(in: store, type: "Download", details: summary)
     }
@@ -95,7 +95,7 @@ extension OfflineODataProvider {
     /// Applies fetched data in one transaction: upserts, deletions and, for full reads, a
     /// local diff. Rows with pending local changes keep their local state (the changes are
     /// reapplied on top). Returns a one-line summary.
-    func apply(_ fetched: [FetchedQuery], to store: Store, partial: Bool = false, initial: Bool = false) async throws -> String {
+    func apply(_ fetched: [FetchedQuery], to store: Store, initial: Bool = false) async throws -> String {
         let model = store.model
         let root = serviceRoot
         let allQueries = definingQueries
@@ -122,17 +122,20 @@ extension OfflineODataProvider {
                     }
                 }
                 for entity in query.entities where !bulk || entity.navigation.contains(where: { $0.inline != nil }) {
-                    upserted += try Self.applyEntity(entity, in: query.entitySet, writer: writer, model: model)
-                    if let key = Keys.key(of: entity, in: query.entitySet, model: model) {
-                        seen[query.entitySet, default: []].insert(Keys.predicate(key, in: query.entitySet, model: model))
-                    }
+                    upserted += try Self.applyEntity(entity, in: query.entitySet, writer: writer, model: model, seen: &seen)
                 }
                 for removed in query.deleted {
                     guard let key = Self.key(of: removed, in: query.entitySet, model: model, root: root) else { continue }
                     if try writer.reader.bookkeeping(in: query.entitySet, key: key)?.pending == true { continue }
                     if try writer.delete(from: query.entitySet, key: key) { deleted += 1 }
                 }
-                if !query.isDelta { fullSets.insert(query.entitySet) }
+                if !query.isDelta {
+                    // A full read also returns every child of its expands.
+                    if let covered = allQueries.first(where: { $0.name == query.name }).flatMap({ try? Self.coveredSets(of: $0.query, model: model) }) {
+                        fullSets.formUnion(covered)
+                    }
+                    fullSets.insert(query.entitySet)
+                }
                 if let link = query.deltaLink {
                     _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = ? WHERE name = ?", [.text(link), .text(query.name)])
                 }
@@ -141,9 +144,10 @@ extension OfflineODataProvider {
             // read this time also covers the set, or the row has pending changes.
             for set in fullSets {
                 let coveredElsewhere = allQueries.contains { query in
-                    !fetched.contains { $0.name == query.name } && ((try? Self.entitySet(of: query.query, model: model)) == set)
+                    let read = fetched.first { $0.name == query.name }
+                    return (read == nil || read?.isDelta == true) && ((try? Self.coveredSets(of: query.query, model: model))?.contains(set) ?? false)
                 }
-                if coveredElsewhere || partial && fetched.contains(where: { $0.entitySet == set && $0.isDelta }) { continue }
+                if coveredElsewhere { continue }
                 for (key, pending) in try writer.keys(in: set) where !pending {
                     if !(seen[set]?.contains(Keys.predicate(key, in: set, model: model)) ?? false) {
                         if try writer.delete(from: set, key: key) { deleted += 1 }
@@ -155,8 +159,8 @@ extension OfflineODataProvider {
     }
 
     /// Upserts an entity and, first, its expanded children, then links them. Returns how many
-    /// entities were written.
-    static func applyEntity(_ entity: Entity, in entitySet: String, writer: StoreWriter, model: Model) throws -> Int {
+    /// entities were written; `seen` collects the key predicate of every entity per set.
+    static func applyEntity(_ entity: Entity, in entitySet: String, writer: StoreWriter, model: Model, seen: inout [String: Set<String>]) throws -> Int {
         var count = 0
         var parent = entity
         var links: [(String, [String: PrimitiveValue])] = []
@@ -168,7 +172,7 @@ extension OfflineODataProvider {
             case .collection(let collection): children = collection.entities
             }
             for child in children {
-                count += try applyEntity(child, in: target, writer: writer, model: model)
+                count += try applyEntity(child, in: target, writer: writer, model: model, seen: &seen)
                 if let key = Keys.key(of: child, in: target, model: model) { links.append((nav.name, key)) }
             }
         }
@@ -176,6 +180,7 @@ extension OfflineODataProvider {
         guard let key = Keys.key(of: parent, in: entitySet, model: model) else {
             throw OfflineODataError(.backend, "An entity of \(entitySet) from the backend has no key")
         }
+        seen[entitySet, default: []].insert(Keys.predicate(key, in: entitySet, model: model))
         if try writer.reader.bookkeeping(in: entitySet, key: key)?.pending != true {
             let rowid = try writer.upsert(parent, into: entitySet)
             try writer.setState(in: entitySet, rowid: rowid, isLocal: false, inError: false, upserted: true)
