@@ -115,7 +115,9 @@ public struct OfflineODataError: Error, Sendable, CustomStringConvertible {
              unknownDefiningQuery, pendingChanges, backend, transport, store, cancelled, wrongKey
     }
 
+    /// The kind of failure.
     public var code: Code
+    /// What is wrong and where.
     public var message: String
     /// The HTTP status when the backend answered with an error.
     public var httpStatus: Int?

@@ -16,12 +16,15 @@ public enum OfflineODataOperation: String, Sendable, Codable {
 
 /// One progress update.
 public struct OfflineODataProgress: Sendable {
+    /// The operation reporting.
     public var operation: OfflineODataOperation
+    /// The step it has reached.
     public var step: OfflineODataProgressStep
     /// 1-based number of the current step.
     public var stepNumber: Int
     /// How many steps the operation can pass through (may grow while it runs).
     public var totalSteps: Int
+    /// When the update was made.
     public var time: Date
     /// Step parameters: `name`, `url`, `number`, `count`, `receivedBytes`, `sentBytes`, `totalBytes`.
     public var parameters: [String: String]
@@ -31,12 +34,19 @@ public struct OfflineODataProgress: Sendable {
 
 /// A request the backend rejected during upload (SPEC §7).
 public struct OfflineODataFailedRequest: Sendable, Hashable {
+    /// The backend's HTTP status (424 for a request not sent because one it depends on failed).
     public var httpStatus: Int
+    /// The queue's request ID (also the ErrorArchive key).
     public var requestID: Int64
+    /// The request's custom tag.
     public var customTag: String?
+    /// The backend's error code.
     public var code: String
+    /// The backend's error message.
     public var message: String
+    /// The backend's inner error, as JSON text.
     public var innerError: String?
+    /// Method, URL and body of the request as queued.
     public var method: String
     public var url: String
     public var body: String?
@@ -57,7 +67,9 @@ public protocol OfflineODataDelegate: AnyObject, Sendable {
 }
 
 extension OfflineODataDelegate {
+    /// Does nothing by default.
     public func offlineODataProvider(didUpdate progress: OfflineODataProgress) {}
+    /// Does nothing by default.
     public func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {}
 }
 

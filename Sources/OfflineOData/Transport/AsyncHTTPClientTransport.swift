@@ -13,6 +13,7 @@ public final class AsyncHTTPClientTransport: Transport {
         self.client = client
     }
 
+    /// Sends the request; a connection failure or timeout becomes a `TransportError`.
     public func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
         var http = HTTPClientRequest(url: request.url)
         http.method = HTTPMethod(rawValue: request.method)
@@ -27,7 +28,7 @@ public final class AsyncHTTPClientTransport: Transport {
             for field in response.headers { headers.add(field.name, field.value) }
             let body = try await response.body.collect(upTo: 1 << 30)
             return TransportResponse(status: Int(response.status.code), headers: headers, body: Array(body.readableBytesView))
-        } catch let error as HTTPClientError {
+        } catch {
             throw TransportError("The request failed: \(error)", url: request.url)
         }
     }

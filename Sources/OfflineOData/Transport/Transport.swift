@@ -3,10 +3,13 @@ public import ODataCore
 
 /// An HTTP request the provider sends.
 public struct TransportRequest: Sendable {
+    /// HTTP method.
     public var method: String
     /// Absolute URL.
     public var url: String
+    /// Request headers.
     public var headers: HTTPHeaders
+    /// Request body (empty for none).
     public var body: [UInt8]
 
     /// Creates a value from its parts.
@@ -20,8 +23,11 @@ public struct TransportRequest: Sendable {
 
 /// An HTTP response.
 public struct TransportResponse: Sendable {
+    /// HTTP status code.
     public var status: Int
+    /// Response headers.
     public var headers: HTTPHeaders
+    /// Response body.
     public var body: [UInt8]
 
     /// Creates a value from its parts.
@@ -41,7 +47,9 @@ public protocol Transport: Sendable {
 
 /// A transport failure: the connection dropped, timed out, or the URL was bad.
 public struct TransportError: Error, Sendable, CustomStringConvertible {
+    /// What went wrong.
     public var message: String
+    /// The URL that was being requested.
     public var url: String
 
     /// Creates an error.
