@@ -424,6 +424,42 @@ extension StoreWriter {
         for table in schema.tables { try db.execute("UPDATE \(StoreSchema.quote(table.name)) SET \(column) = 0 WHERE \(column) <> 0") }
     }
 
+    /// The entities a delete of `key` in `entitySet` would remove through `OnDelete` cascades
+    /// (not the entity itself), nearest first.
+    public func cascade(from entitySet: String, key: [String: PrimitiveValue]) throws -> [(entitySet: String, key: [String: PrimitiveValue])] {
+        let table = try table(entitySet)
+        guard let rowid = try rowid(forKey: key, in: table) else { return [] }
+        var result: [(entitySet: String, key: [String: PrimitiveValue])] = []
+        var visited: Set<String> = ["\(table.name)#\(rowid)"]
+        var work: [(Int64, StoreSchema.EntityTable, Int)] = [(rowid, table, 0)]
+        while !work.isEmpty {
+            let (row, current, depth) = work.removeFirst()
+            guard depth < 64 else { throw StoreError(.unsupported, "Cascading deletes deeper than 64 levels") }
+            for nav in current.navigation where nav.onDelete == .cascade {
+                guard let target = schema.table(forEntitySet: nav.targetEntitySet) else { continue }
+                for child in try relatedRowids(from: row, table: current, nav: nav) where visited.insert("\(target.name)#\(child)").inserted {
+                    if let childKey = try keyValues(ofRow: child, in: target) { result.append((target.entitySet, childKey)) }
+                    work.append((child, target, depth + 1))
+                }
+            }
+        }
+        return result
+    }
+
+    /// The key values of the row `rowid` of `table`.
+    func keyValues(ofRow rowid: Int64, in table: StoreSchema.EntityTable) throws -> [String: PrimitiveValue]? {
+        let q = StoreSchema.quote
+        let columns = table.keyColumns
+        guard let row = try db.query("SELECT \(columns.map(q).joined(separator: ", ")) FROM \(q(table.name)) WHERE _rowid = ?", [.integer(rowid)]).first else { return nil }
+        var key: [String: PrimitiveValue] = [:]
+        for (index, name) in columns.enumerated() {
+            guard let column = table.column([name]), case .primitive(let type) = column.kind,
+                  let value = try ValueStorage.decode(row[index], as: type) else { return nil }
+            key[name] = value
+        }
+        return key
+    }
+
     /// Key values of every stored entity of `entitySet` with its pending flag.
     public func keys(in entitySet: String) throws -> [(key: [String: PrimitiveValue], pending: Bool)] {
         let table = try table(entitySet)

@@ -219,6 +219,13 @@ public actor OfflineODataProvider {
                 return OfflineODataDefiningQuery(name: name, query: query, automaticallyRetrievesStreams: row[2] == .integer(1))
             }
         }
+        // Stores made before the queue recorded cascades get the column.
+        try await opened.write { writer in
+            let columns = try writer.connection.query("PRAGMA table_info(oo_queue)")
+            if !columns.contains(where: { $0.count > 1 && $0[1] == .text("cascade") }) {
+                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN cascade TEXT")
+            }
+        }
         let added = definingQueries.filter { query in !stored.contains { $0.name == query.name } }
         for (offset, query) in added.enumerated() {
             let ordinal = stored.count + offset + 1

@@ -122,15 +122,7 @@ extension OfflineODataProvider {
         var change = LocalChange(method: verb, url: url, body: body, target: target, options: options)
         change.headers = headers.merging(options.customHeaders) { _, new in new }
         if verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "MERGE", !target.isRef {
-            guard !body.isEmpty else { throw OfflineODataError(.invalidRequest, "\(verb) \(url) needs a body") }
-            let set = target.navigation.flatMap { model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name } ?? target.entitySet
-            do {
-                change.entity = model.version.isLegacy
-                    ? try V2JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
-                    : try V4JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
-            } catch {
-                throw OfflineODataError(.invalidRequest, "The body of \(verb) \(url) is not a valid \(set) entity: \(error)")
-            }
+            change.entity = try Self.entity(fromBody: body, method: verb, url: url, target: target, model: model)
         }
         if target.isRef, verb != "DELETE" {
             let json = try? JSONValue.parse(body)

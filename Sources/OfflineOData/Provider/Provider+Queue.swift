@@ -34,6 +34,10 @@ struct LocalChange: Sendable {
 
 extension OfflineODataProvider {
     func parseTarget(_ url: String, model: Model) throws -> WriteTarget {
+        try Self.parseTarget(url, model: model, serviceRoot: serviceRoot)
+    }
+
+    static func parseTarget(_ url: String, model: Model, serviceRoot: String) throws -> WriteTarget {
         let (parsed, resolved) = try Keys.resolve(url, model: model, what: "request URL")
         guard case .entitySet(let set)? = resolved.path.segments.first?.kind else {
             if case .functionImport(let name, _)? = resolved.path.segments.first?.kind {
@@ -84,7 +88,9 @@ extension OfflineODataProvider {
         let repeatable = parameters.enableRepeatableRequests
         if change.target.entitySet == LocalSchema.errorArchive {
             guard change.method == "DELETE" else { throw OfflineODataError(.invalidRequest, "ErrorArchive rows can only be deleted") }
-            try await clearErrorArchive()
+            var id: Int64?
+            if case .int64(let value)? = change.target.key?["RequestID"] { id = value }
+            try await deleteFromErrorArchive(requestID: id)
             return nil
         }
         do {
@@ -98,14 +104,22 @@ extension OfflineODataProvider {
         }
     }
 
-    static func applyLocally(_ change: LocalChange, writer: StoreWriter, model: Model, repeatable: Bool) throws -> Entity? {
+    /// Applies a change to the store and queues it. With `replaying`, the change is a queued
+    /// request applied again while an entity's local state is rebuilt: no snapshot, nothing
+    /// queued, and a create keeps its recorded key.
+    @discardableResult
+    static func applyLocally(_ change: LocalChange, writer: StoreWriter, model: Model, repeatable: Bool, replaying: QueuedRequest? = nil) throws -> Entity? {
         let target = change.target
+        func snapshot(_ entitySet: String, key: [String: PrimitiveValue]) throws {
+            if replaying == nil { try Self.snapshot(entitySet, key: key, writer: writer, model: model) }
+        }
         var queued = QueuedRequest(method: change.method, url: change.url, body: change.body, headers: change.headers, options: change.options)
         queued.repeatID = repeatable ? UUID().uuidString.lowercased() : nil
         var result: Entity?
         if target.isRef {
             guard let key = target.key, let navigation = target.navigation else { throw OfflineODataError(.invalidRequest, "\(change.url): a $ref needs an entity and a navigation property") }
-            try snapshot(target.entitySet, key: key, writer: writer, model: model)
+            try snapshot(target.entitySet, key: key)
+            if let (otherSet, otherKey) = linkedEntity(change, model: model) { try snapshot(otherSet, key: otherKey) }
             if change.method == "DELETE" {
                 guard let other = target.navigationKey else { throw OfflineODataError(.invalidRequest, "\(change.url): say which link to delete, with a key or $id") }
                 try writer.unlink(target.entitySet, key: key, navigation: navigation, from: other)
@@ -122,6 +136,13 @@ extension OfflineODataProvider {
                 throw OfflineODataError(.invalidRequest, "POST \(change.url) must name an entity set or a collection navigation property")
             }
             var localKey = false
+            if let replaying, replaying.localKey, let recorded = replaying.entityKey, let (_, key) = Keys.parse(set + recorded, model: model, serviceRoot: "") {
+                for (name, value) in key {
+                    entity.properties.removeAll { $0.name == name }
+                    entity.properties.append(NamedValue(name: name, value: .primitive(value)))
+                }
+                localKey = true
+            }
             if let type = model.entityType(ofEntitySet: set) {
                 for ref in model.key(of: type) where entity[ref.name] == nil || entity[ref.name] == .null {
                     guard let property = model.property(ref.name, ofStructuredType: type.qualifiedName),
@@ -143,7 +164,9 @@ extension OfflineODataProvider {
                 // Created through `Parent(key)/Navigation`: linked to the parent.
                 try writer.link(target.entitySet, key: parentKey, navigation: navigation, to: key)
             }
-            _ = try writer.connection.execute("INSERT OR IGNORE INTO oo_original (entity_set, entity_key, existed) VALUES (?, ?, 0)", [.text(set), .text(predicate)])
+            if replaying == nil {
+                _ = try writer.connection.execute("INSERT OR IGNORE INTO oo_original (entity_set, entity_key, existed) VALUES (?, ?, 0)", [.text(set), .text(predicate)])
+            }
             queued.entitySet = set
             queued.entityKey = predicate
             queued.isCreate = true
@@ -156,8 +179,13 @@ extension OfflineODataProvider {
             guard try writer.rowid(in: target.entitySet, key: key) != nil else {
                 throw OfflineODataError(.invalidRequest, "\(change.method) \(change.url): the entity is not in the offline store")
             }
-            try snapshot(target.entitySet, key: key, writer: writer, model: model)
+            try snapshot(target.entitySet, key: key)
             if change.method == "DELETE" {
+                // What the delete cascades to is recorded (for undo and SPEC §6.2) and kept.
+                for (set, childKey) in try writer.cascade(from: target.entitySet, key: key) {
+                    try snapshot(set, key: childKey)
+                    queued.cascade.append(set + Keys.predicate(childKey, in: set, model: model))
+                }
                 try writer.delete(from: target.entitySet, key: key)
             } else {
                 guard var entity = change.entity else { throw OfflineODataError(.invalidRequest, "\(change.method) \(change.url) needs a body") }
@@ -172,8 +200,16 @@ extension OfflineODataProvider {
             queued.entitySet = target.entitySet
             queued.entityKey = Keys.predicate(key, in: target.entitySet, model: model)
         }
-        try enqueue(queued, writer: writer)
+        if replaying == nil { try enqueue(queued, writer: writer) }
         return result
+    }
+
+    /// The other end of a `$ref` request.
+    static func linkedEntity(_ change: LocalChange, model: Model) -> (String, [String: PrimitiveValue])? {
+        if let linkTarget = change.linkTarget { return linkTarget }
+        guard let key = change.target.navigationKey, let navigation = change.target.navigation,
+              let set = model.targetEntitySet(from: change.target.entitySet, navigationPath: navigation)?.name else { return nil }
+        return (set, key)
     }
 
     /// Keeps the downloaded state of an entity before its first local change (for undo and
@@ -218,6 +254,10 @@ struct QueuedRequest: Sendable {
     var localKey = false
     var repeatID: String?
     var firstSent: String?
+    /// `Set(key)` of the entities a delete removed through `OnDelete` cascades.
+    var cascade: [String] = []
+    /// Sent and rejected (or not sent because a request it depends on was): in the ErrorArchive.
+    var failed = false
 
     init(method: String, url: String, body: [UInt8], headers: [String: String], options: OfflineODataRequestOptions) {
         self.method = method
@@ -234,11 +274,12 @@ extension OfflineODataProvider {
         func text(_ value: String?) -> DatabaseValue { value.map { .text($0) } ?? .null }
         _ = try writer.connection.execute("""
             INSERT INTO oo_queue (method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag,
-              upload_category, remove_after_upload, unmodifiable, repeat_id, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
+              upload_category, remove_after_upload, unmodifiable, repeat_id, cascade, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
             """, [.text(request.method), .text(request.url), .blob(request.body), .text(headers), text(request.entitySet), text(request.entityKey),
                   .integer(request.isCreate ? 1 : 0), .integer(request.localKey ? 1 : 0), text(request.options.transactionID), text(request.options.customTag),
                   text(request.options.uploadCategory), .integer(request.options.removeAfterUpload ? 1 : 0),
-                  .integer(request.options.unmodifiableRequest ? 1 : 0), text(request.repeatID)])
+                  .integer(request.options.unmodifiableRequest ? 1 : 0), text(request.repeatID),
+                  request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized)])
         let id = writer.connection.lastInsertRowID
         let body = request.body.isEmpty ? Value.null : .primitive(.string(String(decoding: request.body, as: UTF8.self)))
         func value(_ text: String?) -> Value { text.map { .primitive(.string($0)) } ?? .null }
@@ -253,10 +294,15 @@ extension OfflineODataProvider {
 
     /// Loads queued requests with the given status, in order.
     static func loadQueue(_ connection: Connection, status: String) throws -> [QueuedRequest] {
+        try loadQueue(connection, statuses: [status])
+    }
+
+    /// Loads queued requests with any of the given statuses, in order.
+    static func loadQueue(_ connection: Connection, statuses: [String]) throws -> [QueuedRequest] {
         let rows = try connection.query("""
             SELECT id, method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag, upload_category,
-              remove_after_upload, unmodifiable, repeat_id, first_sent FROM oo_queue WHERE status = ? ORDER BY id
-            """, [.text(status)])
+              remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", "))) ORDER BY id
+            """, statuses.map { .text($0) })
         return rows.map { row in
             func text(_ index: Int) -> String? { if case .text(let value) = row[index] { return value }; return nil }
             var headers: [String: String] = [:]
@@ -276,6 +322,10 @@ extension OfflineODataProvider {
             request.localKey = row[8] == .integer(1)
             request.repeatID = text(14)
             request.firstSent = text(15)
+            if let json = text(16), let parsed = try? JSONValue.parse(Array(json.utf8)) {
+                request.cascade = (parsed.arrayValue ?? []).compactMap(\.stringValue)
+            }
+            request.failed = text(17) == "failed"
             return request
         }
     }
@@ -283,72 +333,154 @@ extension OfflineODataProvider {
     // MARK: Undo
 
     /// Undoes every pending change of one entity: an updated entity returns to its downloaded
-    /// state, a created one disappears, a deleted one comes back; its queued requests go.
+    /// state, a created one disappears, a deleted one comes back; its queued requests go, and
+    /// so do later requests that depend on them (a child created under it, a link to it).
     public func undoPendingChanges(for entitySet: String, key: [String: PrimitiveValue]) async throws {
+        try await undoPendingChanges(for: [(entitySet, key)])
+    }
+
+    /// Undoes the pending changes of several entities at once (see
+    /// ``undoPendingChanges(for:key:)``).
+    public func undoPendingChanges(for entities: [(entitySet: String, key: [String: PrimitiveValue])]) async throws {
         let store = try openStore()
         let model = store.model
-        let predicate = Keys.predicate(key, in: entitySet, model: model)
+        let root = serviceRoot
         try await store.write { writer in
-            try Self.revert([(entitySet, predicate)], writer: writer, model: model, statuses: ["pending", "failed"])
+            let keyMap = try Self.keyMap(writer.connection)
+            let targets = Set(entities.map { reference in
+                let text = reference.entitySet + Keys.predicate(reference.key, in: reference.entitySet, model: model)
+                return keyMap[text] ?? text
+            })
+            let entries = QueueEntry.analyse(try Self.loadQueue(writer.connection, statuses: ["pending", "failed"]), model: model, serviceRoot: root, keyMap: keyMap)
+            let roots = Set(entries.filter { !$0.changed.isDisjoint(with: targets) }.map(\.id))
+            let removed = QueueAlgorithms.dependants(of: roots, in: entries)
+            try Self.removeRequests(removed, entries: entries, also: targets, writer: writer, model: model, serviceRoot: root, keyMap: keyMap)
+        }
+        keyMapCache = nil
+    }
+
+    /// Deleting from the ErrorArchive (SPEC §7). By default any row clears the whole archive:
+    /// every failed request goes and the local changes they made are reverted (unsent requests
+    /// stay and are applied again on top). With `enableIndividualErrorArchiveDeletion`, only
+    /// the row's request goes, with every later request, sent or unsent, that depends on it.
+    func deleteFromErrorArchive(requestID: Int64?) async throws {
+        let store = try openStore()
+        let model = store.model
+        let root = serviceRoot
+        let individual = parameters.enableIndividualErrorArchiveDeletion
+        try await store.write { writer in
+            let keyMap = try Self.keyMap(writer.connection)
+            let entries = QueueEntry.analyse(try Self.loadQueue(writer.connection, statuses: ["pending", "failed"]), model: model, serviceRoot: root, keyMap: keyMap)
+            let removed: Set<Int64>
+            if individual {
+                guard let requestID, entries.contains(where: { $0.id == requestID && $0.request.failed }) else {
+                    throw OfflineODataError(.invalidRequest, "ErrorArchive(\(requestID.map(String.init) ?? "?")) does not exist")
+                }
+                removed = QueueAlgorithms.dependants(of: [requestID], in: entries)
+            } else {
+                removed = Set(entries.filter(\.request.failed).map(\.id))
+            }
+            try Self.removeRequests(removed, entries: entries, writer: writer, model: model, serviceRoot: root, keyMap: keyMap)
         }
     }
 
-    /// Restores entities to their downloaded state and removes their requests (and requests
-    /// that refer to them) with the given statuses.
-    static func revert(_ entities: [(String, String)], writer: StoreWriter, model: Model, statuses: [String]) throws {
-        for (set, predicate) in entities {
-            let reference = set + predicate
-            // The entity's own requests and those naming it in their URL or body.
-            let marks = statuses.map { _ in "?" }.joined(separator: ", ")
-            let rows = try writer.connection.query("""
-                SELECT id FROM oo_queue WHERE status IN (\(marks)) AND ((entity_set = ? AND entity_key = ?) OR instr(url, ?) = 1
-                  OR instr(CAST(body AS TEXT), ?) > 0)
-                """, statuses.map { .text($0) } + [.text(set), .text(predicate), .text(reference), .text(reference)])
-            for row in rows {
-                guard case .integer(let id) = row[0] else { continue }
-                _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(id)])
-                try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(id)])
-                try writer.delete(from: LocalSchema.errorArchive, key: ["RequestID": .int64(id)])
-            }
+    /// Default ErrorArchive deletion: clears the archive (see ``deleteFromErrorArchive(requestID:)``).
+    func clearErrorArchive() async throws {
+        try await deleteFromErrorArchive(requestID: nil)
+    }
+
+    /// Local references (`Set(-1)`) of created entities the backend has re-keyed → the backend's.
+    static func keyMap(_ connection: Connection) throws -> [String: String] {
+        var map: [String: String] = [:]
+        for row in try connection.query("SELECT entity_set, local_key, server_key FROM oo_key_map") {
+            if case .text(let set) = row[0], case .text(let local) = row[1], case .text(let server) = row[2] { map[set + local] = set + server }
+        }
+        return map
+    }
+
+    /// Removes queued requests (and their RequestQueue and ErrorArchive rows), then rebuilds
+    /// the local state of every entity they changed (and of `also`): back to the downloaded
+    /// state, with the requests that stay applied again on top.
+    static func removeRequests(_ ids: Set<Int64>, entries: [QueueEntry], also: Set<String> = [], writer: StoreWriter, model: Model,
+                               serviceRoot: String, keyMap: [String: String]) throws {
+        var affected = also
+        for entry in entries where ids.contains(entry.id) {
+            affected.formUnion(entry.changed)
+            _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(entry.id)])
+            try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(entry.id)])
+            try writer.delete(from: LocalSchema.errorArchive, key: ["RequestID": .int64(entry.id)])
+        }
+        let remaining = entries.filter { !ids.contains($0.id) }
+        try rebuild(affected, remaining: remaining, writer: writer, model: model, serviceRoot: serviceRoot, keyMap: keyMap)
+    }
+
+    /// Puts entities back into their downloaded state (a locally created one disappears, a
+    /// deleted one comes back) and applies the `remaining` requests that change them again.
+    static func rebuild(_ entities: Set<String>, remaining: [QueueEntry], writer: StoreWriter, model: Model, serviceRoot: String, keyMap: [String: String]) throws {
+        // Parents before children: a deleted parent comes back before its cascaded children.
+        for reference in entities.sorted() {
+            guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
+            let predicate = Keys.predicate(key, in: set, model: model)
             let original = try writer.connection.query("SELECT existed, body FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
             guard let first = original.first else { continue }
-            guard let (_, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
-            try writer.delete(from: set, key: key)
+            let exists = try writer.rowid(in: set, key: key) != nil
             if first[0] == .integer(1), case .blob(let bytes) = first[1] {
                 let entity = try V4JSONReader(model: model).readEntity(bytes, entityType: model.entitySet(set)?.entityType)
-                try writer.insert(entity, into: set)
+                if exists { try writer.update(entity, in: set, replace: true) } else { try writer.insert(entity, into: set) }
+                try writer.setState(in: set, key: key, isLocal: false, pending: false, inError: false, etag: .some(entity.control.etag), localID: .some(nil))
+            } else if exists {
+                try writer.delete(from: set, key: key)
             }
-            _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+        }
+        for entry in remaining where !entry.changed.isDisjoint(with: entities) {
+            // A request that cannot be applied any more (its parent is gone) changes nothing.
+            if let change = try? localChange(from: entry.request, model: model, serviceRoot: serviceRoot, keyMap: keyMap) {
+                _ = try? writer.connection.savepoint { try applyLocally(change, writer: writer, model: model, repeatable: false, replaying: entry.request) }
+            }
+        }
+        for reference in entities {
+            guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
+            let predicate = Keys.predicate(key, in: set, model: model)
+            let own = remaining.filter { $0.changed.contains(reference) }
+            if own.isEmpty {
+                _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+                try writer.setState(in: set, key: key, isLocal: false, pending: false, inError: false)
+            } else {
+                try writer.setState(in: set, key: key, isLocal: true, pending: own.contains { !$0.request.failed }, inError: own.contains { $0.request.failed })
+            }
         }
     }
 
-    /// Default ErrorArchive deletion (SPEC §7): deleting any row clears the whole archive,
-    /// removes those failed requests and reverts the local changes they made.
-    func clearErrorArchive() async throws {
-        let store = try openStore()
-        let model = store.model
-        try await store.write { writer in
-            let failed = try writer.connection.query("SELECT DISTINCT entity_set, entity_key FROM oo_queue WHERE status = 'failed' AND entity_set IS NOT NULL")
-            var entities: [(String, String)] = []
-            for row in failed {
-                if case .text(let set) = row[0], case .text(let key) = row[1] { entities.append((set, key)) }
+    /// A queued request as a local change again (its local keys mapped to the backend's).
+    static func localChange(from request: QueuedRequest, model: Model, serviceRoot: String, keyMap: [String: String]) throws -> LocalChange {
+        var url = request.url
+        for (local, server) in keyMap where url == local || url.hasPrefix(local + "/") {
+            url = server + url.dropFirst(local.count)
+        }
+        let target = try parseTarget(url, model: model, serviceRoot: serviceRoot)
+        var change = LocalChange(method: request.method, url: url, body: request.body, target: target, options: request.options)
+        if target.isRef {
+            if request.method != "DELETE", let json = try? JSONValue.parse(request.body),
+               let id = json["@odata.id"]?.stringValue ?? json["uri"]?.stringValue {
+                let mapped = keyMap[id] ?? id
+                change.linkTarget = Keys.parse(mapped, model: model, serviceRoot: serviceRoot)
             }
-            // Entities that still have unsent requests keep their state; only failed requests go.
-            var revertible: [(String, String)] = []
-            for (set, key) in entities {
-                let pending = try writer.connection.query("SELECT 1 FROM oo_queue WHERE status = 'pending' AND entity_set = ? AND entity_key = ?", [.text(set), .text(key)])
-                if pending.isEmpty { revertible.append((set, key)) }
-            }
-            try Self.revert(revertible, writer: writer, model: model, statuses: ["failed"])
-            _ = try writer.connection.execute("DELETE FROM oo_queue WHERE status = 'failed'")
-            for row in try writer.reader.all(in: LocalSchema.errorArchive) {
-                if case .primitive(let id)? = row["RequestID"] { try writer.delete(from: LocalSchema.errorArchive, key: ["RequestID": id]) }
-            }
-            for (set, key) in entities {
-                if let (_, parsed) = Keys.parse(set + key, model: model, serviceRoot: "") {
-                    try writer.setState(in: set, key: parsed, inError: false)
-                }
-            }
+        } else if request.method != "DELETE" {
+            change.entity = try entity(fromBody: request.body, method: request.method, url: url, target: target, model: model)
+        }
+        return change
+    }
+
+    /// Reads the entity of a POST, PUT, PATCH or MERGE body.
+    static func entity(fromBody body: [UInt8], method: String, url: String, target: WriteTarget, model: Model) throws -> Entity {
+        guard !body.isEmpty else { throw OfflineODataError(.invalidRequest, "\(method) \(url) needs a body") }
+        let set = target.navigation.flatMap { model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name } ?? target.entitySet
+        do {
+            return model.version.isLegacy
+                ? try V2JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
+                : try V4JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
+        } catch {
+            throw OfflineODataError(.invalidRequest, "The body of \(method) \(url) is not a valid \(set) entity: \(error)")
         }
     }
 }

@@ -32,58 +32,72 @@ extension OfflineODataProvider {
         plan += [.processingRequests, .sendingDataToServer, .receivingDataFromServer, .removingRemoveAfterUploadRequests]
         let progress = reporter(.upload, plan)
         report(progress, .uploadPreprocessing)
-        var queue = try await store.read { reader in try Self.loadQueue(reader.connection, status: "pending") }
-        if let categories { queue = queue.filter { $0.options.uploadCategory.map(categories.contains) ?? false } }
-        // Hook for the queue algorithms of SPEC §6 (a later issue): they run here, in this order.
-        if parameters.enableRequestQueueOptimization { report(progress, .performingRequestQueueMerge) }
-        if parameters.enableUndoLocalCreation { report(progress, .performingCreateDeleteMerge) }
-        if parameters.enableTransactionBuilder { report(progress, .performingTransactionMerge) }
         let model = store.model
+        let units = try await prepareQueue(store: store, model: model, categories: categories, progress: progress)
+        let total = units.reduce(0) { $0 + $1.count }
+        let builder = parameters.enableTransactionBuilder
         var failedEntities: [String: Int64] = [:]
         var sent = 0
         var succeeded = 0
         var failed = 0
         var index = 0
-        while index < queue.count {
+        while index < units.count {
             if cancelUploadRequested { break }
-            // One batch: up to maxRequestsPerBatch requests; an entity already changed in this
-            // batch by another change set starts the next batch, so that If-Match stays right.
-            var batch: [QueuedRequest] = []
+            // One batch: up to maxRequestsPerBatch requests in whole change sets. An entity
+            // already changed in this batch by another change set starts the next batch, so
+            // that If-Match stays right; with the transaction builder, each transaction's
+            // change set starts a new batch too.
+            var batch: [[QueueEntry]] = []
             var skipped: [SentResult] = []
             var touched: Set<String> = []
-            while index < queue.count, batch.count < max(1, parameters.maxRequestsPerBatch) {
-                let request = queue[index]
-                let reference = (request.entitySet ?? "") + (request.entityKey ?? "")
-                if let failedID = failedEntities[reference] ?? failedEntities.first(where: { Self.mentions(request, $0.key) })?.value {
-                    skipped.append(SentResult(request: request, status: 424, headers: ODataCore.HTTPHeaders(), body: [], dependencyOf: failedID))
-                    failedEntities[reference] = failedID
+            var count = 0
+            var hasTransaction = false
+            while index < units.count {
+                let unit = units[index]
+                // A change set that depends on a failed request is not sent at all.
+                if let failedID = unit.lazy.compactMap({ entry in entry.touched.lazy.compactMap { failedEntities[$0] }.first }).first {
+                    for entry in unit {
+                        skipped.append(SentResult(request: entry.request, status: 424, headers: ODataCore.HTTPHeaders(), body: [], dependencyOf: failedID))
+                        for reference in entry.changed { failedEntities[reference] = failedID }
+                    }
                     index += 1
                     continue
                 }
-                let sameTransaction = request.options.transactionID != nil && request.options.transactionID == batch.last?.options.transactionID
-                if touched.contains(reference) && !request.isCreate && !sameTransaction && !batch.isEmpty { break }
-                if !request.isCreate { touched.insert(reference) }
-                batch.append(request)
+                let isTransaction = unit.first?.request.options.transactionID != nil
+                let changed = Set(unit.filter { $0.kind != .create }.flatMap(\.changed))
+                if !batch.isEmpty {
+                    if count + unit.count > max(1, parameters.maxRequestsPerBatch) { break }
+                    if !touched.isDisjoint(with: changed) { break }
+                    if builder && isTransaction && hasTransaction { break }
+                }
+                batch.append(unit)
+                count += unit.count
+                touched.formUnion(changed)
+                hasTransaction = hasTransaction || isTransaction
                 index += 1
             }
-            report(progress, .processingRequests, ["number": "\(sent + batch.count)", "count": "\(queue.count)"])
+            report(progress, .processingRequests, ["number": "\(sent + count)", "count": "\(total)"])
             var results = skipped
             if !batch.isEmpty {
-                results += try await send(batch, store: store, model: model, progress: progress)
+                results += try await send(batch.map { $0.map(\.request) }, store: store, model: model, progress: progress)
             }
-            sent += batch.count
+            sent += count
             let failures = try await record(results, store: store, model: model)
             keyMapCache = nil
+            let entries = Dictionary(batch.joined().map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
             for result in results where result.status >= 400 {
-                failedEntities[(result.request.entitySet ?? "") + (result.request.entityKey ?? "")] = result.dependencyOf ?? result.request.id
+                let failedID = result.dependencyOf ?? result.request.id
+                for reference in entries[result.request.id]?.changed ?? [(result.request.entitySet ?? "") + (result.request.entityKey ?? "")] {
+                    failedEntities[reference] = failedEntities[reference] ?? failedID
+                }
             }
             failed += results.filter { $0.status >= 400 }.count
             succeeded += results.filter { $0.status < 400 }.count
             for failure in failures { emit(.requestFailed(failure)) }
         }
         report(progress, .removingRemoveAfterUploadRequests)
-        try await logEvent(in: store, type: "Upload", details: "\(succeeded) requests applied, \(failed) failed, \(queue.count - succeeded - failed) not sent")
-        if cancelUploadRequested && index < queue.count {
+        try await logEvent(in: store, type: "Upload", details: "\(succeeded) requests applied, \(failed) failed, \(total - succeeded - failed) not sent")
+        if cancelUploadRequested && index < units.count {
             throw OfflineODataError(.cancelled, "The upload was cancelled after \(succeeded + failed) requests; the rest stay queued")
         }
     }
@@ -91,13 +105,10 @@ extension OfflineODataProvider {
     /// Asks a running upload to stop after the batch in flight; nothing is lost.
     public func cancelUpload() { cancelUploadRequested = true }
 
-    /// Whether a request's URL or body refers to the entity `reference` (`Set(key)`).
-    static func mentions(_ request: QueuedRequest, _ reference: String) -> Bool {
-        request.url.hasPrefix(reference + "/") || request.url == reference || String(decoding: request.body, as: UTF8.self).contains(reference)
-    }
-
-    /// Sends one batch (or, without `$batch`, each request) and returns each request's answer.
-    func send(_ batch: [QueuedRequest], store: Store, model: Model, progress: ProgressReporter) async throws -> [SentResult] {
+    /// Sends one batch, one change set per unit (or, without `$batch`, each request) and
+    /// returns each request's answer.
+    func send(_ units: [[QueuedRequest]], store: Store, model: Model, progress: ProgressReporter) async throws -> [SentResult] {
+        let batch = Array(units.joined())
         let now = Self.httpDate()
         let firstSent = try await store.write { writer -> [Int64: String] in
             var times: [Int64: String] = [:]
@@ -128,6 +139,7 @@ extension OfflineODataProvider {
         var contentIDs: [String: String] = [:]
         var messages: [BatchMessage] = []
         var createdHere: Set<String> = []
+        var matched: Set<String> = []
         for request in batch {
             var url = request.url
             var body = String(decoding: request.body, as: UTF8.self)
@@ -149,9 +161,12 @@ extension OfflineODataProvider {
                 headers["RepeatabilityCreation"] = time
             }
             let reference = (request.entitySet ?? "") + (request.entityKey ?? "")
-            if !request.isCreate, !request.url.hasSuffix("/$ref"), !createdHere.contains(reference), let etag = etags[reference] {
+            // If-Match guards the first change of a downloaded entity in this batch; later ones
+            // in the same change set follow it.
+            if !request.isCreate, !request.url.hasSuffix("/$ref"), !createdHere.contains(reference), !matched.contains(reference), let etag = etags[reference] {
                 headers["If-Match"] = etag
             }
+            if !request.isCreate { matched.insert(reference) }
             for (name, value) in request.headers { headers[name] = value }
             headers["Content-ID"] = "\(request.id)"
             if request.isCreate, request.localKey {
@@ -177,15 +192,13 @@ extension OfflineODataProvider {
             report(progress, .receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
             return results
         }
-        // One change set per transaction ID; a request without one is its own change set.
+        // One change set per unit.
         var parts: [BatchPart] = []
         var groups: [[Int]] = []
-        for (offset, request) in batch.enumerated() {
-            if let transaction = request.options.transactionID, let last = groups.last?.last, batch[last].options.transactionID == transaction {
-                groups[groups.count - 1].append(offset)
-            } else {
-                groups.append([offset])
-            }
+        var offset = 0
+        for unit in units {
+            groups.append(Array(offset..<(offset + unit.count)))
+            offset += unit.count
         }
         for group in groups {
             parts.append(.changeSet(ChangeSet(operations: group.map { offset in

@@ -1,0 +1,203 @@
+import Foundation
+import ODataCore
+
+/// The request-queue algorithms of SPEC §6, as pure functions over analysed queue entries.
+/// Only requests that were never sent take part: a request already sent may have reached the
+/// backend, and its repeatability ID must keep meaning the same change.
+enum QueueAlgorithms {
+    // MARK: 6.1 Request queue optimization
+
+    /// Combines requests on the same entity: create + updates → one create with the final
+    /// values, create + delete → nothing, updates → one update (PATCH bodies merge, a PUT
+    /// replaces), update + delete → the delete. A later request joins an earlier one only when
+    /// both belong to the same transaction (or neither to any), neither is unmodifiable, they
+    /// share upload category and headers, and nothing between them touches the entities the
+    /// later one touches. Link requests are never combined and keep their place. Custom tags
+    /// of combined requests are joined with `#`.
+    static func optimize(_ entries: [QueueEntry], model: Model) -> (entries: [QueueEntry], rewrite: QueueRewrite) {
+        var list = entries
+        var alive = [Bool](repeating: true, count: list.count)
+        var rewrite = QueueRewrite()
+        for later in list.indices {
+            let request = list[later]
+            guard combinable(request) else { continue }
+            // The nearest earlier live request on the same entity, if nothing in between
+            // touches what this one touches.
+            var earlier = later - 1
+            var blocked = false
+            while earlier >= 0 {
+                defer { earlier -= 1 }
+                guard alive[earlier] else { continue }
+                if list[earlier].entity == request.entity { break }
+                if !list[earlier].touched.isDisjoint(with: request.touched) { blocked = true; break }
+            }
+            earlier += 1
+            guard !blocked, earlier >= 0, earlier < later, alive[earlier], list[earlier].entity == request.entity else { continue }
+            let target = list[earlier]
+            guard combinable(target),
+                  target.request.options.transactionID == request.request.options.transactionID,
+                  target.request.options.uploadCategory == request.request.options.uploadCategory,
+                  target.request.options.removeAfterUpload == request.request.options.removeAfterUpload,
+                  target.request.headers == request.request.headers else { continue }
+            var merged = target
+            switch (target.kind, request.kind) {
+            case (.create, .delete):
+                alive[earlier] = false
+                alive[later] = false
+                rewrite.removed.formUnion([target.id, request.id])
+                rewrite.changed[target.id] = nil
+                continue
+            case (.create, .update(let replace)):
+                guard let body = combine(target.request.body, request.request.body, replace: replace, keepFrom: target, model: model) else { continue }
+                merged.request.body = body
+            case (.update(let first), .update(let second)):
+                if second {
+                    merged.request.method = "PUT"
+                    merged.request.body = request.request.body
+                } else {
+                    guard let body = combine(target.request.body, request.request.body, replace: false, keepFrom: target, model: model) else { continue }
+                    merged.request.body = body
+                    merged.request.method = first ? "PUT" : target.request.method
+                }
+            case (.update, .delete):
+                merged.request.method = "DELETE"
+                merged.request.url = request.request.url
+                merged.request.body = []
+                merged.kind = .delete
+                merged.cascade = request.cascade
+                merged.request.cascade = request.request.cascade
+            default:
+                continue
+            }
+            merged.references.formUnion(request.references)
+            merged.request.options.customTag = joinTags(target.request.options.customTag, request.request.options.customTag)
+            list[earlier] = merged
+            alive[later] = false
+            rewrite.removed.insert(request.id)
+            rewrite.changed[merged.id] = merged.request
+        }
+        return (list.indices.filter { alive[$0] }.map { list[$0] }, rewrite)
+    }
+
+    static func combinable(_ entry: QueueEntry) -> Bool {
+        guard entry.entity != nil, !entry.isSent, !entry.request.options.unmodifiableRequest else { return false }
+        switch entry.kind {
+        case .create, .update, .delete: return true
+        case .link, .other: return false
+        }
+    }
+
+    static func joinTags(_ first: String?, _ second: String?) -> String? {
+        let tags = [first, second].compactMap { $0 }.filter { !$0.isEmpty }
+        return tags.isEmpty ? nil : tags.joined(separator: "#")
+    }
+
+    /// Combines two JSON object bodies: the later one's members win. With `replace` (a PUT
+    /// after a create), only the create's keys, annotations and inline children are kept
+    /// from the first body.
+    static func combine(_ first: [UInt8], _ second: [UInt8], replace: Bool, keepFrom entry: QueueEntry, model: Model) -> [UInt8]? {
+        guard case .object(var members)? = try? JSONValue.parse(first), case .object(let overlay)? = try? JSONValue.parse(second) else { return nil }
+        if replace {
+            let keys = Set(entry.request.entitySet.flatMap { model.entityType(ofEntitySet: $0) }.map { model.key(of: $0).map(\.name) } ?? [])
+            members = members.filter { member in
+                switch member.value {
+                case .object, .array: return true
+                default: return member.name.contains("@") || member.name == "__metadata" || keys.contains(member.name)
+                }
+            }
+        }
+        for member in overlay {
+            if let index = members.firstIndex(where: { $0.name == member.name }) {
+                members[index].value = member.value
+            } else {
+                members.append(member)
+            }
+        }
+        return Array(JSONValue.object(members).serialized.utf8)
+    }
+
+    // MARK: 6.2 Undo local creation
+
+    /// Drops the requests of entities created locally and deleted again before upload: the
+    /// create, its updates, links and the delete, and the same for children the delete
+    /// cascaded to. Nothing is dropped when the cascade reaches an entity that came from the
+    /// backend, when a request of another entity still refers to one of them, or when one of
+    /// the requests was sent already.
+    static func undoLocalCreations(_ entries: [QueueEntry]) -> (entries: [QueueEntry], rewrite: QueueRewrite) {
+        var rewrite = QueueRewrite()
+        for delete in entries where delete.kind == .delete && !rewrite.removed.contains(delete.id) {
+            guard let entity = delete.entity else { continue }
+            let doomed = Set([entity] + delete.cascade)
+            let created = Set(entries.filter { $0.kind == .create && $0.id < delete.id && !$0.isSent && !rewrite.removed.contains($0.id) }.compactMap(\.entity))
+            guard doomed.isSubset(of: created) else { continue }
+            var drop: Set<Int64> = []
+            var safe = true
+            for entry in entries where !rewrite.removed.contains(entry.id) && !entry.touched.isDisjoint(with: doomed) {
+                let own = entry.entity.map(doomed.contains) ?? false
+                let isLink = if case .link = entry.kind { true } else { false }
+                guard entry.id <= delete.id, !entry.isSent, own || isLink else { safe = false; break }
+                drop.insert(entry.id)
+            }
+            if safe { rewrite.removed.formUnion(drop) }
+        }
+        return (entries.filter { !rewrite.removed.contains($0.id) }, rewrite)
+    }
+
+    // MARK: 6.3 Transaction builder
+
+    /// Groups the queue into units, each sent as one change set. Without the builder, a run of
+    /// neighbouring requests with the same transaction ID is one unit and every other request
+    /// its own. With it, a request with a transaction ID joins the latest change set of that
+    /// transaction when nothing between them touches what it touches, and that change set
+    /// holds no other unmodifiable request for the same entity; otherwise it opens a new one.
+    /// Requests without a transaction ID are never moved.
+    static func units(_ entries: [QueueEntry], builder: Bool) -> [[QueueEntry]] {
+        var units: [[QueueEntry]] = []
+        guard builder else {
+            for entry in entries {
+                if let transaction = entry.request.options.transactionID, units.last?.last?.request.options.transactionID == transaction {
+                    units[units.count - 1].append(entry)
+                } else {
+                    units.append([entry])
+                }
+            }
+            return units
+        }
+        var open: [String: Int] = [:]
+        for entry in entries {
+            guard let transaction = entry.request.options.transactionID else {
+                units.append([entry])
+                continue
+            }
+            if let index = open[transaction] {
+                let between = units[(index + 1)...].joined()
+                let independent = between.allSatisfy { $0.touched.isDisjoint(with: entry.touched) }
+                let unmodifiableClash = entry.request.options.unmodifiableRequest
+                    && units[index].contains { $0.request.options.unmodifiableRequest && $0.entity == entry.entity }
+                if independent && !unmodifiableClash {
+                    units[index].append(entry)
+                    continue
+                }
+            }
+            units.append([entry])
+            open[transaction] = units.count - 1
+        }
+        return units
+    }
+
+    // MARK: Dependencies (SPEC §7, undo)
+
+    /// The requests to remove with `roots`: each root and every later request that depends on
+    /// one already removed (same entity, a child of a created entity, a link to it).
+    static func dependants(of roots: Set<Int64>, in entries: [QueueEntry]) -> Set<Int64> {
+        var removed: [QueueEntry] = []
+        var ids: Set<Int64> = []
+        for entry in entries.sorted(by: { $0.id < $1.id }) {
+            if roots.contains(entry.id) || removed.contains(where: { entry.dependsOn($0) }) {
+                removed.append(entry)
+                ids.insert(entry.id)
+            }
+        }
+        return ids
+    }
+}

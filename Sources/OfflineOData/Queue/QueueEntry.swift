@@ -1,0 +1,132 @@
+import Foundation
+import ODataCore
+
+/// A queued request with what the queue algorithms need to know about it: which entity it
+/// changes, which other entities it names, and what kind of change it is.
+struct QueueEntry: Sendable {
+    enum Kind: Sendable, Equatable {
+        case create
+        /// PATCH or MERGE (`replace` false), PUT (`replace` true).
+        case update(replace: Bool)
+        case delete
+        /// A `$ref` request: adding (`remove` false) or removing a link.
+        case link(remove: Bool)
+        case other
+    }
+
+    var request: QueuedRequest
+    var kind: Kind
+    /// `Set(key)` of the entity the request changes (after the key map).
+    var entity: String?
+    /// Other entities the URL or the body names: the parent of a create through a navigation
+    /// property, the target of a link, `@odata.bind` targets.
+    var references: Set<String>
+    /// Entities a delete removed through `OnDelete` cascades, recorded when it was made.
+    var cascade: [String]
+
+    var id: Int64 { request.id }
+    var isSent: Bool { request.firstSent != nil }
+    /// Every entity the request changes or depends on.
+    var touched: Set<String> { references.union(cascade).union(entity.map { [$0] } ?? []) }
+    /// The entities whose state the request changes: its own entity, the other end of a link,
+    /// what a delete cascades to.
+    var changed: Set<String> {
+        var result = Set(cascade)
+        if let entity { result.insert(entity) }
+        if case .link = kind { result.formUnion(references) }
+        return result
+    }
+
+    /// Whether `self` (later in the queue) depends on `earlier`: it touches an entity
+    /// `earlier` changes.
+    func dependsOn(_ earlier: QueueEntry) -> Bool {
+        !earlier.changed.isDisjoint(with: touched)
+    }
+}
+
+extension QueueEntry {
+    /// Analyses queued requests. `keyMap` maps local references (`Set(-1)`) to the backend's.
+    static func analyse(_ requests: [QueuedRequest], model: Model, serviceRoot: String, keyMap: [String: String]) -> [QueueEntry] {
+        requests.map { analyse($0, model: model, serviceRoot: serviceRoot, keyMap: keyMap) }
+    }
+
+    static func analyse(_ request: QueuedRequest, model: Model, serviceRoot: String, keyMap: [String: String]) -> QueueEntry {
+        func mapped(_ reference: String) -> String { keyMap[reference] ?? reference }
+        let entity = request.entitySet.map { mapped($0 + (request.entityKey ?? "")) }
+        var references: Set<String> = []
+        let target = try? OfflineODataProvider.parseTarget(request.url, model: model, serviceRoot: serviceRoot)
+        if let target {
+            if let key = target.key {
+                references.insert(mapped(target.entitySet + Keys.predicate(key, in: target.entitySet, model: model)))
+            }
+            if let key = target.navigationKey, let navigation = target.navigation,
+               let set = model.targetEntitySet(from: target.entitySet, navigationPath: navigation)?.name {
+                references.insert(mapped(set + Keys.predicate(key, in: set, model: model)))
+            }
+        }
+        if !request.body.isEmpty, let json = try? JSONValue.parse(request.body) {
+            collectReferences(json, model: model, serviceRoot: serviceRoot, into: &references, mapped: mapped)
+        }
+        if let entity { references.remove(entity) }
+        let kind: Kind
+        if target?.isRef == true {
+            kind = .link(remove: request.method == "DELETE")
+        } else if request.isCreate {
+            kind = .create
+        } else {
+            switch request.method {
+            case "PATCH", "MERGE": kind = .update(replace: false)
+            case "PUT": kind = .update(replace: true)
+            case "DELETE": kind = .delete
+            default: kind = .other
+            }
+        }
+        return QueueEntry(request: request, kind: kind, entity: entity, references: references, cascade: request.cascade.map(mapped))
+    }
+
+    /// Entity references in a request body: `@odata.bind`, `@odata.id`, V2 `__metadata.uri`
+    /// and `uri`, at any depth (deep inserts).
+    static func collectReferences(_ json: JSONValue, model: Model, serviceRoot: String, into references: inout Set<String>, mapped: (String) -> String) {
+        func add(_ text: String) {
+            if let (set, key) = Keys.parse(text, model: model, serviceRoot: serviceRoot) {
+                references.insert(mapped(set + Keys.predicate(key, in: set, model: model)))
+            }
+        }
+        switch json {
+        case .object(let members):
+            for member in members {
+                let name = member.name
+                if name.hasSuffix("@odata.bind") || name == "@odata.id" || name == "uri" || name.hasSuffix("@odata.id") {
+                    if let text = member.value.stringValue { add(text) }
+                    for item in member.value.arrayValue ?? [] { if let text = item.stringValue { add(text) } }
+                } else if name == "__metadata" {
+                    continue
+                } else if case .object(let inner) = member.value, inner.count == 1, inner[0].name == "__metadata",
+                          let uri = inner[0].value["uri"]?.stringValue {
+                    // V2: a navigation property bound with `{"__metadata": {"uri": ...}}`.
+                    add(uri)
+                } else {
+                    collectReferences(member.value, model: model, serviceRoot: serviceRoot, into: &references, mapped: mapped)
+                }
+            }
+        case .array(let items):
+            for item in items { collectReferences(item, model: model, serviceRoot: serviceRoot, into: &references, mapped: mapped) }
+        default:
+            break
+        }
+    }
+}
+
+/// The result of a queue algorithm: requests to drop and requests to rewrite.
+struct QueueRewrite: Sendable {
+    var removed: Set<Int64> = []
+    var changed: [Int64: QueuedRequest] = [:]
+
+    var isEmpty: Bool { removed.isEmpty && changed.isEmpty }
+
+    mutating func merge(_ other: QueueRewrite) {
+        removed.formUnion(other.removed)
+        for (id, request) in other.changed where !removed.contains(id) { changed[id] = request }
+        for id in other.removed { changed[id] = nil }
+    }
+}
