@@ -62,6 +62,7 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
                                             body: Array(body.readableBytesView), version: version)
         let host = input.head.authority ?? "localhost"
         serviceRequest.serviceRoot = "http://\(host)\(rootPath)"
+        await service.journal.record(serviceRequest)
         let response = await service.handle(serviceRequest)
         return Self.response(response)
     }

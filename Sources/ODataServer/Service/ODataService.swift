@@ -16,6 +16,8 @@ public final class ODataService: Sendable {
         public var serverGeneratedKeys: [String: String] = [:]
         /// How many changes the delta history keeps; older delta tokens get 410.
         public var deltaRetention = 100_000
+        /// How many HTTP requests ``ODataService/journal`` keeps.
+        public var journalCapacity = 1000
         /// Creates the default options.
         public init() {}
     }
@@ -23,12 +25,15 @@ public final class ODataService: Sendable {
     public let store: Store
     public let options: Options
     public let faults: FaultInjector
+    /// The last requests received over HTTP.
+    public let journal: RequestJournal
     var model: Model { store.model }
 
     private init(store: Store, options: Options, faults: FaultInjector) {
         self.store = store
         self.options = options
         self.faults = faults
+        self.journal = RequestJournal(capacity: options.journalCapacity)
     }
 
     /// Opens (or creates) the service's store and its bookkeeping tables.

@@ -122,7 +122,10 @@ extension OfflineODataProvider {
         var change = LocalChange(method: verb, url: url, body: body, target: target, options: options)
         change.headers = headers.merging(options.customHeaders) { _, new in new }
         if verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "MERGE", !target.isRef {
-            change.entity = try Self.entity(fromBody: body, method: verb, url: url, target: target, model: model)
+            let entity = try Self.entity(fromBody: body, method: verb, url: url, target: target, model: model)
+            change.entity = entity
+            let keyMap = try await store.read { reader in try Self.keyMap(reader.connection) }
+            change.binds = Self.binds(of: entity, model: model, serviceRoot: serviceRoot) { keyMap[$0] ?? $0 }
         }
         if target.isRef, verb != "DELETE" {
             let json = try? JSONValue.parse(body)

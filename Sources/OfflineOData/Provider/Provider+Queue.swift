@@ -22,6 +22,8 @@ struct LocalChange: Sendable {
     var options: OfflineODataRequestOptions
     var entity: Entity?
     var linkTarget: (String, [String: PrimitiveValue])?
+    /// `@odata.bind` links of the body, resolved: navigation property, entity set, key.
+    var binds: [(navigation: String, entitySet: String, key: [String: PrimitiveValue])] = []
 
     init(method: String, url: String, body: [UInt8], target: WriteTarget, options: OfflineODataRequestOptions) {
         self.method = method
@@ -113,6 +115,13 @@ extension OfflineODataProvider {
         func snapshot(_ entitySet: String, key: [String: PrimitiveValue]) throws {
             if replaying == nil { try Self.snapshot(entitySet, key: key, writer: writer, model: model) }
         }
+        // `@odata.bind` links of the body; a target outside the store is linked on the backend only.
+        func bind(_ change: LocalChange, set: String, key: [String: PrimitiveValue]) throws {
+            for bind in change.binds where try writer.rowid(in: bind.entitySet, key: bind.key) != nil {
+                try snapshot(bind.entitySet, key: bind.key)
+                try writer.link(set, key: key, navigation: bind.navigation, to: bind.key)
+            }
+        }
         var queued = QueuedRequest(method: change.method, url: change.url, body: change.body, headers: change.headers, options: change.options)
         queued.repeatID = repeatable ? UUID().uuidString.lowercased() : nil
         var result: Entity?
@@ -164,6 +173,7 @@ extension OfflineODataProvider {
                 // Created through `Parent(key)/Navigation`: linked to the parent.
                 try writer.link(target.entitySet, key: parentKey, navigation: navigation, to: key)
             }
+            try bind(change, set: set, key: key)
             if replaying == nil {
                 _ = try writer.connection.execute("INSERT OR IGNORE INTO oo_original (entity_set, entity_key, existed) VALUES (?, ?, 0)", [.text(set), .text(predicate)])
             }
@@ -195,6 +205,7 @@ extension OfflineODataProvider {
                 }
                 entity.control.etag = nil
                 try writer.update(entity, in: target.entitySet, replace: change.method == "PUT")
+                try bind(change, set: target.entitySet, key: key)
                 try writer.setState(in: target.entitySet, key: key, isLocal: true, pending: true)
             }
             queued.entitySet = target.entitySet
@@ -466,9 +477,26 @@ extension OfflineODataProvider {
                 change.linkTarget = Keys.parse(mapped, model: model, serviceRoot: serviceRoot)
             }
         } else if request.method != "DELETE" {
-            change.entity = try entity(fromBody: request.body, method: request.method, url: url, target: target, model: model)
+            let entity = try entity(fromBody: request.body, method: request.method, url: url, target: target, model: model)
+            change.entity = entity
+            change.binds = binds(of: entity, model: model, serviceRoot: serviceRoot) { keyMap[$0] ?? $0 }
         }
         return change
+    }
+
+    /// The `@odata.bind` (V2: `__metadata.uri`) links of a body, resolved to entity set and
+    /// key; `mapped` turns a local reference into the backend's.
+    static func binds(of entity: Entity, model: Model, serviceRoot: String, mapped: (String) -> String) -> [(navigation: String, entitySet: String, key: [String: PrimitiveValue])] {
+        var result: [(navigation: String, entitySet: String, key: [String: PrimitiveValue])] = []
+        for navigation in entity.navigation {
+            for id in navigation.bind ?? [] {
+                guard let (set, key) = Keys.parse(id, model: model, serviceRoot: serviceRoot) else { continue }
+                let reference = mapped(set + Keys.predicate(key, in: set, model: model))
+                guard let (mappedSet, mappedKey) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
+                result.append((navigation.name, mappedSet, mappedKey))
+            }
+        }
+        return result
     }
 
     /// Reads the entity of a POST, PUT, PATCH or MERGE body.

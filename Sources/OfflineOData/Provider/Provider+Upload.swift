@@ -245,12 +245,17 @@ extension OfflineODataProvider {
     /// Applies the answers in one transaction: successes leave the queue and bring the
     /// backend's key, ETag and values; failures go to the ErrorArchive.
     func record(_ results: [SentResult], store: Store, model: Model) async throws -> [OfflineODataFailedRequest] {
-        try await store.write { writer in
+        let root = serviceRoot
+        return try await store.write { writer in
             var failures: [OfflineODataFailedRequest] = []
             var touched: Set<String> = []
+            // Entities created by this batch: the backend answered the create with the values
+            // it had then, so later changes to them in the batch are applied again on top.
+            var createdHere: Set<String> = []
             for result in results {
                 var request = result.request
                 let set = request.entitySet
+                let localReference = (set ?? "") + (request.entityKey ?? "")
                 // An entity created earlier in this upload now has the backend's key.
                 if let set, let local = request.entityKey {
                     let mapped = try writer.connection.query("SELECT server_key FROM oo_key_map WHERE entity_set = ? AND local_key = ?", [.text(set), .text(local)])
@@ -262,6 +267,11 @@ extension OfflineODataProvider {
                     _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(request.id)])
                     try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(request.id)])
                     guard let set, let localKey = request.entityKey, let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "") else { continue }
+                    if request.isCreate { createdHere.insert(localReference) }
+                    if !request.isCreate, request.method != "DELETE", createdHere.contains(localReference),
+                       let change = try? Self.localChange(from: result.request, model: model, serviceRoot: root, keyMap: Self.keyMap(writer.connection)), !change.target.isRef {
+                        _ = try? writer.connection.savepoint { try Self.applyLocally(change, writer: writer, model: model, repeatable: false, replaying: result.request) }
+                    }
                     if request.isCreate {
                         if let serverPredicate = try Self.takeOverCreated(result, set: set, localPredicate: localKey, localKey: key, writer: writer, model: model) {
                             touched.insert(set + serverPredicate)
@@ -348,7 +358,10 @@ extension OfflineODataProvider {
         if let etag = result.headers["ETag"] { server.control.etag = etag }
         server.navigation = []
         let serverPredicate = Keys.predicate(serverKey, in: set, model: model)
-        if removeAfterUpload {
+        let stillLocal = try writer.rowid(in: set, key: localKey) != nil
+        if !stillLocal {
+            // Deleted locally since (the delete is queued after the create): nothing to take over.
+        } else if removeAfterUpload {
             try writer.delete(from: set, key: localKey)
         } else if serverPredicate != localPredicate {
             try writer.delete(from: set, key: localKey)

@@ -21,6 +21,8 @@ struct QueueEntry: Sendable {
     /// Other entities the URL or the body names: the parent of a create through a navigation
     /// property, the target of a link, `@odata.bind` targets.
     var references: Set<String>
+    /// Entities named in the body (`@odata.bind`): linking may change them too.
+    var bound: Set<String>
     /// Entities a delete removed through `OnDelete` cascades, recorded when it was made.
     var cascade: [String]
 
@@ -31,7 +33,7 @@ struct QueueEntry: Sendable {
     /// The entities whose state the request changes: its own entity, the other end of a link,
     /// what a delete cascades to.
     var changed: Set<String> {
-        var result = Set(cascade)
+        var result = Set(cascade).union(bound)
         if let entity { result.insert(entity) }
         if case .link = kind { result.formUnion(references) }
         return result
@@ -64,10 +66,15 @@ extension QueueEntry {
                 references.insert(mapped(set + Keys.predicate(key, in: set, model: model)))
             }
         }
+        var bound: Set<String> = []
         if !request.body.isEmpty, let json = try? JSONValue.parse(request.body) {
-            collectReferences(json, model: model, serviceRoot: serviceRoot, into: &references, mapped: mapped)
+            collectReferences(json, model: model, serviceRoot: serviceRoot, into: &bound, mapped: mapped)
         }
-        if let entity { references.remove(entity) }
+        references.formUnion(bound)
+        if let entity {
+            references.remove(entity)
+            bound.remove(entity)
+        }
         let kind: Kind
         if target?.isRef == true {
             kind = .link(remove: request.method == "DELETE")
@@ -81,7 +88,7 @@ extension QueueEntry {
             default: kind = .other
             }
         }
-        return QueueEntry(request: request, kind: kind, entity: entity, references: references, cascade: request.cascade.map(mapped))
+        return QueueEntry(request: request, kind: kind, entity: entity, references: references, bound: bound, cascade: request.cascade.map(mapped))
     }
 
     /// Entity references in a request body: `@odata.bind`, `@odata.id`, V2 `__metadata.uri`

@@ -1,0 +1,65 @@
+import Foundation
+import ODataCore
+
+/// The last requests the service received over HTTP, rendered as text, for tests and for
+/// looking at what a client really sent. A `$batch` shows its parts, with change sets
+/// indented:
+///
+/// ```
+/// POST $batch
+///   changeset
+///     POST Customers {"Name":"Jane"}
+///     PATCH $1 {"Name":"Jane Doe"}
+///   POST Products {"ProductID":"P1"}
+/// ```
+public actor RequestJournal {
+    /// How many requests are kept (the oldest go first); 0 keeps none.
+    public let capacity: Int
+    private var entries: [String] = []
+
+    /// Creates an empty journal.
+    public init(capacity: Int) { self.capacity = capacity }
+
+    /// Records one request.
+    public func record(_ request: ServiceRequest) {
+        guard capacity > 0 else { return }
+        entries.append(Self.render(request))
+        if entries.count > capacity { entries.removeFirst(entries.count - capacity) }
+    }
+
+    /// The recorded requests, oldest first.
+    public func requests() -> [String] { entries }
+
+    /// Forgets every recorded request.
+    public func clear() { entries = [] }
+
+    static func render(_ request: ServiceRequest) -> String {
+        let head = "\(request.method) \(request.target)"
+        let contentType = request.headers["Content-Type"] ?? ""
+        guard request.path == "$batch", contentType.lowercased().hasPrefix("multipart/") else {
+            return head + body(request.body)
+        }
+        guard let batch = try? MultipartBatch.read(request.body, boundary: HTTPHeaders.parameter("boundary", in: contentType)) else {
+            return head + " (not valid multipart)"
+        }
+        var lines = [head]
+        func line(_ message: BatchMessage, indent: String) {
+            lines.append(indent + "\(message.method ?? "?") \(message.url ?? "?")" + body(message.body))
+        }
+        for part in batch.parts {
+            switch part {
+            case .operation(let operation): line(operation.message, indent: "  ")
+            case .changeSet(let set):
+                lines.append("  changeset")
+                for operation in set.operations { line(operation.message, indent: "    ") }
+            }
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    private static func body(_ bytes: [UInt8]) -> String {
+        guard !bytes.isEmpty else { return "" }
+        let text = String(decoding: bytes.prefix(2048), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        return " " + text + (bytes.count > 2048 ? "…" : "")
+    }
+}
