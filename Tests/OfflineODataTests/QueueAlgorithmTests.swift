@@ -459,3 +459,141 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         #expect(count(try await provider.read("Customers?$filter=isLocal()")) == 0)
     }
 }
+
+/// A deterministic random source for generated queues.
+struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// One generated local change.
+struct GeneratedChange: CustomStringConvertible {
+    var method: String
+    var url: String
+    var body: String
+    var options: OfflineODataRequestOptions
+    var description: String { "\(method) \(url) \(body) tx=\(options.transactionID ?? "-")\(options.unmodifiableRequest ? " unmodifiable" : "")" }
+}
+
+@Suite(.serialized) struct RandomQueueTests {
+    /// Generates `length` valid changes over customers, their orders and products, with
+    /// transactions and unmodifiable flags, and applies each to every provider (so that both
+    /// get the same local keys).
+    static func generate(seed: UInt64, length: Int, providers: [OfflineODataProvider]) async throws -> [GeneratedChange] {
+        var random = SeededRandom(state: seed)
+        var customers: [Int64] = [101, 102]
+        var orders: [Int64: Int64] = [1: 101, 2: 102]
+        var products: [String] = ["P0"]
+        var made: [GeneratedChange] = []
+        var counter = 0
+        for _ in 0..<length {
+            counter += 1
+            let transaction = ["t1", "t2", "t3", nil, nil, nil].randomElement(using: &random) ?? nil
+            let options = OfflineODataRequestOptions(transactionID: transaction, unmodifiableRequest: Int.random(in: 0..<10, using: &random) == 0,
+                                                     customTag: "op\(counter)")
+            var change: GeneratedChange
+            var kind = Int.random(in: 0..<12, using: &random)
+            if customers.isEmpty { kind = 0 }
+            let customer = customers.randomElement(using: &random) ?? 0
+            let order = orders.keys.sorted().randomElement(using: &random)
+            switch kind {
+            case 0, 1: change = GeneratedChange(method: "POST", url: "Customers", body: #"{"Name":"c\#(counter)"}"#, options: options)
+            case 2, 3: change = GeneratedChange(method: "POST", url: "Customers(\(customer))/Orders", body: #"{"Amount":\#(counter)}"#, options: options)
+            case 4: change = GeneratedChange(method: "PATCH", url: "Customers(\(customer))", body: #"{"Name":"n\#(counter)"}"#, options: options)
+            case 5: change = GeneratedChange(method: "PATCH", url: "Customers(\(customer))", body: #"{"City":"city\#(counter)"}"#, options: options)
+            case 6:
+                guard let order else { continue }
+                change = GeneratedChange(method: "PATCH", url: "Orders(\(order))", body: #"{"Amount":\#(counter)}"#, options: options)
+            case 7: change = GeneratedChange(method: "DELETE", url: "Customers(\(customer))", body: "", options: options)
+            case 8:
+                guard let order else { continue }
+                change = GeneratedChange(method: "DELETE", url: "Orders(\(order))", body: "", options: options)
+            case 9:
+                guard let order else { continue }
+                change = GeneratedChange(method: "PUT", url: "Orders(\(order))/Customer/$ref", body: #"{"@odata.id":"Customers(\#(customer))"}"#, options: options)
+            case 10: change = GeneratedChange(method: "POST", url: "Products", body: #"{"ProductID":"P\#(counter)","Name":"p\#(counter)","Price":1}"#, options: options)
+            default:
+                guard let product = products.randomElement(using: &random) else { continue }
+                switch Int.random(in: 0..<3, using: &random) {
+                case 0: change = GeneratedChange(method: "PATCH", url: "Products('\(product)')", body: #"{"Price":\#(counter)}"#, options: options)
+                case 1: change = GeneratedChange(method: "PUT", url: "Products('\(product)')", body: #"{"Name":"put\#(counter)","Price":2}"#, options: options)
+                default: change = GeneratedChange(method: "DELETE", url: "Products('\(product)')", body: "", options: options)
+                }
+            }
+            var keys: [Int64?] = []
+            for provider in providers { keys.append(try await provider.send(change.method, change.url, change.body, change.options)) }
+            #expect(Set(keys.map { $0 ?? 0 }).count == 1, "both stores give the same local key")
+            made.append(change)
+            switch (change.method, kind) {
+            case ("POST", 0), ("POST", 1): if let key = keys.first ?? nil { customers.append(key) }
+            case ("POST", 2), ("POST", 3): if let key = keys.first ?? nil { orders[key] = customer }
+            case ("DELETE", 7):
+                customers.removeAll { $0 == customer }
+                orders = orders.filter { $0.value != customer }
+            case ("DELETE", 8): if let order { orders[order] = nil }
+            case ("PUT", 9): if let order { orders[order] = customer }
+            case ("POST", 10): products.append("P\(counter)")
+            case ("DELETE", _): products.removeAll { change.url == "Products('\($0)')" }
+            default: break
+            }
+        }
+        return made
+    }
+
+    /// The backend's state without generated keys: customers with their orders' amounts, and products.
+    static func state(_ fixture: ShopFixture) async throws -> [String] {
+        let customers = try await fixture.backend("Customers?$expand=Orders").map { row in
+            let amounts = (row["Orders"]?.arrayValue ?? []).map { $0["Amount"]?.serialized ?? "?" }.sorted()
+            return "customer \(row["Name"]?.stringValue ?? "-") \(row["City"]?.stringValue ?? "-") \(amounts)"
+        }
+        let products = try await fixture.backend("Products").map { row in
+            "product \(row["ProductID"]?.stringValue ?? "") \(row["Name"]?.stringValue ?? "-") \(row["Price"]?.serialized ?? "-")"
+        }
+        let orders = try await fixture.backend("Orders/$count")
+        return customers.sorted() + products.sorted() + ["orders \(orders.count)"]
+    }
+
+    /// Operations in the received requests (each part of a batch counts).
+    static func operations(_ received: [String]) -> Int {
+        received.reduce(0) { total, request in
+            let lines = request.split(separator: "\n")
+            guard lines.count > 1 else { return total + 1 }
+            return total + lines.dropFirst().filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("changeset") }.count
+        }
+    }
+
+    @Test(arguments: [UInt64(1), 2, 3, 4, 5, 6, 7, 8])
+    func randomQueuesReachTheSameBackendStateWithNoMoreRequests(seed: UInt64) async throws {
+        let plain = try await ShopFixture.start()
+        let optimized = try await ShopFixture.start()
+        defer { Task { await plain.stop(); await optimized.stop() } }
+        let plainProvider = try await plain.provider { $0.maxRequestsPerBatch = 7 }
+        let optimizedProvider = try await optimized.provider {
+            $0.maxRequestsPerBatch = 7
+            $0.enableRequestQueueOptimization = seed % 3 != 2
+            $0.enableUndoLocalCreation = seed % 3 != 1
+            $0.enableTransactionBuilder = seed % 3 != 1
+        }
+        let changes = try await Self.generate(seed: seed, length: 60, providers: [plainProvider, optimizedProvider])
+        try await plainProvider.upload()
+        try await optimizedProvider.upload()
+        let context = changes.map(\.description).joined(separator: "\n")
+        #expect(try await plainProvider.readEntities("ErrorArchive").isEmpty, "\(context)")
+        #expect(try await optimizedProvider.readEntities("ErrorArchive").isEmpty, "\(context)")
+        let plainRequests = Self.operations(await plain.received())
+        let optimizedRequests = Self.operations(await optimized.received())
+        #expect(optimizedRequests <= plainRequests)
+        let expected = try await Self.state(plain)
+        let actual = try await Self.state(optimized)
+        #expect(actual == expected, "\(context)")
+        // The local stores agree with their backends too.
+        #expect(try await optimizedProvider.isRequestQueueEmpty)
+        print("random queue \(seed): \(changes.count) changes, \(plainRequests) requests sent plain, \(optimizedRequests) with the algorithms")
+    }
+}

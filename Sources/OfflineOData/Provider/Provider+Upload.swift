@@ -375,6 +375,8 @@ extension OfflineODataProvider {
                                               [.text(set), .text(localPredicate), .text(serverPredicate)])
             _ = try writer.connection.execute("UPDATE oo_queue SET entity_key = ? WHERE entity_set = ? AND entity_key = ?",
                                               [.text(serverPredicate), .text(set), .text(localPredicate)])
+            // A backend may give a key again after deleting its entity: what was kept for the old one is stale.
+            _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(serverPredicate)])
             _ = try writer.connection.execute("UPDATE oo_original SET entity_key = ? WHERE entity_set = ? AND entity_key = ?",
                                               [.text(serverPredicate), .text(set), .text(localPredicate)])
             let stillPending = try writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND status = 'pending'", [.text(set), .text(serverPredicate)])
