@@ -44,9 +44,17 @@ final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
 struct OfflineStoreOptions: ParsableArguments {
     @Option(help: "The store file (created by `offline open`).") var store: String
     @Option(help: "The store's encryption key.") var key: String?
+    @Flag(name: .customLong("optimize-queue"), help: "Combine queued requests before upload (SPEC §6.1).") var optimizeQueue = false
+    @Flag(name: .customLong("undo-local-creation"), help: "Drop requests of entities created and deleted locally (SPEC §6.2).") var undoLocalCreation = false
+    @Flag(name: .customLong("transaction-builder"), help: "Group requests by transaction ID into change sets (SPEC §6.3).") var transactionBuilder = false
+    @Flag(name: .customLong("individual-error-deletion"), help: "Delete single ErrorArchive rows with their dependants (SPEC §7).") var individualErrorDeletion = false
 
     func parameters() -> OfflineODataParameters {
         var parameters = OfflineODataParameters()
+        parameters.enableRequestQueueOptimization = optimizeQueue
+        parameters.enableUndoLocalCreation = undoLocalCreation
+        parameters.enableTransactionBuilder = transactionBuilder
+        parameters.enableIndividualErrorArchiveDeletion = individualErrorDeletion
         let url = URL(fileURLWithPath: store)
         parameters.storePath = url.deletingLastPathComponent().path
         parameters.storeName = url.lastPathComponent.hasSuffix(".db") ? String(url.lastPathComponent.dropLast(3)) : url.lastPathComponent
@@ -194,16 +202,23 @@ struct OfflineCommand: AsyncParsableCommand {
     }
 
     struct Errors: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show the ErrorArchive; --clear deletes it and reverts those changes.")
+        static let configuration = CommandConfiguration(
+            abstract: "Show the ErrorArchive; --clear deletes it and reverts those changes.",
+            discussion: "With --individual-error-deletion, --delete ID removes only that request and the requests that depend on it.")
         @OptionGroup var options: OfflineStoreOptions
         @Flag(help: "Clear the archive.") var clear = false
+        @Option(help: "Delete the row of this request ID.") var delete: Int64?
 
         func run() async throws {
             let provider = try await options.provider()
             let rows = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
             for row in rows { print(describe(row, ["RequestID", "HTTPStatusCode", "Code", "Message", "RequestMethod", "RequestURL", "CustomTag"])) }
             if rows.isEmpty { print("the ErrorArchive is empty") }
-            if clear, let first = rows.first, case .primitive(.int64(let id))? = first["RequestID"] {
+            if let delete {
+                _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(delete))")
+                let left = try await provider.readEntities("ErrorArchive").count
+                print("deleted; \(rows.count - left) entries removed and their changes reverted, \(left) left")
+            } else if clear, let first = rows.first, case .primitive(.int64(let id))? = first["RequestID"] {
                 _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
                 print("cleared \(rows.count) entries and reverted their changes")
             }
@@ -212,13 +227,21 @@ struct OfflineCommand: AsyncParsableCommand {
     }
 
     struct Queue: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show the request queue.")
+        static let configuration = CommandConfiguration(
+            abstract: "Show the request queue.",
+            discussion: "With --optimize-queue or --undo-local-creation, the algorithms run first and the queue shows their result.")
         @OptionGroup var options: OfflineStoreOptions
 
         func run() async throws {
             let provider = try await options.provider()
+            if options.optimizeQueue || options.undoLocalCreation {
+                let removed = try await provider.applyQueueAlgorithms()
+                print("the queue algorithms removed \(removed) requests")
+            }
             let rows = try await provider.readEntities("RequestQueue?$orderby=RequestID")
-            for row in rows { print(describe(row, ["RequestID", "Status", "RequestMethod", "RequestURL", "CustomTag", "UploadCategory"])) }
+            for row in rows {
+                print(describe(row, ["RequestID", "Status", "RequestMethod", "RequestURL", "RequestBody", "TransactionID", "CustomTag", "UploadCategory"]))
+            }
             if rows.isEmpty { print("the request queue is empty") }
             await provider.close()
         }
@@ -236,14 +259,16 @@ struct OfflineCommand: AsyncParsableCommand {
     }
 
     struct Undo: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Undo the pending changes of one entity.")
+        static let configuration = CommandConfiguration(abstract: "Undo the pending changes of entities, and of the changes that depend on them.")
         @OptionGroup var options: OfflineStoreOptions
-        @Argument(help: "The entity, e.g. \"BusinessPartners('BP1')\".") var url: String
+        @Argument(help: "The entities, e.g. \"BusinessPartners('BP1')\".") var urls: [String]
 
         func run() async throws {
             let provider = try await options.provider()
-            try await provider.undoPendingChanges(forURL: url)
-            print("undid the pending changes of \(url)")
+            let before = try await provider.readEntities("RequestQueue").count
+            try await provider.undoPendingChanges(forURLs: urls)
+            let after = try await provider.readEntities("RequestQueue").count
+            print("undid the pending changes of \(urls.joined(separator: ", ")); \(before - after) queued requests removed")
             await provider.close()
         }
     }

@@ -77,6 +77,16 @@ import Testing
         #expect(read.out.contains(#""Phone":"cli""#), "\(read.out)")
         _ = try run(["offline", "delete"] + store + ["BusinessPartners('BP2')"])
         #expect(try run(["offline", "undo"] + store + ["BusinessPartners('BP2')"]).status == 0)
+        // Queue algorithms: two updates of one entity become one; undo takes several entities.
+        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Phone":"one"}"#])
+        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Email":"two@example.com"}"#])
+        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP3')", #"{"Phone":"three"}"#])
+        let optimized = try run(["offline", "queue", "--optimize-queue"] + store).out
+        #expect(optimized.contains("the queue algorithms removed 1 requests"), "\(optimized)")
+        #expect(optimized.contains(#"RequestBody={"Phone":"one","Email":"two@example.com"}"#), "\(optimized)")
+        let undone = try run(["offline", "undo"] + store + ["BusinessPartners('BP1')", "BusinessPartners('BP3')"]).out
+        #expect(undone.contains("2 queued requests removed"), "\(undone)")
+        #expect(try run(["offline", "queue"] + store).out.contains("the request queue is empty"))
         #expect(try run(["offline", "read"] + store + ["BusinessPartners('BP2')?$select=PartnerID"]).out.contains("BP2"))
         #expect(try run(["offline", "events"] + store).out.contains("Type=Upload"))
         let wrongKey = try run(["offline", "read", "--store", folder.appendingPathComponent("cli.db").path, "--key", "wrong", "BusinessPartners"])

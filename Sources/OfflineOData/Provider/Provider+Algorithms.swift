@@ -3,6 +3,24 @@ import ODataCore
 import ODataStore
 
 extension OfflineODataProvider {
+    /// Runs the queue algorithms the parameters turn on (SPEC §6.1 and §6.2) now rather than
+    /// at the next upload, so that the RequestQueue shows their result. Returns how many
+    /// queued requests they removed.
+    @discardableResult
+    public func applyQueueAlgorithms() async throws -> Int {
+        let store = try openStore()
+        guard !busy else { throw OfflineODataError(.invalidRequest, "Another upload or download is running") }
+        busy = true
+        defer { busy = false }
+        let before = try await store.read { reader in try Self.loadQueue(reader.connection, status: "pending").count }
+        var plan: [OfflineODataProgressStep] = []
+        if parameters.enableRequestQueueOptimization { plan.append(.performingRequestQueueMerge) }
+        if parameters.enableUndoLocalCreation { plan.append(.performingCreateDeleteMerge) }
+        if parameters.enableTransactionBuilder { plan.append(.performingTransactionMerge) }
+        let units = try await prepareQueue(store: store, model: store.model, categories: nil, progress: reporter(.upload, plan))
+        return before - units.reduce(0) { $0 + $1.count }
+    }
+
     /// Loads the requests to upload and runs the queue algorithms the parameters turn on, in
     /// SPEC §6's order; what they change is written back to the queue (and so shows in the
     /// RequestQueue entity set). Returns the requests grouped into change sets.

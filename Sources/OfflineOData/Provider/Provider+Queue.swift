@@ -524,4 +524,18 @@ extension OfflineODataProvider {
         }
         try await undoPendingChanges(for: set, key: key)
     }
+
+    /// Undoes the pending changes of every entity the URLs name, together.
+    public func undoPendingChanges(forURLs urls: [String]) async throws {
+        let store = try openStore()
+        var entities: [(entitySet: String, key: [String: PrimitiveValue])] = []
+        for url in urls {
+            let mapped = try await rewriteLocalKeys(url, store: store)
+            guard let (set, key) = Keys.parse(mapped, model: store.model, serviceRoot: serviceRoot) else {
+                throw OfflineODataError(.invalidRequest, "\(url) does not name one entity by key")
+            }
+            entities.append((set, key))
+        }
+        try await undoPendingChanges(for: entities)
+    }
 }
