@@ -568,7 +568,7 @@ struct GeneratedChange: CustomStringConvertible {
         }
     }
 
-    @Test(arguments: [UInt64(1), 2, 3, 4, 5, 6, 7, 8])
+    @Test(arguments: [UInt64(1), 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12])
     func randomQueuesReachTheSameBackendStateWithNoMoreRequests(seed: UInt64) async throws {
         let plain = try await ShopFixture.start()
         let optimized = try await ShopFixture.start()
@@ -576,9 +576,11 @@ struct GeneratedChange: CustomStringConvertible {
         let plainProvider = try await plain.provider { $0.maxRequestsPerBatch = 7 }
         let optimizedProvider = try await optimized.provider {
             $0.maxRequestsPerBatch = 7
-            $0.enableRequestQueueOptimization = seed % 3 != 2
-            $0.enableUndoLocalCreation = seed % 3 != 1
-            $0.enableTransactionBuilder = seed % 3 != 1
+            // Seeds 4, 8, 12: all three; 1, 5, 9: optimization; 2, 6, 10: undo local creation and
+            // the transaction builder; 3, 7, 11: the transaction builder alone.
+            $0.enableRequestQueueOptimization = seed % 4 < 2
+            $0.enableUndoLocalCreation = seed % 4 == 0 || seed % 4 == 2
+            $0.enableTransactionBuilder = seed % 4 != 1
         }
         let changes = try await Self.generate(seed: seed, length: 60, providers: [plainProvider, optimizedProvider])
         try await plainProvider.upload()

@@ -29,7 +29,7 @@ enum QueueAlgorithms {
                 defer { earlier -= 1 }
                 guard alive[earlier] else { continue }
                 if list[earlier].entity == request.entity { break }
-                if !list[earlier].touched.isDisjoint(with: request.touched) { blocked = true; break }
+                if list[earlier].conflicts(with: request) { blocked = true; break }
             }
             earlier += 1
             guard !blocked, earlier >= 0, earlier < later, alive[earlier], list[earlier].entity == request.entity else { continue }
@@ -171,7 +171,7 @@ enum QueueAlgorithms {
             }
             if let index = open[transaction] {
                 let between = units[(index + 1)...].joined()
-                let independent = between.allSatisfy { $0.touched.isDisjoint(with: entry.touched) }
+                let independent = between.allSatisfy { !$0.conflicts(with: entry) }
                 let unmodifiableClash = entry.request.options.unmodifiableRequest
                     && units[index].contains { $0.request.options.unmodifiableRequest && $0.entity == entry.entity }
                 if independent && !unmodifiableClash {

@@ -25,6 +25,10 @@ struct QueueEntry: Sendable {
     var bound: Set<String>
     /// Entities a delete removed through `OnDelete` cascades, recorded when it was made.
     var cascade: [String]
+    /// For a delete: the entity sets its cascade can reach on the backend, whatever the local
+    /// store held when it was made (children deleted locally before still exist there until
+    /// their own delete arrives).
+    var cascadeSets: Set<String> = []
 
     var id: Int64 { request.id }
     var isSent: Bool { request.firstSent != nil }
@@ -37,6 +41,17 @@ struct QueueEntry: Sendable {
         if let entity { result.insert(entity) }
         if case .link = kind { result.formUnion(references) }
         return result
+    }
+
+    /// The entity sets of `touched`.
+    var touchedSets: Set<String> { Set(touched.map { String($0.prefix { $0 != "(" }) }) }
+
+    /// Whether the two requests must keep their order: they touch a common entity, or one is
+    /// a delete whose cascade can reach an entity set the other touches.
+    func conflicts(with other: QueueEntry) -> Bool {
+        if !touched.isDisjoint(with: other.touched) { return true }
+        if !cascadeSets.isEmpty, !cascadeSets.isDisjoint(with: other.touchedSets) { return true }
+        return !other.cascadeSets.isEmpty && !other.cascadeSets.isDisjoint(with: touchedSets)
     }
 
     /// Whether `self` (later in the queue) depends on `earlier`: it touches an entity
@@ -88,7 +103,24 @@ extension QueueEntry {
             default: kind = .other
             }
         }
-        return QueueEntry(request: request, kind: kind, entity: entity, references: references, bound: bound, cascade: request.cascade.map(mapped))
+        var entry = QueueEntry(request: request, kind: kind, entity: entity, references: references, bound: bound, cascade: request.cascade.map(mapped))
+        if kind == .delete, let set = request.entitySet { entry.cascadeSets = cascadeSets(from: set, model: model) }
+        return entry
+    }
+
+    /// Entity sets reachable from `entitySet` through navigation properties with `OnDelete`
+    /// cascade, transitively.
+    static func cascadeSets(from entitySet: String, model: Model) -> Set<String> {
+        var result: Set<String> = []
+        var work = [entitySet]
+        while let set = work.popLast() {
+            guard let type = model.entityType(ofEntitySet: set) else { continue }
+            for navigation in model.allNavigationProperties(ofStructuredType: type.qualifiedName) where navigation.onDelete == .cascade {
+                guard let target = model.targetEntitySet(from: set, navigationPath: navigation.name)?.name, result.insert(target).inserted else { continue }
+                work.append(target)
+            }
+        }
+        return result
     }
 
     /// Entity references in a request body: `@odata.bind`, `@odata.id`, V2 `__metadata.uri`
