@@ -134,7 +134,7 @@ let before = await transport.counter.requests
 var queued = 0
 if case .count(let n) = try await provider.read("RequestQueue/$count") { queued = Int(n) }
 // Keep exactly 1,000 queued changes.
-for i in 1..<(queued - 999) { try await provider.undoPendingChanges(forURL: "Products(\(i))") }
+if queued > 1000 { try await provider.undoPendingChanges(forURLs: (1..<(queued - 999)).map { "Products(\($0))" }) }
 if case .count(let n) = try await provider.read("RequestQueue/$count") { queued = Int(n) }
 let batchSize = parameters.maxRequestsPerBatch
 let uploadTime = try await seconds { try await provider.upload() }

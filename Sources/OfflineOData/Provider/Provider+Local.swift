@@ -124,8 +124,10 @@ extension OfflineODataProvider {
         if verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "MERGE", !target.isRef {
             let entity = try Self.entity(fromBody: body, method: verb, url: url, target: target, model: model)
             change.entity = entity
-            let keyMap = try await store.read { reader in try Self.keyMap(reader.connection) }
-            change.binds = Self.binds(of: entity, model: model, serviceRoot: serviceRoot) { keyMap[$0] ?? $0 }
+            if entity.navigation.contains(where: { $0.bind != nil }) {
+                let keyMap = try await store.read { reader in try Self.keyMap(reader.connection) }
+                change.binds = Self.binds(of: entity, model: model, serviceRoot: serviceRoot) { keyMap[$0] ?? $0 }
+            }
         }
         if target.isRef, verb != "DELETE" {
             let json = try? JSONValue.parse(body)
