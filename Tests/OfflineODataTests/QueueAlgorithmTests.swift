@@ -373,6 +373,13 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         try await provider.send("PATCH", "Customers(102)", #"{"Name":"two"}"#)
         try await provider.send("PATCH", "Customers(101)", #"{"City":"three"}"#)
         try await provider.upload()
+        #expect(await fixture.received() == ["""
+            POST $batch
+              changeset
+                PATCH Customers(101) {"Name":"one"}
+              changeset
+                PATCH Customers(102) {"Name":"two"}
+            """], "request 3 is not sent")
         try await provider.send("PATCH", "Customers(102)", #"{"City":"four"}"#)
         let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
         #expect(try await ids(provider, "ErrorArchive") == [1, 2, 3])
@@ -398,6 +405,15 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         #expect(try await customer(provider, 101) == "Downloaded 101 Walldorf")
         #expect(try await customer(provider, 102) == "Downloaded 102 four", "the unsent request 4 stays applied")
         #expect(count(try await provider.read("Customers?$filter=sap.inErrorState()")) == 0)
+        // What stays is sent by the next upload.
+        await fixture.server.service.faults.set([])
+        try await provider.upload()
+        #expect(await fixture.received() == ["""
+            POST $batch
+              changeset
+                PATCH Customers(102) {"City":"four"}
+            """])
+        #expect(try await fixture.backend("Customers?$orderby=CustomerID").map { $0["City"]?.stringValue ?? "" } == ["Walldorf", "four"])
     }
 
     @Test func errorArchiveIndividualDeletionOfThree() async throws {
@@ -408,6 +424,12 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         #expect(try await ids(provider, "RequestQueue") == [1, 2, 4])
         #expect(try await customer(provider, 101) == "one Walldorf", "request 1 stays applied locally")
         #expect(count(try await provider.read("Customers?$filter=sap.inErrorState()")) == 2)
+        // Failed requests stay in the archive and are not sent again; request 4 depends on 2,
+        // so it is not sent either and joins the archive.
+        await fixture.server.service.faults.set([])
+        try await provider.upload()
+        #expect(await fixture.received() == [])
+        #expect(try await ids(provider, "ErrorArchive") == [1, 2, 4])
     }
 
     @Test func errorArchiveIndividualDeletionOfOne() async throws {
@@ -420,6 +442,12 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         #expect(try await customer(provider, 102) == "two four")
         #expect(count(try await provider.read("Customers?$filter=sap.inErrorState()")) == 1)
         #expect(count(try await provider.read("Customers?$filter=isLocal()")) == 1)
+        // Request 4 still waits behind the failed request 2 (same entity).
+        await fixture.server.service.faults.set([])
+        try await provider.upload()
+        #expect(await fixture.received() == [])
+        #expect(try await ids(provider, "ErrorArchive") == [2, 4])
+        #expect(try await fixture.backend("Customers?$orderby=CustomerID").map { $0["Name"]?.stringValue ?? "" } == ["Downloaded 101", "Downloaded 102"])
     }
 
     @Test func errorArchiveIndividualDeletionOfTwo() async throws {

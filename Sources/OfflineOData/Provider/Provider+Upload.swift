@@ -36,7 +36,16 @@ extension OfflineODataProvider {
         let units = try await prepareQueue(store: store, model: model, categories: categories, progress: progress)
         let total = units.reduce(0) { $0 + $1.count }
         let builder = parameters.enableTransactionBuilder
-        var failedEntities: [String: Int64] = [:]
+        // Entities of requests still in the ErrorArchive: later requests on them wait until
+        // the app resolves the failure (SPEC §7), and are archived as dependants.
+        let root = serviceRoot
+        var failedEntities = try await store.read { reader -> [String: Int64] in
+            let failed = QueueEntry.analyse(try Self.loadQueue(reader.connection, status: "failed"), model: model, serviceRoot: root,
+                                            keyMap: try Self.keyMap(reader.connection))
+            var map: [String: Int64] = [:]
+            for entry in failed { for reference in entry.changed where map[reference] == nil { map[reference] = entry.id } }
+            return map
+        }
         var sent = 0
         var succeeded = 0
         var failed = 0
