@@ -12,11 +12,12 @@ import PayloadFixtures
 // 2. peak resident memory of the process after that open (run with a large N in its own process);
 // 3. local create/update throughput vs hand-written SQL doing the same two inserts per change;
 // 4. upload of 1,000 queued changes: HTTP round trips and time.
-// Usage: OfflineRatio [N] [pageSize]
+// Usage: OfflineRatio [N] [pageSize] [open]   (`open`: only the open and its peak memory)
 
 let arguments = CommandLine.arguments
 let count = arguments.count > 1 ? Int(arguments[1]) ?? 100_000 : 100_000
 let pageSize = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
+let openOnly = arguments.count > 3 && arguments[3] == "open"
 
 func seconds(_ body: () async throws -> Void) async rethrows -> Double {
     let start = DispatchTime.now().uptimeNanoseconds
@@ -78,6 +79,11 @@ guard case .count(let stored) = try await provider.read("Products/$count"), stor
     fatalError("the open did not store every entity")
 }
 let openRequests = await transport.counter.requests
+if openOnly {
+    print(String(format: "1. open: %.2f s = %.0f entities/s (%d HTTP requests)", openTime, Double(count) / openTime, openRequests))
+    print(String(format: "2. peak RSS after the open (server and client in one process): %.0f MiB", rssAfterOpen))
+    exit(0)
+}
 
 // Baseline: fetch the same pages once, then time JSONSerialization parsing them.
 var pages: [Data] = []

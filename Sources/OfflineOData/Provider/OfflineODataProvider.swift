@@ -241,9 +241,10 @@ public actor OfflineODataProvider {
     }
 
     private func createAndFill(_ path: String) async throws {
-        // In the order the steps happen: everything is fetched before the store file is made.
-        let progress = reporter(.open, [.loadingMetadata, .processingDefiningQueries, .receivingDataFromServer, .analyzingReceivedData,
-                                        .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .buildingEntityStore])
+        // Steps in the order they happen. Pages go into the new store as they arrive (memory
+        // stays flat); any failure deletes the file, so a backend error leaves nothing behind.
+        let progress = reporter(.open, [.loadingMetadata, .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .processingDefiningQueries,
+                                        .receivingDataFromServer, .buildingEntityStore, .analyzingReceivedData])
         report(progress, .loadingMetadata)
         let metadata = try await send(method: "GET", url: "$metadata", headers: ["Accept": "application/xml"], expect: 200)
         let backendModel: Model
@@ -255,9 +256,6 @@ public actor OfflineODataProvider {
         serviceVersion = backendModel.version
         let model = try LocalSchema.extend(backendModel)
         for query in definingQueries { _ = try Self.entitySet(of: query.query, model: model) }
-        // Fetch every defining query before the file exists: a backend failure leaves nothing behind.
-        let fetched = try await fetchDefiningQueries(definingQueries.map { ($0, nil) }, model: model, progress: progress)
-        report(progress, .analyzingReceivedData)
         report(progress, .creatingBootStrapDatabase)
         let created = try await Store.create(path: path, model: model, key: parameters.storeEncryptionKey)
         do {
@@ -272,9 +270,23 @@ public actor OfflineODataProvider {
                                                       [.text(query.name), .text(query.query), .integer(query.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal + 1))])
                 }
             }
-            report(progress, .buildingEntityStore)
-            let summary = try await apply(fetched, to: created, initial: true)
-            try await logEvent(in: created, type: "Open", details: summary)
+            // A set is bulk-filled by the first query that covers it; later queries over it upsert.
+            var bulkSets: [String: Set<String>] = [:]
+            var claimed: Set<String> = []
+            for query in queries {
+                let set = try Self.entitySet(of: query.query, model: model)
+                bulkSets[query.name] = claimed.contains(set) ? [] : [set]
+                claimed.formUnion(try Self.coveredSets(of: query.query, model: model))
+                claimed.insert(set)
+            }
+            let read = try await fetchDefiningQueries(queries.map { ($0, nil) }, model: model, progress: progress) { page in
+                self.report(progress, .buildingEntityStore)
+                _ = try await self.apply([page], to: created, bulkSets: bulkSets[page.name] ?? [])
+            }
+            report(progress, .analyzingReceivedData)
+            let pages = read.reduce(0) { $0 + $1.pages }
+            let entities = read.reduce(0) { $0 + $1.received }
+            try await logEvent(in: created, type: "Open", details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
         } catch {
             created.close()
             for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }

@@ -11,6 +11,9 @@ struct FetchedQuery: Sendable {
     var deltaLink: String?
     /// True when this was a delta; false for a full read (then missing rows are deletions).
     var isDelta = false
+    /// Pages and entities read (also when the pages went to a handler).
+    var pages = 0
+    var received = 0
 }
 
 extension OfflineODataProvider {
@@ -50,8 +53,11 @@ extension OfflineODataProvider {
     /// Asks a running download to stop at the next safe point; nothing is half-applied.
     public func cancelDownload() { cancelDownloadRequested = true }
 
-    /// Reads each query (its delta link when there is one), following next links.
-    func fetchDefiningQueries(_ queries: [(OfflineODataDefiningQuery, String?)], model: Model, progress: ProgressReporter) async throws -> [FetchedQuery] {
+    /// Reads each query (its delta link when there is one), following next links. With
+    /// `onPage`, each page goes to it as soon as it is read and nothing is collected (the
+    /// first open streams into the new store this way, so memory stays flat).
+    func fetchDefiningQueries(_ queries: [(OfflineODataDefiningQuery, String?)], model: Model, progress: ProgressReporter,
+                              onPage: ((FetchedQuery) async throws -> Void)? = nil) async throws -> [FetchedQuery] {
         var results: [FetchedQuery] = []
         for (query, deltaLink) in queries {
             report(progress, .processingDefiningQueries, ["name": query.name, "url": "/" + query.query])
@@ -82,9 +88,17 @@ extension OfflineODataProvider {
                 } catch {
                     throw OfflineODataError(.backend, "Defining query \(query.name): the response to GET \(absoluteURL(url)) is not a valid collection: \(error)")
                 }
-                result.entities += page.entities
-                result.deleted += page.deleted
-                if page.deltaLink != nil { result.deltaLink = page.deltaLink }
+                result.pages += 1
+                result.received += page.entities.count
+                if let onPage {
+                    var chunk = FetchedQuery(name: query.name, entitySet: set, entities: page.entities, deleted: page.deleted, deltaLink: page.deltaLink)
+                    chunk.isDelta = result.isDelta
+                    try await onPage(chunk)
+                } else {
+                    result.entities += page.entities
+                    result.deleted += page.deleted
+                    if page.deltaLink != nil { result.deltaLink = page.deltaLink }
+                }
                 next = page.nextLink
             }
             results.append(result)
@@ -95,7 +109,9 @@ extension OfflineODataProvider {
     /// Applies fetched data in one transaction: upserts, deletions and, for full reads, a
     /// local diff. Rows with pending local changes keep their local state (the changes are
     /// reapplied on top). Returns a one-line summary.
-    func apply(_ fetched: [FetchedQuery], to store: Store, initial: Bool = false) async throws -> String {
+    /// `bulkSets`: entity sets still empty in a new store, filled by these pages alone, where
+    /// plain entities go in without per-row lookups (the first open).
+    func apply(_ fetched: [FetchedQuery], to store: Store, bulkSets: Set<String> = []) async throws -> String {
         let model = store.model
         let root = serviceRoot
         let allQueries = definingQueries
@@ -105,21 +121,15 @@ extension OfflineODataProvider {
             var deleted = 0
             var seen: [String: Set<String>] = [:]
             var fullSets: Set<String> = []
-            var filledSets: Set<String> = []
+            let initial = !bulkSets.isEmpty
             for query in fetched {
                 // The first fill of an empty set: plain entities go in with one prepared
                 // statement (no per-row lookups); expanded ones take the general path.
-                let bulk = initial && !filledSets.contains(query.entitySet)
-                filledSets.insert(query.entitySet)
+                let bulk = bulkSets.contains(query.entitySet)
                 if bulk {
                     let plain = query.entities.filter { entity in !entity.navigation.contains { $0.inline != nil } }
                     try writer.bulkInsert(plain, into: query.entitySet)
                     upserted += plain.count
-                    for entity in plain {
-                        if let key = Keys.key(of: entity, in: query.entitySet, model: model) {
-                            seen[query.entitySet, default: []].insert(Keys.predicate(key, in: query.entitySet, model: model))
-                        }
-                    }
                 }
                 for entity in query.entities where !bulk || entity.navigation.contains(where: { $0.inline != nil }) {
                     upserted += try Self.applyEntity(entity, in: query.entitySet, writer: writer, model: model, seen: &seen)
@@ -129,7 +139,7 @@ extension OfflineODataProvider {
                     if try writer.reader.bookkeeping(in: query.entitySet, key: key)?.pending == true { continue }
                     if try writer.delete(from: query.entitySet, key: key) { deleted += 1 }
                 }
-                if !query.isDelta {
+                if !query.isDelta && !initial {
                     // A full read also returns every child of its expands.
                     if let covered = allQueries.first(where: { $0.name == query.name }).flatMap({ try? Self.coveredSets(of: $0.query, model: model) }) {
                         fullSets.formUnion(covered)
