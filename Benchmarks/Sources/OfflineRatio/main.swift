@@ -12,12 +12,15 @@ import PayloadFixtures
 // 2. peak resident memory of the process after that open (run with a large N in its own process);
 // 3. local create/update throughput vs hand-written SQL doing the same two inserts per change;
 // 4. upload of 1,000 queued changes: HTTP round trips and time.
-// Usage: OfflineRatio [N] [pageSize] [open]   (`open`: only the open and its peak memory)
+// Usage: OfflineRatio [N] [pageSize] [open]
+//   `open`: only the open and its peak memory, with the server in a child process
+//   (`OfflineRatio N pageSize serve`), so that the peak is the offline client's alone.
 
 let arguments = CommandLine.arguments
 let count = arguments.count > 1 ? Int(arguments[1]) ?? 100_000 : 100_000
 let pageSize = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
 let openOnly = arguments.count > 3 && arguments[3] == "open"
+let serveOnly = arguments.count > 3 && arguments[3] == "serve"
 
 func seconds(_ body: () async throws -> Void) async rethrows -> Double {
     let start = DispatchTime.now().uptimeNanoseconds
@@ -50,28 +53,61 @@ struct CountingTransport: Transport {
     }
 }
 
+// The backend: in this process, or (open mode) in a child process that prints its root.
+var serviceRoot: URL
+var child: Process?
+if openOnly {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+    process.arguments = ["\(count)", "\(pageSize)", "serve"]
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    try process.run()
+    child = process
+    var line = Data()
+    while !line.contains(UInt8(ascii: "\n")) {
+        let byte = pipe.fileHandleForReading.readData(ofLength: 1)
+        guard !byte.isEmpty else { fatalError("the server process ended early") }
+        line.append(byte)
+    }
+    guard let root = URL(string: String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) else { fatalError("no root") }
+    serviceRoot = root
+} else {
+    serviceRoot = URL(fileURLWithPath: "/")
+}
 let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offline-bench-\(UUID().uuidString)")
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 defer { try? FileManager.default.removeItem(at: directory) }
 let model = try MetadataParser().parse(ProductModel.metadata)
-
-// The backend: the reference server with N products.
-let backendStore = try await Store.create(path: directory.appendingPathComponent("backend.sqlite").path, model: model)
-var options = ODataService.Options()
-options.pageSize = pageSize
-let service = try await ODataService.open(store: backendStore, options: options)
-for start in stride(from: 0, to: count, by: 10_000) {
-    try await service.load([("Products", (start..<min(start + 10_000, count)).map(ProductModel.product))])
+let server: EmbeddedServer?
+if openOnly {
+    server = nil
+} else {
+    // The backend: the reference server with N products.
+    let backendStore = try await Store.create(path: directory.appendingPathComponent("backend.sqlite").path, model: model)
+    var options = ODataService.Options()
+    options.pageSize = pageSize
+    let service = try await ODataService.open(store: backendStore, options: options)
+    for start in stride(from: 0, to: count, by: 10_000) {
+        try await service.load([("Products", (start..<min(start + 10_000, count)).map(ProductModel.product))])
+    }
+    let started = try await EmbeddedServer.start(service)
+    server = started
+    serviceRoot = started.v4Root
+    if serveOnly {
+        FileHandle.standardOutput.write(Data((started.v4Root.absoluteString + "\n").utf8))
+        while true { try await Task.sleep(nanoseconds: 1_000_000_000) }
+    }
 }
-let server = try await EmbeddedServer.start(service)
-print("entities: \(count), server page size \(pageSize), keyed offline store")
+print("entities: \(count), server page size \(pageSize), keyed offline store\(openOnly ? ", server in a child process" : "")")
+let rssBeforeOpen = peakRSSMiB()
 
 // 1. Initial open, end to end.
 let transport = CountingTransport()
 var parameters = OfflineODataParameters()
 parameters.storePath = directory.path
 parameters.storeEncryptionKey = "bench-key"
-let provider = OfflineODataProvider(serviceRoot: server.v4Root, parameters: parameters, transport: transport)
+let provider = OfflineODataProvider(serviceRoot: serviceRoot, parameters: parameters, transport: transport)
 try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Products", query: "Products"))
 let openTime = try await seconds { try await provider.open() }
 let rssAfterOpen = peakRSSMiB()
@@ -81,13 +117,14 @@ guard case .count(let stored) = try await provider.read("Products/$count"), stor
 let openRequests = await transport.counter.requests
 if openOnly {
     print(String(format: "1. open: %.2f s = %.0f entities/s (%d HTTP requests)", openTime, Double(count) / openTime, openRequests))
-    print(String(format: "2. peak RSS after the open (server and client in one process): %.0f MiB", rssAfterOpen))
+    print(String(format: "2. peak RSS of the offline client: %.0f MiB (%.0f MiB before the open)", rssAfterOpen, rssBeforeOpen))
+    child?.terminate()
     exit(0)
 }
 
 // Baseline: fetch the same pages once, then time JSONSerialization parsing them.
 var pages: [Data] = []
-var next: String? = server.v4Root.absoluteString + "Products"
+var next: String? = serviceRoot.absoluteString + "Products"
 let fetchStart = DispatchTime.now().uptimeNanoseconds
 while let url = next {
     let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: url), timeout: 120)
@@ -148,4 +185,4 @@ let roundTrips = await transport.counter.requests - before
 print(String(format: "4. upload of %d changes: %d HTTP round trips (goal ⌈%d/%d⌉ = %d), %.2f s", queued, roundTrips, queued, batchSize,
              (queued + batchSize - 1) / batchSize, uploadTime))
 await provider.close()
-await server.stop()
+await server?.stop()

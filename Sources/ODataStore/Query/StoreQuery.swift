@@ -186,25 +186,46 @@ struct QueryExecutor {
             let rows = try reader.db.query("SELECT count(*) FROM \(fromClause) WHERE " + whereClause.sql, whereClause.arguments)
             if case .integer(let n)? = rows.first?.first { collection.count = n }
         }
-        let skipToken = parsed.query.skipToken.flatMap { Int($0) } ?? 0
-        let skip = (parsed.query.skip ?? 0) + skipToken
+        // `$skiptoken`: `r<rowid>o<n>` resumes after that row in key order (no OFFSET scan,
+        // so the last page of a large set costs what the first does); a plain number, or a
+        // row that is gone, resumes after n rows.
+        var skipToken = 0
+        var afterRow: Int64?
+        if let token = parsed.query.skipToken {
+            if token.hasPrefix("r"), let o = token.firstIndex(of: "o") {
+                afterRow = Int64(token[token.index(after: token.startIndex)..<o])
+                skipToken = Int(token[token.index(after: o)...]) ?? 0
+            } else {
+                skipToken = Int(token) ?? 0
+            }
+        }
+        let keyset = bound.orderBy.isEmpty
+        var keysetCondition: SQLFragment?
+        if keyset, let afterRow, try !reader.db.query("SELECT 1 FROM \(q(source.table.name)) WHERE _rowid = ?", [.integer(afterRow)]).isEmpty {
+            let columns = source.table.keyColumns.map { "t0.\(q($0))" }.joined(separator: ", ")
+            let selected = source.table.keyColumns.map(q).joined(separator: ", ")
+            keysetCondition = SQLFragment("(\(columns)) > (SELECT \(selected) FROM \(q(source.table.name)) WHERE _rowid = ?)", [.integer(afterRow)])
+        }
+        let skip = keysetCondition == nil ? (parsed.query.skip ?? 0) + skipToken : 0
         var limit = parsed.query.top.map { max(0, $0 - skipToken) }
         var paged = false
         if let pageSize, pageSize > 0, limit.map({ $0 > pageSize }) ?? true {
             limit = pageSize + 1
             paged = true
         }
-        var rows = try rowids(fromClause, whereClause, order: try orderBy(source.table), limit: limit, offset: skip)
+        let pageWhere = keysetCondition.map { "(" + whereClause + ") AND " + $0 } ?? whereClause
+        var rows = try rowids(fromClause, pageWhere, order: try orderBy(source.table), limit: limit, offset: skip)
         if paged && rows.count > (pageSize ?? 0) {
             rows.removeLast()
-            collection.nextLink = nextLink(skipToken: skipToken + rows.count)
+            let returned = skipToken + rows.count
+            collection.nextLink = nextLink(skipToken: keyset ? "r\(rows.last ?? 0)o\(returned)" : "\(returned)")
         }
         collection.entities = try load(source.table, rows, options: parsed.query, boundExpand: bound.expand)
         return .collection(collection)
     }
 
     /// The next-page URL: the same request with `$skiptoken` set to the rows already returned.
-    func nextLink(skipToken: Int) -> String {
+    func nextLink(skipToken: String) -> String {
         var base = url
         var query = ""
         if let question = url.firstIndex(of: "?") {
