@@ -421,7 +421,14 @@ extension StoreWriter {
     /// Clears a flag on every row of every entity table (e.g. `_upserted` before a download).
     public func clearFlag(_ column: String) throws {
         guard ["_upserted", "_error", "_isLocal", "_pending"].contains(column) else { throw StoreError(.unknownProperty, "No flag \(column)") }
-        for table in schema.tables { try db.execute("UPDATE \(StoreSchema.quote(table.name)) SET \(column) = 0 WHERE \(column) <> 0") }
+        // An entity set the application replaced with a view (kept elsewhere) has no flags to clear.
+        let tables = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { row -> String? in
+            if case .text(let name) = row[0] { return name }
+            return nil
+        })
+        for table in schema.tables where tables.contains(table.name) {
+            try db.execute("UPDATE \(StoreSchema.quote(table.name)) SET \(column) = 0 WHERE \(column) <> 0")
+        }
     }
 
     /// The entities a delete of `key` in `entitySet` would remove through `OnDelete` cascades

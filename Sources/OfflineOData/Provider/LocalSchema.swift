@@ -49,6 +49,29 @@ enum LocalSchema {
         return model
     }
 
+    /// Makes the RequestQueue entity set a view over `oo_queue`, so a local change writes one
+    /// queue row instead of two (the store created a table for it from the model). The view
+    /// has every column of that table; bookkeeping columns read as unset.
+    static func makeRequestQueueView(_ writer: StoreWriter) throws {
+        guard let table = writer.schema.table(forEntitySet: requestQueue) else { return }
+        let q = StoreSchema.quote
+        let kind = try writer.connection.query("SELECT type FROM sqlite_master WHERE name = ?", [.text(table.name)])
+        guard kind.first?.first == .text("table") else { return }
+        let columns = try writer.connection.query("PRAGMA table_info(\(q(table.name)))").compactMap { row -> String? in
+            if case .text(let name) = row[1] { return name }
+            return nil
+        }
+        let expressions: [String: String] = [
+            "_rowid": "id", "RequestID": "id", "Status": "status", "RequestMethod": "method", "RequestURL": "url",
+            "RequestBody": "CASE WHEN length(body) > 0 THEN CAST(body AS TEXT) END", "CustomTag": "custom_tag",
+            "TransactionID": "transaction_id", "UploadCategory": "upload_category", "AffectedEntityURL": "entity_set || entity_key",
+            "_isLocal": "0", "_pending": "0", "_error": "0", "_upserted": "0",
+        ]
+        let select = columns.map { "\(expressions[$0] ?? "NULL") AS \(q($0))" }.joined(separator: ", ")
+        try writer.connection.execute("DROP TABLE \(q(table.name))")
+        try writer.connection.execute("CREATE VIEW \(q(table.name)) AS SELECT \(select) FROM oo_queue")
+    }
+
     static let sideTables = [
         "CREATE TABLE oo_meta (key TEXT PRIMARY KEY, value TEXT)",
         "CREATE TABLE oo_defining (name TEXT PRIMARY KEY, query TEXT NOT NULL, streams INTEGER NOT NULL, delta_link TEXT, ordinal INTEGER NOT NULL)",
@@ -58,7 +81,7 @@ enum LocalSchema {
           transaction_id TEXT, custom_tag TEXT, upload_category TEXT, remove_after_upload INTEGER NOT NULL DEFAULT 0,
           unmodifiable INTEGER NOT NULL DEFAULT 0, repeat_id TEXT, first_sent TEXT, cascade TEXT, status TEXT NOT NULL DEFAULT 'pending')
         """,
-        "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key))",
+        "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key)) WITHOUT ROWID",
         "CREATE TABLE oo_key_map (entity_set TEXT NOT NULL, local_key TEXT NOT NULL, server_key TEXT NOT NULL, PRIMARY KEY (entity_set, local_key))",
     ]
 }

@@ -225,6 +225,8 @@ public actor OfflineODataProvider {
             if !columns.contains(where: { $0.count > 1 && $0[1] == .text("cascade") }) {
                 try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN cascade TEXT")
             }
+            // Stores made before RequestQueue became a view over the queue.
+            try LocalSchema.makeRequestQueueView(writer)
         }
         let added = definingQueries.filter { query in !stored.contains { $0.name == query.name } }
         for (offset, query) in added.enumerated() {
@@ -264,6 +266,7 @@ public actor OfflineODataProvider {
             let root = serviceRoot
             try await created.write { writer in
                 for statement in LocalSchema.sideTables { try writer.connection.execute(statement) }
+                try LocalSchema.makeRequestQueueView(writer)
                 _ = try writer.connection.execute("INSERT INTO oo_meta (key, value) VALUES ('serviceRoot', ?), ('nextLocalKey', '1')", [.text(root)])
                 for (ordinal, query) in queries.enumerated() {
                     _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",

@@ -59,21 +59,12 @@ extension OfflineODataProvider {
             for entry in entries where rewrite.removed.contains(entry.id) {
                 affected.formUnion(entry.changed)
                 _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(entry.id)])
-                try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(entry.id)])
             }
             for (id, request) in rewrite.changed.sorted(by: { $0.key < $1.key }) {
                 let cascade: DatabaseValue = request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized)
                 _ = try writer.connection.execute("UPDATE oo_queue SET method = ?, url = ?, body = ?, custom_tag = ?, cascade = ? WHERE id = ?",
                                                   [.text(request.method), .text(request.url), .blob(request.body),
                                                    request.options.customTag.map { .text($0) } ?? .null, cascade, .integer(id)])
-                guard var row = try writer.reader.entity(in: LocalSchema.requestQueue, key: ["RequestID": .int64(id)]) else { continue }
-                let body = request.body.isEmpty ? Value.null : .primitive(.string(String(decoding: request.body, as: UTF8.self)))
-                for (name, value) in [("RequestMethod", Value.primitive(.string(request.method))), ("RequestURL", .primitive(.string(request.url))),
-                                      ("RequestBody", body), ("CustomTag", request.options.customTag.map { .primitive(.string($0)) } ?? .null)] {
-                    row.properties.removeAll { $0.name == name }
-                    row.properties.append(NamedValue(name: name, value: value))
-                }
-                try writer.update(row, in: LocalSchema.requestQueue, replace: true)
             }
             guard !affected.isEmpty else { return }
             let keyMap = try Self.keyMap(writer.connection)

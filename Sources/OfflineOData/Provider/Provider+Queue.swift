@@ -291,16 +291,6 @@ extension OfflineODataProvider {
                   text(request.options.uploadCategory), .integer(request.options.removeAfterUpload ? 1 : 0),
                   .integer(request.options.unmodifiableRequest ? 1 : 0), text(request.repeatID),
                   request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized)])
-        let id = writer.connection.lastInsertRowID
-        let body = request.body.isEmpty ? Value.null : .primitive(.string(String(decoding: request.body, as: UTF8.self)))
-        func value(_ text: String?) -> Value { text.map { .primitive(.string($0)) } ?? .null }
-        try writer.insert(Entity(properties: [
-            NamedValue(name: "RequestID", value: .primitive(.int64(id))), NamedValue(name: "Status", value: .primitive(.string("pending"))),
-            NamedValue(name: "RequestMethod", value: .primitive(.string(request.method))), NamedValue(name: "RequestURL", value: .primitive(.string(request.url))),
-            NamedValue(name: "RequestBody", value: body), NamedValue(name: "CustomTag", value: value(request.options.customTag)),
-            NamedValue(name: "TransactionID", value: value(request.options.transactionID)), NamedValue(name: "UploadCategory", value: value(request.options.uploadCategory)),
-            NamedValue(name: "AffectedEntityURL", value: value(request.entitySet.map { $0 + (request.entityKey ?? "") })),
-        ]), into: LocalSchema.requestQueue)
     }
 
     /// Loads queued requests with the given status, in order.
@@ -418,7 +408,6 @@ extension OfflineODataProvider {
         for entry in entries where ids.contains(entry.id) {
             affected.formUnion(entry.changed)
             _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(entry.id)])
-            try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(entry.id)])
             try writer.delete(from: LocalSchema.errorArchive, key: ["RequestID": .int64(entry.id)])
         }
         let remaining = entries.filter { !ids.contains($0.id) }

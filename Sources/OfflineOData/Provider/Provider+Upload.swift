@@ -274,7 +274,6 @@ extension OfflineODataProvider {
                 touched.insert(reference)
                 if result.status < 400 {
                     _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(request.id)])
-                    try writer.delete(from: LocalSchema.requestQueue, key: ["RequestID": .int64(request.id)])
                     guard let set, let localKey = request.entityKey, let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "") else { continue }
                     if request.isCreate { createdHere.insert(localReference) }
                     if !request.isCreate, request.method != "DELETE", createdHere.contains(localReference),
@@ -294,11 +293,6 @@ extension OfflineODataProvider {
                 }
                 // Failed, or not sent because a request it depends on failed.
                 _ = try writer.connection.execute("UPDATE oo_queue SET status = 'failed' WHERE id = ?", [.integer(request.id)])
-                if var row = try writer.reader.entity(in: LocalSchema.requestQueue, key: ["RequestID": .int64(request.id)]) {
-                    row.properties.removeAll { $0.name == "Status" }
-                    row.properties.append(NamedValue(name: "Status", value: .primitive(.string("failed"))))
-                    try writer.update(row, in: LocalSchema.requestQueue, replace: false)
-                }
                 var code = "DependencyFailed"
                 var message = "Not sent: it depends on request \(result.dependencyOf ?? 0), which failed"
                 var inner: String?
