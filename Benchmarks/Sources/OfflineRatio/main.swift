@@ -21,6 +21,7 @@ let count = arguments.count > 1 ? Int(arguments[1]) ?? 100_000 : 100_000
 let pageSize = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
 let openOnly = arguments.count > 3 && arguments[3] == "open"
 let serveOnly = arguments.count > 3 && arguments[3] == "serve"
+let localOnly = arguments.count > 3 && arguments[3] == "local"
 
 func seconds(_ body: () async throws -> Void) async rethrows -> Double {
     let start = DispatchTime.now().uptimeNanoseconds
@@ -124,6 +125,7 @@ if openOnly {
 
 // Baseline: fetch the same pages once, then time JSONSerialization parsing them.
 var pages: [Data] = []
+if localOnly { print(String(format: "1. open: %.2f s", openTime)) } else {
 var next: String? = serviceRoot.absoluteString + "Products"
 let fetchStart = DispatchTime.now().uptimeNanoseconds
 while let url = next {
@@ -146,6 +148,7 @@ print(String(format: "1. open: %.2f s = %.0f entities/s (%d HTTP requests, %.1f 
 print(String(format: "   (the server alone needs %.2f s to produce those pages, so the client side of the open takes about %.2f s = %.0f entities/s)",
              fetchTime, openTime - fetchTime, Double(count) / max(0.001, openTime - fetchTime)))
 print(String(format: "2. peak RSS after the open (server and client in one process): %.0f MiB", rssAfterOpen))
+}
 
 // 3. Local changes: each an update of one entity (store write + queue row) vs hand-written SQL.
 let changes = 2_000
@@ -170,6 +173,18 @@ let sqlTime = try await seconds {
 baseline.close()
 print(String(format: "3. local changes: %.0f/s through the provider; hand-written SQL (update + queue insert per transaction): %.0f/s; ratio %.2f",
              Double(changes) / localTime, Double(changes) / sqlTime, sqlTime / localTime))
+
+if localOnly {
+    // How much of a local change is crossing to the provider and the store and back.
+    let hopTime = try await seconds { for _ in 0..<changes { _ = try await provider.isRequestQueueEmpty } }
+    print(String(format: "   a read-only round trip through the provider and the store: %.0f µs", hopTime / Double(changes) * 1e6))
+    let bare = try await Store.create(path: directory.appendingPathComponent("hop.sqlite").path, model: model, key: "bench-key")
+    let bareRead = try await seconds { for _ in 0..<changes { _ = try await bare.read { _ in 0 } } }
+    let bareWrite = try await seconds { for _ in 0..<changes { _ = try await bare.write { _ in 0 } } }
+    print(String(format: "   an empty Store.read: %.0f µs, an empty Store.write (a transaction with no change): %.0f µs",
+                 bareRead / Double(changes) * 1e6, bareWrite / Double(changes) * 1e6))
+    exit(0)
+}
 
 // 4. Upload of 1,000 of them.
 try await provider.undoPendingChanges(forURL: "Products(0)")

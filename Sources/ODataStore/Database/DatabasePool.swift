@@ -4,10 +4,11 @@ import Foundation
 /// A connection confined to its own serial queue. Work is sent to the queue and awaited, so the
 /// connection is only ever touched by one thread at a time and never escapes the closure.
 public final class SerializedConnection: @unchecked Sendable {
-    // @unchecked Sendable: `connection` is only accessed on `queue` (every access goes through
-    // `run`, which dispatches there), so no two threads touch it at once.
+    // @unchecked Sendable: `connection` is only touched while holding `lock` (on `queue`, or
+    // inline on the caller's thread), so no two threads touch it at once.
     private let connection: Connection
     private let queue: DispatchQueue
+    private let lock = NSLock()
 
     /// Creates a value from its parts.
     public init(path: String, options: Connection.Options, label: String) throws(DatabaseError) {
@@ -15,21 +16,24 @@ public final class SerializedConnection: @unchecked Sendable {
         self.queue = DispatchQueue(label: label)
     }
 
-    /// Runs `body` with the connection on its queue.
-    public func run<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
+    /// Runs `body` with the connection on its queue. With `inline`, `body` runs on the calling
+    /// thread instead (still one at a time): for short work, where the two thread switches of
+    /// the queue would cost more than the work itself.
+    public func run<T: Sendable>(inline: Bool = false, _ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        if inline { return try lock.withLock { try body(connection) } }
+        return try await withCheckedThrowingContinuation { continuation in
             queue.async {
-                continuation.resume(with: Result { try body(self.connection) })
+                continuation.resume(with: Result { try self.lock.withLock { try body(self.connection) } })
             }
         }
     }
 
     /// Runs `body` synchronously on the queue (for setup and tests).
     public func runSync<T>(_ body: (Connection) throws -> T) rethrows -> T {
-        try queue.sync { try body(connection) }
+        try queue.sync { try lock.withLock { try body(connection) } }
     }
 
-    func close() { queue.sync { connection.close() } }
+    func close() { queue.sync { lock.withLock { connection.close() } } }
 }
 
 /// One writer and a small pool of readers over the same file in WAL mode: reads see the last
@@ -56,9 +60,10 @@ public final class DatabasePool: Sendable {
         self.readers = readers
     }
 
-    /// Runs `body` in a write transaction on the writer.
-    public func write<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
-        try await writer.run { connection in try connection.transaction { try body(connection) } }
+    /// Runs `body` in a write transaction on the writer (`inline`: on the calling thread, for
+    /// short transactions).
+    public func write<T: Sendable>(inline: Bool = false, _ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await writer.run(inline: inline) { connection in try connection.transaction { try body(connection) } }
     }
 
     /// Runs `body` on a reader, inside a read transaction so it sees one consistent snapshot.

@@ -73,6 +73,14 @@ public final class Store: Sendable {
         return try await pool.write { db in try body(StoreWriter(db: db, schema: schema)) }
     }
 
+    /// Runs a short write transaction on the calling thread: no hop to the writer's queue and
+    /// back (two thread switches, which cost more than a one-row change). It waits for a write
+    /// in progress. Keep it to single changes; long work belongs in ``write(_:)``.
+    public func writeInline<T: Sendable>(_ body: @escaping @Sendable (StoreWriter) throws -> T) async throws -> T {
+        let schema = self.schema
+        return try await pool.write(inline: true) { db in try body(StoreWriter(db: db, schema: schema)) }
+    }
+
     /// Runs `body` on a consistent snapshot.
     public func read<T: Sendable>(_ body: @escaping @Sendable (StoreReader) throws -> T) async throws -> T {
         let schema = self.schema

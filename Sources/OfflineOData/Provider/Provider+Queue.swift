@@ -96,7 +96,8 @@ extension OfflineODataProvider {
             return nil
         }
         do {
-            return try await store.write { writer in
+            // One local change is a short transaction: run it here rather than hop to the writer.
+            return try await store.writeInline { writer in
                 try Self.applyLocally(change, writer: writer, model: model, repeatable: repeatable)
             }
         } catch let error as OfflineODataError {
