@@ -3,37 +3,19 @@ import ODataCore
 import ODataStore
 
 extension OfflineODataProvider {
-    /// The absolute URL for a relative one, with `urlSuffix` applied.
-    func absoluteURL(_ url: String) -> String {
-        var result = url.contains("://") ? url : serviceRoot + url
-        if let suffix = parameters.urlSuffix?.trimmingCharacters(in: CharacterSet(charactersIn: "?&")), !suffix.isEmpty {
-            result += (result.contains("?") ? "&" : "?") + suffix
-        }
-        return result
+    /// What every request carries (see ``RequestDefaults``).
+    var requestDefaults: RequestDefaults {
+        RequestDefaults(serviceRoot: serviceRoot, urlSuffix: parameters.urlSuffix, customHeaders: parameters.customHeaders,
+                        customCookies: parameters.customCookies, version: serviceVersion)
     }
+
+    /// The absolute URL for a relative one, with `urlSuffix` applied.
+    func absoluteURL(_ url: String) -> String { requestDefaults.absoluteURL(url) }
 
     /// Every request to the backend passes here: custom headers and cookies, OData version
     /// headers, `urlSuffix` and `timeout` are applied in this one place.
     func send(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], expect: Int? = nil) async throws -> TransportResponse {
-        var fields = ODataCore.HTTPHeaders()
-        // The version is known once `$metadata` has been read; that first request goes without.
-        if let version = serviceVersion {
-            if version.isLegacy {
-                fields["MaxDataServiceVersion"] = "2.0"
-                fields["DataServiceVersion"] = "2.0"
-                fields["Accept"] = "application/json"
-            } else {
-                fields["OData-Version"] = "4.0"
-                fields["OData-MaxVersion"] = "4.01"
-                fields["Accept"] = "application/json;odata.metadata=minimal"
-            }
-        }
-        for (name, value) in parameters.customHeaders { fields[name] = value }
-        if !parameters.customCookies.isEmpty {
-            fields["Cookie"] = parameters.customCookies.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "; ")
-        }
-        for (name, value) in headers { fields[name] = value }
-        let request = TransportRequest(method: method, url: absoluteURL(url), headers: fields, body: body)
+        let request = requestDefaults.request(method: method, url: url, headers: headers, body: body)
         let response: TransportResponse
         do {
             response = try await transport.send(request, timeout: parameters.timeout)

@@ -1,0 +1,151 @@
+public import Foundation
+public import ODataCore
+public import ODataStore
+
+/// Sends OData requests straight to the backend through the same ``Transport`` as the offline
+/// provider, with the same request API: reads, writes, `$batch`, function imports and actions.
+/// Useful on its own as an OData client for Swift on Linux and Apple platforms.
+///
+/// The backend's `$metadata` is read once, on first use, to type the answers. A backend error
+/// is thrown as the backend's ``ODataCore/ODataError`` (with its HTTP status); a connection
+/// failure as ``OfflineODataError`` with code `transport`.
+public actor OnlineODataProvider: ODataRequestHandler {
+    /// The service root, ending with `/`.
+    public nonisolated let serviceRoot: String
+    private let transport: any Transport
+    private let timeout: TimeInterval?
+    private var defaults: RequestDefaults
+    private var cachedModel: Model?
+
+    /// Creates a provider for `serviceRoot`. `customHeaders`, `customCookies` and `urlSuffix`
+    /// go with every request, as with the offline provider.
+    public init(serviceRoot: URL, transport: any Transport = AsyncHTTPClientTransport(), customHeaders: [String: String] = [:],
+                customCookies: [String: String] = [:], urlSuffix: String? = nil, timeout: TimeInterval? = nil) {
+        var root = serviceRoot.absoluteString
+        if !root.hasSuffix("/") { root += "/" }
+        self.serviceRoot = root
+        self.transport = transport
+        self.timeout = timeout
+        self.defaults = RequestDefaults(serviceRoot: root, urlSuffix: urlSuffix, customHeaders: customHeaders, customCookies: customCookies, version: nil)
+    }
+
+    /// Replaces the custom headers sent with every later request.
+    public func setCustomHeaders(_ headers: [String: String]) { defaults.customHeaders = headers }
+
+    /// Replaces the custom cookies sent with every later request.
+    public func setCustomCookies(_ cookies: [String: String]) { defaults.customCookies = cookies }
+
+    /// The backend's model, read from `$metadata` on first use.
+    public func model() async throws -> Model {
+        if let cachedModel { return cachedModel }
+        let response = try await send(method: "GET", url: "$metadata", headers: ["Accept": "application/xml"])
+        let parsed: Model
+        do {
+            parsed = try MetadataParser().parse(Data(response.body))
+        } catch {
+            throw OfflineODataError(.backend, "The backend's $metadata at \(serviceRoot)$metadata is not valid: \(error)")
+        }
+        cachedModel = parsed
+        defaults.version = parsed.version
+        return parsed
+    }
+
+    /// Sends one request as it is and returns the raw answer; a status of 400 or more throws
+    /// the backend's error.
+    public func send(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = []) async throws -> TransportResponse {
+        let request = defaults.request(method: method.uppercased(), url: url, headers: headers, body: body)
+        let response: TransportResponse
+        do {
+            response = try await transport.send(request, timeout: timeout)
+        } catch let error as TransportError {
+            throw OfflineODataError(.transport, error.description)
+        } catch {
+            throw OfflineODataError(.transport, "\(method) \(request.url) failed: \(error)")
+        }
+        guard response.status < 400 else { throw Self.backendError(response) }
+        return response
+    }
+
+    /// The backend's error from a failed response; a body that is not an OData error becomes
+    /// one with code `HTTP<status>` and the start of the body as its message.
+    static func backendError(_ response: TransportResponse) -> ODataError {
+        if var error = try? ODataError.parse(response.body, httpStatus: response.status) {
+            error.httpStatus = response.status
+            return error
+        }
+        return ODataError(code: "HTTP\(response.status)", message: String(decoding: response.body.prefix(500), as: UTF8.self), httpStatus: response.status)
+    }
+
+    /// Runs an OData request against the backend. JSON bodies get `Content-Type:
+    /// application/json`; the answer is typed with the model where its shape is known
+    /// (entities, collections, values, counts).
+    public func execute(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [],
+                        options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws -> ODataResponse {
+        let model = try await model()
+        var fields = options.customHeaders.merging(headers) { _, new in new }
+        if !body.isEmpty, !fields.keys.contains(where: { $0.lowercased() == "content-type" }) { fields["Content-Type"] = "application/json" }
+        let response = try await send(method: method, url: url, headers: fields, body: body)
+        var answerHeaders: [String: String] = [:]
+        for field in response.headers { answerHeaders[field.name] = field.value }
+        let result = Self.decode(response, method: method.uppercased(), url: relative(url), model: model)
+        return ODataResponse(status: response.status, body: response.body, result: result, headers: answerHeaders)
+    }
+
+    /// Reads a URL from the backend as a model value.
+    public func read(_ url: String) async throws -> QueryResult {
+        let response = try await execute(method: "GET", url: url)
+        guard let result = response.result else {
+            throw OfflineODataError(.backend, "GET \(url): the answer (\(response.body.count) bytes) is not an entity, collection, value or count")
+        }
+        return result
+    }
+
+    /// Sends a multipart `$batch` and returns the backend's multipart answer, part by part.
+    public func batch(_ batch: MultipartBatch) async throws -> MultipartBatch {
+        _ = try await model()
+        let response = try await send(method: "POST", url: "$batch", headers: ["Content-Type": batch.contentType], body: batch.write())
+        let boundary = response.headers["Content-Type"].flatMap { ODataCore.HTTPHeaders.parameter("boundary", in: $0) }
+        do {
+            return try MultipartBatch.read(response.body, boundary: boundary)
+        } catch {
+            throw OfflineODataError(.backend, "The $batch answer is not valid multipart: \(error)")
+        }
+    }
+
+    /// `url` relative to the service root.
+    private func relative(_ url: String) -> String {
+        if url.hasPrefix(serviceRoot) { return String(url.dropFirst(serviceRoot.count)) }
+        return url
+    }
+
+    /// Types an answer by the shape of the resource the URL names.
+    static func decode(_ response: TransportResponse, method: String, url: String, model: Model) -> QueryResult? {
+        let path = String(url.split(separator: "?", maxSplits: 1).first ?? "")
+        if path.hasSuffix("/$count") || path == "$count" {
+            let text = String(decoding: response.body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            return Int64(text).map { .count($0) }
+        }
+        guard !response.body.isEmpty, (response.headers["Content-Type"] ?? "application/json").contains("json"),
+              let (_, resolved) = try? Keys.resolve(url, model: model, what: "URL") else { return nil }
+        let legacy = model.version.isLegacy
+        switch resolved.shape {
+        case .entityCollection(let type) where method == "GET":
+            let collection = legacy ? try? V2JSONReader(model: model).readCollection(response.body, entityType: type)
+                : try? V4JSONReader(model: model).readCollection(response.body, entityType: type)
+            return collection.map { .collection($0) }
+        case .entityCollection(let type), .entity(let type):
+            // A POST to a collection answers with the created entity.
+            let entity = legacy ? try? V2JSONReader(model: model).readEntity(response.body, entityType: type)
+                : try? V4JSONReader(model: model).readEntity(response.body, entityType: type)
+            return entity.map { .entity($0) }
+        case .primitive(let type), .complex(let type):
+            guard !legacy else { return nil }
+            return (try? V4JSONReader(model: model).readValue(response.body, type: type.map { TypeReference(name: $0) })).map { .value($0) }
+        case .primitiveCollection(let type), .complexCollection(let type):
+            guard !legacy else { return nil }
+            return (try? V4JSONReader(model: model).readValue(response.body, type: type.map { TypeReference(name: $0, isCollection: true) })).map { .value($0) }
+        default:
+            return nil
+        }
+    }
+}

@@ -1,0 +1,45 @@
+import Foundation
+import ODataCore
+
+/// What every request to a backend carries, applied in one place for the offline and the
+/// online provider: the service root, `urlSuffix`, OData version headers, custom headers and
+/// cookies.
+struct RequestDefaults: Sendable {
+    var serviceRoot: String
+    var urlSuffix: String?
+    var customHeaders: [String: String]
+    var customCookies: [String: String]
+    /// Known once `$metadata` has been read; that first request goes without version headers.
+    var version: ODataVersion?
+
+    /// The absolute URL for a relative one, with `urlSuffix` applied.
+    func absoluteURL(_ url: String) -> String {
+        var result = url.contains("://") ? url : serviceRoot + url
+        if let suffix = urlSuffix?.trimmingCharacters(in: CharacterSet(charactersIn: "?&")), !suffix.isEmpty {
+            result += (result.contains("?") ? "&" : "?") + suffix
+        }
+        return result
+    }
+
+    /// The request to send; `headers` win over the defaults.
+    func request(method: String, url: String, headers: [String: String], body: [UInt8]) -> TransportRequest {
+        var fields = ODataCore.HTTPHeaders()
+        if let version {
+            if version.isLegacy {
+                fields["MaxDataServiceVersion"] = "2.0"
+                fields["DataServiceVersion"] = "2.0"
+                fields["Accept"] = "application/json"
+            } else {
+                fields["OData-Version"] = "4.0"
+                fields["OData-MaxVersion"] = "4.01"
+                fields["Accept"] = "application/json;odata.metadata=minimal"
+            }
+        }
+        for (name, value) in customHeaders { fields[name] = value }
+        if !customCookies.isEmpty {
+            fields["Cookie"] = customCookies.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "; ")
+        }
+        for (name, value) in headers { fields[name] = value }
+        return TransportRequest(method: method, url: absoluteURL(url), headers: fields, body: body)
+    }
+}
