@@ -146,3 +146,154 @@ extension QueryResult {
         }
     }
 }
+
+@Suite(.serialized) struct ResponseCacheTests {
+    enum Mode: String, CaseIterable, Sendable { case memory, file }
+
+    static func cache(_ mode: Mode, in directory: URL, model: Model, key: String = "cache-key") throws -> ODataResponseCache {
+        switch mode {
+        case .memory: return try ODataResponseCache(storage: .memory, model: model)
+        case .file: return try ODataResponseCache(storage: .file(path: directory.appendingPathComponent("cache.db").path, key: key), model: model)
+        }
+    }
+
+    func ids(_ entities: [Entity], _ name: String) -> [String] { entities.compactMap { string($0, name) } }
+
+    @Test(arguments: Mode.allCases)
+    func onlineGetsFillTheCacheAndDeltasUpdateIt(mode: Mode) async throws {
+        let fixture = try await Fixture.start(pageSize: 7)
+        defer { Task { await fixture.stop() } }
+        let online = OnlineODataProvider(serviceRoot: fixture.server.v4Root)
+        let model = try await online.model()
+        let cache = try Self.cache(mode, in: fixture.directory, model: model)
+        await online.setCache(cache)
+        // A plain GET is kept under its URL.
+        _ = try await online.read("BusinessPartners?$top=3&$orderby=PartnerID")
+        let firstPartners = (try await fixture.backend("BusinessPartners?$top=3&$orderby=PartnerID")["value"]?.arrayValue ?? []).compactMap { $0["PartnerID"]?.stringValue }
+        #expect(firstPartners.count == 3)
+        #expect(ids(try await cache.serverEntries(forURLKey: "BusinessPartners?$top=3&$orderby=PartnerID"), "PartnerID") == firstPartners)
+        // A full read with change tracking (every page), then a delta after backend changes.
+        let first = try await online.refreshCache(forURL: "SalesOrders")
+        let total = Int(try await fixture.backend("SalesOrders/$count").serialized) ?? -1
+        #expect(total > 7, "several pages")
+        let backendOrders = try await fixture.backend("SalesOrders?$orderby=OrderID")["value"]?.arrayValue ?? []
+        #expect(first == total)
+        #expect(try await cache.serverEntries(forURLKey: "SalesOrders").count == total)
+        #expect(try await cache.deltaToken(forURLKey: "SalesOrders") != nil)
+        let changed = try #require(backendOrders.first?["OrderID"]?.stringValue)
+        let removed = try #require(backendOrders.last?["OrderID"]?.stringValue)
+        #expect(try await fixture.backendSend("PATCH", "SalesOrders('\(changed)')", #"{"Note":"changed on the server"}"#) < 300)
+        #expect(try await fixture.backendSend("DELETE", "SalesOrders('\(removed)')", "") < 300)
+        #expect(try await fixture.backendSend("POST", "SalesOrders", #"{"OrderID":"SO-NEW","PartnerID":"BP1","Currency":"EUR"}"#) < 300)
+        let delta = try await online.refreshCache(forURL: "SalesOrders")
+        #expect(delta == 3, "only the three changes travel")
+        let cached = try await cache.serverEntries(forURLKey: "SalesOrders")
+        #expect(cached.count == total)
+        #expect(!ids(cached, "OrderID").contains(removed) && ids(cached, "OrderID").contains("SO-NEW"))
+        #expect(string(cached.first { string($0, "OrderID") == changed }, "Note") == "changed on the server")
+        // clearCache drops the entries and the delta token: the next refresh is a full read.
+        try await cache.clearCache(forURLKey: "SalesOrders")
+        #expect(try await cache.serverEntries(forURLKey: "SalesOrders").isEmpty)
+        #expect(try await cache.deltaToken(forURLKey: "SalesOrders") == nil)
+        #expect(try await online.refreshCache(forURL: "SalesOrders") == total)
+    }
+
+    @Test(arguments: Mode.allCases)
+    func localEntriesOverlayTheServerEntriesUntilTheirRequestSucceeds(mode: Mode) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let online = OnlineODataProvider(serviceRoot: fixture.server.v4Root)
+        let model = try await online.model()
+        let cache = try Self.cache(mode, in: fixture.directory, model: model)
+        await online.setCache(cache)
+        _ = try await online.read("Products?$top=3&$orderby=ProductID")
+        let key = "Products?$top=3&$orderby=ProductID"
+        let server = try await cache.serverEntries(forURLKey: key)
+        #expect(ids(server, "ProductID") == ["P0", "P1", "P10"])
+        // Local entries: a create, an update and a delete of server entries.
+        var created = Entity()
+        created["ProductID"] = .primitive(.string("PNEW"))
+        created["Name"] = .primitive(.string("New here"))
+        let createdID = try await cache.addLocalEntry(created, entitySet: "Products", urlKey: key)
+        var updated = server[1]
+        updated["Name"] = .primitive(.string("Renamed here"))
+        let updatedID = try await cache.updateLocalEntry(updated, entitySet: "Products")
+        try await cache.deleteLocalEntry(entryID: "Products('P10')")
+        #expect(createdID == "Products('PNEW')" && updatedID == "Products('P1')")
+        #expect(try await cache.localEntry(forEntryID: createdID)?.state == .created)
+        #expect(try await cache.localEntry(forEntryID: updatedID)?.state == .updated)
+        #expect(try await cache.localEntry(forEntryID: "Products('P10')")?.state == .deleted)
+        #expect(try await cache.localEntry(forEntryID: "Products('P0')") == nil)
+        // Updating a local create keeps it a create.
+        created["Price"] = .primitive(.decimal(DecimalValue("9.50") ?? DecimalValue(0)))
+        try await cache.updateLocalEntry(created, entitySet: "Products", urlKey: key)
+        #expect(try await cache.localEntry(forEntryID: createdID)?.state == .created)
+        let merged = try await cache.mergedEntries(forURLKey: key)
+        #expect(merged.map(\.entryID) == ["Products('P0')", "Products('P1')", "Products('PNEW')"])
+        #expect(merged.map(\.isLocal) == [false, true, true])
+        #expect(string(merged[1].entity, "Name") == "Renamed here")
+        // A single request succeeds: its entry is cleared.
+        _ = try await online.execute(method: "POST", url: "Products", body: Array(#"{"ProductID":"PNEW","Name":"New here","Price":9.5}"#.utf8))
+        try await cache.requestSucceeded(carrying: [createdID])
+        #expect(try await cache.localEntry(forEntryID: createdID) == nil)
+        // A batch: the part that succeeded clears its entry, the failed one keeps its.
+        let batch = MultipartBatch(parts: [
+            .changeSet(ChangeSet(operations: [BatchOperation(message: .request("PATCH", "Products('P1')", headers: ODataCore.HTTPHeaders([("Content-Type", "application/json")]),
+                                                                               body: Array(#"{"Name":"Renamed here"}"#.utf8)))])),
+            .changeSet(ChangeSet(operations: [BatchOperation(message: .request("DELETE", "Products('nope')"))])),
+        ])
+        let answer = try await online.batch(batch)
+        var statuses: [Int] = []
+        for part in answer.parts {
+            switch part {
+            case .changeSet(let set): statuses.append(set.operations.first?.message.status ?? 500)
+            case .operation(let operation): statuses.append(operation.message.status ?? 500)
+            }
+        }
+        #expect(statuses.count == 2 && statuses[0] < 300 && statuses[1] >= 400, "\(statuses)")
+        try await cache.batchCompleted([(entryIDs: [updatedID], status: statuses[0]), (entryIDs: ["Products('P10')"], status: statuses[1])])
+        #expect(try await cache.localEntry(forEntryID: updatedID) == nil)
+        #expect(try await cache.localEntry(forEntryID: "Products('P10')")?.state == .deleted)
+        // Deleting a local create removes it outright.
+        let other = try await cache.addLocalEntry(created, entitySet: "Products")
+        try await cache.deleteLocalEntry(entryID: other)
+        #expect(try await cache.localEntry(forEntryID: other) == nil)
+    }
+
+    @Test(arguments: Mode.allCases)
+    func serviceAndMetadataDocumentsAreKeptPerURLKey(mode: Mode) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let online = OnlineODataProvider(serviceRoot: fixture.server.v4Root)
+        let model = try await online.model()
+        let cache = try Self.cache(mode, in: fixture.directory, model: model)
+        let service = try await online.send(method: "GET", url: "").body
+        let metadata = try await online.send(method: "GET", url: "$metadata", headers: ["Accept": "application/xml"]).body
+        #expect(String(decoding: service, as: UTF8.self).contains("BusinessPartners"))
+        try await cache.storeServiceDocument(service, forURLKey: "sales")
+        try await cache.storeMetadataDocument(metadata, forURLKey: "sales")
+        #expect(try await cache.serviceDocument(forURLKey: "sales") == service)
+        #expect(try await cache.metadataDocument(forURLKey: "sales") == metadata)
+        #expect(try await cache.serviceDocument(forURLKey: "other") == nil)
+    }
+
+    @Test func aPersistentCacheSurvivesAndChecksItsKey() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let online = OnlineODataProvider(serviceRoot: fixture.server.v4Root)
+        let model = try await online.model()
+        do {
+            let cache = try Self.cache(.file, in: fixture.directory, model: model)
+            await online.setCache(cache)
+            _ = try await online.read("Contacts")
+        }
+        await online.setCache(nil)
+        let reopened = try Self.cache(.file, in: fixture.directory, model: model)
+        let backendContacts = try await fixture.backend("Contacts/$count")
+        #expect(try await reopened.serverEntries(forURLKey: "Contacts").count == Int(backendContacts.serialized) ?? -1)
+        #expect(throws: (any Error).self) { try Self.cache(.file, in: fixture.directory, model: model, key: "wrong") }
+        // The file is encrypted: the contact names are not in it as plain text.
+        let bytes = try Data(contentsOf: fixture.directory.appendingPathComponent("cache.db"))
+        #expect(bytes.range(of: Data("BusinessPartners".utf8)) == nil && bytes.range(of: Data("SQLite format 3".utf8)) == nil)
+    }
+}

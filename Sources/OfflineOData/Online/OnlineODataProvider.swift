@@ -16,6 +16,7 @@ public actor OnlineODataProvider: ODataRequestHandler {
     private let timeout: TimeInterval?
     private var defaults: RequestDefaults
     private var cachedModel: Model?
+    private var cache: ODataResponseCache?
 
     /// Creates a provider for `serviceRoot`. `customHeaders`, `customCookies` and `urlSuffix`
     /// go with every request, as with the offline provider.
@@ -27,6 +28,43 @@ public actor OnlineODataProvider: ODataRequestHandler {
         self.transport = transport
         self.timeout = timeout
         self.defaults = RequestDefaults(serviceRoot: root, urlSuffix: urlSuffix, customHeaders: customHeaders, customCookies: customCookies, version: nil)
+    }
+
+    /// Keeps every collection a GET returns in `cache`, under the request URL (nil: stop).
+    public func setCache(_ cache: ODataResponseCache?) { self.cache = cache }
+
+    /// Reads `url` (every page) into the cache set with ``setCache(_:)``: the first time in
+    /// full, asking for change tracking; later through the delta link kept for the URL key,
+    /// merged incrementally. Returns how many entities and removals arrived.
+    @discardableResult
+    public func refreshCache(forURL url: String) async throws -> Int {
+        guard let cache else { throw OfflineODataError(.invalidRequest, "No cache is set; call setCache first") }
+        let model = try await model()
+        let key = relative(url)
+        let set = try OfflineODataProvider.entitySet(of: key, model: model)
+        let token = try await cache.deltaToken(forURLKey: key)
+        var next: String? = token ?? key
+        var first = true
+        var received = 0
+        var pages = 0
+        while let page = next {
+            pages += 1
+            guard pages <= 100_000 else { throw OfflineODataError(.backend, "\(url): more than 100000 pages; the backend's next links loop") }
+            let response = try await send(method: "GET", url: page, headers: ["Prefer": "odata.track-changes"])
+            let collection: EntityCollection
+            do {
+                collection = model.version.isLegacy
+                    ? try V2JSONReader(model: model).readCollection(response.body, entityType: model.entitySet(set)?.entityType)
+                    : try V4JSONReader(model: model).readCollection(response.body, entityType: model.entitySet(set)?.entityType)
+            } catch {
+                throw OfflineODataError(.backend, "GET \(page) did not answer with a collection: \(error)")
+            }
+            try await cache.mergeEntries(collection, forURLKey: key, entitySet: set, mode: token == nil && first ? .replace : .incremental)
+            received += collection.entities.count + collection.deleted.count
+            first = false
+            next = collection.nextLink
+        }
+        return received
     }
 
     /// Replaces the custom headers sent with every later request.
@@ -88,6 +126,10 @@ public actor OnlineODataProvider: ODataRequestHandler {
         var answerHeaders: [String: String] = [:]
         for field in response.headers { answerHeaders[field.name] = field.value }
         let result = Self.decode(response, method: method.uppercased(), url: relative(url), model: model)
+        if let cache, method.uppercased() == "GET", case .collection(let collection)? = result,
+           let set = try? OfflineODataProvider.entitySet(of: relative(url), model: model) {
+            try await cache.mergeEntries(collection, forURLKey: relative(url), entitySet: set, mode: relative(url).contains("skiptoken") ? .incremental : .replace)
+        }
         return ODataResponse(status: response.status, body: response.body, result: result, headers: answerHeaders)
     }
 
