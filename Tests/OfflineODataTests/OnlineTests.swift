@@ -56,6 +56,25 @@ import Testing
         }
     }
 
+    @Test func v2BackendsWorkTheSameWay() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let online = OnlineODataProvider(serviceRoot: fixture.server.v2Root)
+        #expect(try await online.model().version.isLegacy)
+        guard case .collection(let partners) = try await online.read("BusinessPartners?$top=2&$orderby=PartnerID") else { Issue.record("no collection"); return }
+        #expect(partners.entities.count == 2)
+        guard case .entity(let order?) = try await online.read("SalesOrders('SO1')") else { Issue.record("no entity"); return }
+        if case .primitive(.decimal)? = order["GrossAmount"] {} else { Issue.record("GrossAmount is not typed as Decimal in V2") }
+        _ = try await online.execute(method: "MERGE", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"v2 online"}"#.utf8))
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "v2 online")
+        do {
+            _ = try await online.read("SalesOrders('nope')")
+            Issue.record("a missing entity must fail")
+        } catch let error as ODataError {
+            #expect(error.httpStatus == 404)
+        }
+    }
+
     @Test func aDroppedBackendIsATransportError() async throws {
         let fixture = try await Fixture.start()
         let online = OnlineODataProvider(serviceRoot: fixture.server.v4Root, timeout: 2)
