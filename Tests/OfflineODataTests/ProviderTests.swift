@@ -573,3 +573,29 @@ actor RecordingTransport: Transport {
     }
     private func record(_ request: TransportRequest) { requests.append(request) }
 }
+
+@Suite(.serialized) struct StagedDownloadTests {
+    @Test func aDownloadThatFailsOnALaterPageChangesNothingAndLeavesNoStagedPages() async throws {
+        let fixture = try await Fixture.start(pageSize: 2)
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(queries: [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners")])
+        try await provider.open()
+        // The stored delta link would make the next download small: force a full read by
+        // removing it, so the download spans several pages.
+        let store = try await provider.openStore()
+        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP1')", #"{"Phone":"changed on the server"}"#) < 300)
+        await fixture.server.service.faults.set([FaultRule(urlContains: "skiptoken", status: 503)])
+        await #expect(throws: OfflineODataError.self) { try await provider.download() }
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") != "changed on the server")
+        let staged = try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_staging").first?.first }
+        #expect(staged == .integer(0))
+        // Without the fault the same download applies every page.
+        await fixture.server.service.faults.set([])
+        try await provider.download()
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "changed on the server")
+        let backendCount = try await fixture.backend("BusinessPartners/$count")
+        #expect(try await provider.read("BusinessPartners/$count") == .count(Int64(backendCount.serialized) ?? -1))
+        #expect(try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_staging").first?.first } == .integer(0))
+    }
+}

@@ -227,6 +227,9 @@ public actor OfflineODataProvider {
             }
             // Stores made before RequestQueue became a view over the queue.
             try LocalSchema.makeRequestQueueView(writer)
+            // Stores made before downloads were staged; pages left by an interrupted download go.
+            try writer.connection.execute(LocalSchema.staging)
+            _ = try writer.connection.execute("DELETE FROM oo_staging")
         }
         let added = definingQueries.filter { query in !stored.contains { $0.name == query.name } }
         for (offset, query) in added.enumerated() {

@@ -14,6 +14,8 @@ struct FetchedQuery: Sendable {
     /// Pages and entities read (also when the pages went to a handler).
     var pages = 0
     var received = 0
+    /// The page as received (only for pages handed to a handler).
+    var raw: [UInt8] = []
 }
 
 extension OfflineODataProvider {
@@ -41,11 +43,24 @@ extension OfflineODataProvider {
             }
             return links
         }
-        let fetched = try await fetchDefiningQueries(selected.map { ($0, links[$0.name]) }, model: store.model, progress: progress)
-        if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
+        // Pages wait in a staging table as they arrive (memory stays flat); only when every
+        // page is in are they applied, in one transaction, so a failure changes nothing.
+        try await store.write { writer in _ = try writer.connection.execute("DELETE FROM oo_staging") }
+        do {
+            _ = try await fetchDefiningQueries(selected.map { ($0, links[$0.name]) }, model: store.model, progress: progress) { page in
+                try await store.write { writer in
+                    _ = try writer.connection.execute("INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, ?, ?)",
+                                                      [.text(page.name), .text(page.entitySet), .integer(page.isDelta ? 1 : 0), .blob(page.raw)])
+                }
+            }
+            if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
+        } catch {
+            try? await store.write { writer in _ = try writer.connection.execute("DELETE FROM oo_staging") }
+            throw error
+        }
         report(progress, .analyzingReceivedData)
         report(progress, .removingDeletedRelationships)
-        let summary = try await apply(fetched, to: store)
+        let summary = try await applyStaged(to: store)
         report(progress, .reapplyingChanges)
         try await logEvent(in: store, type: "Download", details: summary)
     }
@@ -93,6 +108,7 @@ extension OfflineODataProvider {
                 if let onPage {
                     var chunk = FetchedQuery(name: query.name, entitySet: set, entities: page.entities, deleted: page.deleted, deltaLink: page.deltaLink)
                     chunk.isDelta = result.isDelta
+                    chunk.raw = response.body
                     try await onPage(chunk)
                 } else {
                     result.entities += page.entities
@@ -112,59 +128,43 @@ extension OfflineODataProvider {
     /// `bulkSets`: entity sets still empty in a new store, filled by these pages alone, where
     /// plain entities go in without per-row lookups (the first open).
     func apply(_ fetched: [FetchedQuery], to store: Store, bulkSets: Set<String> = []) async throws -> String {
-        let model = store.model
-        let root = serviceRoot
-        let allQueries = definingQueries
+        let applier = PageApplier(model: store.model, root: serviceRoot, allQueries: definingQueries, bulkSets: bulkSets)
         return try await store.write { writer in
+            var applier = applier
+            // A new store has no flags to clear (and the first open applies page by page).
+            if bulkSets.isEmpty { try writer.clearFlag("_upserted") }
+            for query in fetched { try applier.apply(query, writer: writer) }
+            return try applier.finish(writer: writer)
+        }
+    }
+
+    /// Applies the staged pages of a download in one transaction, one page in memory at a
+    /// time, and empties the staging table.
+    func applyStaged(to store: Store) async throws -> String {
+        let model = store.model
+        let applier = PageApplier(model: model, root: serviceRoot, allQueries: definingQueries, bulkSets: [])
+        return try await store.write { writer in
+            var applier = applier
             try writer.clearFlag("_upserted")
-            var upserted = 0
-            var deleted = 0
-            var seen: [String: Set<String>] = [:]
-            var fullSets: Set<String> = []
-            let initial = !bulkSets.isEmpty
-            for query in fetched {
-                // The first fill of an empty set: plain entities go in with one prepared
-                // statement (no per-row lookups); expanded ones take the general path.
-                let bulk = bulkSets.contains(query.entitySet)
-                if bulk {
-                    let plain = query.entities.filter { entity in !entity.navigation.contains { $0.inline != nil } }
-                    try writer.bulkInsert(plain, into: query.entitySet)
-                    upserted += plain.count
+            var last: Int64 = 0
+            while let row = try writer.connection.query("SELECT seq, query, entity_set, is_delta, body FROM oo_staging WHERE seq > ? ORDER BY seq LIMIT 1",
+                                                        [.integer(last)]).first {
+                guard case .integer(let seq) = row[0], case .text(let name) = row[1], case .text(let set) = row[2], case .blob(let body) = row[4] else { break }
+                last = seq
+                let entityType = model.entitySet(set)?.entityType
+                let page: EntityCollection
+                do {
+                    page = model.version.isLegacy ? try V2JSONReader(model: model).readCollection(body, entityType: entityType)
+                        : try V4JSONReader(model: model).readCollection(body, entityType: entityType)
+                } catch {
+                    throw OfflineODataError(.backend, "Defining query \(name): a staged page is not a valid collection: \(error)")
                 }
-                for entity in query.entities where !bulk || entity.navigation.contains(where: { $0.inline != nil }) {
-                    upserted += try Self.applyEntity(entity, in: query.entitySet, writer: writer, model: model, seen: &seen)
-                }
-                for removed in query.deleted {
-                    guard let key = Self.key(of: removed, in: query.entitySet, model: model, root: root) else { continue }
-                    if try writer.reader.bookkeeping(in: query.entitySet, key: key)?.pending == true { continue }
-                    if try writer.delete(from: query.entitySet, key: key) { deleted += 1 }
-                }
-                if !query.isDelta && !initial {
-                    // A full read also returns every child of its expands.
-                    if let covered = allQueries.first(where: { $0.name == query.name }).flatMap({ try? Self.coveredSets(of: $0.query, model: model) }) {
-                        fullSets.formUnion(covered)
-                    }
-                    fullSets.insert(query.entitySet)
-                }
-                if let link = query.deltaLink {
-                    _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = ? WHERE name = ?", [.text(link), .text(query.name)])
-                }
+                var chunk = FetchedQuery(name: name, entitySet: set, entities: page.entities, deleted: page.deleted, deltaLink: page.deltaLink)
+                chunk.isDelta = row[3] == .integer(1)
+                try applier.apply(chunk, writer: writer)
             }
-            // A full read: what the backend no longer returns is gone, unless another query not
-            // read this time also covers the set, or the row has pending changes.
-            for set in fullSets {
-                let coveredElsewhere = allQueries.contains { query in
-                    let read = fetched.first { $0.name == query.name }
-                    return (read == nil || read?.isDelta == true) && ((try? Self.coveredSets(of: query.query, model: model))?.contains(set) ?? false)
-                }
-                if coveredElsewhere { continue }
-                for (key, pending) in try writer.keys(in: set) where !pending {
-                    if !(seen[set]?.contains(Keys.predicate(key, in: set, model: model)) ?? false) {
-                        if try writer.delete(from: set, key: key) { deleted += 1 }
-                    }
-                }
-            }
-            return "\(fetched.count) defining queries, \(upserted) entities inserted or updated, \(deleted) deleted"
+            _ = try writer.connection.execute("DELETE FROM oo_staging")
+            return try applier.finish(writer: writer)
         }
     }
 
@@ -206,5 +206,78 @@ extension OfflineODataProvider {
         if let key = Keys.key(of: Entity(properties: removed.properties), in: entitySet, model: model) { return key }
         guard let id = removed.id else { return nil }
         return Keys.parse(id, model: model, serviceRoot: root)?.1
+    }
+}
+
+/// Applies pages of defining queries inside one write transaction and keeps what the local
+/// diff of a full read needs (every key seen per set) until ``finish(writer:)``.
+struct PageApplier: Sendable {
+    let model: Model
+    let root: String
+    let allQueries: [OfflineODataDefiningQuery]
+    let bulkSets: Set<String>
+    var upserted = 0
+    var deleted = 0
+    var seen: [String: Set<String>] = [:]
+    var fullSets: Set<String> = []
+    /// Queries read this time → whether every page of it was a delta.
+    var read: [String: Bool] = [:]
+    var queries: Set<String> = []
+
+    init(model: Model, root: String, allQueries: [OfflineODataDefiningQuery], bulkSets: Set<String>) {
+        self.model = model
+        self.root = root
+        self.allQueries = allQueries
+        self.bulkSets = bulkSets
+    }
+
+    mutating func apply(_ query: FetchedQuery, writer: StoreWriter) throws {
+        let initial = !bulkSets.isEmpty
+        queries.insert(query.name)
+        read[query.name] = (read[query.name] ?? true) && query.isDelta
+        // The first fill of an empty set: plain entities go in with one prepared statement
+        // (no per-row lookups); expanded ones take the general path.
+        let bulk = bulkSets.contains(query.entitySet)
+        if bulk {
+            let plain = query.entities.filter { entity in !entity.navigation.contains { $0.inline != nil } }
+            try writer.bulkInsert(plain, into: query.entitySet)
+            upserted += plain.count
+        }
+        for entity in query.entities where !bulk || entity.navigation.contains(where: { $0.inline != nil }) {
+            upserted += try OfflineODataProvider.applyEntity(entity, in: query.entitySet, writer: writer, model: model, seen: &seen)
+        }
+        for removed in query.deleted {
+            guard let key = OfflineODataProvider.key(of: removed, in: query.entitySet, model: model, root: root) else { continue }
+            if try writer.reader.bookkeeping(in: query.entitySet, key: key)?.pending == true { continue }
+            if try writer.delete(from: query.entitySet, key: key) { deleted += 1 }
+        }
+        if !query.isDelta && !initial {
+            // A full read also returns every child of its expands.
+            if let covered = allQueries.first(where: { $0.name == query.name }).flatMap({ try? OfflineODataProvider.coveredSets(of: $0.query, model: model) }) {
+                fullSets.formUnion(covered)
+            }
+            fullSets.insert(query.entitySet)
+        }
+        if let link = query.deltaLink {
+            _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = ? WHERE name = ?", [.text(link), .text(query.name)])
+        }
+    }
+
+    /// A full read: what the backend no longer returns is gone, unless another query not read
+    /// in full this time also covers the set, or the row has pending changes.
+    mutating func finish(writer: StoreWriter) throws -> String {
+        for set in fullSets {
+            let coveredElsewhere = allQueries.contains { query in
+                let readInFull = read[query.name] == false
+                return !readInFull && ((try? OfflineODataProvider.coveredSets(of: query.query, model: model))?.contains(set) ?? false)
+            }
+            if coveredElsewhere { continue }
+            for (key, pending) in try writer.keys(in: set) where !pending {
+                if !(seen[set]?.contains(Keys.predicate(key, in: set, model: model)) ?? false) {
+                    if try writer.delete(from: set, key: key) { deleted += 1 }
+                }
+            }
+        }
+        return "\(queries.count) defining queries, \(upserted) entities inserted or updated, \(deleted) deleted"
     }
 }
