@@ -386,11 +386,6 @@ extension OfflineODataProvider {
         }
     }
 
-    /// Default ErrorArchive deletion: clears the archive (see ``deleteFromErrorArchive(requestID:)``).
-    func clearErrorArchive() async throws {
-        try await deleteFromErrorArchive(requestID: nil)
-    }
-
     /// Local references (`Set(-1)`) of created entities the backend has re-keyed → the backend's.
     static func keyMap(_ connection: Connection) throws -> [String: String] {
         var map: [String: String] = [:]
