@@ -18,21 +18,17 @@ enum QueueAlgorithms {
         var list = entries
         var alive = [Bool](repeating: true, count: list.count)
         var rewrite = QueueRewrite()
+        // The latest live request on each entity: only requests with an earlier one on their
+        // entity look at what lies between.
+        var latest: [String: Int] = [:]
         for later in list.indices {
             let request = list[later]
-            guard combinable(request) else { continue }
-            // The nearest earlier live request on the same entity, if nothing in between
-            // touches what this one touches.
-            var earlier = later - 1
-            var blocked = false
-            while earlier >= 0 {
-                defer { earlier -= 1 }
-                guard alive[earlier] else { continue }
-                if list[earlier].entity == request.entity { break }
-                if list[earlier].conflicts(with: request) { blocked = true; break }
-            }
-            earlier += 1
-            guard !blocked, earlier >= 0, earlier < later, alive[earlier], list[earlier].entity == request.entity else { continue }
+            guard let entity = request.entity else { continue }
+            let previous = latest[entity]
+            latest[entity] = later
+            guard combinable(request), let earlier = previous, alive[earlier] else { continue }
+            // Nothing in between may touch what this one touches.
+            guard !(earlier + 1..<later).contains(where: { alive[$0] && list[$0].conflicts(with: request) }) else { continue }
             let target = list[earlier]
             guard combinable(target),
                   target.request.options.transactionID == request.request.options.transactionID,
@@ -44,6 +40,7 @@ enum QueueAlgorithms {
             case (.create, .delete):
                 alive[earlier] = false
                 alive[later] = false
+                latest[entity] = nil
                 rewrite.removed.formUnion([target.id, request.id])
                 rewrite.changed[target.id] = nil
                 continue
@@ -65,13 +62,17 @@ enum QueueAlgorithms {
                 merged.request.body = []
                 merged.kind = .delete
                 merged.cascade = request.cascade
+                merged.cascadeSets = request.cascadeSets
                 merged.request.cascade = request.request.cascade
             default:
                 continue
             }
             merged.references.formUnion(request.references)
+            merged.bound.formUnion(request.bound)
+            merged.refresh()
             merged.request.options.customTag = joinTags(target.request.options.customTag, request.request.options.customTag)
             list[earlier] = merged
+            latest[entity] = earlier
             alive[later] = false
             rewrite.removed.insert(request.id)
             rewrite.changed[merged.id] = merged.request
@@ -125,11 +126,18 @@ enum QueueAlgorithms {
     /// the requests was sent already.
     static func undoLocalCreations(_ entries: [QueueEntry]) -> (entries: [QueueEntry], rewrite: QueueRewrite) {
         var rewrite = QueueRewrite()
+        // Each entity's unsent create.
+        var creates: [String: Int64] = [:]
+        for entry in entries where entry.kind == .create && !entry.isSent {
+            if let entity = entry.entity, creates[entity] == nil { creates[entity] = entry.id }
+        }
         for delete in entries where delete.kind == .delete && !rewrite.removed.contains(delete.id) {
             guard let entity = delete.entity else { continue }
             let doomed = Set([entity] + delete.cascade)
-            let created = Set(entries.filter { $0.kind == .create && $0.id < delete.id && !$0.isSent && !rewrite.removed.contains($0.id) }.compactMap(\.entity))
-            guard doomed.isSubset(of: created) else { continue }
+            let allCreatedBefore = doomed.allSatisfy { member in
+                creates[member].map { $0 < delete.id && !rewrite.removed.contains($0) } ?? false
+            }
+            guard allCreatedBefore else { continue }
             var drop: Set<Int64> = []
             var safe = true
             for entry in entries where !rewrite.removed.contains(entry.id) && !entry.touched.isDisjoint(with: doomed) {

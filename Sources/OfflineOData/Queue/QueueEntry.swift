@@ -30,21 +30,28 @@ struct QueueEntry: Sendable {
     /// their own delete arrives).
     var cascadeSets: Set<String> = []
 
+    // Derived from the fields above by `refresh()`: the algorithms compare them pairwise, so
+    // they are kept rather than rebuilt on every comparison.
+    /// Every entity the request changes or depends on.
+    private(set) var touched: Set<String> = []
+    /// The entities whose state the request changes: its own entity, the other end of a link,
+    /// what a delete cascades to, what the body binds.
+    private(set) var changed: Set<String> = []
+    /// The entity sets of `touched`.
+    private(set) var touchedSets: Set<String> = []
+
     var id: Int64 { request.id }
     var isSent: Bool { request.firstSent != nil }
-    /// Every entity the request changes or depends on.
-    var touched: Set<String> { references.union(cascade).union(entity.map { [$0] } ?? []) }
-    /// The entities whose state the request changes: its own entity, the other end of a link,
-    /// what a delete cascades to.
-    var changed: Set<String> {
-        var result = Set(cascade).union(bound)
-        if let entity { result.insert(entity) }
-        if case .link = kind { result.formUnion(references) }
-        return result
-    }
 
-    /// The entity sets of `touched`.
-    var touchedSets: Set<String> { Set(touched.map { String($0.prefix { $0 != "(" }) }) }
+    /// Recomputes the derived sets; call after changing the fields they come from.
+    mutating func refresh() {
+        touched = references.union(cascade)
+        if let entity { touched.insert(entity) }
+        changed = Set(cascade).union(bound)
+        if let entity { changed.insert(entity) }
+        if case .link = kind { changed.formUnion(references) }
+        touchedSets = Set(touched.map { String($0.prefix { $0 != "(" }) })
+    }
 
     /// Whether the two requests must keep their order: they touch a common entity, or one is
     /// a delete whose cascade can reach an entity set the other touches.
@@ -105,6 +112,7 @@ extension QueueEntry {
         }
         var entry = QueueEntry(request: request, kind: kind, entity: entity, references: references, bound: bound, cascade: request.cascade.map(mapped))
         if kind == .delete, let set = request.entitySet { entry.cascadeSets = cascadeSets(from: set, model: model) }
+        entry.refresh()
         return entry
     }
 
@@ -162,10 +170,4 @@ struct QueueRewrite: Sendable {
     var changed: [Int64: QueuedRequest] = [:]
 
     var isEmpty: Bool { removed.isEmpty && changed.isEmpty }
-
-    mutating func merge(_ other: QueueRewrite) {
-        removed.formUnion(other.removed)
-        for (id, request) in other.changed where !removed.contains(id) { changed[id] = request }
-        for id in other.removed { changed[id] = nil }
-    }
 }
