@@ -61,15 +61,8 @@ public actor ODataRouter: ODataRequestHandler {
     /// `https://host/service/Customers('A')?$top=1` → `Customers('A')`: the path below the
     /// service root, without query or fragment, percent-decoded.
     public static func resourcePath(of url: String, serviceRoot: String) -> String {
-        var path = url
-        if !serviceRoot.isEmpty, path.hasPrefix(serviceRoot) {
-            path = String(path.dropFirst(serviceRoot.count))
-        } else if let schemeEnd = path.range(of: "://") {
-            // Another spelling of the host: compare paths only.
-            let afterHost = path[schemeEnd.upperBound...].firstIndex(of: "/").map { String(path[$0...]) } ?? "/"
-            let rootPath = serviceRoot.range(of: "://").flatMap { range in serviceRoot[range.upperBound...].firstIndex(of: "/").map { String(serviceRoot[$0...]) } } ?? "/"
-            path = afterHost.hasPrefix(rootPath) ? String(afterHost.dropFirst(rootPath.count)) : afterHost
-        }
+        // An absolute URL outside the service root keeps its whole path.
+        var path = Keys.relativeToRoot(url, serviceRoot: serviceRoot) ?? URL(string: url)?.path ?? url
         if let end = path.firstIndex(where: { $0 == "?" || $0 == "#" }) { path = String(path[..<end]) }
         while path.hasPrefix("/") { path.removeFirst() }
         return path.removingPercentEncoding ?? path
@@ -102,20 +95,21 @@ public actor ODataRouter: ODataRequestHandler {
 
     /// The URL below the service root, query kept (the offline provider takes relative URLs).
     static func relativeURL(_ url: String, serviceRoot: String) -> String {
-        guard url.contains("://") else { return url }
-        let query = url.firstIndex(of: "?").map { String(url[$0...]) } ?? ""
-        return resourcePath(of: url, serviceRoot: serviceRoot) + query
+        Keys.relativeToRoot(url, serviceRoot: serviceRoot) ?? url
     }
 }
 
 extension OfflineODataProvider {
-    /// The entity sets the defining queries download (their first resolved set; without an
-    /// open store, the first path segment of each query).
+    /// The entity sets the defining queries download (resolved through the model while the
+    /// store is open, and then kept until the queries change; without an open store, the first
+    /// path segment of each query).
     public func definingQueryEntitySets() -> Set<String> {
-        let model = try? openStore().model
-        return Set(definingQueries.compactMap { query in
-            if let model, let set = try? Self.entitySet(of: query.query, model: model) { return set }
-            return ODataRouter.firstSegment(of: ODataRouter.resourcePath(of: query.query, serviceRoot: ""))
-        })
+        if let definingSetsCache { return definingSetsCache }
+        guard let model = try? openStore().model else {
+            return Set(definingQueries.compactMap { ODataRouter.firstSegment(of: ODataRouter.resourcePath(of: $0.query, serviceRoot: "")) })
+        }
+        let sets = Set(definingQueries.compactMap { try? Self.entitySet(of: $0.query, model: model) })
+        definingSetsCache = sets
+        return sets
     }
 }

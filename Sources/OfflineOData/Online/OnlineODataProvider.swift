@@ -156,8 +156,7 @@ public actor OnlineODataProvider: ODataRequestHandler {
 
     /// `url` relative to the service root.
     private func relative(_ url: String) -> String {
-        if url.hasPrefix(serviceRoot) { return String(url.dropFirst(serviceRoot.count)) }
-        return url
+        Keys.relativeToRoot(url, serviceRoot: serviceRoot) ?? url
     }
 
     /// Types an answer by the shape of the resource the URL names.

@@ -34,7 +34,12 @@ public actor OfflineODataProvider {
     /// The backend's OData version, from its `$metadata` (decides headers and payload formats).
     var serviceVersion: ODataVersion?
     /// Entity sets the defining queries cover; nil after they change.
-    var coveredSetsCache: Set<String>?
+    var coveredSetsCache: Set<String>? {
+        didSet { if coveredSetsCache == nil { definingSetsCache = nil } }
+    }
+    /// The entity sets the defining queries read (``definingQueryEntitySets()``); dropped
+    /// with `coveredSetsCache`.
+    var definingSetsCache: Set<String>?
     /// Language of the default progress messages; the device locale unless set.
     public var messageLanguage: String = ProgressMessages.shared.language(for: Locale.current)
 
@@ -304,6 +309,7 @@ public actor OfflineODataProvider {
     /// Closes the store; a later `open()` reopens it.
     public func close() {
         keyMapCache = nil
+        coveredSetsCache = nil
         store?.close()
         store = nil
     }

@@ -72,19 +72,27 @@ enum Keys {
         return "(" + names.compactMap { name in key[name].map { "\(name)=" + Literal.format(.primitive($0), version: version) } }.joined(separator: ",") + ")"
     }
 
-    /// `Set(key)` (relative, or absolute under `serviceRoot`) → entity set and key.
-    static func parse(_ path: String, model: Model, serviceRoot: String) -> (String, [String: PrimitiveValue])? {
-        var relative = path
+    /// A URL below the service root, relative to it (query kept): an absolute URL under
+    /// `serviceRoot`, or under another spelling of its host (`localhost` for `127.0.0.1`: the
+    /// paths are compared), loses the root; a relative one stays. Nil for an absolute URL
+    /// outside the root.
+    static func relativeToRoot(_ url: String, serviceRoot: String) -> String? {
+        var relative = url
         if !serviceRoot.isEmpty, relative.hasPrefix(serviceRoot) {
             relative = String(relative.dropFirst(serviceRoot.count))
-        } else if relative.contains("://"), let url = URL(string: relative) {
-            // Another spelling of the host (`localhost` for `127.0.0.1`): compare paths only.
-            let rootPath = URL(string: serviceRoot)?.path ?? ""
-            relative = url.path + (url.query.map { "?" + $0 } ?? "")
-            guard !rootPath.isEmpty, relative.hasPrefix(rootPath) else { return nil }
+        } else if relative.contains("://") {
+            guard let parsed = URL(string: relative), let rootPath = URL(string: serviceRoot)?.path, !rootPath.isEmpty else { return nil }
+            relative = parsed.path + (parsed.query.map { "?" + $0 } ?? "")
+            guard relative.hasPrefix(rootPath) else { return nil }
             relative = String(relative.dropFirst(rootPath.count))
         }
         if relative.hasPrefix("/") { relative.removeFirst() }
+        return relative
+    }
+
+    /// `Set(key)` (relative, or absolute under `serviceRoot`) → entity set and key.
+    static func parse(_ path: String, model: Model, serviceRoot: String) -> (String, [String: PrimitiveValue])? {
+        guard let relative = relativeToRoot(path, serviceRoot: serviceRoot) else { return nil }
         let version: ODataVersion = model.version.isLegacy ? model.version : .v401
         guard let parsed = try? URLParser(version: version).parse(relative),
               let resolved = try? PathResolver(lookup: model).resolve(parsed.path, input: relative),
