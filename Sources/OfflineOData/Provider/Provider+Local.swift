@@ -155,12 +155,11 @@ extension OfflineODataProvider {
             }
         }
         if target.isRef, verb != "DELETE" {
-            let json = try? JSONValue.parse(body)
-            guard let id = json?["@odata.id"]?.stringValue ?? json?["uri"]?.stringValue,
-                  let (set, key) = Keys.parse(try await rewriteLocalKeys(id, store: store), model: model, serviceRoot: serviceRoot) else {
+            let keyMap = try await store.read { reader in try Self.keyMap(reader.connection) }
+            guard let linked = Self.linkTarget(ofBody: body, model: model, serviceRoot: serviceRoot, mapped: { keyMap[$0] ?? $0 }) else {
                 throw OfflineODataError(.invalidRequest, "\(verb) \(url): the body must name one entity with @odata.id")
             }
-            change.linkTarget = (set, key)
+            change.linkTarget = linked
         }
         let result = try await apply(change, store: store)
         return OfflineODataResponse(status: result == nil ? 204 : 201, body: result.map { Self.encode(.entity($0), model: model) } ?? [],

@@ -456,10 +456,8 @@ extension OfflineODataProvider {
         let target = try parseTarget(url, model: model, serviceRoot: serviceRoot)
         var change = LocalChange(method: request.method, url: url, body: request.body, target: target, options: request.options)
         if target.isRef {
-            if request.method != "DELETE", let json = try? JSONValue.parse(request.body),
-               let id = json["@odata.id"]?.stringValue ?? json["uri"]?.stringValue {
-                let mapped = keyMap[id] ?? id
-                change.linkTarget = Keys.parse(mapped, model: model, serviceRoot: serviceRoot)
+            if request.method != "DELETE" {
+                change.linkTarget = linkTarget(ofBody: request.body, model: model, serviceRoot: serviceRoot) { keyMap[$0] ?? $0 }
             }
         } else if request.method != "DELETE" {
             let entity = try entity(fromBody: request.body, method: request.method, url: url, target: target, model: model)
@@ -467,6 +465,14 @@ extension OfflineODataProvider {
             change.binds = binds(of: entity, model: model, serviceRoot: serviceRoot) { keyMap[$0] ?? $0 }
         }
         return change
+    }
+
+    /// The entity a `$ref` body names (`@odata.id`, V2 `uri`), resolved to entity set and key;
+    /// `mapped` turns a local reference into the backend's.
+    static func linkTarget(ofBody body: [UInt8], model: Model, serviceRoot: String, mapped: (String) -> String) -> (String, [String: PrimitiveValue])? {
+        guard let json = try? JSONValue.parse(body), let id = json["@odata.id"]?.stringValue ?? json["uri"]?.stringValue,
+              let (set, key) = Keys.parse(id, model: model, serviceRoot: serviceRoot) else { return nil }
+        return Keys.parse(mapped(set + Keys.predicate(key, in: set, model: model)), model: model, serviceRoot: "")
     }
 
     /// The `@odata.bind` (V2: `__metadata.uri`) links of a body, resolved to entity set and
