@@ -314,5 +314,16 @@ extension QueryResult {
         // The file is encrypted: the contact names are not in it as plain text.
         let bytes = try Data(contentsOf: fixture.directory.appendingPathComponent("cache.db"))
         #expect(bytes.range(of: Data("BusinessPartners".utf8)) == nil && bytes.range(of: Data("SQLite format 3".utf8)) == nil)
+        // A damaged entry is a clear error, not a silently shorter list.
+        let raw = try Connection(path: fixture.directory.appendingPathComponent("cache.db").path, options: Connection.Options(key: "cache-key"))
+        _ = try raw.execute("UPDATE cache_server SET body = ? WHERE rowid = (SELECT min(rowid) FROM cache_server)", [.blob([0x7B, 0x22])])
+        raw.close()
+        let damaged = try Self.cache(.file, in: fixture.directory, model: model)
+        do {
+            _ = try await damaged.serverEntries(forURLKey: "Contacts")
+            Issue.record("a damaged entry must fail")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .store && error.message.contains("Contacts"), "\(error)")
+        }
     }
 }

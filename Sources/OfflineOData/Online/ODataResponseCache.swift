@@ -65,6 +65,7 @@ public actor ODataResponseCache {
             CREATE TABLE IF NOT EXISTS cache_local (entry_id TEXT PRIMARY KEY, entity_set TEXT NOT NULL, url_key TEXT, state TEXT NOT NULL,
               body BLOB NOT NULL, seq INTEGER NOT NULL)
             """)
+        try connection.execute("CREATE INDEX IF NOT EXISTS cache_server_entry ON cache_server (entry_id)")
         try connection.execute("CREATE TABLE IF NOT EXISTS cache_keys (url_key TEXT PRIMARY KEY, delta_token TEXT, service_document BLOB, metadata_document BLOB)")
     }
 
@@ -108,7 +109,7 @@ public actor ODataResponseCache {
 
     /// The server entries of a URL key, in the order they arrived.
     public func serverEntries(forURLKey urlKey: String) throws -> [Entity] {
-        try connection.query("SELECT entity_set, body FROM cache_server WHERE url_key = ? ORDER BY position", [.text(urlKey)]).compactMap(decode)
+        try connection.query("SELECT entity_set, body FROM cache_server WHERE url_key = ? ORDER BY position", [.text(urlKey)]).map(decode)
     }
 
     /// The delta link kept for a URL key.
@@ -152,9 +153,10 @@ public actor ODataResponseCache {
         }
         let server = try connection.query("SELECT entity_set, body, url_key FROM cache_server WHERE entry_id = ? LIMIT 1", [.text(id)]).first
         let local = try connection.query("SELECT entity_set, body, url_key FROM cache_local WHERE entry_id = ?", [.text(id)]).first
-        guard let row = local ?? server, let entity = decode(row), case .text(let set) = row[0] else {
+        guard let row = local ?? server, case .text(let set) = row[0] else {
             throw OfflineODataError(.invalidRequest, "No cached entry \(id)")
         }
+        let entity = try decode(row)
         var urlKey: String?
         if case .text(let key) = row[2] { urlKey = key }
         try putLocal(id, entity: entity, entitySet: set, urlKey: urlKey, state: .deleted)
@@ -162,16 +164,20 @@ public actor ODataResponseCache {
 
     /// The local entry with an entry ID (`Set(key)`).
     public func localEntry(forEntryID id: String) throws -> ODataCachedEntry? {
-        guard let row = try connection.query("SELECT entity_set, body, state FROM cache_local WHERE entry_id = ?", [.text(id)]).first,
-              let entity = decode(row), case .text(let state) = row[2] else { return nil }
-        return ODataCachedEntry(entryID: id, entity: entity, isLocal: true, state: ODataCacheState(rawValue: state))
+        try localEntries(where: "entry_id = ?", [.text(id)]).first
     }
 
     /// Every local entry, oldest change first.
     public func localEntries() throws -> [ODataCachedEntry] {
-        try connection.query("SELECT entry_id, entity_set, body, state FROM cache_local ORDER BY seq").compactMap { row in
-            guard case .text(let id) = row[0], let entity = decode(Array(row[1...2])), case .text(let state) = row[3] else { return nil }
-            return ODataCachedEntry(entryID: id, entity: entity, isLocal: true, state: ODataCacheState(rawValue: state))
+        try localEntries(where: "1", [])
+    }
+
+    private func localEntries(where condition: String, _ arguments: [DatabaseValue]) throws -> [ODataCachedEntry] {
+        try connection.query("SELECT entry_id, entity_set, body, state FROM cache_local WHERE \(condition) ORDER BY seq", arguments).map { row in
+            guard case .text(let id) = row[0], case .text(let state) = row[3], let cacheState = ODataCacheState(rawValue: state) else {
+                throw OfflineODataError(.store, "A local cache entry is damaged (no id or an unknown state)")
+            }
+            return ODataCachedEntry(entryID: id, entity: try decode(Array(row[1...2])), isLocal: true, state: cacheState)
         }
     }
 
@@ -181,19 +187,16 @@ public actor ODataResponseCache {
         var result: [ODataCachedEntry] = []
         var seen: Set<String> = []
         for row in try connection.query("SELECT entry_id, entity_set, body FROM cache_server WHERE url_key = ? ORDER BY position", [.text(urlKey)]) {
-            guard case .text(let id) = row[0], let entity = decode(Array(row[1...2])) else { continue }
+            guard case .text(let id) = row[0] else { continue }
             seen.insert(id)
             if let local = try localEntry(forEntryID: id) {
                 if local.state != .deleted { result.append(local) }
             } else {
-                result.append(ODataCachedEntry(entryID: id, entity: entity, isLocal: false, state: nil))
+                result.append(ODataCachedEntry(entryID: id, entity: try decode(Array(row[1...2])), isLocal: false, state: nil))
             }
         }
-        for local in try localEntries() where local.state == .created && !seen.contains(local.entryID) {
-            let key = try connection.query("SELECT url_key FROM cache_local WHERE entry_id = ?", [.text(local.entryID)]).first?.first
-            if key == .text(urlKey) { result.append(local) }
-        }
-        return result
+        let created = try localEntries(where: "state = 'created' AND url_key = ?", [.text(urlKey)])
+        return result + created.filter { !seen.contains($0.entryID) }
     }
 
     /// The request that carried these local entries succeeded: they are cleared (the backend's
@@ -255,10 +258,16 @@ public actor ODataResponseCache {
         return nil
     }
 
-    /// `[entity_set, body]` → the entity.
-    private func decode(_ row: [DatabaseValue]) -> Entity? {
-        guard row.count >= 2, case .text(let set) = row[0], case .blob(let body) = row[1] else { return nil }
-        return try? V4JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
+    /// `[entity_set, body]` → the entity; a damaged row is an error, not a missing entry.
+    private func decode(_ row: [DatabaseValue]) throws -> Entity {
+        guard row.count >= 2, case .text(let set) = row[0], case .blob(let body) = row[1] else {
+            throw OfflineODataError(.store, "A cache entry is damaged (no entity set or body)")
+        }
+        do {
+            return try V4JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
+        } catch {
+            throw OfflineODataError(.store, "A cached \(set) entry cannot be read: \(error)")
+        }
     }
 
     private func entryID(of entity: Entity, in entitySet: String) -> String? {
@@ -267,11 +276,9 @@ public actor ODataResponseCache {
 
     private func entryID(of removed: DeletedEntity, in entitySet: String) -> String? {
         if let id = entryID(of: Entity(properties: removed.properties), in: entitySet) { return id }
-        guard let id = removed.id, let (set, key) = Keys.parse(id, model: model, serviceRoot: "") else {
-            // An absolute id: its last path segment names the entity.
-            guard let id = removed.id, let last = id.split(separator: "/").last, let (set, key) = Keys.parse(String(last), model: model, serviceRoot: "") else { return nil }
-            return set + Keys.predicate(key, in: set, model: model)
-        }
+        // The removal's id, relative (`Set(key)`) or absolute (its last path segment names it).
+        guard let id = removed.id, let last = id.split(separator: "/").last,
+              let (set, key) = Keys.parse(String(last), model: model, serviceRoot: "") else { return nil }
         return set + Keys.predicate(key, in: set, model: model)
     }
 }
