@@ -405,6 +405,8 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         #expect(try await customer(provider, 101) == "Downloaded 101 Walldorf")
         #expect(try await customer(provider, 102) == "Downloaded 102 four", "the unsent request 4 stays applied")
         #expect(count(try await provider.read("Customers?$filter=sap.inErrorState()")) == 0)
+        // The archive is empty now: deleting a row that is not there is a clear error.
+        await #expect(throws: OfflineODataError.self) { try await provider.send("DELETE", "ErrorArchive(2)") }
         // What stays is sent by the next upload.
         await fixture.server.service.faults.set([])
         try await provider.upload()

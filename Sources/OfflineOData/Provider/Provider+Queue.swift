@@ -364,7 +364,8 @@ extension OfflineODataProvider {
     /// Deleting from the ErrorArchive (SPEC §7). By default any row clears the whole archive:
     /// every failed request goes and the local changes they made are reverted (unsent requests
     /// stay and are applied again on top). With `enableIndividualErrorArchiveDeletion`, only
-    /// the row's request goes, with every later request, sent or unsent, that depends on it.
+    /// the row's request goes, with every later request, sent or unsent, that depends on it. A
+    /// row that is not in the archive is an `invalidRequest` error in both modes.
     func deleteFromErrorArchive(requestID: Int64?) async throws {
         let store = try openStore()
         let model = store.model
@@ -373,11 +374,11 @@ extension OfflineODataProvider {
         try await store.write { writer in
             let keyMap = try Self.keyMap(writer.connection)
             let entries = QueueEntry.analyse(try Self.loadQueue(writer.connection, statuses: ["pending", "failed"]), model: model, serviceRoot: root, keyMap: keyMap)
+            if let requestID, !entries.contains(where: { $0.id == requestID && $0.request.failed }) {
+                throw OfflineODataError(.invalidRequest, "ErrorArchive(\(requestID)) does not exist")
+            }
             let removed: Set<Int64>
-            if individual {
-                guard let requestID, entries.contains(where: { $0.id == requestID && $0.request.failed }) else {
-                    throw OfflineODataError(.invalidRequest, "ErrorArchive(\(requestID.map(String.init) ?? "?")) does not exist")
-                }
+            if individual, let requestID {
                 removed = QueueAlgorithms.dependants(of: [requestID], in: entries)
             } else {
                 removed = Set(entries.filter(\.request.failed).map(\.id))
