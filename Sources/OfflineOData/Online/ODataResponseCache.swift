@@ -4,13 +4,19 @@ import ODataStore
 
 /// The cache state of a local entry (SPEC §10).
 public enum ODataCacheState: String, Sendable {
-    case created, updated, deleted
+    /// Made on the device; the backend does not have it yet.
+    case created
+    /// A server entry changed on the device.
+    case updated
+    /// A server entry deleted on the device.
+    case deleted
 }
 
 /// One cached entry: the entity, and for a local entry its state.
 public struct ODataCachedEntry: Sendable, Equatable {
     /// `Set(key)`, the entry's identity across server and local entries.
     public var entryID: String
+    /// The entry's values (for a local delete, the last values known).
     public var entity: Entity
     /// Whether the entry was made on the device (not yet confirmed by the backend).
     public var isLocal: Bool

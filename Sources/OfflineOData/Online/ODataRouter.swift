@@ -14,7 +14,9 @@ public enum ODataWorkingMode: String, Sendable, CaseIterable {
 
 /// Where the router sends a request.
 public enum ODataDestination: String, Sendable {
+    /// The backend, through the online provider.
     case online
+    /// The offline store, through the offline provider.
     case offline
 }
 
