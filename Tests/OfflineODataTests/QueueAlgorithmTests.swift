@@ -1,6 +1,6 @@
 import Foundation
 import ODataCore
-import ODataServer
+@testable import ODataServer
 import ODataStore
 import Testing
 @testable import OfflineOData
@@ -490,17 +490,8 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
     }
 }
 
-/// A deterministic random source for generated queues.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+/// The sample data's SplitMix64 generator drives the generated queues too.
+extension SplitMix: RandomNumberGenerator {}
 
 /// One generated local change.
 struct GeneratedChange: CustomStringConvertible {
@@ -516,7 +507,7 @@ struct GeneratedChange: CustomStringConvertible {
     /// transactions and unmodifiable flags, and applies each to every provider (so that both
     /// get the same local keys).
     static func generate(seed: UInt64, length: Int, providers: [OfflineODataProvider]) async throws -> [GeneratedChange] {
-        var random = SeededRandom(state: seed)
+        var random = SplitMix(seed: seed)
         var customers: [Int64] = [101, 102]
         var orders: [Int64: Int64] = [1: 101, 2: 102]
         var products: [String] = ["P0"]
