@@ -361,17 +361,18 @@ extension OfflineODataProvider {
         if let etag = result.headers["ETag"] { server.control.etag = etag }
         server.navigation = []
         let serverPredicate = Keys.predicate(serverKey, in: set, model: model)
-        let stillLocal = try writer.rowid(in: set, key: localKey) != nil
-        if !stillLocal {
-            // Deleted locally since (the delete is queued after the create): nothing to take over.
-        } else if removeAfterUpload {
-            try writer.delete(from: set, key: localKey)
-        } else if serverPredicate != localPredicate {
-            try writer.delete(from: set, key: localKey)
-            try writer.insert(server, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: false, localID: localPredicate))
-        } else {
-            try writer.update(server, in: set, replace: false)
-            try writer.setState(in: set, key: serverKey, etag: .some(server.control.etag))
+        // An entity deleted locally since (its delete is queued after the create) has nothing
+        // to take over; only its key is mapped.
+        if try writer.rowid(in: set, key: localKey) != nil {
+            if removeAfterUpload {
+                try writer.delete(from: set, key: localKey)
+            } else if serverPredicate != localPredicate {
+                try writer.delete(from: set, key: localKey)
+                try writer.insert(server, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: false, localID: localPredicate))
+            } else {
+                try writer.update(server, in: set, replace: false)
+                try writer.setState(in: set, key: serverKey, etag: .some(server.control.etag))
+            }
         }
         if serverPredicate != localPredicate {
             _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_key_map (entity_set, local_key, server_key) VALUES (?, ?, ?)",
