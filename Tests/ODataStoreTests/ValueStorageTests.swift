@@ -53,6 +53,35 @@ import ODataCore
         #expect(ValueStorage.encode(.decimal(DecimalValue("1.50")!)) == ValueStorage.encode(.decimal(DecimalValue("1.5")!)))
     }
 
+    /// The stored forms are part of the file format: stores written by earlier versions must
+    /// still read and compare the same way.
+    @Test func storedFormsAreStable() throws {
+        #expect(ValueStorage.encode(.decimal(DecimalValue("1.50")!)) == .blob([3, 0x80, 0, 0, 1, 49, 53]))
+        #expect(ValueStorage.encode(.decimal(DecimalValue("-1.5")!)) == .blob([1, 0x7F, 0xFF, 0xFF, 0xFF, 104, 100, 0xFF]))
+        #expect(ValueStorage.encode(.decimal(DecimalValue("0")!)) == .blob([2]))
+        let offset = try Literal.parsePayloadValue("2012-09-03T01:30:00.25+02:00", as: .dateTimeOffset)
+        #expect(ValueStorage.encode(offset) == .text("102012-09-02T23:30:00.250000000000+02:00"))
+        let utc = try Literal.parsePayloadValue("-0044-03-15T12:00:00Z", as: .dateTimeOffset)
+        #expect(ValueStorage.encode(utc) == .text("099956-03-15T12:00:00.000000000000Z"))
+        #expect(ValueStorage.encode(.date(DateValue(year: 2024, month: 2, day: 29))) == .text("102024-02-29"))
+        #expect(ValueStorage.encode(.timeOfDay(TimeOfDayValue(hour: 7, minute: 5, second: 3, fraction: "5"))) == .text("07:05:03.500000000000"))
+        #expect(ValueStorage.encode(.guid(GuidValue("0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0")!)) == .text("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"))
+        // And back, with the written offset and fraction.
+        guard case .dateTimeOffset(let back)? = try ValueStorage.decode(.text("102012-09-02T23:30:00.250000000000+02:00"), as: .dateTimeOffset) else {
+            Issue.record("not a DateTimeOffset")
+            return
+        }
+        #expect(back.description == "2012-09-03T01:30:00.25+02:00")
+        #expect(try ValueStorage.decode(.text("102024-02-29"), as: .date) == .date(DateValue(year: 2024, month: 2, day: 29)))
+        // Damaged text is an error, not a made-up value.
+        for damaged in ["102012-09-02T23:30:00.2500000000", "102012-13-02T23:30:00.250000000000", "102012-09-02T23:30:00.25000000000x",
+                        "102012-09-02T23:30:00.250000000000+2:00", "102012-09-02 23:30:00.250000000000Z", "102012-09-02T24:00:00.000000000000"] {
+            #expect(throws: DatabaseError.self, "\(damaged)") { try ValueStorage.decode(.text(damaged), as: .dateTimeOffset) }
+        }
+        #expect(GuidValue("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1fg") == nil)
+        #expect(GuidValue("0f1e2d3c-4b5a-6978-8796+a5b4c3d2e1f0") == nil)
+    }
+
     @Test func dateTimeOffsetsSortByInstantAndKeepTheirOffset() throws {
         var g = SystemRandomNumberGenerator()
         let values = (0..<400).map { _ in PrimitiveValue.dateTimeOffset(Self.randomDateTimeOffset(&g)) }

@@ -122,18 +122,25 @@ public struct V4JSONWriter: Sendable {
         writer.objectStart()
         if format.metadata != .none {
             let c = entity.control
-            let pairs: [(String, String?)] = [
-                ("@odata.context", c.context), ("@odata.type", entity.typeName.map { "#" + $0 }), ("@odata.id", c.id), ("@odata.etag", c.etag),
-                ("@odata.editLink", c.editLink), ("@odata.readLink", c.readLink), ("@odata.mediaReadLink", c.mediaReadLink),
-                ("@odata.mediaEditLink", c.mediaEditLink), ("@odata.mediaEtag", c.mediaETag), ("@odata.mediaContentType", c.mediaContentType),
-            ]
-            for (name, value) in pairs {
-                guard let value else { continue }
+            func member(_ name: String, _ value: String?, _ writer: inout JSONWriter) {
+                guard let value else { return }
                 writer.key(name)
                 writer.string(value)
             }
+            member("@odata.context", c.context, &writer)
+            member("@odata.type", entity.typeName.map { "#" + $0 }, &writer)
+            member("@odata.id", c.id, &writer)
+            member("@odata.etag", c.etag, &writer)
+            member("@odata.editLink", c.editLink, &writer)
+            member("@odata.readLink", c.readLink, &writer)
+            member("@odata.mediaReadLink", c.mediaReadLink, &writer)
+            member("@odata.mediaEditLink", c.mediaEditLink, &writer)
+            member("@odata.mediaEtag", c.mediaETag, &writer)
+            member("@odata.mediaContentType", c.mediaContentType, &writer)
         }
-        writeAnnotations(entity.annotations.filter { $0.property == nil }, &writer)
+        if !entity.annotations.isEmpty {
+            writeAnnotations(entity.annotations.filter { $0.property == nil }, &writer)
+        }
         writeProperties(entity.properties, entity.annotations, &writer)
         for nav in entity.navigation {
             if format.metadata != .none {
@@ -179,6 +186,13 @@ public struct V4JSONWriter: Sendable {
     }
 
     private func writeProperties(_ properties: [NamedValue], _ annotations: [InstanceAnnotation], _ writer: inout JSONWriter) {
+        if annotations.isEmpty && format.metadata != .full {
+            for property in properties {
+                writer.key(property.name)
+                writeValue(property.value, &writer)
+            }
+            return
+        }
         for property in properties {
             if format.metadata == .full, let type = annotationType(property.value) {
                 writer.key(property.name + "@odata.type")
@@ -232,7 +246,7 @@ public struct V4JSONWriter: Sendable {
             if case .spatial(let s) = p {
                 writeGeoJSON(s, &writer)
             } else {
-                writer.raw(String(decoding: jsonText(p), as: UTF8.self))
+                writePrimitive(p, &writer)
             }
         case .enumeration(let e): writer.string(e.members.joined(separator: ","))
         case .collection(let items):
@@ -252,27 +266,39 @@ public struct V4JSONWriter: Sendable {
 
     /// The JSON text of a primitive value.
     func jsonText(_ p: PrimitiveValue) -> [UInt8] {
-        func quoted(_ s: String) -> [UInt8] {
-            var w = JSONWriter()
-            w.string(s)
-            return w.bytes
-        }
+        var writer = JSONWriter()
+        writePrimitive(p, &writer)
+        return writer.bytes
+    }
+
+    /// Writes a primitive value as its JSON number, boolean or string.
+    func writePrimitive(_ p: PrimitiveValue, _ writer: inout JSONWriter) {
         switch p {
-        case .boolean(let b): return Array((b ? "true" : "false").utf8)
-        case .byte(let v): return Array(String(v).utf8)
-        case .sbyte(let v): return Array(String(v).utf8)
-        case .int16(let v): return Array(String(v).utf8)
-        case .int32(let v): return Array(String(v).utf8)
-        case .int64(let v): return format.ieee754Compatible ? quoted(String(v)) : Array(String(v).utf8)
-        case .decimal(let d): return format.ieee754Compatible ? quoted(d.description) : Array(d.description.utf8)
+        case .boolean(let b): writer.bool(b)
+        case .byte(let v): writer.integer(Int(v))
+        case .sbyte(let v): writer.integer(Int(v))
+        case .int16(let v): writer.integer(Int(v))
+        case .int32(let v): writer.integer(Int(v))
+        case .int64(let v): if format.ieee754Compatible { writer.string(String(v)) } else { writer.integer(Int(v)) }
+        case .decimal(let d): if format.ieee754Compatible { writer.string(d.description) } else { writer.raw(d.description) }
         case .double(let v):
-            if !v.isFinite { return quoted(Literal.payloadText(p)) }
-            return Array(Self.floatingText(v.description).utf8)
+            if !v.isFinite { writer.string(Literal.payloadText(p)) } else { writer.raw(Self.floatingText(v.description)) }
         case .single(let v):
-            if !v.isFinite { return quoted(Literal.payloadText(p)) }
-            return Array(Self.floatingText(v.description).utf8)
-        case .string(let s): return quoted(s)
-        default: return quoted(Literal.payloadText(p))
+            if !v.isFinite { writer.string(Literal.payloadText(p)) } else { writer.raw(Self.floatingText(v.description)) }
+        case .string(let s): writer.string(s)
+        case .dateTimeOffset(let d), .dateTime(let d):
+            var text: [UInt8] = []
+            text.reserveCapacity(32)
+            d.date.append(to: &text)
+            text.append(UInt8(ascii: "T"))
+            d.time.append(to: &text)
+            Digits.appendOffset(d.offsetMinutes, usesZ: d.usesZ, to: &text)
+            if !text.contains(where: { $0 == 0x22 || $0 == 0x5C || $0 < 0x20 }) {
+                writer.plainString(text)
+            } else {
+                writer.string(String(decoding: text, as: UTF8.self))
+            }
+        default: writer.string(Literal.payloadText(p))
         }
     }
 

@@ -10,8 +10,19 @@ public struct DateValue: Sendable, Hashable, Comparable, Codable, CustomStringCo
         self.day = day
     }
     public var description: String {
-        let sign = year < 0 ? "-" : ""
-        return sign + pad(abs(year), 4) + "-" + pad(month, 2) + "-" + pad(day, 2)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(10)
+        append(to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+    /// Appends the ISO form (`YYYY-MM-DD`, a minus sign before negative years) as UTF-8.
+    package func append(to bytes: inout [UInt8]) {
+        if year < 0 { bytes.append(UInt8(ascii: "-")) }
+        Digits.append(year.magnitude, width: 4, to: &bytes)
+        bytes.append(UInt8(ascii: "-"))
+        Digits.append(month, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: "-"))
+        Digits.append(day, width: 2, to: &bytes)
     }
     public static func < (a: DateValue, b: DateValue) -> Bool {
         (a.year, a.month, a.day) < (b.year, b.month, b.day)
@@ -59,18 +70,29 @@ public struct TimeOfDayValue: Sendable, Hashable, Comparable, Codable, CustomStr
         self.hasSeconds = hasSeconds || second != 0 || !fraction.isEmpty
     }
     public var description: String {
-        var text = pad(hour, 2) + ":" + pad(minute, 2)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(12 + fraction.utf8.count)
+        append(to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+    /// Appends the ISO form (`HH:MM[:SS[.fff]]`) as UTF-8.
+    package func append(to bytes: inout [UInt8]) {
+        Digits.append(hour, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        Digits.append(minute, width: 2, to: &bytes)
         if hasSeconds {
-            text += ":" + pad(second, 2)
-            if !fraction.isEmpty { text += "." + fraction }
+            bytes.append(UInt8(ascii: ":"))
+            Digits.append(second, width: 2, to: &bytes)
+            if !fraction.isEmpty {
+                bytes.append(UInt8(ascii: "."))
+                bytes.append(contentsOf: fraction.utf8)
+            }
         }
-        return text
     }
     /// Picoseconds since midnight (exact for 12 fractional digits).
     public var picosecondsSinceMidnight: Int64 {
         let whole = Int64(hour * 3600 + minute * 60 + second) * 1_000_000_000_000
-        let digits = String(fraction.prefix(12)).padding(toLength: 12, withPad: "0", startingAt: 0)
-        return whole + (Int64(digits) ?? 0)
+        return whole + Digits.picoseconds(fraction)
     }
     public static func < (a: TimeOfDayValue, b: TimeOfDayValue) -> Bool {
         a.picosecondsSinceMidnight < b.picosecondsSinceMidnight
@@ -98,15 +120,13 @@ public struct DateTimeOffsetValue: Sendable, Hashable, Comparable, Codable, Cust
         self.usesZ = usesZ
     }
     public var description: String {
-        var text = date.description + "T" + time.description
-        if let offset = offsetMinutes {
-            if offset == 0 && usesZ {
-                text += "Z"
-            } else {
-                text += (offset < 0 ? "-" : "+") + pad(abs(offset) / 60, 2) + ":" + pad(abs(offset) % 60, 2)
-            }
-        }
-        return text
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32)
+        date.append(to: &bytes)
+        bytes.append(UInt8(ascii: "T"))
+        time.append(to: &bytes)
+        Digits.appendOffset(offsetMinutes, usesZ: usesZ, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
     }
     /// The instant as (seconds since the epoch in UTC, picoseconds within the second).
     public var instant: (seconds: Int64, picoseconds: Int64) {
@@ -168,8 +188,7 @@ public struct DurationValue: Sendable, Hashable, Comparable, Codable, CustomStri
     /// Total length in picoseconds (signed); saturates beyond ±106 days·10^6.
     public var totalPicoseconds: (whole: Int64, picos: Int64) {
         let whole = Int64(days) * 86_400 + Int64(hours) * 3600 + Int64(minutes) * 60 + Int64(seconds)
-        let digits = String(fraction.prefix(12)).padding(toLength: 12, withPad: "0", startingAt: 0)
-        let picos = Int64(digits) ?? 0
+        let picos = Digits.picoseconds(fraction)
         return negative ? (-whole, -picos) : (whole, picos)
     }
     public static func < (a: DurationValue, b: DurationValue) -> Bool {
@@ -188,6 +207,77 @@ public struct DurationValue: Sendable, Hashable, Comparable, Codable, CustomStri
 }
 
 func pad(_ value: Int, _ width: Int) -> String {
-    let text = String(value)
-    return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+    var bytes: [UInt8] = []
+    Digits.append(value, width: width, to: &bytes)
+    return String(decoding: bytes, as: UTF8.self)
+}
+
+/// Decimal digits written and read without going through `String`: the temporal values' text
+/// forms are on the hot path of every payload and every stored row.
+package enum Digits {
+    /// Appends `value` in decimal, zero-padded on the left to at least `width` digits (a negative
+    /// value is written as `-` then its padded magnitude minus one digit, as `String` padding did).
+    @inlinable
+    package static func append(_ value: Int, width: Int, to bytes: inout [UInt8]) {
+        if value < 0 {
+            bytes.append(UInt8(ascii: "-"))
+            append(value.magnitude, width: max(0, width - 1), to: &bytes)
+        } else {
+            append(value.magnitude, width: width, to: &bytes)
+        }
+    }
+
+    /// Appends `value` in decimal, zero-padded on the left to at least `width` digits.
+    @inlinable
+    package static func append(_ value: UInt, width: Int, to bytes: inout [UInt8]) {
+        var digits = 1
+        var limit: UInt = 10
+        while digits < 20, value >= limit {
+            digits += 1
+            let (next, overflow) = limit.multipliedReportingOverflow(by: 10)
+            if overflow { break }
+            limit = next
+        }
+        let count = max(digits, width)
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: count))
+        var rest = value
+        var index = start + count - 1
+        while rest > 0 {
+            bytes[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+            rest /= 10
+            index -= 1
+        }
+    }
+
+    /// Appends a `Z`, `+HH:MM` or `-HH:MM` offset; nothing when `minutes` is nil.
+    package static func appendOffset(_ minutes: Int?, usesZ: Bool, to bytes: inout [UInt8]) {
+        guard let minutes else { return }
+        if minutes == 0 && usesZ {
+            bytes.append(UInt8(ascii: "Z"))
+            return
+        }
+        bytes.append(minutes < 0 ? UInt8(ascii: "-") : UInt8(ascii: "+"))
+        Digits.append(abs(minutes) / 60, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        Digits.append(abs(minutes) % 60, width: 2, to: &bytes)
+    }
+
+    /// The first 12 fractional-second digits as picoseconds (fewer digits are padded on the
+    /// right); 0 when one of them is not a digit.
+    package static func picoseconds(_ fraction: String) -> Int64 {
+        var value: Int64 = 0
+        var count = 0
+        for byte in fraction.utf8 {
+            guard count < 12 else { break }
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return 0 }
+            value = value * 10 + Int64(byte - UInt8(ascii: "0"))
+            count += 1
+        }
+        while count < 12 {
+            value *= 10
+            count += 1
+        }
+        return value
+    }
 }

@@ -7,19 +7,44 @@ public struct GuidValue: Sendable, Hashable, Comparable, Codable, CustomStringCo
     public init(_ uuid: UUID) { self.uuid = uuid }
     /// Parses `8-4-4-4-12` hex digits; nil otherwise.
     public init?(_ text: String) {
-        let bytes = Array(text.utf8)
-        guard bytes.count == 36 else { return nil }
-        for (i, c) in bytes.enumerated() {
-            if [8, 13, 18, 23].contains(i) {
-                guard c == UInt8(ascii: "-") else { return nil }
-            } else {
-                guard isHexDigit(c) else { return nil }
+        var text = text
+        let parsed = text.withUTF8 { bytes -> uuid_t? in
+            guard bytes.count == 36 else { return nil }
+            var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            let complete = withUnsafeMutableBytes(of: &raw) { out -> Bool in
+                var index = 0
+                var k = 0
+                while index < 36 {
+                    if index == 8 || index == 13 || index == 18 || index == 23 {
+                        guard bytes[index] == UInt8(ascii: "-") else { return false }
+                        index += 1
+                        continue
+                    }
+                    guard let high = Literal.hexValue(bytes[index]), let low = Literal.hexValue(bytes[index + 1]) else { return false }
+                    out[k] = high << 4 | low
+                    k += 1
+                    index += 2
+                }
+                return true
+            }
+            return complete ? raw : nil
+        }
+        guard let parsed else { return nil }
+        self.uuid = UUID(uuid: parsed)
+    }
+    public var description: String {
+        let digits: [UInt8] = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(36)
+        withUnsafeBytes(of: uuid.uuid) { raw in
+            for (k, byte) in raw.enumerated() {
+                if k == 4 || k == 6 || k == 8 || k == 10 { text.append(UInt8(ascii: "-")) }
+                text.append(digits[Int(byte >> 4)])
+                text.append(digits[Int(byte & 0x0F)])
             }
         }
-        guard let uuid = UUID(uuidString: text) else { return nil }
-        self.uuid = uuid
+        return String(decoding: text, as: UTF8.self)
     }
-    public var description: String { uuid.uuidString.lowercased() }
     public static func < (a: GuidValue, b: GuidValue) -> Bool { a.description < b.description }
 }
 

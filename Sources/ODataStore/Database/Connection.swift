@@ -290,6 +290,9 @@ public final class Statement {
         arguments = []
     }
 
+    /// Drops the reference to the last bound values (kept for error messages).
+    func forgetArguments() { arguments = [] }
+
     /// Binds values to `?` parameters in order.
     public func bind(_ values: [DatabaseValue]) throws(DatabaseError) {
         arguments = values

@@ -46,7 +46,7 @@ public enum ValueStorage {
         case .guid(let g): return .text(g.description)
         case .date(let d): return .text(dateText(d))
         case .timeOfDay(let t): return .text(timeText(t))
-        case .dateTimeOffset(let d): return .text(instantText(d) + offsetText(d.offsetMinutes, usesZ: d.usesZ))
+        case .dateTimeOffset(let d): return .text(instantAndOffsetText(d))
         case .dateTime(let d): return .text(instantText(d))
         case .duration(let d), .time(let d): return .blob(encodeDuration(d))
         case .binary(let data): return .blob(Array(data))
@@ -61,37 +61,77 @@ public enum ValueStorage {
     public static let instantLength = 34
 
     static func dateText(_ d: DateValue) -> String {
-        pad(d.year + 100_000, 6) + "-" + pad(d.month, 2) + "-" + pad(d.day, 2)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(12)
+        appendDate(d, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    static func appendDate(_ d: DateValue, to bytes: inout [UInt8]) {
+        Digits.append(d.year + 100_000, width: 6, to: &bytes)
+        bytes.append(UInt8(ascii: "-"))
+        Digits.append(d.month, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: "-"))
+        Digits.append(d.day, width: 2, to: &bytes)
     }
 
     static func timeText(_ t: TimeOfDayValue) -> String {
-        pad(t.hour, 2) + ":" + pad(t.minute, 2) + ":" + pad(t.second, 2) + "." + t.fraction.padding(toLength: 12, withPad: "0", startingAt: 0)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(21)
+        Digits.append(t.hour, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        Digits.append(t.minute, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        Digits.append(t.second, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: "."))
+        let fraction = t.fraction.utf8
+        bytes.append(contentsOf: fraction.prefix(12))
+        if fraction.count < 12 { bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: 12 - fraction.count)) }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// `YYYYYY-MM-DDTHH:MM:SS.ffffffffffff` in UTC (34 characters).
     static func instantText(_ d: DateTimeOffsetValue) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(instantLength + 6)
+        appendInstant(d, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The stored DateTimeOffset: the UTC instant, then the original offset.
+    static func instantAndOffsetText(_ d: DateTimeOffsetValue) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(instantLength + 6)
+        appendInstant(d, to: &bytes)
+        Digits.appendOffset(d.offsetMinutes, usesZ: d.usesZ, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    static func appendInstant(_ d: DateTimeOffsetValue, to bytes: inout [UInt8]) {
         let (seconds, picos) = d.instant
         let days = Int((seconds >= 0 ? seconds : seconds - 86_399) / 86_400)
         let secondOfDay = Int(seconds - Int64(days) * 86_400)
-        let date = DateValue(daysSinceEpoch: days)
-        let fraction = pad12(picos)
-        return dateText(date) + "T" + pad(secondOfDay / 3600, 2) + ":" + pad(secondOfDay / 60 % 60, 2) + ":" + pad(secondOfDay % 60, 2) + "." + fraction
+        appendDate(DateValue(daysSinceEpoch: days), to: &bytes)
+        bytes.append(UInt8(ascii: "T"))
+        Digits.append(secondOfDay / 3600, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        Digits.append(secondOfDay / 60 % 60, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        Digits.append(secondOfDay % 60, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: "."))
+        Digits.append(Int(picos), width: 12, to: &bytes)
     }
 
     static func offsetText(_ minutes: Int?, usesZ: Bool) -> String {
-        guard let minutes else { return "" }
-        if minutes == 0 && usesZ { return "Z" }
-        return (minutes < 0 ? "-" : "+") + pad(abs(minutes) / 60, 2) + ":" + pad(abs(minutes) % 60, 2)
-    }
-
-    static func pad(_ value: Int, _ width: Int) -> String {
-        let text = String(value)
-        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+        var bytes: [UInt8] = []
+        Digits.appendOffset(minutes, usesZ: usesZ, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     static func pad12(_ picos: Int64) -> String {
-        let text = String(picos)
-        return String(repeating: "0", count: max(0, 12 - text.count)) + text
+        var bytes: [UInt8] = []
+        Digits.append(Int(picos), width: 12, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Sign byte (1 negative, 2 zero, 3 positive), then for positives the exponent biased by
@@ -99,22 +139,43 @@ public enum ValueStorage {
     /// terminator, so that byte order is numeric order.
     static func encodeDecimal(_ d: DecimalValue) -> [UInt8] {
         if d.isZero { return [2] }
-        var digits = Array(d.digits.utf8)
+        let digits = d.digits.utf8
+        var count = digits.count
         var exponent = d.exponent
-        while digits.count > 1, digits.last == UInt8(ascii: "0") {
-            digits.removeLast()
+        // Trailing zeros go into the exponent (canonical form: 1.50 = 1.5).
+        var index = digits.index(digits.startIndex, offsetBy: count)
+        while count > 1 {
+            let before = digits.index(before: index)
+            guard digits[before] == UInt8(ascii: "0") else { break }
+            index = before
+            count -= 1
             exponent += 1
         }
-        // value = 0.d1d2… × 10^e with e = exponent + digits.count
-        let e = Int64(exponent + digits.count)
+        // value = 0.d1d2… × 10^e with e = exponent + count
+        let e = Int64(exponent + count)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 6)
         if !d.negative {
-            return [3] + bigEndian(UInt32(clamping: e + Int64(Int32.max) + 1)) + digits
+            bytes.append(3)
+            appendBigEndian(UInt32(clamping: e + Int64(Int32.max) + 1), to: &bytes)
+            bytes.append(contentsOf: digits[digits.startIndex..<index])
+            return bytes
         }
-        return [1] + bigEndian(UInt32(clamping: Int64(Int32.max) + 1 - e)) + digits.map { UInt8(ascii: "9") - ($0 - UInt8(ascii: "0")) + UInt8(ascii: "0") } + [0xFF]
+        bytes.append(1)
+        appendBigEndian(UInt32(clamping: Int64(Int32.max) + 1 - e), to: &bytes)
+        for digit in digits[digits.startIndex..<index] {
+            // The same complement the decoder undoes (153 − digit: '0' → 105 … '9' → 96).
+            bytes.append(UInt8(ascii: "9") - (digit - UInt8(ascii: "0")) + UInt8(ascii: "0"))
+        }
+        bytes.append(0xFF)
+        return bytes
     }
 
-    static func bigEndian(_ value: UInt32) -> [UInt8] {
-        [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+    static func appendBigEndian(_ value: UInt32, to bytes: inout [UInt8]) {
+        bytes.append(UInt8(value >> 24))
+        bytes.append(UInt8(value >> 16 & 0xFF))
+        bytes.append(UInt8(value >> 8 & 0xFF))
+        bytes.append(UInt8(value & 0xFF))
     }
 
     static func bigEndian64(_ value: UInt64) -> [UInt8] {
@@ -200,36 +261,71 @@ public enum ValueStorage {
     }
 
     static func decodeDate(_ s: String) -> DateValue? {
-        let parts = s.split(separator: "-")
-        guard parts.count == 3, let year = Int(parts[0]), let month = Int(parts[1]), let day = Int(parts[2]) else { return nil }
-        return DateValue(year: year - 100_000, month: month, day: day)
+        var text = s
+        return text.withUTF8 { bytes in
+            // The stored form: `YYYYYY-MM-DD`, year biased by 100000.
+            if bytes.count == 12, bytes[6] == UInt8(ascii: "-"), bytes[9] == UInt8(ascii: "-"),
+               let year = number(bytes, 0, 6), let month = number(bytes, 7, 2), let day = number(bytes, 10, 2) {
+                return DateValue(year: year - 100_000, month: month, day: day)
+            }
+            let parts = s.split(separator: "-")
+            guard parts.count == 3, let year = Int(parts[0]), let month = Int(parts[1]), let day = Int(parts[2]) else { return nil }
+            return DateValue(year: year - 100_000, month: month, day: day)
+        }
+    }
+
+    /// The decimal number in `bytes[start..<start + count]`, or nil when one of them is not a digit.
+    @inline(__always)
+    static func number(_ bytes: UnsafeBufferPointer<UInt8>, _ start: Int, _ count: Int) -> Int? {
+        var value = 0
+        for index in start..<(start + count) {
+            let digit = bytes[index] &- UInt8(ascii: "0")
+            guard digit < 10 else { return nil }
+            value = value * 10 + Int(digit)
+        }
+        return value
     }
 
     static func decodeInstant(_ s: String) -> DateTimeOffsetValue? {
-        guard s.utf8.count >= instantLength else { return nil }
-        let instant = String(s.prefix(instantLength))
-        let suffix = String(s.dropFirst(instantLength))
-        guard let date = decodeDate(String(instant.prefix(12))),
-              case .timeOfDay(let utcTime)? = try? Literal.parsePayloadValue(String(instant.dropFirst(13)), as: .timeOfDay) else { return nil }
-        let offset: Int?
-        var usesZ = false
-        switch suffix {
-        case "": offset = nil
-        case "Z":
-            offset = 0
-            usesZ = true
-        default:
-            guard suffix.count == 6, let hours = Int(suffix.dropFirst().prefix(2)), let minutes = Int(suffix.suffix(2)) else { return nil }
-            offset = (suffix.hasPrefix("-") ? -1 : 1) * (hours * 60 + minutes)
+        var text = s
+        return text.withUTF8 { bytes -> DateTimeOffsetValue? in
+            // `YYYYYY-MM-DDTHH:MM:SS.ffffffffffff` then nothing, `Z` or `±HH:MM`.
+            guard bytes.count >= instantLength,
+                  bytes[6] == UInt8(ascii: "-"), bytes[9] == UInt8(ascii: "-"), bytes[12] == UInt8(ascii: "T"),
+                  bytes[15] == UInt8(ascii: ":"), bytes[18] == UInt8(ascii: ":"), bytes[21] == UInt8(ascii: "."),
+                  let year = number(bytes, 0, 6), let month = number(bytes, 7, 2), let day = number(bytes, 10, 2),
+                  let hour = number(bytes, 13, 2), let minute = number(bytes, 16, 2), let second = number(bytes, 19, 2),
+                  number(bytes, 22, 12) != nil, (1...12).contains(month), (1...31).contains(day),
+                  hour < 24, minute < 60, second < 60 else { return nil }
+            let offset: Int?
+            var usesZ = false
+            switch bytes.count - instantLength {
+            case 0: offset = nil
+            case 1:
+                guard bytes[instantLength] == UInt8(ascii: "Z") else { return nil }
+                offset = 0
+                usesZ = true
+            case 6:
+                let sign = bytes[instantLength]
+                guard sign == UInt8(ascii: "+") || sign == UInt8(ascii: "-"), bytes[instantLength + 3] == UInt8(ascii: ":"),
+                      let hours = number(bytes, instantLength + 1, 2), let minutes = number(bytes, instantLength + 4, 2) else { return nil }
+                offset = (sign == UInt8(ascii: "-") ? -1 : 1) * (hours * 60 + minutes)
+            default:
+                return nil
+            }
+            // Shift the UTC time into the stored offset.
+            let date = DateValue(year: year - 100_000, month: month, day: day)
+            let utcSeconds = Int64(date.daysSinceEpoch) * 86_400 + Int64(hour * 3600 + minute * 60 + second)
+            let local = utcSeconds + Int64((offset ?? 0) * 60)
+            let days = Int((local >= 0 ? local : local - 86_399) / 86_400)
+            let secondOfDay = Int(local - Int64(days) * 86_400)
+            // Fractional digits without the trailing zeros the fixed width added.
+            var end = instantLength
+            while end > 22, bytes[end - 1] == UInt8(ascii: "0") { end -= 1 }
+            let fraction = String(decoding: UnsafeBufferPointer(rebasing: bytes[22..<end]), as: UTF8.self)
+            let time = TimeOfDayValue(hour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60, fraction: fraction)
+            return DateTimeOffsetValue(date: DateValue(daysSinceEpoch: days), time: time, offsetMinutes: offset, usesZ: usesZ)
         }
-        // Shift the UTC time into the stored offset.
-        let utcSeconds = Int64(date.daysSinceEpoch) * 86_400 + Int64(utcTime.hour * 3600 + utcTime.minute * 60 + utcTime.second)
-        let local = utcSeconds + Int64((offset ?? 0) * 60)
-        let days = Int((local >= 0 ? local : local - 86_399) / 86_400)
-        let secondOfDay = Int(local - Int64(days) * 86_400)
-        let fraction = String(utcTime.fraction.reversed().drop { $0 == "0" }.reversed())
-        let time = TimeOfDayValue(hour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60, fraction: fraction)
-        return DateTimeOffsetValue(date: DateValue(daysSinceEpoch: days), time: time, offsetMinutes: offset, usesZ: usesZ)
     }
 
     static func decodeDuration(_ bytes: [UInt8]) -> DurationValue? {

@@ -53,28 +53,54 @@ public struct StoreWriter {
     @discardableResult
     public func insert(_ entity: Entity, into entitySet: String, bookkeeping: Bookkeeping = Bookkeeping()) throws -> Int64 {
         let table = try table(entitySet)
-        let sql = insertSQL(table)
         var values: [DatabaseValue] = []
-        values.reserveCapacity(Self.insertBookkeeping.count + table.columns.count)
-        values += [
-            entity.typeName.map { .text($0) } ?? .null, entity.control.etag.map { .text($0) } ?? .null,
-            entity.control.editLink.map { .text($0) } ?? .null, bookkeeping.localID.map { .text($0) } ?? .null,
-            .integer(bookkeeping.isLocal ? 1 : 0), .integer(bookkeeping.pending ? 1 : 0),
-        ]
-        values += try table.columns.map { column in try columnValue(column, in: entity, table: table) }
-        if let failure = Self.failure({ () throws(DatabaseError) in try db.execute(sql, values) }) {
-            guard failure.code == .constraint else { throw failure }
-            throw StoreError(.conflict, "\(entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
-        }
-        let rowid = db.lastInsertRowID
-        try writeChildren(entity, table: table, rowid: rowid)
-        try insertInline(entity, table: table, rowid: rowid, bookkeeping: bookkeeping)
-        return rowid
+        return try insertRow(entity, table: table, statement: db.statement(insertSQL(table)), bookkeeping: bookkeeping, values: &values)
     }
 
     /// Inserts many entities with one prepared statement (for downloads).
     public func bulkInsert(_ entities: [Entity], into entitySet: String) throws {
-        for entity in entities { try insert(entity, into: entitySet) }
+        let table = try table(entitySet)
+        let sql = insertSQL(table)
+        var values: [DatabaseValue] = []
+        values.reserveCapacity(Self.insertBookkeeping.count + table.columns.count)
+        for entity in entities {
+            // Children of the entity may run other statements in between; the cache hands the
+            // same prepared statement back, reset.
+            try insertRow(entity, table: table, statement: db.statement(sql), bookkeeping: Bookkeeping(), values: &values)
+        }
+    }
+
+    /// One row, then its collections, dynamic properties and inline entities. `values` is a
+    /// reusable buffer.
+    @discardableResult
+    private func insertRow(_ entity: Entity, table: StoreSchema.EntityTable, statement: Statement, bookkeeping: Bookkeeping,
+                           values: inout [DatabaseValue]) throws -> Int64 {
+        values.removeAll(keepingCapacity: true)
+        values.append(entity.typeName.map { .text($0) } ?? .null)
+        values.append(entity.control.etag.map { .text($0) } ?? .null)
+        values.append(entity.control.editLink.map { .text($0) } ?? .null)
+        values.append(bookkeeping.localID.map { .text($0) } ?? .null)
+        values.append(.integer(bookkeeping.isLocal ? 1 : 0))
+        values.append(.integer(bookkeeping.pending ? 1 : 0))
+        // Properties usually come in the order of the columns: look there first.
+        var position = 0
+        for column in table.columns {
+            values.append(try columnValue(column, in: entity, position: &position))
+        }
+        if let failure = Self.failure({ () throws(DatabaseError) in
+            // The statement keeps the values for error messages only while it runs, so that
+            // the buffer can be reused without a copy.
+            defer { statement.forgetArguments() }
+            try statement.bind(values)
+            while try statement.step() {}
+        }) {
+            guard failure.code == .constraint else { throw failure }
+            throw StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
+        }
+        let rowid = db.lastInsertRowID
+        if !table.collections.isEmpty || table.dynamicTable != nil { try writeChildren(entity, table: table, rowid: rowid) }
+        if !entity.navigation.isEmpty { try insertInline(entity, table: table, rowid: rowid, bookkeeping: bookkeeping) }
+        return rowid
     }
 
     /// Inserts the entity, or replaces the existing one with the same key (downloads: the
@@ -268,7 +294,23 @@ public struct StoreWriter {
 
     /// The stored value of one column for an entity.
     func columnValue(_ column: StoreSchema.Column, in entity: Entity, table: StoreSchema.EntityTable) throws -> DatabaseValue {
-        var value: Value? = entity[column.path.first ?? ""]
+        var position = 0
+        return try columnValue(column, in: entity, position: &position)
+    }
+
+    /// The stored value of one column; `position` is where the property is looked for first
+    /// (and is moved past it when found there).
+    func columnValue(_ column: StoreSchema.Column, in entity: Entity, position: inout Int) throws -> DatabaseValue {
+        guard let name = column.path.first else { return .null }
+        var value: Value?
+        let properties = entity.properties
+        if position < properties.count, properties[position].name == name {
+            value = properties[position].value
+            if column.path.count == 1 { position += 1 }
+        } else if let index = properties.firstIndex(where: { $0.name == name }) {
+            value = properties[index].value
+            position = column.path.count == 1 ? index + 1 : index
+        }
         for part in column.path.dropFirst() {
             guard case .complex(let structured)? = value else {
                 value = nil
@@ -284,6 +326,8 @@ public struct StoreWriter {
         case (_, .null): return .null
         case (.complexPresence, .complex): return .integer(1)
         case (.complexPresence, _): return .null
+        case (.primitive(let type), .primitive(let p)) where p.type == type:
+            return ValueStorage.encode(p)
         case (.primitive(let type), _):
             guard case .primitive(let converted)? = Literal.convert(value, to: type) else {
                 throw StoreError(.unsupported, "Property \(column.name): \(value) is not a \(type.rawValue)")

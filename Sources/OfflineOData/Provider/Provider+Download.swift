@@ -81,45 +81,71 @@ extension OfflineODataProvider {
             var next: String? = deltaLink ?? query.query
             result.isDelta = deltaLink != nil
             var pages = 0
+            // While a page is handed to `onPage`, the next one is already being fetched and
+            // parsed, so the backend and the store work at the same time (at most two pages
+            // are in memory).
+            var prefetched: Task<FetchedPage, any Error>?
+            defer { prefetched?.cancel() }
             while let url = next {
                 if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
                 pages += 1
                 guard pages <= 100_000 else { throw OfflineODataError(.backend, "\(query.name): more than 100000 pages; the backend's next links loop") }
-                let response = try await send(method: "GET", url: url, headers: ["Prefer": "odata.track-changes"])
-                if response.status == 410 && result.isDelta {
+                let fetched: FetchedPage
+                if let pending = prefetched {
+                    prefetched = nil
+                    fetched = try await pending.value
+                } else {
+                    fetched = try await fetchPage(url, query: query, entitySet: set, isDelta: result.isDelta, model: model)
+                }
+                guard case .page(let body, let page) = fetched else {
                     // The delta link expired: read everything again and diff locally.
                     result = FetchedQuery(name: query.name, entitySet: set)
                     next = query.query
                     continue
                 }
-                guard response.status < 400 else { throw Self.backendError(response, method: "GET", url: absoluteURL(url)) }
                 report(progress, .receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
-                let entityType = model.entitySet(set)?.entityType
-                let page: EntityCollection
-                do {
-                    page = model.version.isLegacy
-                        ? try V2JSONReader(model: model).readCollection(response.body, entityType: entityType)
-                        : try V4JSONReader(model: model).readCollection(response.body, entityType: entityType)
-                } catch {
-                    throw OfflineODataError(.backend, "Defining query \(query.name): the response to GET \(absoluteURL(url)) is not a valid collection: \(error)")
-                }
                 result.pages += 1
                 result.received += page.entities.count
+                next = page.nextLink
                 if let onPage {
+                    if let link = next {
+                        let isDelta = result.isDelta
+                        prefetched = Task { try await self.fetchPage(link, query: query, entitySet: set, isDelta: isDelta, model: model) }
+                    }
                     var chunk = FetchedQuery(name: query.name, entitySet: set, entities: page.entities, deleted: page.deleted, deltaLink: page.deltaLink)
                     chunk.isDelta = result.isDelta
-                    chunk.raw = response.body
+                    chunk.raw = body
                     try await onPage(chunk)
                 } else {
                     result.entities += page.entities
                     result.deleted += page.deleted
                     if page.deltaLink != nil { result.deltaLink = page.deltaLink }
                 }
-                next = page.nextLink
             }
             results.append(result)
         }
         return results
+    }
+
+    /// One page of a defining query, read and parsed; `.expired` when a delta link got 410.
+    enum FetchedPage: Sendable {
+        case expired
+        case page(body: [UInt8], EntityCollection)
+    }
+
+    func fetchPage(_ url: String, query: OfflineODataDefiningQuery, entitySet set: String, isDelta: Bool, model: Model) async throws -> FetchedPage {
+        let response = try await send(method: "GET", url: url, headers: ["Prefer": "odata.track-changes"])
+        if response.status == 410 && isDelta { return .expired }
+        guard response.status < 400 else { throw Self.backendError(response, method: "GET", url: absoluteURL(url)) }
+        let entityType = model.entitySet(set)?.entityType
+        do {
+            let page = model.version.isLegacy
+                ? try V2JSONReader(model: model).readCollection(response.body, entityType: entityType)
+                : try V4JSONReader(model: model).readCollection(response.body, entityType: entityType)
+            return .page(body: response.body, page)
+        } catch {
+            throw OfflineODataError(.backend, "Defining query \(query.name): the response to GET \(absoluteURL(url)) is not a valid collection: \(error)")
+        }
     }
 
     /// Applies fetched data in one transaction: upserts, deletions and, for full reads, a

@@ -55,6 +55,20 @@ struct JSONWriter {
         bytes.append(contentsOf: text.utf8)
     }
 
+    /// Writes a JSON number for an integer without going through `String`.
+    mutating func integer(_ value: Int) {
+        beforeValue()
+        Digits.append(value, width: 1, to: &bytes)
+    }
+
+    /// Writes a JSON string whose content is ASCII bytes that need no escaping.
+    mutating func plainString(_ content: some Sequence<UInt8>) {
+        beforeValue()
+        bytes.append(0x22)
+        bytes.append(contentsOf: content)
+        bytes.append(0x22)
+    }
+
     mutating func bool(_ b: Bool) { raw(b ? "true" : "false") }
     mutating func null() { raw("null") }
 
@@ -92,6 +106,16 @@ struct JSONWriter {
 
     private mutating func appendString(_ s: String) {
         bytes.append(0x22)
+        // Most strings need no escaping: copy them whole.
+        let clean = s.utf8.withContiguousStorageIfAvailable { utf8 -> Bool in
+            for c in utf8 where c < 0x20 || c == 0x22 || c == 0x5C { return false }
+            bytes.append(contentsOf: utf8)
+            return true
+        }
+        if clean == true {
+            bytes.append(0x22)
+            return
+        }
         for c in s.utf8 {
             switch c {
             case 0x22: bytes.append(contentsOf: [0x5C, 0x22])
