@@ -575,6 +575,32 @@ actor RecordingTransport: Transport {
 }
 
 @Suite(.serialized) struct StagedDownloadTests {
+    /// The first open fetches the next page while it stores the current one: a failure of a
+    /// later page still ends the open with the backend's error and leaves no file behind.
+    @Test func aFirstOpenThatFailsOnALaterPageLeavesNoStore() async throws {
+        let fixture = try await Fixture.start(pageSize: 2)
+        defer { Task { await fixture.stop() } }
+        await fixture.server.service.faults.set([FaultRule(urlContains: "skiptoken", status: 503)])
+        let provider = try await fixture.provider(queries: [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners")])
+        do {
+            try await provider.open()
+            Issue.record("the open must fail")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .backend, "\(error)")
+            #expect(error.message.contains("503"), "\(error.message)")
+        }
+        #expect(await provider.isOpen == false)
+        let files = try FileManager.default.contentsOfDirectory(atPath: fixture.directory.path).filter { $0.hasPrefix("localstore") }
+        #expect(files.isEmpty, "\(files)")
+        // Without the fault the same open stores every page.
+        await fixture.server.service.faults.set([])
+        try await provider.open()
+        let backendCount = try await fixture.backend("BusinessPartners/$count")
+        #expect(try await provider.read("BusinessPartners/$count") == .count(Int64(backendCount.serialized) ?? -1))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.directory.path).contains("localstore.db"))
+        await provider.close()
+    }
+
     @Test func aDownloadThatFailsOnALaterPageChangesNothingAndLeavesNoStagedPages() async throws {
         let fixture = try await Fixture.start(pageSize: 2)
         defer { Task { await fixture.stop() } }

@@ -32,6 +32,18 @@ public struct GuidValue: Sendable, Hashable, Comparable, Codable, CustomStringCo
         guard let parsed else { return nil }
         self.uuid = UUID(uuid: parsed)
     }
+    /// A random (version 4) GUID from the system's random source.
+    public static func random() -> GuidValue {
+        var generator = SystemRandomNumberGenerator()
+        var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &raw) { bytes in
+            bytes.storeBytes(of: generator.next() as UInt64, toByteOffset: 0, as: UInt64.self)
+            bytes.storeBytes(of: generator.next() as UInt64, toByteOffset: 8, as: UInt64.self)
+            bytes[6] = bytes[6] & 0x0F | 0x40
+            bytes[8] = bytes[8] & 0x3F | 0x80
+        }
+        return GuidValue(UUID(uuid: raw))
+    }
     public var description: String {
         let digits: [UInt8] = Array("0123456789abcdef".utf8)
         var text: [UInt8] = []

@@ -118,14 +118,15 @@ public struct StoreWriter {
     // MARK: Update and delete
 
     /// Updates the entity with `entity`'s key: merge (PATCH/MERGE: only the properties given)
-    /// or replace (PUT: properties not given become null).
-    public func update(_ entity: Entity, in entitySet: String, replace: Bool) throws {
+    /// or replace (PUT: properties not given become null). `markLocalPending` also sets the
+    /// `isLocal` and `hasPendingChanges` flags in the same statement (a local change).
+    public func update(_ entity: Entity, in entitySet: String, replace: Bool, markLocalPending: Bool = false) throws {
         let table = try table(entitySet)
         guard let rowid = try rowid(of: entity, in: table) else {
             throw StoreError(.notFound, "\(entitySet): no entity with the given key")
         }
         if replace {
-            try self.replace(rowid: rowid, with: entity, table: table)
+            try self.replace(rowid: rowid, with: entity, table: table, markLocalPending: markLocalPending)
             return
         }
         let given = Set(entity.properties.map(\.name))
@@ -137,6 +138,7 @@ public struct StoreWriter {
             assignments.append("_etag = ?")
             values.append(.text(etag))
         }
+        if markLocalPending { assignments.append("_isLocal = 1, _pending = 1") }
         if !assignments.isEmpty {
             try db.execute("UPDATE \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?", values + [.integer(rowid)])
         }
@@ -146,10 +148,11 @@ public struct StoreWriter {
         try writeChildren(entity, table: table, rowid: rowid, only: given)
     }
 
-    private func replace(rowid: Int64, with entity: Entity, table: StoreSchema.EntityTable) throws {
+    private func replace(rowid: Int64, with entity: Entity, table: StoreSchema.EntityTable, markLocalPending: Bool = false) throws {
         let q = StoreSchema.quote
         let columns = table.columns.filter { !table.keyColumns.contains($0.name) }
         var assignments = columns.map { "\(q($0.name)) = ?" } + ["_etag = ?", "_type = ?"]
+        if markLocalPending { assignments.append("_isLocal = 1, _pending = 1") }
         if entity.control.editLink != nil { assignments.append("_editLink = ?") }
         var values = try columns.map { column in try columnValue(column, in: entity, table: table) }
         values += [entity.control.etag.map { .text($0) } ?? .null, entity.typeName.map { .text($0) } ?? .null]

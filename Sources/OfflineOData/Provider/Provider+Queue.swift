@@ -124,7 +124,7 @@ extension OfflineODataProvider {
             }
         }
         var queued = QueuedRequest(method: change.method, url: change.url, body: change.body, headers: change.headers, options: change.options)
-        queued.repeatID = repeatable ? UUID().uuidString.lowercased() : nil
+        queued.repeatID = repeatable ? GuidValue.random().description : nil
         var result: Entity?
         if target.isRef {
             guard let key = target.key, let navigation = target.navigation else { throw OfflineODataError(.invalidRequest, "\(change.url): a $ref needs an entity and a navigation property") }
@@ -205,9 +205,8 @@ extension OfflineODataProvider {
                     entity.properties.append(NamedValue(name: name, value: .primitive(value)))
                 }
                 entity.control.etag = nil
-                try writer.update(entity, in: target.entitySet, replace: change.method == "PUT")
+                try writer.update(entity, in: target.entitySet, replace: change.method == "PUT", markLocalPending: true)
                 try bind(change, set: target.entitySet, key: key)
-                try writer.setState(in: target.entitySet, key: key, isLocal: true, pending: true)
             }
             queued.entitySet = target.entitySet
             queued.entityKey = Keys.predicate(key, in: target.entitySet, model: model)
