@@ -127,4 +127,29 @@ import Testing
         #expect(try Literal.parse("'P1D'", as: .duration) == .primitive(.duration(DurationValue(days: 1))))
         #expect(try Literal.parse("null", as: .string) == .null)
     }
+
+    /// GUIDs, dates and times are formatted byte by byte (not through Foundation): the texts must
+    /// be the canonical ones.
+    @Test func guidsAndTemporalValuesHaveTheirCanonicalText() throws {
+        let guid = try #require(GuidValue("01234567-89AB-cdef-0123-456789abcdef"))
+        #expect(guid.description == "01234567-89ab-cdef-0123-456789abcdef")
+        #expect(GuidValue("01234567-89ab-cdef-0123-456789abcde") == nil)
+        #expect(GuidValue("01234567_89ab-cdef-0123-456789abcdef") == nil)
+        let randoms = (0..<200).map { _ in GuidValue.random().description }
+        #expect(Set(randoms).count == 200)
+        for text in randoms {
+            let bytes = Array(text.utf8)
+            #expect(bytes.count == 36 && bytes[14] == UInt8(ascii: "4") && "89ab".utf8.contains(bytes[19]), "\(text)")
+            #expect(GuidValue(text)?.description == text)
+        }
+        #expect(DateValue(year: -44, month: 3, day: 15).description == "-0044-03-15")
+        #expect(DateValue(year: 12345, month: 12, day: 31).description == "12345-12-31")
+        #expect(TimeOfDayValue(hour: 7, minute: 5, second: 0, fraction: "05").description == "07:05:00.05")
+        #expect(TimeOfDayValue(hour: 23, minute: 59, second: 0, hasSeconds: false).description == "23:59")
+        let offset = DateTimeOffsetValue(date: DateValue(year: 2024, month: 2, day: 29), time: TimeOfDayValue(hour: 1, minute: 2, second: 3),
+                                         offsetMinutes: -330, usesZ: false)
+        #expect(offset.description == "2024-02-29T01:02:03-05:30")
+        #expect(TimeOfDayValue(hour: 0, minute: 0, second: 1, fraction: "5").picosecondsSinceMidnight == 1_500_000_000_000)
+        #expect(DurationValue(seconds: 2, fraction: "000000000001").totalPicoseconds.picos == 1)
+    }
 }
