@@ -326,6 +326,15 @@ public actor OfflineODataProvider {
         return store
     }
 
+    /// The open store, for an upload, a download or a queue rewrite: only one of them runs at a
+    /// time. Marks it running; the caller clears `busy` when it ends.
+    func beginExclusive() throws -> Store {
+        let store = try openStore()
+        guard !busy else { throw OfflineODataError(.invalidRequest, "Another upload or download is running") }
+        busy = true
+        return store
+    }
+
     /// The store's model: the backend's, with ErrorArchive, RequestQueue and EventLog.
     public var model: Model {
         get throws { try openStore().model }

@@ -8,9 +8,7 @@ extension OfflineODataProvider {
     /// queued requests they removed.
     @discardableResult
     public func applyQueueAlgorithms() async throws -> Int {
-        let store = try openStore()
-        guard !busy else { throw OfflineODataError(.invalidRequest, "Another upload or download is running") }
-        busy = true
+        let store = try beginExclusive()
         defer { busy = false }
         let before = try await store.read { reader in try Self.loadQueue(reader.connection, status: "pending").count }
         var plan: [OfflineODataProgressStep] = []

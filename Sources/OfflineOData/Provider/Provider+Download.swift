@@ -22,13 +22,11 @@ extension OfflineODataProvider {
     /// Downloads the changes for every defining query, or only those named, then reapplies the
     /// pending local changes. A backend failure leaves the store as it was.
     public func download(definingQueries names: [String]? = nil) async throws {
-        let store = try openStore()
-        guard !busy else { throw OfflineODataError(.invalidRequest, "Another upload or download is running") }
-        busy = true
+        let store = try beginExclusive()
+        defer { busy = false }
         cancelDownloadRequested = false
         bytesSent = 0
         bytesReceived = 0
-        defer { busy = false }
         let selected = names.map { wanted in definingQueries.filter { wanted.contains($0.name) } } ?? definingQueries
         if let names, selected.count != names.count {
             let unknown = names.filter { name in !definingQueries.contains { $0.name == name } }

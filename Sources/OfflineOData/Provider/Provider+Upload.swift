@@ -18,13 +18,11 @@ extension OfflineODataProvider {
     /// throws and leaves the unanswered requests queued, to be resent with the same
     /// repeatability IDs.
     public func upload(categories: [String]? = nil) async throws {
-        let store = try openStore()
-        guard !busy else { throw OfflineODataError(.invalidRequest, "Another upload or download is running") }
-        busy = true
+        let store = try beginExclusive()
+        defer { busy = false }
         cancelUploadRequested = false
         bytesSent = 0
         bytesReceived = 0
-        defer { busy = false }
         var plan: [OfflineODataProgressStep] = [.uploadPreprocessing]
         if parameters.enableRequestQueueOptimization { plan.append(.performingRequestQueueMerge) }
         if parameters.enableUndoLocalCreation { plan.append(.performingCreateDeleteMerge) }
