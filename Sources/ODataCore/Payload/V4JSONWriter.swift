@@ -287,16 +287,11 @@ public struct V4JSONWriter: Sendable {
             if !v.isFinite { writer.string(Literal.payloadText(p)) } else { writer.raw(Self.floatingText(v.description)) }
         case .string(let s): writer.string(s)
         case .dateTimeOffset(let d), .dateTime(let d):
-            var text: [UInt8] = []
-            text.reserveCapacity(32)
-            d.date.append(to: &text)
-            text.append(UInt8(ascii: "T"))
-            d.time.append(to: &text)
-            Digits.appendOffset(d.offsetMinutes, usesZ: d.usesZ, to: &text)
-            if !text.contains(where: { $0 == 0x22 || $0 == 0x5C || $0 < 0x20 }) {
-                writer.plainString(text)
+            // Digits and separators only, unless the fraction was built by hand.
+            if d.time.fraction.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+                writer.plainString { d.append(to: &$0) }
             } else {
-                writer.string(String(decoding: text, as: UTF8.self))
+                writer.string(d.description)
             }
         default: writer.string(Literal.payloadText(p))
         }

@@ -122,11 +122,15 @@ public struct DateTimeOffsetValue: Sendable, Hashable, Comparable, Codable, Cust
     public var description: String {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(32)
+        append(to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+    /// Appends the ISO form (`date` `T` `time`, then `Z` or `±HH:MM` when there is an offset).
+    package func append(to bytes: inout [UInt8]) {
         date.append(to: &bytes)
         bytes.append(UInt8(ascii: "T"))
         time.append(to: &bytes)
         Digits.appendOffset(offsetMinutes, usesZ: usesZ, to: &bytes)
-        return String(decoding: bytes, as: UTF8.self)
     }
     /// The instant as (seconds since the epoch in UTC, picoseconds within the second).
     public var instant: (seconds: Int64, picoseconds: Int64) {

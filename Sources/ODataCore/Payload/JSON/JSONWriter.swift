@@ -61,11 +61,11 @@ struct JSONWriter {
         Digits.append(value, width: 1, to: &bytes)
     }
 
-    /// Writes a JSON string whose content is ASCII bytes that need no escaping.
-    mutating func plainString(_ content: some Sequence<UInt8>) {
+    /// Writes a JSON string whose content `append` writes as bytes that need no escaping.
+    mutating func plainString(_ append: (inout [UInt8]) -> Void) {
         beforeValue()
         bytes.append(0x22)
-        bytes.append(contentsOf: content)
+        append(&bytes)
         bytes.append(0x22)
     }
 
