@@ -488,6 +488,74 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         #expect(queue.map { string($0, "RequestURL") ?? "" } == ["Products"])
         #expect(count(try await provider.read("Customers?$filter=isLocal()")) == 0)
     }
+
+    /// The state before an entity's first change is kept in the queue row of that change; it
+    /// must survive that row being uploaded while later changes stay queued.
+    @Test func undoAfterThePartUploadOfAnEntitysChangesGoesBackToTheKeptState() async throws {
+        let fixture = try await ShopFixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        var first = OfflineODataRequestOptions()
+        first.uploadCategory = "first"
+        try await provider.send("PATCH", "Customers(101)", #"{"Name":"one"}"#, first)
+        try await provider.send("PATCH", "Customers(101)", #"{"City":"two"}"#)
+        try await provider.send("PATCH", "Customers(102)", #"{"City":"three"}"#)
+        try await provider.upload(categories: ["first"])
+        #expect(try await fixture.backend("Customers?$orderby=CustomerID").map { "\($0["Name"]?.stringValue ?? "") \($0["City"]?.stringValue ?? "")" }
+                == ["one Walldorf", "Downloaded 102 Paris"])
+        #expect(try await customer(provider, 101) == "one two")
+        try await provider.undoPendingChanges(for: [("Customers", ["CustomerID": .int64(101)]), ("Customers", ["CustomerID": .int64(102)])])
+        // Undo goes back to the state kept before the first local change; the backend's newer
+        // values arrive with the next download.
+        #expect(try await customer(provider, 101) == "Downloaded 101 Walldorf")
+        #expect(try await customer(provider, 102) == "Downloaded 102 Paris")
+        #expect(try await provider.isRequestQueueEmpty)
+        #expect(count(try await provider.read("Customers?$filter=isLocal()")) == 0)
+        try await provider.download()
+        #expect(try await customer(provider, 101) == "one Walldorf")
+        // A change after the download keeps the downloaded state afresh.
+        try await provider.send("PATCH", "Customers(101)", #"{"City":"four"}"#)
+        try await provider.undoPendingChanges(for: "Customers", key: ["CustomerID": .int64(101)])
+        #expect(try await customer(provider, 101) == "one Walldorf")
+    }
+
+    /// Stores made before the queue kept the first state in its rows keep it in `oo_original`:
+    /// they open, gain the columns, and undo still finds what they kept.
+    @Test func anOlderStoreKeepsItsStateInTheOriginalsTable() async throws {
+        let fixture = try await ShopFixture.start()
+        defer { Task { await fixture.stop() } }
+        var provider = try await fixture.provider()
+        try await provider.send("PATCH", "Customers(101)", #"{"Name":"changed"}"#)
+        try await provider.send("POST", "Products", #"{"ProductID":"P9","Name":"new"}"#)
+        let file = await provider.parameters.storeFile
+        await provider.close()
+        // Make the store look like one from before: the kept states move to oo_original and
+        // the queue loses its two columns.
+        let connection = try Connection(path: file, options: Connection.Options(key: "shop-key"))
+        try connection.execute("""
+            INSERT INTO oo_original (entity_set, entity_key, existed, body)
+              SELECT entity_set, entity_key, original_existed, original FROM oo_queue WHERE original_existed IS NOT NULL
+            """)
+        let columns = try connection.query("PRAGMA table_info(oo_queue)").compactMap { row -> String? in
+            if case .text(let name) = row[1], !name.hasPrefix("original") { return name }
+            return nil
+        }
+        #expect(columns.count == 18)
+        try connection.execute("CREATE TABLE oo_queue_old AS SELECT \(columns.joined(separator: ", ")) FROM oo_queue")
+        try connection.execute("DROP TABLE oo_queue")
+        try connection.execute("ALTER TABLE oo_queue_old RENAME TO oo_queue")
+        connection.close()
+        provider = try await fixture.provider()
+        #expect(try await provider.readEntities("RequestQueue").count == 2)
+        try await provider.undoPendingChanges(forURLs: ["Customers(101)", "Products('P9')"])
+        #expect(try await customer(provider, 101) == "Downloaded 101 Walldorf")
+        #expect(try await provider.readEntities("Products('P9')").isEmpty)
+        #expect(try await provider.isRequestQueueEmpty)
+        // New changes keep their state in the queue again.
+        try await provider.send("PATCH", "Customers(102)", #"{"Name":"later"}"#)
+        try await provider.undoPendingChanges(forURL: "Customers(102)")
+        #expect(try await customer(provider, 102) == "Downloaded 102 Paris")
+    }
 }
 
 /// The sample data's SplitMix64 generator drives the generated queues too.

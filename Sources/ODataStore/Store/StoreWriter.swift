@@ -1,6 +1,11 @@
 public import ODataCore
 
 /// Writes entities inside one transaction of a ``Store``. Obtain one from `Store.write`.
+///
+/// Entity rows are updated with `UPDATE OR FAIL`: a plain `UPDATE` of a `NOT NULL` column (the
+/// bookkeeping flags) makes SQLite keep a statement journal, and SQLCipher encrypts every page
+/// written to it (about 11 µs per updated row here). A failed statement fails its whole write
+/// transaction (or savepoint) anyway, so nothing relies on the statement-level rollback.
 public struct StoreWriter {
     let db: Connection
     /// The schema the store follows.
@@ -140,7 +145,7 @@ public struct StoreWriter {
         }
         if markLocalPending { assignments.append("_isLocal = 1, _pending = 1") }
         if !assignments.isEmpty {
-            try db.execute("UPDATE \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?", values + [.integer(rowid)])
+            try db.execute("UPDATE OR FAIL \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?", values + [.integer(rowid)])
         }
         for collection in table.collections where given.contains(collection.property) {
             try db.execute("DELETE FROM \(q(collection.name)) WHERE owner = ?", [.integer(rowid)])
@@ -157,7 +162,7 @@ public struct StoreWriter {
         var values = try columns.map { column in try columnValue(column, in: entity, table: table) }
         values += [entity.control.etag.map { .text($0) } ?? .null, entity.typeName.map { .text($0) } ?? .null]
         if let link = entity.control.editLink { values.append(.text(link)) }
-        let sql = "UPDATE \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?"
+        let sql = "UPDATE OR FAIL \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?"
         if let failure = Self.failure({ () throws(DatabaseError) in try db.execute(sql, values + [.integer(rowid)]) }) {
             guard failure.code == .constraint else { throw failure }
             throw StoreError(.conflict, "\(table.entitySet): a replace must give every required property (\(failure.message))")
@@ -462,7 +467,7 @@ extension StoreWriter {
             values.append(localID.map { .text($0) } ?? .null)
         }
         guard !assignments.isEmpty else { return }
-        try db.execute("UPDATE \(StoreSchema.quote(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?", values + [.integer(rowid)])
+        try db.execute("UPDATE OR FAIL \(StoreSchema.quote(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?", values + [.integer(rowid)])
     }
 
     /// Clears a flag on every row of every entity table (e.g. `_upserted` before a download).
@@ -474,7 +479,7 @@ extension StoreWriter {
             return nil
         })
         for table in schema.tables where tables.contains(table.name) {
-            try db.execute("UPDATE \(StoreSchema.quote(table.name)) SET \(column) = 0 WHERE \(column) <> 0")
+            try db.execute("UPDATE OR FAIL \(StoreSchema.quote(table.name)) SET \(column) = 0 WHERE \(column) <> 0")
         }
     }
 

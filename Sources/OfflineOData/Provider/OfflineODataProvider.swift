@@ -230,6 +230,12 @@ public actor OfflineODataProvider {
             if !columns.contains(where: { $0.count > 1 && $0[1] == .text("cascade") }) {
                 try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN cascade TEXT")
             }
+            // Stores made before the first change of an entity kept its state in its queue row
+            // (they keep theirs in oo_original, where it is still found).
+            if !columns.contains(where: { $0.count > 1 && $0[1] == .text("original") }) {
+                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN original_existed INTEGER")
+                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN original BLOB")
+            }
             // Stores made before RequestQueue became a view over the queue.
             try LocalSchema.makeRequestQueueView(writer)
             // Stores made before downloads were staged; pages left by an interrupted download go.

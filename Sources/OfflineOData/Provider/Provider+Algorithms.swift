@@ -56,7 +56,7 @@ extension OfflineODataProvider {
             var affected: Set<String> = []
             for entry in entries where rewrite.removed.contains(entry.id) {
                 affected.formUnion(entry.changed)
-                _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(entry.id)])
+                try Self.removeQueued(entry.id, writer: writer)
             }
             for (id, request) in rewrite.changed.sorted(by: { $0.key < $1.key }) {
                 let cascade: DatabaseValue = request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized)

@@ -175,8 +175,10 @@ extension OfflineODataProvider {
                 try writer.link(target.entitySet, key: parentKey, navigation: navigation, to: key)
             }
             try bind(change, set: set, key: key)
-            if replaying == nil {
-                _ = try writer.connection.execute("INSERT OR IGNORE INTO oo_original (entity_set, entity_key, existed) VALUES (?, ?, 0)", [.text(set), .text(predicate)])
+            // The entity did not exist before: its queue row says so (unless an earlier
+            // request already keeps its state, e.g. it was deleted locally before).
+            if replaying == nil, try !hasKeptState(set, predicate: predicate, writer: writer) {
+                queued.original = Original(existed: false, body: nil)
             }
             queued.entitySet = set
             queued.entityKey = predicate
@@ -187,11 +189,11 @@ extension OfflineODataProvider {
             guard let key = target.key, target.navigation == nil else {
                 throw OfflineODataError(.invalidRequest, "\(change.method) \(change.url) must name one entity")
             }
-            guard try writer.rowid(in: target.entitySet, key: key) != nil else {
+            guard let state = try writer.reader.bookkeeping(in: target.entitySet, key: key) else {
                 throw OfflineODataError(.invalidRequest, "\(change.method) \(change.url): the entity is not in the offline store")
             }
-            try snapshot(target.entitySet, key: key)
             if change.method == "DELETE" {
+                try snapshot(target.entitySet, key: key)
                 // What the delete cascades to is recorded (for undo and SPEC §6.2) and kept.
                 for (set, childKey) in try writer.cascade(from: target.entitySet, key: key) {
                     try snapshot(set, key: childKey)
@@ -205,6 +207,13 @@ extension OfflineODataProvider {
                     entity.properties.append(NamedValue(name: name, value: .primitive(value)))
                 }
                 entity.control.etag = nil
+                // The first change of a downloaded entity keeps its downloaded state in its own
+                // queue row: the commit then writes no page beyond the entity's and the queue's.
+                if replaying == nil, !state.pending, !state.inError,
+                   try !hasKeptState(target.entitySet, predicate: Keys.predicate(key, in: target.entitySet, model: model), writer: writer),
+                   let downloaded = try writer.reader.entity(in: target.entitySet, key: key) {
+                    queued.original = Original(existed: true, body: V4JSONWriter().write(downloaded))
+                }
                 try writer.update(entity, in: target.entitySet, replace: change.method == "PUT", markLocalPending: true)
                 try bind(change, set: target.entitySet, key: key)
             }
@@ -224,13 +233,48 @@ extension OfflineODataProvider {
     }
 
     /// Keeps the downloaded state of an entity before its first local change (for undo and
-    /// for reverting failed requests).
+    /// for reverting failed requests), in `oo_original`: for entities a request changes besides
+    /// its own (deleted ones, cascades, link ends). An entity with queued or failed requests
+    /// already has its state kept (in `oo_original` or in the queue row of its first request).
+    ///
+    /// Where the state of an entity is kept: ``keptState(_:predicate:writer:)``.
     static func snapshot(_ entitySet: String, key: [String: PrimitiveValue], writer: StoreWriter, model: Model) throws {
         let predicate = Keys.predicate(key, in: entitySet, model: model)
-        let existing = try writer.connection.query("SELECT 1 FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(predicate)])
-        guard existing.isEmpty, let entity = try writer.reader.entity(in: entitySet, key: key) else { return }
+        guard let state = try writer.reader.bookkeeping(in: entitySet, key: key), !state.pending, !state.inError,
+              try !hasKeptState(entitySet, predicate: predicate, writer: writer),
+              let entity = try writer.reader.entity(in: entitySet, key: key) else { return }
         _ = try writer.connection.execute("INSERT INTO oo_original (entity_set, entity_key, existed, body) VALUES (?, ?, 1, ?)",
                                           [.text(entitySet), .text(predicate), .blob(V4JSONWriter().write(entity))])
+    }
+
+    /// Whether `oo_original` keeps the state of an entity.
+    static func hasKeptState(_ entitySet: String, predicate: String, writer: StoreWriter) throws -> Bool {
+        try !writer.connection.query("SELECT 1 FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(predicate)]).isEmpty
+    }
+
+    /// The state of an entity before its local changes: `oo_original` if it has one, else the
+    /// queue row of its earliest request that kept one. Nil: nothing kept.
+    static func keptState(_ entitySet: String, predicate: String, writer: StoreWriter) throws -> Original? {
+        let rows = try writer.connection.query("SELECT existed, body FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(predicate)])
+        let row = try rows.first ?? writer.connection.query("""
+            SELECT original_existed, original FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND original_existed IS NOT NULL ORDER BY id LIMIT 1
+            """, [.text(entitySet), .text(predicate)]).first
+        guard let row else { return nil }
+        var body: [UInt8]?
+        if case .blob(let bytes) = row[1] { body = bytes }
+        return Original(existed: row[0] == .integer(1), body: body)
+    }
+
+    /// Removes a queued request. The state it kept for its entity moves to `oo_original`, where
+    /// the entity's later requests (or a revert) still find it; what no request needs any more
+    /// is removed by the caller's clean-up.
+    static func removeQueued(_ id: Int64, writer: StoreWriter) throws {
+        _ = try writer.connection.execute("""
+            INSERT OR IGNORE INTO oo_original (entity_set, entity_key, existed, body)
+              SELECT entity_set, entity_key, original_existed, original FROM oo_queue
+              WHERE id = ? AND original_existed IS NOT NULL AND entity_set IS NOT NULL AND entity_key IS NOT NULL
+            """, [.integer(id)])
+        _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(id)])
     }
 
     /// A local temporary key value: negative numbers for integers, `LOCAL~n` for strings, a
@@ -251,6 +295,13 @@ extension OfflineODataProvider {
     }
 }
 
+/// The state of an entity before its local changes: it did not exist (a local create), or its
+/// downloaded values as a JSON entity.
+struct Original: Sendable {
+    var existed: Bool
+    var body: [UInt8]?
+}
+
 /// A request in the queue.
 struct QueuedRequest: Sendable {
     var id: Int64 = 0
@@ -269,6 +320,9 @@ struct QueuedRequest: Sendable {
     var cascade: [String] = []
     /// Sent and rejected (or not sent because a request it depends on was): in the ErrorArchive.
     var failed = false
+    /// The state of its entity before this request, when this is the entity's first change
+    /// (written with the request; not loaded with the queue).
+    var original: Original?
 
     init(method: String, url: String, body: [UInt8], headers: [String: String], options: OfflineODataRequestOptions) {
         self.method = method
@@ -285,12 +339,14 @@ extension OfflineODataProvider {
         func text(_ value: String?) -> DatabaseValue { value.map { .text($0) } ?? .null }
         _ = try writer.connection.execute("""
             INSERT INTO oo_queue (method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag,
-              upload_category, remove_after_upload, unmodifiable, repeat_id, cascade, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
+              upload_category, remove_after_upload, unmodifiable, repeat_id, cascade, original_existed, original, status)
+              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
             """, [.text(request.method), .text(request.url), .blob(request.body), .text(headers), text(request.entitySet), text(request.entityKey),
                   .integer(request.isCreate ? 1 : 0), .integer(request.localKey ? 1 : 0), text(request.options.transactionID), text(request.options.customTag),
                   text(request.options.uploadCategory), .integer(request.options.removeAfterUpload ? 1 : 0),
                   .integer(request.options.unmodifiableRequest ? 1 : 0), text(request.repeatID),
-                  request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized)])
+                  request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized),
+                  request.original.map { .integer($0.existed ? 1 : 0) } ?? .null, request.original?.body.map { .blob($0) } ?? .null])
     }
 
     /// Loads queued requests with the given status, in order.
@@ -403,7 +459,7 @@ extension OfflineODataProvider {
         var affected = also
         for entry in entries where ids.contains(entry.id) {
             affected.formUnion(entry.changed)
-            _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(entry.id)])
+            try removeQueued(entry.id, writer: writer)
             try writer.delete(from: LocalSchema.errorArchive, key: ["RequestID": .int64(entry.id)])
         }
         let remaining = entries.filter { !ids.contains($0.id) }
@@ -417,10 +473,9 @@ extension OfflineODataProvider {
         for reference in entities.sorted() {
             guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
             let predicate = Keys.predicate(key, in: set, model: model)
-            let original = try writer.connection.query("SELECT existed, body FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
-            guard let first = original.first else { continue }
+            guard let original = try keptState(set, predicate: predicate, writer: writer) else { continue }
             let exists = try writer.rowid(in: set, key: key) != nil
-            if first[0] == .integer(1), case .blob(let bytes) = first[1] {
+            if original.existed, let bytes = original.body {
                 let entity = try V4JSONReader(model: model).readEntity(bytes, entityType: model.entitySet(set)?.entityType)
                 if exists { try writer.update(entity, in: set, replace: true) } else { try writer.insert(entity, into: set) }
                 try writer.setState(in: set, key: key, isLocal: false, pending: false, inError: false, etag: .some(entity.control.etag), localID: .some(nil))

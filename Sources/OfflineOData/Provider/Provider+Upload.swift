@@ -271,7 +271,7 @@ extension OfflineODataProvider {
                 let reference = (set ?? "") + (request.entityKey ?? "")
                 touched.insert(reference)
                 if result.status < 400 {
-                    _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(request.id)])
+                    try Self.removeQueued(request.id, writer: writer)
                     guard let set, let localKey = request.entityKey, let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "") else { continue }
                     if request.isCreate { createdHere.insert(localReference) }
                     if !request.isCreate, request.method != "DELETE", createdHere.contains(localReference),
