@@ -164,7 +164,7 @@ print(String(format: "2. peak RSS after the open (server and client in one proce
 }
 
 // 3. Local changes: each an update of one entity (store write + queue row) vs hand-written SQL.
-let changes = 2_000
+let changes = Int(ProcessInfo.processInfo.environment["CHANGES"] ?? "") ?? 2_000
 let localTime = try await seconds {
     for i in 0..<changes {
         _ = try await provider.execute(method: "PATCH", url: "Products(\(i))", body: Array("{\"Quantity\":\(i % 97)}".utf8))

@@ -62,7 +62,7 @@ public final class ODataService: Sendable {
         }
     }
 
-    static func newETag() -> String { "W/\"\(UUID().uuidString.lowercased().prefix(18))\"" }
+    static func newETag() -> String { "W/\"\(GuidValue.random().description.prefix(18))\"" }
 
     // MARK: Handling
 

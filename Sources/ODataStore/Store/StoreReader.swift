@@ -26,6 +26,12 @@ public struct StoreReader {
         return try entities(table, rowids: [rowid]).first?.1
     }
 
+    /// The entity in the row `rowid` of an entity set (from ``bookkeeping(in:key:)``), or nil.
+    public func entity(in entitySet: String, rowid: Int64) throws -> Entity? {
+        guard let table = schema.table(forEntitySet: entitySet) else { throw StoreError(.unknownEntitySet, "No entity set \(entitySet)") }
+        return try entities(table, rowids: [rowid]).first?.1
+    }
+
     /// Every entity of a set, in key order.
     public func all(in entitySet: String) throws -> [Entity] {
         guard let table = schema.table(forEntitySet: entitySet) else { throw StoreError(.unknownEntitySet, "No entity set \(entitySet)") }
@@ -39,12 +45,12 @@ public struct StoreReader {
     /// The bookkeeping of the entity with the given key.
     public func bookkeeping(in entitySet: String, key: [String: PrimitiveValue]) throws -> Bookkeeping? {
         guard let table = schema.table(forEntitySet: entitySet) else { throw StoreError(.unknownEntitySet, "No entity set \(entitySet)") }
-        guard let rowid = try StoreWriter(db: db, schema: schema).rowid(forKey: key, in: table) else { return nil }
-        let row = try db.query("SELECT _isLocal, _pending, _error, _localID FROM \(StoreSchema.quote(table.name)) WHERE _rowid = ?", [.integer(rowid)]).first
-        func flag(_ value: DatabaseValue?) -> Bool { value == .integer(1) }
+        let rows = try StoreWriter(db: db, schema: schema).rows(forKey: key, in: table, columns: "_rowid, _isLocal, _pending, _error, _localID")
+        guard let row = rows.first, case .integer(let rowid) = row[0] else { return nil }
+        func flag(_ value: DatabaseValue) -> Bool { value == .integer(1) }
         var localID: String?
-        if case .text(let id)? = row?[3] { localID = id }
-        return Bookkeeping(rowid: rowid, isLocal: flag(row?[0]), pending: flag(row?[1]), inError: flag(row?[2]), localID: localID)
+        if case .text(let id) = row[4] { localID = id }
+        return Bookkeeping(rowid: rowid, isLocal: flag(row[1]), pending: flag(row[2]), inError: flag(row[3]), localID: localID)
     }
 
     /// Loads entities by rowid, in the given order, with their collections and dynamic

@@ -125,9 +125,10 @@ public struct StoreWriter {
     /// Updates the entity with `entity`'s key: merge (PATCH/MERGE: only the properties given)
     /// or replace (PUT: properties not given become null). `markLocalPending` also sets the
     /// `isLocal` and `hasPendingChanges` flags in the same statement (a local change).
-    public func update(_ entity: Entity, in entitySet: String, replace: Bool, markLocalPending: Bool = false) throws {
+    /// `rowid`: the row, when the caller has looked it up already.
+    public func update(_ entity: Entity, in entitySet: String, rowid knownRowid: Int64? = nil, replace: Bool, markLocalPending: Bool = false) throws {
         let table = try table(entitySet)
-        guard let rowid = try rowid(of: entity, in: table) else {
+        guard let rowid = try knownRowid ?? rowid(of: entity, in: table) else {
             throw StoreError(.notFound, "\(entitySet): no entity with the given key")
         }
         if replace {
@@ -286,6 +287,13 @@ public struct StoreWriter {
     }
 
     func rowid(forKey key: [String: PrimitiveValue], in table: StoreSchema.EntityTable) throws -> Int64? {
+        let rows = try rows(forKey: key, in: table, columns: "_rowid")
+        if case .integer(let id)? = rows.first?.first { return id }
+        return nil
+    }
+
+    /// `columns` of the row with the given key values (none or one row).
+    func rows(forKey key: [String: PrimitiveValue], in table: StoreSchema.EntityTable, columns: String) throws -> [[DatabaseValue]] {
         let q = StoreSchema.quote
         var values: [DatabaseValue] = []
         for name in table.keyColumns {
@@ -295,9 +303,7 @@ public struct StoreWriter {
             values.append(try encode(.primitive(value), for: column))
         }
         let condition = table.keyColumns.map { "\(q($0)) = ?" }.joined(separator: " AND ")
-        let rows = try db.query("SELECT _rowid FROM \(q(table.name)) WHERE \(condition)", values)
-        if case .integer(let id)? = rows.first?.first { return id }
-        return nil
+        return try db.query("SELECT \(columns) FROM \(q(table.name)) WHERE \(condition)", values)
     }
 
     /// The stored value of one column for an entity.

@@ -211,10 +211,10 @@ extension OfflineODataProvider {
                 // queue row: the commit then writes no page beyond the entity's and the queue's.
                 if replaying == nil, !state.pending, !state.inError,
                    try !hasKeptState(target.entitySet, predicate: Keys.predicate(key, in: target.entitySet, model: model), writer: writer),
-                   let downloaded = try writer.reader.entity(in: target.entitySet, key: key) {
+                   let downloaded = try writer.reader.entity(in: target.entitySet, rowid: state.rowid) {
                     queued.original = Original(existed: true, body: V4JSONWriter().write(downloaded))
                 }
-                try writer.update(entity, in: target.entitySet, replace: change.method == "PUT", markLocalPending: true)
+                try writer.update(entity, in: target.entitySet, rowid: state.rowid, replace: change.method == "PUT", markLocalPending: true)
                 try bind(change, set: target.entitySet, key: key)
             }
             queued.entitySet = target.entitySet
