@@ -227,7 +227,8 @@ public struct StoreSchema: Sendable {
             columns += table.columns.map { column in "\(q(column.name)) \(column.sqlType)" + (column.nullable ? "" : " NOT NULL") }
             statements.append("CREATE TABLE \(q(table.name)) (\(columns.joined(separator: ", ")))")
             statements.append("CREATE UNIQUE INDEX \(q(table.name + "/$key")) ON \(q(table.name)) (\(table.keyColumns.map(q).joined(separator: ", ")))")
-            statements.append("CREATE UNIQUE INDEX \(q(table.name + "/$localID")) ON \(q(table.name)) (_localID)")
+            // Downloaded rows have no local ID: only local ones are indexed (one B-tree insert less per downloaded row).
+            statements.append("CREATE UNIQUE INDEX \(q(table.name + "/$localID")) ON \(q(table.name)) (_localID) WHERE _localID IS NOT NULL")
             for collection in table.collections {
                 let valueColumns = collection.columns.map { "\(q($0.name)) \($0.sqlType)" }
                 statements.append("CREATE TABLE \(q(collection.name)) (owner INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
