@@ -601,6 +601,57 @@ actor RecordingTransport: Transport {
         await provider.close()
     }
 
+    /// A process that ends while its first open fills the store leaves the store marked as
+    /// unfinished; the next open makes it again instead of using a store with missing data.
+    @Test func aFirstOpenCutShortByTheProcessEndingIsMadeAgain() async throws {
+        let fixture = try await Fixture.start(pageSize: 2)
+        defer { Task { await fixture.stop() } }
+        let queries = [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners")]
+        var provider = try await fixture.provider(queries: queries)
+        try await provider.open()
+        let file = await provider.parameters.storeFile
+        let store = try await provider.openStore()
+        #expect(try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_meta WHERE key = 'filling'").first?.first } == .integer(0),
+                "a finished open leaves no mark")
+        await provider.close()
+        // What an open cut short after its first page leaves: the mark, and only some rows.
+        let connection = try Connection(path: file, options: Connection.Options(key: "offline-key"))
+        _ = try connection.execute("DELETE FROM \"es_BusinessPartners\" WHERE _rowid > 2")
+        _ = try connection.execute("INSERT INTO oo_meta (key, value) VALUES ('filling', '1')")
+        connection.close()
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP1')", #"{"Phone":"changed meanwhile"}"#) < 300)
+        provider = try await fixture.provider(queries: queries)
+        try await provider.open()
+        let backendCount = try await fixture.backend("BusinessPartners/$count")
+        #expect(try await provider.read("BusinessPartners/$count") == .count(Int64(backendCount.serialized) ?? -1))
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "changed meanwhile", "the store was filled again")
+        let events = try await provider.readEntities("EventLog")
+        #expect(events.filter { string($0, "Type") == "Open" }.count == 1, "a new store: one open in its log")
+        await provider.close()
+
+        // Files that are not offline stores are refused and left alone: a plain SQLite file,
+        // and a store of the same format without the offline tables.
+        let plainPath = fixture.directory.appendingPathComponent("plain.db").path
+        let plain = try Connection(path: plainPath, options: Connection.Options(key: "offline-key"))
+        try plain.execute("CREATE TABLE t (x INTEGER)")
+        plain.close()
+        let bare = try await Store.create(path: fixture.directory.appendingPathComponent("bare.db").path, model: try MetadataParser().parse(ShopFixture.metadata),
+                                          key: "offline-key")
+        bare.close()
+        for (name, expected) in [("plain", "cannot be opened"), ("bare", "not an offline store")] {
+            var parameters = fixture.parameters()
+            parameters.storeName = name
+            let stranger = try await fixture.provider(parameters: parameters, queries: queries)
+            do {
+                try await stranger.open()
+                Issue.record("\(name): a file that is not an offline store must be refused")
+            } catch let error as OfflineODataError {
+                #expect(error.code == .store && error.message.contains(expected), "\(error.message)")
+            }
+            #expect(FileManager.default.fileExists(atPath: fixture.directory.appendingPathComponent("\(name).db").path))
+        }
+    }
+
     @Test func aDownloadThatFailsOnALaterPageChangesNothingAndLeavesNoStagedPages() async throws {
         let fixture = try await Fixture.start(pageSize: 2)
         defer { Task { await fixture.stop() } }

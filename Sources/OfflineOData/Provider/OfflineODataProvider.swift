@@ -217,6 +217,25 @@ public actor OfflineODataProvider {
             opened = try await Store.open(path: path, key: parameters.storeEncryptionKey)
         } catch let error as DatabaseError {
             throw OfflineODataError(.wrongKey, "The store \(path) cannot be opened with the given key: \(error.message)")
+        } catch let error as StoreError {
+            throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
+        }
+        // A first open that never finished (the process ended while it filled the store) left
+        // a store without all its data: it is made again from the backend. Nothing local is
+        // lost, since no local change can be made before the first open succeeds.
+        let state = try await opened.read { reader -> (isOfflineStore: Bool, unfinished: Bool) in
+            guard try !reader.connection.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'oo_meta'").isEmpty else { return (false, false) }
+            return (true, try !reader.connection.query("SELECT 1 FROM oo_meta WHERE key = 'filling'").isEmpty)
+        }
+        guard state.isOfflineStore else {
+            opened.close()
+            throw OfflineODataError(.store, "\(path) is not an offline store, or its first open ended before the store was set up; clear() removes it")
+        }
+        if state.unfinished {
+            opened.close()
+            for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+            try await createAndFill(path)
+            return
         }
         let stored = try await opened.read { reader -> [OfflineODataDefiningQuery] in
             try reader.connection.query("SELECT name, query, streams FROM oo_defining ORDER BY ordinal").compactMap { row in
@@ -281,7 +300,8 @@ public actor OfflineODataProvider {
             try await created.write { writer in
                 for statement in LocalSchema.sideTables { try writer.connection.execute(statement) }
                 try LocalSchema.makeRequestQueueView(writer)
-                _ = try writer.connection.execute("INSERT INTO oo_meta (key, value) VALUES ('serviceRoot', ?), ('nextLocalKey', '1')", [.text(root)])
+                // Until the last page is in: a later open that finds this starts again.
+                _ = try writer.connection.execute("INSERT INTO oo_meta (key, value) VALUES ('serviceRoot', ?), ('nextLocalKey', '1'), ('filling', '1')", [.text(root)])
                 for (ordinal, query) in queries.enumerated() {
                     _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",
                                                       [.text(query.name), .text(query.query), .integer(query.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal + 1))])
@@ -304,6 +324,7 @@ public actor OfflineODataProvider {
             let pages = read.reduce(0) { $0 + $1.pages }
             let entities = read.reduce(0) { $0 + $1.received }
             try await logEvent(in: created, type: "Open", details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
+            try await created.write { writer in _ = try writer.connection.execute("DELETE FROM oo_meta WHERE key = 'filling'") }
         } catch {
             created.close()
             for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
