@@ -33,6 +33,8 @@ public actor OfflineODataProvider {
     var keyMapCache: [String: String]?
     /// The backend's OData version, from its `$metadata` (decides headers and payload formats).
     var serviceVersion: ODataVersion?
+    /// The store a first open is filling, once it exists (see `readyNewStore`).
+    var newStore: Store?
     /// Entity sets the defining queries cover; nil after they change.
     var coveredSetsCache: Set<String>? {
         didSet { if coveredSetsCache == nil { definingSetsCache = nil } }
@@ -292,21 +294,18 @@ public actor OfflineODataProvider {
         let model = try LocalSchema.extend(backendModel)
         for query in definingQueries { _ = try Self.entitySet(of: query.query, model: model) }
         report(progress, .creatingBootStrapDatabase)
-        let created = try await Store.create(path: path, model: model, key: parameters.storeEncryptionKey)
+        // With a key, every connection of the new store derives it (64,000 PBKDF2 rounds each):
+        // the store is made while the first page is fetched, and waited for before that page
+        // is stored.
+        let key = parameters.storeEncryptionKey
+        let creating = Task { try await Store.create(path: path, model: model, key: key) }
+        let queries = definingQueries
+        let root = serviceRoot
+        newStore = nil
+        defer { newStore = nil }
+        func ready() async throws -> Store { try await readyNewStore(creating, queries: queries, root: root) }
         do {
             report(progress, .creatingRequestQueueDatabase)
-            let queries = definingQueries
-            let root = serviceRoot
-            try await created.write { writer in
-                for statement in LocalSchema.sideTables { try writer.connection.execute(statement) }
-                try LocalSchema.makeRequestQueueView(writer)
-                // Until the last page is in: a later open that finds this starts again.
-                _ = try writer.connection.execute("INSERT INTO oo_meta (key, value) VALUES ('serviceRoot', ?), ('nextLocalKey', '1'), ('filling', '1')", [.text(root)])
-                for (ordinal, query) in queries.enumerated() {
-                    _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",
-                                                      [.text(query.name), .text(query.query), .integer(query.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal + 1))])
-                }
-            }
             // A set is bulk-filled by the first query that covers it; later queries over it upsert.
             var bulkSets: [String: Set<String>] = [:]
             var claimed: Set<String> = []
@@ -317,20 +316,45 @@ public actor OfflineODataProvider {
                 claimed.insert(set)
             }
             let read = try await fetchDefiningQueries(queries.map { ($0, nil) }, model: model, progress: progress) { page in
+                let created = try await ready()
                 self.report(progress, .buildingEntityStore)
                 _ = try await self.apply([page], to: created, bulkSets: bulkSets[page.name] ?? [])
             }
+            let created = try await ready()
             report(progress, .analyzingReceivedData)
             let pages = read.reduce(0) { $0 + $1.pages }
             let entities = read.reduce(0) { $0 + $1.received }
             try await logEvent(in: created, type: "Open", details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
             try await created.write { writer in _ = try writer.connection.execute("DELETE FROM oo_meta WHERE key = 'filling'") }
+            store = created
         } catch {
-            created.close()
+            // The store may still be in the making: wait for it, so that nothing is left behind.
+            var created = newStore
+            if created == nil { created = try? await creating.value }
+            created?.close()
             for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
             throw error
         }
-        store = created
+    }
+
+    /// The store a first open is making, once `creating` has made it, with the offline side
+    /// tables and the defining queries (set up once).
+    private func readyNewStore(_ creating: Task<Store, any Error>, queries: [OfflineODataDefiningQuery], root: String) async throws -> Store {
+        if let newStore { return newStore }
+        let store = try await creating.value
+        if let newStore { return newStore }
+        newStore = store
+        try await store.write { writer in
+            for statement in LocalSchema.sideTables { try writer.connection.execute(statement) }
+            try LocalSchema.makeRequestQueueView(writer)
+            // Until the last page is in: a later open that finds this starts again.
+            _ = try writer.connection.execute("INSERT INTO oo_meta (key, value) VALUES ('serviceRoot', ?), ('nextLocalKey', '1'), ('filling', '1')", [.text(root)])
+            for (ordinal, query) in queries.enumerated() {
+                _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",
+                                                  [.text(query.name), .text(query.query), .integer(query.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal + 1))])
+            }
+        }
+        return store
     }
 
     /// Closes the store; a later `open()` reopens it.
