@@ -398,6 +398,64 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         #expect(count(try await restarted.read("SalesOrderItems")) > 0)
     }
 
+    /// The V2 side of failures, conflicts and deltas: MERGE requests in a V2 `$batch`, a 4xx
+    /// and an ETag conflict archived with their dependant, and downloads through `!deltatoken`.
+    @Test func v2UploadFailuresConflictsAndDeltaDownloads() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let recorder = Recorder()
+        let provider = try await fixture.provider(v2: true, queries: [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners")], delegate: recorder)
+        try await provider.open()
+        let partners = try await provider.readEntities("BusinessPartners?$orderby=PartnerID&$top=3")
+        let ids = partners.compactMap { string($0, "PartnerID") }
+        try #require(ids.count == 3)
+        await fixture.server.service.faults.set([FaultRule(method: "MERGE", bodyContains: "REJECT", status: 400, code: "Invalid", message: "Phone is not valid")])
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('\(ids[1])')", "{\"Email\":\"changed@backend\"}") < 300)
+        await fixture.server.service.journal.clear()
+        _ = try await provider.execute(method: "MERGE", url: "BusinessPartners('\(ids[0])')", body: Array("{\"Phone\":\"REJECT\"}".utf8))
+        _ = try await provider.execute(method: "MERGE", url: "BusinessPartners('\(ids[1])')", body: Array("{\"Phone\":\"2\"}".utf8))
+        _ = try await provider.execute(method: "MERGE", url: "BusinessPartners('\(ids[0])')", body: Array("{\"Email\":\"x@y\"}".utf8))
+        _ = try await provider.execute(method: "MERGE", url: "BusinessPartners('\(ids[2])')", body: Array("{\"Phone\":\"fine\"}".utf8))
+        try await provider.upload()
+        let sent = await fixture.server.service.journal.requests()
+        // A batch never changes one entity twice: the second change of ids[0] would start the
+        // next batch, but it depends on the rejected one and is not sent.
+        #expect(sent == ["""
+            POST $batch
+              changeset
+                MERGE BusinessPartners('\(ids[0])') {"Phone":"REJECT"}
+              changeset
+                MERGE BusinessPartners('\(ids[1])') {"Phone":"2"}
+            """, """
+            POST $batch
+              changeset
+                MERGE BusinessPartners('\(ids[2])') {"Phone":"fine"}
+            """])
+        #expect(!sent.joined().contains("x@y"), "the dependant is not sent")
+        #expect(recorder.failures.map(\.httpStatus) == [400, 412])
+        let archived = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+        #expect(archived.map { string($0, "Code") ?? "" } == ["Invalid", recorder.failures.last?.code ?? "-", "DependencyFailed"])
+        #expect(string(archived.first, "RequestMethod") == "MERGE")
+        #expect(try await fixture.backend("BusinessPartners('\(ids[2])')")["Phone"]?.stringValue == "fine")
+        #expect(try await fixture.backend("BusinessPartners('\(ids[1])')")["Phone"]?.stringValue != "2", "the conflicting change is not applied")
+        #expect(count(try await provider.read("BusinessPartners?$filter=sap.inErrorState()")) == 2)
+
+        // Downloads ask for the changes since the last one (`!deltatoken`): an update, an
+        // insert, then a delete on the backend.
+        await fixture.server.service.faults.set([])
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('\(ids[2])')", "{\"CompanyName\":\"Renamed on server\"}") < 300)
+        #expect(try await fixture.backendSend("POST", "BusinessPartners", "{\"PartnerID\":\"NEWV2\",\"CompanyName\":\"New\"}") < 300)
+        await fixture.server.service.journal.clear()
+        try await provider.download()
+        let downloads = await fixture.server.service.journal.requests()
+        #expect(downloads.count == 1 && downloads[0].contains("!deltatoken"), "\(downloads)")
+        #expect(string(try await provider.readEntities("BusinessPartners('\(ids[2])')").first, "CompanyName") == "Renamed on server")
+        #expect(try await provider.readEntities("BusinessPartners('NEWV2')").count == 1)
+        #expect(try await fixture.backendSend("DELETE", "BusinessPartners('NEWV2')", "") < 300)
+        try await provider.download()
+        #expect(try await provider.readEntities("BusinessPartners('NEWV2')").isEmpty)
+    }
+
     @Test func definingQueriesFollowTheRules() async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
@@ -650,6 +708,34 @@ actor RecordingTransport: Transport {
             }
             #expect(FileManager.default.fileExists(atPath: fixture.directory.appendingPathComponent("\(name).db").path))
         }
+    }
+
+    @Test func cancelDownloadStopsBetweenPagesAndChangesNothing() async throws {
+        let fixture = try await Fixture.start(pageSize: 2)
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(queries: [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners")])
+        try await provider.open()
+        // A full read (no delta link) spans several pages.
+        let store = try await provider.openStore()
+        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP1')", #"{"Phone":"changed on the server"}"#) < 300)
+        await fixture.server.service.faults.set([FaultRule(urlContains: "skiptoken", delayMilliseconds: 300)])
+        let download = Task { try await provider.download() }
+        try await Task.sleep(nanoseconds: 100_000_000)
+        await provider.cancelDownload()
+        do {
+            try await download.value
+            Issue.record("the download should report the cancellation")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .cancelled, "\(error)")
+        }
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") != "changed on the server")
+        let staged = try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_staging").first?.first }
+        #expect(staged == .integer(0))
+        // A cancel does not stick: the next download runs to the end.
+        await fixture.server.service.faults.set([])
+        try await provider.download()
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "changed on the server")
     }
 
     @Test func aDownloadThatFailsOnALaterPageChangesNothingAndLeavesNoStagedPages() async throws {
