@@ -29,6 +29,22 @@ func seconds(_ body: () async throws -> Void) async rethrows -> Double {
     return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
 }
 
+/// User plus system CPU time of this process so far, in seconds.
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+/// User plus system CPU time of another process so far, in seconds (Linux `/proc`).
+func cpuSeconds(ofProcess pid: Int32) -> Double? {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return nil }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
 func peakRSSMiB() -> Double {
     var usage = rusage()
     getrusage(RUSAGE_SELF.rawValue, &usage)
@@ -124,14 +140,19 @@ parameters.storePath = directory.path
 parameters.storeEncryptionKey = "bench-key"
 let provider = OfflineODataProvider(serviceRoot: serviceRoot, parameters: parameters, transport: transport)
 try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Products", query: "Products"))
+let cpuBeforeOpen = cpuSeconds()
+let serverCPUBeforeOpen = child.flatMap { cpuSeconds(ofProcess: $0.processIdentifier) }
 let openTime = try await seconds { try await provider.open() }
+let openCPU = cpuSeconds() - cpuBeforeOpen
+let serverOpenCPU = child.flatMap { cpuSeconds(ofProcess: $0.processIdentifier) }.map { $0 - (serverCPUBeforeOpen ?? 0) }
 let rssAfterOpen = peakRSSMiB()
 guard case .count(let stored) = try await provider.read("Products/$count"), stored == Int64(count) else {
     fatalError("the open did not store every entity")
 }
 let openRequests = await transport.counter.requests
 if openOnly {
-    print(String(format: "1. open: %.2f s = %.0f entities/s (%d HTTP requests)", openTime, Double(count) / openTime, openRequests))
+    print(String(format: "1. open: %.2f s = %.0f entities/s (%d HTTP requests); CPU: client %.2f s, server %.2f s", openTime, Double(count) / openTime, openRequests,
+                 openCPU, serverOpenCPU ?? -1))
     print(String(format: "2. peak RSS of the offline client: %.0f MiB (%.0f MiB before the open)", rssAfterOpen, rssBeforeOpen))
     child?.terminate()
     exit(0)
