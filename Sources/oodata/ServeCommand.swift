@@ -21,6 +21,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Address to listen on (loopback unless you say otherwise).") var host = "127.0.0.1"
     @Option(help: "Default page size.") var pageSize = 100
     @Option(help: "A JSON file of fault rules (see docs/server.md).") var faults: String?
+    @Option(help: "A folder for stores that offline clients send for support (sendStore); not taken when omitted.") var supportDir: String?
 
     func run() async throws {
         guard (sample == nil) != (metadata == nil) else { throw CLIFailure("give either --sample sales or --metadata FILE") }
@@ -40,6 +41,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
         var options = ODataService.Options()
         options.pageSize = pageSize
+        options.supportDirectory = supportDir
         if sample != nil { options.serverGeneratedKeys = SalesSample.serverGeneratedKeys }
         var rules: [FaultRule] = []
         if let faults {

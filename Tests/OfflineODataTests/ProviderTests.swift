@@ -13,7 +13,8 @@ struct Fixture {
     static func start(faults: [FaultRule] = [], pageSize: Int = 20) async throws -> Fixture {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-offline-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let server = try await EmbeddedServer.sales(at: directory.appendingPathComponent("backend.sqlite").path, scale: 3, pageSize: pageSize, faults: faults)
+        let server = try await EmbeddedServer.sales(at: directory.appendingPathComponent("backend.sqlite").path, scale: 3, pageSize: pageSize, faults: faults,
+                                                    supportDirectory: directory.appendingPathComponent("support").path)
         return Fixture(directory: directory, server: server)
     }
 
@@ -454,6 +455,55 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         #expect(try await fixture.backendSend("DELETE", "BusinessPartners('NEWV2')", "") < 300)
         try await provider.download()
         #expect(try await provider.readEntities("BusinessPartners('NEWV2')").isEmpty)
+    }
+
+    @Test func sendStoreSendsAReKeyedCopyInChunks() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let recorder = Recorder()
+        let provider = try await fixture.provider(delegate: recorder)
+        try await provider.open()
+        let partner = try #require(string(try await provider.readEntities("BusinessPartners?$top=1").first, "PartnerID"))
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(partner)')", body: Array(#"{"Phone":"queued"}"#.utf8))
+        let url = try #require(URL(string: "/support/stores/device-1.db", relativeTo: fixture.server.v4Root)).absoluteString
+        // An encrypted store is never sent with the app's key.
+        await #expect(throws: OfflineODataError.self) { try await provider.sendStore(to: url) }
+        try await provider.sendStore(to: url, supportKey: "support-key", chunkSize: 64 * 1024)
+        let updates = recorder.progress.filter { $0.operation == .sendStore }
+        let total = Int(updates.last?.parameters["totalBytes"] ?? "") ?? 0
+        #expect(total > 64 * 1024, "the copy takes several chunks")
+        #expect(updates.count == 1 + (total + 64 * 1024 - 1) / (64 * 1024), "one update before the first chunk and one per chunk")
+        #expect(updates.allSatisfy { $0.step == .sendingEntityStoreDatabase })
+        #expect(updates.last?.parameters["sentBytes"] == "\(total)")
+        // What arrived is a whole store: it opens with the support key (not the app's) and has
+        // the entities and the queued change.
+        let received = fixture.directory.appendingPathComponent("support/device-1.db").path
+        #expect((try FileManager.default.attributesOfItem(atPath: received)[.size] as? NSNumber)?.intValue == total)
+        #expect(throws: DatabaseError.self) { try Connection(path: received, options: Connection.Options(key: "offline-key")) }
+        let copy = try Connection(path: received, options: Connection.Options(key: "support-key"))
+        let partners = try copy.query("SELECT count(*) FROM \"es_BusinessPartners\"").first?.first
+        #expect(partners == .integer(Int64(count(try await provider.read("BusinessPartners")))))
+        #expect(try copy.query("SELECT method, url FROM oo_queue") == [[.text("PATCH"), .text("BusinessPartners('\(partner)')")]])
+        copy.close()
+        let events = try await provider.readEntities("EventLog?$filter=Type eq 'SendStore'")
+        #expect(events.count == 1)
+        // The server lists it; a chunk that does not continue the file is refused.
+        let listing = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: try #require(URL(string: "/support/stores", relativeTo: fixture.server.v4Root)).absoluteString), timeout: 10)
+        #expect(try JSONValue.parse(listing.body).arrayValue?.first?["name"]?.stringValue == "device-1.db")
+        let gap = try await AsyncHTTPClientTransport().send(TransportRequest(method: "POST", url: url, headers: HTTPHeaders([("Content-Range", "bytes 5-6/10")]), body: [1, 2]), timeout: 10)
+        #expect(gap.status == 416)
+        let badName = try await AsyncHTTPClientTransport().send(TransportRequest(method: "POST", url: url.replacingOccurrences(of: "device-1.db", with: "..%2Fescape"),
+                                                                               headers: HTTPHeaders([("Content-Range", "bytes 0-1/2")]), body: [1, 2]), timeout: 10)
+        #expect(badName.status == 400)
+        // An unencrypted store goes as it is, unless a support key is given.
+        var plainParameters = fixture.parameters(key: nil)
+        plainParameters.storeName = "plain"
+        let plain = try await fixture.provider(parameters: plainParameters, queries: [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners")])
+        try await plain.open()
+        try await plain.sendStore(to: url.replacingOccurrences(of: "device-1.db", with: "device-2.db"))
+        let plainCopy = try Connection(path: fixture.directory.appendingPathComponent("support/device-2.db").path)
+        #expect(try plainCopy.query("SELECT count(*) FROM \"es_BusinessPartners\"").first?.first == partners)
+        plainCopy.close()
     }
 
     @Test func definingQueriesFollowTheRules() async throws {

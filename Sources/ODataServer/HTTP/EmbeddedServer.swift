@@ -36,12 +36,14 @@ public final class EmbeddedServer: Sendable {
     }
 
     /// Starts the sales sample in a new store file at `path` (replacing an old one).
-    public static func sales(at path: String, scale: Int = 3, pageSize: Int = 100, faults: [FaultRule] = []) async throws -> EmbeddedServer {
+    public static func sales(at path: String, scale: Int = 3, pageSize: Int = 100, faults: [FaultRule] = [],
+                             supportDirectory: String? = nil) async throws -> EmbeddedServer {
         for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
         let store = try await Store.create(path: path, model: try SalesSample.model())
         var options = ODataService.Options()
         options.pageSize = pageSize
         options.serverGeneratedKeys = SalesSample.serverGeneratedKeys
+        options.supportDirectory = supportDirectory
         let service = try await ODataService.open(store: store, options: options, faults: faults)
         try await service.load(SalesSample.data(scale: scale))
         return try await start(service)

@@ -5,8 +5,9 @@ import HTTPTypes
 import NIOCore
 import ODataCore
 
-/// Puts an ``ODataService`` on Hummingbird: V4 at `/odata/v4/`, V2 at `/odata/v2/`, and the
-/// fault-injection endpoint at `/_faults` (loopback only).
+/// Puts an ``ODataService`` on Hummingbird: V4 at `/odata/v4/`, V2 at `/odata/v2/`, the
+/// fault-injection endpoint at `/_faults` (loopback only), and `/support/stores` for stores that
+/// offline clients send for support (when the service has a support directory).
 public enum ODataHTTPServer {
     /// The application serving `service` on `host`:`port` (port 0 picks a free port).
     public static func application(service: ODataService, host: String = "127.0.0.1", port: Int = 8080, logger: Logger? = nil,
@@ -44,6 +45,8 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
             rootPath = "/odata/v2/"
         } else if path == "/_faults" && allowFaultEndpoint {
             return try await faults(input)
+        } else if path == "/support/stores" || path.hasPrefix("/support/stores/") {
+            return try await SupportStores(directory: service.options.supportDirectory, maxBodyBytes: service.options.maxBodyBytes).handle(input)
         } else {
             return try await next(input, context)
         }
@@ -100,5 +103,81 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
         default:
             return Response(status: .methodNotAllowed)
         }
+    }
+}
+
+/// `/support/stores`: stores that offline clients send for support (`sendStore`), in chunks.
+/// `POST /support/stores/<name>` with `Content-Range: bytes <first>-<last>/<total>` appends one
+/// chunk (the first chunk starts the file again); the last one is answered 201, the others 202.
+/// `GET /support/stores` lists what was received.
+struct SupportStores {
+    let directory: String?
+    let maxBodyBytes: Int
+
+    func handle(_ input: Request) async throws -> Response {
+        guard let directory else { return Self.text(.notFound, "This server does not take stores for support (it has no support directory)") }
+        let path = input.uri.path
+        if path == "/support/stores" || path == "/support/stores/" {
+            guard input.method == .get else { return Self.text(.methodNotAllowed, "GET lists the stores; POST /support/stores/<name> sends one") }
+            let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { !$0.hasPrefix(".") }.sorted()
+            let rows = names.map { name -> JSONValue in
+                let size = (try? FileManager.default.attributesOfItem(atPath: directory + "/" + name)[.size] as? NSNumber)?.int64Value ?? 0
+                return .object([.init("name", .string(name)), .init("size", .number(String(size)))])
+            }
+            return Response(status: .ok, headers: [.contentType: "application/json"],
+                            body: ResponseBody(byteBuffer: ByteBuffer(string: JSONValue.array(rows).serialized)))
+        }
+        let name = String(path.dropFirst("/support/stores/".count))
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        guard (1...120).contains(name.count), !name.hasPrefix("."), name.allSatisfy({ allowed.contains($0) }) else {
+            return Self.text(.badRequest, "A store name is 1 to 120 letters, digits, '.', '_' or '-', not starting with '.'")
+        }
+        guard input.method == .post || input.method == .put else { return Self.text(.methodNotAllowed, "Send a store with POST") }
+        guard let rangeHeader = input.headers[.contentRange], let range = Self.contentRange(rangeHeader) else {
+            return Self.text(.badRequest, "Each chunk needs Content-Range: bytes <first>-<last>/<total>")
+        }
+        var request = input
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: maxBodyBytes)
+        } catch {
+            return Self.text(.contentTooLarge, "A chunk may have at most \(maxBodyBytes) bytes")
+        }
+        guard Int64(body.readableBytes) == range.last - range.first + 1 else {
+            return Self.text(.badRequest, "Content-Range announces \(range.last - range.first + 1) bytes, the body has \(body.readableBytes)")
+        }
+        let file = directory + "/" + name
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            if range.first == 0 {
+                guard FileManager.default.createFile(atPath: file, contents: nil) else { return Self.text(.internalServerError, "\(name) cannot be created") }
+            }
+            let size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)?.int64Value
+            guard let size, size == range.first else {
+                return Self.text(.rangeNotSatisfiable, "\(name) has \(size.map(String.init) ?? "no") bytes; the next chunk must start there")
+            }
+            guard let handle = FileHandle(forWritingAtPath: file) else { return Self.text(.internalServerError, "\(name) cannot be opened") }
+            defer { try? handle.close() }
+            try handle.seekToEnd()
+            try handle.write(contentsOf: Data(body.readableBytesView))
+        } catch {
+            return Self.text(.internalServerError, "\(name) could not be written: \(error)")
+        }
+        if range.last + 1 == range.total { return Self.text(.created, "\(name): \(range.total) bytes received") }
+        return Self.text(.accepted, "\(name): \(range.last + 1) of \(range.total) bytes received")
+    }
+
+    /// `bytes <first>-<last>/<total>`, with first ≤ last < total.
+    static func contentRange(_ text: String) -> (first: Int64, last: Int64, total: Int64)? {
+        guard text.hasPrefix("bytes ") else { return nil }
+        let parts = text.dropFirst("bytes ".count).split(separator: "/")
+        guard parts.count == 2, let total = Int64(parts[1]) else { return nil }
+        let bounds = parts[0].split(separator: "-")
+        guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), first >= 0, first <= last, last < total else { return nil }
+        return (first, last, total)
+    }
+
+    static func text(_ status: HTTPResponse.Status, _ message: String) -> Response {
+        Response(status: status, headers: [.contentType: "text/plain; charset=utf-8"], body: ResponseBody(byteBuffer: ByteBuffer(string: message)))
     }
 }

@@ -18,6 +18,9 @@ public final class ODataService: Sendable {
         public var deltaRetention = 100_000
         /// How many HTTP requests ``ODataService/journal`` keeps.
         public var journalCapacity = 1000
+        /// Where stores that offline clients send for support (`sendStore`) are kept; nil: the
+        /// server does not take them (`/support/stores` answers 404).
+        public var supportDirectory: String?
         /// Creates the default options.
         public init() {}
     }

@@ -258,6 +258,8 @@ public final class Connection {
     public func export(to path: String, key: String?) throws(DatabaseError) {
         try execute("ATTACH DATABASE ? AS exported KEY ?", [.text(path), .text(key ?? "")])
         defer { try? execute("DETACH DATABASE exported") }
+        // The copy gets the page size every keyed connection here opens with.
+        if key != nil { try execute("PRAGMA exported.cipher_page_size = \(Self.cipherPageSize)") }
         _ = try query("SELECT sqlcipher_export('exported')")
         let version = try query("PRAGMA user_version").first?.first ?? .integer(0)
         if case .integer(let number) = version { try execute("PRAGMA exported.user_version = \(number)") }

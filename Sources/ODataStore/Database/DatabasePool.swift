@@ -66,6 +66,12 @@ public final class DatabasePool: Sendable {
         try await writer.run(inline: inline) { connection in try connection.transaction { try body(connection) } }
     }
 
+    /// Runs `body` on the writer outside any transaction (for statements that cannot run in
+    /// one, such as `ATTACH`); other writes wait.
+    public func withWriter<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await writer.run { connection in try body(connection) }
+    }
+
     /// Runs `body` on a reader, inside a read transaction so it sees one consistent snapshot.
     public func read<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         let reader = readers[counter.next(readers.count)]

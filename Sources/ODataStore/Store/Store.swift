@@ -87,6 +87,12 @@ public final class Store: Sendable {
         return try await pool.read { db in try body(StoreReader(db: db, schema: schema)) }
     }
 
+    /// Writes a consistent copy of the store to a new file at `path`, encrypted with `key` or
+    /// unencrypted when `key` is nil. Writes wait while the copy is made.
+    public func exportCopy(to path: String, key: String?) async throws {
+        try await pool.withWriter { db in try db.export(to: path, key: key) }
+    }
+
     /// Changes the key of the store file (`nil` is not allowed; export to remove a key).
     public func rekey(to newKey: String) async throws {
         try await pool.write { db in try db.rekey(to: newKey) }
