@@ -506,6 +506,53 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         plainCopy.close()
     }
 
+    @Test func definingQueriesThatRetrieveStreamsKeepMediaOffline() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        func putMedia(_ id: String, _ bytes: [UInt8], _ type: String) async throws -> Int {
+            var headers = ODataCore.HTTPHeaders()
+            headers["Content-Type"] = type
+            return try await AsyncHTTPClientTransport().send(TransportRequest(method: "PUT", url: fixture.server.v4Root.absoluteString + "ProductPictures('\(id)')/$value",
+                                                                              headers: headers, body: bytes), timeout: 10).status
+        }
+        let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0, 1, 2, 255]
+        #expect(try await putMedia("PIC0", png, "image/png") < 300)
+        #expect(try await putMedia("PIC1", Array("first".utf8), "text/plain") < 300)
+        let queries = [OfflineODataDefiningQuery(name: "Pictures", query: "ProductPictures", automaticallyRetrievesStreams: true),
+                       OfflineODataDefiningQuery(name: "Products", query: "Products")]
+        let provider = try await fixture.provider(queries: queries)
+        try await provider.open()
+        let first = try await provider.execute(method: "GET", url: "ProductPictures('PIC0')/$value")
+        #expect(first.status == 200)
+        #expect(first.body == png)
+        #expect(first.headers["Content-Type"] == "image/png")
+        #expect(try await provider.read("ProductPictures('PIC1')/$value") == .value(.primitive(.binary(Data("first".utf8)))))
+        // A picture the backend has no stream for, and one that is not there at all.
+        await #expect(throws: OfflineODataError.self) { try await provider.read("ProductPictures('PIC2')/$value") }
+        #expect(try await provider.execute(method: "GET", url: "ProductPictures('NOPE')/$value").status == 404)
+        // A download brings changed streams and drops those of deleted entities.
+        #expect(try await putMedia("PIC1", Array("second".utf8), "text/plain") < 300)
+        #expect(try await fixture.backendSend("DELETE", "ProductPictures('PIC0')", "") < 300)
+        try await provider.download()
+        #expect(try await provider.execute(method: "GET", url: "ProductPictures('PIC1')/$value").body == Array("second".utf8))
+        #expect(try await provider.execute(method: "GET", url: "ProductPictures('PIC0')/$value").status == 404)
+        let store = try await provider.openStore()
+        let kept = try await store.read { reader in try reader.connection.query("SELECT entity_key FROM oo_streams ORDER BY entity_key") }
+        #expect(kept == [[.text("('PIC1')")]])
+        await provider.close()
+        // Without automaticallyRetrievesStreams no stream is stored, and reading one says why.
+        var parameters = fixture.parameters()
+        parameters.storeName = "nostreams"
+        let plain = try await fixture.provider(parameters: parameters, queries: [OfflineODataDefiningQuery(name: "Pictures", query: "ProductPictures")])
+        try await plain.open()
+        do {
+            _ = try await plain.read("ProductPictures('PIC1')/$value")
+            Issue.record("a stream that was not retrieved cannot be read")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .notSupportedOffline && error.message.contains("automaticallyRetrievesStreams"), "\(error.message)")
+        }
+    }
+
     @Test func definingQueriesFollowTheRules() async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }

@@ -85,7 +85,13 @@ enum LocalSchema {
         "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key)) WITHOUT ROWID",
         "CREATE TABLE oo_key_map (entity_set TEXT NOT NULL, local_key TEXT NOT NULL, server_key TEXT NOT NULL, PRIMARY KEY (entity_set, local_key))",
         staging,
-    ]
+    ] + streams
+
+    /// Media streams of entities whose defining query retrieves them (`oo_streams`), and those
+    /// a download has fetched but not yet applied (`oo_stream_staging`).
+    static let streams = ["oo_streams", "oo_stream_staging"].map { table in
+        "CREATE TABLE IF NOT EXISTS \(table) (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, content_type TEXT, body BLOB NOT NULL, PRIMARY KEY (entity_set, entity_key))"
+    }
 
     /// Pages of a download waiting to be applied together.
     static let staging = "CREATE TABLE IF NOT EXISTS oo_staging (seq INTEGER PRIMARY KEY, query TEXT NOT NULL, entity_set TEXT NOT NULL, is_delta INTEGER NOT NULL, body BLOB NOT NULL)"

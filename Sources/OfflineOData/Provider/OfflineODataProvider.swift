@@ -261,6 +261,8 @@ public actor OfflineODataProvider {
             try LocalSchema.makeRequestQueueView(writer)
             // Stores made before downloads were staged; pages left by an interrupted download go.
             try writer.connection.execute(LocalSchema.staging)
+            // Stores made before media streams were kept.
+            for statement in LocalSchema.streams { try writer.connection.execute(statement) }
             _ = try writer.connection.execute("DELETE FROM oo_staging")
         }
         let added = definingQueries.filter { query in !stored.contains { $0.name == query.name } }
@@ -319,6 +321,7 @@ public actor OfflineODataProvider {
                 let created = try await ready()
                 self.report(progress, .buildingEntityStore)
                 _ = try await self.apply([page], to: created, bulkSets: bulkSets[page.name] ?? [])
+                try await self.fetchStreams(of: page, into: "oo_streams", store: created)
             }
             let created = try await ready()
             report(progress, .analyzingReceivedData)

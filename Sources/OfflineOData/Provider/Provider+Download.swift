@@ -43,17 +43,22 @@ extension OfflineODataProvider {
         }
         // Pages wait in a staging table as they arrive (memory stays flat); only when every
         // page is in are they applied, in one transaction, so a failure changes nothing.
-        try await store.write { writer in _ = try writer.connection.execute("DELETE FROM oo_staging") }
+        let emptyStaging = { @Sendable (writer: StoreWriter) throws in
+            _ = try writer.connection.execute("DELETE FROM oo_staging")
+            _ = try writer.connection.execute("DELETE FROM oo_stream_staging")
+        }
+        try await store.write(emptyStaging)
         do {
             _ = try await fetchDefiningQueries(selected.map { ($0, links[$0.name]) }, model: store.model, progress: progress) { page in
                 try await store.write { writer in
                     _ = try writer.connection.execute("INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, ?, ?)",
                                                       [.text(page.name), .text(page.entitySet), .integer(page.isDelta ? 1 : 0), .blob(page.raw)])
                 }
+                try await self.fetchStreams(of: page, into: "oo_stream_staging", store: store)
             }
             if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
         } catch {
-            try? await store.write { writer in _ = try writer.connection.execute("DELETE FROM oo_staging") }
+            try? await store.write(emptyStaging)
             throw error
         }
         report(progress, .analyzingReceivedData)
@@ -188,7 +193,13 @@ extension OfflineODataProvider {
                 try applier.apply(chunk, writer: writer)
             }
             _ = try writer.connection.execute("DELETE FROM oo_staging")
-            return try applier.finish(writer: writer)
+            let summary = try applier.finish(writer: writer)
+            // Streams fetched with these pages replace the old ones; those of entities that are
+            // gone go with them.
+            _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_streams SELECT * FROM oo_stream_staging")
+            _ = try writer.connection.execute("DELETE FROM oo_stream_staging")
+            try Self.removeOrphanStreams(writer: writer, model: model)
+            return summary
         }
     }
 

@@ -46,6 +46,11 @@ extension OfflineODataProvider {
         let store = try openStore()
         let model = store.model
         var url = try await rewriteLocalKeys(url, store: store)
+        switch try await mediaStream(url, store: store) {
+        case .stream(_, let body)?: return .value(.primitive(.binary(Data(body))))
+        case .missing?: return .entity(nil)
+        case nil: break
+        }
         if let affected = try await affectedEntityURL(url, store: store) { url = affected }
         let (_, resolved) = try Keys.resolve(url, model: model, what: "read request")
         for segment in resolved.path.segments {
@@ -135,6 +140,14 @@ extension OfflineODataProvider {
         let model = store.model
         let verb = method.uppercased()
         if verb == "GET" {
+            // A media entity's `$value`: the stream itself, with its content type.
+            switch try await mediaStream(try await rewriteLocalKeys(url, store: store), store: store) {
+            case .stream(let contentType, let body)?:
+                return OfflineODataResponse(status: 200, body: body, result: .value(.primitive(.binary(Data(body)))),
+                                            headers: contentType.map { ["Content-Type": $0] } ?? [:])
+            case .missing?: return OfflineODataResponse(status: 404, body: [], result: .entity(nil))
+            case nil: break
+            }
             let result = try await read(url)
             return OfflineODataResponse(status: result == .entity(nil) ? 404 : 200, body: Self.encode(result, model: model), result: result)
         }

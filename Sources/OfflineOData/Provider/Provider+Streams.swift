@@ -1,0 +1,74 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+extension OfflineODataProvider {
+    /// Fetches the media stream of every entity of `page` when its defining query retrieves
+    /// streams (`automaticallyRetrievesStreams`) and its type has one, into `table`
+    /// (`oo_streams`, or `oo_stream_staging` for a download not yet applied). One stream is in
+    /// memory at a time; an entity without a stream (404, 204) has none stored.
+    func fetchStreams(of page: FetchedQuery, into table: String, store: Store) async throws {
+        let model = store.model
+        guard definingQueries.first(where: { $0.name == page.name })?.automaticallyRetrievesStreams == true,
+              model.entityType(ofEntitySet: page.entitySet)?.hasStream == true else { return }
+        let set = page.entitySet
+        for entity in page.entities {
+            guard let key = Keys.key(of: entity, in: set, model: model) else { continue }
+            let predicate = Keys.predicate(key, in: set, model: model)
+            let url = entity.control.mediaReadLink ?? (set + predicate + "/$value")
+            let response = try await send(method: "GET", url: url, headers: ["Accept": "*/*"])
+            if response.status == 404 || response.status == 204 {
+                try await store.write { writer in
+                    _ = try writer.connection.execute("DELETE FROM \(table) WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+                }
+                continue
+            }
+            guard response.status < 300 else { throw Self.backendError(response, method: "GET", url: url) }
+            let contentType = response.headers["Content-Type"] ?? entity.control.mediaContentType
+            let body = response.body
+            try await store.write { writer in
+                _ = try writer.connection.execute("INSERT OR REPLACE INTO \(table) (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
+                                                  [.text(set), .text(predicate), contentType.map { .text($0) } ?? .null, .blob(body)])
+            }
+        }
+    }
+
+    /// Removes the streams of entities that are no longer in the store.
+    static func removeOrphanStreams(writer: StoreWriter, model: Model) throws {
+        for row in try writer.connection.query("SELECT entity_set, entity_key FROM oo_streams") {
+            guard case .text(let set) = row[0], case .text(let predicate) = row[1] else { continue }
+            if let (_, key) = Keys.parse(set + predicate, model: model, serviceRoot: ""), try writer.rowid(in: set, key: key) != nil { continue }
+            _ = try writer.connection.execute("DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+        }
+    }
+
+    /// `Set(key)/$value` of a media entity: its stored stream. Nil when `url` does not name a
+    /// media stream; `.missing` when the entity is not in the store.
+    func mediaStream(_ url: String, store: Store) async throws -> MediaStream? {
+        let path = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+        guard path.hasSuffix("/$value") else { return nil }
+        let model = store.model
+        let entityURL = String(path.dropLast("/$value".count))
+        guard let (set, key) = Keys.parse(entityURL, model: model, serviceRoot: serviceRoot),
+              model.entityType(ofEntitySet: set)?.hasStream == true else { return nil }
+        let predicate = Keys.predicate(key, in: set, model: model)
+        let found = try await store.read { reader -> (exists: Bool, row: [DatabaseValue]?) in
+            guard try reader.bookkeeping(in: set, key: key) != nil else { return (false, nil) }
+            return (true, try reader.connection.query("SELECT content_type, body FROM oo_streams WHERE entity_set = ? AND entity_key = ?",
+                                                      [.text(set), .text(predicate)]).first)
+        }
+        guard found.exists else { return .missing }
+        guard let row = found.row, case .blob(let body) = row[1] else {
+            throw OfflineODataError(.notSupportedOffline, "The media stream of \(set)\(predicate) is not in the offline store: its defining query does not retrieve streams (automaticallyRetrievesStreams), or the backend had none")
+        }
+        var contentType: String?
+        if case .text(let type) = row[0] { contentType = type }
+        return .stream(contentType: contentType, body: body)
+    }
+
+    /// A media stream read from the store.
+    enum MediaStream: Sendable {
+        case missing
+        case stream(contentType: String?, body: [UInt8])
+    }
+}
