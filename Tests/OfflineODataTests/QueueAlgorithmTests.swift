@@ -489,6 +489,34 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         #expect(count(try await provider.read("Customers?$filter=isLocal()")) == 0)
     }
 
+    /// When the backend gives a created entity its key, the local row takes it in place and the
+    /// children created under it (still queued) follow through their foreign key.
+    @Test func childrenFollowTheBackendKeyOfTheirParentBeforeTheyAreUploaded() async throws {
+        let fixture = try await ShopFixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        var parentOnly = OfflineODataRequestOptions()
+        parentOnly.uploadCategory = "customers"
+        var later = OfflineODataRequestOptions()
+        later.uploadCategory = "orders"
+        let c = try #require(try await provider.send("POST", "Customers", #"{"Name":"new"}"#, parentOnly))
+        let o = try #require(try await provider.send("POST", "Customers(\(c))/Orders", #"{"Amount":7}"#, later))
+        #expect(c < 0 && o < 0, "local keys")
+        try await provider.upload(categories: ["customers"])
+        guard case .number(let text)? = try await fixture.backend("Customers?$filter=Name eq 'new'").first?["CustomerID"], let server = Int64(text) else {
+            Issue.record("the backend has no new customer")
+            return
+        }
+        // The order is still local, and already under the customer's backend key.
+        let order = try #require(try await provider.readEntities("Orders(\(o))").first)
+        #expect(order["CustomerID"] == .primitive(.int64(server)))
+        #expect(try await provider.readEntities("Customers(\(server))/Orders").count == 1)
+        #expect(try await provider.readEntities("Customers(\(c))/Orders").count == 1, "the local link still reads")
+        try await provider.upload()
+        #expect(try await fixture.backend("Orders?$filter=Amount eq 7").first?["CustomerID"] == .number("\(server)"))
+        #expect(try await provider.isRequestQueueEmpty)
+    }
+
     /// The state before an entity's first change is kept in the queue row of that change; it
     /// must survive that row being uploaded while later changes stay queued.
     @Test func undoAfterThePartUploadOfAnEntitysChangesGoesBackToTheKeptState() async throws {

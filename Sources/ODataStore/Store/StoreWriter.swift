@@ -173,6 +173,57 @@ public struct StoreWriter {
         try writeChildren(entity, table: table, rowid: rowid)
     }
 
+    /// Gives the entity with `oldKey` the key `newKey` in place (its row, and so its links,
+    /// stay), and rewrites the foreign keys of the entities that refer to it through a
+    /// referential constraint. Returns false when there is no entity with `oldKey`; another
+    /// entity that already has `newKey` is a `conflict`.
+    @discardableResult
+    public func changeKey(in entitySet: String, from oldKey: [String: PrimitiveValue], to newKey: [String: PrimitiveValue]) throws -> Bool {
+        let table = try table(entitySet)
+        guard let row = try rowid(forKey: oldKey, in: table) else { return false }
+        if let other = try rowid(forKey: newKey, in: table) {
+            guard other == row else { throw StoreError(.conflict, "\(entitySet): another entity has the key \(newKey) already") }
+            return true
+        }
+        func values(_ key: [String: PrimitiveValue], _ columns: [String]) throws -> [DatabaseValue] {
+            try columns.map { name in
+                guard let value = key[name], let column = table.column([name]) else {
+                    throw StoreError(.unknownProperty, "\(table.entitySet): key property \(name) is missing")
+                }
+                return try encode(.primitive(value), for: column)
+            }
+        }
+        let q = StoreSchema.quote
+        let old = try values(oldKey, table.keyColumns)
+        let new = try values(newKey, table.keyColumns)
+        try db.execute("UPDATE OR FAIL \(q(table.name)) SET \(table.keyColumns.map { "\(q($0)) = ?" }.joined(separator: ", ")) WHERE _rowid = ?",
+                       new + [.integer(row)])
+        // Foreign keys that hold this key: (table, its columns, the key columns they hold).
+        var references: [(table: String, columns: [String], keyColumns: [String])] = []
+        for other in schema.tables {
+            for nav in other.navigation {
+                guard case .foreignKey(let source, let target) = nav.relation else { continue }
+                // Never another entity's own key (a key that contains a foreign key keeps it).
+                if nav.targetEntitySet == entitySet, Set(target).isSubset(of: table.keyColumns), Set(source).isDisjoint(with: other.keyColumns) {
+                    references.append((other.name, source, target))
+                }
+                if other.name == table.name, Set(source).isSubset(of: table.keyColumns), let targetTable = schema.table(forEntitySet: nav.targetEntitySet),
+                   Set(target).isDisjoint(with: targetTable.keyColumns) {
+                    references.append((targetTable.name, target, source))
+                }
+            }
+        }
+        var done: Set<String> = []
+        for reference in references where done.insert(reference.table + "|" + reference.columns.joined(separator: ",")).inserted {
+            let positions = reference.keyColumns.compactMap { table.keyColumns.firstIndex(of: $0) }
+            guard positions.count == reference.columns.count else { continue }
+            let assignments = reference.columns.map { "\(q($0)) = ?" }.joined(separator: ", ")
+            let condition = reference.columns.map { "\(q($0)) = ?" }.joined(separator: " AND ")
+            try db.execute("UPDATE OR FAIL \(q(reference.table)) SET \(assignments) WHERE \(condition)", positions.map { new[$0] } + positions.map { old[$0] })
+        }
+        return true
+    }
+
     /// Deletes the entity with the given key values, following `OnDelete` cascades; returns
     /// whether it existed.
     @discardableResult
