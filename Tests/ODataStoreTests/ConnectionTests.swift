@@ -197,6 +197,22 @@ final class TemporaryDirectory {
         #expect(try Self.fileContains(plainPath, Self.secret))
     }
 
+    @Test func readersOpenAtTheirFirstReadAndNotAfterClose() async throws {
+        let dir = TemporaryDirectory()
+        let pool = try DatabasePool(path: dir.path("lazy.sqlite"), key: "k", readerCount: 2)
+        #expect(pool.openedReaders == 0)
+        try await pool.write { db in try db.execute("CREATE TABLE t (v INTEGER)") }
+        #expect(pool.openedReaders == 0, "writes need no reader")
+        #expect(try await pool.read { db in try db.query("SELECT count(*) FROM t") } == [[.integer(0)]])
+        #expect(pool.openedReaders == 1)
+        _ = try await pool.read { db in try db.query("SELECT 1") }
+        _ = try await pool.read { db in try db.query("SELECT 1") }
+        #expect(pool.openedReaders == 2)
+        pool.close()
+        #expect(pool.openedReaders == 0)
+        await #expect(throws: DatabaseError.self) { _ = try await pool.read { db in try db.query("SELECT 1") } }
+    }
+
     @Test func readersDoNotWaitForAWriter() async throws {
         let dir = TemporaryDirectory()
         let pool = try DatabasePool(path: dir.path("pool.sqlite"), key: "k", readerCount: 2)

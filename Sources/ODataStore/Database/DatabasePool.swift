@@ -41,10 +41,12 @@ public final class SerializedConnection: @unchecked Sendable {
 public final class DatabasePool: Sendable {
     public let path: String
     private let writer: SerializedConnection
-    private let readers: [SerializedConnection]
+    private let readers: [LazyConnection]
     private let counter = RoundRobin()
 
-    /// Opens the pool; with a key, the key is checked at open.
+    /// Opens the pool; with a key, the key is checked at open. Readers are opened at their
+    /// first read: with a key, every connection derives it (64,000 PBKDF2 rounds), so an open
+    /// that only writes, or reads little, does not pay for readers it does not use.
     public init(path: String, key: String? = nil, readerCount: Int = 2) throws(DatabaseError) {
         self.path = path
         var options = Connection.Options(key: key)
@@ -53,12 +55,13 @@ public final class DatabasePool: Sendable {
         var readerOptions = options
         readerOptions.create = false
         readerOptions.walMode = false
-        var readers: [SerializedConnection] = []
-        for index in 0..<max(1, readerCount) {
-            readers.append(try SerializedConnection(path: path, options: readerOptions, label: "ODataStore.reader\(index)"))
+        self.readers = (0..<max(1, readerCount)).map { index in
+            LazyConnection(path: path, options: readerOptions, label: "ODataStore.reader\(index)")
         }
-        self.readers = readers
     }
+
+    /// How many readers have been opened so far (for tests).
+    var openedReaders: Int { readers.filter(\.isOpened).count }
 
     /// Runs `body` in a write transaction on the writer (`inline`: on the calling thread, for
     /// short transactions).
@@ -74,7 +77,7 @@ public final class DatabasePool: Sendable {
 
     /// Runs `body` on a reader, inside a read transaction so it sees one consistent snapshot.
     public func read<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
-        let reader = readers[counter.next(readers.count)]
+        let reader = try readers[counter.next(readers.count)].connection()
         return try await reader.run { connection in
             try connection.execute("BEGIN DEFERRED")
             defer { try? connection.execute("COMMIT") }
@@ -86,6 +89,49 @@ public final class DatabasePool: Sendable {
     public func close() {
         for reader in readers { reader.close() }
         writer.close()
+    }
+}
+
+/// A connection opened at its first use.
+final class LazyConnection: @unchecked Sendable {
+    // @unchecked Sendable: `opened` and `closed` are only read and written while holding `lock`.
+    private let lock = NSLock()
+    private var opened: SerializedConnection?
+    private var closed = false
+    private let path: String
+    private let options: Connection.Options
+    private let label: String
+
+    init(path: String, options: Connection.Options, label: String) {
+        self.path = path
+        self.options = options
+        self.label = label
+    }
+
+    var isOpened: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return opened != nil
+    }
+
+    /// The connection, opened now if this is its first use.
+    func connection() throws(DatabaseError) -> SerializedConnection {
+        lock.lock()
+        defer { lock.unlock() }
+        if let opened { return opened }
+        guard !closed else { throw DatabaseError(.closed, message: "The connection pool of \(path) is closed") }
+        let connection = try SerializedConnection(path: path, options: options, label: label)
+        opened = connection
+        return connection
+    }
+
+    func close() {
+        lock.lock()
+        let connection = opened
+        opened = nil
+        closed = true
+        lock.unlock()
+        connection?.close()
     }
 }
 
