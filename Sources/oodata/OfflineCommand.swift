@@ -78,7 +78,7 @@ struct OfflineCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "offline",
         abstract: "Work with an offline store: open, read and change it locally, upload and download.",
-        subcommands: [Open.self, Read.self, Create.self, Update.self, Delete.self, Upload.self, Download.self, Errors.self, Queue.self,
+        subcommands: [Open.self, Read.self, Create.self, Update.self, Delete.self, Upload.self, Download.self, SendStore.self, Errors.self, Queue.self,
                       Events.self, Undo.self]
     )
 
@@ -243,6 +243,23 @@ struct OfflineCommand: AsyncParsableCommand {
                 print(describe(row, ["RequestID", "Status", "RequestMethod", "RequestURL", "RequestBody", "TransactionID", "CustomTag", "UploadCategory"]))
             }
             if rows.isEmpty { print("the request queue is empty") }
+            await provider.close()
+        }
+    }
+
+    struct SendStore: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "send-store",
+                                                        abstract: "Send a copy of the store for support (re-keyed with --support-key when the store has a key).")
+        @OptionGroup var options: OfflineStoreOptions
+        @Option(help: "Where to send it, e.g. http://127.0.0.1:8080/support/stores/device-1.db (oodata serve --support-dir).") var to: String
+        @Option(help: "The key of the copy (required for a store with a key; the store's own key is never sent).") var supportKey: String?
+
+        func run() async throws {
+            let printer = ProgressPrinter()
+            let provider = try await options.provider(printer)
+            try await provider.sendStore(to: to, supportKey: supportKey)
+            printer.finish()
+            print("sent a copy of the store to \(to)" + (supportKey == nil ? "" : ", encrypted with the support key"))
             await provider.close()
         }
     }

@@ -56,7 +56,8 @@ struct ServeCommand: AsyncParsableCommand {
             }
         }
         let app = ODataHTTPServer.application(service: service, host: host, port: port) { port in
-            let text = "OData V4: http://\(host):\(port)/odata/v4/\nOData V2: http://\(host):\(port)/odata/v2/\nstore: \(path)\(existed ? " (existing)" : "")\n"
+            var text = "OData V4: http://\(host):\(port)/odata/v4/\nOData V2: http://\(host):\(port)/odata/v2/\nstore: \(path)\(existed ? " (existing)" : "")\n"
+            if let supportDir { text += "stores sent for support: http://\(host):\(port)/support/stores/<name> → \(supportDir)\n" }
             FileHandle.standardOutput.write(Data(text.utf8))
         }
         try await app.runService()

@@ -46,7 +46,9 @@ import Testing
         let tool = try #require(Self.binary, "oodata was not built next to the tests")
         let serve = Process()
         serve.executableURL = tool
-        serve.arguments = ["serve", "--sample", "sales", "--port", "0"]
+        let supportFolder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-support-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: supportFolder) }
+        serve.arguments = ["serve", "--sample", "sales", "--port", "0", "--support-dir", supportFolder.path]
         let out = Pipe()
         serve.standardOutput = out
         serve.standardError = FileHandle.nullDevice
@@ -89,6 +91,12 @@ import Testing
         #expect(try run(["offline", "queue"] + store).out.contains("the request queue is empty"))
         #expect(try run(["offline", "read"] + store + ["BusinessPartners('BP2')?$select=PartnerID"]).out.contains("BP2"))
         #expect(try run(["offline", "events"] + store).out.contains("Type=Upload"))
+        // A copy for support, re-keyed; without a support key a keyed store is not sent.
+        let supportURL = root.replacingOccurrences(of: "/odata/v4/", with: "/support/stores/cli-copy.db")
+        #expect(try run(["offline", "send-store"] + store + ["--to", supportURL]).status != 0)
+        let sent = try run(["offline", "send-store"] + store + ["--to", supportURL, "--support-key", "support"])
+        #expect(sent.out.contains("encrypted with the support key"), "\(sent.out) \(sent.err)")
+        #expect(FileManager.default.fileExists(atPath: supportFolder.appendingPathComponent("cli-copy.db").path))
         let wrongKey = try run(["offline", "read", "--store", folder.appendingPathComponent("cli.db").path, "--key", "wrong", "BusinessPartners"])
         #expect(wrongKey.status != 0)
         #expect(wrongKey.err.contains("cannot be opened with the given key"), "\(wrongKey.err)")
