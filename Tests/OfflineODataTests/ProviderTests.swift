@@ -540,6 +540,18 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         let kept = try await store.read { reader in try reader.connection.query("SELECT entity_key FROM oo_streams ORDER BY entity_key") }
         #expect(kept == [[.text("('PIC1')")]])
         await provider.close()
+        // A media read link to another host is not followed (the provider's headers and cookies
+        // would go with it): the stream comes from the service's own `$value`.
+        var foreignParameters = fixture.parameters()
+        foreignParameters.storeName = "foreign"
+        let foreign = ForeignMediaLinkTransport()
+        let guarded = OfflineODataProvider(serviceRoot: fixture.server.v4Root, parameters: foreignParameters, transport: foreign)
+        try await guarded.add(definingQuery: queries[0])
+        try await guarded.open()
+        #expect(try await guarded.execute(method: "GET", url: "ProductPictures('PIC1')/$value").body == Array("second".utf8))
+        #expect(await foreign.urls.allSatisfy { !$0.contains("elsewhere.invalid") })
+        #expect(await foreign.urls.contains { $0.hasSuffix("ProductPictures('PIC1')/$value") })
+        await guarded.close()
         // Without automaticallyRetrievesStreams no stream is stored, and reading one says why.
         var parameters = fixture.parameters()
         parameters.storeName = "nostreams"
@@ -727,6 +739,23 @@ actor RecordingTransport: Transport {
         return try await inner.send(request, timeout: timeout)
     }
     private func record(_ request: TransportRequest) { requests.append(request) }
+}
+
+/// The real transport, with a media read link to another host written into every
+/// ProductPictures page (as a hostile or misconfigured backend might send).
+actor ForeignMediaLinkTransport: Transport {
+    private(set) var urls: [String] = []
+    private let inner = AsyncHTTPClientTransport()
+    nonisolated func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
+        await record(request.url)
+        var response = try await inner.send(request, timeout: timeout)
+        if request.url.contains("ProductPictures"), !request.url.contains("$value"), var text = String(bytes: response.body, encoding: .utf8) {
+            text = text.replacingOccurrences(of: #""PictureID":"#, with: #""@odata.mediaReadLink":"http://elsewhere.invalid/steal","PictureID":"#)
+            response.body = Array(text.utf8)
+        }
+        return response
+    }
+    private func record(_ url: String) { urls.append(url) }
 }
 
 @Suite(.serialized) struct StagedDownloadTests {

@@ -4,7 +4,8 @@ import ODataStore
 
 extension OfflineODataProvider {
     /// Fetches the media stream of every entity of `page` when its defining query retrieves
-    /// streams (`automaticallyRetrievesStreams`) and its type has one, into `table`
+    /// streams (`automaticallyRetrievesStreams`) and its type has one (from its media read link
+    /// when that is on the service, else from `Set(key)/$value`), into `table`
     /// (`oo_streams`, or `oo_stream_staging` for a download not yet applied). One stream is in
     /// memory at a time; an entity without a stream (404, 204) has none stored.
     func fetchStreams(of page: FetchedQuery, into table: String, store: Store) async throws {
@@ -15,7 +16,10 @@ extension OfflineODataProvider {
         for entity in page.entities {
             guard let key = Keys.key(of: entity, in: set, model: model) else { continue }
             let predicate = Keys.predicate(key, in: set, model: model)
-            let url = entity.control.mediaReadLink ?? (set + predicate + "/$value")
+            // A read link to another host is not followed: the provider's headers and cookies
+            // (credentials) go to the service only.
+            let link = entity.control.mediaReadLink.flatMap { $0.contains("://") && !$0.hasPrefix(serviceRoot) ? nil : $0 }
+            let url = link ?? (set + predicate + "/$value")
             let response = try await send(method: "GET", url: url, headers: ["Accept": "*/*"])
             if response.status == 404 || response.status == 204 {
                 try await store.write { writer in
