@@ -836,6 +836,20 @@ actor ForeignMediaLinkTransport: Transport {
         }
     }
 
+    /// A second defining query over an entity set the first one fills, with an expand: its
+    /// pages go in one by one, and none may remove what earlier pages stored.
+    @Test func aFirstOpenWithTwoQueriesOverOneSetKeepsEveryPage() async throws {
+        let fixture = try await Fixture.start(pageSize: 2)
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(queries: [OfflineODataDefiningQuery(name: "Orders", query: "SalesOrders"),
+                                                            OfflineODataDefiningQuery(name: "OrdersWithItems", query: "SalesOrders?$expand=Items")])
+        try await provider.open()
+        for set in ["SalesOrders", "SalesOrderItems"] {
+            let backend = try await fixture.backend("\(set)/$count")
+            #expect(try await provider.read("\(set)/$count") == .count(Int64(backend.serialized) ?? -1), "\(set)")
+        }
+    }
+
     @Test func cancelDownloadStopsBetweenPagesAndChangesNothing() async throws {
         let fixture = try await Fixture.start(pageSize: 2)
         defer { Task { await fixture.stop() } }

@@ -320,7 +320,7 @@ public actor OfflineODataProvider {
             let read = try await fetchDefiningQueries(queries.map { ($0, nil) }, model: model, progress: progress) { page in
                 let created = try await ready()
                 self.report(progress, .buildingEntityStore)
-                _ = try await self.apply([page], to: created, bulkSets: bulkSets[page.name] ?? [])
+                _ = try await self.applyFirstFill(page, to: created, bulkSets: bulkSets[page.name] ?? [])
                 try await self.fetchStreams(of: page, into: "oo_streams", store: created)
             }
             let created = try await ready()

@@ -151,18 +151,15 @@ extension OfflineODataProvider {
         }
     }
 
-    /// Applies fetched data in one transaction: upserts, deletions and, for full reads, a
-    /// local diff. Rows with pending local changes keep their local state (the changes are
-    /// reapplied on top). Returns a one-line summary.
-    /// `bulkSets`: entity sets still empty in a new store, filled by these pages alone, where
-    /// plain entities go in without per-row lookups (the first open).
-    func apply(_ fetched: [FetchedQuery], to store: Store, bulkSets: Set<String> = []) async throws -> String {
-        let applier = PageApplier(model: store.model, root: serviceRoot, allQueries: definingQueries, bulkSets: bulkSets)
+    /// Stores one page of the first open into the new store, in one transaction. Nothing is
+    /// diffed or flagged: every row of a new store comes from this open. `bulkSets`: entity
+    /// sets still empty, filled by this query alone, where plain entities go in without per-row
+    /// lookups. Returns a one-line summary.
+    func applyFirstFill(_ page: FetchedQuery, to store: Store, bulkSets: Set<String>) async throws -> String {
+        let applier = PageApplier(model: store.model, root: serviceRoot, allQueries: definingQueries, bulkSets: bulkSets, firstFill: true)
         return try await store.write { writer in
             var applier = applier
-            // A new store has no flags to clear (and the first open applies page by page).
-            if bulkSets.isEmpty { try writer.clearFlag("_upserted") }
-            for query in fetched { try applier.apply(query, writer: writer) }
+            try applier.apply(page, writer: writer)
             return try applier.finish(writer: writer)
         }
     }
@@ -171,7 +168,7 @@ extension OfflineODataProvider {
     /// time, and empties the staging table.
     func applyStaged(to store: Store) async throws -> String {
         let model = store.model
-        let applier = PageApplier(model: model, root: serviceRoot, allQueries: definingQueries, bulkSets: [])
+        let applier = PageApplier(model: model, root: serviceRoot, allQueries: definingQueries, bulkSets: [], firstFill: false)
         return try await store.write { writer in
             var applier = applier
             try writer.clearFlag("_upserted")
@@ -251,6 +248,8 @@ struct PageApplier: Sendable {
     let root: String
     let allQueries: [OfflineODataDefiningQuery]
     let bulkSets: Set<String>
+    /// The first open: no local diff (a page never removes what earlier pages stored).
+    let firstFill: Bool
     var upserted = 0
     var deleted = 0
     var seen: [String: Set<String>] = [:]
@@ -259,15 +258,15 @@ struct PageApplier: Sendable {
     var read: [String: Bool] = [:]
     var queries: Set<String> = []
 
-    init(model: Model, root: String, allQueries: [OfflineODataDefiningQuery], bulkSets: Set<String>) {
+    init(model: Model, root: String, allQueries: [OfflineODataDefiningQuery], bulkSets: Set<String>, firstFill: Bool) {
         self.model = model
         self.root = root
         self.allQueries = allQueries
         self.bulkSets = bulkSets
+        self.firstFill = firstFill
     }
 
     mutating func apply(_ query: FetchedQuery, writer: StoreWriter) throws {
-        let initial = !bulkSets.isEmpty
         queries.insert(query.name)
         read[query.name] = (read[query.name] ?? true) && query.isDelta
         // The first fill of an empty set: plain entities go in with one prepared statement
@@ -286,7 +285,7 @@ struct PageApplier: Sendable {
             if try writer.reader.bookkeeping(in: query.entitySet, key: key)?.pending == true { continue }
             if try writer.delete(from: query.entitySet, key: key) { deleted += 1 }
         }
-        if !query.isDelta && !initial {
+        if !query.isDelta && !firstFill {
             // A full read also returns every child of its expands.
             if let covered = allQueries.first(where: { $0.name == query.name }).flatMap({ try? OfflineODataProvider.coveredSets(of: $0.query, model: model) }) {
                 fullSets.formUnion(covered)
