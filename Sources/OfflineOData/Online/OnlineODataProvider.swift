@@ -53,9 +53,7 @@ public actor OnlineODataProvider: ODataRequestHandler {
             let response = try await send(method: "GET", url: page, headers: ["Prefer": "odata.track-changes"])
             let collection: EntityCollection
             do {
-                collection = model.version.isLegacy
-                    ? try V2JSONReader(model: model).readCollection(response.body, entityType: model.entitySet(set)?.entityType)
-                    : try V4JSONReader(model: model).readCollection(response.body, entityType: model.entitySet(set)?.entityType)
+                collection = try model.readCollection(response.body, entityType: model.entitySet(set)?.entityType)
             } catch {
                 throw OfflineODataError(.backend, "GET \(page) did not answer with a collection: \(error)")
             }
@@ -171,14 +169,10 @@ public actor OnlineODataProvider: ODataRequestHandler {
         let legacy = model.version.isLegacy
         switch resolved.shape {
         case .entityCollection(let type) where method == "GET":
-            let collection = legacy ? try? V2JSONReader(model: model).readCollection(response.body, entityType: type)
-                : try? V4JSONReader(model: model).readCollection(response.body, entityType: type)
-            return collection.map { .collection($0) }
+            return (try? model.readCollection(response.body, entityType: type)).map { .collection($0) }
         case .entityCollection(let type), .entity(let type):
             // A POST to a collection answers with the created entity.
-            let entity = legacy ? try? V2JSONReader(model: model).readEntity(response.body, entityType: type)
-                : try? V4JSONReader(model: model).readEntity(response.body, entityType: type)
-            return entity.map { .entity($0) }
+            return (try? model.readEntity(response.body, entityType: type)).map { .entity($0) }
         case .primitive(let type), .complex(let type):
             guard !legacy else { return nil }
             return (try? V4JSONReader(model: model).readValue(response.body, type: type.map { TypeReference(name: $0) })).map { .value($0) }

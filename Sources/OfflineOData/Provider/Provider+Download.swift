@@ -142,9 +142,7 @@ extension OfflineODataProvider {
         guard response.status < 400 else { throw Self.backendError(response, method: "GET", url: absoluteURL(url)) }
         let entityType = model.entitySet(set)?.entityType
         do {
-            let page = model.version.isLegacy
-                ? try V2JSONReader(model: model).readCollection(response.body, entityType: entityType)
-                : try V4JSONReader(model: model).readCollection(response.body, entityType: entityType)
+            let page = try model.readCollection(response.body, entityType: entityType)
             return .page(body: response.body, page)
         } catch {
             throw OfflineODataError(.backend, "Defining query \(query.name): the response to GET \(absoluteURL(url)) is not a valid collection: \(error)")
@@ -180,8 +178,7 @@ extension OfflineODataProvider {
                 let entityType = model.entitySet(set)?.entityType
                 let page: EntityCollection
                 do {
-                    page = model.version.isLegacy ? try V2JSONReader(model: model).readCollection(body, entityType: entityType)
-                        : try V4JSONReader(model: model).readCollection(body, entityType: entityType)
+                    page = try model.readCollection(body, entityType: entityType)
                 } catch {
                     throw OfflineODataError(.backend, "Defining query \(name): a staged page is not a valid collection: \(error)")
                 }

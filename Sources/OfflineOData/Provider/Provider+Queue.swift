@@ -550,9 +550,7 @@ extension OfflineODataProvider {
         guard !body.isEmpty else { throw OfflineODataError(.invalidRequest, "\(method) \(url) needs a body") }
         let set = target.navigation.flatMap { model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name } ?? target.entitySet
         do {
-            return model.version.isLegacy
-                ? try V2JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
-                : try V4JSONReader(model: model).readEntity(body, entityType: model.entitySet(set)?.entityType)
+            return try model.readEntity(body, entityType: model.entitySet(set)?.entityType)
         } catch {
             throw OfflineODataError(.invalidRequest, "The body of \(method) \(url) is not a valid \(set) entity: \(error)")
         }

@@ -341,8 +341,7 @@ extension OfflineODataProvider {
     static func serverEntity(_ result: SentResult, set: String, model: Model) -> Entity? {
         guard !result.body.isEmpty else { return nil }
         let type = model.entitySet(set)?.entityType
-        return model.version.isLegacy ? try? V2JSONReader(model: model).readEntity(result.body, entityType: type)
-            : try? V4JSONReader(model: model).readEntity(result.body, entityType: type)
+        return try? model.readEntity(result.body, entityType: type)
     }
 
     /// A create succeeded: the local entity takes the backend's key, ETag and values; later
