@@ -21,9 +21,8 @@ public struct StoreReader {
     /// The entity with the given key, or nil.
     public func entity(in entitySet: String, key: [String: PrimitiveValue]) throws -> Entity? {
         guard let table = schema.table(forEntitySet: entitySet) else { throw StoreError(.unknownEntitySet, "No entity set \(entitySet)") }
-        let writer = StoreWriter(db: db, schema: schema)
-        guard let rowid = try writer.rowid(forKey: key, in: table) else { return nil }
-        return try entities(table, rowids: [rowid]).first?.1
+        guard let rowid = try StoreWriter(db: db, schema: schema).rowid(forKey: key, in: table) else { return nil }
+        return try entity(in: entitySet, rowid: rowid)
     }
 
     /// The entity in the row `rowid` of an entity set (from ``bookkeeping(in:key:)``), or nil.

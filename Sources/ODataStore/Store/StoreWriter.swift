@@ -185,17 +185,9 @@ public struct StoreWriter {
             guard other == row else { throw StoreError(.conflict, "\(entitySet): another entity has the key \(newKey) already") }
             return true
         }
-        func values(_ key: [String: PrimitiveValue], _ columns: [String]) throws -> [DatabaseValue] {
-            try columns.map { name in
-                guard let value = key[name], let column = table.column([name]) else {
-                    throw StoreError(.unknownProperty, "\(table.entitySet): key property \(name) is missing")
-                }
-                return try encode(.primitive(value), for: column)
-            }
-        }
         let q = StoreSchema.quote
-        let old = try values(oldKey, table.keyColumns)
-        let new = try values(newKey, table.keyColumns)
+        let old = try keyValues(oldKey, in: table)
+        let new = try keyValues(newKey, in: table)
         try db.execute("UPDATE OR FAIL \(q(table.name)) SET \(table.keyColumns.map { "\(q($0)) = ?" }.joined(separator: ", ")) WHERE _rowid = ?",
                        new + [.integer(row)])
         // Foreign keys that hold this key: (table, its columns, the key columns they hold).
@@ -346,15 +338,18 @@ public struct StoreWriter {
     /// `columns` of the row with the given key values (none or one row).
     func rows(forKey key: [String: PrimitiveValue], in table: StoreSchema.EntityTable, columns: String) throws -> [[DatabaseValue]] {
         let q = StoreSchema.quote
-        var values: [DatabaseValue] = []
-        for name in table.keyColumns {
+        let condition = table.keyColumns.map { "\(q($0)) = ?" }.joined(separator: " AND ")
+        return try db.query("SELECT \(columns) FROM \(q(table.name)) WHERE \(condition)", try keyValues(key, in: table))
+    }
+
+    /// The stored values of a key, in the order of the table's key columns.
+    func keyValues(_ key: [String: PrimitiveValue], in table: StoreSchema.EntityTable) throws -> [DatabaseValue] {
+        try table.keyColumns.map { name in
             guard let value = key[name], let column = table.column([name]) else {
                 throw StoreError(.unknownProperty, "\(table.entitySet): key property \(name) is missing")
             }
-            values.append(try encode(.primitive(value), for: column))
+            return try encode(.primitive(value), for: column)
         }
-        let condition = table.keyColumns.map { "\(q($0)) = ?" }.joined(separator: " AND ")
-        return try db.query("SELECT \(columns) FROM \(q(table.name)) WHERE \(condition)", values)
     }
 
     /// The stored value of one column for an entity.

@@ -242,7 +242,7 @@ extension OfflineODataProvider {
         let predicate = Keys.predicate(key, in: entitySet, model: model)
         guard let state = try writer.reader.bookkeeping(in: entitySet, key: key), !state.pending, !state.inError,
               try !hasKeptState(entitySet, predicate: predicate, writer: writer),
-              let entity = try writer.reader.entity(in: entitySet, key: key) else { return }
+              let entity = try writer.reader.entity(in: entitySet, rowid: state.rowid) else { return }
         _ = try writer.connection.execute("INSERT INTO oo_original (entity_set, entity_key, existed, body) VALUES (?, ?, 1, ?)",
                                           [.text(entitySet), .text(predicate), .blob(V4JSONWriter().write(entity))])
     }

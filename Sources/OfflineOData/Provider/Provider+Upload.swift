@@ -365,15 +365,14 @@ extension OfflineODataProvider {
                 try writer.delete(from: set, key: localKey)
             } else if serverPredicate != localPredicate {
                 // The row takes the backend's key in place (its links stay, and the foreign keys
-                // of children created under it follow), then the backend's values.
-                // (Another row with the backend's key: the local row is replaced instead.)
-                if (try? writer.changeKey(in: set, from: localKey, to: serverKey)) == true {
-                    try writer.update(server, in: set, replace: true)
-                    try writer.setState(in: set, key: serverKey, isLocal: true, pending: false, etag: .some(server.control.etag), localID: .some(localPredicate))
-                } else {
-                    try writer.delete(from: set, key: localKey)
-                    try writer.insert(server, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: false, localID: localPredicate))
+                // of children created under it follow), then the backend's values. A row that
+                // still has that key is an older entity the backend has since deleted: it goes.
+                if let stale = try writer.rowid(in: set, key: serverKey), stale != (try writer.rowid(in: set, key: localKey)) {
+                    try writer.delete(from: set, key: serverKey)
                 }
+                try writer.changeKey(in: set, from: localKey, to: serverKey)
+                try writer.update(server, in: set, replace: true)
+                try writer.setState(in: set, key: serverKey, isLocal: true, pending: false, etag: .some(server.control.etag), localID: .some(localPredicate))
             } else {
                 try writer.update(server, in: set, replace: false)
                 try writer.setState(in: set, key: serverKey, etag: .some(server.control.etag))
