@@ -43,12 +43,17 @@ extension OfflineODataProvider {
     /// Reads from the local store with the full query language. Nothing reaches the network;
     /// what the defining queries do not cover reads as empty (or nil for one entity).
     public func read(_ url: String) async throws -> QueryResult {
+        try await readLocally(url).result
+    }
+
+    /// A local read, with the content type when it is a media stream.
+    func readLocally(_ url: String) async throws -> (result: QueryResult, contentType: String?) {
         let store = try openStore()
         let model = store.model
         var url = try await rewriteLocalKeys(url, store: store)
         switch try await mediaStream(url, store: store) {
-        case .stream(_, let body)?: return .value(.primitive(.binary(Data(body))))
-        case .missing?: return .entity(nil)
+        case .stream(let contentType, let body)?: return (.value(.primitive(.binary(Data(body)))), contentType)
+        case .missing?: return (.entity(nil), nil)
         case nil: break
         }
         if let affected = try await affectedEntityURL(url, store: store) { url = affected }
@@ -69,11 +74,11 @@ extension OfflineODataProvider {
                     if case .entitySet = $0.kind { return true }
                     return false
                 }
-                return isSingle ? .entity(nil) : .collection(EntityCollection())
+                return (isSingle ? .entity(nil) : .collection(EntityCollection()), nil)
             }
         }
         do {
-            return try await store.query(url, pageSize: parameters.pageSize)
+            return (try await store.query(url, pageSize: parameters.pageSize), nil)
         } catch let error as OfflineODataError {
             throw error
         } catch {
@@ -140,15 +145,11 @@ extension OfflineODataProvider {
         let model = store.model
         let verb = method.uppercased()
         if verb == "GET" {
+            let (result, contentType) = try await readLocally(url)
             // A media entity's `$value`: the stream itself, with its content type.
-            switch try await mediaStream(try await rewriteLocalKeys(url, store: store), store: store) {
-            case .stream(let contentType, let body)?:
-                return OfflineODataResponse(status: 200, body: body, result: .value(.primitive(.binary(Data(body)))),
-                                            headers: contentType.map { ["Content-Type": $0] } ?? [:])
-            case .missing?: return OfflineODataResponse(status: 404, body: [], result: .entity(nil))
-            case nil: break
+            if let contentType, case .value(.primitive(.binary(let bytes))) = result {
+                return OfflineODataResponse(status: 200, body: Array(bytes), result: result, headers: ["Content-Type": contentType])
             }
-            let result = try await read(url)
             return OfflineODataResponse(status: result == .entity(nil) ? 404 : 200, body: Self.encode(result, model: model), result: result)
         }
         guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(verb) else {

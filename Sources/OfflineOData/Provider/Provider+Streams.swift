@@ -65,7 +65,7 @@ extension OfflineODataProvider {
         guard let row = found.row, case .blob(let body) = row[1] else {
             throw OfflineODataError(.notSupportedOffline, "The media stream of \(set)\(predicate) is not in the offline store: its defining query does not retrieve streams (automaticallyRetrievesStreams), or the backend had none")
         }
-        var contentType: String?
+        var contentType = "application/octet-stream"
         if case .text(let type) = row[0] { contentType = type }
         return .stream(contentType: contentType, body: body)
     }
@@ -73,6 +73,6 @@ extension OfflineODataProvider {
     /// A media stream read from the store.
     enum MediaStream: Sendable {
         case missing
-        case stream(contentType: String?, body: [UInt8])
+        case stream(contentType: String, body: [UInt8])
     }
 }
