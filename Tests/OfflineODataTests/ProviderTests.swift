@@ -539,6 +539,13 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         let store = try await provider.openStore()
         let kept = try await store.read { reader in try reader.connection.query("SELECT entity_key FROM oo_streams ORDER BY entity_key") }
         #expect(kept == [[.text("('PIC1')")]])
+        // A stream the backend no longer has goes with the download that finds it gone.
+        #expect(try await fixture.backendSend("PATCH", "ProductPictures('PIC1')", #"{"Caption":"no picture now"}"#) < 300)
+        await fixture.server.service.faults.set([FaultRule(method: "GET", urlContains: "PIC1')/$value", status: 404, code: "NotFound", message: "no stream")])
+        try await provider.download()
+        await fixture.server.service.faults.set([])
+        await #expect(throws: OfflineODataError.self) { try await provider.read("ProductPictures('PIC1')/$value") }
+        #expect(try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_streams").first?.first } == .integer(0))
         await provider.close()
         // A media read link to another host is not followed (the provider's headers and cookies
         // would go with it): the stream comes from the service's own `$value`.

@@ -88,10 +88,12 @@ enum LocalSchema {
     ] + streams
 
     /// Media streams of entities whose defining query retrieves them (`oo_streams`), and those
-    /// a download has fetched but not yet applied (`oo_stream_staging`).
-    static let streams = ["oo_streams", "oo_stream_staging"].map { table in
-        "CREATE TABLE IF NOT EXISTS \(table) (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, content_type TEXT, body BLOB NOT NULL, PRIMARY KEY (entity_set, entity_key))"
-    }
+    /// a download has fetched but not yet applied (`oo_stream_staging`; a NULL body: the
+    /// backend has no stream for the entity any more).
+    static let streams = [
+        "CREATE TABLE IF NOT EXISTS oo_streams (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, content_type TEXT, body BLOB NOT NULL, PRIMARY KEY (entity_set, entity_key))",
+        "CREATE TABLE IF NOT EXISTS oo_stream_staging (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, content_type TEXT, body BLOB, PRIMARY KEY (entity_set, entity_key))",
+    ]
 
     /// Pages of a download waiting to be applied together.
     static let staging = "CREATE TABLE IF NOT EXISTS oo_staging (seq INTEGER PRIMARY KEY, query TEXT NOT NULL, entity_set TEXT NOT NULL, is_delta INTEGER NOT NULL, body BLOB NOT NULL)"

@@ -321,7 +321,7 @@ public actor OfflineODataProvider {
                 let created = try await ready()
                 self.report(progress, .buildingEntityStore)
                 _ = try await self.applyFirstFill(page, to: created, bulkSets: bulkSets[page.name] ?? [])
-                try await self.fetchStreams(of: page, into: "oo_streams", store: created)
+                try await self.fetchStreams(of: page, staged: false, store: created)
             }
             let created = try await ready()
             report(progress, .analyzingReceivedData)

@@ -54,7 +54,7 @@ extension OfflineODataProvider {
                     _ = try writer.connection.execute("INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, ?, ?)",
                                                       [.text(page.name), .text(page.entitySet), .integer(page.isDelta ? 1 : 0), .blob(page.raw)])
                 }
-                try await self.fetchStreams(of: page, into: "oo_stream_staging", store: store)
+                try await self.fetchStreams(of: page, staged: true, store: store)
             }
             if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
         } catch {
@@ -190,7 +190,14 @@ extension OfflineODataProvider {
             let summary = try applier.finish(writer: writer)
             // Streams fetched with these pages replace the old ones; those of entities that are
             // gone go with them.
-            _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_streams SELECT * FROM oo_stream_staging")
+            _ = try writer.connection.execute("""
+                DELETE FROM oo_streams WHERE EXISTS (SELECT 1 FROM oo_stream_staging s WHERE s.entity_set = oo_streams.entity_set
+                  AND s.entity_key = oo_streams.entity_key AND s.body IS NULL)
+                """)
+            _ = try writer.connection.execute("""
+                INSERT OR REPLACE INTO oo_streams (entity_set, entity_key, content_type, body)
+                  SELECT entity_set, entity_key, content_type, body FROM oo_stream_staging WHERE body IS NOT NULL
+                """)
             _ = try writer.connection.execute("DELETE FROM oo_stream_staging")
             try Self.removeOrphanStreams(writer: writer, model: model)
             return summary

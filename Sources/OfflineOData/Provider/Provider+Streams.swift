@@ -5,10 +5,11 @@ import ODataStore
 extension OfflineODataProvider {
     /// Fetches the media stream of every entity of `page` when its defining query retrieves
     /// streams (`automaticallyRetrievesStreams`) and its type has one (from its media read link
-    /// when that is on the service, else from `Set(key)/$value`), into `table`
-    /// (`oo_streams`, or `oo_stream_staging` for a download not yet applied). One stream is in
+    /// when that is on the service, else from `Set(key)/$value`), into `oo_streams`, or with
+    /// `staged` into `oo_stream_staging` for a download not yet applied. One stream is in
     /// memory at a time; an entity without a stream (404, 204) has none stored.
-    func fetchStreams(of page: FetchedQuery, into table: String, store: Store) async throws {
+    func fetchStreams(of page: FetchedQuery, staged: Bool, store: Store) async throws {
+        let table = staged ? "oo_stream_staging" : "oo_streams"
         let model = store.model
         guard definingQueries.first(where: { $0.name == page.name })?.automaticallyRetrievesStreams == true,
               model.entityType(ofEntitySet: page.entitySet)?.hasStream == true else { return }
@@ -23,7 +24,13 @@ extension OfflineODataProvider {
             let response = try await send(method: "GET", url: url, headers: ["Accept": "*/*"])
             if response.status == 404 || response.status == 204 {
                 try await store.write { writer in
-                    _ = try writer.connection.execute("DELETE FROM \(table) WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+                    if staged {
+                        // Applied with the pages: the stream kept so far goes.
+                        _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_stream_staging (entity_set, entity_key, body) VALUES (?, ?, NULL)",
+                                                          [.text(set), .text(predicate)])
+                    } else {
+                        _ = try writer.connection.execute("DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+                    }
                 }
                 continue
             }
