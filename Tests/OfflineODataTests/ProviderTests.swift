@@ -857,15 +857,28 @@ actor ForeignMediaLinkTransport: Transport {
         }
     }
 
-    @Test func cancelDownloadStopsBetweenPagesAndChangesNothing() async throws {
-        let fixture = try await Fixture.start(pageSize: 2)
-        defer { Task { await fixture.stop() } }
+    /// A provider over BusinessPartners (pages of 2) whose next download is a full read over
+    /// several pages (the stored delta link would make it small), with BP1 changed on the backend.
+    func storeAwaitingAFullRead(_ fixture: Fixture) async throws -> (OfflineODataProvider, Store) {
         let provider = try await fixture.provider(queries: [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners")])
         try await provider.open()
-        // A full read (no delta link) spans several pages.
         let store = try await provider.openStore()
         try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
         #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP1')", #"{"Phone":"changed on the server"}"#) < 300)
+        return (provider, store)
+    }
+
+    /// Whether the backend's change to BP1 has arrived, and the staging table is empty.
+    func expectDownloaded(_ arrived: Bool, _ provider: OfflineODataProvider, _ store: Store) async throws {
+        let phone = string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone")
+        #expect((phone == "changed on the server") == arrived, "\(phone ?? "-")")
+        #expect(try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_staging").first?.first } == .integer(0))
+    }
+
+    @Test func cancelDownloadStopsBetweenPagesAndChangesNothing() async throws {
+        let fixture = try await Fixture.start(pageSize: 2)
+        defer { Task { await fixture.stop() } }
+        let (provider, store) = try await storeAwaitingAFullRead(fixture)
         await fixture.server.service.faults.set([FaultRule(urlContains: "skiptoken", delayMilliseconds: 300)])
         let download = Task { try await provider.download() }
         try await Task.sleep(nanoseconds: 100_000_000)
@@ -876,36 +889,25 @@ actor ForeignMediaLinkTransport: Transport {
         } catch let error as OfflineODataError {
             #expect(error.code == .cancelled, "\(error)")
         }
-        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") != "changed on the server")
-        let staged = try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_staging").first?.first }
-        #expect(staged == .integer(0))
+        try await expectDownloaded(false, provider, store)
         // A cancel does not stick: the next download runs to the end.
         await fixture.server.service.faults.set([])
         try await provider.download()
-        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "changed on the server")
+        try await expectDownloaded(true, provider, store)
     }
 
     @Test func aDownloadThatFailsOnALaterPageChangesNothingAndLeavesNoStagedPages() async throws {
         let fixture = try await Fixture.start(pageSize: 2)
         defer { Task { await fixture.stop() } }
-        let provider = try await fixture.provider(queries: [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners")])
-        try await provider.open()
-        // The stored delta link would make the next download small: force a full read by
-        // removing it, so the download spans several pages.
-        let store = try await provider.openStore()
-        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
-        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP1')", #"{"Phone":"changed on the server"}"#) < 300)
+        let (provider, store) = try await storeAwaitingAFullRead(fixture)
         await fixture.server.service.faults.set([FaultRule(urlContains: "skiptoken", status: 503)])
         await #expect(throws: OfflineODataError.self) { try await provider.download() }
-        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") != "changed on the server")
-        let staged = try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_staging").first?.first }
-        #expect(staged == .integer(0))
+        try await expectDownloaded(false, provider, store)
         // Without the fault the same download applies every page.
         await fixture.server.service.faults.set([])
         try await provider.download()
-        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "changed on the server")
+        try await expectDownloaded(true, provider, store)
         let backendCount = try await fixture.backend("BusinessPartners/$count")
         #expect(try await provider.read("BusinessPartners/$count") == .count(Int64(backendCount.serialized) ?? -1))
-        #expect(try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_staging").first?.first } == .integer(0))
     }
 }

@@ -495,12 +495,8 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         let fixture = try await ShopFixture.start()
         defer { Task { await fixture.stop() } }
         let provider = try await fixture.provider()
-        var parentOnly = OfflineODataRequestOptions()
-        parentOnly.uploadCategory = "customers"
-        var later = OfflineODataRequestOptions()
-        later.uploadCategory = "orders"
-        let c = try #require(try await provider.send("POST", "Customers", #"{"Name":"new"}"#, parentOnly))
-        let o = try #require(try await provider.send("POST", "Customers(\(c))/Orders", #"{"Amount":7}"#, later))
+        let c = try #require(try await provider.send("POST", "Customers", #"{"Name":"new"}"#, OfflineODataRequestOptions(uploadCategory: "customers")))
+        let o = try #require(try await provider.send("POST", "Customers(\(c))/Orders", #"{"Amount":7}"#, OfflineODataRequestOptions(uploadCategory: "orders")))
         #expect(c < 0 && o < 0, "local keys")
         try await provider.upload(categories: ["customers"])
         guard case .number(let text)? = try await fixture.backend("Customers?$filter=Name eq 'new'").first?["CustomerID"], let server = Int64(text) else {
@@ -523,9 +519,7 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         let fixture = try await ShopFixture.start()
         defer { Task { await fixture.stop() } }
         let provider = try await fixture.provider()
-        var first = OfflineODataRequestOptions()
-        first.uploadCategory = "first"
-        try await provider.send("PATCH", "Customers(101)", #"{"Name":"one"}"#, first)
+        try await provider.send("PATCH", "Customers(101)", #"{"Name":"one"}"#, OfflineODataRequestOptions(uploadCategory: "first"))
         try await provider.send("PATCH", "Customers(101)", #"{"City":"two"}"#)
         try await provider.send("PATCH", "Customers(102)", #"{"City":"three"}"#)
         try await provider.upload(categories: ["first"])
