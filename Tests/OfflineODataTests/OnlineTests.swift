@@ -178,14 +178,19 @@ extension QueryResult {
 
     func ids(_ entities: [Entity], _ name: String) -> [String] { entities.compactMap { string($0, name) } }
 
+    /// An online provider for the fixture's backend that keeps its GETs in a cache of `mode`.
+    static func cachingProvider(_ fixture: Fixture, _ mode: Mode) async throws -> (OnlineODataProvider, ODataResponseCache) {
+        let online = OnlineODataProvider(serviceRoot: fixture.server.v4Root)
+        let cache = try cache(mode, in: fixture.directory, model: try await online.model())
+        await online.setCache(cache)
+        return (online, cache)
+    }
+
     @Test(arguments: Mode.allCases)
     func onlineGetsFillTheCacheAndDeltasUpdateIt(mode: Mode) async throws {
         let fixture = try await Fixture.start(pageSize: 7)
         defer { Task { await fixture.stop() } }
-        let online = OnlineODataProvider(serviceRoot: fixture.server.v4Root)
-        let model = try await online.model()
-        let cache = try Self.cache(mode, in: fixture.directory, model: model)
-        await online.setCache(cache)
+        let (online, cache) = try await Self.cachingProvider(fixture, mode)
         // A plain GET is kept under its URL.
         _ = try await online.read("BusinessPartners?$top=3&$orderby=PartnerID")
         let firstPartners = (try await fixture.backend("BusinessPartners?$top=3&$orderby=PartnerID")["value"]?.arrayValue ?? []).compactMap { $0["PartnerID"]?.stringValue }
@@ -221,10 +226,7 @@ extension QueryResult {
     func localEntriesOverlayTheServerEntriesUntilTheirRequestSucceeds(mode: Mode) async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
-        let online = OnlineODataProvider(serviceRoot: fixture.server.v4Root)
-        let model = try await online.model()
-        let cache = try Self.cache(mode, in: fixture.directory, model: model)
-        await online.setCache(cache)
+        let (online, cache) = try await Self.cachingProvider(fixture, mode)
         _ = try await online.read("Products?$top=3&$orderby=ProductID")
         let key = "Products?$top=3&$orderby=ProductID"
         let server = try await cache.serverEntries(forURLKey: key)
