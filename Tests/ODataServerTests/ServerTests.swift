@@ -322,3 +322,13 @@ struct TestServer {
         #expect(try await service.store.query("ProductCategories('F2')") != .entity(nil))
     }
 }
+
+@Suite struct SupportStoreTests {
+    @Test func contentRangesAreReadStrictly() {
+        #expect(SupportStores.contentRange("bytes 0-9/10")! == (0, 9, 10))
+        #expect(SupportStores.contentRange("bytes 10-19/25")! == (10, 19, 25))
+        for bad in ["bytes -1-5/10", "bytes 5-4/10", "bytes 0-10/10", "bytes 0-9", "0-9/10", "bytes a-b/c", "bytes 0--9/10", ""] {
+            #expect(SupportStores.contentRange(bad) == nil, "\(bad)")
+        }
+    }
+}

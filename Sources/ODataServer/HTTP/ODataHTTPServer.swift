@@ -172,7 +172,7 @@ struct SupportStores {
         guard text.hasPrefix("bytes ") else { return nil }
         let parts = text.dropFirst("bytes ".count).split(separator: "/")
         guard parts.count == 2, let total = Int64(parts[1]) else { return nil }
-        let bounds = parts[0].split(separator: "-")
+        let bounds = parts[0].split(separator: "-", omittingEmptySubsequences: false)
         guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), first >= 0, first <= last, last < total else { return nil }
         return (first, last, total)
     }
