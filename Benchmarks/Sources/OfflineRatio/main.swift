@@ -22,6 +22,7 @@ let pageSize = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
 let openOnly = arguments.count > 3 && arguments[3] == "open"
 let serveOnly = arguments.count > 3 && arguments[3] == "serve"
 let localOnly = arguments.count > 3 && arguments[3] == "local"
+let clientOnly = arguments.count > 3 && arguments[3] == "client"
 
 func seconds(_ body: () async throws -> Void) async rethrows -> Double {
     let start = DispatchTime.now().uptimeNanoseconds
@@ -87,7 +88,10 @@ func nextLink(in body: [UInt8]) -> String? {
 // The backend: in this process, or (open mode) in a child process that prints its root.
 var serviceRoot: URL
 var child: Process?
-if openOnly {
+if openOnly, let root = ProcessInfo.processInfo.environment["SERVICE_ROOT"].flatMap(URL.init(string:)) {
+    // A server started by hand (`OfflineRatio N pageSize serve`), e.g. to profile it alone.
+    serviceRoot = root
+} else if openOnly {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
     process.arguments = ["\(count)", "\(pageSize)", "serve"]
@@ -132,6 +136,33 @@ if openOnly {
 }
 print("entities: \(count), server page size \(pageSize), keyed offline store\(openOnly ? ", server in a child process" : "")")
 let rssBeforeOpen = peakRSSMiB()
+
+if clientOnly {
+    // The client's work alone, without the network: the pages are fetched first.
+    var pages: [[UInt8]] = []
+    var next: String? = serviceRoot.absoluteString + "Products"
+    while let url = next {
+        let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: url), timeout: 120)
+        pages.append(response.body)
+        next = nextLink(in: response.body)
+    }
+    for round in 1...3 {
+        let readTime = try await seconds {
+            for page in pages { _ = try V4JSONReader(model: model).readCollection(page, entityType: "Bench.Product") }
+        }
+        let target = try await Store.create(path: directory.appendingPathComponent("client\(round).sqlite").path, model: model, key: "bench-key")
+        let storeTime = try await seconds {
+            for page in pages {
+                let collection = try V4JSONReader(model: model).readCollection(page, entityType: "Bench.Product")
+                try await target.write { writer in try writer.bulkInsert(collection.entities, into: "Products") }
+            }
+        }
+        await target.close()
+        print(String(format: "round %d: reading the pages %.2f s; reading and storing them (one transaction per page) %.2f s", round, readTime, storeTime))
+    }
+    await server?.stop()
+    exit(0)
+}
 
 // 1. Initial open, end to end.
 let transport = CountingTransport()
@@ -182,6 +213,18 @@ print(String(format: "1. open: %.2f s = %.0f entities/s (%d HTTP requests, %.1f 
 print(String(format: "   (fetching the same pages without parsing them takes %.2f s: the server and the transport; the open fetches the next page while it stores the current one)",
              fetchTime))
 print(String(format: "2. peak RSS after the open (server and client in one process): %.0f MiB", rssAfterOpen))
+// Where the client's time goes: the same pages read by ODataCore, then read and stored.
+let readTime = try await seconds {
+    for page in pages { _ = try V4JSONReader(model: model).readCollection(Array(page), entityType: "Bench.Product") }
+}
+let storeOnly = try await Store.create(path: directory.appendingPathComponent("breakdown.sqlite").path, model: model, key: "bench-key")
+let storeTime = try await seconds {
+    for page in pages {
+        let collection = try V4JSONReader(model: model).readCollection(Array(page), entityType: "Bench.Product")
+        try await storeOnly.write { writer in try writer.bulkInsert(collection.entities, into: "Products") }
+    }
+}
+print(String(format: "   the client's share: ODataCore reading the pages %.2f s; reading and storing them (one transaction per page, no network) %.2f s", readTime, storeTime))
 }
 
 // 3. Local changes: each an update of one entity (store write + queue row) vs hand-written SQL.

@@ -68,11 +68,23 @@ extension ODataService {
         if parsedURL.query.deltaToken != nil { return try await delta(request, parsedURL) }
         let preferences = Preferences(request.headers["Prefer"])
         let pageSize = preferences.maxPageSize.map { min($0, options.pageSize) } ?? options.pageSize
-        let result = try await store.query(request.target, version: request.version, pageSize: pageSize)
         let root = request.serviceRoot ?? ""
         var headers = HTTPHeaders()
         if preferences.maxPageSize != nil { headers["Preference-Applied"] = "odata.maxpagesize=\(pageSize)" }
         let table = try self.table(forPath: request.target, version: request.version)
+        // Flat collections go from rows to JSON without entities in between (the same bytes).
+        if !request.isV2, let table,
+           var page = try await store.queryRows(request.target, pageSize: pageSize, context: "$metadata#" + table.entitySet) {
+            var deltaLink: String?
+            if page.nextLink == nil, preferences.trackChanges {
+                deltaLink = try await self.deltaLink(for: request, table: table)
+                headers["Preference-Applied"] = "odata.track-changes"
+            }
+            var response = ServiceResponse.json(200, page.writer.finish(nextLink: page.nextLink.map { root + $0 }, deltaLink: deltaLink), version: request.version)
+            response.headers.merge(headers)
+            return response
+        }
+        let result = try await store.query(request.target, version: request.version, pageSize: pageSize)
         switch result {
         case .collection(var collection):
             if collection.nextLink == nil, preferences.trackChanges, let table {

@@ -375,6 +375,24 @@ public final class Statement {
         }
     }
 
+    /// Whether a column of the current row is NULL.
+    public func isNull(_ index: Int) -> Bool { sqlite3_column_type(handle, Int32(index)) == SQLITE_NULL }
+
+    /// A column of the current row as an integer, when it holds one.
+    public func integer(_ index: Int) -> Int64? {
+        guard sqlite3_column_type(handle, Int32(index)) == SQLITE_INTEGER else { return nil }
+        return sqlite3_column_int64(handle, Int32(index))
+    }
+
+    /// Hands a text column of the current row to `body` as UTF-8 without copying it; nil when
+    /// the column is not text. The bytes are valid only inside `body`.
+    public func withText<R>(_ index: Int, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R? {
+        let i = Int32(index)
+        guard sqlite3_column_type(handle, i) == SQLITE_TEXT else { return nil }
+        guard let text = sqlite3_column_text(handle, i) else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
+        return body(UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(handle, i))))
+    }
+
     /// Every column of the current row.
     public func row() -> [DatabaseValue] { (0..<columnCount).map(column) }
 }

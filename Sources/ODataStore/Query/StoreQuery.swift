@@ -144,9 +144,10 @@ struct QueryExecutor {
 
     // MARK: Run
 
-    mutating func run(pageSize: Int?) throws -> QueryResult {
+    /// The addressed rows: the path's source, what follows it, and `$filter` and `$search`
+    /// as one condition on `t0`.
+    mutating func addressed() throws -> (Source, ArraySlice<PathSegment>, SQLFragment) {
         let (source, rest) = try source()
-        let q = StoreSchema.quote
         var conditions = [source.condition]
         if let filter = bound.filter {
             let scope = ExpressionCompiler.Scope(table: source.table, alias: "t0", rootTable: source.table, rootAlias: "t0")
@@ -155,8 +156,12 @@ struct QueryExecutor {
         if let search = parsed.query.search {
             conditions.append(try searchCondition(search, source.table))
         }
-        let whereClause = SQLFragment.joined(conditions, " AND ")
-        let fromClause = "\(q(source.table.name)) t0"
+        return (source, rest, SQLFragment.joined(conditions, " AND "))
+    }
+
+    mutating func run(pageSize: Int?) throws -> QueryResult {
+        let (source, rest, whereClause) = try addressed()
+        let fromClause = "\(StoreSchema.quote(source.table.name)) t0"
 
         // Paths that end beyond the entities.
         if let last = rest.first {
@@ -181,10 +186,44 @@ struct QueryExecutor {
             return .entity(entity)
         }
 
+        let page = try page(source, whereClause: whereClause, pageSize: pageSize)
         var collection = EntityCollection()
+        collection.count = page.count
+        var rows = try rowids(page.from, page.whereClause, order: page.order, limit: page.limit, offset: page.offset)
+        if page.paged && rows.count > (pageSize ?? 0) {
+            rows.removeLast()
+            collection.nextLink = page.nextLink(lastRow: rows.last ?? 0, returned: rows.count, executor: self)
+        }
+        collection.entities = try load(source.table, rows, options: parsed.query, boundExpand: bound.expand)
+        return .collection(collection)
+    }
+
+    /// The rows of one page of a collection read, as SQL parts.
+    struct Page {
+        var from: String
+        var whereClause: SQLFragment
+        var order: [SQLFragment]
+        var limit: Int?
+        var offset: Int
+        /// Whether the page size cut the result (one row more than the page is asked for).
+        var paged: Bool
+        var keyset: Bool
+        var skipToken: Int
+        var count: Int64?
+
+        func nextLink(lastRow: Int64, returned: Int, executor: QueryExecutor) -> String {
+            let total = skipToken + returned
+            return executor.nextLink(skipToken: keyset ? "r\(lastRow)o\(total)" : "\(total)")
+        }
+    }
+
+    mutating func page(_ source: Source, whereClause: SQLFragment, pageSize: Int?) throws -> Page {
+        let q = StoreSchema.quote
+        let fromClause = "\(q(source.table.name)) t0"
+        var count: Int64?
         if parsed.query.count == true || parsed.query.inlineCount == .allPages {
             let rows = try reader.db.query("SELECT count(*) FROM \(fromClause) WHERE " + whereClause.sql, whereClause.arguments)
-            if case .integer(let n)? = rows.first?.first { collection.count = n }
+            if case .integer(let n)? = rows.first?.first { count = n }
         }
         // `$skiptoken`: `r<rowid>o<n>` resumes after that row in key order (no OFFSET scan,
         // so the last page of a large set costs what the first does); a plain number, or a
@@ -214,14 +253,8 @@ struct QueryExecutor {
             paged = true
         }
         let pageWhere = keysetCondition.map { "(" + whereClause + ") AND " + $0 } ?? whereClause
-        var rows = try rowids(fromClause, pageWhere, order: try orderBy(source.table), limit: limit, offset: skip)
-        if paged && rows.count > (pageSize ?? 0) {
-            rows.removeLast()
-            let returned = skipToken + rows.count
-            collection.nextLink = nextLink(skipToken: keyset ? "r\(rows.last ?? 0)o\(returned)" : "\(returned)")
-        }
-        collection.entities = try load(source.table, rows, options: parsed.query, boundExpand: bound.expand)
-        return .collection(collection)
+        return Page(from: fromClause, whereClause: pageWhere, order: try orderBy(source.table), limit: limit, offset: skip, paged: paged,
+                    keyset: keyset, skipToken: skipToken, count: count)
     }
 
     /// The next-page URL: the same request with `$skiptoken` set to the rows already returned.
@@ -237,14 +270,19 @@ struct QueryExecutor {
     }
 
     func rowids(_ from: String, _ whereClause: SQLFragment, order: [SQLFragment], limit: Int?, offset: Int?) throws -> [Int64] {
-        var sql = SQLFragment("SELECT t0._rowid FROM \(from) WHERE ") + whereClause
+        let sql = select("t0._rowid", from, whereClause, order: order, limit: limit, offset: offset)
+        return try reader.db.query(sql.sql, sql.arguments).compactMap { if case .integer(let id) = $0.first { return id }; return nil }
+    }
+
+    func select(_ columns: String, _ from: String, _ whereClause: SQLFragment, order: [SQLFragment], limit: Int?, offset: Int?) -> SQLFragment {
+        var sql = SQLFragment("SELECT \(columns) FROM \(from) WHERE ") + whereClause
         if !order.isEmpty { sql = sql + " ORDER BY " + SQLFragment.joined(order, ", ") }
         if let limit { sql = sql + SQLFragment(" LIMIT ?", [.integer(Int64(limit))]) }
         if let offset, offset > 0 {
             if limit == nil { sql = sql + " LIMIT -1" }
             sql = sql + SQLFragment(" OFFSET ?", [.integer(Int64(offset))])
         }
-        return try reader.db.query(sql.sql, sql.arguments).compactMap { if case .integer(let id) = $0.first { return id }; return nil }
+        return sql
     }
 
     /// `$orderby`, then the key for a stable order. Nulls sort first ascending, last
@@ -307,5 +345,130 @@ struct QueryExecutor {
             }
         }
         return .value(value)
+    }
+}
+
+/// One page of a collection read written as V4 JSON by ``Store/queryRows(_:pageSize:format:context:)``.
+/// Close it with `writer.finish(nextLink:deltaLink:)`.
+public struct RowPage: Sendable {
+    /// The payload so far: context, count and the page's entities.
+    public var writer: V4RowWriter
+    /// The next page's URL relative to the service root (as in ``QueryResult``); nil on the last page.
+    public var nextLink: String?
+    /// How many entities the page holds.
+    public var entityCount: Int
+}
+
+extension Store {
+    /// Answers a collection read straight as V4 JSON, row by row, without building ``Entity``
+    /// values: what a server sending large pages needs. The payload is the one
+    /// `V4JSONWriter` writes for the entities that ``query(_:version:pageSize:)`` returns.
+    ///
+    /// Only requests whose entities are flat take this path: a collection of an entity set
+    /// whose properties are all primitive or enum values (no complex or collection
+    /// properties, no open type), with no `$select`, `$expand`, `$compute` or `$apply`.
+    /// Returns nil for every other request; answer those with `query`.
+    public func queryRows(_ url: String, pageSize: Int? = nil, format: JSONFormat = JSONFormat(), context: String?) async throws -> RowPage? {
+        let schema = self.schema
+        guard !schema.model.version.isLegacy else { return nil }
+        let parsed = try URLParser(version: .v401).parse(url)
+        let query = parsed.query
+        guard query.select == nil, query.expand == nil, query.compute == nil, query.apply == nil else { return nil }
+        let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
+        return try await read { reader in
+            var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+            return try executor.runRows(pageSize: pageSize, format: format, context: context)
+        }
+    }
+}
+
+extension QueryExecutor {
+    /// See ``Store/queryRows(_:pageSize:format:context:)``.
+    mutating func runRows(pageSize: Int?, format: JSONFormat, context: String?) throws -> RowPage? {
+        guard bound.expand.isEmpty, bound.compute.isEmpty else { return nil }
+        let (source, rest, whereClause) = try addressed()
+        let table = source.table
+        guard rest.isEmpty, !source.single, table.collections.isEmpty, table.dynamicTable == nil,
+              table.columns.allSatisfy({ column in
+                  guard column.path.count == 1 else { return false }
+                  if case .complexPresence = column.kind { return false }
+                  return true
+              }) else { return nil }
+        let page = try page(source, whereClause: whereClause, pageSize: pageSize)
+        let q = StoreSchema.quote
+        let columns = (["_rowid", "_type", "_etag", "_editLink"] + table.columns.map(\.name)).map { "t0." + q($0) }.joined(separator: ", ")
+        let sql = select(columns, page.from, page.whereClause, order: page.order, limit: page.limit, offset: page.offset)
+        var writer = V4RowWriter(format: format, context: context, count: page.count, propertyNames: table.columns.map { $0.path[0] })
+        let statement = try reader.db.statement(sql.sql)
+        try statement.bind(sql.arguments)
+        let rowLimit = page.paged ? (pageSize ?? 0) : Int.max
+        var written = 0
+        var lastRow: Int64 = 0
+        var more = false
+        while try statement.step() {
+            guard written < rowLimit else {
+                more = true
+                break
+            }
+            if case .integer(let rowid) = statement.column(0) { lastRow = rowid }
+            var typeName: String?
+            if case .text(let type) = statement.column(1), type != table.entityType { typeName = type }
+            var etag: String?
+            if case .text(let text) = statement.column(2) { etag = text }
+            var editLink: String?
+            if case .text(let text) = statement.column(3) { editLink = text }
+            writer.beginEntity(typeName: typeName, etag: etag, editLink: editLink)
+            for (index, column) in table.columns.enumerated() {
+                if !writer.annotatesTypes, Self.writeDirectly(column, statement: statement, at: index, to: &writer) { continue }
+                let stored = statement.column(index + 4)
+                switch column.kind {
+                case .primitive(let type):
+                    writer.value(try ValueStorage.decode(stored, as: type), at: index)
+                default:
+                    guard case .enumeration(let e) = try reader.decode(stored, column) else {
+                        writer.enumValue(nil, at: index)
+                        continue
+                    }
+                    writer.enumValue(e.members.joined(separator: ","), at: index)
+                }
+            }
+            writer.endEntity()
+            written += 1
+        }
+        statement.reset()
+        let nextLink = more ? page.nextLink(lastRow: lastRow, returned: written, executor: self) : nil
+        return RowPage(writer: writer, nextLink: nextLink, entityCount: written)
+    }
+}
+
+extension QueryExecutor {
+    /// Writes the common column kinds from the row without building values: integers in
+    /// range, Booleans and ASCII strings. False when the general decoding must write it.
+    static func writeDirectly(_ column: StoreSchema.Column, statement: Statement, at index: Int, to writer: inout V4RowWriter) -> Bool {
+        let position = index + 4
+        guard case .primitive(let type) = column.kind else { return false }
+        switch type {
+        case .string:
+            return statement.withText(position) { writer.asciiString($0, at: index) } ?? false
+        case .boolean:
+            guard let value = statement.integer(position) else { return false }
+            writer.boolean(value != 0, at: index)
+        case .int64:
+            guard let value = statement.integer(position) else { return false }
+            writer.integer(value, int64: true, at: index)
+        case .int32, .int16, .byte, .sbyte:
+            guard let value = statement.integer(position) else { return false }
+            let range: ClosedRange<Int64> = switch type {
+            case .int32: Int64(Int32.min)...Int64(Int32.max)
+            case .int16: Int64(Int16.min)...Int64(Int16.max)
+            case .byte: 0...255
+            default: -128...127
+            }
+            guard range.contains(value) else { return false }
+            writer.integer(value, int64: false, at: index)
+        default:
+            return false
+        }
+        return true
     }
 }

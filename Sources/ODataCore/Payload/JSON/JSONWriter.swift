@@ -36,6 +36,42 @@ struct JSONWriter {
 
     private var pendingKey = false
 
+    /// Writes a member name given as its JSON text with the colon (`"name":`), escaped already.
+    mutating func key(escaped: [UInt8]) {
+        separate()
+        bytes.append(contentsOf: escaped)
+        needsComma.append(false)
+        pendingKey = true
+    }
+
+    /// The JSON text `"name":` of a member name.
+    static func escapedKey(_ name: String) -> [UInt8] {
+        var writer = JSONWriter()
+        writer.appendString(name)
+        writer.bytes.append(UInt8(ascii: ":"))
+        return writer.bytes
+    }
+
+    /// Writes a string given as ASCII bytes; false (and nothing written) when a byte is not
+    /// ASCII, so that the caller can go through `String`.
+    mutating func asciiString(_ ascii: UnsafeBufferPointer<UInt8>) -> Bool {
+        for c in ascii where c >= 0x80 { return false }
+        beforeValue()
+        bytes.append(0x22)
+        var clean = true
+        for c in ascii where c < 0x20 || c == 0x22 || c == 0x5C {
+            clean = false
+            break
+        }
+        if clean {
+            bytes.append(contentsOf: ascii)
+        } else {
+            for c in ascii { appendEscaped(c) }
+        }
+        bytes.append(0x22)
+        return true
+    }
+
     private mutating func beforeValue() {
         if pendingKey {
             pendingKey = false
@@ -116,19 +152,21 @@ struct JSONWriter {
             bytes.append(0x22)
             return
         }
-        for c in s.utf8 {
-            switch c {
-            case 0x22: bytes.append(contentsOf: [0x5C, 0x22])
-            case 0x5C: bytes.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: bytes.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: bytes.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: bytes.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(c >> 4)], hex[Int(c & 0xF)]])
-            default: bytes.append(c)
-            }
-        }
+        for c in s.utf8 { appendEscaped(c) }
         bytes.append(0x22)
+    }
+
+    private mutating func appendEscaped(_ c: UInt8) {
+        switch c {
+        case 0x22: bytes.append(contentsOf: [0x5C, 0x22])
+        case 0x5C: bytes.append(contentsOf: [0x5C, 0x5C])
+        case 0x0A: bytes.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+        case 0x0D: bytes.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+        case 0x09: bytes.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+        case 0..<0x20:
+            let hex = Array("0123456789abcdef".utf8)
+            bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(c >> 4)], hex[Int(c & 0xF)]])
+        default: bytes.append(c)
+        }
     }
 }

@@ -1,0 +1,133 @@
+import Foundation
+import Testing
+import ODataCore
+@testable import ODataStore
+
+/// `Store.queryRows` writes flat collections straight from rows: the bytes must be the ones
+/// `query` plus `V4JSONWriter` give, for every kind of value and every metadata level.
+@Suite struct RowPathTests {
+    static let metadata = """
+    <edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.0"><edmx:DataServices>
+    <Schema Namespace="F" xmlns="http://docs.oasis-open.org/odata/ns/edm">
+      <EnumType Name="Color" IsFlags="true"><Member Name="Red" Value="1"/><Member Name="Green" Value="2"/><Member Name="Blue" Value="4"/></EnumType>
+      <EntityType Name="Group"><Key><PropertyRef Name="ID"/></Key><Property Name="ID" Type="Edm.Int32" Nullable="false"/>
+        <Property Name="Title" Type="Edm.String"/>
+        <NavigationProperty Name="Items" Type="Collection(F.Item)" Partner="Group"/></EntityType>
+      <EntityType Name="Item"><Key><PropertyRef Name="ID"/></Key>
+        <Property Name="ID" Type="Edm.Int32" Nullable="false"/>
+        <Property Name="Name" Type="Edm.String"/>
+        <Property Name="Price" Type="Edm.Decimal" Scale="variable"/>
+        <Property Name="Rating" Type="Edm.Double"/>
+        <Property Name="Weight" Type="Edm.Single"/>
+        <Property Name="Stock" Type="Edm.Int64"/>
+        <Property Name="Small" Type="Edm.Byte"/>
+        <Property Name="Active" Type="Edm.Boolean"/>
+        <Property Name="Released" Type="Edm.DateTimeOffset" Precision="7"/>
+        <Property Name="Available" Type="Edm.Date"/>
+        <Property Name="Opens" Type="Edm.TimeOfDay" Precision="3"/>
+        <Property Name="Warranty" Type="Edm.Duration"/>
+        <Property Name="Code" Type="Edm.Guid"/>
+        <Property Name="Photo" Type="Edm.Binary"/>
+        <Property Name="Color" Type="F.Color"/>
+        <Property Name="GroupID" Type="Edm.Int32"/>
+        <NavigationProperty Name="Group" Type="F.Group" Partner="Items"><ReferentialConstraint Property="GroupID" ReferencedProperty="ID"/></NavigationProperty>
+      </EntityType>
+      <EntityType Name="SpecialItem" BaseType="F.Item"><Property Name="Note" Type="Edm.String"/></EntityType>
+      <EntityContainer Name="Service">
+        <EntitySet Name="Groups" EntityType="F.Group"><NavigationPropertyBinding Path="Items" Target="Items"/></EntitySet>
+        <EntitySet Name="Items" EntityType="F.Item"><NavigationPropertyBinding Path="Group" Target="Groups"/></EntitySet>
+      </EntityContainer>
+    </Schema></edmx:DataServices></edmx:Edmx>
+    """
+
+    static let items = #"""
+    {"value":[
+     {"@odata.etag":"W/\"1\"","ID":1,"Name":"Hammer \"XL\"\n\\ ü 😀","Price":12.50,"Rating":4.5,"Weight":1.25,"Stock":9007199254740993,"Small":7,"Active":true,"Released":"2020-01-01T10:00:00.1234567+02:00","Available":"2020-01-05","Opens":"08:30:00.125","Warranty":"P1DT2H","Code":"0a000000-0000-4000-8000-00000000000f","Photo":"AQID","Color":"Red,Blue","GroupID":1},
+     {"ID":2,"Name":"","Price":-0.001,"Rating":-1e-7,"Weight":0,"Stock":-5,"Small":0,"Active":false,"Released":"1999-12-31T23:59:59Z","Available":"0001-01-01","Opens":"00:00:00","Warranty":"-PT0.5S","Code":"00000000-0000-0000-0000-000000000000","Photo":"","Color":"Green","GroupID":2},
+     {"ID":3,"Name":null,"Price":null,"Rating":null,"Weight":null,"Stock":null,"Small":null,"Active":null,"Released":null,"Available":null,"Opens":null,"Warranty":null,"Code":null,"Photo":null,"Color":null,"GroupID":null},
+     {"ID":4,"Name":"Big","Price":123456789012345678901234567890,"Rating":1e300,"Weight":3.4e38,"Stock":9223372036854775807,"Small":255,"Active":true,"Released":"9999-12-31T23:59:59.9999999Z","Available":"9999-12-31","Opens":"23:59:59.999","Warranty":"P9999D","Code":"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF","Photo":"/w==","Color":"Red,Green,Blue","GroupID":1},
+     {"@odata.type":"#F.SpecialItem","ID":5,"Name":"Special","Note":"only here","Rating":"NaN","Weight":"-INF","GroupID":2},
+     {"ID":6,"Name":"Six","Rating":"INF","Color":"0","GroupID":2}
+    ]}
+    """#
+
+    static func store(_ dir: TemporaryDirectory) async throws -> Store {
+        let model = try MetadataParser().parse(metadata)
+        let store = try await Store.create(path: dir.path("flat.sqlite"), model: model, key: "row-key")
+        let reader = V4JSONReader(model: model)
+        let groups = try reader.readCollection(Array(#"{"value":[{"ID":1,"Title":"Tools"},{"ID":2,"Title":null}]}"#.utf8), entityType: "F.Group").entities
+        let items = try reader.readCollection(Array(items.utf8), entityType: "F.Item").entities
+        try await store.write { writer in
+            try writer.bulkInsert(groups, into: "Groups")
+            try writer.bulkInsert(items, into: "Items")
+        }
+        return store
+    }
+
+    static let urls = [
+        "Items", "Groups", "Items?$filter=Price gt 1", "Items?$orderby=Rating desc", "Items?$top=2&$skip=1", "Items?$count=true",
+        "Items?$count=true&$filter=GroupID eq 2&$orderby=Name", "Items?$search=hammer", "Groups(1)/Items", "Groups(2)/Items?$orderby=ID desc",
+        "Items/F.SpecialItem", "Items?$filter=Color has F.Color'Blue'", "Items?$filter=ID eq 99", "Items?$skiptoken=r2o2",
+    ]
+
+    @Test func rowsGiveTheBytesOfTheEntityPath() async throws {
+        let dir = TemporaryDirectory()
+        let store = try await Self.store(dir)
+        let formats = [JSONFormat(), JSONFormat(metadata: .full), JSONFormat(metadata: .none), JSONFormat(ieee754Compatible: true)]
+        var compared = 0
+        for url in Self.urls {
+            for pageSize in [nil, 2] as [Int?] {
+                for format in formats {
+                    let set = url.hasPrefix("Groups") && !url.contains("/Items") ? "Groups" : "Items"
+                    guard case .collection(var collection) = try await store.query(url, pageSize: pageSize) else {
+                        Issue.record("\(url): not a collection")
+                        continue
+                    }
+                    collection.context = "$metadata#" + set
+                    let expected = V4JSONWriter(format: format).write(collection)
+                    guard var page = try await store.queryRows(url, pageSize: pageSize, format: format, context: "$metadata#" + set) else {
+                        Issue.record("\(url): a flat collection did not take the row path")
+                        continue
+                    }
+                    #expect(page.nextLink == collection.nextLink, "\(url) page \(pageSize ?? 0)")
+                    #expect(page.entityCount == collection.entities.count, "\(url)")
+                    let written = page.writer.finish(nextLink: page.nextLink, deltaLink: nil)
+                    #expect(String(decoding: written, as: UTF8.self) == String(decoding: expected, as: UTF8.self), "\(url) page \(pageSize ?? 0) \(format)")
+                    compared += 1
+                }
+            }
+        }
+        #expect(compared == Self.urls.count * 8)
+        // The payload reads back as the stored entities, special values included.
+        let page = try #require(try await store.queryRows("Items", context: nil))
+        var writer = page.writer
+        let read = try V4JSONReader(model: store.model).readCollection(writer.finish(nextLink: nil, deltaLink: nil), entityType: "F.Item")
+        #expect(read.entities.count == 6)
+        #expect(read.entities[0]["Name"] == .primitive(.string("Hammer \"XL\"\n\\ ü 😀")))
+        #expect(read.entities[0]["Stock"] == .primitive(.int64(9_007_199_254_740_993)))
+        #expect(read.entities[4].typeName == "F.SpecialItem")
+        #expect(read.entities[4]["Note"] == .primitive(.string("only here")))
+        store.close()
+    }
+
+    @Test func otherRequestsTakeTheEntityPath() async throws {
+        let dir = TemporaryDirectory()
+        let store = try await Self.store(dir)
+        for url in ["Items?$select=Name", "Items?$expand=Group", "Groups?$expand=Items", "Items(1)", "Items/$count", "Items(1)/Name", "Items?$compute=ID add 1 as Next"] {
+            #expect(try await store.queryRows(url, context: nil) == nil, "\(url)")
+        }
+        store.close()
+        // Complex and collection properties are not flat.
+        let catalogueDirectory = TemporaryDirectory()
+        let catalogue = try await Catalogue.store(catalogueDirectory)
+        #expect(try await catalogue.queryRows("Products", context: nil) == nil)
+        #expect(try await catalogue.queryRows("Categories", context: nil) != nil)
+        catalogue.close()
+        // A bad request is the same error on both paths.
+        let againDirectory = TemporaryDirectory()
+        let again = try await Self.store(againDirectory)
+        await #expect(throws: (any Error).self) { try await again.queryRows("Items?$filter=Nope eq 1", context: nil) }
+        await #expect(throws: (any Error).self) { try await again.queryRows("Nothing", context: nil) }
+        again.close()
+    }
+}
