@@ -110,6 +110,30 @@ import ODataCore
         store.close()
     }
 
+    @Test func flatRowsAreStoredAsTheirEntitiesAre() async throws {
+        let dir = TemporaryDirectory()
+        let model = try MetadataParser().parse(Self.metadata)
+        // The derived-type entity needs the general reader; the rest is flat.
+        let payload = Array(Self.items.replacingOccurrences(of: ##""@odata.type":"#F.SpecialItem","##, with: "").replacingOccurrences(of: #","Note":"only here""#, with: "").utf8)
+        let reader = V4JSONReader(model: model)
+        let rows = try #require(try reader.readFlatCollection(payload, entityType: "F.Item"))
+        let entities = try reader.readCollection(payload, entityType: "F.Item").entities
+        #expect(rows.entityCount == 6)
+        let byRows = try await Store.create(path: dir.path("rows.sqlite"), model: model)
+        let byEntities = try await Store.create(path: dir.path("entities.sqlite"), model: model)
+        try await byRows.write { writer in try writer.bulkInsert(rows, into: "Items") }
+        try await byEntities.write { writer in try writer.bulkInsert(entities, into: "Items") }
+        let sql = "SELECT * FROM \(StoreSchema.quote(byRows.schema.table(forEntitySet: "Items")?.name ?? "")) ORDER BY ID"
+        let stored = try await byRows.read { reader in try reader.connection.query(sql) }
+        let expected = try await byEntities.read { reader in try reader.connection.query(sql) }
+        #expect(stored.count == 6)
+        #expect(stored == expected)
+        // A duplicate key is a conflict, as for entities.
+        await #expect(throws: StoreError.self) { try await byRows.write { writer in try writer.bulkInsert(rows, into: "Items") } }
+        byRows.close()
+        byEntities.close()
+    }
+
     @Test func otherRequestsTakeTheEntityPath() async throws {
         let dir = TemporaryDirectory()
         let store = try await Self.store(dir)

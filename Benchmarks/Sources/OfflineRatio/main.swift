@@ -157,8 +157,20 @@ if clientOnly {
                 try await target.write { writer in try writer.bulkInsert(collection.entities, into: "Products") }
             }
         }
-        await target.close()
-        print(String(format: "round %d: reading the pages %.2f s; reading and storing them (one transaction per page) %.2f s", round, readTime, storeTime))
+        target.close()
+        let flatReadTime = try await seconds {
+            for page in pages { _ = try V4JSONReader(model: model).readFlatCollection(page, entityType: "Bench.Product") }
+        }
+        let flatTarget = try await Store.create(path: directory.appendingPathComponent("flat\(round).sqlite").path, model: model, key: "bench-key")
+        let flatStoreTime = try await seconds {
+            for page in pages {
+                guard let rows = try V4JSONReader(model: model).readFlatCollection(page, entityType: "Bench.Product") else { fatalError("not flat") }
+                try await flatTarget.write { writer in try writer.bulkInsert(rows, into: "Products") }
+            }
+        }
+        flatTarget.close()
+        print(String(format: "round %d: entities: reading the pages %.2f s, reading and storing them (one transaction per page) %.2f s; rows: %.2f s, %.2f s",
+                     round, readTime, storeTime, flatReadTime, flatStoreTime))
     }
     await server?.stop()
     exit(0)

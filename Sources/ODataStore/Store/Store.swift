@@ -93,6 +93,15 @@ public final class Store: Sendable {
         try await pool.withWriter { db in try db.export(to: path, key: key) }
     }
 
+    /// Whether each commit waits until it is on disk (the default). Off, commits only wait for
+    /// the operating system (`PRAGMA synchronous = NORMAL` in WAL mode): a power loss can undo
+    /// the latest commits but cannot corrupt the store, and a crash of the app loses nothing.
+    /// For bulk fills that are started again when cut short. Turning it back on makes the
+    /// next commit durable together with every one before it.
+    public func setDurableCommits(_ durable: Bool) async throws {
+        try await pool.withWriter { db in try db.execute("PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")") }
+    }
+
     /// Changes the key of the store file (`nil` is not allowed; export to remove a key).
     public func rekey(to newKey: String) async throws {
         try await pool.write { db in try db.rekey(to: newKey) }

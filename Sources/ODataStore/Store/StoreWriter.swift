@@ -75,6 +75,55 @@ public struct StoreWriter {
         }
     }
 
+    /// Inserts a page of flat rows (see `V4JSONReader.readFlatCollection`) with one prepared
+    /// statement: the rows of ``bulkInsert(_:into:)-([Entity],_)`` without entities in
+    /// between. Properties the table has no column for are an error, as are complex or
+    /// collection columns (such tables are not flat).
+    public func bulkInsert(_ page: FlatCollection, into entitySet: String) throws {
+        let table = try table(entitySet)
+        guard table.collections.isEmpty else { throw StoreError(.unsupported, "\(entitySet) has collection properties; its rows are not flat") }
+        // Where each column's value is in a row of the page.
+        var sources: [Int?] = []
+        for column in table.columns {
+            guard column.path.count == 1 else { throw StoreError(.unsupported, "\(entitySet) has complex properties; its rows are not flat") }
+            sources.append(page.propertyNames.firstIndex(of: column.path[0]))
+        }
+        for name in page.propertyNames where !table.columns.contains(where: { $0.path[0] == name }) {
+            throw StoreError(.unsupported, "\(entitySet) has no column for the property \(name)")
+        }
+        let statement = try db.statement(insertSQL(table))
+        let width = page.propertyNames.count
+        var values: [DatabaseValue] = []
+        values.reserveCapacity(Self.insertBookkeeping.count + table.columns.count)
+        let typeName = DatabaseValue.text(page.entityType)
+        for row in 0..<page.entityCount {
+            statement.reset()
+            values.removeAll(keepingCapacity: true)
+            values.append(typeName)
+            values.append(page.etags[row].map { .text($0) } ?? .null)
+            values.append(page.editLinks[row].map { .text($0) } ?? .null)
+            values.append(.null)
+            values.append(.integer(0))
+            values.append(.integer(0))
+            let base = row * width
+            for (column, source) in zip(table.columns, sources) {
+                guard let source else {
+                    values.append(.null)
+                    continue
+                }
+                values.append(try encode(page.values[base + source], for: column))
+            }
+            if let failure = Self.failure({ () throws(DatabaseError) in
+                defer { statement.forgetArguments() }
+                try statement.bind(values)
+                while try statement.step() {}
+            }) {
+                guard failure.code == .constraint else { throw failure }
+                throw StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
+            }
+        }
+    }
+
     /// One row, then its collections, dynamic properties and inline entities. `values` is a
     /// reusable buffer.
     @discardableResult

@@ -317,7 +317,7 @@ public actor OfflineODataProvider {
                 claimed.formUnion(try Self.coveredSets(of: query.query, model: model))
                 claimed.insert(set)
             }
-            let read = try await fetchDefiningQueries(queries.map { ($0, nil) }, model: model, progress: progress) { page in
+            let read = try await fetchDefiningQueries(queries.map { ($0, nil) }, model: model, progress: progress, flatPages: true) { page in
                 let created = try await ready()
                 self.report(progress, .buildingEntityStore)
                 _ = try await self.applyFirstFill(page, to: created, bulkSets: bulkSets[page.name] ?? [])
@@ -328,6 +328,7 @@ public actor OfflineODataProvider {
             let pages = read.reduce(0) { $0 + $1.pages }
             let entities = read.reduce(0) { $0 + $1.received }
             try await logEvent(in: created, type: "Open", details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
+            try await created.setDurableCommits(true)
             try await created.write { writer in _ = try writer.connection.execute("DELETE FROM oo_meta WHERE key = 'filling'") }
             store = created
         } catch {
@@ -347,6 +348,9 @@ public actor OfflineODataProvider {
         let store = try await creating.value
         if let newStore { return newStore }
         newStore = store
+        // An open cut short is started again, so the fill does not wait for the disk at each
+        // page; the commit that marks it complete is durable with all of them.
+        try await store.setDurableCommits(false)
         try await store.write { writer in
             for statement in LocalSchema.sideTables { try writer.connection.execute(statement) }
             try LocalSchema.makeRequestQueueView(writer)

@@ -16,6 +16,11 @@ struct FetchedQuery: Sendable {
     var received = 0
     /// The page as received (only for pages handed to a handler).
     var raw: [UInt8] = []
+    /// The page's entities as rows, read without `Entity` values (first opens of flat
+    /// entity sets); `entities` is then empty.
+    var flat: FlatCollection?
+    /// How many entities the page holds, whichever way it was read.
+    var entityCount: Int { flat?.entityCount ?? entities.count }
 }
 
 extension OfflineODataProvider {
@@ -74,7 +79,10 @@ extension OfflineODataProvider {
     /// Reads each query (its delta link when there is one), following next links. With
     /// `onPage`, each page goes to it as soon as it is read and nothing is collected (the
     /// first open streams into the new store this way, so memory stays flat).
-    func fetchDefiningQueries(_ queries: [(OfflineODataDefiningQuery, String?)], model: Model, progress: ProgressReporter,
+    ///
+    /// `flatPages`: pages of queries without `$expand` or streams are read as rows where they
+    /// are flat (see `V4JSONReader.readFlatCollection`); only `onPage` sees them.
+    func fetchDefiningQueries(_ queries: [(OfflineODataDefiningQuery, String?)], model: Model, progress: ProgressReporter, flatPages: Bool = false,
                               onPage: ((FetchedQuery) async throws -> Void)? = nil) async throws -> [FetchedQuery] {
         var results: [FetchedQuery] = []
         for (query, deltaLink) in queries {
@@ -83,6 +91,8 @@ extension OfflineODataProvider {
             var result = FetchedQuery(name: query.name, entitySet: set)
             var next: String? = deltaLink ?? query.query
             result.isDelta = deltaLink != nil
+            let flat = flatPages && onPage != nil && !query.automaticallyRetrievesStreams && !model.version.isLegacy
+                && (try? URLParser(version: .v401).parse(query.query))?.query.expand == nil
             var pages = 0
             // While a page is handed to `onPage`, the next one is already being fetched and
             // parsed, so the backend and the store work at the same time (at most two pages
@@ -98,9 +108,9 @@ extension OfflineODataProvider {
                     prefetched = nil
                     fetched = try await pending.value
                 } else {
-                    fetched = try await fetchPage(url, query: query, entitySet: set, isDelta: result.isDelta, model: model)
+                    fetched = try await fetchPage(url, query: query, entitySet: set, isDelta: result.isDelta, model: model, flat: flat)
                 }
-                guard case .page(let body, let page) = fetched else {
+                guard case .page(let body, let page, let rows) = fetched else {
                     // The delta link expired: read everything again and diff locally.
                     result = FetchedQuery(name: query.name, entitySet: set)
                     next = query.query
@@ -108,16 +118,17 @@ extension OfflineODataProvider {
                 }
                 report(progress, .receivingDataFromServer, ["receivedBytes": "\(bytesReceived)"])
                 result.pages += 1
-                result.received += page.entities.count
+                result.received += rows?.entityCount ?? page.entities.count
                 next = page.nextLink
                 if let onPage {
                     if let link = next {
                         let isDelta = result.isDelta
-                        prefetched = Task { try await self.fetchPage(link, query: query, entitySet: set, isDelta: isDelta, model: model) }
+                        prefetched = Task { try await self.fetchPage(link, query: query, entitySet: set, isDelta: isDelta, model: model, flat: flat) }
                     }
                     var chunk = FetchedQuery(name: query.name, entitySet: set, entities: page.entities, deleted: page.deleted, deltaLink: page.deltaLink)
                     chunk.isDelta = result.isDelta
                     chunk.raw = body
+                    chunk.flat = rows
                     try await onPage(chunk)
                 } else {
                     result.entities += page.entities
@@ -133,17 +144,26 @@ extension OfflineODataProvider {
     /// One page of a defining query, read and parsed; `.expired` when a delta link got 410.
     enum FetchedPage: Sendable {
         case expired
-        case page(body: [UInt8], EntityCollection)
+        /// The body, the collection (its links only when the entities were read as rows) and
+        /// the rows.
+        case page(body: [UInt8], EntityCollection, FlatCollection?)
     }
 
-    func fetchPage(_ url: String, query: OfflineODataDefiningQuery, entitySet set: String, isDelta: Bool, model: Model) async throws -> FetchedPage {
+    func fetchPage(_ url: String, query: OfflineODataDefiningQuery, entitySet set: String, isDelta: Bool, model: Model, flat: Bool = false) async throws -> FetchedPage {
         let response = try await send(method: "GET", url: url, headers: ["Prefer": "odata.track-changes"])
         if response.status == 410 && isDelta { return .expired }
         guard response.status < 400 else { throw Self.backendError(response, method: "GET", url: absoluteURL(url)) }
         let entityType = model.entitySet(set)?.entityType
         do {
+            if flat, let entityType, let rows = try V4JSONReader(model: model).readFlatCollection(response.body, entityType: entityType) {
+                var links = EntityCollection(context: rows.context)
+                links.count = rows.count
+                links.nextLink = rows.nextLink
+                links.deltaLink = rows.deltaLink
+                return .page(body: response.body, links, rows)
+            }
             let page = try model.readCollection(response.body, entityType: entityType)
-            return .page(body: response.body, page)
+            return .page(body: response.body, page, nil)
         } catch {
             throw OfflineODataError(.backend, "Defining query \(query.name): the response to GET \(absoluteURL(url)) is not a valid collection: \(error)")
         }
@@ -271,12 +291,26 @@ struct PageApplier: Sendable {
     }
 
     mutating func apply(_ query: FetchedQuery, writer: StoreWriter) throws {
+        if query.flat != nil && !bulkSets.contains(query.entitySet) {
+            // Rows for a set that is not bulk-filled: the general path needs the entities.
+            var general = query
+            general.flat = nil
+            do {
+                general.entities = try model.readCollection(query.raw, entityType: model.entitySet(query.entitySet)?.entityType).entities
+            } catch {
+                throw OfflineODataError(.backend, "Defining query \(query.name): a page is not a valid collection: \(error)")
+            }
+            return try apply(general, writer: writer)
+        }
         queries.insert(query.name)
         read[query.name] = (read[query.name] ?? true) && query.isDelta
         // The first fill of an empty set: plain entities go in with one prepared statement
         // (no per-row lookups); expanded ones take the general path.
         let bulk = bulkSets.contains(query.entitySet)
-        if bulk {
+        if let rows = query.flat {
+            try writer.bulkInsert(rows, into: query.entitySet)
+            upserted += rows.entityCount
+        } else if bulk {
             let plain = query.entities.filter { entity in !entity.navigation.contains { $0.inline != nil } }
             try writer.bulkInsert(plain, into: query.entitySet)
             upserted += plain.count

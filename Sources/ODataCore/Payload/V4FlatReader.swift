@@ -1,0 +1,182 @@
+/// A page of entities read as rows: one value per property and entity, without ``Entity``
+/// values in between. See ``V4JSONReader/readFlatCollection(_:entityType:)``.
+public struct FlatCollection: Sendable {
+    /// The properties of every row, in the entity type's order.
+    public var propertyNames: [String]
+    /// `propertyNames.count` values per entity, entity after entity (`.null` where the
+    /// payload has null or leaves the property out).
+    public var values: [Value]
+    /// Each entity's `@odata.etag`.
+    public var etags: [String?]
+    /// Each entity's `@odata.editLink`.
+    public var editLinks: [String?]
+    /// The entity type of every row.
+    public var entityType: String
+    public var context: String?
+    public var count: Int64?
+    public var nextLink: String?
+    public var deltaLink: String?
+
+    /// How many entities the page holds.
+    public var entityCount: Int { etags.count }
+
+    /// The value of property `property` (an index into ``propertyNames``) of entity `row`.
+    public subscript(row: Int, property: Int) -> Value { values[row * propertyNames.count + property] }
+}
+
+extension V4JSONReader {
+    /// Reads a collection page whose entities are all flat, straight into rows: what a store
+    /// filling a table from a large download needs. The values are the ones
+    /// ``readCollection(_:entityType:)`` gives.
+    ///
+    /// Returns nil, having read nothing into rows, when the page needs the general reader:
+    /// when the type has complex or collection properties, or an entity carries inline
+    /// (expanded) entities, another type, media or custom annotations, annotated properties,
+    /// properties the model does not declare, or when the page holds delta entries or
+    /// references. Malformed JSON and wrongly typed values are errors as in `readCollection`.
+    public func readFlatCollection(_ bytes: [UInt8], entityType: String) throws(PayloadError) -> FlatCollection? {
+        try withPathOnFailure { (trackPath) throws(PayloadError) in try readFlatCollection(bytes, entityType: entityType, trackPath: trackPath) }
+    }
+
+    private func readFlatCollection(_ bytes: [UInt8], entityType: String, trackPath: Bool) throws(PayloadError) -> FlatCollection? {
+        guard let model, model.entityType(entityType) != nil else { return nil }
+        var context = Context(model: model)
+        let members = context.members(of: entityType)
+        // Every structural property must be a single primitive or enum value; navigation
+        // properties may be declared (they must not be inline).
+        var kinds: [Kind?] = []
+        var names: [String] = []
+        var slots: [Int] = []
+        for entry in members.entries {
+            switch entry.member {
+            case .property(let kind):
+                switch kind {
+                case .primitive(_, false), .enumeration(_, false):
+                    slots.append(names.count)
+                    names.append(entry.name)
+                    kinds.append(kind)
+                default:
+                    return nil
+                }
+            case .navigation:
+                slots.append(-1)
+            }
+        }
+        guard members.entries.count <= 64 else { return nil }
+        let width = names.count
+        let nullRow = [Value](repeating: .null, count: width)
+        var page = FlatCollection(propertyNames: names, values: [], etags: [], editLinks: [], entityType: entityType)
+        var reader = JSONReader(bytes)
+        reader.trackPath = trackPath
+        guard reader.peek() == UInt8(ascii: "{") else { throw reader.error("A collection response must be a JSON object", .unexpectedValue) }
+        var flat = true
+        var sawValue = false
+        try reader.readObject { (r, name) throws(PayloadError) in
+            guard name == "value" else {
+                guard let control = Self.controlName(name) else {
+                    flat = false
+                    try r.skipValue()
+                    return
+                }
+                switch control {
+                case "context": page.context = try r.readString()
+                case "nextLink": page.nextLink = try r.readString()
+                case "deltaLink": page.deltaLink = try r.readString()
+                case "count":
+                    if r.peek() == 0x22 {
+                        page.count = Int64(try r.readString())
+                    } else {
+                        let range = try r.readNumberRange()
+                        guard let count = Int64(String(decoding: r.bytes[range], as: UTF8.self)) else {
+                            throw r.error("@odata.count must be an integer", .wrongType, at: range.lowerBound)
+                        }
+                        page.count = count
+                    }
+                default:
+                    flat = false
+                    try r.skipValue()
+                }
+                return
+            }
+            sawValue = true
+            r.enter("value")
+            defer { r.leave() }
+            try r.readArray { (r, index) throws(PayloadError) in
+                r.enter("[\(index)]")
+                defer { r.leave() }
+                guard flat else {
+                    try r.skipValue()
+                    return
+                }
+                guard r.peek() == UInt8(ascii: "{") else { throw r.error("A collection element must be an object", .unexpectedValue) }
+                let start = r.i
+                let base = page.values.count
+                page.values.append(contentsOf: nullRow)
+                var etag: String?
+                var editLink: String?
+                var seen: UInt64 = 0
+                var properties = 0
+                try r.readObjectKeys { (r, key) throws(PayloadError) in
+                    if key.decoded == nil, let index = members.index(of: key.range, in: r.bytes) {
+                        let entry = members.entries[index]
+                        guard seen & (1 << UInt64(index)) == 0 else { throw r.error("'\(entry.name)' appears twice", .unexpectedValue) }
+                        seen |= 1 << UInt64(index)
+                        r.enter(entry.name)
+                        defer { r.leave() }
+                        let slot = slots[index]
+                        guard slot >= 0 else {
+                            // Inline entities: the general reader stores them.
+                            flat = false
+                            try r.skipValue()
+                            return
+                        }
+                        page.values[base + slot] = try readTyped(&r, kinds[slot], &context)
+                        properties += 1
+                        return
+                    }
+                    let name = key.string(r.bytes)
+                    r.enter(name)
+                    defer { r.leave() }
+                    if name.hasPrefix("@") || name.hasPrefix("odata.") {
+                        switch Self.controlName(name) {
+                        case "etag"?:
+                            guard r.peek() == 0x22 else { throw r.error("@odata.etag must be a string", .wrongType) }
+                            etag = try r.readString()
+                        case "editLink"?:
+                            guard r.peek() == 0x22 else { throw r.error("@odata.editLink must be a string", .wrongType) }
+                            editLink = try r.readString()
+                        case "id"?, "readLink"?:
+                            _ = try r.readString()
+                        case "type"?:
+                            let type = Self.typeName(try r.readString())
+                            if type?.name != entityType || type?.isCollection == true { flat = false }
+                        default:
+                            flat = false
+                            try r.skipValue()
+                        }
+                        return
+                    }
+                    // Links to related entities are not stored; anything else needs the
+                    // general reader.
+                    if !(name.hasSuffix("@odata.navigationLink") || name.hasSuffix("@odata.associationLink")) { flat = false }
+                    try r.skipValue()
+                }
+                // An element without properties is a reference (or a deleted entity).
+                if properties == 0 { flat = false }
+                page.etags.append(etag)
+                page.editLinks.append(editLink)
+                if index == 0 {
+                    // Room for as many more elements as the first one's size suggests (one
+                    // allocation instead of a dozen, for pages of similar entities).
+                    let estimate = min((r.bytes.count - r.i) / max(r.i - start, 16) + 1, 1_000_000)
+                    page.values.reserveCapacity(width * (estimate + 1))
+                    page.etags.reserveCapacity(estimate + 1)
+                    page.editLinks.reserveCapacity(estimate + 1)
+                }
+            }
+        }
+        try reader.expectEnd()
+        guard sawValue else { throw reader.error("A collection response needs a 'value' array", .missingValue, at: 0) }
+        return flat ? page : nil
+    }
+}
