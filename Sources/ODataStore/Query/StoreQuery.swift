@@ -450,6 +450,14 @@ extension QueryExecutor {
         switch type {
         case .string:
             return statement.withText(position) { writer.asciiString($0, at: index) } ?? false
+        case .guid:
+            // Stored in canonical form (lowercase, 36 characters), which is the JSON form.
+            return statement.withText(position) { text in
+                guard text.count == 36, text.enumerated().allSatisfy({ offset, c in
+                    (offset == 8 || offset == 13 || offset == 18 || offset == 23) ? c == 0x2D : (c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66)
+                }) else { return false }
+                return writer.asciiString(text, at: index)
+            } ?? false
         case .boolean:
             guard let value = statement.integer(position) else { return false }
             writer.boolean(value != 0, at: index)
