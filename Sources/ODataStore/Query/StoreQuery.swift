@@ -401,6 +401,9 @@ extension QueryExecutor {
         var writer = V4RowWriter(format: format, context: context, count: page.count, propertyNames: table.columns.map { $0.path[0] })
         let statement = try reader.db.statement(sql.sql)
         try statement.bind(sql.arguments)
+        // Also when a stored value cannot be read: a statement left running would keep the
+        // reader's transaction open.
+        defer { statement.reset() }
         let rowLimit = page.paged ? (pageSize ?? 0) : Int.max
         var written = 0
         var lastRow: Int64 = 0
@@ -435,7 +438,6 @@ extension QueryExecutor {
             writer.endEntity()
             written += 1
         }
-        statement.reset()
         let nextLink = more ? page.nextLink(lastRow: lastRow, returned: written, executor: self) : nil
         return RowPage(writer: writer, nextLink: nextLink, entityCount: written)
     }
