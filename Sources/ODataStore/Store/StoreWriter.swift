@@ -113,14 +113,21 @@ public struct StoreWriter {
                 }
                 values.append(try encode(page.values[base + source], for: column))
             }
-            if let failure = Self.failure({ () throws(DatabaseError) in
-                defer { statement.forgetArguments() }
-                try statement.bind(values)
-                while try statement.step() {}
-            }) {
-                guard failure.code == .constraint else { throw failure }
-                throw StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
-            }
+            try run(statement, values, into: table)
+        }
+    }
+
+    /// Runs an entity row's INSERT with `values`; a constraint failure is a `conflict`.
+    private func run(_ statement: Statement, _ values: [DatabaseValue], into table: StoreSchema.EntityTable) throws {
+        if let failure = Self.failure({ () throws(DatabaseError) in
+            // The statement keeps the values for error messages only while it runs, so that
+            // the buffer can be reused without a copy.
+            defer { statement.forgetArguments() }
+            try statement.bind(values)
+            while try statement.step() {}
+        }) {
+            guard failure.code == .constraint else { throw failure }
+            throw StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
         }
     }
 
@@ -141,16 +148,7 @@ public struct StoreWriter {
         for column in table.columns {
             values.append(try columnValue(column, in: entity, position: &position))
         }
-        if let failure = Self.failure({ () throws(DatabaseError) in
-            // The statement keeps the values for error messages only while it runs, so that
-            // the buffer can be reused without a copy.
-            defer { statement.forgetArguments() }
-            try statement.bind(values)
-            while try statement.step() {}
-        }) {
-            guard failure.code == .constraint else { throw failure }
-            throw StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
-        }
+        try run(statement, values, into: table)
         let rowid = db.lastInsertRowID
         if !table.collections.isEmpty || table.dynamicTable != nil { try writeChildren(entity, table: table, rowid: rowid) }
         if !entity.navigation.isEmpty { try insertInline(entity, table: table, rowid: rowid, bookkeeping: bookkeeping) }
