@@ -12,9 +12,13 @@ public struct FlatCollection: Sendable {
     public var editLinks: [String?]
     /// The entity type of every row.
     public var entityType: String
+    /// The page's `@odata.context`.
     public var context: String?
+    /// The page's `@odata.count` (all matching entities, not only this page's).
     public var count: Int64?
+    /// The URL of the next page; nil on the last one.
     public var nextLink: String?
+    /// The delta link, on the last page of a read that tracks changes.
     public var deltaLink: String?
 
     /// How many entities the page holds.
@@ -71,31 +75,11 @@ extension V4JSONReader {
         guard reader.peek() == UInt8(ascii: "{") else { throw reader.error("A collection response must be a JSON object", .unexpectedValue) }
         var flat = true
         var sawValue = false
+        var links = EntityCollection()
         try reader.readObject { (r, name) throws(PayloadError) in
             guard name == "value" else {
-                guard let control = Self.controlName(name) else {
-                    flat = false
-                    try r.skipValue()
-                    return
-                }
-                switch control {
-                case "context": page.context = try r.readString()
-                case "nextLink": page.nextLink = try r.readString()
-                case "deltaLink": page.deltaLink = try r.readString()
-                case "count":
-                    if r.peek() == 0x22 {
-                        page.count = Int64(try r.readString())
-                    } else {
-                        let range = try r.readNumberRange()
-                        guard let count = Int64(String(decoding: r.bytes[range], as: UTF8.self)) else {
-                            throw r.error("@odata.count must be an integer", .wrongType, at: range.lowerBound)
-                        }
-                        page.count = count
-                    }
-                default:
-                    flat = false
-                    try r.skipValue()
-                }
+                // Context, count and links; any other annotation of the page needs the general reader.
+                try readCollectionAnnotation(&r, name, into: &links)
                 return
             }
             sawValue = true
@@ -177,6 +161,11 @@ extension V4JSONReader {
         }
         try reader.expectEnd()
         guard sawValue else { throw reader.error("A collection response needs a 'value' array", .missingValue, at: 0) }
-        return flat ? page : nil
+        guard flat, links.annotations.isEmpty else { return nil }
+        page.context = links.context
+        page.count = links.count
+        page.nextLink = links.nextLink
+        page.deltaLink = links.deltaLink
+        return page
     }
 }

@@ -411,7 +411,7 @@ public struct V4JSONReader: Sendable {
         return DeletedEntity(id: id, reason: reason, properties: properties, context: entity.control.context)
     }
 
-    private func readCollectionAnnotation(_ r: inout JSONReader, _ name: String, into collection: inout EntityCollection) throws(PayloadError) {
+    func readCollectionAnnotation(_ r: inout JSONReader, _ name: String, into collection: inout EntityCollection) throws(PayloadError) {
         guard let control = Self.controlName(name) else {
             let term = name.hasPrefix("@") ? String(name.dropFirst()) : name
             collection.annotations.append(InstanceAnnotation(property: nil, term: term, value: try r.readValue()))
