@@ -317,7 +317,9 @@ public actor OfflineODataProvider {
                 claimed.formUnion(try Self.coveredSets(of: query.query, model: model))
                 claimed.insert(set)
             }
-            let read = try await fetchDefiningQueries(queries.map { ($0, nil) }, model: model, progress: progress, flatPages: true) { page in
+            // Queries that fill an empty set may read their pages as rows.
+            let rowQueries = Set(queries.filter { !(bulkSets[$0.name] ?? []).isEmpty }.map(\.name))
+            let read = try await fetchDefiningQueries(queries.map { ($0, nil) }, model: model, progress: progress, rowQueries: rowQueries) { page in
                 let created = try await ready()
                 self.report(progress, .buildingEntityStore)
                 _ = try await self.applyFirstFill(page, to: created, bulkSets: bulkSets[page.name] ?? [])

@@ -80,9 +80,10 @@ extension OfflineODataProvider {
     /// `onPage`, each page goes to it as soon as it is read and nothing is collected (the
     /// first open streams into the new store this way, so memory stays flat).
     ///
-    /// `flatPages`: pages of queries without `$expand` or streams are read as rows where they
-    /// are flat (see `V4JSONReader.readFlatCollection`); only `onPage` sees them.
-    func fetchDefiningQueries(_ queries: [(OfflineODataDefiningQuery, String?)], model: Model, progress: ProgressReporter, flatPages: Bool = false,
+    /// `rowQueries`: queries whose pages are read as rows where they are flat (see
+    /// `V4JSONReader.readFlatCollection`), unless they have `$expand` or streams; only
+    /// `onPage` sees them. The first open names the queries that fill an empty set.
+    func fetchDefiningQueries(_ queries: [(OfflineODataDefiningQuery, String?)], model: Model, progress: ProgressReporter, rowQueries: Set<String> = [],
                               onPage: ((FetchedQuery) async throws -> Void)? = nil) async throws -> [FetchedQuery] {
         var results: [FetchedQuery] = []
         for (query, deltaLink) in queries {
@@ -91,7 +92,7 @@ extension OfflineODataProvider {
             var result = FetchedQuery(name: query.name, entitySet: set)
             var next: String? = deltaLink ?? query.query
             result.isDelta = deltaLink != nil
-            let flat = flatPages && onPage != nil && !query.automaticallyRetrievesStreams && !model.version.isLegacy
+            let flat = rowQueries.contains(query.name) && onPage != nil && !query.automaticallyRetrievesStreams && !model.version.isLegacy
                 && (try? URLParser(version: .v401).parse(query.query))?.query.expand == nil
             var pages = 0
             // While a page is handed to `onPage`, the next one is already being fetched and
@@ -291,23 +292,14 @@ struct PageApplier: Sendable {
     }
 
     mutating func apply(_ query: FetchedQuery, writer: StoreWriter) throws {
-        if query.flat != nil && !bulkSets.contains(query.entitySet) {
-            // Rows for a set that is not bulk-filled: the general path needs the entities.
-            var general = query
-            general.flat = nil
-            do {
-                general.entities = try model.readCollection(query.raw, entityType: model.entitySet(query.entitySet)?.entityType).entities
-            } catch {
-                throw OfflineODataError(.backend, "Defining query \(query.name): a page is not a valid collection: \(error)")
-            }
-            return try apply(general, writer: writer)
-        }
         queries.insert(query.name)
         read[query.name] = (read[query.name] ?? true) && query.isDelta
         // The first fill of an empty set: plain entities go in with one prepared statement
         // (no per-row lookups); expanded ones take the general path.
         let bulk = bulkSets.contains(query.entitySet)
         if let rows = query.flat {
+            // The fetch reads rows only for queries that fill their set alone (`rowQueries`).
+            guard bulk else { throw OfflineODataError(.store, "Defining query \(query.name): rows for \(query.entitySet), which another query fills") }
             try writer.bulkInsert(rows, into: query.entitySet)
             upserted += rows.entityCount
         } else if bulk {
