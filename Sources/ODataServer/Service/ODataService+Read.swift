@@ -72,19 +72,25 @@ extension ODataService {
         var headers = HTTPHeaders()
         if preferences.maxPageSize != nil { headers["Preference-Applied"] = "odata.maxpagesize=\(pageSize)" }
         let table = try self.table(forPath: request.target, version: request.version)
-        // Flat collections go from rows to JSON without entities in between (the same bytes).
-        if !request.isV2, let table,
-           var page = try await store.queryRows(request.target, pageSize: pageSize, context: "$metadata#" + table.entitySet) {
-            var deltaLink: String?
-            if page.nextLink == nil, preferences.trackChanges {
-                deltaLink = try await self.deltaLink(for: request, table: table)
-                headers["Preference-Applied"] = "odata.track-changes"
+        // Flat V4 collections go from rows to JSON without entities in between (the same bytes).
+        let result: QueryResult
+        if request.isV2 {
+            result = try await store.query(request.target, version: request.version, pageSize: pageSize)
+        } else {
+            switch try await store.queryRows(request.target, version: request.version, pageSize: pageSize, context: table.map { "$metadata#" + $0.entitySet }) {
+            case .rows(var page):
+                var deltaLink: String?
+                if page.nextLink == nil, preferences.trackChanges, let table {
+                    deltaLink = try await self.deltaLink(for: request, table: table)
+                    headers["Preference-Applied"] = "odata.track-changes"
+                }
+                var response = ServiceResponse.json(200, page.writer.finish(nextLink: page.nextLink.map { root + $0 }, deltaLink: deltaLink), version: request.version)
+                response.headers.merge(headers)
+                return response
+            case .result(let answer):
+                result = answer
             }
-            var response = ServiceResponse.json(200, page.writer.finish(nextLink: page.nextLink.map { root + $0 }, deltaLink: deltaLink), version: request.version)
-            response.headers.merge(headers)
-            return response
         }
-        let result = try await store.query(request.target, version: request.version, pageSize: pageSize)
         switch result {
         case .collection(var collection):
             if collection.nextLink == nil, preferences.trackChanges, let table {

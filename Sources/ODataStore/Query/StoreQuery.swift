@@ -21,7 +21,7 @@ extension Store {
     /// next link with `$skiptoken` that resumes where this page stopped.
     public func query(_ url: String, version requested: ODataVersion? = nil, pageSize: Int? = nil) async throws -> QueryResult {
         let schema = self.schema
-        let version: ODataVersion = requested.map { $0 == .v4 ? .v401 : $0 } ?? (schema.model.version.isLegacy ? schema.model.version : .v401)
+        let version = requestVersion(requested)
         let parsed = try URLParser(version: version).parse(url)
         let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
         return try await read { reader in
@@ -32,6 +32,11 @@ extension Store {
 }
 
 extension Store {
+    /// The version requests are parsed with: the one asked for (4.0 read as 4.01), else the model's.
+    func requestVersion(_ requested: ODataVersion?) -> ODataVersion {
+        requested.map { $0 == .v4 ? .v401 : $0 } ?? (schema.model.version.isLegacy ? schema.model.version : .v401)
+    }
+
     /// Like `query`, also returning the SQL statements it ran (for tests).
     func queryTracingSQL(_ url: String, pageSize: Int? = nil) async throws -> (QueryResult, [String]) {
         let schema = self.schema
@@ -144,10 +149,9 @@ struct QueryExecutor {
 
     // MARK: Run
 
-    /// The addressed rows: the path's source, what follows it, and `$filter` and `$search`
-    /// as one condition on `t0`.
-    mutating func addressed() throws -> (Source, ArraySlice<PathSegment>, SQLFragment) {
-        let (source, rest) = try source()
+    /// The rows the request addresses: the source's condition, `$filter` and `$search` as one
+    /// condition on `t0`.
+    mutating func condition(for source: Source) throws -> SQLFragment {
         var conditions = [source.condition]
         if let filter = bound.filter {
             let scope = ExpressionCompiler.Scope(table: source.table, alias: "t0", rootTable: source.table, rootAlias: "t0")
@@ -156,11 +160,12 @@ struct QueryExecutor {
         if let search = parsed.query.search {
             conditions.append(try searchCondition(search, source.table))
         }
-        return (source, rest, SQLFragment.joined(conditions, " AND "))
+        return SQLFragment.joined(conditions, " AND ")
     }
 
     mutating func run(pageSize: Int?) throws -> QueryResult {
-        let (source, rest, whereClause) = try addressed()
+        let (source, rest) = try source()
+        let whereClause = try condition(for: source)
         let fromClause = "\(StoreSchema.quote(source.table.name)) t0"
 
         // Paths that end beyond the entities.
@@ -348,7 +353,7 @@ struct QueryExecutor {
     }
 }
 
-/// One page of a collection read written as V4 JSON by ``Store/queryRows(_:pageSize:format:context:)``.
+/// One page of a collection read written as V4 JSON by ``Store/queryRows(_:version:pageSize:format:context:)``.
 /// Close it with `writer.finish(nextLink:deltaLink:)`.
 public struct RowPage: Sendable {
     /// The payload so far: context, count and the page's entities.
@@ -359,34 +364,50 @@ public struct RowPage: Sendable {
     public var entityCount: Int
 }
 
+/// What ``Store/queryRows(_:version:pageSize:format:context:)`` answers.
+public enum RowQueryAnswer: Sendable {
+    /// A flat collection, written from its rows.
+    case rows(RowPage)
+    /// Any other request, answered as ``Store/query(_:version:pageSize:)`` answers it.
+    case result(QueryResult)
+}
+
 extension Store {
-    /// Answers a collection read straight as V4 JSON, row by row, without building ``Entity``
-    /// values: what a server sending large pages needs. The payload is the one
-    /// `V4JSONWriter` writes for the entities that ``query(_:version:pageSize:)`` returns.
+    /// Answers a read request, writing flat collections straight as V4 JSON, row by row,
+    /// without building ``Entity`` values: what a server sending large pages needs. That
+    /// payload is the one `V4JSONWriter` writes for the entities ``query(_:version:pageSize:)``
+    /// returns.
     ///
-    /// Only requests whose entities are flat take this path: a collection of an entity set
-    /// whose properties are all primitive or enum values (no complex or collection
-    /// properties, no open type), with no `$select`, `$expand`, `$compute` or `$apply`.
-    /// Returns nil for every other request; answer those with `query`.
-    public func queryRows(_ url: String, pageSize: Int? = nil, format: JSONFormat = JSONFormat(), context: String?) async throws -> RowPage? {
+    /// Only requests whose entities are flat take the row path: a V4 collection of an entity
+    /// set whose properties are all primitive or enum values (no complex or collection
+    /// properties, no open type), with no `$select`, `$expand`, `$compute` or `$apply`. Every
+    /// other request is answered as `query` answers it (``RowQueryAnswer/result(_:)``), from the
+    /// same parse of the URL.
+    public func queryRows(_ url: String, version requested: ODataVersion? = nil, pageSize: Int? = nil, format: JSONFormat = JSONFormat(),
+                          context: String?) async throws -> RowQueryAnswer {
         let schema = self.schema
-        guard !schema.model.version.isLegacy else { return nil }
-        let parsed = try URLParser(version: .v401).parse(url)
-        let query = parsed.query
-        guard query.select == nil, query.expand == nil, query.compute == nil, query.apply == nil else { return nil }
+        let version = requestVersion(requested)
+        let parsed = try URLParser(version: version).parse(url)
         let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
+        let query = parsed.query
+        let rowsPossible = !version.isLegacy && query.select == nil && query.expand == nil && query.compute == nil && query.apply == nil
         return try await read { reader in
+            if rowsPossible {
+                var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+                if let page = try executor.runRows(pageSize: pageSize, format: format, context: context) { return .rows(page) }
+            }
             var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
-            return try executor.runRows(pageSize: pageSize, format: format, context: context)
+            return .result(try executor.run(pageSize: pageSize))
         }
     }
 }
 
 extension QueryExecutor {
-    /// See ``Store/queryRows(_:pageSize:format:context:)``.
+    /// The row path of ``Store/queryRows(_:version:pageSize:format:context:)``; nil, before any
+    /// SQL is compiled, for requests that need entities.
     mutating func runRows(pageSize: Int?, format: JSONFormat, context: String?) throws -> RowPage? {
         guard bound.expand.isEmpty, bound.compute.isEmpty else { return nil }
-        let (source, rest, whereClause) = try addressed()
+        let (source, rest) = try source()
         let table = source.table
         guard rest.isEmpty, !source.single, table.collections.isEmpty, table.dynamicTable == nil,
               table.columns.allSatisfy({ column in
@@ -394,7 +415,7 @@ extension QueryExecutor {
                   if case .complexPresence = column.kind { return false }
                   return true
               }) else { return nil }
-        let page = try page(source, whereClause: whereClause, pageSize: pageSize)
+        let page = try page(source, whereClause: try condition(for: source), pageSize: pageSize)
         let q = StoreSchema.quote
         let columns = (["_rowid", "_type", "_etag", "_editLink"] + table.columns.map(\.name)).map { "t0." + q($0) }.joined(separator: ", ")
         let sql = select(columns, page.from, page.whereClause, order: page.order, limit: page.limit, offset: page.offset)
