@@ -47,7 +47,7 @@ import ODataCore
      {"ID":3,"Name":null,"Price":null,"Rating":null,"Weight":null,"Stock":null,"Small":null,"Active":null,"Released":null,"Available":null,"Opens":null,"Warranty":null,"Code":null,"Photo":null,"Color":null,"GroupID":null},
      {"ID":4,"Name":"Big","Price":123456789012345678901234567890,"Rating":1e300,"Weight":3.4e38,"Stock":9223372036854775807,"Small":255,"Active":true,"Released":"9999-12-31T23:59:59.9999999Z","Available":"9999-12-31","Opens":"23:59:59.999","Warranty":"P9999D","Code":"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF","Photo":"/w==","Color":"Red,Green,Blue","GroupID":1},
      {"@odata.type":"#F.SpecialItem","ID":5,"Name":"Special","Note":"only here","Rating":"NaN","Weight":"-INF","GroupID":2},
-     {"ID":6,"Name":"Six","Rating":"INF","Color":"0","GroupID":2}
+     {"ID":6,"Name":"Six \"quoted\"\t\\ \u0001","Rating":"INF","Color":"0","GroupID":2}
     ]}
     """#
 

@@ -76,9 +76,14 @@ public struct V4RowWriter: Sendable {
     /// nothing written) when it is not plain ASCII, which ``value(_:at:)`` then writes. Not
     /// for ``annotatesTypes``.
     public mutating func asciiString(_ utf8: UnsafeBufferPointer<UInt8>, at index: Int) -> Bool {
-        for c in utf8 where c >= 0x80 { return false }
+        var clean = true
+        for c in utf8 {
+            if c >= 0x80 { return false }
+            if c < 0x20 || c == 0x22 || c == 0x5C { clean = false }
+        }
         writer.key(escaped: keys[index])
-        return writer.asciiString(utf8)
+        writer.asciiString(utf8, clean: clean)
+        return true
     }
 
     /// Writes the property `propertyNames[index]` with a primitive value (nil: JSON null).

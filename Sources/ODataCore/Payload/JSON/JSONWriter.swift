@@ -52,24 +52,17 @@ struct JSONWriter {
         return writer.bytes
     }
 
-    /// Writes a string given as ASCII bytes; false (and nothing written) when a byte is not
-    /// ASCII, so that the caller can go through `String`.
-    mutating func asciiString(_ ascii: UnsafeBufferPointer<UInt8>) -> Bool {
-        for c in ascii where c >= 0x80 { return false }
+    /// Writes a string given as ASCII bytes (the caller has checked them); `clean`: no byte
+    /// needs escaping.
+    mutating func asciiString(_ ascii: UnsafeBufferPointer<UInt8>, clean: Bool) {
         beforeValue()
         bytes.append(0x22)
-        var clean = true
-        for c in ascii where c < 0x20 || c == 0x22 || c == 0x5C {
-            clean = false
-            break
-        }
         if clean {
             bytes.append(contentsOf: ascii)
         } else {
             for c in ascii { appendEscaped(c) }
         }
         bytes.append(0x22)
-        return true
     }
 
     private mutating func beforeValue() {
