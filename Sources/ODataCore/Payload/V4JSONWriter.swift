@@ -122,21 +122,16 @@ public struct V4JSONWriter: Sendable {
         writer.objectStart()
         if format.metadata != .none {
             let c = entity.control
-            func member(_ name: String, _ value: String?, _ writer: inout JSONWriter) {
-                guard let value else { return }
-                writer.key(name)
-                writer.string(value)
-            }
-            member("@odata.context", c.context, &writer)
-            member("@odata.type", entity.typeName.map { "#" + $0 }, &writer)
-            member("@odata.id", c.id, &writer)
-            member("@odata.etag", c.etag, &writer)
-            member("@odata.editLink", c.editLink, &writer)
-            member("@odata.readLink", c.readLink, &writer)
-            member("@odata.mediaReadLink", c.mediaReadLink, &writer)
-            member("@odata.mediaEditLink", c.mediaEditLink, &writer)
-            member("@odata.mediaEtag", c.mediaETag, &writer)
-            member("@odata.mediaContentType", c.mediaContentType, &writer)
+            writer.member("@odata.context", c.context)
+            writer.member("@odata.type", entity.typeName.map { "#" + $0 })
+            writer.member("@odata.id", c.id)
+            writer.member("@odata.etag", c.etag)
+            writer.member("@odata.editLink", c.editLink)
+            writer.member("@odata.readLink", c.readLink)
+            writer.member("@odata.mediaReadLink", c.mediaReadLink)
+            writer.member("@odata.mediaEditLink", c.mediaEditLink)
+            writer.member("@odata.mediaEtag", c.mediaETag)
+            writer.member("@odata.mediaContentType", c.mediaContentType)
         }
         if !entity.annotations.isEmpty {
             writeAnnotations(entity.annotations.filter { $0.property == nil }, &writer)

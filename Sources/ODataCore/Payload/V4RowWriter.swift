@@ -33,25 +33,13 @@ public struct V4RowWriter: Sendable {
         writer.arrayStart()
     }
 
-    /// Bytes written so far.
-    public var byteCount: Int { writer.bytes.count }
-
     /// Opens the next entity with its control information (left out at metadata `none`).
     public mutating func beginEntity(typeName: String?, etag: String?, editLink: String?) {
         writer.objectStart()
         guard formatter.format.metadata != .none else { return }
-        if let typeName {
-            writer.key("@odata.type")
-            writer.string("#" + typeName)
-        }
-        if let etag {
-            writer.key("@odata.etag")
-            writer.string(etag)
-        }
-        if let editLink {
-            writer.key("@odata.editLink")
-            writer.string(editLink)
-        }
+        writer.member("@odata.type", typeName.map { "#" + $0 })
+        writer.member("@odata.etag", etag)
+        writer.member("@odata.editLink", editLink)
     }
 
     /// Whether values carry `@odata.type` annotations (metadata `full`): then only
@@ -120,14 +108,8 @@ public struct V4RowWriter: Sendable {
         guard !finished else { return writer.bytes }
         finished = true
         writer.endArray()
-        if let nextLink {
-            writer.key("@odata.nextLink")
-            writer.string(nextLink)
-        }
-        if let deltaLink {
-            writer.key("@odata.deltaLink")
-            writer.string(deltaLink)
-        }
+        writer.member("@odata.nextLink", nextLink)
+        writer.member("@odata.deltaLink", deltaLink)
         writer.endObject()
         return writer.bytes
     }

@@ -79,6 +79,13 @@ struct JSONWriter {
         appendString(s)
     }
 
+    /// Writes the member `"name":"value"` when there is a value.
+    mutating func member(_ name: String, _ value: String?) {
+        guard let value else { return }
+        key(name)
+        string(value)
+    }
+
     mutating func raw(_ text: String) {
         beforeValue()
         bytes.append(contentsOf: text.utf8)
