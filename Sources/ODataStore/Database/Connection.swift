@@ -375,9 +375,6 @@ public final class Statement {
         }
     }
 
-    /// Whether a column of the current row is NULL.
-    public func isNull(_ index: Int) -> Bool { sqlite3_column_type(handle, Int32(index)) == SQLITE_NULL }
-
     /// A column of the current row as an integer, when it holds one.
     public func integer(_ index: Int) -> Int64? {
         guard sqlite3_column_type(handle, Int32(index)) == SQLITE_INTEGER else { return nil }
