@@ -67,6 +67,58 @@ enum StoreFixtures {
         #expect(throws: StoreError.self) { try StoreSchema(model: model, indexes: ["Nope": [["ProductName"]]]) }
     }
 
+    /// The names of a store's indexes.
+    static func indexNames(_ store: Store) async throws -> Set<String> {
+        try await store.read { reader in
+            Set(try reader.connection.query("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL").compactMap { row -> String? in
+                if case .text(let name) = row[0] { return name }
+                return nil
+            })
+        }
+    }
+
+    @Test func lookupIndexesCanBeDeferredAndAreMadeAtTheLatestOnOpen() async throws {
+        let model = try StoreFixtures.model("metadata/v2/northwind-v2-pyodata.xml")
+        let dir = TemporaryDirectory()
+        let lookup: Set<String> = ["es_Products/$fk/CategoryID", "es_Products/$fk/SupplierID", "es_Products/$index0"]
+        // Made at once by default.
+        let eager = try await Store.create(path: dir.path("eager.sqlite"), model: model, key: "k", indexes: ["Products": [["ProductName"]]])
+        #expect(try await Self.indexNames(eager).isSuperset(of: lookup.union(["es_Products/$key"])))
+        eager.close()
+        // Deferred: only the unique indexes, which inserts need; reads work without the others.
+        let path = dir.path("deferred.sqlite")
+        let store = try await Store.create(path: path, model: model, key: "k", indexes: ["Products": [["ProductName"]]], deferringLookupIndexes: true)
+        var names = try await Self.indexNames(store)
+        #expect(names.contains("es_Products/$key"))
+        #expect(names.isDisjoint(with: lookup), "\(names)")
+        try await store.write { writer in
+            try writer.bulkInsert((1...30).map { id in
+                var product = Entity()
+                product["ProductID"] = .primitive(.int32(Int32(id)))
+                product["ProductName"] = .primitive(.string("P\(id)"))
+                product["CategoryID"] = .primitive(.int32(Int32(id % 3)))
+                product["Discontinued"] = .primitive(.boolean(false))
+                return product
+            }, into: "Products")
+        }
+        #expect(try await store.query("Products/$count?$filter=CategoryID eq 1") == .count(10))
+        // Made at the end of the fill, or at the next open when the fill never got there.
+        store.close()
+        let reopened = try await Store.open(path: path, key: "k")
+        names = try await Self.indexNames(reopened)
+        #expect(names.isSuperset(of: lookup), "\(names)")
+        let plan = try await reopened.read { reader in
+            // (A statement first, so that this connection reloads the changed schema.)
+            _ = try reader.connection.query("SELECT count(*) FROM \"es_Products\"")
+            return try reader.connection.query("EXPLAIN QUERY PLAN SELECT _rowid FROM \"es_Products\" WHERE \"CategoryID\" = 1")
+        }.description
+        #expect(plan.contains("es_Products/$fk/CategoryID"), "\(plan)")
+        try await reopened.createLookupIndexes()
+        #expect(try await Self.indexNames(reopened) == names)
+        #expect(try await reopened.query("Products/$count?$filter=CategoryID eq 1") == .count(10))
+        reopened.close()
+    }
+
     @Test func decimalsDatesAndComplexColumnsGetTheirStorage() throws {
         let model = try StoreFixtures.model("metadata/v4/northwind-v4.xml")
         let schema = try StoreSchema(model: model)

@@ -89,6 +89,14 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         let recorder = Recorder()
         let provider = try await fixture.provider(delegate: recorder)
         try await provider.open()
+        // The fill leaves the lookup (foreign-key) indexes to its end, and makes them there.
+        let store = try await provider.openStore()
+        let lookup = store.schema.lookupIndexStatements()
+        #expect(lookup.contains { $0.contains("$fk/") }, "\(lookup)")
+        let indexSQL = try await store.read { reader in try reader.connection.query("SELECT sql FROM sqlite_master WHERE type = 'index'") }
+        for statement in lookup {
+            #expect(indexSQL.contains { row in row.first == .text(statement.replacingOccurrences(of: " IF NOT EXISTS", with: "")) }, "\(statement)")
+        }
         let backendPartners = try await fixture.backend("BusinessPartners/$count")
         let partners = try await provider.read("BusinessPartners/$count")
         #expect(partners == .count(Int64(backendPartners.serialized) ?? -1))

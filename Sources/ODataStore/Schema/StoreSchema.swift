@@ -216,8 +216,14 @@ public struct StoreSchema: Sendable {
         return "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
     }
 
-    /// The statements that create the schema.
+    /// The statements that create the schema: ``tableStatements()`` then
+    /// ``lookupIndexStatements()``.
     public func createStatements() -> [String] {
+        tableStatements() + lookupIndexStatements()
+    }
+
+    /// The tables with their unique indexes (entity keys, local IDs), which inserts need.
+    public func tableStatements() -> [String] {
         var statements: [String] = [
             "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value BLOB)",
         ]
@@ -239,24 +245,47 @@ public struct StoreSchema: Sendable {
                                   + "name TEXT NOT NULL, type TEXT NOT NULL, value, PRIMARY KEY (owner, name))")
             }
             for nav in table.navigation {
+                guard case .linkTable(let name) = nav.relation, let target = self.table(forEntitySet: nav.targetEntitySet) else { continue }
+                statements.append("CREATE TABLE \(q(name)) (source INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
+                                  + "target INTEGER NOT NULL REFERENCES \(q(target.name))(_rowid) ON DELETE CASCADE, PRIMARY KEY (source, target))")
+            }
+        }
+        return statements
+    }
+
+    /// The indexes that only speed up lookups (foreign keys, the target side of link tables,
+    /// the indexes asked for at creation), as `CREATE INDEX IF NOT EXISTS`. A bulk fill of an
+    /// empty store is cheaper without them, building them once at the end: every row would
+    /// otherwise update each of them, in pages spread over the whole index.
+    public func lookupIndexStatements() -> [String] {
+        lookupIndexes().map(\.statement)
+    }
+
+    /// The names of the lookup indexes and the statements that create them.
+    func lookupIndexes() -> [(name: String, statement: String)] {
+        let q = Self.quote
+        var indexes: [(name: String, statement: String)] = []
+        for table in tables {
+            for nav in table.navigation {
                 switch nav.relation {
                 case .foreignKey(let sourceColumns, _):
                     // Index the foreign-key side (unless it is the key, which is indexed already).
-                    if sourceColumns != table.keyColumns {
-                        statements.append("CREATE INDEX IF NOT EXISTS \(q(table.name + "/$fk/" + sourceColumns.joined(separator: ","))) ON \(q(table.name)) (\(sourceColumns.map(q).joined(separator: ", ")))")
+                    let name = table.name + "/$fk/" + sourceColumns.joined(separator: ",")
+                    if sourceColumns != table.keyColumns && !indexes.contains(where: { $0.name == name }) {
+                        indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(table.name)) (\(sourceColumns.map(q).joined(separator: ", ")))"))
                     }
-                case .linkTable(let name):
-                    guard let target = self.table(forEntitySet: nav.targetEntitySet) else { continue }
-                    statements.append("CREATE TABLE \(q(name)) (source INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
-                                      + "target INTEGER NOT NULL REFERENCES \(q(target.name))(_rowid) ON DELETE CASCADE, PRIMARY KEY (source, target))")
-                    statements.append("CREATE INDEX \(q(name + "/$target")) ON \(q(name)) (target, source)")
+                case .linkTable(let linkTable):
+                    guard self.table(forEntitySet: nav.targetEntitySet) != nil else { continue }
+                    let name = linkTable + "/$target"
+                    indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(linkTable)) (target, source)"))
                 }
             }
         }
         for (index, extra) in extraIndexes.enumerated() {
-            statements.append("CREATE INDEX \(Self.quote(extra.table + "/$index\(index)")) ON \(Self.quote(extra.table)) (\(extra.columns.map(Self.quote).joined(separator: ", ")))")
+            let name = extra.table + "/$index\(index)"
+            indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(extra.table)) (\(extra.columns.map(q).joined(separator: ", ")))"))
         }
-        return statements
+        return indexes
     }
 }
 

@@ -16,7 +16,12 @@ public final class Store: Sendable {
     }
 
     /// Creates a new store at `path` for `model` (the file must not exist yet).
-    public static func create(path: String, model: Model, key: String? = nil, indexes: [String: [[String]]] = [:]) async throws -> Store {
+    ///
+    /// With `deferringLookupIndexes`, the indexes that only speed up lookups (foreign keys, link
+    /// targets, `indexes`) are left out until ``createLookupIndexes()``: a bulk fill of the new
+    /// store is then cheaper. ``open(path:key:)`` creates any that are still missing.
+    public static func create(path: String, model: Model, key: String? = nil, indexes: [String: [[String]]] = [:],
+                              deferringLookupIndexes: Bool = false) async throws -> Store {
         guard !FileManager.default.fileExists(atPath: path) else {
             throw StoreError(.conflict, "\(path) already exists")
         }
@@ -24,7 +29,7 @@ public final class Store: Sendable {
         let pool = try DatabasePool(path: path, key: key)
         let modelData = try JSONEncoder().encode(model)
         let indexData = try JSONEncoder().encode(indexes)
-        let statements = schema.createStatements()
+        let statements = deferringLookupIndexes ? schema.tableStatements() : schema.createStatements()
         try await pool.write { db in
             for statement in statements { try db.execute(statement) }
             try db.execute("INSERT INTO store_meta (key, value) VALUES (?, ?)", [.text("model"), .blob(Array(modelData))])
@@ -57,7 +62,18 @@ public final class Store: Sendable {
             }
             let model = try JSONDecoder().decode(Model.self, from: Data(modelBytes))
             let indexes = try indexBytes.map { try JSONDecoder().decode([String: [[String]]].self, from: Data($0)) } ?? [:]
-            return Store(schema: try StoreSchema(model: model, indexes: indexes), pool: pool)
+            let store = Store(schema: try StoreSchema(model: model, indexes: indexes), pool: pool)
+            // A store created with deferred indexes whose fill never finished.
+            let present = try await pool.read { db in
+                Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'index'").compactMap { row -> String? in
+                    if case .text(let name) = row[0] { return name }
+                    return nil
+                })
+            }
+            if store.schema.lookupIndexes().contains(where: { !present.contains($0.name) }) {
+                try await store.createLookupIndexes()
+            }
+            return store
         } catch {
             pool.close()
             throw error
@@ -66,6 +82,15 @@ public final class Store: Sendable {
 
     /// Closes the store's connections.
     public func close() { pool.close() }
+
+    /// Creates the lookup indexes a store made with `deferringLookupIndexes` left out (those
+    /// that exist already are kept), in one transaction.
+    public func createLookupIndexes() async throws {
+        let statements = schema.lookupIndexStatements()
+        try await pool.write { db in
+            for statement in statements { try db.execute(statement) }
+        }
+    }
 
     /// Runs `body` in one write transaction: every change in it is applied, or none.
     public func write<T: Sendable>(_ body: @escaping @Sendable (StoreWriter) throws -> T) async throws -> T {

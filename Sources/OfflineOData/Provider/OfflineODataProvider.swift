@@ -300,7 +300,9 @@ public actor OfflineODataProvider {
         // the store is made while the first page is fetched, and waited for before that page
         // is stored.
         let key = parameters.storeEncryptionKey
-        let creating = Task { try await Store.create(path: path, model: model, key: key) }
+        // The lookup indexes (foreign keys) are built once, after the last page: updating them
+        // row by row costs a fifth of the inserts' time.
+        let creating = Task { try await Store.create(path: path, model: model, key: key, deferringLookupIndexes: true) }
         let queries = definingQueries
         let root = serviceRoot
         newStore = nil
@@ -330,6 +332,7 @@ public actor OfflineODataProvider {
             let pages = read.reduce(0) { $0 + $1.pages }
             let entities = read.reduce(0) { $0 + $1.received }
             try await logEvent(in: created, type: "Open", details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
+            try await created.createLookupIndexes()
             try await created.setDurableCommits(true)
             try await created.write { writer in _ = try writer.connection.execute("DELETE FROM oo_meta WHERE key = 'filling'") }
             store = created
