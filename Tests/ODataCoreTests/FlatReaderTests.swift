@@ -45,6 +45,8 @@ import Testing
         let rows = try #require(try reader.readFlatCollection(bytes, entityType: "F.Item"))
         #expect(rows.propertyNames == ["ID", "Name", "Price", "Stock", "Released", "Code", "Color", "Active", "GroupID"])
         #expect(rows.entityCount == 3)
+        // Every row has every property, also when they come out of order (row 2) or are left out.
+        #expect(rows.values.count == 3 * rows.propertyNames.count)
         #expect(rows.context == "$metadata#Items" && rows.count == 3)
         #expect(rows.nextLink == "Items?$skiptoken=3" && rows.deltaLink == "Items?$deltatoken=9")
         #expect(rows.etags == ["W/\"a\"", nil, nil])

@@ -68,7 +68,6 @@ extension V4JSONReader {
         }
         guard members.entries.count <= 64 else { return nil }
         let width = names.count
-        let nullRow = [Value](repeating: .null, count: width)
         var page = FlatCollection(propertyNames: names, values: [], etags: [], editLinks: [], entityType: entityType)
         var reader = JSONReader(bytes)
         reader.trackPath = trackPath
@@ -95,7 +94,9 @@ extension V4JSONReader {
                 guard r.peek() == UInt8(ascii: "{") else { throw r.error("A collection element must be an object", .unexpectedValue) }
                 let start = r.i
                 let base = page.values.count
-                page.values.append(contentsOf: nullRow)
+                // Properties usually come in the type's order: each is appended, with nulls
+                // only for the ones left out; one out of order overwrites its null.
+                var filled = 0
                 var etag: String?
                 var editLink: String?
                 var seen: UInt64 = 0
@@ -114,7 +115,17 @@ extension V4JSONReader {
                             try r.skipValue()
                             return
                         }
-                        page.values[base + slot] = try readTyped(&r, kinds[slot], &context)
+                        let value = try readTyped(&r, kinds[slot], &context)
+                        if slot < filled {
+                            page.values[base + slot] = value
+                        } else {
+                            while filled < slot {
+                                page.values.append(.null)
+                                filled += 1
+                            }
+                            page.values.append(value)
+                            filled += 1
+                        }
                         properties += 1
                         return
                     }
@@ -144,6 +155,10 @@ extension V4JSONReader {
                     // general reader.
                     if !(name.hasSuffix("@odata.navigationLink") || name.hasSuffix("@odata.associationLink")) { flat = false }
                     try r.skipValue()
+                }
+                while filled < width {
+                    page.values.append(.null)
+                    filled += 1
                 }
                 // An element without properties is a reference (or a deleted entity).
                 if properties == 0 { flat = false }

@@ -45,17 +45,21 @@ public struct GuidValue: Sendable, Hashable, Comparable, Codable, CustomStringCo
         return GuidValue(UUID(uuid: raw))
     }
     public var description: String {
-        let digits: [UInt8] = Array("0123456789abcdef".utf8)
         var text: [UInt8] = []
         text.reserveCapacity(36)
+        appendText(to: &text)
+        return String(decoding: text, as: UTF8.self)
+    }
+    /// Appends the lowercase `8-4-4-4-12` text (``description``) to `bytes`.
+    public func appendText(to bytes: inout [UInt8]) {
         withUnsafeBytes(of: uuid.uuid) { raw in
-            for (k, byte) in raw.enumerated() {
-                if k == 4 || k == 6 || k == 8 || k == 10 { text.append(UInt8(ascii: "-")) }
-                text.append(digits[Int(byte >> 4)])
-                text.append(digits[Int(byte & 0x0F)])
+            for k in 0..<16 {
+                if k == 4 || k == 6 || k == 8 || k == 10 { bytes.append(UInt8(ascii: "-")) }
+                let high = raw[k] >> 4, low = raw[k] & 0x0F
+                bytes.append(high < 10 ? UInt8(ascii: "0") + high : UInt8(ascii: "a") - 10 + high)
+                bytes.append(low < 10 ? UInt8(ascii: "0") + low : UInt8(ascii: "a") - 10 + low)
             }
         }
-        return String(decoding: text, as: UTF8.self)
     }
     public static func < (a: GuidValue, b: GuidValue) -> Bool { a.description < b.description }
 }

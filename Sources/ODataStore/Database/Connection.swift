@@ -307,6 +307,24 @@ public final class Statement {
         }
     }
 
+    /// Binds UTF-8 `bytes` as text (`blob` false) or as a blob at a 1-based position;
+    /// SQLite copies them.
+    public func bind(bytes: [UInt8], asBlob blob: Bool = false, at position: Int32) throws(DatabaseError) {
+        let status = bytes.withUnsafeBufferPointer { buffer -> Int32 in
+            // An empty value still needs a non-null pointer, or SQLite binds NULL.
+            let count = Int32(buffer.count)
+            if blob {
+                guard let base = buffer.baseAddress, count > 0 else { return sqlite3_bind_zeroblob(handle, position, 0) }
+                return sqlite3_bind_blob(handle, position, base, count, csqlcipher_transient())
+            }
+            return buffer.withMemoryRebound(to: CChar.self) { chars in
+                guard let base = chars.baseAddress, count > 0 else { return sqlite3_bind_text(handle, position, "", 0, csqlcipher_transient()) }
+                return sqlite3_bind_text(handle, position, base, count, csqlcipher_transient())
+            }
+        }
+        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+    }
+
     /// Binds one value at a 1-based position.
     public func bind(_ value: DatabaseValue, at position: Int32) throws(DatabaseError) {
         let status: Int32

@@ -54,6 +54,36 @@ public enum ValueStorage {
         }
     }
 
+    /// Binds the stored form of `value` (what ``encode(_:)`` gives) at `position`, without
+    /// making a ``DatabaseValue`` first: text and blobs are written into `scratch`, a buffer
+    /// the caller reuses from value to value.
+    public static func bind(_ value: PrimitiveValue, to statement: Statement, at position: Int32, scratch: inout [UInt8]) throws(DatabaseError) {
+        switch value {
+        case .boolean(let b): try statement.bind(.integer(b ? 1 : 0), at: position)
+        case .byte(let v): try statement.bind(.integer(Int64(v)), at: position)
+        case .sbyte(let v): try statement.bind(.integer(Int64(v)), at: position)
+        case .int16(let v): try statement.bind(.integer(Int64(v)), at: position)
+        case .int32(let v): try statement.bind(.integer(Int64(v)), at: position)
+        case .int64(let v): try statement.bind(.integer(v), at: position)
+        case .double(let v): try statement.bind(.real(v), at: position)
+        case .string(let s): try statement.bind(.text(s), at: position)
+        case .guid(let g):
+            scratch.removeAll(keepingCapacity: true)
+            g.appendText(to: &scratch)
+            try statement.bind(bytes: scratch, at: position)
+        case .dateTimeOffset(let d):
+            scratch.removeAll(keepingCapacity: true)
+            appendInstantAndOffset(d, to: &scratch)
+            try statement.bind(bytes: scratch, at: position)
+        case .decimal(let d):
+            scratch.removeAll(keepingCapacity: true)
+            appendDecimal(d, to: &scratch)
+            try statement.bind(bytes: scratch, asBlob: true, at: position)
+        default:
+            try statement.bind(encode(value), at: position)
+        }
+    }
+
     /// The order key of a DateTimeOffset: its UTC instant only (what `=` and `<` compare).
     public static func instantKey(_ value: DateTimeOffsetValue) -> String { instantText(value) }
 
@@ -102,9 +132,13 @@ public enum ValueStorage {
     static func instantAndOffsetText(_ d: DateTimeOffsetValue) -> String {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(instantLength + 6)
+        appendInstantAndOffset(d, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    static func appendInstantAndOffset(_ d: DateTimeOffsetValue, to bytes: inout [UInt8]) {
         appendInstant(d, to: &bytes)
         Digits.appendOffset(d.offsetMinutes, usesZ: d.usesZ, to: &bytes)
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     static func appendInstant(_ d: DateTimeOffsetValue, to bytes: inout [UInt8]) {
@@ -138,7 +172,17 @@ public enum ValueStorage {
     /// 2^31 (big-endian) and the significant digits; for negatives everything complemented and a
     /// terminator, so that byte order is numeric order.
     static func encodeDecimal(_ d: DecimalValue) -> [UInt8] {
-        if d.isZero { return [2] }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(d.digits.utf8.count + 6)
+        appendDecimal(d, to: &bytes)
+        return bytes
+    }
+
+    static func appendDecimal(_ d: DecimalValue, to bytes: inout [UInt8]) {
+        if d.isZero {
+            bytes.append(2)
+            return
+        }
         let digits = d.digits.utf8
         var count = digits.count
         var exponent = d.exponent
@@ -153,13 +197,11 @@ public enum ValueStorage {
         }
         // value = 0.d1d2… × 10^e with e = exponent + count
         let e = Int64(exponent + count)
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(count + 6)
         if !d.negative {
             bytes.append(3)
             appendBigEndian(UInt32(clamping: e + Int64(Int32.max) + 1), to: &bytes)
             bytes.append(contentsOf: digits[digits.startIndex..<index])
-            return bytes
+            return
         }
         bytes.append(1)
         appendBigEndian(UInt32(clamping: Int64(Int32.max) + 1 - e), to: &bytes)
@@ -168,7 +210,6 @@ public enum ValueStorage {
             bytes.append(UInt8(ascii: "9") - (digit - UInt8(ascii: "0")) + UInt8(ascii: "0"))
         }
         bytes.append(0xFF)
-        return bytes
     }
 
     static func appendBigEndian(_ value: UInt32, to bytes: inout [UInt8]) {

@@ -93,27 +93,39 @@ public struct StoreWriter {
         }
         let statement = try db.statement(insertSQL(table))
         let width = page.propertyNames.count
-        var values: [DatabaseValue] = []
-        values.reserveCapacity(Self.insertBookkeeping.count + table.columns.count)
         let typeName = DatabaseValue.text(page.entityType)
+        let first = Int32(Self.insertBookkeeping.count + 1)
+        // Each value is bound as it is stored, without a DatabaseValue in between where it
+        // can (the same stored form: `encode` for everything else).
+        var scratch: [UInt8] = []
+        scratch.reserveCapacity(64)
         for row in 0..<page.entityCount {
-            statement.reset()
-            values.removeAll(keepingCapacity: true)
-            values.append(typeName)
-            values.append(page.etags[row].map { .text($0) } ?? .null)
-            values.append(page.editLinks[row].map { .text($0) } ?? .null)
-            values.append(.null)
-            values.append(.integer(0))
-            values.append(.integer(0))
             let base = row * width
-            for (column, source) in zip(table.columns, sources) {
-                guard let source else {
-                    values.append(.null)
-                    continue
+            do {
+                statement.reset()
+                try statement.bind(typeName, at: 1)
+                try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2)
+                try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3)
+                try statement.bind(.null, at: 4)
+                try statement.bind(.integer(0), at: 5)
+                try statement.bind(.integer(0), at: 6)
+                for (offset, (column, source)) in zip(table.columns, sources).enumerated() {
+                    let position = first + Int32(offset)
+                    guard let source else {
+                        try statement.bind(.null, at: position)
+                        continue
+                    }
+                    let value = page.values[base + source]
+                    if case .primitive(let type) = column.kind, case .primitive(let primitive) = value, primitive.type == type {
+                        try ValueStorage.bind(primitive, to: statement, at: position, scratch: &scratch)
+                    } else {
+                        try statement.bind(try encode(value, for: column), at: position)
+                    }
                 }
-                values.append(try encode(page.values[base + source], for: column))
+                while try statement.step() {}
+            } catch let failure as DatabaseError where failure.code == .constraint {
+                throw StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
             }
-            try run(statement, values, into: table)
         }
     }
 
