@@ -46,8 +46,8 @@ import ODataCore
      {"ID":2,"Name":"","Price":-0.001,"Rating":-1e-7,"Weight":0,"Stock":-5,"Small":0,"Active":false,"Released":"1999-12-31T23:59:59Z","Available":"0001-01-01","Opens":"00:00:00","Warranty":"-PT0.5S","Code":"00000000-0000-0000-0000-000000000000","Photo":"","Color":"Green","GroupID":2},
      {"ID":3,"Name":null,"Price":null,"Rating":null,"Weight":null,"Stock":null,"Small":null,"Active":null,"Released":null,"Available":null,"Opens":null,"Warranty":null,"Code":null,"Photo":null,"Color":null,"GroupID":null},
      {"ID":4,"Name":"Big","Price":123456789012345678901234567890,"Rating":1e300,"Weight":3.4e38,"Stock":9223372036854775807,"Small":255,"Active":true,"Released":"9999-12-31T23:59:59.9999999Z","Available":"9999-12-31","Opens":"23:59:59.999","Warranty":"P9999D","Code":"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF","Photo":"/w==","Color":"Red,Green,Blue","GroupID":1},
-     {"@odata.type":"#F.SpecialItem","ID":5,"Name":"Special","Note":"only here","Rating":"NaN","Weight":"-INF","GroupID":2},
-     {"ID":6,"Name":"Six \"quoted\"\t\\ \u0001","Rating":"INF","Color":"0","GroupID":2}
+     {"@odata.type":"#F.SpecialItem","ID":5,"Name":"Special","Note":"only here","Price":-1234.5,"Rating":"NaN","Weight":"-INF","Released":"2024-02-29T12:00:00-00:00","GroupID":2},
+     {"ID":6,"Name":"Six \"quoted\"\t\\ \u0001","Price":0,"Rating":"INF","Released":"0001-01-01T00:00:00.5000000+00:00","Color":"0","GroupID":2}
     ]}
     """#
 

@@ -55,6 +55,93 @@ import ODataCore
 
     /// The stored forms are part of the file format: stores written by earlier versions must
     /// still read and compare the same way.
+    /// The row path writes stored decimals and dates as text without decoding them: the text
+    /// must be what decoding and formatting give, and damaged stored forms must go the
+    /// general way (or give the same text), never crash.
+    @Test func storedDecimalsAndInstantsWrittenInPlaceMatchTheirDecodedText() throws {
+        var g = SystemRandomNumberGenerator()
+        var decimals = (0..<2_000).map { _ in Self.randomDecimal(&g) }
+        decimals += ["0", "0.00", "1200", "-1200", "0.001", "-0.001", "1e40", "-123.4500"].compactMap(DecimalValue.init)
+        for decimal in decimals {
+            guard case .blob(let blob) = ValueStorage.encode(.decimal(decimal)),
+                  case .decimal(let decoded)? = try ValueStorage.decode(.blob(blob), as: .decimal) else {
+                Issue.record("\(decimal)")
+                continue
+            }
+            let text = blob.withUnsafeBufferPointer { buffer -> String? in
+                guard let stored = ValueStorage.StoredDecimal(buffer) else { return nil }
+                var bytes: [UInt8] = []
+                stored.append(to: &bytes)
+                return String(decoding: bytes, as: UTF8.self)
+            }
+            #expect(text == decoded.description, "\(decimal)")
+        }
+        var instants = (0..<2_000).map { _ in Self.randomDateTimeOffset(&g) }
+        instants += (0..<500).map { _ in
+            var value = Self.randomDateTimeOffset(&g)
+            value.offsetMinutes = [0, nil].randomElement(using: &g) ?? 0
+            value.usesZ = Bool.random(using: &g)
+            return value
+        }
+        var plain = 0
+        for instant in instants {
+            guard case .text(let text) = ValueStorage.encode(.dateTimeOffset(instant)),
+                  case .dateTimeOffset(let decoded)? = try ValueStorage.decode(.text(text), as: .dateTimeOffset) else {
+                Issue.record("\(instant)")
+                continue
+            }
+            var expected: [UInt8] = []
+            decoded.append(to: &expected)
+            var stored = Array(text.utf8)
+            let written = stored.withUnsafeMutableBufferPointer { buffer -> [UInt8]? in
+                let text = UnsafeBufferPointer(buffer)
+                guard ValueStorage.isPlainInstant(text) else { return nil }
+                var bytes: [UInt8] = []
+                ValueStorage.appendPlainInstant(text, to: &bytes)
+                return bytes
+            }
+            if let written {
+                plain += 1
+                #expect(written == expected, "\(text)")
+            } else {
+                #expect(instant.offsetMinutes != 0 && instant.offsetMinutes != nil || instant.date.year < 0, "\(text) should be written in place")
+            }
+            // A damaged byte: in place only when decoding gives the same text.
+            stored[Int.random(in: 0..<stored.count, using: &g)] = UInt8.random(in: 0...255, using: &g)
+            let damaged = stored.withUnsafeBufferPointer { text -> [UInt8]? in
+                guard ValueStorage.isPlainInstant(text) else { return nil }
+                var bytes: [UInt8] = []
+                ValueStorage.appendPlainInstant(text, to: &bytes)
+                return bytes
+            }
+            if let damaged {
+                var again: [UInt8] = []
+                guard let text = String(validating: stored, as: UTF8.self),
+                      case .dateTimeOffset(let decoded)? = try? ValueStorage.decode(.text(text), as: .dateTimeOffset) else {
+                    Issue.record("a damaged instant was written in place but does not decode")
+                    continue
+                }
+                decoded.append(to: &again)
+                #expect(damaged == again)
+            }
+        }
+        #expect(plain > 400)
+        for _ in 0..<3_000 {
+            let blob = (0..<Int.random(in: 0...12, using: &g)).map { _ in [1, 2, 3, 0xFF, 48, 57, 100, 105, 0x80, 0].randomElement(using: &g) ?? 0 } as [UInt8]
+            blob.withUnsafeBufferPointer { buffer in
+                guard let stored = ValueStorage.StoredDecimal(buffer) else { return }
+                var bytes: [UInt8] = []
+                stored.append(to: &bytes)
+                let decoded = try? ValueStorage.decode(.blob(blob), as: .decimal)
+                guard case .decimal(let value)? = decoded else {
+                    Issue.record("\(blob) was written in place but does not decode")
+                    return
+                }
+                #expect(String(decoding: bytes, as: UTF8.self) == value.description, "\(blob)")
+            }
+        }
+    }
+
     @Test func storedFormsAreStable() throws {
         #expect(ValueStorage.encode(.decimal(DecimalValue("1.50")!)) == .blob([3, 0x80, 0, 0, 1, 49, 53]))
         #expect(ValueStorage.encode(.decimal(DecimalValue("-1.5")!)) == .blob([1, 0x7F, 0xFF, 0xFF, 0xFF, 104, 100, 0xFF]))

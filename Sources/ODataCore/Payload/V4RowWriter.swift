@@ -74,6 +74,22 @@ public struct V4RowWriter: Sendable {
         return true
     }
 
+    /// Writes the property `propertyNames[index]` with a Decimal whose plain notation
+    /// (``DecimalValue/description``) `append` writes: a JSON number, or a string when
+    /// IEEE754Compatible. Not for ``annotatesTypes``.
+    public mutating func decimal(at index: Int, _ append: (inout [UInt8]) -> Void) {
+        writer.key(escaped: keys[index])
+        if formatter.format.ieee754Compatible { writer.plainString(append) } else { writer.rawBytes(append) }
+    }
+
+    /// Writes the property `propertyNames[index]` with a date, time or duration whose text
+    /// (digits and separators only, nothing to escape) `append` writes. Not for
+    /// ``annotatesTypes``.
+    public mutating func temporal(at index: Int, _ append: (inout [UInt8]) -> Void) {
+        writer.key(escaped: keys[index])
+        writer.plainString(append)
+    }
+
     /// Writes the property `propertyNames[index]` with a primitive value (nil: JSON null).
     public mutating func value(_ value: PrimitiveValue?, at index: Int) {
         guard let value else {

@@ -244,7 +244,7 @@ package enum Digits {
         }
         let count = max(digits, width)
         let start = bytes.count
-        bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: count))
+        for _ in 0..<count { bytes.append(UInt8(ascii: "0")) }
         var rest = value
         var index = start + count - 1
         while rest > 0 {

@@ -408,6 +408,15 @@ public final class Statement {
         return body(UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(handle, i))))
     }
 
+    /// Hands a blob column of the current row to `body` without copying it; nil when the
+    /// column is not a blob. The bytes are valid only inside `body`.
+    public func withBlob<R>(_ index: Int, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R? {
+        let i = Int32(index)
+        guard sqlite3_column_type(handle, i) == SQLITE_BLOB else { return nil }
+        guard let blob = sqlite3_column_blob(handle, i) else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
+        return body(UnsafeBufferPointer(start: blob.assumingMemoryBound(to: UInt8.self), count: Int(sqlite3_column_bytes(handle, i))))
+    }
+
     /// Every column of the current row.
     public func row() -> [DatabaseValue] { (0..<columnCount).map(column) }
 }

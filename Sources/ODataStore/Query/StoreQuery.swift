@@ -466,7 +466,8 @@ extension QueryExecutor {
 
 extension QueryExecutor {
     /// Writes the common column kinds from the row without building values: integers in
-    /// range, Booleans and ASCII strings. False when the general decoding must write it.
+    /// range, Booleans, ASCII strings, GUIDs, decimals and dates in their usual stored forms.
+    /// False when the general decoding must write it.
     static func writeDirectly(_ column: StoreSchema.Column, statement: Statement, at index: Int, to writer: inout V4RowWriter) -> Bool {
         let position = index + 4
         guard case .primitive(let type) = column.kind else { return false }
@@ -480,6 +481,18 @@ extension QueryExecutor {
                     (offset == 8 || offset == 13 || offset == 18 || offset == 23) ? c == 0x2D : (c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66)
                 }) else { return false }
                 return writer.asciiString(text, at: index)
+            } ?? false
+        case .decimal:
+            return statement.withBlob(position) { blob in
+                guard let stored = ValueStorage.StoredDecimal(blob) else { return false }
+                writer.decimal(at: index) { stored.append(to: &$0) }
+                return true
+            } ?? false
+        case .dateTimeOffset, .dateTime:
+            return statement.withText(position) { text in
+                guard ValueStorage.isPlainInstant(text) else { return false }
+                writer.temporal(at: index) { ValueStorage.appendPlainInstant(text, to: &$0) }
+                return true
             } ?? false
         case .boolean:
             guard let value = statement.integer(position) else { return false }

@@ -391,3 +391,114 @@ public enum ValueStorage {
                              minutes: Int(magnitude / 60 % 60), seconds: Int(magnitude % 60), fraction: fraction)
     }
 }
+
+// MARK: Stored forms as payload text
+
+extension ValueStorage {
+    /// A stored Decimal read in place, for writing its plain notation without a
+    /// ``DecimalValue``: the text is the one `decode` then `DecimalValue.description` give.
+    /// Only the canonical stored form is taken (nil otherwise, and the general decoding reads it).
+    struct StoredDecimal {
+        let blob: UnsafeBufferPointer<UInt8>
+        let negative: Bool
+        /// Where the significant digits are in `blob` (complemented when negative).
+        let digits: Range<Int>
+        /// value = digits × 10^exponent
+        let exponent: Int
+
+        init?(_ blob: UnsafeBufferPointer<UInt8>) {
+            self.blob = blob
+            guard let sign = blob.first else { return nil }
+            if sign == 2 {
+                guard blob.count == 1 else { return nil }
+                negative = false
+                digits = 0..<0
+                exponent = 0
+                return
+            }
+            guard sign == 1 || sign == 3, blob.count >= 6 else { return nil }
+            negative = sign == 1
+            let end = negative ? blob.count - 1 : blob.count
+            guard end > 5, !negative || blob[end] == 0xFF else { return nil }
+            for index in 5..<end {
+                let digit = negative ? 153 &- blob[index] : blob[index]
+                guard digit >= UInt8(ascii: "0"), digit <= UInt8(ascii: "9") else { return nil }
+            }
+            // No leading zero (the stored form never has one).
+            guard (negative ? 153 &- blob[5] : blob[5]) != UInt8(ascii: "0") else { return nil }
+            let biased = Int64(blob[1]) << 24 | Int64(blob[2]) << 16 | Int64(blob[3]) << 8 | Int64(blob[4])
+            let e = negative ? Int64(Int32.max) + 1 - biased : biased - Int64(Int32.max) - 1
+            guard abs(e) <= 1_000 else { return nil }
+            digits = 5..<end
+            exponent = Int(e) - (end - 5)
+        }
+
+        /// Appends the plain notation (`-12.5`, `0.001`, `1200`).
+        func append(to bytes: inout [UInt8]) {
+            guard !digits.isEmpty else {
+                bytes.append(UInt8(ascii: "0"))
+                return
+            }
+            if negative { bytes.append(UInt8(ascii: "-")) }
+            let count = digits.count
+            func appendDigits(_ range: Range<Int>) {
+                for index in range { bytes.append(negative ? 153 &- blob[index] : blob[index]) }
+            }
+            if exponent >= 0 {
+                appendDigits(digits)
+                for _ in 0..<exponent { bytes.append(UInt8(ascii: "0")) }
+                return
+            }
+            let scale = -exponent
+            if count > scale {
+                appendDigits(digits.lowerBound..<(digits.upperBound - scale))
+                bytes.append(UInt8(ascii: "."))
+                appendDigits((digits.upperBound - scale)..<digits.upperBound)
+            } else {
+                bytes.append(UInt8(ascii: "0"))
+                bytes.append(UInt8(ascii: "."))
+                for _ in 0..<(scale - count) { bytes.append(UInt8(ascii: "0")) }
+                appendDigits(digits)
+            }
+        }
+    }
+
+    /// Whether a stored DateTimeOffset or DateTime can be written as payload text by
+    /// ``appendPlainInstant(_:to:)``: a valid stored value of a year from 0 to 9999 whose
+    /// offset is none, `Z` or `+00:00` (its local time is the stored UTC time). Others go
+    /// through `decode`.
+    static func isPlainInstant(_ text: UnsafeBufferPointer<UInt8>) -> Bool {
+        switch text.count {
+        case instantLength: break
+        case instantLength + 1: guard text[instantLength] == UInt8(ascii: "Z") else { return false }
+        case instantLength + 6:
+            guard text[instantLength] == UInt8(ascii: "+"), text[instantLength + 1] == UInt8(ascii: "0"), text[instantLength + 2] == UInt8(ascii: "0"),
+                  text[instantLength + 3] == UInt8(ascii: ":"), text[instantLength + 4] == UInt8(ascii: "0"),
+                  text[instantLength + 5] == UInt8(ascii: "0") else { return false }
+        default: return false
+        }
+        guard text[6] == UInt8(ascii: "-"), text[9] == UInt8(ascii: "-"), text[12] == UInt8(ascii: "T"),
+              text[15] == UInt8(ascii: ":"), text[18] == UInt8(ascii: ":"), text[21] == UInt8(ascii: "."),
+              let biasedYear = number(text, 0, 6), let month = number(text, 7, 2), let day = number(text, 10, 2),
+              let hour = number(text, 13, 2), let minute = number(text, 16, 2), let second = number(text, 19, 2),
+              number(text, 22, 12) != nil else { return false }
+        let year = biasedYear - 100_000
+        guard (0...9999).contains(year), (1...12).contains(month), hour < 24, minute < 60, second < 60 else { return false }
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+        let days = month == 2 ? (leap ? 29 : 28) : (month == 4 || month == 6 || month == 9 || month == 11 ? 30 : 31)
+        return (1...days).contains(day)
+    }
+
+    /// Appends the payload text of a stored value that ``isPlainInstant(_:)`` accepted: the
+    /// text `decode` then `DateTimeOffsetValue` write (`2024-01-31T08:00:00.5Z`).
+    static func appendPlainInstant(_ text: UnsafeBufferPointer<UInt8>, to bytes: inout [UInt8]) {
+        // `YYYY-MM-DDTHH:MM:SS` (the year without its bias of 100000).
+        for index in 2..<21 { bytes.append(text[index]) }
+        var end = instantLength
+        while end > 22, text[end - 1] == UInt8(ascii: "0") { end -= 1 }
+        if end > 22 {
+            for index in 21..<end { bytes.append(text[index]) }
+        }
+        for index in instantLength..<text.count { bytes.append(text[index]) }
+    }
+}

@@ -105,6 +105,12 @@ struct JSONWriter {
         bytes.append(0x22)
     }
 
+    /// Writes JSON text (a number) that `append` writes as bytes.
+    mutating func rawBytes(_ append: (inout [UInt8]) -> Void) {
+        beforeValue()
+        append(&bytes)
+    }
+
     mutating func bool(_ b: Bool) { raw(b ? "true" : "false") }
     mutating func null() { raw("null") }
 
