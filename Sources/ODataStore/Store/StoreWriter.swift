@@ -34,6 +34,14 @@ public struct StoreWriter {
         return sql
     }
 
+    /// The `_type` of a row: NULL for the entity set's own type (which is what NULL reads
+    /// as), the name of a derived type otherwise. Most rows are of the set's type, and a
+    /// qualified name repeated in every row only makes the table larger.
+    static func storedType(_ typeName: String?, in table: StoreSchema.EntityTable) -> DatabaseValue {
+        guard let typeName, typeName != table.entityType else { return .null }
+        return .text(typeName)
+    }
+
     func table(_ entitySet: String) throws(StoreError) -> StoreSchema.EntityTable {
         guard let table = schema.table(forEntitySet: entitySet) else { throw StoreError(.unknownEntitySet, "No entity set \(entitySet)") }
         return table
@@ -93,7 +101,7 @@ public struct StoreWriter {
         }
         let statement = try db.statement(insertSQL(table))
         let width = page.propertyNames.count
-        let typeName = DatabaseValue.text(page.entityType)
+        let typeName = Self.storedType(page.entityType, in: table)
         let first = Int32(Self.insertBookkeeping.count + 1)
         // Each value is bound as it is stored, without a DatabaseValue in between where it
         // can (the same stored form: `encode` for everything else).
@@ -149,7 +157,7 @@ public struct StoreWriter {
     private func insertRow(_ entity: Entity, table: StoreSchema.EntityTable, statement: Statement, bookkeeping: Bookkeeping,
                            values: inout [DatabaseValue]) throws -> Int64 {
         values.removeAll(keepingCapacity: true)
-        values.append(entity.typeName.map { .text($0) } ?? .null)
+        values.append(Self.storedType(entity.typeName, in: table))
         values.append(entity.control.etag.map { .text($0) } ?? .null)
         values.append(entity.control.editLink.map { .text($0) } ?? .null)
         values.append(bookkeeping.localID.map { .text($0) } ?? .null)
@@ -220,7 +228,7 @@ public struct StoreWriter {
         if markLocalPending { assignments.append("_isLocal = 1, _pending = 1") }
         if entity.control.editLink != nil { assignments.append("_editLink = ?") }
         var values = try columns.map { column in try columnValue(column, in: entity, table: table) }
-        values += [entity.control.etag.map { .text($0) } ?? .null, entity.typeName.map { .text($0) } ?? .null]
+        values += [entity.control.etag.map { .text($0) } ?? .null, Self.storedType(entity.typeName, in: table)]
         if let link = entity.control.editLink { values.append(.text(link)) }
         let sql = "UPDATE OR FAIL \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?"
         if let failure = Self.failure({ () throws(DatabaseError) in try db.execute(sql, values + [.integer(rowid)]) }) {
