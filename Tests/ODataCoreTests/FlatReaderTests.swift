@@ -57,6 +57,19 @@ import Testing
             }
         }
         #expect(rows[0, 1] == .primitive(.string("Bolt é\n")))
+        // The common kinds are cells of their own, without a Value: integers and Booleans,
+        // strings and lowercase GUIDs as text; decimals, dates and enums are other values.
+        let width = rows.propertyNames.count
+        #expect(rows.cells[0] == .integer(1) && rows.cells[7] == .integer(1) && rows.cells[2 * width + 7] == .integer(0))
+        #expect(rows.cells[2 * width + 3] == .null, "Stock of entity 3 is left out")
+        guard case .text(let start, let count) = rows.cells[5] else {
+            Issue.record("a GUID is text")
+            return
+        }
+        #expect(rows.string(start: start, count: count) == "0a000000-0000-4000-8000-00000000000f")
+        if case .text = rows.cells[1] {} else { Issue.record("a string with escapes is text too") }
+        if case .other = rows.cells[2] {} else { Issue.record("a decimal is another value") }
+        #expect(rows.others.count == 6, "\(rows.others)")
         #expect(rows[1, 6] == .enumeration(EnumValue(typeName: "F.Color", members: ["Blue"])))
         #expect(rows[2, 3] == .null)
     }

@@ -1,15 +1,20 @@
-/// A page of entities read as rows: one value per property and entity, without ``Entity``
+/// A page of entities read as rows: one cell per property and entity, without ``Entity``
 /// values in between. See ``V4JSONReader/readFlatCollection(_:entityType:)``.
 public struct FlatCollection: Sendable {
     /// The properties of every row, in the entity type's order.
     public var propertyNames: [String]
-    /// `propertyNames.count` values per entity, entity after entity (`.null` where the
-    /// payload has null or leaves the property out).
-    public var values: [Value]
+    /// The primitive type of each property (nil for enum properties).
+    public var propertyTypes: [PrimitiveType?]
+    /// `propertyNames.count` cells per entity, entity after entity.
+    public var cells: [FlatCell] = []
+    /// The UTF-8 text that `.text` cells point into.
+    public var text: [UInt8] = []
+    /// The values of `.other` cells.
+    public var others: [Value] = []
     /// Each entity's `@odata.etag`.
-    public var etags: [String?]
+    public var etags: [String?] = []
     /// Each entity's `@odata.editLink`.
-    public var editLinks: [String?]
+    public var editLinks: [String?] = []
     /// The entity type of every row.
     public var entityType: String
     /// The page's `@odata.context`.
@@ -24,8 +29,48 @@ public struct FlatCollection: Sendable {
     /// How many entities the page holds.
     public var entityCount: Int { etags.count }
 
-    /// The value of property `property` (an index into ``propertyNames``) of entity `row`.
-    public subscript(row: Int, property: Int) -> Value { values[row * propertyNames.count + property] }
+    /// The value of property `property` (an index into ``propertyNames``) of entity `row`
+    /// (`.null` where the payload has null or leaves the property out).
+    public subscript(row: Int, property: Int) -> Value { value(ofCell: row * propertyNames.count + property) }
+
+    /// Every cell's value, row after row.
+    public var values: [Value] { cells.indices.map(value(ofCell:)) }
+
+    /// The string of a `.text` cell.
+    public func string(start: Int, count: Int) -> String { String(decoding: text[start..<(start + count)], as: UTF8.self) }
+
+    func value(ofCell index: Int) -> Value {
+        let type = propertyTypes[index % max(1, propertyNames.count)]
+        switch cells[index] {
+        case .null: return .null
+        case .other(let other): return others[other]
+        case .double(let number): return .primitive(.double(number))
+        case .text(let start, let count):
+            if type == .guid, let guid = GuidValue(string(start: start, count: count)) { return .primitive(.guid(guid)) }
+            return .primitive(.string(string(start: start, count: count)))
+        case .integer(let number):
+            switch type {
+            case .boolean?: return .primitive(.boolean(number != 0))
+            case .int32?: return .primitive(.int32(Int32(truncatingIfNeeded: number)))
+            case .int16?: return .primitive(.int16(Int16(truncatingIfNeeded: number)))
+            case .byte?: return .primitive(.byte(UInt8(truncatingIfNeeded: number)))
+            case .sbyte?: return .primitive(.sbyte(Int8(truncatingIfNeeded: number)))
+            default: return .primitive(.int64(number))
+            }
+        }
+    }
+}
+
+/// One value of a flat row. The common kinds are held without a ``Value`` (so that a page
+/// of rows is a few flat arrays): integers and Booleans (1 or 0) of the property's type,
+/// doubles, strings and GUIDs as UTF-8 in ``FlatCollection/text`` (GUIDs in lowercase
+/// `8-4-4-4-12` form). Everything else is a ``FlatCollection/others`` value.
+public enum FlatCell: Sendable, Hashable {
+    case null
+    case integer(Int64)
+    case double(Double)
+    case text(start: Int, count: Int)
+    case other(Int)
 }
 
 extension V4JSONReader {
@@ -68,7 +113,11 @@ extension V4JSONReader {
         }
         guard members.entries.count <= 64 else { return nil }
         let width = names.count
-        var page = FlatCollection(propertyNames: names, values: [], etags: [], editLinks: [], entityType: entityType)
+        let types: [PrimitiveType?] = kinds.map { kind in
+            if case .primitive(let type, _)? = kind { return type }
+            return nil
+        }
+        var page = FlatCollection(propertyNames: names, propertyTypes: types, entityType: entityType)
         var reader = JSONReader(bytes)
         reader.trackPath = trackPath
         guard reader.peek() == UInt8(ascii: "{") else { throw reader.error("A collection response must be a JSON object", .unexpectedValue) }
@@ -93,7 +142,7 @@ extension V4JSONReader {
                 }
                 guard r.peek() == UInt8(ascii: "{") else { throw r.error("A collection element must be an object", .unexpectedValue) }
                 let start = r.i
-                let base = page.values.count
+                let base = page.cells.count
                 // Properties usually come in the type's order: each is appended, with nulls
                 // only for the ones left out; one out of order overwrites its null.
                 var filled = 0
@@ -115,15 +164,15 @@ extension V4JSONReader {
                             try r.skipValue()
                             return
                         }
-                        let value = try readTyped(&r, kinds[slot], &context)
+                        let cell = try readCell(&r, types[slot], kinds[slot], &context, into: &page)
                         if slot < filled {
-                            page.values[base + slot] = value
+                            page.cells[base + slot] = cell
                         } else {
                             while filled < slot {
-                                page.values.append(.null)
+                                page.cells.append(.null)
                                 filled += 1
                             }
-                            page.values.append(value)
+                            page.cells.append(cell)
                             filled += 1
                         }
                         properties += 1
@@ -157,7 +206,7 @@ extension V4JSONReader {
                     try r.skipValue()
                 }
                 while filled < width {
-                    page.values.append(.null)
+                    page.cells.append(.null)
                     filled += 1
                 }
                 // An element without properties is a reference (or a deleted entity).
@@ -168,7 +217,8 @@ extension V4JSONReader {
                     // Room for as many more elements as the first one's size suggests (one
                     // allocation instead of a dozen, for pages of similar entities).
                     let estimate = min((r.bytes.count - r.i) / max(r.i - start, 16) + 1, 1_000_000)
-                    page.values.reserveCapacity(width * (estimate + 1))
+                    page.cells.reserveCapacity(width * (estimate + 1))
+                    page.text.reserveCapacity(page.text.count * (estimate + 1))
                     page.etags.reserveCapacity(estimate + 1)
                     page.editLinks.reserveCapacity(estimate + 1)
                 }
@@ -182,5 +232,73 @@ extension V4JSONReader {
         page.nextLink = links.nextLink
         page.deltaLink = links.deltaLink
         return page
+    }
+
+    /// Reads one property value into a cell: strings, GUIDs, integers and Booleans straight
+    /// from the bytes where they are plain, anything else (and every error) as
+    /// ``readTyped(_:_:_:)`` reads it.
+    private func readCell(_ r: inout JSONReader, _ type: PrimitiveType?, _ kind: Kind?, _ context: inout Context,
+                          into page: inout FlatCollection) throws(PayloadError) -> FlatCell {
+        let mark = r.i
+        if let type, let c = r.peek() {
+            switch type {
+            case .string where c == 0x22:
+                // ASCII without escapes: the bytes are the string's UTF-8.
+                let key = try r.readKey()
+                if key.decoded == nil, r.bytes[key.range].allSatisfy({ $0 < 0x80 }) {
+                    let start = page.text.count
+                    page.text.append(contentsOf: r.bytes[key.range])
+                    return .text(start: start, count: key.range.count)
+                }
+                r.i = mark
+            case .boolean where c == UInt8(ascii: "t") || c == UInt8(ascii: "f"):
+                if r.matches("true") {
+                    r.i += 4
+                    return .integer(1)
+                }
+                if r.matches("false") {
+                    r.i += 5
+                    return .integer(0)
+                }
+            case .int64, .int32, .int16, .byte, .sbyte:
+                if c == UInt8(ascii: "-") || isDigit(c) {
+                    let range = try r.readNumberRange()
+                    if let number = Self.number(r.bytes, range, as: type), let cell = Self.integerCell(number) { return cell }
+                    r.i = mark
+                }
+            default:
+                break
+            }
+        }
+        let value = try readTyped(&r, kind, &context)
+        switch value {
+        case .null: return .null
+        case .primitive(.string(let s)):
+            let start = page.text.count
+            page.text.append(contentsOf: s.utf8)
+            return .text(start: start, count: page.text.count - start)
+        case .primitive(.guid(let g)):
+            let start = page.text.count
+            g.appendText(to: &page.text)
+            return .text(start: start, count: page.text.count - start)
+        case .primitive(.double(let d)): return .double(d)
+        case .primitive(let p): if let cell = Self.integerCell(p) { return cell }
+        default: break
+        }
+        page.others.append(value)
+        return .other(page.others.count - 1)
+    }
+
+    /// The cell of an integer or Boolean value; nil for other values.
+    @inline(__always) static func integerCell(_ value: PrimitiveValue) -> FlatCell? {
+        switch value {
+        case .boolean(let b): .integer(b ? 1 : 0)
+        case .int64(let v): .integer(v)
+        case .int32(let v): .integer(Int64(v))
+        case .int16(let v): .integer(Int64(v))
+        case .byte(let v): .integer(Int64(v))
+        case .sbyte(let v): .integer(Int64(v))
+        default: nil
+        }
     }
 }

@@ -564,25 +564,26 @@ public struct V4JSONReader: Sendable {
             return .timeOfDay(value)
         case .guid:
             guard range.count == 36 else { return nil }
-            var raw = [UInt8](repeating: 0, count: 16)
-            var out = 0
-            var k = start
-            while k < range.upperBound {
-                let offset = k - start
-                if offset == 8 || offset == 13 || offset == 18 || offset == 23 {
-                    guard bytes[k] == UInt8(ascii: "-") else { return nil }
-                    k += 1
-                    continue
+            var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            let complete = withUnsafeMutableBytes(of: &raw) { out -> Bool in
+                var index = 0
+                var k = start
+                while k < range.upperBound {
+                    let offset = k - start
+                    if offset == 8 || offset == 13 || offset == 18 || offset == 23 {
+                        guard bytes[k] == UInt8(ascii: "-") else { return false }
+                        k += 1
+                        continue
+                    }
+                    guard k + 1 < range.upperBound, index < 16, let hi = Literal.hexValue(bytes[k]), let lo = Literal.hexValue(bytes[k + 1]) else { return false }
+                    out[index] = hi << 4 | lo
+                    index += 1
+                    k += 2
                 }
-                guard k + 1 < range.upperBound, let hi = Literal.hexValue(bytes[k]), let lo = Literal.hexValue(bytes[k + 1]) else { return nil }
-                raw[out] = hi << 4 | lo
-                out += 1
-                k += 2
+                return index == 16
             }
-            guard out == 16 else { return nil }
-            let uuid = UUID(uuid: (raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10], raw[11],
-                                   raw[12], raw[13], raw[14], raw[15]))
-            return .guid(GuidValue(uuid))
+            guard complete else { return nil }
+            return .guid(GuidValue(UUID(uuid: raw)))
         default:
             return nil
         }

@@ -325,6 +325,25 @@ public final class Statement {
         guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
     }
 
+    /// Binds `buffer[start..<start + count]` as UTF-8 text at a 1-based position without
+    /// SQLite copying it: the bytes must stay valid and unchanged until the statement is reset
+    /// or the parameter bound again.
+    public func bindInPlace(_ buffer: UnsafeBufferPointer<UInt8>, start: Int, count: Int, at position: Int32) throws(DatabaseError) {
+        guard start >= 0, count >= 0, start + count <= buffer.count else {
+            throw DatabaseError(.misuse, message: "Text \(start)..<\(start + count) is outside its buffer of \(buffer.count) bytes", sql: sql)
+        }
+        let status: Int32
+        if count == 0 {
+            // An empty value still needs a non-null pointer, or SQLite binds NULL.
+            status = sqlite3_bind_text(handle, position, "", 0, nil)
+        } else if let base = buffer.baseAddress {
+            status = (base + start).withMemoryRebound(to: CChar.self, capacity: count) { sqlite3_bind_text(handle, position, $0, Int32(count), nil) }
+        } else {
+            status = sqlite3_bind_text(handle, position, "", 0, nil)
+        }
+        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+    }
+
     /// Binds one value at a 1-based position.
     public func bind(_ value: DatabaseValue, at position: Int32) throws(DatabaseError) {
         let status: Int32

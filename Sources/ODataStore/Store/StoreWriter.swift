@@ -107,6 +107,10 @@ public struct StoreWriter {
         // can (the same stored form: `encode` for everything else).
         var scratch: [UInt8] = []
         scratch.reserveCapacity(64)
+        // The text cells' bytes are bound in place (SQLite does not copy them): no binding
+        // may outlive this call.
+        defer { statement.reset() }
+        try page.text.withUnsafeBufferPointer { text in
         for row in 0..<page.entityCount {
             let base = row * width
             do {
@@ -123,17 +127,40 @@ public struct StoreWriter {
                         try statement.bind(.null, at: position)
                         continue
                     }
-                    let value = page.values[base + source]
-                    if case .primitive(let type) = column.kind, case .primitive(let primitive) = value, primitive.type == type {
-                        try ValueStorage.bind(primitive, to: statement, at: position, scratch: &scratch)
-                    } else {
-                        try statement.bind(try encode(value, for: column), at: position)
+                    let index = base + source
+                    // The cells of the common kinds hold the stored form when the column has
+                    // the property's own type (integers, Booleans as 1 or 0, doubles, strings,
+                    // lowercase GUIDs).
+                    if case .primitive(let type) = column.kind, type == page.propertyTypes[source] {
+                        switch page.cells[index] {
+                        case .null:
+                            try statement.bind(.null, at: position)
+                            continue
+                        case .integer(let number) where type != .double && type != .string && type != .guid:
+                            try statement.bind(.integer(number), at: position)
+                            continue
+                        case .double(let number) where type == .double:
+                            try statement.bind(.real(number), at: position)
+                            continue
+                        case .text(let start, let count) where type == .string || type == .guid:
+                            try statement.bindInPlace(text, start: start, count: count, at: position)
+                            continue
+                        case .other(let other):
+                            if case .primitive(let primitive) = page.others[other], primitive.type == type {
+                                try ValueStorage.bind(primitive, to: statement, at: position, scratch: &scratch)
+                                continue
+                            }
+                        default:
+                            break
+                        }
                     }
+                    try statement.bind(try encode(page[row, source], for: column), at: position)
                 }
                 while try statement.step() {}
             } catch let failure as DatabaseError where failure.code == .constraint {
                 throw StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
             }
+        }
         }
     }
 

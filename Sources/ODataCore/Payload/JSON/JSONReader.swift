@@ -202,12 +202,29 @@ struct JSONReader {
         return start..<j
     }
 
+    /// Whether the bytes at the position are `word` (ASCII).
+    @inline(__always) func matches(_ word: StaticString) -> Bool {
+        let count = word.utf8CodeUnitCount
+        guard bytes.count - i >= count else { return false }
+        let start = word.utf8Start
+        for k in 0..<count where bytes[i + k] != start[k] { return false }
+        return true
+    }
+
     /// Reads `true`, `false` or `null`.
     mutating func readKeyword() throws(PayloadError) -> JSONValue {
         skipWhitespace()
-        for (word, value) in [("true", JSONValue.bool(true)), ("false", .bool(false)), ("null", .null)] where bytes[i...].starts(with: word.utf8) {
-            i += word.utf8.count
-            return value
+        if matches("true") {
+            i += 4
+            return .bool(true)
+        }
+        if matches("false") {
+            i += 5
+            return .bool(false)
+        }
+        if matches("null") {
+            i += 4
+            return .null
         }
         throw error(i < bytes.count ? "Unexpected character '\(Character(Unicode.Scalar(bytes[i])))'" : "Unexpected end of JSON")
     }
