@@ -115,6 +115,9 @@ enum StoreFixtures {
         #expect(plan.contains("es_Products/$fk/CategoryID"), "\(plan)")
         try await reopened.createLookupIndexes()
         #expect(try await Self.indexNames(reopened) == names)
+        // The writer's page cache is small only while an index is built.
+        let cache = try await reopened.write { writer in try writer.connection.query("PRAGMA cache_size").first?.first }
+        #expect(cache == .integer(-Int64(Connection.keyedCacheKiB)))
         #expect(try await reopened.query("Products/$count?$filter=CategoryID eq 1") == .count(10))
         reopened.close()
     }

@@ -85,10 +85,22 @@ public final class Store: Sendable {
 
     /// Creates the lookup indexes a store made with `deferringLookupIndexes` left out (those
     /// that exist already are kept), in one transaction.
+    ///
+    /// Building an index sorts every key in memory (temporary data never goes to disk, where
+    /// it would not be encrypted). The page cache, full after a bulk fill, is emptied first
+    /// and kept small meanwhile, so that the sort does not come on top of it: the index
+    /// only reads the table once, in order.
     public func createLookupIndexes() async throws {
         let statements = schema.lookupIndexStatements()
-        try await pool.write { db in
-            for statement in statements { try db.execute(statement) }
+        try await pool.withWriter { db in
+            let cache = try db.query("PRAGMA cache_size").first?.first ?? .integer(-2_000)
+            guard case .integer(let size) = cache else { return }
+            try db.execute("PRAGMA cache_size = -2048")
+            _ = try db.query("PRAGMA shrink_memory")
+            defer { try? db.execute("PRAGMA cache_size = \(size)") }
+            try db.transaction {
+                for statement in statements { try db.execute(statement) }
+            }
         }
     }
 
