@@ -122,6 +122,36 @@ enum StoreFixtures {
         reopened.close()
     }
 
+    @Test func aBulkFillWritesWithoutTheLogAndEndsInWALMode() async throws {
+        let model = try StoreFixtures.model("metadata/v2/northwind-v2-pyodata.xml")
+        let dir = TemporaryDirectory()
+        let store = try await Store.create(path: dir.path("fill.sqlite"), model: model, key: "k")
+        func pragma(_ name: String) async throws -> DatabaseValue? {
+            try await store.write { writer in try writer.connection.query("PRAGMA \(name)").first?.first }
+        }
+        #expect(try await store.setBulkFill(true))
+        #expect(try await pragma("journal_mode") == .text("memory"))
+        #expect(try await pragma("synchronous") == .integer(0))
+        try await store.write { writer in
+            var product = Entity()
+            product["ProductID"] = .primitive(.int32(1))
+            product["ProductName"] = .primitive(.string("P1"))
+            product["Discontinued"] = .primitive(.boolean(false))
+            try writer.bulkInsert([product], into: "Products")
+        }
+        #expect(!FileManager.default.fileExists(atPath: dir.path("fill.sqlite") + "-wal"), "no write-ahead log while filling")
+        #expect(try await store.setBulkFill(false))
+        #expect(try await pragma("journal_mode") == .text("wal"))
+        #expect(try await pragma("synchronous") == .integer(2))
+        // While a reader has the file open, the journal stays a log.
+        #expect(try await store.query("Products/$count") == .count(1))
+        #expect(try await store.setBulkFill(true) == false)
+        #expect(try await pragma("journal_mode") == .text("wal"))
+        #expect(try await pragma("synchronous") == .integer(1))
+        #expect(try await store.setBulkFill(false))
+        store.close()
+    }
+
     @Test func decimalsDatesAndComplexColumnsGetTheirStorage() throws {
         let model = try StoreFixtures.model("metadata/v4/northwind-v4.xml")
         let schema = try StoreSchema(model: model)

@@ -130,13 +130,31 @@ public final class Store: Sendable {
         try await pool.withWriter { db in try db.export(to: path, key: key) }
     }
 
-    /// Whether each commit waits until it is on disk (the default). Off, commits only wait for
-    /// the operating system (`PRAGMA synchronous = NORMAL` in WAL mode): a power loss can undo
-    /// the latest commits but cannot corrupt the store, and a crash of the app loses nothing.
-    /// For bulk fills that are started again when cut short. Turning it back on makes the
-    /// next commit durable together with every one before it.
-    public func setDurableCommits(_ durable: Bool) async throws {
-        try await pool.withWriter { db in try db.execute("PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")") }
+    /// Whether the store is being filled in bulk, for a new store whose fill is started
+    /// again from nothing when it is cut short (the caller must be able to tell, without
+    /// reading the file). On, the writer keeps its rollback journal in memory instead of a
+    /// write-ahead log and does not wait for the disk: each page is written once, to the
+    /// file itself, instead of to the log and then to the file. A crash can then leave the
+    /// file damaged, which is why only a fill that is redone may use it. Off (before the
+    /// commit that completes the fill), the store is back in WAL mode with durable commits,
+    /// and that commit makes everything before it durable. Nothing changes, and false is
+    /// returned, while another connection has the file open.
+    @discardableResult
+    public func setBulkFill(_ on: Bool) async throws -> Bool {
+        try await pool.withWriter { db in
+            let mode: DatabaseValue?
+            do {
+                mode = try db.query("PRAGMA journal_mode = \(on ? "MEMORY" : "WAL")").first?.first
+            } catch let error as DatabaseError where on && error.code == .busy {
+                // Another connection has the file open: the log stays.
+                mode = nil
+            }
+            let changed = mode == .text(on ? "memory" : "wal")
+            // In WAL mode (when the journal could not change), commits wait for the operating
+            // system only, as with `setDurableCommits(false)`.
+            try db.execute("PRAGMA synchronous = \(!on ? "FULL" : changed ? "OFF" : "NORMAL")")
+            return changed
+        }
     }
 
     /// Changes the key of the store file (`nil` is not allowed; export to remove a key).

@@ -206,7 +206,13 @@ public actor OfflineODataProvider {
     public func open() async throws {
         guard store == nil else { return }
         let path = parameters.storeFile
-        if FileManager.default.fileExists(atPath: path) {
+        if FileManager.default.fileExists(atPath: Self.fillingMarker(path)) {
+            // A first open that never finished: its store may even be damaged (it is filled
+            // without a durable journal). It is made again from the backend; nothing local
+            // can be lost, since no local change can be made before the first open succeeds.
+            Self.removeStoreFiles(path)
+            try await createAndFill(path)
+        } else if FileManager.default.fileExists(atPath: path) {
             try await openExisting(path)
         } else {
             try await createAndFill(path)
@@ -235,7 +241,7 @@ public actor OfflineODataProvider {
         }
         if state.unfinished {
             opened.close()
-            for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+            Self.removeStoreFiles(path)
             try await createAndFill(path)
             return
         }
@@ -302,6 +308,10 @@ public actor OfflineODataProvider {
         let key = parameters.storeEncryptionKey
         // The lookup indexes (foreign keys) are built once, after the last page: updating them
         // row by row costs a fifth of the inserts' time.
+        // Until the fill is complete, a marker beside the store says so (see `open`).
+        guard FileManager.default.createFile(atPath: Self.fillingMarker(path), contents: Data()) else {
+            throw OfflineODataError(.store, "Cannot create \(Self.fillingMarker(path)) beside the new store")
+        }
         let creating = Task { try await Store.create(path: path, model: model, key: key, deferringLookupIndexes: true) }
         let queries = definingQueries
         let root = serviceRoot
@@ -333,15 +343,18 @@ public actor OfflineODataProvider {
             let entities = read.reduce(0) { $0 + $1.received }
             try await logEvent(in: created, type: "Open", details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
             try await created.createLookupIndexes()
-            try await created.setDurableCommits(true)
+            // Back to WAL mode and durable commits: the commit that removes the mark makes
+            // every page before it durable; then the marker file goes.
+            try await created.setBulkFill(false)
             try await created.write { writer in _ = try writer.connection.execute("DELETE FROM oo_meta WHERE key = 'filling'") }
+            try? FileManager.default.removeItem(atPath: Self.fillingMarker(path))
             store = created
         } catch {
             // The store may still be in the making: wait for it, so that nothing is left behind.
             var created = newStore
             if created == nil { created = try? await creating.value }
             created?.close()
-            for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+            Self.removeStoreFiles(path)
             throw error
         }
     }
@@ -353,9 +366,9 @@ public actor OfflineODataProvider {
         let store = try await creating.value
         if let newStore { return newStore }
         newStore = store
-        // An open cut short is started again, so the fill does not wait for the disk at each
-        // page; the commit that marks it complete is durable with all of them.
-        try await store.setDurableCommits(false)
+        // An open cut short is started again, so the fill writes each page once, without a
+        // durable journal; the commit that marks it complete is durable with all of them.
+        try await store.setBulkFill(true)
         try await store.write { writer in
             for statement in LocalSchema.sideTables { try writer.connection.execute(statement) }
             try LocalSchema.makeRequestQueueView(writer)
@@ -377,11 +390,18 @@ public actor OfflineODataProvider {
         store = nil
     }
 
+    /// The file that exists while a first open fills the store at `path`.
+    static func fillingMarker(_ path: String) -> String { path + "-filling" }
+
+    /// Deletes the store at `path` with its journals and its filling marker.
+    static func removeStoreFiles(_ path: String) {
+        for suffix in ["", "-wal", "-shm", "-journal", "-filling"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+    }
+
     /// Closes and deletes the store files, without contacting anyone.
     public func clear() {
         close()
-        let path = parameters.storeFile
-        for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        Self.removeStoreFiles(parameters.storeFile)
     }
 
     func openStore() throws -> Store {
