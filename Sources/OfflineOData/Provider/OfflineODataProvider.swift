@@ -430,7 +430,8 @@ public actor OfflineODataProvider {
         get async throws {
             let store = try openStore()
             return try await store.read { reader in
-                try reader.connection.query("SELECT count(*) FROM oo_queue WHERE status = 'pending'").first?.first == .integer(0)
+                // Stops at the first pending request instead of counting them all.
+                try reader.connection.query("SELECT EXISTS (SELECT 1 FROM oo_queue WHERE status = 'pending')").first?.first == .integer(0)
             }
         }
     }
