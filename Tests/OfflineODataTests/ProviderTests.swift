@@ -732,6 +732,41 @@ extension ProviderTests {
 }
 
 extension ProviderTests {
+    /// `extraStreamParameters` travel as custom query options with every request of the
+    /// download stream ($metadata and defining-query pages, next links included), and only there.
+    @Test func extraStreamParametersTravelWithTheDownloadStream() async throws {
+        let fixture = try await Fixture.start(pageSize: 2)
+        defer { Task { await fixture.stop() } }
+        var parameters = fixture.parameters()
+        parameters.extraStreamParameters = "sap-client=100; trace = a b;"
+        let transport = RecordingTransport()
+        let provider = OfflineODataProvider(serviceRoot: fixture.server.v4Root, parameters: parameters, transport: transport)
+        try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners"))
+        try await provider.open()
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"stream"}"#.utf8))
+        try await provider.upload()
+        try await provider.download()
+        let requests = await transport.requests
+        let stream = requests.filter { $0.method == "GET" && ($0.url.contains("$metadata") || $0.url.contains("BusinessPartners")) }
+        #expect(stream.count >= 4, "metadata, pages of the open (next links followed) and of the download")
+        for request in stream {
+            #expect(request.url.contains("sap-client=100") && request.url.contains("trace=a%20b"), "\(request.url)")
+            #expect(request.url.components(separatedBy: "sap-client=").count == 2, "once: \(request.url)")
+        }
+        #expect(requests.filter { $0.method != "GET" }.allSatisfy { !$0.url.contains("sap-client") })
+        #expect(try await provider.read("BusinessPartners/$count") == .count(Int64(try await fixture.backend("BusinessPartners/$count").serialized) ?? -1))
+        await provider.close()
+        // Malformed options, and OData's own, are refused before anything is sent.
+        for bad in ["novalue", "$top=1", "@x=1"] {
+            parameters.extraStreamParameters = bad
+            parameters.storeName = "bad"
+            let refused = OfflineODataProvider(serviceRoot: fixture.server.v4Root, parameters: parameters, transport: transport)
+            let sent = await transport.requests.count
+            await #expect(throws: OfflineODataError.self) { try await refused.open() }
+            #expect(await transport.requests.count == sent, "\(bad)")
+        }
+    }
+
     @Test func theEventLogKeepsTheLast100Events() async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }

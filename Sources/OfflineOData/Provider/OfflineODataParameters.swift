@@ -10,7 +10,12 @@ public struct OfflineODataParameters: Sendable {
     public var storePath: String?
     /// Appended to every URL sent to the backend (some proxies need it).
     public var urlSuffix: String?
-    /// Advanced options as `key=value;key=value`; see ``extraStreamOptions``.
+    /// Advanced options for the download stream, as `key=value;key=value`: they travel as
+    /// custom query options (`key=value`, percent-encoded) with every request of an open or a
+    /// download that reads `$metadata` or a defining query's pages (next links included;
+    /// options a URL names already are left as they are). A backend that needs, say,
+    /// `sap-client=100` or a tracing option on its large reads gets it there. Keys cannot start
+    /// with `$` or `@` (those are OData's own options). See ``extraStreamOptions()``.
     public var extraStreamParameters: String?
     /// Headers added to every HTTP request the provider sends.
     public var customHeaders: [String: String] = [:]
@@ -57,7 +62,11 @@ public struct OfflineODataParameters: Sendable {
             guard pair.count == 2, !pair[0].trimmingCharacters(in: .whitespaces).isEmpty else {
                 throw OfflineODataError(.invalidParameter, "extraStreamParameters: '\(part)' is not key=value")
             }
-            options[pair[0].trimmingCharacters(in: .whitespaces)] = pair[1].trimmingCharacters(in: .whitespaces)
+            let key = pair[0].trimmingCharacters(in: .whitespaces)
+            guard !key.hasPrefix("$"), !key.hasPrefix("@") else {
+                throw OfflineODataError(.invalidParameter, "extraStreamParameters: '\(key)' would be an OData query option; custom options cannot start with $ or @")
+            }
+            options[key] = pair[1].trimmingCharacters(in: .whitespaces)
         }
         return options
     }

@@ -205,6 +205,7 @@ public actor OfflineODataProvider {
     /// defining query. Later: only opens the file, checking the key.
     public func open() async throws {
         guard store == nil else { return }
+        _ = try parameters.extraStreamOptions()
         let path = parameters.storeFile
         if FileManager.default.fileExists(atPath: Self.fillingMarker(path)) {
             // A first open that never finished: its store may even be damaged (it is filled
@@ -291,7 +292,7 @@ public actor OfflineODataProvider {
         let progress = reporter(.open, [.loadingMetadata, .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .processingDefiningQueries,
                                         .receivingDataFromServer, .buildingEntityStore, .analyzingReceivedData])
         report(progress, .loadingMetadata)
-        let metadata = try await send(method: "GET", url: "$metadata", headers: ["Accept": "application/xml"], expect: 200)
+        let metadata = try await send(method: "GET", url: try withStreamParameters("$metadata"), headers: ["Accept": "application/xml"], expect: 200)
         let backendModel: Model
         do {
             backendModel = try MetadataParser().parse(Data(metadata.body))

@@ -151,7 +151,7 @@ extension OfflineODataProvider {
     }
 
     func fetchPage(_ url: String, query: OfflineODataDefiningQuery, entitySet set: String, isDelta: Bool, model: Model, flat: Bool = false) async throws -> FetchedPage {
-        let response = try await send(method: "GET", url: url, headers: ["Prefer": "odata.track-changes"])
+        let response = try await send(method: "GET", url: try withStreamParameters(url), headers: ["Prefer": "odata.track-changes"])
         if response.status == 410 && isDelta { return .expired }
         guard response.status < 400 else { throw Self.backendError(response, method: "GET", url: absoluteURL(url)) }
         let entityType = model.entitySet(set)?.entityType

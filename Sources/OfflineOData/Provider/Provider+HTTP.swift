@@ -12,6 +12,22 @@ extension OfflineODataProvider {
     /// The absolute URL for a relative one, with `urlSuffix` applied.
     func absoluteURL(_ url: String) -> String { requestDefaults.absoluteURL(url) }
 
+    /// `url` with the `extraStreamParameters` as custom query options, for the requests of
+    /// the download stream (`$metadata` and defining-query pages); options the URL names
+    /// already are left as they are.
+    func withStreamParameters(_ url: String) throws -> String {
+        let options = try parameters.extraStreamOptions()
+        guard !options.isEmpty else { return url }
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "&=+#;")
+        func encode(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text }
+        let query = url.firstIndex(of: "?").map { url[url.index(after: $0)...] } ?? ""
+        let present = Set(query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" })
+        let added = options.sorted { $0.key < $1.key }.map { (encode($0.key), encode($0.value)) }.filter { !present.contains($0.0) }
+        guard !added.isEmpty else { return url }
+        return url + (url.contains("?") ? "&" : "?") + added.map { $0.0 + "=" + $0.1 }.joined(separator: "&")
+    }
+
     /// Every request to the backend passes here: custom headers and cookies, OData version
     /// headers, `urlSuffix` and `timeout` are applied in this one place.
     func send(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], expect: Int? = nil) async throws -> TransportResponse {
