@@ -94,9 +94,10 @@ public final class Store: Sendable {
     /// each commit's sync must also write file metadata: commits of a few pages took about
     /// 400 µs here instead of 230 µs, for the first thousand frames after every open. With
     /// the log at its full length from the start (and kept when the store closes), they do
-    /// not. Runs on the writer, so no frame is being written meanwhile.
+    /// not. Runs in a write transaction that writes nothing, so that no connection (of this
+    /// process or another) appends a frame meanwhile.
     func prepareLog() async throws {
-        try await pool.withWriter { db in
+        try await pool.write { db in
             guard try db.query("PRAGMA journal_mode").first?.first == .text("wal"),
                   case .integer(let pageSize)? = try db.query("PRAGMA page_size").first?.first else { return }
             let path = db.path + "-wal"
