@@ -54,29 +54,19 @@ public enum ValueStorage {
         }
     }
 
-    /// Binds the stored form of `value` (what ``encode(_:)`` gives) at `position`, without
-    /// making a ``DatabaseValue`` first: text and blobs are written into `scratch`, a buffer
-    /// the caller reuses from value to value.
+    /// Binds the stored form of `value` (what ``encode(_:)`` gives) at `position`. GUIDs,
+    /// DateTimeOffsets and decimals are written into `scratch`, a buffer the caller reuses
+    /// from value to value, instead of a new string or array each.
     public static func bind(_ value: PrimitiveValue, to statement: Statement, at position: Int32, scratch: inout [UInt8]) throws(DatabaseError) {
+        scratch.removeAll(keepingCapacity: true)
         switch value {
-        case .boolean(let b): try statement.bind(.integer(b ? 1 : 0), at: position)
-        case .byte(let v): try statement.bind(.integer(Int64(v)), at: position)
-        case .sbyte(let v): try statement.bind(.integer(Int64(v)), at: position)
-        case .int16(let v): try statement.bind(.integer(Int64(v)), at: position)
-        case .int32(let v): try statement.bind(.integer(Int64(v)), at: position)
-        case .int64(let v): try statement.bind(.integer(v), at: position)
-        case .double(let v): try statement.bind(.real(v), at: position)
-        case .string(let s): try statement.bind(.text(s), at: position)
         case .guid(let g):
-            scratch.removeAll(keepingCapacity: true)
             g.appendText(to: &scratch)
             try statement.bind(bytes: scratch, at: position)
         case .dateTimeOffset(let d):
-            scratch.removeAll(keepingCapacity: true)
             appendInstantAndOffset(d, to: &scratch)
             try statement.bind(bytes: scratch, at: position)
         case .decimal(let d):
-            scratch.removeAll(keepingCapacity: true)
             appendDecimal(d, to: &scratch)
             try statement.bind(bytes: scratch, asBlob: true, at: position)
         default:

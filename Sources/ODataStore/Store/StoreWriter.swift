@@ -100,68 +100,69 @@ public struct StoreWriter {
             throw StoreError(.unsupported, "\(entitySet) has no column for the property \(name)")
         }
         let statement = try db.statement(insertSQL(table))
-        let width = page.propertyNames.count
         let typeName = Self.storedType(page.entityType, in: table)
-        let first = Int32(Self.insertBookkeeping.count + 1)
-        // Each value is bound as it is stored, without a DatabaseValue in between where it
-        // can (the same stored form: `encode` for everything else).
+        // Values are bound as they are stored, without a DatabaseValue in between where they
+        // can; GUIDs, dates and decimals are written into this reused buffer.
         var scratch: [UInt8] = []
         scratch.reserveCapacity(64)
         // The text cells' bytes are bound in place (SQLite does not copy them): no binding
         // may outlive this call.
         defer { statement.reset() }
         try page.text.withUnsafeBufferPointer { text in
-        for row in 0..<page.entityCount {
-            let base = row * width
-            do {
-                statement.reset()
-                try statement.bind(typeName, at: 1)
-                try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2)
-                try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3)
-                try statement.bind(.null, at: 4)
-                try statement.bind(.integer(0), at: 5)
-                try statement.bind(.integer(0), at: 6)
-                for (offset, (column, source)) in zip(table.columns, sources).enumerated() {
-                    let position = first + Int32(offset)
-                    guard let source else {
-                        try statement.bind(.null, at: position)
-                        continue
-                    }
-                    let index = base + source
-                    // The cells of the common kinds hold the stored form when the column has
-                    // the property's own type (integers, Booleans as 1 or 0, doubles, strings,
-                    // lowercase GUIDs).
-                    if case .primitive(let type) = column.kind, type == page.propertyTypes[source] {
-                        switch page.cells[index] {
-                        case .null:
+            for row in 0..<page.entityCount {
+                do {
+                    statement.reset()
+                    try statement.bind(typeName, at: 1)
+                    try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2)
+                    try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3)
+                    try statement.bind(.null, at: 4)
+                    try statement.bind(.integer(0), at: 5)
+                    try statement.bind(.integer(0), at: 6)
+                    for (offset, (column, source)) in zip(table.columns, sources).enumerated() {
+                        let position = Int32(Self.insertBookkeeping.count + 1 + offset)
+                        guard let source else {
                             try statement.bind(.null, at: position)
                             continue
-                        case .integer(let number) where type != .double && type != .string && type != .guid:
-                            try statement.bind(.integer(number), at: position)
-                            continue
-                        case .double(let number) where type == .double:
-                            try statement.bind(.real(number), at: position)
-                            continue
-                        case .text(let start, let count) where type == .string || type == .guid:
-                            try statement.bindInPlace(text, start: start, count: count, at: position)
-                            continue
-                        case .other(let other):
-                            if case .primitive(let primitive) = page.others[other], primitive.type == type {
-                                try ValueStorage.bind(primitive, to: statement, at: position, scratch: &scratch)
-                                continue
-                            }
-                        default:
-                            break
                         }
+                        try bind(page, row: row, property: source, text: text, for: column, to: statement, at: position, scratch: &scratch)
                     }
-                    try statement.bind(try encode(page[row, source], for: column), at: position)
+                    while try statement.step() {}
+                } catch let failure as DatabaseError where failure.code == .constraint {
+                    throw Self.conflict(failure, in: table)
                 }
-                while try statement.step() {}
-            } catch let failure as DatabaseError where failure.code == .constraint {
-                throw StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
             }
         }
+    }
+
+    /// Binds one cell of a flat page. The cells of the common kinds hold the stored form when
+    /// the column has the property's own type (integers, Booleans as 1 or 0, doubles, strings,
+    /// lowercase GUIDs); anything else is stored as ``encode(_:for:)`` stores it.
+    private func bind(_ page: FlatCollection, row: Int, property: Int, text: UnsafeBufferPointer<UInt8>, for column: StoreSchema.Column,
+                      to statement: Statement, at position: Int32, scratch: inout [UInt8]) throws {
+        if case .primitive(let type) = column.kind, type == page.propertyTypes[property] {
+            switch page.cells[row * page.propertyNames.count + property] {
+            case .null:
+                return try statement.bind(.null, at: position)
+            case .integer(let number) where type != .double && type != .string && type != .guid:
+                return try statement.bind(.integer(number), at: position)
+            case .double(let number) where type == .double:
+                return try statement.bind(ValueStorage.encode(.double(number)), at: position)
+            case .text(let start, let count) where type == .string || type == .guid:
+                return try statement.bindInPlace(text, start: start, count: count, at: position)
+            case .other(let other):
+                if case .primitive(let primitive) = page.others[other], primitive.type == type {
+                    return try ValueStorage.bind(primitive, to: statement, at: position, scratch: &scratch)
+                }
+            default:
+                break
+            }
         }
+        try statement.bind(try encode(page[row, property], for: column), at: position)
+    }
+
+    /// The error for a row that breaks a constraint of `table`.
+    static func conflict(_ failure: DatabaseError, in table: StoreSchema.EntityTable) -> StoreError {
+        StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
     }
 
     /// Runs an entity row's INSERT with `values`; a constraint failure is a `conflict`.
@@ -174,7 +175,7 @@ public struct StoreWriter {
             while try statement.step() {}
         }) {
             guard failure.code == .constraint else { throw failure }
-            throw StoreError(.conflict, "\(table.entitySet): an entity with this key exists already, or a required value is missing (\(failure.message))")
+            throw Self.conflict(failure, in: table)
         }
     }
 
