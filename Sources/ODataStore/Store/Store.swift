@@ -127,8 +127,8 @@ public final class Store: Sendable {
     public func createLookupIndexes() async throws {
         let statements = schema.lookupIndexStatements()
         try await pool.withWriter { db in
-            let cache = try db.query("PRAGMA cache_size").first?.first ?? .integer(-2_000)
-            guard case .integer(let size) = cache else { return }
+            var size: Int64 = -2_000
+            if case .integer(let current)? = try db.query("PRAGMA cache_size").first?.first { size = current }
             try db.execute("PRAGMA cache_size = -2048")
             _ = try db.query("PRAGMA shrink_memory")
             defer { try? db.execute("PRAGMA cache_size = \(size)") }
