@@ -67,6 +67,16 @@ enum StoreFixtures {
         #expect(throws: StoreError.self) { try StoreSchema(model: model, indexes: ["Nope": [["ProductName"]]]) }
     }
 
+    /// A Northwind product with the properties it needs.
+    static func product(_ id: Int, category: Int? = nil) -> Entity {
+        var product = Entity()
+        product["ProductID"] = .primitive(.int32(Int32(id)))
+        product["ProductName"] = .primitive(.string("P\(id)"))
+        if let category { product["CategoryID"] = .primitive(.int32(Int32(category))) }
+        product["Discontinued"] = .primitive(.boolean(false))
+        return product
+    }
+
     /// The names of a store's indexes.
     static func indexNames(_ store: Store) async throws -> Set<String> {
         try await store.read { reader in
@@ -92,14 +102,7 @@ enum StoreFixtures {
         #expect(names.contains("es_Products/$key"))
         #expect(names.isDisjoint(with: lookup), "\(names)")
         try await store.write { writer in
-            try writer.bulkInsert((1...30).map { id in
-                var product = Entity()
-                product["ProductID"] = .primitive(.int32(Int32(id)))
-                product["ProductName"] = .primitive(.string("P\(id)"))
-                product["CategoryID"] = .primitive(.int32(Int32(id % 3)))
-                product["Discontinued"] = .primitive(.boolean(false))
-                return product
-            }, into: "Products")
+            try writer.bulkInsert((1...30).map { Self.product($0, category: $0 % 3) }, into: "Products")
         }
         #expect(try await store.query("Products/$count?$filter=CategoryID eq 1") == .count(10))
         // Made at the end of the fill, or at the next open when the fill never got there.
@@ -132,13 +135,7 @@ enum StoreFixtures {
         #expect(try await store.setBulkFill(true))
         #expect(try await pragma("journal_mode") == .text("memory"))
         #expect(try await pragma("synchronous") == .integer(0))
-        try await store.write { writer in
-            var product = Entity()
-            product["ProductID"] = .primitive(.int32(1))
-            product["ProductName"] = .primitive(.string("P1"))
-            product["Discontinued"] = .primitive(.boolean(false))
-            try writer.bulkInsert([product], into: "Products")
-        }
+        try await store.write { writer in try writer.bulkInsert([Self.product(1)], into: "Products") }
         let log = dir.path("fill.sqlite") + "-wal"
         let logSize = { ((try? FileManager.default.attributesOfItem(atPath: log))?[.size] as? NSNumber)?.intValue ?? 0 }
         #expect(logSize() == 0, "no write-ahead log while filling, and no frames kept from before it")
@@ -156,13 +153,7 @@ enum StoreFixtures {
         #expect(try await pragma("journal_mode") == .text("wal"))
         #expect(try await pragma("synchronous") == .integer(1))
         #expect(try await store.setBulkFill(false))
-        try await store.write { writer in
-            var product = Entity()
-            product["ProductID"] = .primitive(.int32(2))
-            product["ProductName"] = .primitive(.string("P2"))
-            product["Discontinued"] = .primitive(.boolean(true))
-            try writer.bulkInsert([product], into: "Products")
-        }
+        try await store.write { writer in try writer.bulkInsert([Self.product(2)], into: "Products") }
         store.close()
         // The log stays at its length when the store closes, and the store opens with both rows.
         #expect(logSize() >= 32 + 1_000 * (4_096 + 24))
