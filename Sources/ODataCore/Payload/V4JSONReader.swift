@@ -563,27 +563,7 @@ public struct V4JSONReader: Sendable {
             guard let (value, end) = Literal.scanTimeOfDay(bytes, start), end == range.upperBound else { return nil }
             return .timeOfDay(value)
         case .guid:
-            guard range.count == 36 else { return nil }
-            var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-            let complete = withUnsafeMutableBytes(of: &raw) { out -> Bool in
-                var index = 0
-                var k = start
-                while k < range.upperBound {
-                    let offset = k - start
-                    if offset == 8 || offset == 13 || offset == 18 || offset == 23 {
-                        guard bytes[k] == UInt8(ascii: "-") else { return false }
-                        k += 1
-                        continue
-                    }
-                    guard k + 1 < range.upperBound, index < 16, let hi = Literal.hexValue(bytes[k]), let lo = Literal.hexValue(bytes[k + 1]) else { return false }
-                    out[index] = hi << 4 | lo
-                    index += 1
-                    k += 2
-                }
-                return index == 16
-            }
-            guard complete else { return nil }
-            return .guid(GuidValue(UUID(uuid: raw)))
+            return bytes.withUnsafeBufferPointer { GuidValue(utf8: UnsafeBufferPointer(rebasing: $0[range])) }.map { .guid($0) }
         default:
             return nil
         }

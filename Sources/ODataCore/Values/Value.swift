@@ -8,29 +8,31 @@ public struct GuidValue: Sendable, Hashable, Comparable, Codable, CustomStringCo
     /// Parses `8-4-4-4-12` hex digits; nil otherwise.
     public init?(_ text: String) {
         var text = text
-        let parsed = text.withUTF8 { bytes -> uuid_t? in
-            guard bytes.count == 36 else { return nil }
-            var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-            let complete = withUnsafeMutableBytes(of: &raw) { out -> Bool in
-                var index = 0
-                var k = 0
-                while index < 36 {
-                    if index == 8 || index == 13 || index == 18 || index == 23 {
-                        guard bytes[index] == UInt8(ascii: "-") else { return false }
-                        index += 1
-                        continue
-                    }
-                    guard let high = Literal.hexValue(bytes[index]), let low = Literal.hexValue(bytes[index + 1]) else { return false }
-                    out[k] = high << 4 | low
-                    k += 1
-                    index += 2
+        guard let parsed = text.withUTF8({ GuidValue(utf8: $0) }) else { return nil }
+        self = parsed
+    }
+    /// Parses `8-4-4-4-12` hex digits given as UTF-8; nil otherwise.
+    public init?(utf8 bytes: UnsafeBufferPointer<UInt8>) {
+        guard bytes.count == 36 else { return nil }
+        var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        let complete = withUnsafeMutableBytes(of: &raw) { out -> Bool in
+            var index = 0
+            var k = 0
+            while index < 36 {
+                if index == 8 || index == 13 || index == 18 || index == 23 {
+                    guard bytes[index] == UInt8(ascii: "-") else { return false }
+                    index += 1
+                    continue
                 }
-                return true
+                guard let high = Literal.hexValue(bytes[index]), let low = Literal.hexValue(bytes[index + 1]) else { return false }
+                out[k] = high << 4 | low
+                k += 1
+                index += 2
             }
-            return complete ? raw : nil
+            return true
         }
-        guard let parsed else { return nil }
-        self.uuid = UUID(uuid: parsed)
+        guard complete else { return nil }
+        self.uuid = UUID(uuid: raw)
     }
     /// A random (version 4) GUID from the system's random source.
     public static func random() -> GuidValue {
