@@ -243,14 +243,18 @@ extension V4JSONReader {
         if let type, let c = r.peek() {
             switch type {
             case .string where c == 0x22:
-                // ASCII without escapes: the bytes are the string's UTF-8.
+                // ASCII without escapes: the bytes are the string's UTF-8. Otherwise the
+                // string as `readString` decodes it (invalid UTF-8 repaired).
                 let key = try r.readKey()
-                if key.decoded == nil, r.bytes[key.range].allSatisfy({ $0 < 0x80 }) {
-                    let start = page.text.count
+                let start = page.text.count
+                if let decoded = key.decoded {
+                    page.text.append(contentsOf: decoded.utf8)
+                } else if r.bytes[key.range].allSatisfy({ $0 < 0x80 }) {
                     page.text.append(contentsOf: r.bytes[key.range])
-                    return .text(start: start, count: key.range.count)
+                } else {
+                    page.text.append(contentsOf: String(decoding: r.bytes[key.range], as: UTF8.self).utf8)
                 }
-                r.i = mark
+                return .text(start: start, count: page.text.count - start)
             case .boolean where c == UInt8(ascii: "t") || c == UInt8(ascii: "f"):
                 if r.matches("true") {
                     r.i += 4
