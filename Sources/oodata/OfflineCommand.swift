@@ -78,7 +78,7 @@ struct OfflineCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "offline",
         abstract: "Work with an offline store: open, read and change it locally, upload and download.",
-        subcommands: [Open.self, Read.self, Create.self, Update.self, Delete.self, Upload.self, Download.self, SendStore.self, Errors.self, Queue.self,
+        subcommands: [Open.self, Read.self, Create.self, Update.self, Delete.self, Media.self, Upload.self, Download.self, SendStore.self, Errors.self, Queue.self,
                       Events.self, Undo.self]
     )
 
@@ -86,6 +86,7 @@ struct OfflineCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create the store from a service's defining queries (or reopen it).")
         @Option(help: "The service root URL.") var service: String
         @Option(name: .customLong("define"), help: "A defining query, NAME=QUERY (repeatable).") var definitions: [String] = []
+        @Option(name: .customLong("streams"), help: "A defining query (by NAME) that also retrieves media streams (repeatable).") var streamQueries: [String] = []
         @OptionGroup var options: OfflineStoreOptions
 
         func run() async throws {
@@ -95,7 +96,11 @@ struct OfflineCommand: AsyncParsableCommand {
             for definition in definitions {
                 let parts = definition.split(separator: "=", maxSplits: 1)
                 guard parts.count == 2 else { throw CLIFailure("--define \(definition) must be NAME=QUERY") }
-                try await provider.add(definingQuery: OfflineODataDefiningQuery(name: String(parts[0]), query: String(parts[1])))
+                try await provider.add(definingQuery: OfflineODataDefiningQuery(name: String(parts[0]), query: String(parts[1]),
+                                                                                automaticallyRetrievesStreams: streamQueries.contains(String(parts[0]))))
+            }
+            for name in streamQueries where !definitions.contains(where: { $0.hasPrefix(name + "=") }) {
+                throw CLIFailure("--streams \(name) names no --define")
             }
             try await provider.open()
             printer.finish()
@@ -112,11 +117,17 @@ struct OfflineCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Read from the store with the OData query language.")
         @OptionGroup var options: OfflineStoreOptions
         @Argument(help: "Relative URL, e.g. \"SalesOrders?$filter=GrossAmount gt 100\".") var url: String
+        @Option(help: "Write the answer (e.g. a media stream, Set(key)/$value) to this file instead of printing it.") var output: String?
 
         func run() async throws {
             let provider = try await options.provider()
             let response = try await provider.execute(method: "GET", url: url)
-            print(String(decoding: response.body, as: UTF8.self))
+            if let output {
+                try Data(response.body).write(to: URL(fileURLWithPath: output))
+                print("wrote \(response.body.count) bytes\(response.headers["Content-Type"].map { " (\($0))" } ?? "") to \(output)")
+            } else {
+                print(String(decoding: response.body, as: UTF8.self))
+            }
             await provider.close()
         }
     }
@@ -163,6 +174,38 @@ struct OfflineCommand: AsyncParsableCommand {
             let provider = try await options.provider()
             _ = try await provider.execute(method: "DELETE", url: url)
             print("deleted \(url) locally; queued for upload")
+            await provider.close()
+        }
+    }
+
+    struct Media: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change media locally (queued for upload): a new stream for Set(key)/$value, or a new media entity in Set.")
+        @OptionGroup var options: OfflineStoreOptions
+        @Argument(help: "\"ProductPictures('PIC1')/$value\" (replace its stream) or \"ProductPictures\" (create a media entity).") var url: String
+        @Option(help: "The file that holds the stream.") var file: String
+        @Option(name: .customLong("content-type"), help: "The stream's media type.") var contentType = "application/octet-stream"
+        @Option(help: "Slug header for a create (the backend may take the key or a file name from it).") var slug: String?
+        @Option(help: "Custom tag.") var tag: String?
+
+        func run() async throws {
+            let body: [UInt8]
+            do {
+                body = Array(try Data(contentsOf: URL(fileURLWithPath: file)))
+            } catch {
+                throw CLIFailure("--file \(file) cannot be read: \(error.localizedDescription)")
+            }
+            let provider = try await options.provider()
+            let path = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+            var headers = ["Content-Type": contentType]
+            if let slug { headers["Slug"] = slug }
+            let response = try await provider.execute(method: path.hasSuffix("/$value") ? "PUT" : "POST", url: url, headers: headers, body: body,
+                                                      options: OfflineODataRequestOptions(customTag: tag))
+            if response.body.isEmpty {
+                print("replaced the stream of \(path.dropLast("/$value".count)) locally (\(body.count) bytes); queued for upload")
+            } else {
+                print(String(decoding: response.body, as: UTF8.self))
+            }
             await provider.close()
         }
     }

@@ -160,6 +160,39 @@ struct TestServer {
         }
     }
 
+    @Test func mediaEntitiesAreCreatedFromTheirStream() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            // The body is the stream; the Slug header names the key (percent-encoded).
+            let created = try await client.send("POST", "/odata/v4/ProductPictures", headers: ["Content-Type": "text/plain", "Slug": "PIC%20NEW"], body: "a picture")
+            #expect(created.status == 201)
+            #expect(created.json?["PictureID"]?.stringValue == "PIC NEW")
+            #expect(created.json?["Caption"] == .null)
+            #expect(created.header("Location")?.hasSuffix("ProductPictures('PIC%20NEW')") == true || created.header("Location")?.hasSuffix("ProductPictures('PIC NEW')") == true)
+            let media = try await client.send("GET", "/odata/v4/ProductPictures('PIC%20NEW')/$value")
+            #expect(media.text == "a picture")
+            #expect(media.header("Content-Type") == "text/plain")
+            // Through a navigation property: linked to its product.
+            let child = try await client.send("POST", "/odata/v4/Products('P2')/Pictures", headers: ["Content-Type": "image/png", "Slug": "PIC-P2"], body: "png")
+            #expect(child.status == 201)
+            #expect(child.json?["ProductID"]?.stringValue == "P2")
+            #expect(try await client.send("GET", "/odata/v4/ProductPictures('PIC-P2')/$value").text == "png")
+            // Without a Slug there is no key; a taken key is a conflict; other sets need JSON.
+            let keyless = try await client.send("POST", "/odata/v4/ProductPictures", headers: ["Content-Type": "text/plain"], body: "x")
+            #expect(keyless.status == 400)
+            #expect(keyless.json?["error"]?["code"]?.stringValue == "MissingKey")
+            let taken = try await client.send("POST", "/odata/v4/ProductPictures", headers: ["Content-Type": "text/plain", "Slug": "PIC0"], body: "x")
+            #expect(taken.status >= 400 && taken.status < 500)
+            #expect(try await client.send("POST", "/odata/v4/Products", headers: ["Content-Type": "image/png"], body: "png").status == 400)
+            // A JSON create of a media entity stays an entity create.
+            let json = try await client.send("POST", "/odata/v4/ProductPictures", body: #"{"PictureID":"PIC-JSON","Caption":"values only"}"#)
+            #expect(json.status == 201)
+            #expect(try await client.send("GET", "/odata/v4/ProductPictures('PIC-JSON')/$value").status == 404)
+        }
+    }
+
     @Test func batchChangeSetsAreAtomic() async throws {
         let server = TestServer()
         defer { server.remove() }

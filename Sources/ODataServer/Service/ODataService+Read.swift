@@ -12,6 +12,14 @@ extension ODataService {
         return "(" + parts.joined(separator: ",") + ")"
     }
 
+    /// How `server_media` names an entity: its key predicate in V4 form, whatever the spelling
+    /// (or version) of the request URL.
+    func mediaKey(_ key: [String: PrimitiveValue], _ table: StoreSchema.EntityTable) -> String {
+        var entity = Entity()
+        for (name, value) in key { entity[name] = .primitive(value) }
+        return keyPredicate(entity, table, version: .v4)
+    }
+
     /// V2 entities carry their URI and type; nested expanded entities too.
     func decorateV2(_ entity: Entity, _ table: StoreSchema.EntityTable, root: String) -> Entity {
         var entity = entity
@@ -157,10 +165,10 @@ extension ODataService {
 
     /// `GET Set(key)/$value` of a media entity: its stored stream.
     func mediaValue(_ request: ServiceRequest, _ parsed: ParsedURL) async throws -> ServiceResponse? {
-        guard parsed.path.segments.count >= 2, case .key = parsed.path.segments[parsed.path.segments.count - 2].kind,
+        guard parsed.path.segments.count >= 2, case .key(let parts) = parsed.path.segments[parsed.path.segments.count - 2].kind,
               let table = try table(forPath: request.target, version: request.version),
               model.entityType(table.entityType)?.hasStream == true else { return nil }
-        let keyText = String(request.path.dropLast("/$value".count).drop { $0 != "(" })
+        let keyText = mediaKey(try keyValues(parts, table, parsed.query), table)
         let set = table.entitySet
         let row = try await store.read { reader in
             try reader.connection.query("SELECT content_type, bytes FROM server_media WHERE entity_set = ? AND key = ?", [.text(set), .text(keyText)])

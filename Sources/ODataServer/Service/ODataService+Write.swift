@@ -134,7 +134,7 @@ extension ODataService {
             guard try writer.delete(from: target.table.entitySet, key: key) else {
                 throw ServiceFailure(404, "NotFound", "No entity at \(request.path)")
             }
-            try writer.connection.execute("DELETE FROM server_media WHERE entity_set = ? AND key = ?", [.text(target.table.entitySet), .text(target.keyText ?? "")])
+            try writer.connection.execute("DELETE FROM server_media WHERE entity_set = ? AND key = ?", [.text(target.table.entitySet), .text(mediaKey(key, target.table))])
             try recordChange(writer, target.table, target.keyText ?? "", "delete")
             return ServiceResponse(status: 204)
         default:
@@ -149,7 +149,9 @@ extension ODataService {
             guard let target = store.schema.table(forEntitySet: nav.targetEntitySet) else { throw ServiceFailure(400, "BadRequest", "Cannot create through \(nav.name)") }
             targetTable = target
         }
-        var entity = try entity(from: request, targetTable)
+        // A media entity is created from its stream: the body is the media, not JSON.
+        let media = isMediaBody(request) && model.entityType(targetTable.entityType)?.hasStream == true
+        var entity = media ? try mediaEntityKey(request, targetTable) : try entity(from: request, targetTable)
         if let keyName = options.serverGeneratedKeys[targetTable.entitySet], entity[keyName] == nil || entity[keyName] == .null {
             let rows = try writer.connection.query("SELECT max(\(StoreSchema.quote(keyName))) FROM \(StoreSchema.quote(targetTable.name))")
             var next: Int64 = 1
@@ -170,6 +172,11 @@ extension ODataService {
             try writer.link(table.entitySet, key: parentKey, navigation: nav.name, to: key)
         }
         let keyText = keyPredicate(entity, targetTable, version: request.version)
+        if media {
+            try writer.connection.execute("INSERT OR REPLACE INTO server_media (entity_set, key, content_type, bytes) VALUES (?, ?, ?, ?)",
+                                          [.text(targetTable.entitySet), .text(mediaKey(key, targetTable)), .text(request.headers["Content-Type"] ?? "application/octet-stream"),
+                                           .blob(request.body)])
+        }
         try recordChange(writer, targetTable, keyText, "upsert")
         let location = (request.serviceRoot ?? "") + targetTable.entitySet + keyText
         var headers = HTTPHeaders()
@@ -184,6 +191,40 @@ extension ODataService {
         var response = representation(stored, targetTable, request, status: 201)
         response.headers.merge(headers)
         return response
+    }
+
+    /// Whether a request body is a media stream rather than an entity: any content type but
+    /// JSON (a missing one counts as JSON).
+    func isMediaBody(_ request: ServiceRequest) -> Bool {
+        guard let type = request.headers["Content-Type"]?.lowercased().trimmingCharacters(in: .whitespaces), !type.isEmpty else { return false }
+        return !type.hasPrefix("application/json")
+    }
+
+    /// The new entity of a media create: no properties but its key, which is generated
+    /// (`serverGeneratedKeys`) or, for a single-property key, named by the `Slug` header
+    /// (percent-encoded, RFC 5023).
+    private func mediaEntityKey(_ request: ServiceRequest, _ table: StoreSchema.EntityTable) throws -> Entity {
+        var entity = Entity()
+        if options.serverGeneratedKeys[table.entitySet] != nil { return entity }
+        guard let slug = request.headers["Slug"].map({ $0.removingPercentEncoding ?? $0 }), !slug.isEmpty else {
+            throw ServiceFailure(400, "MissingKey", "A new \(table.entitySet) media entity needs its key in the Slug header")
+        }
+        guard table.keyColumns.count == 1, let name = table.keyColumns.first, let type = model.entityType(table.entityType),
+              let property = model.property(name, ofStructuredType: type.qualifiedName) else {
+            throw ServiceFailure(400, "MissingKey", "\(table.entitySet) has a key of several properties; a Slug cannot name it")
+        }
+        let value: PrimitiveValue?
+        switch PrimitiveType(rawValue: property.type.name) {
+        case .string?: value = .string(slug)
+        case .int64?: value = Int64(slug).map { .int64($0) }
+        case .int32?: value = Int32(slug).map { .int32($0) }
+        case .int16?: value = Int16(slug).map { .int16($0) }
+        case .guid?: value = GuidValue(slug).map { .guid($0) }
+        default: value = nil
+        }
+        guard let value else { throw ServiceFailure(400, "BadKey", "The Slug \(slug) is not a \(property.type.name) key for \(table.entitySet)") }
+        entity[name] = .primitive(value)
+        return entity
     }
 
     /// Expanded entities of a deep insert get ETags too.
@@ -254,7 +295,7 @@ extension ODataService {
         guard try writer.reader.entity(in: table.entitySet, key: key) != nil else { throw ServiceFailure(404, "NotFound", "No entity at \(request.path)") }
         try checkIfMatch(request, writer, table, key)
         try writer.connection.execute("INSERT OR REPLACE INTO server_media (entity_set, key, content_type, bytes) VALUES (?, ?, ?, ?)",
-                                      [.text(table.entitySet), .text(keyText), .text(request.headers["Content-Type"] ?? "application/octet-stream"), .blob(request.body)])
+                                      [.text(table.entitySet), .text(mediaKey(key, table)), .text(request.headers["Content-Type"] ?? "application/octet-stream"), .blob(request.body)])
         var entity = Entity()
         for (name, value) in key { entity[name] = .primitive(value) }
         let etag = Self.newETag()

@@ -51,24 +51,28 @@ enum LocalSchema {
 
     /// Makes the RequestQueue entity set a view over `oo_queue`, so a local change writes one
     /// queue row instead of two (the store created a table for it from the model). The view
-    /// has every column of that table; bookkeeping columns read as unset.
+    /// has every column of that table; bookkeeping columns read as unset. A view made before
+    /// media requests were queued (whose bodies are streams, not text) is made again.
     static func makeRequestQueueView(_ writer: StoreWriter) throws {
         guard let table = writer.schema.table(forEntitySet: requestQueue) else { return }
         let q = StoreSchema.quote
-        let kind = try writer.connection.query("SELECT type FROM sqlite_master WHERE name = ?", [.text(table.name)])
-        guard kind.first?.first == .text("table") else { return }
+        let kind = try writer.connection.query("SELECT type, sql FROM sqlite_master WHERE name = ?", [.text(table.name)])
+        guard let row = kind.first else { return }
+        if row.first == .text("view") {
+            guard case .text(let sql) = row[1], !sql.contains("media_type") else { return }
+        }
         let columns = try writer.connection.query("PRAGMA table_info(\(q(table.name)))").compactMap { row -> String? in
             if case .text(let name) = row[1] { return name }
             return nil
         }
         let expressions: [String: String] = [
             "_rowid": "id", "RequestID": "id", "Status": "status", "RequestMethod": "method", "RequestURL": "url",
-            "RequestBody": "CASE WHEN length(body) > 0 THEN CAST(body AS TEXT) END", "CustomTag": "custom_tag",
+            "RequestBody": "CASE WHEN length(body) > 0 AND media_type IS NULL THEN CAST(body AS TEXT) END", "CustomTag": "custom_tag",
             "TransactionID": "transaction_id", "UploadCategory": "upload_category", "AffectedEntityURL": "entity_set || entity_key",
             "_isLocal": "0", "_pending": "0", "_error": "0", "_upserted": "0",
         ]
         let select = columns.map { "\(expressions[$0] ?? "NULL") AS \(q($0))" }.joined(separator: ", ")
-        try writer.connection.execute("DROP TABLE \(q(table.name))")
+        try writer.connection.execute(row.first == .text("view") ? "DROP VIEW \(q(table.name))" : "DROP TABLE \(q(table.name))")
         try writer.connection.execute("CREATE VIEW \(q(table.name)) AS SELECT \(select) FROM oo_queue")
     }
 
@@ -80,7 +84,7 @@ enum LocalSchema {
           entity_set TEXT, entity_key TEXT, is_create INTEGER NOT NULL DEFAULT 0, local_key INTEGER NOT NULL DEFAULT 0,
           transaction_id TEXT, custom_tag TEXT, upload_category TEXT, remove_after_upload INTEGER NOT NULL DEFAULT 0,
           unmodifiable INTEGER NOT NULL DEFAULT 0, repeat_id TEXT, first_sent TEXT, cascade TEXT, status TEXT NOT NULL DEFAULT 'pending',
-          original_existed INTEGER, original BLOB)
+          original_existed INTEGER, original BLOB, media_type TEXT)
         """,
         "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key)) WITHOUT ROWID",
         "CREATE TABLE oo_key_map (entity_set TEXT NOT NULL, local_key TEXT NOT NULL, server_key TEXT NOT NULL, PRIMARY KEY (entity_set, local_key))",
@@ -93,6 +97,8 @@ enum LocalSchema {
     static let streams = [
         "CREATE TABLE IF NOT EXISTS oo_streams (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, content_type TEXT, body BLOB NOT NULL, PRIMARY KEY (entity_set, entity_key))",
         "CREATE TABLE IF NOT EXISTS oo_stream_staging (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, content_type TEXT, body BLOB, PRIMARY KEY (entity_set, entity_key))",
+        // The stream of an entity before its first local media change (a NULL body: none).
+        "CREATE TABLE IF NOT EXISTS oo_stream_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, content_type TEXT, body BLOB, PRIMARY KEY (entity_set, entity_key))",
     ]
 
     /// Pages of a download waiting to be applied together.

@@ -60,9 +60,10 @@ extension OfflineODataProvider {
             }
             for (id, request) in rewrite.changed.sorted(by: { $0.key < $1.key }) {
                 let cascade: DatabaseValue = request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized)
-                _ = try writer.connection.execute("UPDATE oo_queue SET method = ?, url = ?, body = ?, custom_tag = ?, cascade = ? WHERE id = ?",
+                _ = try writer.connection.execute("UPDATE oo_queue SET method = ?, url = ?, body = ?, custom_tag = ?, cascade = ?, headers = ?, media_type = ? WHERE id = ?",
                                                   [.text(request.method), .text(request.url), .blob(request.body),
-                                                   request.options.customTag.map { .text($0) } ?? .null, cascade, .integer(id)])
+                                                   request.options.customTag.map { .text($0) } ?? .null, cascade, .text(request.headersJSON),
+                                                   request.mediaType.map { .text($0) } ?? .null, .integer(id)])
             }
             guard !affected.isEmpty else { return }
             let keyMap = try Self.keyMap(writer.connection)
@@ -70,7 +71,7 @@ extension OfflineODataProvider {
             for reference in affected where !left.contains(where: { $0.changed.contains(reference) }) {
                 guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
                 let predicate = Keys.predicate(key, in: set, model: model)
-                _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+                try Self.forgetKeptState(set, predicate: predicate, writer: writer)
                 try writer.setState(in: set, key: key, isLocal: false, pending: false, inError: false)
             }
         }

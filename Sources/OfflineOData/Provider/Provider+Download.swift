@@ -211,6 +211,18 @@ extension OfflineODataProvider {
             let summary = try applier.finish(writer: writer)
             // Streams fetched with these pages replace the old ones; those of entities that are
             // gone go with them.
+            // An entity with a local stream change keeps it; the backend's stream becomes the
+            // one kept for undo and revert.
+            _ = try writer.connection.execute("""
+                UPDATE oo_stream_original SET
+                  content_type = (SELECT s.content_type FROM oo_stream_staging s WHERE s.entity_set = oo_stream_original.entity_set AND s.entity_key = oo_stream_original.entity_key),
+                  body = (SELECT s.body FROM oo_stream_staging s WHERE s.entity_set = oo_stream_original.entity_set AND s.entity_key = oo_stream_original.entity_key)
+                WHERE EXISTS (SELECT 1 FROM oo_stream_staging s WHERE s.entity_set = oo_stream_original.entity_set AND s.entity_key = oo_stream_original.entity_key)
+                """)
+            _ = try writer.connection.execute("""
+                DELETE FROM oo_stream_staging WHERE EXISTS (SELECT 1 FROM oo_stream_original o WHERE o.entity_set = oo_stream_staging.entity_set
+                  AND o.entity_key = oo_stream_staging.entity_key)
+                """)
             _ = try writer.connection.execute("""
                 DELETE FROM oo_streams WHERE EXISTS (SELECT 1 FROM oo_stream_staging s WHERE s.entity_set = oo_streams.entity_set
                   AND s.entity_key = oo_streams.entity_key AND s.body IS NULL)
@@ -252,6 +264,10 @@ extension OfflineODataProvider {
             let rowid = try writer.upsert(parent, into: entitySet)
             try writer.setState(in: entitySet, rowid: rowid, isLocal: false, inError: false, upserted: true)
             count += 1
+        } else {
+            // The local row keeps its pending changes; the state they started from becomes the
+            // backend's new one, which undo and a revert then return to.
+            try refreshKeptState(parent, in: entitySet, predicate: Keys.predicate(key, in: entitySet, model: model), writer: writer)
         }
         for (navigation, childKey) in links where writer.schema.table(forEntitySet: entitySet)?.navigation(navigation) != nil {
             try writer.link(entitySet, key: key, navigation: navigation, to: childKey)

@@ -160,7 +160,20 @@ extension OfflineODataProvider {
         let target = try parseTarget(url, model: model)
         var change = LocalChange(method: verb, url: url, body: body, target: target, options: options)
         change.headers = headers.merging(options.customHeaders) { _, new in new }
-        if verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "MERGE", !target.isRef {
+        let contentType = Self.header("Content-Type", in: change.headers)
+        let createdSet = target.navigation.flatMap { model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name } ?? target.entitySet
+        if target.isValue {
+            // `PUT Set(key)/$value`: the body is the entity's new media stream.
+            guard verb == "PUT" else {
+                throw OfflineODataError(.invalidRequest, "\(verb) \(url): a media stream is replaced with PUT; to remove it, delete the media entity")
+            }
+            change.mediaType = Self.mediaRequestHeaders(&change.headers, contentType: contentType)
+        } else if verb == "POST", !target.isRef, let contentType, !Self.isJSON(contentType), model.entityType(ofEntitySet: createdSet)?.hasStream == true {
+            // A media entity created from its stream: no values yet but a local key; the app
+            // sets its properties with a later update (sent after the create).
+            change.mediaType = Self.mediaRequestHeaders(&change.headers, contentType: contentType)
+            change.entity = Entity()
+        } else if verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "MERGE", !target.isRef {
             let entity = try Self.entity(fromBody: body, method: verb, url: url, target: target, model: model)
             change.entity = entity
             if entity.navigation.contains(where: { $0.bind != nil }) {
@@ -178,6 +191,16 @@ extension OfflineODataProvider {
         let result = try await apply(change, store: store)
         return OfflineODataResponse(status: result == nil ? 204 : 201, body: result.map { Self.encode(.entity($0), model: model) } ?? [],
                                     result: result.map { .entity($0) })
+    }
+
+    /// Puts the content type of a media request under one name (`Content-Type`, however the
+    /// app spelled it) and returns it; without one, the stream is `application/octet-stream`.
+    static func mediaRequestHeaders(_ headers: inout [String: String], contentType: String?) -> String {
+        var type = contentType?.trimmingCharacters(in: .whitespaces) ?? ""
+        if type.isEmpty { type = "application/octet-stream" }
+        headers = headers.filter { $0.key.caseInsensitiveCompare("Content-Type") != .orderedSame }
+        headers["Content-Type"] = type
+        return type
     }
 
     static func encode(_ result: QueryResult, model: Model) -> [UInt8] {
@@ -247,6 +270,43 @@ extension OfflineODataProvider {
         let model = try openStore().model
         _ = try await execute(method: "DELETE", url: entitySet + Keys.predicate(key, in: entitySet, model: model) + "/\(navigation)"
                               + Keys.predicate(targetKey, in: targetSet, model: model) + "/$ref", options: options)
+    }
+
+    /// Creates a media entity from its stream (`POST Set` with the media as the body), with a
+    /// local temporary key until the upload brings the backend's. `slug` goes to the backend
+    /// as the `Slug` header (RFC 5023), percent-encoded. Set the entity's properties with a
+    /// later ``updateEntity(_:in:replace:options:)``: it is sent after the create.
+    @discardableResult
+    public func createMediaEntity(in entitySet: String, contentType: String, body: [UInt8], slug: String? = nil,
+                                  options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws -> Entity {
+        var headers = ["Content-Type": contentType]
+        if let slug { headers["Slug"] = slug.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? slug }
+        guard !Self.isJSON(contentType) else {
+            throw OfflineODataError(.invalidRequest, "A media stream of \(entitySet) cannot have the content type \(contentType): that is an entity")
+        }
+        let response = try await execute(method: "POST", url: entitySet, headers: headers, body: body, options: options)
+        guard case .entity(let created?)? = response.result else { throw OfflineODataError(.store, "The created media entity could not be read back") }
+        return created
+    }
+
+    /// Replaces the media stream of a media entity (`PUT Set(key)/$value`).
+    public func updateMediaStream(in entitySet: String, key: [String: PrimitiveValue], contentType: String, body: [UInt8],
+                                  options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws {
+        let model = try openStore().model
+        _ = try await execute(method: "PUT", url: entitySet + Keys.predicate(key, in: entitySet, model: model) + "/$value",
+                              headers: ["Content-Type": contentType], body: body, options: options)
+    }
+
+    /// The media stream of a media entity from the store, with its content type; nil when the
+    /// entity is not in the store. A stream that was not retrieved is an error that says so.
+    public func readMediaStream(in entitySet: String, key: [String: PrimitiveValue]) async throws -> (contentType: String, body: [UInt8])? {
+        let store = try openStore()
+        let url = try await rewriteLocalKeys(entitySet + Keys.predicate(key, in: entitySet, model: store.model) + "/$value", store: store)
+        switch try await mediaStream(url, store: store) {
+        case .stream(let contentType, let body)?: return (contentType, body)
+        case .missing?: return nil
+        case nil: throw OfflineODataError(.invalidRequest, "\(entitySet) entities have no media stream")
+        }
     }
 
     static func requestBody(_ entity: Entity, model: Model) -> [UInt8] {

@@ -10,6 +10,8 @@ struct WriteTarget: Sendable {
     /// `Set(k)/Nav(k2)/$ref` or `$id=`: the linked entity.
     var navigationKey: [String: PrimitiveValue]?
     var isRef = false
+    /// `Set(key)/$value`: the media stream of a media entity.
+    var isValue = false
 }
 
 /// One local modification before it is applied.
@@ -24,6 +26,9 @@ struct LocalChange: Sendable {
     var linkTarget: (String, [String: PrimitiveValue])?
     /// `@odata.bind` links of the body, resolved: navigation property, entity set, key.
     var binds: [(navigation: String, entitySet: String, key: [String: PrimitiveValue])] = []
+    /// The content type of a media change (`PUT Set(key)/$value`, or the create of a media
+    /// entity from its stream); nil for JSON requests. The body is then the stream.
+    var mediaType: String?
 
     init(method: String, url: String, body: [UInt8], target: WriteTarget, options: OfflineODataRequestOptions) {
         self.method = method
@@ -70,6 +75,11 @@ extension OfflineODataProvider {
                 target.navigation = name
                 navigationSet = model.targetEntitySet(from: set, navigationPath: name)?.name
             case .ref: target.isRef = true
+            case .value:
+                guard target.key != nil, target.navigation == nil else {
+                    throw OfflineODataError(.invalidRequest, "\(url): only the media stream of one entity (Set(key)/$value) can be modified offline")
+                }
+                target.isValue = true
             case .typeCast: continue
             case .action(let name), .function(let name, _):
                 throw OfflineODataError(.notSupportedOffline, "\(name) is bound to an entity; operations run on the backend only, not offline")
@@ -124,9 +134,27 @@ extension OfflineODataProvider {
             }
         }
         var queued = QueuedRequest(method: change.method, url: change.url, body: change.body, headers: change.headers, options: change.options)
+        queued.mediaType = change.mediaType
         queued.repeatID = repeatable ? GuidValue.random().description : nil
         var result: Entity?
-        if target.isRef {
+        if target.isValue {
+            guard let key = target.key, let mediaType = change.mediaType, change.method == "PUT" else {
+                throw OfflineODataError(.invalidRequest, "\(change.method) \(change.url): a media stream is replaced with PUT and a body")
+            }
+            guard model.entityType(ofEntitySet: target.entitySet)?.hasStream == true else {
+                throw OfflineODataError(.invalidRequest, "\(change.url): \(target.entitySet) entities have no media stream")
+            }
+            guard try writer.reader.bookkeeping(in: target.entitySet, key: key) != nil else {
+                throw OfflineODataError(.invalidRequest, "\(change.method) \(change.url): the entity is not in the offline store")
+            }
+            let predicate = Keys.predicate(key, in: target.entitySet, model: model)
+            try snapshot(target.entitySet, key: key)
+            if replaying == nil { try keepStream(target.entitySet, predicate: predicate, writer: writer) }
+            try writeStream(target.entitySet, predicate: predicate, contentType: mediaType, body: change.body, writer: writer)
+            try writer.setState(in: target.entitySet, key: key, isLocal: true, pending: true)
+            queued.entitySet = target.entitySet
+            queued.entityKey = predicate
+        } else if target.isRef {
             guard let key = target.key, let navigation = target.navigation else { throw OfflineODataError(.invalidRequest, "\(change.url): a $ref needs an entity and a navigation property") }
             try snapshot(target.entitySet, key: key)
             if let (otherSet, otherKey) = linkedEntity(change, model: model) { try snapshot(otherSet, key: otherKey) }
@@ -170,6 +198,10 @@ extension OfflineODataProvider {
                 throw OfflineODataError(.invalidRequest, "POST \(change.url): \(set)\(predicate) exists already")
             }
             try writer.insert(entity, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: true, localID: localKey ? predicate : nil))
+            if let mediaType = change.mediaType {
+                // A media entity created from its stream.
+                try writeStream(set, predicate: predicate, contentType: mediaType, body: change.body, writer: writer)
+            }
             if let parentKey = target.key, let navigation = target.navigation {
                 // Created through `Parent(key)/Navigation`: linked to the parent.
                 try writer.link(target.entitySet, key: parentKey, navigation: navigation, to: key)
@@ -247,6 +279,20 @@ extension OfflineODataProvider {
                                           [.text(entitySet), .text(predicate), .blob(V4JSONWriter().write(entity))])
     }
 
+    /// A download found an entity with pending changes changed on the backend: the state kept
+    /// for it (where ``keptState(_:predicate:writer:)`` finds it) becomes the backend's, when
+    /// the entity existed before its local changes.
+    static func refreshKeptState(_ entity: Entity, in entitySet: String, predicate: String, writer: StoreWriter) throws {
+        let body = V4JSONWriter().write(entity)
+        let kept = try writer.connection.execute("UPDATE oo_original SET body = ? WHERE entity_set = ? AND entity_key = ? AND existed = 1",
+                                                 [.blob(body), .text(entitySet), .text(predicate)])
+        guard kept == 0, try !hasKeptState(entitySet, predicate: predicate, writer: writer) else { return }
+        _ = try writer.connection.execute("""
+            UPDATE oo_queue SET original = ? WHERE id = (SELECT id FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND original_existed IS NOT NULL
+              ORDER BY id LIMIT 1) AND original_existed = 1
+            """, [.blob(body), .text(entitySet), .text(predicate)])
+    }
+
     /// Whether `oo_original` keeps the state of an entity.
     static func hasKeptState(_ entitySet: String, predicate: String, writer: StoreWriter) throws -> Bool {
         try !writer.connection.query("SELECT 1 FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(predicate)]).isEmpty
@@ -320,9 +366,16 @@ struct QueuedRequest: Sendable {
     var cascade: [String] = []
     /// Sent and rejected (or not sent because a request it depends on was): in the ErrorArchive.
     var failed = false
+    /// The content type of a media request (the body is a stream); nil for JSON.
+    var mediaType: String?
     /// The state of its entity before this request, when this is the entity's first change
     /// (written with the request; not loaded with the queue).
     var original: Original?
+
+    /// The headers as stored in the queue: a JSON object, names sorted.
+    var headersJSON: String {
+        JSONValue.object(headers.sorted { $0.key < $1.key }.map { .init($0.key, .string($0.value)) }).serialized
+    }
 
     init(method: String, url: String, body: [UInt8], headers: [String: String], options: OfflineODataRequestOptions) {
         self.method = method
@@ -335,18 +388,18 @@ struct QueuedRequest: Sendable {
 
 extension OfflineODataProvider {
     static func enqueue(_ request: QueuedRequest, writer: StoreWriter) throws {
-        let headers = JSONValue.object(request.headers.sorted { $0.key < $1.key }.map { .init($0.key, .string($0.value)) }).serialized
+        let headers = request.headersJSON
         func text(_ value: String?) -> DatabaseValue { value.map { .text($0) } ?? .null }
         _ = try writer.connection.execute("""
             INSERT INTO oo_queue (method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag,
-              upload_category, remove_after_upload, unmodifiable, repeat_id, cascade, original_existed, original, status)
-              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
+              upload_category, remove_after_upload, unmodifiable, repeat_id, cascade, original_existed, original, media_type, status)
+              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
             """, [.text(request.method), .text(request.url), .blob(request.body), .text(headers), text(request.entitySet), text(request.entityKey),
                   .integer(request.isCreate ? 1 : 0), .integer(request.localKey ? 1 : 0), text(request.options.transactionID), text(request.options.customTag),
                   text(request.options.uploadCategory), .integer(request.options.removeAfterUpload ? 1 : 0),
                   .integer(request.options.unmodifiableRequest ? 1 : 0), text(request.repeatID),
                   request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized),
-                  request.original.map { .integer($0.existed ? 1 : 0) } ?? .null, request.original?.body.map { .blob($0) } ?? .null])
+                  request.original.map { .integer($0.existed ? 1 : 0) } ?? .null, request.original?.body.map { .blob($0) } ?? .null, text(request.mediaType)])
     }
 
     /// Loads queued requests with the given status, in order.
@@ -358,7 +411,7 @@ extension OfflineODataProvider {
     static func loadQueue(_ connection: Connection, statuses: [String]) throws -> [QueuedRequest] {
         let rows = try connection.query("""
             SELECT id, method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag, upload_category,
-              remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", "))) ORDER BY id
+              remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status, media_type FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", "))) ORDER BY id
             """, statuses.map { .text($0) })
         return rows.map { row in
             func text(_ index: Int) -> String? { if case .text(let value) = row[index] { return value }; return nil }
@@ -383,6 +436,7 @@ extension OfflineODataProvider {
                 request.cascade = (parsed.arrayValue ?? []).compactMap(\.stringValue)
             }
             request.failed = text(17) == "failed"
+            request.mediaType = text(18)
             return request
         }
     }
@@ -482,6 +536,7 @@ extension OfflineODataProvider {
             } else if exists {
                 try writer.delete(from: set, key: key)
             }
+            try restoreStream(set, predicate: predicate, existed: original.existed, writer: writer)
         }
         for entry in remaining where !entry.changed.isDisjoint(with: entities) {
             // A request that cannot be applied any more (its parent is gone) changes nothing.
@@ -494,7 +549,7 @@ extension OfflineODataProvider {
             let predicate = Keys.predicate(key, in: set, model: model)
             let own = remaining.filter { $0.changed.contains(reference) }
             if own.isEmpty {
-                _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+                try forgetKeptState(set, predicate: predicate, writer: writer)
                 try writer.setState(in: set, key: key, isLocal: false, pending: false, inError: false)
             } else {
                 try writer.setState(in: set, key: key, isLocal: true, pending: own.contains { !$0.request.failed }, inError: own.contains { $0.request.failed })
@@ -510,7 +565,11 @@ extension OfflineODataProvider {
         }
         let target = try parseTarget(url, model: model, serviceRoot: serviceRoot)
         var change = LocalChange(method: request.method, url: url, body: request.body, target: target, options: request.options)
-        if target.isRef {
+        change.mediaType = request.mediaType
+        if request.mediaType != nil {
+            // A media change: the body is the stream; a media create starts with no values.
+            if request.isCreate { change.entity = Entity() }
+        } else if target.isRef {
             if request.method != "DELETE" {
                 change.linkTarget = linkTarget(ofBody: request.body, model: model, serviceRoot: serviceRoot) { keyMap[$0] ?? $0 }
             }

@@ -53,6 +53,64 @@ extension OfflineODataProvider {
         }
     }
 
+    // MARK: Local media changes
+
+    /// Stores the media stream of an entity in the store.
+    static func writeStream(_ entitySet: String, predicate: String, contentType: String, body: [UInt8], writer: StoreWriter) throws {
+        _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_streams (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
+                                          [.text(entitySet), .text(predicate), .text(contentType), .blob(body)])
+    }
+
+    /// Keeps the stream an entity has before its first local media change (none: a NULL
+    /// body), for undo and for reverting a failed request. A stream kept already stays.
+    static func keepStream(_ entitySet: String, predicate: String, writer: StoreWriter) throws {
+        _ = try writer.connection.execute("""
+            INSERT OR IGNORE INTO oo_stream_original (entity_set, entity_key, content_type, body)
+              VALUES (?1, ?2, (SELECT content_type FROM oo_streams WHERE entity_set = ?1 AND entity_key = ?2),
+                      (SELECT body FROM oo_streams WHERE entity_set = ?1 AND entity_key = ?2))
+            """, [.text(entitySet), .text(predicate)])
+    }
+
+    /// Puts back the stream an entity had before its local changes: the kept one, or none when
+    /// the entity was created locally (`existed` false). Requests that stay are applied again
+    /// afterwards by the caller.
+    static func restoreStream(_ entitySet: String, predicate: String, existed: Bool, writer: StoreWriter) throws {
+        let kept = try writer.connection.query("SELECT content_type, body FROM oo_stream_original WHERE entity_set = ? AND entity_key = ?",
+                                               [.text(entitySet), .text(predicate)]).first
+        if let kept, case .blob(let body) = kept[1] {
+            _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_streams (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
+                                              [.text(entitySet), .text(predicate), kept[0], .blob(body)])
+        } else if kept != nil || !existed {
+            _ = try writer.connection.execute("DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(predicate)])
+        }
+    }
+
+    /// Forgets the state kept for an entity's local changes (its values and its stream): no
+    /// request needs it any more.
+    static func forgetKeptState(_ entitySet: String, predicate: String, writer: StoreWriter) throws {
+        _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(predicate)])
+        _ = try writer.connection.execute("DELETE FROM oo_stream_original WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(predicate)])
+    }
+
+    /// A created entity took the backend's key: its stream and kept stream follow.
+    static func rekeyStreams(_ entitySet: String, from localPredicate: String, to serverPredicate: String, writer: StoreWriter) throws {
+        for table in ["oo_streams", "oo_stream_original"] {
+            _ = try writer.connection.execute("DELETE FROM \(table) WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(serverPredicate)])
+            _ = try writer.connection.execute("UPDATE \(table) SET entity_key = ? WHERE entity_set = ? AND entity_key = ?",
+                                              [.text(serverPredicate), .text(entitySet), .text(localPredicate)])
+        }
+    }
+
+    /// The value of a header, whatever the case of its name.
+    static func header(_ name: String, in headers: [String: String]) -> String? {
+        headers.first { $0.key.caseInsensitiveCompare(name) == .orderedSame }?.value
+    }
+
+    /// Whether a content type is JSON (the body is an entity, not a media stream).
+    static func isJSON(_ contentType: String) -> Bool {
+        contentType.trimmingCharacters(in: .whitespaces).lowercased().hasPrefix("application/json")
+    }
+
     /// `Set(key)/$value` of a media entity: its stored stream. Nil when `url` does not name a
     /// media stream; `.missing` when the entity is not in the store.
     func mediaStream(_ url: String, store: Store) async throws -> MediaStream? {

@@ -149,17 +149,24 @@ extension OfflineODataProvider {
         var matched: Set<String> = []
         for request in batch {
             var url = request.url
-            var body = String(decoding: request.body, as: UTF8.self)
+            // A media request's body is a stream: it goes as it is. JSON bodies name local
+            // entities by reference; those references are rewritten like the URL.
+            let isMedia = request.mediaType != nil
+            var body = isMedia ? "" : String(decoding: request.body, as: UTF8.self)
             for (local, cid) in contentIDs {
                 if url == local || url.hasPrefix(local + "/") { url = cid + url.dropFirst(local.count) }
-                body = body.replacingOccurrences(of: "\"\(local)\"", with: "\"\(cid)\"")
+                if !isMedia { body = body.replacingOccurrences(of: "\"\(local)\"", with: "\"\(cid)\"") }
             }
             for (local, server) in keyMap {
                 if url == local || url.hasPrefix(local + "/") { url = server + url.dropFirst(local.count) }
-                body = body.replacingOccurrences(of: "\"\(local)\"", with: "\"\(server)\"")
+                if !isMedia { body = body.replacingOccurrences(of: "\"\(local)\"", with: "\"\(server)\"") }
             }
             var headers = ODataCore.HTTPHeaders()
-            if !body.isEmpty { headers["Content-Type"] = "application/json" }
+            if let mediaType = request.mediaType {
+                headers["Content-Type"] = mediaType
+            } else if !body.isEmpty {
+                headers["Content-Type"] = "application/json"
+            }
             if parameters.enableRepeatableRequests, let id = request.repeatID {
                 let time = firstSent[request.id] ?? now
                 headers["Repeatability-Request-ID"] = id
@@ -180,7 +187,7 @@ extension OfflineODataProvider {
                 contentIDs[reference] = "$\(request.id)"
             }
             if request.isCreate { createdHere.insert(reference) }
-            messages.append(.request(request.method, url, headers: headers, body: Array(body.utf8)))
+            messages.append(.request(request.method, url, headers: headers, body: isMedia ? request.body : Array(body.utf8)))
         }
         if !parameters.backendSupportsBatch {
             var results: [SentResult] = []
@@ -304,7 +311,8 @@ extension OfflineODataProvider {
                         message = String(decoding: result.body.prefix(500), as: UTF8.self)
                     }
                 }
-                let body = request.body.isEmpty ? nil : String(decoding: request.body, as: UTF8.self)
+                // A media request's body is a stream, not text: the archive names its type instead.
+                let body = request.body.isEmpty || request.mediaType != nil ? nil : String(decoding: request.body, as: UTF8.self)
                 let failure = OfflineODataFailedRequest(httpStatus: result.status, requestID: request.id, customTag: request.options.customTag, code: code,
                                                         message: message, innerError: inner, method: request.method, url: request.url, body: body)
                 func text(_ value: String?) -> Value { value.map { .primitive(.string($0)) } ?? .null }
@@ -329,9 +337,7 @@ extension OfflineODataProvider {
                 if left.isEmpty {
                     try writer.setState(in: set, key: key, pending: false)
                     let failedLeft = try writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
-                    if failedLeft.isEmpty {
-                        _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
-                    }
+                    if failedLeft.isEmpty { try Self.forgetKeptState(set, predicate: predicate, writer: writer) }
                 }
             }
             return failures
@@ -352,7 +358,10 @@ extension OfflineODataProvider {
                                 model: Model) throws -> String? {
         let removeAfterUpload = result.request.options.removeAfterUpload
         guard var server = serverEntity(result, set: set, model: model), let serverKey = Keys.key(of: server, in: set, model: model) else {
-            if removeAfterUpload { try writer.delete(from: set, key: localKey) }
+            if removeAfterUpload {
+                try writer.delete(from: set, key: localKey)
+                _ = try writer.connection.execute("DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(localPredicate)])
+            }
             return nil
         }
         if let etag = result.headers["ETag"] { server.control.etag = etag }
@@ -363,6 +372,7 @@ extension OfflineODataProvider {
         if try writer.rowid(in: set, key: localKey) != nil {
             if removeAfterUpload {
                 try writer.delete(from: set, key: localKey)
+                _ = try writer.connection.execute("DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(localPredicate)])
             } else if serverPredicate != localPredicate {
                 // The row takes the backend's key in place (its links stay, and the foreign keys
                 // of children created under it follow), then the backend's values. A row that
@@ -387,6 +397,7 @@ extension OfflineODataProvider {
             _ = try writer.connection.execute("DELETE FROM oo_original WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(serverPredicate)])
             _ = try writer.connection.execute("UPDATE oo_original SET entity_key = ? WHERE entity_set = ? AND entity_key = ?",
                                               [.text(serverPredicate), .text(set), .text(localPredicate)])
+            try rekeyStreams(set, from: localPredicate, to: serverPredicate, writer: writer)
             let stillPending = try writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND status = 'pending'", [.text(set), .text(serverPredicate)])
             if !stillPending.isEmpty, !removeAfterUpload { try writer.setState(in: set, key: serverKey, pending: true) }
         }

@@ -9,7 +9,9 @@ enum QueueAlgorithms {
 
     /// Combines requests on the same entity: create + updates → one create with the final
     /// values, create + delete → nothing, updates → one update (PATCH bodies merge, a PUT
-    /// replaces), update + delete → the delete. A later request joins an earlier one only when
+    /// replaces), update + delete → the delete. Media streams (`$value` PUTs) replace each
+    /// other and the stream of a media create; they never merge with JSON values, which a
+    /// media request cannot carry. A later request joins an earlier one only when
     /// both belong to the same transaction (or neither to any), neither is unmodifiable, they
     /// share upload category and headers, and nothing between them touches the entities the
     /// later one touches. Link requests are never combined and keep their place. Custom tags
@@ -34,7 +36,7 @@ enum QueueAlgorithms {
                   target.request.options.transactionID == request.request.options.transactionID,
                   target.request.options.uploadCategory == request.request.options.uploadCategory,
                   target.request.options.removeAfterUpload == request.request.options.removeAfterUpload,
-                  target.request.headers == request.request.headers else { continue }
+                  sameHeaders(target, request) else { continue }
             var merged = target
             switch (target.kind, request.kind) {
             case (.create, .delete):
@@ -45,7 +47,7 @@ enum QueueAlgorithms {
                 rewrite.changed[target.id] = nil
                 continue
             case (.create, .update(let replace)):
-                guard let body = combine(target.request.body, request.request.body, replace: replace, keepFrom: target, model: model) else { continue }
+                guard !target.isMedia, let body = combine(target.request.body, request.request.body, replace: replace, keepFrom: target, model: model) else { continue }
                 merged.request.body = body
             case (.update(let first), .update(let second)):
                 if second {
@@ -56,10 +58,16 @@ enum QueueAlgorithms {
                     merged.request.body = body
                     merged.request.method = first ? "PUT" : target.request.method
                 }
-            case (.update, .delete):
+            case (.create, .media) where target.isMedia, (.media, .media):
+                merged.request.body = request.request.body
+                merged.request.mediaType = request.request.mediaType
+                merged.request.headers["Content-Type"] = request.request.mediaType
+            case (.update, .delete), (.media, .delete):
                 merged.request.method = "DELETE"
                 merged.request.url = request.request.url
                 merged.request.body = []
+                merged.request.mediaType = nil
+                merged.request.headers = request.request.headers
                 merged.kind = .delete
                 merged.cascade = request.cascade
                 merged.cascadeSets = request.cascadeSets
@@ -83,9 +91,17 @@ enum QueueAlgorithms {
     static func combinable(_ entry: QueueEntry) -> Bool {
         guard entry.entity != nil, !entry.isSent, !entry.request.options.unmodifiableRequest else { return false }
         switch entry.kind {
-        case .create, .update, .delete: return true
+        case .create, .update, .delete, .media: return true
         case .link, .other: return false
         }
+    }
+
+    /// Whether two requests carry the same headers. Beside a media request, the content type
+    /// and `Slug` do not count: a later stream comes with its own, a delete with none.
+    static func sameHeaders(_ earlier: QueueEntry, _ later: QueueEntry) -> Bool {
+        guard earlier.isMedia || later.isMedia else { return earlier.request.headers == later.request.headers }
+        return earlier.request.headers.filter { $0.key != "Content-Type" && $0.key != "Slug" }
+            == later.request.headers.filter { $0.key != "Content-Type" && $0.key != "Slug" }
     }
 
     static func joinTags(_ first: String?, _ second: String?) -> String? {

@@ -11,6 +11,8 @@ struct QueueEntry: Sendable {
         case delete
         /// A `$ref` request: adding (`remove` false) or removing a link.
         case link(remove: Bool)
+        /// `PUT Set(key)/$value`: a new media stream for the entity.
+        case media
         case other
     }
 
@@ -41,6 +43,8 @@ struct QueueEntry: Sendable {
     private(set) var touchedSets: Set<String> = []
 
     var id: Int64 { request.id }
+    /// A media request: its body is a stream (a media create, or a `$value` PUT).
+    var isMedia: Bool { request.mediaType != nil }
     var isSent: Bool { request.firstSent != nil }
 
     /// Recomputes the derived sets; call after changing the fields they come from.
@@ -89,7 +93,7 @@ extension QueueEntry {
             }
         }
         var bound: Set<String> = []
-        if !request.body.isEmpty, let json = try? JSONValue.parse(request.body) {
+        if !request.body.isEmpty, request.mediaType == nil, let json = try? JSONValue.parse(request.body) {
             collectReferences(json, model: model, serviceRoot: serviceRoot, into: &bound, mapped: mapped)
         }
         references.formUnion(bound)
@@ -102,6 +106,8 @@ extension QueueEntry {
             kind = .link(remove: request.method == "DELETE")
         } else if request.isCreate {
             kind = .create
+        } else if target?.isValue == true {
+            kind = .media
         } else {
             switch request.method {
             case "PATCH", "MERGE": kind = .update(replace: false)
