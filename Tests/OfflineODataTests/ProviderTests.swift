@@ -351,6 +351,31 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         let steps = recorder.progress.filter { $0.operation == .download }.map(\.step)
         #expect(steps.first == .processingDefiningQueries)
         #expect(steps.contains(.reapplyingChanges))
+        // Undo after the download goes back to the backend's values (and ETag), which the
+        // download kept for it; an edit made then uploads without a conflict.
+        try await provider.undoPendingChanges(forURL: "BusinessPartners('\(edited)')")
+        #expect(string(try await provider.readEntities("BusinessPartners('\(edited)')").first, "CompanyName") == "Server wins?")
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(edited)')", body: Array("{\"CompanyName\":\"Local again\"}".utf8))
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        #expect(try await fixture.backend("BusinessPartners('\(edited)')")["CompanyName"]?.stringValue == "Local again")
+        // An entity deleted locally and changed on the backend stays deleted until the upload.
+        let third = try #require(string(partners.dropFirst(2).first, "PartnerID"))
+        try await provider.deleteEntity(in: "BusinessPartners", key: ["PartnerID": .string(third)])
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('\(third)')", "{\"CompanyName\":\"Changed meanwhile\"}") < 300)
+        try await provider.download(definingQueries: ["Partners"])
+        #expect(try await provider.readEntities("BusinessPartners('\(third)')").isEmpty)
+        try await provider.undoPendingChanges(forURL: "BusinessPartners('\(third)')")
+        #expect(string(try await provider.readEntities("BusinessPartners('\(third)')").first, "CompanyName") == "Changed meanwhile")
+        // An entity edited locally and deleted on the backend keeps the edit until the upload;
+        // undo then removes it, as the backend did.
+        _ = try await provider.execute(method: "PATCH", url: "Contacts(1)", body: Array("{\"FirstName\":\"Edited\"}".utf8))
+        #expect(try await fixture.backendSend("DELETE", "Contacts(1)", "") < 300)
+        try await provider.download(definingQueries: ["Contacts"])
+        #expect(string(try await provider.readEntities("Contacts(1)").first, "FirstName") == "Edited")
+        try await provider.undoPendingChanges(forURL: "Contacts(1)")
+        #expect(try await provider.readEntities("Contacts(1)").isEmpty)
+        #expect(try await provider.isRequestQueueEmpty)
         // A delete on the server arrives as a delta removal.
         #expect(try await fixture.backendSend("DELETE", "BusinessPartners('NEW1')", "") < 300)
         try await provider.download()

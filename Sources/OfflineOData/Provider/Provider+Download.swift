@@ -190,6 +190,7 @@ extension OfflineODataProvider {
         let applier = PageApplier(model: model, root: serviceRoot, allQueries: definingQueries, bulkSets: [], firstFill: false)
         return try await store.write { writer in
             var applier = applier
+            applier.locallyChanged = try Self.locallyChanged(writer.connection)
             try writer.clearFlag("_upserted")
             var last: Int64 = 0
             while let row = try writer.connection.query("SELECT seq, query, entity_set, is_delta, body FROM oo_staging WHERE seq > ? ORDER BY seq LIMIT 1",
@@ -237,9 +238,25 @@ extension OfflineODataProvider {
         }
     }
 
+    /// `Set(key)` of every entity with pending requests, and of what their deletes cascaded
+    /// to: an entity among them that is not in the store was deleted locally.
+    static func locallyChanged(_ connection: Connection) throws -> Set<String> {
+        var references: Set<String> = []
+        for row in try connection.query("SELECT entity_set, entity_key, cascade FROM oo_queue WHERE status = 'pending'") {
+            if case .text(let set) = row[0], case .text(let key) = row[1] { references.insert(set + key) }
+            if case .text(let json) = row[2], let parsed = try? JSONValue.parse(Array(json.utf8)) {
+                references.formUnion((parsed.arrayValue ?? []).compactMap(\.stringValue))
+            }
+        }
+        return references
+    }
+
     /// Upserts an entity and, first, its expanded children, then links them. Returns how many
-    /// entities were written; `seen` collects the key predicate of every entity per set.
-    static func applyEntity(_ entity: Entity, in entitySet: String, writer: StoreWriter, model: Model, seen: inout [String: Set<String>]) throws -> Int {
+    /// entities were written; `seen` collects the key predicate of every entity per set. An
+    /// entity with pending changes, or deleted locally (in `locallyChanged`, not in the
+    /// store), keeps its local state; the backend's values become the state kept for its undo.
+    static func applyEntity(_ entity: Entity, in entitySet: String, writer: StoreWriter, model: Model, seen: inout [String: Set<String>],
+                            locallyChanged: Set<String> = []) throws -> Int {
         var count = 0
         var parent = entity
         var links: [(String, [String: PrimitiveValue])] = []
@@ -251,7 +268,7 @@ extension OfflineODataProvider {
             case .collection(let collection): children = collection.entities
             }
             for child in children {
-                count += try applyEntity(child, in: target, writer: writer, model: model, seen: &seen)
+                count += try applyEntity(child, in: target, writer: writer, model: model, seen: &seen, locallyChanged: locallyChanged)
                 if let key = Keys.key(of: child, in: target, model: model) { links.append((nav.name, key)) }
             }
         }
@@ -259,15 +276,18 @@ extension OfflineODataProvider {
         guard let key = Keys.key(of: parent, in: entitySet, model: model) else {
             throw OfflineODataError(.backend, "An entity of \(entitySet) from the backend has no key")
         }
-        seen[entitySet, default: []].insert(Keys.predicate(key, in: entitySet, model: model))
-        if try writer.reader.bookkeeping(in: entitySet, key: key)?.pending != true {
+        let predicate = Keys.predicate(key, in: entitySet, model: model)
+        seen[entitySet, default: []].insert(predicate)
+        let state = try writer.reader.bookkeeping(in: entitySet, key: key)
+        if state?.pending == true || (state == nil && locallyChanged.contains(entitySet + predicate)) {
+            // The local row keeps its pending changes (a deleted one stays deleted); the state
+            // they started from becomes the backend's new one, which undo and a revert return to.
+            try refreshKeptState(parent, in: entitySet, predicate: predicate, writer: writer)
+            if state == nil { return count }
+        } else {
             let rowid = try writer.upsert(parent, into: entitySet)
             try writer.setState(in: entitySet, rowid: rowid, isLocal: false, inError: false, upserted: true)
             count += 1
-        } else {
-            // The local row keeps its pending changes; the state they started from becomes the
-            // backend's new one, which undo and a revert then return to.
-            try refreshKeptState(parent, in: entitySet, predicate: Keys.predicate(key, in: entitySet, model: model), writer: writer)
         }
         for (navigation, childKey) in links where writer.schema.table(forEntitySet: entitySet)?.navigation(navigation) != nil {
             try writer.link(entitySet, key: key, navigation: navigation, to: childKey)
@@ -298,6 +318,8 @@ struct PageApplier: Sendable {
     /// Queries read this time → whether every page of it was a delta.
     var read: [String: Bool] = [:]
     var queries: Set<String> = []
+    /// Entities with pending requests (``OfflineODataProvider/locallyChanged(_:)``).
+    var locallyChanged: Set<String> = []
 
     init(model: Model, root: String, allQueries: [OfflineODataDefiningQuery], bulkSets: Set<String>, firstFill: Bool) {
         self.model = model
@@ -324,11 +346,12 @@ struct PageApplier: Sendable {
             upserted += plain.count
         }
         for entity in query.entities where !bulk || entity.navigation.contains(where: { $0.inline != nil }) {
-            upserted += try OfflineODataProvider.applyEntity(entity, in: query.entitySet, writer: writer, model: model, seen: &seen)
+            upserted += try OfflineODataProvider.applyEntity(entity, in: query.entitySet, writer: writer, model: model, seen: &seen,
+                                                             locallyChanged: locallyChanged)
         }
         for removed in query.deleted {
             guard let key = OfflineODataProvider.key(of: removed, in: query.entitySet, model: model, root: root) else { continue }
-            if try writer.reader.bookkeeping(in: query.entitySet, key: key)?.pending == true { continue }
+            if try keepsLocalState(query.entitySet, key: key, writer: writer) { continue }
             if try writer.delete(from: query.entitySet, key: key) { deleted += 1 }
         }
         if !query.isDelta && !firstFill {
@@ -343,6 +366,16 @@ struct PageApplier: Sendable {
         }
     }
 
+    /// Whether a delta removal leaves the entity alone: it has pending changes, or it was
+    /// deleted locally. The state kept for its undo then says it no longer exists.
+    func keepsLocalState(_ entitySet: String, key: [String: PrimitiveValue], writer: StoreWriter) throws -> Bool {
+        let predicate = Keys.predicate(key, in: entitySet, model: model)
+        let state = try writer.reader.bookkeeping(in: entitySet, key: key)
+        guard state?.pending == true || (state == nil && locallyChanged.contains(entitySet + predicate)) else { return false }
+        try OfflineODataProvider.refreshKeptState(nil, in: entitySet, predicate: predicate, writer: writer)
+        return true
+    }
+
     /// A full read: what the backend no longer returns is gone, unless another query not read
     /// in full this time also covers the set, or the row has pending changes.
     mutating func finish(writer: StoreWriter) throws -> String {
@@ -352,10 +385,17 @@ struct PageApplier: Sendable {
                 return !readInFull && ((try? OfflineODataProvider.coveredSets(of: query.query, model: model))?.contains(set) ?? false)
             }
             if coveredElsewhere { continue }
-            for (key, pending) in try writer.keys(in: set) where !pending {
-                if !(seen[set]?.contains(Keys.predicate(key, in: set, model: model)) ?? false) {
-                    if try writer.delete(from: set, key: key) { deleted += 1 }
+            for (key, pending) in try writer.keys(in: set) where !(seen[set]?.contains(Keys.predicate(key, in: set, model: model)) ?? false) {
+                if pending {
+                    try OfflineODataProvider.refreshKeptState(nil, in: set, predicate: Keys.predicate(key, in: set, model: model), writer: writer)
+                } else if try writer.delete(from: set, key: key) {
+                    deleted += 1
                 }
+            }
+            // Entities deleted locally that the backend no longer has either.
+            for reference in locallyChanged where reference.hasPrefix(set + "(") && !(seen[set]?.contains(String(reference.dropFirst(set.count))) ?? false) {
+                guard let (_, key) = Keys.parse(reference, model: model, serviceRoot: ""), try writer.rowid(in: set, key: key) == nil else { continue }
+                try OfflineODataProvider.refreshKeptState(nil, in: set, predicate: Keys.predicate(key, in: set, model: model), writer: writer)
             }
         }
         return "\(queries.count) defining queries, \(upserted) entities inserted or updated, \(deleted) deleted"

@@ -279,18 +279,19 @@ extension OfflineODataProvider {
                                           [.text(entitySet), .text(predicate), .blob(V4JSONWriter().write(entity))])
     }
 
-    /// A download found an entity with pending changes changed on the backend: the state kept
-    /// for it (where ``keptState(_:predicate:writer:)`` finds it) becomes the backend's, when
-    /// the entity existed before its local changes.
-    static func refreshKeptState(_ entity: Entity, in entitySet: String, predicate: String, writer: StoreWriter) throws {
-        let body = V4JSONWriter().write(entity)
-        let kept = try writer.connection.execute("UPDATE oo_original SET body = ? WHERE entity_set = ? AND entity_key = ? AND existed = 1",
-                                                 [.blob(body), .text(entitySet), .text(predicate)])
+    /// A download found an entity with pending changes changed on the backend (`entity`), or
+    /// gone there (nil): the state kept for it (where ``keptState(_:predicate:writer:)`` finds
+    /// it) becomes the backend's, when the entity existed before its local changes.
+    static func refreshKeptState(_ entity: Entity?, in entitySet: String, predicate: String, writer: StoreWriter) throws {
+        let existed: DatabaseValue = .integer(entity == nil ? 0 : 1)
+        let body: DatabaseValue = entity.map { .blob(V4JSONWriter().write($0)) } ?? .null
+        let kept = try writer.connection.execute("UPDATE oo_original SET existed = ?, body = ? WHERE entity_set = ? AND entity_key = ? AND existed = 1",
+                                                 [existed, body, .text(entitySet), .text(predicate)])
         guard kept == 0, try !hasKeptState(entitySet, predicate: predicate, writer: writer) else { return }
         _ = try writer.connection.execute("""
-            UPDATE oo_queue SET original = ? WHERE id = (SELECT id FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND original_existed IS NOT NULL
-              ORDER BY id LIMIT 1) AND original_existed = 1
-            """, [.blob(body), .text(entitySet), .text(predicate)])
+            UPDATE oo_queue SET original_existed = ?, original = ? WHERE id = (SELECT id FROM oo_queue WHERE entity_set = ? AND entity_key = ?
+              AND original_existed IS NOT NULL ORDER BY id LIMIT 1) AND original_existed = 1
+            """, [existed, body, .text(entitySet), .text(predicate)])
     }
 
     /// Whether `oo_original` keeps the state of an entity.
