@@ -227,6 +227,37 @@ import ODataServer
         #expect(try await fixture.backend("ProductPictures('PIC2')")["error"] != nil)
     }
 
+    @Test func withoutBatchMediaRequestsGoOneByOneAndFollowTheirCreate() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        var parameters = fixture.parameters()
+        parameters.backendSupportsBatch = false
+        let provider = try await fixture.provider(parameters: parameters, queries: Self.queries)
+        try await provider.open()
+        // Created under a product; then its caption and a second stream, by its local key.
+        let created = try await provider.execute(method: "POST", url: "Products('P1')/Pictures", headers: ["Content-Type": "image/jpeg", "Slug": "PICNAV"],
+                                                 body: [0xFF, 0xD8, 0xFF])
+        #expect(created.status == 201)
+        guard case .entity(let entity?)? = created.result, case .primitive(.string(let localID))? = entity["PictureID"] else {
+            Issue.record("the created media entity has no key")
+            return
+        }
+        #expect(string(entity, "ProductID") == "P1")
+        #expect(count(try await provider.read("Products('P1')/Pictures")) == 2)
+        _ = try await provider.execute(method: "PATCH", url: "ProductPictures('\(localID)')", body: Array(#"{"Caption":"by navigation"}"#.utf8))
+        _ = try await provider.execute(method: "PUT", url: "ProductPictures('\(localID)')/$value", headers: ["Content-Type": "image/gif"], body: Self.binary)
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        #expect(try await provider.isRequestQueueEmpty)
+        let sent = try await Self.backendMedia(fixture, "PICNAV")
+        #expect(sent.body == Self.binary)
+        #expect(sent.type == "image/gif")
+        let row = try await fixture.backend("ProductPictures('PICNAV')")
+        #expect(row["ProductID"]?.stringValue == "P1")
+        #expect(row["Caption"]?.stringValue == "by navigation")
+        #expect(try await Self.localStream(provider, "PICNAV") == Self.binary)
+    }
+
     @Test func badMediaRequestsAreRefusedWithAReason() async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }

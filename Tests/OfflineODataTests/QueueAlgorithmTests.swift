@@ -566,9 +566,18 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         try connection.execute("CREATE TABLE oo_queue_old AS SELECT \(columns.joined(separator: ", ")) FROM oo_queue")
         try connection.execute("DROP TABLE oo_queue")
         try connection.execute("ALTER TABLE oo_queue_old RENAME TO oo_queue")
+        // The RequestQueue view of then did not know media requests.
+        let view = try #require(try connection.query("SELECT name, sql FROM sqlite_master WHERE type = 'view'").first)
+        guard case .text(let viewName) = view[0], case .text(let viewSQL) = view[1] else { Issue.record("no RequestQueue view"); return }
+        try connection.execute("DROP VIEW \"\(viewName)\"")
+        try connection.execute(viewSQL.replacingOccurrences(of: " AND media_type IS NULL", with: ""))
         connection.close()
         provider = try await fixture.provider()
         #expect(try await provider.readEntities("RequestQueue").count == 2)
+        let reopened = try Connection(path: file, options: Connection.Options(key: "shop-key"))
+        #expect(try reopened.query("SELECT sql FROM sqlite_master WHERE type = 'view'").first?.first.flatMap { if case .text(let sql) = $0 { sql } else { nil } }?
+            .contains("media_type IS NULL") == true)
+        reopened.close()
         try await provider.undoPendingChanges(forURLs: ["Customers(101)", "Products('P9')"])
         #expect(try await customer(provider, 101) == "Downloaded 101 Walldorf")
         #expect(try await provider.readEntities("Products('P9')").isEmpty)
