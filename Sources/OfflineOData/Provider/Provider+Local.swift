@@ -279,11 +279,11 @@ extension OfflineODataProvider {
     @discardableResult
     public func createMediaEntity(in entitySet: String, contentType: String, body: [UInt8], slug: String? = nil,
                                   options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws -> Entity {
-        var headers = ["Content-Type": contentType]
-        if let slug { headers["Slug"] = slug.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? slug }
         guard !Self.isJSON(contentType) else {
             throw OfflineODataError(.invalidRequest, "A media stream of \(entitySet) cannot have the content type \(contentType): that is an entity")
         }
+        var headers = ["Content-Type": contentType]
+        if let slug { headers["Slug"] = slug.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? slug }
         let response = try await execute(method: "POST", url: entitySet, headers: headers, body: body, options: options)
         guard case .entity(let created?)? = response.result else { throw OfflineODataError(.store, "The created media entity could not be read back") }
         return created
