@@ -79,6 +79,21 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
             // A lost response: the change is committed, but the connection closes before the body.
             return Response(status: .init(code: response.status), headers: fields, body: ResponseBody { _ in throw Dropped() })
         }
+        if let pause = response.trickleMilliseconds {
+            // A slow network: the body in 8 parts, a pause before each.
+            let body = response.body
+            let part = max(1, (body.count + 7) / 8)
+            return Response(status: .init(code: response.status), headers: fields, body: ResponseBody(contentLength: body.count) { writer in
+                var start = 0
+                while start < body.count {
+                    try await Task.sleep(nanoseconds: UInt64(max(0, pause)) * 1_000_000)
+                    let end = min(body.count, start + part)
+                    try await writer.write(ByteBuffer(bytes: body[start..<end]))
+                    start = end
+                }
+                try await writer.finish(nil)
+            })
+        }
         return Response(status: .init(code: response.status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: response.body)))
     }
 

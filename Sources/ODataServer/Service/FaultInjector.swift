@@ -18,12 +18,15 @@ public struct FaultRule: Sendable, Hashable, Codable {
     public var dropAfterCommit: Bool
     /// Wait this long before answering.
     public var delayMilliseconds: Int?
+    /// Send the response body in 8 parts with this pause before each (a slow network that
+    /// still delivers).
+    public var trickleMilliseconds: Int?
     /// How many times the rule fires; nil for always.
     public var times: Int?
 
     /// Creates a rule.
     public init(method: String? = nil, urlContains: String? = nil, bodyContains: String? = nil, status: Int? = nil, code: String? = nil,
-                message: String? = nil, dropAfterCommit: Bool = false, delayMilliseconds: Int? = nil, times: Int? = nil) {
+                message: String? = nil, dropAfterCommit: Bool = false, delayMilliseconds: Int? = nil, trickleMilliseconds: Int? = nil, times: Int? = nil) {
         self.method = method
         self.urlContains = urlContains
         self.bodyContains = bodyContains
@@ -32,10 +35,11 @@ public struct FaultRule: Sendable, Hashable, Codable {
         self.message = message
         self.dropAfterCommit = dropAfterCommit
         self.delayMilliseconds = delayMilliseconds
+        self.trickleMilliseconds = trickleMilliseconds
         self.times = times
     }
 
-    enum CodingKeys: String, CodingKey { case method, urlContains, bodyContains, status, code, message, dropAfterCommit, delayMilliseconds, times }
+    enum CodingKeys: String, CodingKey { case method, urlContains, bodyContains, status, code, message, dropAfterCommit, delayMilliseconds, trickleMilliseconds, times }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -43,7 +47,8 @@ public struct FaultRule: Sendable, Hashable, Codable {
                   bodyContains: try c.decodeIfPresent(String.self, forKey: .bodyContains), status: try c.decodeIfPresent(Int.self, forKey: .status),
                   code: try c.decodeIfPresent(String.self, forKey: .code), message: try c.decodeIfPresent(String.self, forKey: .message),
                   dropAfterCommit: try c.decodeIfPresent(Bool.self, forKey: .dropAfterCommit) ?? false,
-                  delayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .delayMilliseconds), times: try c.decodeIfPresent(Int.self, forKey: .times))
+                  delayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .delayMilliseconds),
+                  trickleMilliseconds: try c.decodeIfPresent(Int.self, forKey: .trickleMilliseconds), times: try c.decodeIfPresent(Int.self, forKey: .times))
     }
 
     func matches(_ request: ServiceRequest) -> Bool {

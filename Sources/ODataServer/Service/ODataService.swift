@@ -76,9 +76,10 @@ public final class ODataService: Sendable {
             if let status = fault.status {
                 return .error(status, code: fault.code ?? "InjectedFault", fault.message ?? "Injected failure", version: request.version)
             }
-            if fault.dropAfterCommit {
+            if fault.dropAfterCommit || fault.trickleMilliseconds != nil {
                 var response = await handleUnfaulted(request)
-                response.dropConnection = true
+                response.dropConnection = fault.dropAfterCommit
+                response.trickleMilliseconds = fault.trickleMilliseconds
                 return response
             }
         }

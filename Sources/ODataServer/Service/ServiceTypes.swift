@@ -34,6 +34,8 @@ public struct ServiceResponse: Sendable {
     /// Fault injection: the change was committed, but the connection is dropped instead of
     /// sending this response.
     public var dropConnection = false
+    /// Fault injection: the body goes in 8 parts with this many milliseconds before each.
+    public var trickleMilliseconds: Int?
 
     /// Creates a value from its parts.
     public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {

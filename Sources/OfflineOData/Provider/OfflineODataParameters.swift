@@ -25,24 +25,23 @@ public struct OfflineODataParameters: Sendable {
     public var enableRepeatableRequests = true
     /// Largest number of entities one local read returns; nil for no paging.
     public var pageSize: Int?
-    /// Network timeout in seconds; nil for the transport's default.
+    /// Network timeout in seconds: how long a request may go without sending or receiving a
+    /// byte before it fails (a long download that keeps receiving does not). Nil for the
+    /// transport's default (60 s with ``AsyncHTTPClientTransport``). Below 30 s the connection
+    /// is probed more often (``AsyncHTTPClientTransport/probeInterval(for:)``).
     public var timeout: TimeInterval?
-    /// Combine queued requests before upload (SPEC §6.1; the algorithm is a later issue).
+    /// Combine queued requests before upload (SPEC §6.1).
     public var enableRequestQueueOptimization = false
-    /// Deleting a not-yet-uploaded created entity removes its requests (SPEC §6.2; later issue).
+    /// Deleting a not-yet-uploaded created entity removes its requests (SPEC §6.2).
     public var enableUndoLocalCreation = false
-    /// Group requests by transaction ID into change sets (SPEC §6.3; later issue).
+    /// Group requests by transaction ID into change sets (SPEC §6.3).
     public var enableTransactionBuilder = false
-    /// Delete single ErrorArchive rows with their dependants (SPEC §7; later issue).
+    /// Delete single ErrorArchive rows with their dependants (SPEC §7).
     public var enableIndividualErrorArchiveDeletion = false
     /// Whether the backend accepts `$batch`; without it the queue is sent request by request.
     public var backendSupportsBatch = true
     /// Most requests in one `$batch` request.
     public var maxRequestsPerBatch = 100
-    /// How often remote status is polled, in milliseconds (never below 500).
-    public var statusPollInterval = 2000 {
-        didSet { statusPollInterval = max(500, statusPollInterval) }
-    }
 
     /// Creates parameters with the defaults.
     public init() {}

@@ -5,31 +5,114 @@ import NIOHTTP1
 import ODataCore
 
 /// The default transport on Linux, on AsyncHTTPClient.
+///
+/// `timeout` is a time without network activity, as with URLSession: a request fails when no
+/// byte has been sent or received for that long (60 s when nil), however long the whole
+/// exchange takes while data flows. The connection is probed for activity every 10 s, and more
+/// often for timeouts below 30 s (four times per timeout), so a stall is noticed within a
+/// quarter of the timeout after it expires.
 public final class AsyncHTTPClientTransport: Transport {
     private let client: HTTPClient
+
+    /// The timeout when the caller gives none, in seconds.
+    public static let defaultTimeout: TimeInterval = 60
 
     /// Uses `client`, or the shared singleton client.
     public init(client: HTTPClient = .shared) {
         self.client = client
     }
 
-    /// Sends the request; a connection failure or timeout becomes a `TransportError`.
+    /// How often the connection is probed for activity for a given timeout.
+    public static func probeInterval(for timeout: TimeInterval) -> TimeInterval {
+        timeout < 30 ? max(timeout / 4, 0.01) : 10
+    }
+
+    /// Sends the request; a connection failure or a stall longer than `timeout` becomes a
+    /// `TransportError`.
     public func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
+        let idle = max(timeout ?? Self.defaultTimeout, 0.01)
+        let activity = Activity()
         var http = HTTPClientRequest(url: request.url)
         http.method = HTTPMethod(rawValue: request.method)
         for field in request.headers { http.headers.add(name: field.name, value: field.value) }
         if !request.body.isEmpty {
-            http.body = .bytes(ByteBuffer(bytes: request.body))
+            // Sent in parts, so that a large body on a slow network counts as activity.
+            http.body = request.body.count <= BodyParts.size
+                ? .bytes(ByteBuffer(bytes: request.body))
+                : .stream(BodyParts(bytes: request.body, activity: activity), length: .known(Int64(request.body.count)))
         }
-        let limit = TimeAmount.milliseconds(Int64((timeout ?? 60) * 1000))
+        let client = self.client
+        let prepared = http
+        let url = request.url
         do {
-            let response = try await client.execute(http, timeout: limit)
-            var headers = ODataCore.HTTPHeaders()
-            for field in response.headers { headers.add(field.name, field.value) }
-            let body = try await response.body.collect(upTo: 1 << 30)
-            return TransportResponse(status: Int(response.status.code), headers: headers, body: Array(body.readableBytesView))
+            return try await withThrowingTaskGroup(of: TransportResponse?.self) { group in
+                group.addTask {
+                    let response = try await client.execute(prepared, deadline: .distantFuture)
+                    activity.touch()
+                    var headers = ODataCore.HTTPHeaders()
+                    for field in response.headers { headers.add(field.name, field.value) }
+                    var body: [UInt8] = []
+                    for try await part in response.body {
+                        activity.touch()
+                        guard body.count + part.readableBytes <= 1 << 30 else { throw TransportError("The response is larger than 1 GiB", url: url) }
+                        body.append(contentsOf: part.readableBytesView)
+                    }
+                    return TransportResponse(status: Int(response.status.code), headers: headers, body: body)
+                }
+                group.addTask {
+                    // The probe: ends the request when nothing has moved for `idle` seconds.
+                    let interval = Self.probeInterval(for: idle)
+                    while true {
+                        try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000))
+                        let quiet = activity.secondsSinceLast()
+                        if quiet >= idle {
+                            throw TransportError("No data was sent or received for \(String(format: "%.1f", quiet)) s (timeout \(idle) s)", url: url)
+                        }
+                    }
+                }
+                defer { group.cancelAll() }
+                while let result = try await group.next() {
+                    if let result { return result }
+                }
+                throw TransportError("The request ended without a response", url: request.url)
+            }
+        } catch let error as TransportError {
+            throw error
         } catch {
             throw TransportError("The request failed: \(error)", url: request.url)
         }
     }
+}
+
+/// When a request last sent or received a byte.
+private final class Activity: @unchecked Sendable {
+    private let lock = NSLock()
+    private var last = Date()
+
+    func touch() { lock.withLock { last = Date() } }
+    func secondsSinceLast() -> TimeInterval { lock.withLock { Date().timeIntervalSince(last) } }
+}
+
+/// A request body handed to the client 64 KiB at a time, each part marking activity.
+private struct BodyParts: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+    static let size = 65_536
+    let bytes: [UInt8]
+    let activity: Activity
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let bytes: [UInt8]
+        let activity: Activity
+        var offset = 0
+
+        mutating func next() async throws -> ByteBuffer? {
+            guard offset < bytes.count else { return nil }
+            let end = Swift.min(bytes.count, offset + BodyParts.size)
+            activity.touch()
+            defer { offset = end }
+            return ByteBuffer(bytes: bytes[offset..<end])
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(bytes: bytes, activity: activity) }
 }
