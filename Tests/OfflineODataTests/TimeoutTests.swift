@@ -12,28 +12,29 @@ import ODataServer
         defer { Task { await fixture.stop() } }
         let url = fixture.server.v4Root.absoluteString + "BusinessPartners"
         let transport = AsyncHTTPClientTransport()
-        // The answer comes in 8 parts, 150 ms apart: 1.2 s in all, never 0.5 s without a byte.
-        await fixture.server.service.faults.set([FaultRule(method: "GET", urlContains: "BusinessPartners", trickleMilliseconds: 150)])
-        let slow = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 0.5)
+        // The answer comes in 8 parts, 400 ms apart: 3.2 s in all, never 1.5 s without a byte
+        // (the margin is wide: the whole suite runs at once on two cores).
+        await fixture.server.service.faults.set([FaultRule(method: "GET", urlContains: "BusinessPartners", trickleMilliseconds: 400)])
+        let slow = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 1.5)
         #expect(slow.status == 200)
         #expect(try JSONValue.parse(slow.body)["value"]?.arrayValue?.isEmpty == false)
-        // An answer that does not start for 1.5 s.
-        await fixture.server.service.faults.set([FaultRule(method: "GET", urlContains: "BusinessPartners", delayMilliseconds: 1500)])
+        // An answer that does not start for 4 s.
+        await fixture.server.service.faults.set([FaultRule(method: "GET", urlContains: "BusinessPartners", delayMilliseconds: 4000)])
         do {
-            _ = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 0.5)
+            _ = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 1.5)
             Issue.record("a stalled request did not time out")
         } catch let error as TransportError {
-            #expect(error.message.contains("No data was sent or received") && error.message.contains("timeout 0.5 s"), "\(error.message)")
+            #expect(error.message.contains("No data was sent or received") && error.message.contains("timeout 1.5 s"), "\(error.message)")
         }
         // Through the provider: the open fails with a transport error and leaves no store.
         var parameters = fixture.parameters()
-        parameters.timeout = 0.5
+        parameters.timeout = 1.5
         let provider = try await fixture.provider(parameters: parameters)
         do {
             try await provider.open()
             Issue.record("the open did not time out")
         } catch let error as OfflineODataError {
-            #expect(error.code == .transport && error.message.contains("timeout 0.5 s"), "\(error.message)")
+            #expect(error.code == .transport && error.message.contains("timeout 1.5 s"), "\(error.message)")
         }
         #expect(!FileManager.default.fileExists(atPath: parameters.storeFile))
         await fixture.server.service.faults.set([])
