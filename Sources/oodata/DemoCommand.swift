@@ -48,6 +48,7 @@ struct DemoCommand: AsyncParsableCommand {
             OfflineODataDefiningQuery(name: "Orders", query: "SalesOrders?$expand=Items"),
             OfflineODataDefiningQuery(name: "Products", query: "Products"),
             OfflineODataDefiningQuery(name: "Contacts", query: "Contacts"),
+            OfflineODataDefiningQuery(name: "Pictures", query: "ProductPictures", automaticallyRetrievesStreams: true),
         ]
         for query in queries { try await provider.add(definingQuery: query) }
 
@@ -55,7 +56,7 @@ struct DemoCommand: AsyncParsableCommand {
         try await provider.open()
         printer.finish()
         var downloaded: [String] = []
-        for set in ["BusinessPartners", "SalesOrders", "SalesOrderItems", "Products", "Contacts"] {
+        for set in ["BusinessPartners", "SalesOrders", "SalesOrderItems", "Products", "Contacts", "ProductPictures"] {
             if case .count(let n) = try await provider.read("\(set)/$count") { downloaded.append("\(n) \(set)") }
         }
         print("  store \(parameters.storeFile) (SQLCipher, keyed)")
@@ -87,6 +88,13 @@ struct DemoCommand: AsyncParsableCommand {
         _ = try await provider.execute(method: "PATCH", url: "SalesOrders('SO2')", body: Array(#"{"Note":"Please deliver before noon"}"#.utf8),
                                        options: OfflineODataRequestOptions(customTag: "note on SO2"))
         print("  PATCH SalesOrders('SO2') Note (the server will reject this one)")
+        // A media entity created from its stream, then given its values.
+        let picture = Array(#"<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"><rect width="8" height="8" fill="teal"/></svg>"#.utf8)
+        let created = try await provider.createMediaEntity(in: "ProductPictures", contentType: "image/svg+xml", body: picture, slug: "PIC-DEMO")
+        var localPicture = "?"
+        if let key = created["PictureID"] { localPicture = Literal.format(key) }
+        _ = try await provider.execute(method: "PATCH", url: "ProductPictures(\(localPicture))", body: Array(#"{"Caption":"Taken on site","ProductID":"P0"}"#.utf8))
+        print("  POST ProductPictures with a \(picture.count)-byte image/svg+xml stream → local key PictureID=\(localPicture); PATCH its Caption")
         if case .count(let n) = try await provider.read("RequestQueue/$count") { print("  request queue: \(n) requests") }
 
         heading("5. Upload")
@@ -100,6 +108,9 @@ struct DemoCommand: AsyncParsableCommand {
         for row in archive { print("    " + describe(row, ["RequestID", "HTTPStatusCode", "Code", "CustomTag", "RequestURL"])) }
         if let relinked = try await provider.readEntities("Contacts(\(localContact))").first, let key = relinked["ContactID"] {
             print("  the local link Contacts(\(localContact)) now reads the backend's ContactID=\(Literal.format(key))")
+        }
+        if let stream = try await provider.readMediaStream(in: "ProductPictures", key: ["PictureID": .string("PIC-DEMO")]) {
+            print("  ProductPictures(\(localPicture))/$value now reads ProductPictures('PIC-DEMO'): \(stream.body.count) bytes, \(stream.contentType)")
         }
         // Clear the archive: the rejected note is reverted locally.
         if case .primitive(.int64(let id))? = archive.first?["RequestID"] {

@@ -37,7 +37,9 @@ import Testing
         #expect(result.out.contains("ErrorArchive?$filter=HTTPStatusCode eq 400 → 1 row(s)"))
         #expect(result.out.contains("now reads the backend's ContactID="))
         #expect(result.out.contains("is named \"Renamed by another user\""))
-        #expect(result.out.contains("Type=Upload  Details=3 requests applied, 1 failed, 0 not sent"))
+        #expect(result.out.contains("local key PictureID='LOCAL~"), "\(result.out)")
+        #expect(result.out.contains("now reads ProductPictures('PIC-DEMO'): 107 bytes, image/svg+xml"), "\(result.out)")
+        #expect(result.out.contains("Type=Upload  Details=5 requests applied, 1 failed, 0 not sent"), "\(result.out)")
         #expect(result.out.contains("queue empty: true"))
     }
 
