@@ -144,6 +144,18 @@ import ODataServer
         #expect(try await Self.localStream(provider, "PIC0") == Array("old".utf8))
         #expect(count(try await provider.read("ProductPictures?$filter=sap.inErrorState() or sap.hasPendingChanges()")) == 0)
         #expect(try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_stream_original").first?.first } == .integer(0))
+
+        // A stream sent while a caption waits: undo keeps the stream the backend now has.
+        await provider.setDelegate(nil)
+        try await provider.download()
+        try await provider.updateMediaStream(in: "ProductPictures", key: ["PictureID": .string("PIC0")], contentType: "image/png", body: [7, 7, 7],
+                                             options: OfflineODataRequestOptions(uploadCategory: "media"))
+        _ = try await provider.execute(method: "PATCH", url: "ProductPictures('PIC0')", body: Array(#"{"Caption":"not yet"}"#.utf8))
+        try await provider.upload(categories: ["media"])
+        #expect(try await Self.backendMedia(fixture, "PIC0").body == [7, 7, 7])
+        try await provider.undoPendingChanges(forURL: "ProductPictures('PIC0')")
+        #expect(try await Self.localStream(provider, "PIC0") == [7, 7, 7])
+        #expect(string(try await provider.readEntities("ProductPictures('PIC0')").first, "Caption") == "changed on the backend")
     }
 
     @Test func aDownloadKeepsAPendingStreamAndALostResponseIsAppliedOnce() async throws {

@@ -413,6 +413,49 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         #expect(try await provider.isRequestQueueEmpty)
     }
 
+    /// Undo after part of an entity's requests reached the backend goes back to the backend's
+    /// state after them, not to the state before the first local change.
+    @Test func undoAfterAPartialUploadGoesBackToTheBackendsState() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        let partner = try #require(try await provider.readEntities("BusinessPartners?$orderby=PartnerID&$top=1").first)
+        let id = try #require(string(partner, "PartnerID"))
+        let first = OfflineODataRequestOptions(uploadCategory: "first")
+        let second = OfflineODataRequestOptions(uploadCategory: "second")
+        // An update sent, a second one waiting.
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(id)')", body: Array(#"{"Phone":"sent"}"#.utf8), options: first)
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(id)')", body: Array(#"{"Email":"waiting@example.com"}"#.utf8), options: second)
+        // A create sent, its update waiting.
+        let contact = try await provider.createEntity(Entity(properties: [NamedValue(name: "FirstName", value: .primitive(.string("Sent")))]), in: "Contacts", options: first)
+        guard case .primitive(let localContact)? = contact["ContactID"] else { Issue.record("no key"); return }
+        let contactURL = "Contacts(\(Literal.format(.primitive(localContact))))"
+        _ = try await provider.execute(method: "PATCH", url: contactURL, body: Array(#"{"LastName":"Waiting"}"#.utf8), options: second)
+        // A link removed and sent, an update of the same contact waiting.
+        _ = try await provider.execute(method: "DELETE", url: "Contacts(1)/Partner/$ref", options: first)
+        _ = try await provider.execute(method: "PATCH", url: "Contacts(1)", body: Array(#"{"LastName":"Also waiting"}"#.utf8), options: second)
+        try await provider.upload(categories: ["first"])
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+
+        try await provider.undoPendingChanges(forURLs: ["BusinessPartners('\(id)')", contactURL, "Contacts(1)"])
+        #expect(try await provider.isRequestQueueEmpty)
+        let undone = try await provider.readEntities("BusinessPartners('\(id)')").first
+        #expect(string(undone, "Phone") == "sent")
+        #expect(string(undone, "Email") == string(partner, "Email"))
+        let created = try await provider.readEntities(contactURL).first
+        #expect(string(created, "FirstName") == "Sent")
+        #expect(string(created, "LastName") == nil)
+        #expect(string(try await provider.readEntities("Contacts(1)").first, "LastName") != "Also waiting")
+        #expect(try await provider.readEntities("Contacts(1)").count == 1)
+        // The kept ETag is the backend's: a new change uploads without a conflict.
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(id)')", body: Array(#"{"Phone":"after undo"}"#.utf8))
+        _ = try await provider.execute(method: "PATCH", url: contactURL, body: Array(#"{"LastName":"after undo"}"#.utf8))
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        #expect(try await fixture.backend("BusinessPartners('\(id)')")["Phone"]?.stringValue == "after undo")
+    }
+
     @Test func theStoreAndQueuePersistAcrossRestartsAndV2Works() async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }

@@ -513,8 +513,9 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         #expect(try await provider.isRequestQueueEmpty)
     }
 
-    /// The state before an entity's first change is kept in the queue row of that change; it
-    /// must survive that row being uploaded while later changes stay queued.
+    /// The state before an entity's first change is kept in the queue row of that change; when
+    /// that row is uploaded while later changes stay queued, the kept state becomes the
+    /// backend's after it.
     @Test func undoAfterThePartUploadOfAnEntitysChangesGoesBackToTheKeptState() async throws {
         let fixture = try await ShopFixture.start()
         defer { Task { await fixture.stop() } }
@@ -527,9 +528,8 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
                 == ["one Walldorf", "Downloaded 102 Paris"])
         #expect(try await customer(provider, 101) == "one two")
         try await provider.undoPendingChanges(for: [("Customers", ["CustomerID": .int64(101)]), ("Customers", ["CustomerID": .int64(102)])])
-        // Undo goes back to the state kept before the first local change; the backend's newer
-        // values arrive with the next download.
-        #expect(try await customer(provider, 101) == "Downloaded 101 Walldorf")
+        // Undo goes back to the backend's state: the uploaded change stays, the unsent one goes.
+        #expect(try await customer(provider, 101) == "one Walldorf")
         #expect(try await customer(provider, 102) == "Downloaded 102 Paris")
         #expect(try await provider.isRequestQueueEmpty)
         #expect(count(try await provider.read("Customers?$filter=isLocal()")) == 0)

@@ -100,8 +100,15 @@ extension ODataService {
                 id = given
             } else if let last = request.path.split(separator: "/").dropLast().last, last.contains("(") {
                 id = nav.targetEntitySet + String(last.drop { $0 != "(" })
+            } else if !nav.isCollection {
+                // A single-valued navigation property: its one link goes.
+                for other in try writer.linkedKeys(target.table.entitySet, key: key, navigation: nav.name) {
+                    try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: other)
+                }
+                try recordChange(writer, target.table, target.keyText ?? "", "upsert")
+                return ServiceResponse(status: 204)
             } else {
-                throw ServiceFailure(400, "BadReference", "Deleting a reference needs $id or a key")
+                throw ServiceFailure(400, "BadReference", "Deleting a reference of a collection needs $id or a key")
             }
             let (_, targetKey) = try resolveID(id, request.version)
             try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: targetKey)

@@ -367,6 +367,25 @@ public struct StoreWriter {
         }
     }
 
+    /// The keys of the entities `key` of `entitySet` links to through `navigation` (for a
+    /// single-valued navigation property, none or one).
+    public func linkedKeys(_ entitySet: String, key: [String: PrimitiveValue], navigation: String) throws -> [[String: PrimitiveValue]] {
+        let table = try table(entitySet)
+        guard let nav = table.navigation(navigation), let target = schema.table(forEntitySet: nav.targetEntitySet) else {
+            throw StoreError(.unknownProperty, "\(entitySet) has no stored navigation property \(navigation)")
+        }
+        guard let source = try rowid(forKey: key, in: table) else { return [] }
+        return try relatedRowids(from: source, table: table, nav: nav).compactMap { try keyValues(ofRow: $0, in: target) }
+    }
+
+    /// Whether a stored navigation property of an entity set is a collection.
+    public func isCollection(_ entitySet: String, navigation: String) throws -> Bool {
+        guard let nav = try table(entitySet).navigation(navigation) else {
+            throw StoreError(.unknownProperty, "\(entitySet) has no stored navigation property \(navigation)")
+        }
+        return nav.isCollection
+    }
+
     /// Removes a link (for a foreign key, sets the dependent's columns to null).
     public func unlink(_ entitySet: String, key: [String: PrimitiveValue], navigation: String, from targetKey: [String: PrimitiveValue]) throws {
         let table = try table(entitySet)

@@ -159,8 +159,19 @@ extension OfflineODataProvider {
             try snapshot(target.entitySet, key: key)
             if let (otherSet, otherKey) = linkedEntity(change, model: model) { try snapshot(otherSet, key: otherKey) }
             if change.method == "DELETE" {
-                guard let other = target.navigationKey else { throw OfflineODataError(.invalidRequest, "\(change.url): say which link to delete, with a key or $id") }
-                try writer.unlink(target.entitySet, key: key, navigation: navigation, from: other)
+                if let other = target.navigationKey {
+                    try writer.unlink(target.entitySet, key: key, navigation: navigation, from: other)
+                } else {
+                    // A single-valued navigation property names its one link without a key.
+                    guard try !writer.isCollection(target.entitySet, navigation: navigation),
+                          let otherSet = model.targetEntitySet(from: target.entitySet, navigationPath: navigation)?.name else {
+                        throw OfflineODataError(.invalidRequest, "\(change.url): say which link of the collection to delete, with a key or $id")
+                    }
+                    for other in try writer.linkedKeys(target.entitySet, key: key, navigation: navigation) {
+                        try snapshot(otherSet, key: other)
+                        try writer.unlink(target.entitySet, key: key, navigation: navigation, from: other)
+                    }
+                }
             } else {
                 guard let (_, other) = change.linkTarget else { throw OfflineODataError(.invalidRequest, "\(change.url): the body must name the entity to link") }
                 try writer.link(target.entitySet, key: key, navigation: navigation, to: other)
@@ -282,16 +293,67 @@ extension OfflineODataProvider {
     /// A download found an entity with pending changes changed on the backend (`entity`), or
     /// gone there (nil): the state kept for it (where ``keptState(_:predicate:writer:)`` finds
     /// it) becomes the backend's, when the entity existed before its local changes.
-    static func refreshKeptState(_ entity: Entity?, in entitySet: String, predicate: String, writer: StoreWriter) throws {
+    /// `created`: the backend took the entity's create, so its kept state changes even though
+    /// it did not exist before.
+    static func refreshKeptState(_ entity: Entity?, in entitySet: String, predicate: String, writer: StoreWriter, created: Bool = false) throws {
         let existed: DatabaseValue = .integer(entity == nil ? 0 : 1)
         let body: DatabaseValue = entity.map { .blob(V4JSONWriter().write($0)) } ?? .null
-        let kept = try writer.connection.execute("UPDATE oo_original SET existed = ?, body = ? WHERE entity_set = ? AND entity_key = ? AND existed = 1",
+        let condition = created ? "" : " AND existed = 1"
+        let kept = try writer.connection.execute("UPDATE oo_original SET existed = ?, body = ? WHERE entity_set = ? AND entity_key = ?" + condition,
                                                  [existed, body, .text(entitySet), .text(predicate)])
         guard kept == 0, try !hasKeptState(entitySet, predicate: predicate, writer: writer) else { return }
         _ = try writer.connection.execute("""
             UPDATE oo_queue SET original_existed = ?, original = ? WHERE id = (SELECT id FROM oo_queue WHERE entity_set = ? AND entity_key = ?
-              AND original_existed IS NOT NULL ORDER BY id LIMIT 1) AND original_existed = 1
-            """, [existed, body, .text(entitySet), .text(predicate)])
+              AND original_existed IS NOT NULL ORDER BY id LIMIT 1)
+            """ + (created ? "" : " AND original_existed = 1"), [existed, body, .text(entitySet), .text(predicate)])
+    }
+
+    /// A request reached the backend while later requests of its entity wait (or failed): the
+    /// state kept for their undo and revert becomes the entity's state on the backend after
+    /// this request (its values merged or replaced, its new ETag, its stream; after a create,
+    /// the backend's entity; after a delete, none). `server`: the entity the backend answered
+    /// with, if any.
+    static func advanceKeptState(after request: QueuedRequest, etag: String?, server: Entity?, in entitySet: String, predicate: String,
+                                 writer: StoreWriter, model: Model) throws {
+        // A link request changes links, which the kept values do not hold.
+        let path = request.url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.url
+        guard !path.hasSuffix("/$ref"),
+              try !writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ? LIMIT 1",
+                                           [.text(entitySet), .text(predicate)]).isEmpty,
+              let kept = try keptState(entitySet, predicate: predicate, writer: writer) else { return }
+        let entityType = model.entitySet(entitySet)?.entityType
+        if request.method == "DELETE" {
+            try refreshKeptState(nil, in: entitySet, predicate: predicate, writer: writer)
+            return
+        }
+        if request.isCreate {
+            var created = server
+            if created == nil, request.mediaType == nil { created = try? model.readEntity(request.body, entityType: entityType) }
+            guard var created else { return }
+            if let etag { created.control.etag = etag }
+            created.navigation = []
+            try refreshKeptState(created, in: entitySet, predicate: predicate, writer: writer, created: true)
+            return
+        }
+        guard kept.existed, let body = kept.body, var entity = try? V4JSONReader(model: model).readEntity(body, entityType: entityType) else { return }
+        if request.mediaType != nil {
+            // A new stream: it is the one to go back to now.
+            _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_stream_original (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
+                                              [.text(entitySet), .text(predicate), request.mediaType.map { .text($0) } ?? .null, .blob(request.body)])
+        } else if let changed = server ?? (try? model.readEntity(request.body, entityType: entityType)) {
+            let keys = Set(model.entityType(ofEntitySet: entitySet).map { model.key(of: $0).map(\.name) } ?? [])
+            if request.method == "PUT" && server == nil {
+                entity.properties.removeAll { !keys.contains($0.name) }
+            }
+            for property in changed.properties where !keys.contains(property.name) {
+                entity.properties.removeAll { $0.name == property.name }
+                entity.properties.append(property)
+            }
+        } else {
+            return
+        }
+        if let etag = etag ?? server?.control.etag { entity.control.etag = etag }
+        try refreshKeptState(entity, in: entitySet, predicate: predicate, writer: writer)
     }
 
     /// Whether `oo_original` keeps the state of an entity.

@@ -285,14 +285,18 @@ extension OfflineODataProvider {
                        let change = try? Self.localChange(from: result.request, model: model, serviceRoot: root, keyMap: Self.keyMap(writer.connection)), !change.target.isRef {
                         _ = try? writer.connection.savepoint { try Self.applyLocally(change, writer: writer, model: model, repeatable: false, replaying: result.request) }
                     }
+                    let server = request.mediaType != nil && !request.isCreate ? nil : Self.serverEntity(result, set: set, model: model)
+                    var predicate = localKey
                     if request.isCreate {
                         if let serverPredicate = try Self.takeOverCreated(result, set: set, localPredicate: localKey, localKey: key, writer: writer, model: model) {
                             touched.insert(set + serverPredicate)
+                            predicate = serverPredicate
                         }
-                    } else if request.method != "DELETE", let etag = result.headers["ETag"] {
+                    } else if request.method != "DELETE", let etag = result.headers["ETag"] ?? server?.control.etag {
                         try writer.setState(in: set, key: key, etag: .some(etag))
-                    } else if request.method != "DELETE", let entity = Self.serverEntity(result, set: set, model: model), let etag = entity.control.etag {
-                        try writer.setState(in: set, key: key, etag: .some(etag))
+                    }
+                    if !request.options.removeAfterUpload {
+                        try Self.advanceKeptState(after: request, etag: result.headers["ETag"], server: server, in: set, predicate: predicate, writer: writer, model: model)
                     }
                     continue
                 }
