@@ -210,8 +210,6 @@ extension OfflineODataProvider {
             }
             _ = try writer.connection.execute("DELETE FROM oo_staging")
             let summary = try applier.finish(writer: writer)
-            // Streams fetched with these pages replace the old ones; those of entities that are
-            // gone go with them.
             // An entity with a local stream change keeps it; the backend's stream becomes the
             // one kept for undo and revert.
             _ = try writer.connection.execute("""
@@ -224,6 +222,8 @@ extension OfflineODataProvider {
                 DELETE FROM oo_stream_staging WHERE EXISTS (SELECT 1 FROM oo_stream_original o WHERE o.entity_set = oo_stream_staging.entity_set
                   AND o.entity_key = oo_stream_staging.entity_key)
                 """)
+            // The other streams fetched with these pages replace the old ones; those of entities
+            // that are gone go with them.
             _ = try writer.connection.execute("""
                 DELETE FROM oo_streams WHERE EXISTS (SELECT 1 FROM oo_stream_staging s WHERE s.entity_set = oo_streams.entity_set
                   AND s.entity_key = oo_streams.entity_key AND s.body IS NULL)
@@ -385,9 +385,12 @@ struct PageApplier: Sendable {
                 return !readInFull && ((try? OfflineODataProvider.coveredSets(of: query.query, model: model))?.contains(set) ?? false)
             }
             if coveredElsewhere { continue }
-            for (key, pending) in try writer.keys(in: set) where !(seen[set]?.contains(Keys.predicate(key, in: set, model: model)) ?? false) {
+            for (key, pending) in try writer.keys(in: set) {
+                let predicate = Keys.predicate(key, in: set, model: model)
+                if seen[set]?.contains(predicate) == true { continue }
                 if pending {
-                    try OfflineODataProvider.refreshKeptState(nil, in: set, predicate: Keys.predicate(key, in: set, model: model), writer: writer)
+                    // Kept locally; undo and revert now remove it, as the backend did.
+                    try OfflineODataProvider.refreshKeptState(nil, in: set, predicate: predicate, writer: writer)
                 } else if try writer.delete(from: set, key: key) {
                     deleted += 1
                 }
