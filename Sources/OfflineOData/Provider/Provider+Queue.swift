@@ -308,19 +308,16 @@ extension OfflineODataProvider {
             """ + (created ? "" : " AND original_existed = 1"), [existed, body, .text(entitySet), .text(predicate)])
     }
 
-    /// A request reached the backend while later requests of its entity wait (or failed): the
-    /// state kept for their undo and revert becomes the entity's state on the backend after
-    /// this request (its values merged or replaced, its new ETag, its stream; after a create,
-    /// the backend's entity; after a delete, none). `server`: the entity the backend answered
-    /// with, if any.
+    /// A request reached the backend while later requests of its entity wait (or failed; the
+    /// caller checks): the state kept for their undo and revert becomes the entity's state on
+    /// the backend after this request (its values merged or replaced, its new ETag, its stream;
+    /// after a create, the backend's entity; after a delete, none). `server`: the entity the
+    /// backend answered with, if any.
     static func advanceKeptState(after request: QueuedRequest, etag: String?, server: Entity?, in entitySet: String, predicate: String,
                                  writer: StoreWriter, model: Model) throws {
         // A link request changes links, which the kept values do not hold.
         let path = request.url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.url
-        guard !path.hasSuffix("/$ref"),
-              try !writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ? LIMIT 1",
-                                           [.text(entitySet), .text(predicate)]).isEmpty,
-              let kept = try keptState(entitySet, predicate: predicate, writer: writer) else { return }
+        guard !path.hasSuffix("/$ref"), let kept = try keptState(entitySet, predicate: predicate, writer: writer) else { return }
         let entityType = model.entitySet(entitySet)?.entityType
         if request.method == "DELETE" {
             try refreshKeptState(nil, in: entitySet, predicate: predicate, writer: writer)

@@ -266,6 +266,8 @@ extension OfflineODataProvider {
             // Entities created by this batch: the backend answered the create with the values
             // it had then, so later changes to them in the batch are applied again on top.
             var createdHere: Set<String> = []
+            // Requests the backend took, per entity: what its kept state advances by.
+            var taken: [String: [(request: QueuedRequest, etag: String?, server: Entity?)]] = [:]
             for result in results {
                 var request = result.request
                 let set = request.entitySet
@@ -296,7 +298,7 @@ extension OfflineODataProvider {
                         try writer.setState(in: set, key: key, etag: .some(etag))
                     }
                     if !request.options.removeAfterUpload {
-                        try Self.advanceKeptState(after: request, etag: result.headers["ETag"], server: server, in: set, predicate: predicate, writer: writer, model: model)
+                        taken[set + predicate, default: []].append((request, result.headers["ETag"], server))
                     }
                     continue
                 }
@@ -333,7 +335,9 @@ extension OfflineODataProvider {
                 }
                 if result.dependencyOf == nil { failures.append(failure) }
             }
-            // Entities without queued requests are no longer pending.
+            // Entities without queued requests are no longer pending, and need no kept state.
+            // Those with requests left (waiting or failed) keep the backend's state after the
+            // requests it took.
             for reference in touched {
                 guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
                 let predicate = Keys.predicate(key, in: set, model: model)
@@ -341,7 +345,13 @@ extension OfflineODataProvider {
                 if left.isEmpty {
                     try writer.setState(in: set, key: key, pending: false)
                     let failedLeft = try writer.connection.query("SELECT 1 FROM oo_queue WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
-                    if failedLeft.isEmpty { try Self.forgetKeptState(set, predicate: predicate, writer: writer) }
+                    if failedLeft.isEmpty {
+                        try Self.forgetKeptState(set, predicate: predicate, writer: writer)
+                        continue
+                    }
+                }
+                for (request, etag, server) in taken[reference] ?? [] {
+                    try Self.advanceKeptState(after: request, etag: etag, server: server, in: set, predicate: predicate, writer: writer, model: model)
                 }
             }
             return failures

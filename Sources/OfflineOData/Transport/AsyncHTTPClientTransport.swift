@@ -10,7 +10,8 @@ import ODataCore
 /// byte has been sent or received for that long (60 s when nil), however long the whole
 /// exchange takes while data flows. The connection is probed for activity every 10 s, and more
 /// often for timeouts below 30 s (four times per timeout), so a stall is noticed within a
-/// quarter of the timeout after it expires.
+/// quarter of the timeout after it expires. Time the process itself was stalled (a probe that
+/// wakes late: the app suspended, its threads busy) does not count as network silence.
 public final class AsyncHTTPClientTransport: Transport {
     private let client: HTTPClient
 
@@ -63,7 +64,12 @@ public final class AsyncHTTPClientTransport: Transport {
                     // The probe: ends the request when nothing has moved for `idle` seconds.
                     let interval = Self.probeInterval(for: idle)
                     while true {
+                        let asleep = Date()
                         try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000))
+                        // A probe that wakes late found the process stalled (suspended, or its
+                        // threads busy), not the network: that time does not count as quiet.
+                        let late = Date().timeIntervalSince(asleep) - interval
+                        if late > interval / 2 { activity.excuse(late) }
                         let quiet = activity.secondsSinceLast()
                         if quiet >= idle {
                             throw TransportError("No data was sent or received for \(String(format: "%.1f", quiet)) s (timeout \(idle) s)", url: url)
@@ -90,6 +96,8 @@ private final class Activity: @unchecked Sendable {
     private var last = Date()
 
     func touch() { lock.withLock { last = Date() } }
+    /// Moves the last activity later by `seconds` (never past now).
+    func excuse(_ seconds: TimeInterval) { lock.withLock { last = min(Date(), last.addingTimeInterval(seconds)) } }
     func secondsSinceLast() -> TimeInterval { lock.withLock { Date().timeIntervalSince(last) } }
 }
 
