@@ -50,6 +50,14 @@ import ODataServer
         #expect(local.body == Self.binary)
         #expect(local.headers["Content-Type"] == "image/png")
         #expect(count(try await provider.read("ProductPictures?$filter=sap.hasPendingChanges()")) == 1)
+        // Media entities read locally carry their stored stream's type and read link.
+        let pictures = try await provider.readEntities("ProductPictures?$orderby=PictureID")
+        #expect(pictures.first?.control.mediaContentType == "image/png")
+        #expect(pictures.first?.control.mediaReadLink == "ProductPictures('PIC0')/$value")
+        #expect(pictures.dropFirst().first?.control.mediaContentType == nil, "PIC1 has no stream")
+        let single = try await provider.execute(method: "GET", url: "Products('P0')/Pictures")
+        #expect(String(decoding: single.body, as: UTF8.self).contains(v2 ? #""content_type":"image/png""# : #""@odata.mediaContentType":"image/png""#),
+                "\(String(decoding: single.body, as: UTF8.self))")
         // The RequestQueue shows the request; its body is a stream, not text.
         let queued = try await provider.readEntities("RequestQueue")
         #expect(queued.count == 1)

@@ -78,12 +78,28 @@ extension OfflineODataProvider {
             }
         }
         do {
-            return (try await store.query(url, pageSize: parameters.pageSize), nil)
+            let result = try await store.query(url, pageSize: parameters.pageSize)
+            return (try await annotateMedia(result, entitySet: Self.targetEntitySet(of: resolved.path.segments, model: model), store: store), nil)
         } catch let error as OfflineODataError {
             throw error
         } catch {
             throw OfflineODataError(.invalidRequest, "The read request \(url) failed: \(error)")
         }
+    }
+
+    /// The entity set a resolved resource path ends in (through navigation properties); nil
+    /// when it names none.
+    static func targetEntitySet(of segments: [PathSegment], model: Model) -> String? {
+        var set: String?
+        for segment in segments {
+            switch segment.kind {
+            case .entitySet(let name): set = name
+            case .navigation(let name): set = set.flatMap { model.targetEntitySet(from: $0, navigationPath: name)?.name }
+            case .key, .typeCast: continue
+            default: return nil
+            }
+        }
+        return set
     }
 
     /// Entity sets the defining queries fill (computed once per set of queries).

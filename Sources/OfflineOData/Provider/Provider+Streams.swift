@@ -53,6 +53,44 @@ extension OfflineODataProvider {
         }
     }
 
+    /// Media entities read from the store carry their stored stream's content type and read
+    /// link (`@odata.mediaContentType`, `@odata.mediaReadLink` = `Set(key)/$value`); those
+    /// without a stored stream carry neither.
+    func annotateMedia(_ result: QueryResult, entitySet: String?, store: Store) async throws -> QueryResult {
+        let model = store.model
+        guard let entitySet, model.entityType(ofEntitySet: entitySet)?.hasStream == true else { return result }
+        var entities: [Entity]
+        switch result {
+        case .collection(let collection): entities = collection.entities
+        case .entity(let entity?): entities = [entity]
+        default: return result
+        }
+        guard !entities.isEmpty else { return result }
+        let types = try await store.read { reader -> [String: String] in
+            var types: [String: String] = [:]
+            for row in try reader.connection.query("SELECT entity_key, content_type FROM oo_streams WHERE entity_set = ?", [.text(entitySet)]) {
+                guard case .text(let key) = row[0] else { continue }
+                if case .text(let type) = row[1] { types[key] = type } else { types[key] = "application/octet-stream" }
+            }
+            return types
+        }
+        guard !types.isEmpty else { return result }
+        for index in entities.indices {
+            guard let key = Keys.key(of: entities[index], in: entitySet, model: model) else { continue }
+            let predicate = Keys.predicate(key, in: entitySet, model: model)
+            guard let type = types[predicate] else { continue }
+            entities[index].control.mediaContentType = type
+            entities[index].control.mediaReadLink = entitySet + predicate + "/$value"
+        }
+        switch result {
+        case .collection(var collection):
+            collection.entities = entities
+            return .collection(collection)
+        default:
+            return .entity(entities.first)
+        }
+    }
+
     // MARK: Local media changes
 
     /// Stores the media stream of an entity in the store.
