@@ -332,8 +332,9 @@ try await provider.undoPendingChanges(forURL: "Products(0)")
 let before = await transport.counter.requests
 var queued = 0
 if case .count(let n) = try await provider.read("RequestQueue/$count") { queued = Int(n) }
-// Keep exactly 1,000 queued changes.
-if queued > 1000 { try await provider.undoPendingChanges(forURLs: (1..<(queued - 999)).map { "Products(\($0))" }) }
+// Keep exactly 1,000 queued changes (`UPLOAD=n` for another number).
+let uploadCount = Int(ProcessInfo.processInfo.environment["UPLOAD"] ?? "") ?? 1_000
+if queued > uploadCount { try await provider.undoPendingChanges(forURLs: (1..<(queued - uploadCount + 1)).map { "Products(\($0))" }) }
 if case .count(let n) = try await provider.read("RequestQueue/$count") { queued = Int(n) }
 let batchSize = parameters.maxRequestsPerBatch
 let uploadTime = try await seconds { try await provider.upload() }

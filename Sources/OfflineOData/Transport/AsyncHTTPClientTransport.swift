@@ -53,6 +53,9 @@ public final class AsyncHTTPClientTransport: Transport {
                     var headers = ODataCore.HTTPHeaders()
                     for field in response.headers { headers.add(field.name, field.value) }
                     var body: [UInt8] = []
+                    if let length = response.headers.first(name: "Content-Length").flatMap(Int.init), length > 0 {
+                        body.reserveCapacity(Swift.min(length, 1 << 30))
+                    }
                     for try await part in response.body {
                         activity.touch()
                         guard body.count + part.readableBytes <= 1 << 30 else { throw TransportError("The response is larger than 1 GiB", url: url) }
