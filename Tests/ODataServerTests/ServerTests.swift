@@ -273,6 +273,17 @@ struct TestServer {
             #expect(values.contains { $0["Name"]?.stringValue == "Screens 2" })
             #expect(values.contains { $0["@odata.removed"] != nil && $0["CategoryID"]?.stringValue == "C9" })
             #expect(delta.json?["@odata.deltaLink"] != nil)
+            // A link changed by $ref changes the dependent's foreign key: the contact is in the
+            // next delta of Contacts, whichever way the link was changed.
+            for (method, path, body) in [("PUT", "/odata/v4/Contacts(1)/Partner/$ref", #"{"@odata.id":"BusinessPartners('BP2')"}"#),
+                                         ("DELETE", "/odata/v4/Contacts(1)/Partner/$ref", nil)] as [(String, String, String?)] {
+                let contacts = try await client.send("GET", "/odata/v4/Contacts", headers: ["Prefer": "odata.track-changes"])
+                let contactsLink = try #require(contacts.json?["@odata.deltaLink"]?.stringValue)
+                #expect(try await client.send(method, path, body: body).status == 204)
+                let changed = try await client.send("GET", String(contactsLink.drop { $0 != "/" }.dropFirst(2).drop { $0 != "/" }))
+                let rows = changed.json?["value"]?.arrayValue ?? []
+                #expect(rows.count == 1 && rows.first?["ContactID"]?.stringValue == nil && rows.first?["ContactID"] == .number("1"), "\(method): \(changed.text)")
+            }
             // History pruned past the token: 410.
             try await service.pruneChangeHistory(keepingLast: 0)
             #expect(try await client.send("GET", relative).status == 410)

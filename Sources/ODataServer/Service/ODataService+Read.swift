@@ -12,9 +12,9 @@ extension ODataService {
         return "(" + parts.joined(separator: ",") + ")"
     }
 
-    /// How `server_media` names an entity: its key predicate in V4 form, whatever the spelling
-    /// (or version) of the request URL.
-    func mediaKey(_ key: [String: PrimitiveValue], _ table: StoreSchema.EntityTable) -> String {
+    /// An entity's key predicate in V4 form, whatever the spelling (or version) of the request
+    /// URL: how `server_media` names an entity, and how link changes are recorded.
+    func canonicalKeyText(_ key: [String: PrimitiveValue], _ table: StoreSchema.EntityTable) -> String {
         var entity = Entity()
         for (name, value) in key { entity[name] = .primitive(value) }
         return keyPredicate(entity, table, version: .v4)
@@ -168,7 +168,7 @@ extension ODataService {
         guard parsed.path.segments.count >= 2, case .key(let parts) = parsed.path.segments[parsed.path.segments.count - 2].kind,
               let table = try table(forPath: request.target, version: request.version),
               model.entityType(table.entityType)?.hasStream == true else { return nil }
-        let keyText = mediaKey(try keyValues(parts, table, parsed.query), table)
+        let keyText = canonicalKeyText(try keyValues(parts, table, parsed.query), table)
         let set = table.entitySet
         let row = try await store.read { reader in
             try reader.connection.query("SELECT content_type, bytes FROM server_media WHERE entity_set = ? AND key = ?", [.text(set), .text(keyText)])

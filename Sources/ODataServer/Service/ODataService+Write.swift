@@ -71,6 +71,14 @@ extension ODataService {
         }
     }
 
+    /// A link changed: both ends are reported as changed by delta links (a foreign key on
+    /// either side may have changed with it).
+    func recordLinkChange(_ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue],
+                          _ otherTable: StoreSchema.EntityTable, _ otherKey: [String: PrimitiveValue]) throws {
+        try recordChange(writer, table, canonicalKeyText(key, table), "upsert")
+        try recordChange(writer, otherTable, canonicalKeyText(otherKey, otherTable), "upsert")
+    }
+
     func recordChange(_ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ keyText: String, _ kind: String) throws {
         try writer.connection.execute("INSERT INTO server_changes (entity_set, key, kind) VALUES (?, ?, ?)", [.text(table.entitySet), .text(keyText), .text(kind)])
     }
@@ -93,6 +101,7 @@ extension ODataService {
             let (targetTable, targetKey) = try resolveID(id, request.version)
             guard targetTable.entitySet == nav.targetEntitySet else { throw ServiceFailure(400, "BadReference", "\(id) is not in \(nav.targetEntitySet)") }
             try writer.link(target.table.entitySet, key: key, navigation: nav.name, to: targetKey)
+            try recordLinkChange(writer, target.table, key, targetTable, targetKey)
             return ServiceResponse(status: 204)
         case ("DELETE", let key?, let nav?, true):
             let id: String
@@ -104,14 +113,17 @@ extension ODataService {
                 // A single-valued navigation property: its one link goes.
                 for other in try writer.linkedKeys(target.table.entitySet, key: key, navigation: nav.name) {
                     try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: other)
+                    if let otherTable = store.schema.table(forEntitySet: nav.targetEntitySet) {
+                        try recordLinkChange(writer, target.table, key, otherTable, other)
+                    }
                 }
-                try recordChange(writer, target.table, target.keyText ?? "", "upsert")
                 return ServiceResponse(status: 204)
             } else {
                 throw ServiceFailure(400, "BadReference", "Deleting a reference of a collection needs $id or a key")
             }
-            let (_, targetKey) = try resolveID(id, request.version)
+            let (targetTable, targetKey) = try resolveID(id, request.version)
             try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: targetKey)
+            try recordLinkChange(writer, target.table, key, targetTable, targetKey)
             return ServiceResponse(status: 204)
         case ("PUT", let key?, nil, false) where target.isValue:
             return try uploadMedia(request, target.table, key, target.keyText ?? "", writer)
@@ -141,7 +153,7 @@ extension ODataService {
             guard try writer.delete(from: target.table.entitySet, key: key) else {
                 throw ServiceFailure(404, "NotFound", "No entity at \(request.path)")
             }
-            try writer.connection.execute("DELETE FROM server_media WHERE entity_set = ? AND key = ?", [.text(target.table.entitySet), .text(mediaKey(key, target.table))])
+            try writer.connection.execute("DELETE FROM server_media WHERE entity_set = ? AND key = ?", [.text(target.table.entitySet), .text(canonicalKeyText(key, target.table))])
             try recordChange(writer, target.table, target.keyText ?? "", "delete")
             return ServiceResponse(status: 204)
         default:
@@ -181,7 +193,7 @@ extension ODataService {
         let keyText = keyPredicate(entity, targetTable, version: request.version)
         if media {
             try writer.connection.execute("INSERT OR REPLACE INTO server_media (entity_set, key, content_type, bytes) VALUES (?, ?, ?, ?)",
-                                          [.text(targetTable.entitySet), .text(mediaKey(key, targetTable)), .text(request.headers["Content-Type"] ?? "application/octet-stream"),
+                                          [.text(targetTable.entitySet), .text(canonicalKeyText(key, targetTable)), .text(request.headers["Content-Type"] ?? "application/octet-stream"),
                                            .blob(request.body)])
         }
         try recordChange(writer, targetTable, keyText, "upsert")
@@ -302,7 +314,7 @@ extension ODataService {
         guard try writer.reader.entity(in: table.entitySet, key: key) != nil else { throw ServiceFailure(404, "NotFound", "No entity at \(request.path)") }
         try checkIfMatch(request, writer, table, key)
         try writer.connection.execute("INSERT OR REPLACE INTO server_media (entity_set, key, content_type, bytes) VALUES (?, ?, ?, ?)",
-                                      [.text(table.entitySet), .text(mediaKey(key, table)), .text(request.headers["Content-Type"] ?? "application/octet-stream"), .blob(request.body)])
+                                      [.text(table.entitySet), .text(canonicalKeyText(key, table)), .text(request.headers["Content-Type"] ?? "application/octet-stream"), .blob(request.body)])
         var entity = Entity()
         for (name, value) in key { entity[name] = .primitive(value) }
         let etag = Self.newETag()
