@@ -55,6 +55,12 @@ import ODataServer
         #expect(pictures.first?.control.mediaContentType == "image/png")
         #expect(pictures.first?.control.mediaReadLink == "ProductPictures('PIC0')/$value")
         #expect(pictures.dropFirst().first?.control.mediaContentType == nil, "PIC1 has no stream")
+        let expanded = try await provider.readEntities("Products('P0')?$expand=Pictures")
+        if case .collection(let inline)? = expanded.first?.navigation.first(where: { $0.name == "Pictures" })?.inline {
+            #expect(inline.entities.first?.control.mediaReadLink == "ProductPictures('PIC0')/$value")
+        } else {
+            Issue.record("Products('P0')?$expand=Pictures has no inline pictures")
+        }
         let single = try await provider.execute(method: "GET", url: "Products('P0')/Pictures")
         #expect(String(decoding: single.body, as: UTF8.self).contains(v2 ? #""content_type":"image/png""# : #""@odata.mediaContentType":"image/png""#),
                 "\(String(decoding: single.body, as: UTF8.self))")

@@ -54,40 +54,79 @@ extension OfflineODataProvider {
     }
 
     /// Media entities read from the store carry their stored stream's content type and read
-    /// link (`@odata.mediaContentType`, `@odata.mediaReadLink` = `Set(key)/$value`); those
-    /// without a stored stream carry neither.
+    /// link (`@odata.mediaContentType`, `@odata.mediaReadLink` = `Set(key)/$value`), also
+    /// inside `$expand`; those without a stored stream carry neither.
     func annotateMedia(_ result: QueryResult, entitySet: String?, store: Store) async throws -> QueryResult {
         let model = store.model
-        guard let entitySet, model.entityType(ofEntitySet: entitySet)?.hasStream == true else { return result }
+        guard let entitySet else { return result }
         var entities: [Entity]
         switch result {
         case .collection(let collection): entities = collection.entities
         case .entity(let entity?): entities = [entity]
         default: return result
         }
-        guard !entities.isEmpty else { return result }
+        // Only media sets the answer holds (itself, or inside `$expand`) are looked up.
+        var mediaSets: Set<String> = []
+        for entity in entities { Self.collectMediaSets(entity, in: entitySet, model: model, into: &mediaSets) }
+        guard !mediaSets.isEmpty else { return result }
+        let sets = mediaSets.sorted()
+        // `Set(key)` → content type of every stored stream of those sets.
         let types = try await store.read { reader -> [String: String] in
             var types: [String: String] = [:]
-            for row in try reader.connection.query("SELECT entity_key, content_type FROM oo_streams WHERE entity_set = ?", [.text(entitySet)]) {
-                guard case .text(let key) = row[0] else { continue }
-                if case .text(let type) = row[1] { types[key] = type } else { types[key] = "application/octet-stream" }
+            let rows = try reader.connection.query("SELECT entity_set, entity_key, content_type FROM oo_streams WHERE entity_set IN (\(sets.map { _ in "?" }.joined(separator: ", ")))",
+                                                   sets.map { .text($0) })
+            for row in rows {
+                guard case .text(let set) = row[0], case .text(let key) = row[1] else { continue }
+                if case .text(let type) = row[2] { types[set + key] = type } else { types[set + key] = "application/octet-stream" }
             }
             return types
         }
         guard !types.isEmpty else { return result }
-        for index in entities.indices {
-            guard let key = Keys.key(of: entities[index], in: entitySet, model: model) else { continue }
-            let predicate = Keys.predicate(key, in: entitySet, model: model)
-            guard let type = types[predicate] else { continue }
-            entities[index].control.mediaContentType = type
-            entities[index].control.mediaReadLink = entitySet + predicate + "/$value"
-        }
+        for index in entities.indices { Self.annotate(&entities[index], in: entitySet, types: types, model: model) }
         switch result {
         case .collection(var collection):
             collection.entities = entities
             return .collection(collection)
         default:
             return .entity(entities.first)
+        }
+    }
+
+    /// The media entity sets of an entity and its expanded children.
+    static func collectMediaSets(_ entity: Entity, in entitySet: String, model: Model, into sets: inout Set<String>) {
+        if model.entityType(ofEntitySet: entitySet)?.hasStream == true { sets.insert(entitySet) }
+        for navigation in entity.navigation {
+            guard let inline = navigation.inline, let target = model.targetEntitySet(from: entitySet, navigationPath: navigation.name)?.name else { continue }
+            switch inline {
+            case .entity(let child?): collectMediaSets(child, in: target, model: model, into: &sets)
+            case .collection(let children): for child in children.entities { collectMediaSets(child, in: target, model: model, into: &sets) }
+            case .entity(nil): continue
+            }
+        }
+    }
+
+    /// Annotates one entity and its expanded children.
+    static func annotate(_ entity: inout Entity, in entitySet: String, types: [String: String], model: Model) {
+        if model.entityType(ofEntitySet: entitySet)?.hasStream == true, let key = Keys.key(of: entity, in: entitySet, model: model) {
+            let reference = entitySet + Keys.predicate(key, in: entitySet, model: model)
+            if let type = types[reference] {
+                entity.control.mediaContentType = type
+                entity.control.mediaReadLink = reference + "/$value"
+            }
+        }
+        for index in entity.navigation.indices {
+            guard let inline = entity.navigation[index].inline,
+                  let target = model.targetEntitySet(from: entitySet, navigationPath: entity.navigation[index].name)?.name else { continue }
+            switch inline {
+            case .entity(var child?):
+                annotate(&child, in: target, types: types, model: model)
+                entity.navigation[index].inline = .entity(child)
+            case .collection(var children):
+                for i in children.entities.indices { annotate(&children.entities[i], in: target, types: types, model: model) }
+                entity.navigation[index].inline = .collection(children)
+            case .entity(nil):
+                continue
+            }
         }
     }
 
