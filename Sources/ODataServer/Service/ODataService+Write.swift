@@ -191,11 +191,7 @@ extension ODataService {
             try writer.link(table.entitySet, key: parentKey, navigation: nav.name, to: key)
         }
         let keyText = keyPredicate(entity, targetTable, version: request.version)
-        if media {
-            try writer.connection.execute("INSERT OR REPLACE INTO server_media (entity_set, key, content_type, bytes) VALUES (?, ?, ?, ?)",
-                                          [.text(targetTable.entitySet), .text(canonicalKeyText(key, targetTable)), .text(request.headers["Content-Type"] ?? "application/octet-stream"),
-                                           .blob(request.body)])
-        }
+        if media { try storeMedia(request, targetTable, key, writer) }
         try recordChange(writer, targetTable, keyText, "upsert")
         let location = (request.serviceRoot ?? "") + targetTable.entitySet + keyText
         var headers = HTTPHeaders()
@@ -210,6 +206,13 @@ extension ODataService {
         var response = representation(stored, targetTable, request, status: 201)
         response.headers.merge(headers)
         return response
+    }
+
+    /// Stores a request's body as the media stream of an entity, with its content type.
+    private func storeMedia(_ request: ServiceRequest, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue], _ writer: StoreWriter) throws {
+        try writer.connection.execute("INSERT OR REPLACE INTO server_media (entity_set, key, content_type, bytes) VALUES (?, ?, ?, ?)",
+                                      [.text(table.entitySet), .text(canonicalKeyText(key, table)), .text(request.headers["Content-Type"] ?? "application/octet-stream"),
+                                       .blob(request.body)])
     }
 
     /// Whether a request body is a media stream rather than an entity: any content type but
@@ -313,8 +316,7 @@ extension ODataService {
         }
         guard try writer.reader.entity(in: table.entitySet, key: key) != nil else { throw ServiceFailure(404, "NotFound", "No entity at \(request.path)") }
         try checkIfMatch(request, writer, table, key)
-        try writer.connection.execute("INSERT OR REPLACE INTO server_media (entity_set, key, content_type, bytes) VALUES (?, ?, ?, ?)",
-                                      [.text(table.entitySet), .text(canonicalKeyText(key, table)), .text(request.headers["Content-Type"] ?? "application/octet-stream"), .blob(request.body)])
+        try storeMedia(request, table, key, writer)
         var entity = Entity()
         for (name, value) in key { entity[name] = .primitive(value) }
         let etag = Self.newETag()
