@@ -67,11 +67,11 @@ public final class AsyncHTTPClientTransport: Transport {
                     // The probe: ends the request when nothing has moved for `idle` seconds.
                     let interval = Self.probeInterval(for: idle)
                     while true {
-                        let asleep = Date()
+                        let asleep = ContinuousClock.now
                         try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000))
                         // A probe that wakes late found the process stalled (suspended, or its
                         // threads busy), not the network: that time does not count as quiet.
-                        let late = Date().timeIntervalSince(asleep) - interval
+                        let late = Activity.seconds(ContinuousClock.now - asleep) - interval
                         if late > interval / 2 { activity.excuse(late) }
                         let quiet = activity.secondsSinceLast()
                         if quiet >= idle {
@@ -93,15 +93,23 @@ public final class AsyncHTTPClientTransport: Transport {
     }
 }
 
-/// When a request last sent or received a byte.
+/// When a request last sent or received a byte (on a monotonic clock: a change of the
+/// wall-clock time is not a stall).
 private final class Activity: @unchecked Sendable {
     private let lock = NSLock()
-    private var last = Date()
+    private var last = ContinuousClock.now
 
-    func touch() { lock.withLock { last = Date() } }
+    func touch() { lock.withLock { last = .now } }
     /// Moves the last activity later by `seconds` (never past now).
-    func excuse(_ seconds: TimeInterval) { lock.withLock { last = min(Date(), last.addingTimeInterval(seconds)) } }
-    func secondsSinceLast() -> TimeInterval { lock.withLock { Date().timeIntervalSince(last) } }
+    func excuse(_ seconds: TimeInterval) {
+        lock.withLock { last = Swift.min(.now, last.advanced(by: .milliseconds(Int64(seconds * 1000)))) }
+    }
+    func secondsSinceLast() -> TimeInterval { lock.withLock { Self.seconds(.now - last) } }
+
+    static func seconds(_ duration: Duration) -> TimeInterval {
+        let parts = duration.components
+        return TimeInterval(parts.seconds) + TimeInterval(parts.attoseconds) / 1e18
+    }
 }
 
 /// A request body handed to the client 64 KiB at a time, each part marking activity.
