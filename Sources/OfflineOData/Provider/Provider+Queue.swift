@@ -335,8 +335,7 @@ extension OfflineODataProvider {
         guard kept.existed, let body = kept.body, var entity = try? V4JSONReader(model: model).readEntity(body, entityType: entityType) else { return }
         if request.mediaType != nil {
             // A new stream: it is the one to go back to now.
-            _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_stream_original (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
-                                              [.text(entitySet), .text(predicate), request.mediaType.map { .text($0) } ?? .null, .blob(request.body)])
+            try writeStream(entitySet, predicate: predicate, contentType: request.mediaType, body: request.body, table: "oo_stream_original", writer: writer)
         } else if let changed = server ?? (try? model.readEntity(request.body, entityType: entityType)) {
             let keys = Set(model.entityType(ofEntitySet: entitySet).map { model.key(of: $0).map(\.name) } ?? [])
             if request.method == "PUT" && server == nil {

@@ -132,10 +132,12 @@ extension OfflineODataProvider {
 
     // MARK: Local media changes
 
-    /// Stores the media stream of an entity in the store.
-    static func writeStream(_ entitySet: String, predicate: String, contentType: String, body: [UInt8], writer: StoreWriter) throws {
-        _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_streams (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
-                                          [.text(entitySet), .text(predicate), .text(contentType), .blob(body)])
+    /// Stores the media stream of an entity in the store (`oo_streams`), or as the stream kept
+    /// for its undo (`oo_stream_original`).
+    static func writeStream(_ entitySet: String, predicate: String, contentType: String?, body: [UInt8], table: String = "oo_streams",
+                            writer: StoreWriter) throws {
+        _ = try writer.connection.execute("INSERT OR REPLACE INTO \(table) (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
+                                          [.text(entitySet), .text(predicate), contentType.map { .text($0) } ?? .null, .blob(body)])
     }
 
     /// Keeps the stream an entity has before its first local media change (none: a NULL
@@ -155,8 +157,9 @@ extension OfflineODataProvider {
         let kept = try writer.connection.query("SELECT content_type, body FROM oo_stream_original WHERE entity_set = ? AND entity_key = ?",
                                                [.text(entitySet), .text(predicate)]).first
         if let kept, case .blob(let body) = kept[1] {
-            _ = try writer.connection.execute("INSERT OR REPLACE INTO oo_streams (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
-                                              [.text(entitySet), .text(predicate), kept[0], .blob(body)])
+            var contentType: String?
+            if case .text(let type) = kept[0] { contentType = type }
+            try writeStream(entitySet, predicate: predicate, contentType: contentType, body: body, writer: writer)
         } else if kept != nil || !existed {
             _ = try writer.connection.execute("DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?", [.text(entitySet), .text(predicate)])
         }
