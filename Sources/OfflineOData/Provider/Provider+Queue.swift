@@ -324,8 +324,13 @@ extension OfflineODataProvider {
             return
         }
         if request.isCreate {
+            // The backend's answer; else the create's own values; else (a media create answered
+            // without a body) the entity by its key alone: it exists now either way.
             var created = server
             if created == nil, request.mediaType == nil { created = try? model.readEntity(request.body, entityType: entityType) }
+            if created == nil, let (_, key) = Keys.parse(entitySet + predicate, model: model, serviceRoot: "") {
+                created = Entity(properties: key.sorted { $0.key < $1.key }.map { NamedValue(name: $0.key, value: .primitive($0.value)) })
+            }
             guard var created else { return }
             if let etag { created.control.etag = etag }
             created.navigation = []
