@@ -22,7 +22,7 @@ struct URLCommand: ParsableCommand {
         let version = try odataVersion.map { text -> ODataVersion in
             guard let version = ODataVersion(rawValue: text) else { throw CLIFailure("unknown OData version \(text)") }
             return version
-        } ?? (model?.version == .v4 ? .v401 : model?.version ?? .v401)
+        } ?? (model?.version.grammar ?? .v401)
         let parsed: ParsedURL
         do {
             parsed = try URLParser(version: version).parse(url)

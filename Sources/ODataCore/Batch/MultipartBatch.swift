@@ -115,12 +115,13 @@ public struct MultipartBatch: Sendable, Hashable {
 
     /// Reads a batch body. Without `boundary`, the first `--boundary` line gives it. A leading
     /// HTTP message head (`POST …/$batch HTTP/1.1` and its headers) is skipped when present.
+    /// A UTF-8 byte-order mark before the body is skipped.
     public static func read(_ body: [UInt8], boundary: String? = nil) throws(PayloadError) -> MultipartBatch {
-        var start = 0
+        var start = body.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0
         var boundary = boundary
         if boundary == nil {
             // A full HTTP message: take the boundary from its Content-Type.
-            let lines = Lines(body, 0..<body.count)
+            let lines = Lines(body, start..<body.count)
             if let first = lines.first, let text = lines.text(first), text.hasPrefix("POST ") || text.hasPrefix("HTTP/") {
                 var headerEnd = body.count
                 for line in lines.all.dropFirst() where line.content.isEmpty {
@@ -148,6 +149,16 @@ public struct MultipartBatch: Sendable, Hashable {
             throw PayloadError(.malformedBatch, "No boundary: the body has no '--boundary' line and none was given", offset: 0)
         }
         let split = try splitParts(body, start..<body.count, boundary: boundary, path: "batch")
+        // Part headers before the first delimiter mean a delimiter was not recognised (a
+        // damaged first line, or a change set's boundary taken for the batch's): reading on
+        // would return a wrong structure.
+        for line in Lines(body, start..<split.preambleEnd).all {
+            guard let text = Lines.text(body, line.content)?.lowercased() else { continue }
+            if text.hasPrefix("content-type:") || text.hasPrefix("content-transfer-encoding:") {
+                throw PayloadError(.malformedBatch, "Part headers ('\(text)') stand before the first delimiter --\(boundary): "
+                                   + "a delimiter line is unreadable", offset: line.content.lowerBound, path: "batch")
+            }
+        }
         var parts: [BatchPart] = []
         for (index, range) in split.parts.enumerated() {
             parts.append(try readPart(body, range, path: "batch part \(index + 1)", allowChangeSet: true))

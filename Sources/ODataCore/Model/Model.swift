@@ -12,6 +12,10 @@ public enum ODataVersion: String, Sendable, Hashable, Codable, Comparable {
     /// True for V2 and V3, which share the EDMX 1.0 format and the V2 URL syntax.
     public var isLegacy: Bool { self == .v2 || self == .v3 }
 
+    /// The URL grammar a service of this version is spoken to with: V4.0 services are parsed
+    /// with the V4.01 grammar (a superset), V2 and V3 with the V2 grammar.
+    public var grammar: ODataVersion { self == .v4 ? .v401 : self }
+
     private var rank: Int {
         switch self {
         case .v2: 0

@@ -370,8 +370,9 @@ public struct V2JSONReader: Sendable {
         }
     }
 
-    /// `/Date(1234567890000)/` or `/Date(1234567890000+0060)/` (offset in minutes).
-    static func parseDate(_ text: String, as type: PrimitiveType) -> PrimitiveValue? {
+    /// `/Date(1234567890000)/` or `/Date(1234567890000+0060)/`: UTC milliseconds, and the offset
+    /// in minutes the value is shown in (nil when the text is not such a date).
+    public static func parseDate(_ text: String, as type: PrimitiveType) -> PrimitiveValue? {
         guard text.hasPrefix("/Date(") && text.hasSuffix(")/") else { return nil }
         let inner = text.dropFirst(6).dropLast(2)
         var millisText = inner
@@ -583,7 +584,8 @@ public struct V2JSONWriter: Sendable {
             case .int32(let v): writer.raw(String(v))
             case .double(let v) where v.isFinite: writer.raw(String(v))
             case .single(let v) where v.isFinite: writer.raw(String(v))
-            case .dateTime(let d), .dateTimeOffset(let d): writer.string(Self.dateText(d))
+            case .dateTime(let d): writer.string(Self.dateText(d, offset: false))
+            case .dateTimeOffset(let d): writer.string(Self.dateText(d, offset: true))
             case .date(let d):
                 // V2 has no Edm.Date: a date is a DateTime at midnight UTC.
                 writer.string("/Date(\(Int64(d.daysSinceEpoch) * 86_400_000))/")
@@ -596,12 +598,15 @@ public struct V2JSONWriter: Sendable {
         }
     }
 
-    /// `/Date(ms)/`, with `+mmmm` minutes when the value has a non-UTC offset.
-    static func dateText(_ value: DateTimeOffsetValue) -> String {
+    /// `/Date(ms)/` for an Edm.DateTime; `/Date(ms+0000)/` for an Edm.DateTimeOffset, as SAP
+    /// Gateway writes it. `ms` is always UTC milliseconds and the offset always `+0000`: readers
+    /// disagree on what a non-zero offset means (UTC milliseconds with the offset to show, or
+    /// local milliseconds in that offset), and on `+0000` they all agree.
+    static func dateText(_ value: DateTimeOffsetValue, offset: Bool) -> String {
         let (seconds, picos) = value.instant
         let millis = seconds * 1000 + picos / 1_000_000_000
-        if let offset = value.offsetMinutes, offset != 0 || !value.usesZ {
-            return "/Date(\(millis)\(offset < 0 ? "-" : "+")\(pad(abs(offset), 4)))/"
+        if offset {
+            return "/Date(\(millis)+0000)/"
         }
         return "/Date(\(millis))/"
     }

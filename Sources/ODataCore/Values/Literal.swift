@@ -272,6 +272,9 @@ public enum Literal {
         switch (p, type) {
         case (.dateTimeOffset(let d), .dateTime): return .primitive(.dateTime(d))
         case (.dateTime(let d), .dateTimeOffset): return .primitive(.dateTimeOffset(DateTimeOffsetValue(date: d.date, time: d.time, offsetMinutes: 0)))
+        case (.dateTime(let d), .date) where d.time.picosecondsSinceMidnight == 0 && (d.offsetMinutes ?? 0) == 0:
+            // A V2 `datetime'2020-01-01T00:00:00'` against a V4 Edm.Date (V2 has no date type).
+            return .primitive(.date(d.date))
         case (.duration(let d), .time): return .primitive(.time(d))
         case (.time(let d), .duration): return .primitive(.duration(d))
         case (.spatial(let s), _) where type.isSpatial:

@@ -26,7 +26,7 @@ extension ODataService {
                 }
             }
             for option in parsed.query.custom {
-                if let text = option.value, let value = try? Literal.parse(text, version: request.version == .v4 ? .v401 : request.version) {
+                if let text = option.value, let value = try? Literal.parse(text, version: request.version.grammar) {
                     arguments[option.name] = value
                 }
             }
@@ -62,7 +62,7 @@ extension ODataService {
         case "ConfirmOrder":
             var orderID: String?
             if !request.body.isEmpty, let json = try? JSONValue.parse(request.body) { orderID = json["OrderID"]?.stringValue }
-            if orderID == nil, let parsed = try? URLParser(version: .v401).parse(request.target) {
+            if orderID == nil, let parsed = try? URLParser(version: request.version.grammar).parse(request.target) {
                 for option in parsed.query.custom where option.name == "OrderID" {
                     if case .primitive(.string(let s))? = option.value.flatMap({ try? Literal.parse($0, version: .v2) }) { orderID = s }
                 }

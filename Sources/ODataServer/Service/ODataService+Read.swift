@@ -48,7 +48,7 @@ extension ODataService {
     }
 
     func table(forPath target: String, version: ODataVersion) throws -> StoreSchema.EntityTable? {
-        let parsed = try URLParser(version: version == .v4 ? .v401 : version).parse(target)
+        let parsed = try URLParser(version: version.grammar).parse(target)
         let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: target)
         var setName: String?
         var current: String?
@@ -65,7 +65,7 @@ extension ODataService {
     }
 
     func read(_ request: ServiceRequest) async throws -> ServiceResponse {
-        let parsedURL = try URLParser(version: request.version == .v4 ? .v401 : request.version).parse(request.target)
+        let parsedURL = try URLParser(version: request.version.grammar).parse(request.target)
         if case .unresolved(let name)? = parsedURL.path.segments.first?.kind, model.functionImport(name) != nil {
             return try await callFunction(request, parsedURL)
         }
@@ -143,7 +143,13 @@ extension ODataService {
                 return ServiceResponse(status: 200, headers: headers, body: Array(text.utf8))
             }
             if request.isV2 {
-                let name = parsedURL.path.segments.last.flatMap { segment -> String? in if case .property(let n) = segment.kind { return n }; return nil } ?? "value"
+                // `{"d":{"Name":…}}`: the property's own name (the parsed path is not resolved yet).
+                let name = parsedURL.path.segments.last.flatMap { segment -> String? in
+                    switch segment.kind {
+                    case .property(let n), .unresolved(let n): return n
+                    default: return nil
+                    }
+                } ?? "value"
                 let entity = Entity(properties: [NamedValue(name: name, value: value)])
                 return .json(200, V2JSONWriter().write(entity), version: request.version)
             }
@@ -154,7 +160,15 @@ extension ODataService {
             return ServiceResponse(status: 200, headers: headers, body: Array(String(count).utf8))
         case .references(let ids):
             if request.isV2 {
-                let links = JSONValue.object([.init("d", .object([.init("results", .array(ids.map { .object([.init("uri", .string(root + $0))]) }))]))])
+                // `$links` of a to-one navigation property: `{"d":{"uri":…}}`, else a collection.
+                let linked = ResourcePath(segments: parsedURL.path.segments.filter { $0.kind != .ref })
+                let single = (try? PathResolver(lookup: model).resolve(linked, input: request.target))?.shape.isCollection == false
+                let uris = ids.map { JSONValue.object([.init("uri", .string(root + $0))]) }
+                if single, ids.count <= 1 {
+                    guard let uri = uris.first else { throw ServiceFailure(404, "NotFound", "No link at \(request.path)") }
+                    return .json(200, Array(JSONValue.object([.init("d", uri)]).serialized.utf8), version: request.version)
+                }
+                let links = JSONValue.object([.init("d", .object([.init("results", .array(uris))]))])
                 return .json(200, Array(links.serialized.utf8), version: request.version)
             }
             var collection = EntityCollection(context: "$metadata#Collection($ref)")

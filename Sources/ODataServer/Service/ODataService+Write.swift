@@ -16,7 +16,7 @@ extension ODataService {
     }
 
     func writeTarget(_ request: ServiceRequest) throws -> WriteTarget {
-        let parsed = try URLParser(version: request.version == .v4 ? .v401 : request.version).parse(request.target)
+        let parsed = try URLParser(version: request.version.grammar).parse(request.target)
         let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: request.target)
         guard case .entitySet(let setName)? = resolved.path.segments.first?.kind, let table = store.schema.table(forEntitySet: setName) else {
             throw ServiceFailure(400, "BadRequest", "\(request.method) needs an entity set, not \(request.path)")
@@ -171,6 +171,13 @@ extension ODataService {
         // A media entity is created from its stream: the body is the media, not JSON.
         let media = isMediaBody(request) && model.entityType(targetTable.entityType)?.hasStream == true
         var entity = media ? try mediaEntityKey(request, targetTable) : try entity(from: request, targetTable)
+        if let (parentKey, nav) = parent {
+            // `POST SalesOrders('SO2')/Items`: the new item's OrderID comes from its order.
+            for (name, value) in try writer.reader.propertiesImplied(creatingThrough: nav.name, of: table.entitySet, key: parentKey)
+            where entity[name] == nil || entity[name] == .null {
+                entity[name] = .primitive(value)
+            }
+        }
         if let keyName = options.serverGeneratedKeys[targetTable.entitySet], entity[keyName] == nil || entity[keyName] == .null {
             let rows = try writer.connection.query("SELECT max(\(StoreSchema.quote(keyName))) FROM \(StoreSchema.quote(targetTable.name))")
             var next: Int64 = 1
@@ -294,7 +301,7 @@ extension ODataService {
         for root in ["/odata/v4/", "/odata/v2/"] {
             if let range = path.range(of: root) { path = String(path[range.upperBound...]) }
         }
-        let parsed = try URLParser(version: version == .v4 ? .v401 : version).parse(path)
+        let parsed = try URLParser(version: version.grammar).parse(path)
         let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: path)
         guard resolved.path.segments.count == 2, case .entitySet(let set) = resolved.path.segments[0].kind,
               case .key(let parts) = resolved.path.segments[1].kind, let table = store.schema.table(forEntitySet: set) else {

@@ -34,13 +34,13 @@ extension Store {
 extension Store {
     /// The version requests are parsed with: the one asked for (4.0 read as 4.01), else the model's.
     func requestVersion(_ requested: ODataVersion?) -> ODataVersion {
-        requested.map { $0 == .v4 ? .v401 : $0 } ?? (schema.model.version.isLegacy ? schema.model.version : .v401)
+        (requested ?? schema.model.version).grammar
     }
 
     /// Like `query`, also returning the SQL statements it ran (for tests).
     func queryTracingSQL(_ url: String, pageSize: Int? = nil) async throws -> (QueryResult, [String]) {
         let schema = self.schema
-        let version: ODataVersion = schema.model.version.isLegacy ? schema.model.version : .v401
+        let version = schema.model.version.grammar
         let parsed = try URLParser(version: version).parse(url)
         let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
         return try await read { reader in

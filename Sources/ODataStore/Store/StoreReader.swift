@@ -25,6 +25,31 @@ public struct StoreReader {
         return try entity(in: entitySet, rowid: rowid)
     }
 
+    /// The properties a new entity created through `navigation` of the entity at `key` takes
+    /// from that parent, as SAP Gateway and the OData specification fill them: its side of a
+    /// foreign-key relation (`POST SalesOrders('SO2')/Items` gives each new item
+    /// `OrderID = 'SO2'`). Empty for a relation kept in a link table, or when the parent is not
+    /// stored.
+    public func propertiesImplied(creatingThrough navigation: String, of entitySet: String,
+                                  key: [String: PrimitiveValue]) throws -> [String: PrimitiveValue] {
+        guard let table = schema.table(forEntitySet: entitySet), let nav = table.navigation(navigation),
+              let target = schema.table(forEntitySet: nav.targetEntitySet),
+              case .foreignKey(let sourceColumns, let targetColumns) = nav.relation else { return [:] }
+        // The relation says the two sides' columns are equal: the new entity's side follows.
+        let parent = sourceColumns.allSatisfy { key[$0] != nil } ? nil : try entity(in: entitySet, key: key)
+        var implied: [String: PrimitiveValue] = [:]
+        for (source, targetColumn) in zip(sourceColumns, targetColumns) {
+            guard let column = target.column([targetColumn]) ?? target.columns.first(where: { $0.name == targetColumn }),
+                  column.path.count == 1 else { continue }
+            if let value = key[source] {
+                implied[column.path[0]] = value
+            } else if case .primitive(let value)? = parent?[source] {
+                implied[column.path[0]] = value
+            }
+        }
+        return implied
+    }
+
     /// The entity in the row `rowid` of an entity set (from ``bookkeeping(in:key:)``), or nil.
     public func entity(in entitySet: String, rowid: Int64) throws -> Entity? {
         guard let table = schema.table(forEntitySet: entitySet) else { throw StoreError(.unknownEntitySet, "No entity set \(entitySet)") }

@@ -111,7 +111,7 @@ public actor OfflineODataProvider {
         guard !definingQueries.contains(where: { $0.query == definingQuery.query }) else {
             throw OfflineODataError(.duplicateDefiningQuery, "The defining query \(definingQuery.query) exists already")
         }
-        try Self.validate(definingQuery)
+        try Self.validate(definingQuery, version: store?.model.version)
         definingQueries.append(definingQuery)
         coveredSetsCache = nil
         if let store {
@@ -155,12 +155,27 @@ public actor OfflineODataProvider {
     /// The defining queries in force.
     public var currentDefiningQueries: [OfflineODataDefiningQuery] { definingQueries }
 
-    static func validate(_ query: OfflineODataDefiningQuery) throws {
+    /// Checks a defining query's syntax in the grammar of `version`, the service's. Before the
+    /// first open the version is not known yet: the query must then parse as V4.01 or as V2, and
+    /// the open checks it again against the service's `$metadata`.
+    static func validate(_ query: OfflineODataDefiningQuery, version: ODataVersion?) throws {
         guard !query.name.isEmpty else { throw OfflineODataError(.invalidParameter, "A defining query needs a name") }
         guard !query.query.isEmpty, !query.query.hasPrefix("/"), !query.query.contains("://") else {
             throw OfflineODataError(.invalidParameter, "Defining query \(query.name): '\(query.query)' must be a read request relative to the service root")
         }
-        _ = try URLParser(version: .v401).parse(query.query)
+        let grammars: [ODataVersion] = version.map { [$0.grammar] } ?? [.v401, .v2]
+        var firstError: SyntaxError?
+        for grammar in grammars {
+            do {
+                _ = try URLParser(version: grammar).parse(query.query)
+                return
+            } catch {
+                firstError = firstError ?? error
+            }
+        }
+        if let firstError {
+            throw OfflineODataError(.invalidParameter, "Defining query \(query.name) is not valid: \(firstError)")
+        }
     }
 
     /// The entity set a defining query reads.

@@ -93,7 +93,7 @@ extension OfflineODataProvider {
             var next: String? = deltaLink ?? query.query
             result.isDelta = deltaLink != nil
             let flat = rowQueries.contains(query.name) && onPage != nil && !query.automaticallyRetrievesStreams && !model.version.isLegacy
-                && (try? URLParser(version: .v401).parse(query.query))?.query.expand == nil
+                && (try? URLParser(version: model.version.grammar).parse(query.query))?.query.expand == nil
             var pages = 0
             // While a page is handed to `onPage`, the next one is already being fetched and
             // parsed, so the backend and the store work at the same time (at most two pages

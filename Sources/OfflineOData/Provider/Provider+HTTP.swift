@@ -60,7 +60,7 @@ enum Keys {
     /// Parses a request URL relative to the service root and resolves its path against the
     /// model; a failure names the request (`what`) and the reason.
     static func resolve(_ url: String, model: Model, what: String) throws -> (ParsedURL, PathResolver.Resolution) {
-        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
+        let version: ODataVersion = model.version.grammar
         do {
             let parsed = try URLParser(version: version).parse(url)
             return (parsed, try PathResolver(lookup: model).resolve(parsed.path, input: url))
@@ -109,7 +109,7 @@ enum Keys {
     /// `Set(key)` (relative, or absolute under `serviceRoot`) → entity set and key.
     static func parse(_ path: String, model: Model, serviceRoot: String) -> (String, [String: PrimitiveValue])? {
         guard let relative = relativeToRoot(path, serviceRoot: serviceRoot) else { return nil }
-        let version: ODataVersion = model.version.isLegacy ? model.version : .v401
+        let version: ODataVersion = model.version.grammar
         guard let parsed = try? URLParser(version: version).parse(relative),
               let resolved = try? PathResolver(lookup: model).resolve(parsed.path, input: relative),
               resolved.path.segments.count == 2, case .entitySet(let set) = resolved.path.segments[0].kind,

@@ -184,6 +184,13 @@ extension OfflineODataProvider {
             guard target.key == nil || target.navigation != nil, var entity = change.entity else {
                 throw OfflineODataError(.invalidRequest, "POST \(change.url) must name an entity set or a collection navigation property")
             }
+            if let parentKey = target.key, let navigation = target.navigation {
+                // `POST SalesOrders('SO2')/Items`: the new item's OrderID comes from its order.
+                for (name, value) in try writer.reader.propertiesImplied(creatingThrough: navigation, of: target.entitySet, key: parentKey)
+                where entity[name] == nil || entity[name] == .null {
+                    entity[name] = .primitive(value)
+                }
+            }
             var localKey = false
             if let replaying, replaying.localKey, let recorded = replaying.entityKey, let (_, key) = Keys.parse(set + recorded, model: model, serviceRoot: "") {
                 for (name, value) in key {

@@ -10,7 +10,8 @@ public enum ResourceShape: Sendable, Hashable {
     /// An action or function without a result, or a result that cannot be composed further.
     case none
 
-    var isCollection: Bool {
+    /// True for the three collection shapes.
+    public var isCollection: Bool {
         switch self {
         case .entityCollection, .complexCollection, .primitiveCollection: true
         default: false

@@ -75,11 +75,13 @@ public struct URLParser: Sendable {
         var segmentStart = start
         var i = start
         while i < range.upperBound {
-            let c = raw[i]
+            // OPEN, CLOSE and SQUOTE may be percent-encoded (`Products(5%29/Name`); a '/' may not.
+            let (c, width) = Self.delimiter(in: raw, at: i, end: range.upperBound)
             if inQuote {
                 if c == UInt8(ascii: "'") {
-                    if i + 1 < range.upperBound, raw[i + 1] == UInt8(ascii: "'") {
-                        i += 2
+                    let (next, nextWidth) = Self.delimiter(in: raw, at: i + width, end: range.upperBound)
+                    if next == UInt8(ascii: "'") {
+                        i += width + nextWidth
                         continue
                     }
                     inQuote = false
@@ -96,9 +98,11 @@ public struct URLParser: Sendable {
                 parts.append(segmentStart..<i)
                 segmentStart = i + 1
             }
-            i += 1
+            i += width
         }
         parts.append(segmentStart..<range.upperBound)
+        // V2 `Orders(1)/$links/Items` addresses the links of Items: V4's `Orders(1)/Items/$ref`.
+        var linksAt: Int?
         for (index, part) in parts.enumerated() {
             if part.isEmpty {
                 // A trailing slash is tolerated; an empty segment elsewhere is not.
@@ -106,13 +110,41 @@ public struct URLParser: Sendable {
                 throw SyntaxError(.invalidPath, "Empty path segment", input: input, offset: part.lowerBound)
             }
             let decoded = try DecodedText.decode(raw, part, plusAsSpace: false, input: input)
+            if version.isLegacy && decoded.text == "$links" {
+                guard index > 0, linksAt == nil, index + 1 < parts.count, !parts[index + 1].isEmpty else {
+                    throw SyntaxError(.invalidPath, "$links must follow an entity and come before one navigation property",
+                                      input: input, offset: part.lowerBound)
+                }
+                linksAt = part.lowerBound
+                continue
+            }
             do throws(SyntaxError) {
                 segments.append(contentsOf: try parseSegment(decoded.text, isFirst: index == 0, rawOffset: part.lowerBound))
             } catch {
                 throw SyntaxError(error.code, error.message, input: input, offset: decoded.rawOffset(error.offset))
             }
+            if let offset = linksAt, index > 0, parts[index - 1].lowerBound == offset {
+                guard index == parts.count - 1 || (index == parts.count - 2 && parts[index + 1].isEmpty) else {
+                    throw SyntaxError(.invalidPath, "Nothing may follow the navigation property after $links",
+                                      input: input, offset: part.upperBound)
+                }
+                segments.append(PathSegment(.ref, offset: offset))
+            }
         }
         return ResourcePath(segments: segments)
+    }
+
+    /// The byte at `i` with `%28`, `%29` and `%27` read as the delimiters they encode, and how
+    /// many raw bytes it took; past `end`, a zero byte.
+    static func delimiter(in raw: [UInt8], at i: Int, end: Int) -> (UInt8, Int) {
+        guard i < end else { return (0, 1) }
+        guard raw[i] == UInt8(ascii: "%"), i + 2 < end, raw[i + 1] == UInt8(ascii: "2") else { return (raw[i], 1) }
+        switch raw[i + 2] {
+        case UInt8(ascii: "8"): return (UInt8(ascii: "("), 3)
+        case UInt8(ascii: "9"): return (UInt8(ascii: ")"), 3)
+        case UInt8(ascii: "7"): return (UInt8(ascii: "'"), 3)
+        default: return (raw[i], 1)
+        }
     }
 
     /// Parses one decoded segment into one or more segments (a name plus key or arguments).
@@ -335,7 +367,9 @@ public struct URLParser: Sendable {
     // MARK: Lists
 
     /// Splits at top-level `separator` (outside parentheses, brackets and quotes).
-    /// A separator that was percent-encoded (flag set in `encoded`) does not split.
+    /// A separator that was percent-encoded (flag set in `encoded`) splits only where an option
+    /// (`$name=`, `@alias=` or `name=`) follows: `$expand=A(%24top%3D1%3B%24skip%3D1)` has two
+    /// options, `$expand=A($search=a%3Bb)` one search term `a;b`.
     func splitTopLevel(_ text: String, separator: UInt8, encoded: ArraySlice<Bool> = []) throws(SyntaxError) -> [(String, Int)] {
         let b = Array(text.utf8)
         var result: [(String, Int)] = []
@@ -362,7 +396,8 @@ public struct URLParser: Sendable {
             } else if c == UInt8(ascii: ")") || c == UInt8(ascii: "]") || c == UInt8(ascii: "}") {
                 depth -= 1
                 if depth < 0 { throw SyntaxError(.unexpectedCharacter, "Unbalanced ')'", input: text, offset: i) }
-            } else if c == separator && depth == 0 && !(encoded.startIndex + i < encoded.endIndex && encoded[encoded.startIndex + i]) {
+            } else if c == separator && depth == 0
+                        && (!(encoded.startIndex + i < encoded.endIndex && encoded[encoded.startIndex + i]) || startsOption(b, at: i + 1)) {
                 result.append((String(decoding: b[start..<i], as: UTF8.self), start))
                 start = i + 1
             }
@@ -372,6 +407,15 @@ public struct URLParser: Sendable {
         if depth != 0 { throw SyntaxError(.unexpectedEnd, "Unbalanced '('", input: text, offset: b.count) }
         result.append((String(decoding: b[start..<b.count], as: UTF8.self), start))
         return result
+    }
+
+    /// `$name=`, `@name=` or `name=` at `start`.
+    private func startsOption(_ b: [UInt8], at start: Int) -> Bool {
+        var j = start
+        if j < b.count, b[j] == UInt8(ascii: "$") || b[j] == UInt8(ascii: "@") { j += 1 }
+        let nameStart = j
+        while j < b.count, isIdentifierByte(b[j]) { j += 1 }
+        return j > nameStart && j < b.count && b[j] == UInt8(ascii: "=")
     }
 
     /// Rebases an error in `part` (which starts at `offset` of `whole`) onto `whole`.
@@ -492,7 +536,9 @@ public struct URLParser: Sendable {
 
     func parseExpand(_ value: String, encoded: ArraySlice<Bool> = []) throws(SyntaxError) -> [ExpandItem] {
         var items: [ExpandItem] = []
-        for (part, offset) in try splitTopLevel(value, separator: UInt8(ascii: ","), encoded: encoded) {
+        // COMMA is `","` or `"%2C"` (clients such as Python's requests encode it), so an encoded
+        // comma separates items too; only SEMI inside nested options keeps its encoded form.
+        for (part, offset) in try splitTopLevel(value, separator: UInt8(ascii: ",")) {
             do throws(SyntaxError) {
                 let (head, inner, innerOffset) = try splitParens(part)
                 var segments = head.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
@@ -534,7 +580,42 @@ public struct URLParser: Sendable {
                 throw rebase(error, offset, value)
             }
         }
-        return items
+        return version.isLegacy ? Self.nestLegacyPaths(items) : items
+    }
+
+    /// V2's only nested expand is a path of navigation properties (`Orders/Items`): it becomes
+    /// `Orders($expand=Items)`, and items with the same first step share it
+    /// (`Orders,Orders/Items` is one `Orders` with `Items` inside).
+    static func nestLegacyPaths(_ items: [ExpandItem]) -> [ExpandItem] {
+        var result: [ExpandItem] = []
+        var indexOfHead: [String: Int] = [:]
+        var nested: [Int: [ExpandItem]] = [:]
+        for item in items {
+            guard let head = item.path.first else { continue }
+            if item.path.count == 1 && (item.isRef || item.isCount) {
+                result.append(item)
+                continue
+            }
+            let index = indexOfHead[head] ?? result.count
+            if index == result.count {
+                indexOfHead[head] = index
+                result.append(ExpandItem(path: [head]))
+            }
+            if item.path.count == 1 {
+                if result[index].options == nil { result[index].options = item.options }
+            } else {
+                var rest = item
+                rest.path.removeFirst()
+                nested[index, default: []].append(rest)
+            }
+        }
+        // Each item is handled once per level, so the whole is linear in the paths' length.
+        for (index, rests) in nested {
+            var options = result[index].options ?? QueryOptions()
+            options.expand = nestLegacyPaths((options.expand ?? []) + rests)
+            result[index].options = options
+        }
+        return result
     }
 
     func parseSelect(_ value: String, encoded: ArraySlice<Bool> = []) throws(SyntaxError) -> [SelectItem] {

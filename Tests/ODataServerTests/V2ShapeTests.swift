@@ -1,0 +1,96 @@
+import Foundation
+import ODataCore
+import Testing
+@testable import ODataServer
+
+/// The reference server's V2 root answers in the shapes the OData V2 JSON format gives, and
+/// takes what V2 clients send (V2 literals, `A/B` expands, `$links`, creates through a
+/// navigation property, percent-encoded delimiters).
+@Suite(.serialized) struct V2ShapeTests {
+    @Test func propertyLinksAndDateResponses() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            // A property: `{"d":{"Name":…}}`, a complex one the same way.
+            let name = try await client.send("GET", "/odata/v2/Products('P1')/Name")
+            #expect(name.json?["d"]?["Name"]?.stringValue == "Product 1", "\(name.text)")
+            #expect(name.json?["d"]?["value"] == nil)
+            let address = try await client.send("GET", "/odata/v2/BusinessPartners('BP1')/Address")
+            #expect(address.json?["d"]?["Address"]?["City"]?.stringValue != nil, "\(address.text)")
+            // V4 keeps `{"value":…}`.
+            let v4 = try await client.send("GET", "/odata/v4/Products('P1')/Name")
+            #expect(v4.json?["value"]?.stringValue == "Product 1")
+            // $value and $count are plain text.
+            #expect(try await client.send("GET", "/odata/v2/Products('P1')/Name/$value").text == "Product 1")
+            #expect(try await client.send("GET", "/odata/v2/Products/$count").text == "20")
+            // $links: a collection, and a to-one link.
+            let links = try await client.send("GET", "/odata/v2/SalesOrders('SO1')/$links/Items")
+            let uris = links.json?["d"]?["results"]?.arrayValue?.compactMap { $0["uri"]?.stringValue } ?? []
+            #expect(!uris.isEmpty && uris.allSatisfy { $0.contains("/odata/v2/SalesOrderItems(") }, "\(links.text)")
+            let partner = try await client.send("GET", "/odata/v2/SalesOrders('SO1')/$links/Partner")
+            #expect(partner.json?["d"]?["uri"]?.stringValue?.hasSuffix("BusinessPartners('BP0')") == true, "\(partner.text)")
+            #expect(try await client.send("GET", "/odata/v2/SalesOrders('SO1')/$links").status == 400)
+            // Edm.DateTimeOffset as `/Date(ms+0000)/`: UTC milliseconds, the offset every reader agrees on.
+            let date = try await client.send("GET", "/odata/v2/SalesOrders('SO1')/OrderDate")
+            let text = try #require(date.json?["d"]?["OrderDate"]?.stringValue, "\(date.text)")
+            #expect(text.hasPrefix("/Date(") && text.hasSuffix("+0000)/"), "\(text)")
+            let v4Date = try await client.send("GET", "/odata/v4/SalesOrders('SO1')/OrderDate")
+            let v4Text = try #require(v4Date.json?["value"]?.stringValue)
+            guard case .dateTimeOffset(let v2Value)? = V2JSONReader.parseDate(text, as: .dateTimeOffset),
+                  case .primitive(.dateTimeOffset(let v4Value)) = try Literal.parse(v4Text, version: .v401) else {
+                Issue.record("dates not read: \(text) \(v4Text)")
+                return
+            }
+            #expect(v2Value.instant == v4Value.instant)
+        }
+    }
+
+    @Test func v2FiltersExpandsAndEncodedDelimiters() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            // datetime'…' against an Edm.DateTime that the V4 model keeps as Edm.Date.
+            let recent = try await client.send("GET", "/odata/v2/Products?$filter=ReleaseDate ge datetime'2021-01-01T00:00:00'&$inlinecount=allpages")
+            #expect(recent.status == 200, "\(recent.text)")
+            let v4Recent = try await client.send("GET", "/odata/v4/Products/$count?$filter=ReleaseDate ge 2021-01-01")
+            #expect(recent.json?["d"]?["__count"]?.stringValue == v4Recent.text)
+            // V2 literals and functions.
+            let big = try await client.send("GET", "/odata/v2/SalesOrders/$count?$filter=GrossAmount gt 1000M and substringof('SO',OrderID)")
+            let v4Big = try await client.send("GET", "/odata/v4/SalesOrders/$count?$filter=GrossAmount gt 1000 and contains(OrderID,'SO')")
+            #expect(big.status == 200 && big.text == v4Big.text, "\(big.text)")
+            // `$expand=A/B`: V2's nested expand.
+            let nested = try await client.send("GET", "/odata/v2/BusinessPartners('BP1')?$expand=SalesOrders/Items,Contacts")
+            #expect(nested.status == 200, "\(nested.text)")
+            let orders = nested.json?["d"]?["SalesOrders"]?["results"]?.arrayValue ?? []
+            #expect(!orders.isEmpty)
+            #expect(orders.allSatisfy { ($0["Items"]?["results"]?.arrayValue?.count ?? 0) > 0 }, "\(nested.text)")
+            #expect(nested.json?["d"]?["Contacts"]?["results"]?.arrayValue != nil)
+            // %2C between expand items, %29 closing a key (Python's requests sends these).
+            let encoded = try await client.send("GET", "/odata/v4/SalesOrders('SO1')?$expand=Items%2CPartner")
+            #expect(encoded.json?["Items"]?.arrayValue?.isEmpty == false && encoded.json?["Partner"]?["PartnerID"] != nil, "\(encoded.text)")
+            let v2Encoded = try await client.send("GET", "/odata/v2/SalesOrders('SO1')?$expand=Items%2CPartner")
+            #expect(v2Encoded.json?["d"]?["Partner"]?["PartnerID"] != nil, "\(v2Encoded.text)")
+            let closed = try await client.send("GET", "/odata/v4/Products('P1'%29/Name")
+            #expect(closed.json?["value"]?.stringValue == "Product 1", "\(closed.text)")
+        }
+    }
+
+    @Test func createThroughANavigationTakesTheParentsKey() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            for (root, position) in [("/odata/v4/", 901), ("/odata/v2/", 902)] {
+                let created = try await client.send("POST", root + "SalesOrders('SO2')/Items", headers: ["Accept": "application/json"],
+                                                    body: #"{"ItemPosition":\#(position),"ProductID":"P1","Quantity":2}"#)
+                #expect(created.status == 201, "\(root): \(created.text)")
+                let read = try await client.send("GET", "/odata/v4/SalesOrderItems(OrderID='SO2',ItemPosition=\(position))")
+                #expect(read.json?["OrderID"]?.stringValue == "SO2", "\(root): \(read.text)")
+                let listed = try await client.send("GET", "/odata/v4/SalesOrders('SO2')/Items?$filter=ItemPosition eq \(position)")
+                #expect(listed.json?["value"]?.arrayValue?.count == 1)
+            }
+        }
+    }
+}
