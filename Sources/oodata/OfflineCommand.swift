@@ -48,9 +48,40 @@ struct OfflineStoreOptions: ParsableArguments {
     @Flag(name: .customLong("undo-local-creation"), help: "Drop requests of entities created and deleted locally (SPEC §6.2).") var undoLocalCreation = false
     @Flag(name: .customLong("transaction-builder"), help: "Group requests by transaction ID into change sets (SPEC §6.3).") var transactionBuilder = false
     @Flag(name: .customLong("individual-error-deletion"), help: "Delete single ErrorArchive rows with their dependants (SPEC §7).") var individualErrorDeletion = false
+    @Flag(name: .customLong("no-batch"), help: "The backend has no $batch: upload request by request, in queue order.") var noBatch = false
+    @Flag(name: .customLong("no-csrf"), help: "Do not fetch or send SAP Gateway's X-CSRF-Token.") var noCSRF = false
+    @Option(help: ArgumentHelp("HTTP Basic user; the password comes from --password or $OODATA_PASSWORD.", valueName: "USER")) var user: String?
+    @Option(help: "HTTP Basic password (prefer $OODATA_PASSWORD: a command line is visible to other users).") var password: String?
+    @Option(help: ArgumentHelp("A bearer token to send (or $OODATA_BEARER_TOKEN).", valueName: "TOKEN")) var bearerToken: String?
+    @Option(help: ArgumentHelp("Appended to every request URL, e.g. sap-client=100.", valueName: "QUERY")) var urlSuffix: String?
+    @Option(name: .customLong("header"), help: ArgumentHelp("A header for every request, NAME:VALUE (repeatable).", valueName: "NAME:VALUE"))
+    var headers: [String] = []
 
-    func parameters() -> OfflineODataParameters {
+    /// The credentials the options and environment give.
+    func credentials() throws -> ODataCredentials? {
+        let environment = ProcessInfo.processInfo.environment
+        let bearer = bearerToken ?? environment["OODATA_BEARER_TOKEN"]
+        if let user {
+            guard bearer == nil else { throw CLIFailure("give either --user or --bearer-token, not both") }
+            guard let password = password ?? environment["OODATA_PASSWORD"] else {
+                throw CLIFailure("--user \(user) needs a password: set $OODATA_PASSWORD or give --password")
+            }
+            return .basic(user: user, password: password)
+        }
+        guard password == nil else { throw CLIFailure("--password needs --user") }
+        return bearer.map { .bearer($0) }
+    }
+
+    func parameters() throws -> OfflineODataParameters {
         var parameters = OfflineODataParameters()
+        parameters.backendSupportsBatch = !noBatch
+        parameters.csrfProtection = !noCSRF
+        parameters.urlSuffix = urlSuffix
+        parameters.authenticator = try credentials().map { StaticCredentials($0) }
+        for header in headers {
+            guard let colon = header.firstIndex(of: ":"), colon != header.startIndex else { throw CLIFailure("--header \(header) must be NAME:VALUE") }
+            parameters.customHeaders[String(header[..<colon])] = header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
         parameters.enableRequestQueueOptimization = optimizeQueue
         parameters.enableUndoLocalCreation = undoLocalCreation
         parameters.enableTransactionBuilder = transactionBuilder
@@ -64,7 +95,7 @@ struct OfflineStoreOptions: ParsableArguments {
 
     /// Opens the provider of an existing store.
     func provider(_ printer: ProgressPrinter? = nil) async throws -> OfflineODataProvider {
-        let parameters = parameters()
+        let parameters = try parameters()
         guard let root = try await OfflineODataProvider.storedServiceRoot(parameters: parameters) else {
             throw CLIFailure("No offline store at \(parameters.storeFile); create it with `oodata offline open`")
         }
@@ -92,7 +123,7 @@ struct OfflineCommand: AsyncParsableCommand {
         func run() async throws {
             guard let root = URL(string: service), root.scheme != nil else { throw CLIFailure("--service \(service) is not an absolute URL") }
             let printer = ProgressPrinter()
-            let provider = OfflineODataProvider(serviceRoot: root, parameters: options.parameters(), delegate: printer)
+            let provider = OfflineODataProvider(serviceRoot: root, parameters: try options.parameters(), delegate: printer)
             for definition in definitions {
                 let parts = definition.split(separator: "=", maxSplits: 1)
                 guard parts.count == 2 else { throw CLIFailure("--define \(definition) must be NAME=QUERY") }

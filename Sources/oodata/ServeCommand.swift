@@ -22,6 +22,15 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Default page size.") var pageSize = 100
     @Option(help: "A JSON file of fault rules (see docs/server.md).") var faults: String?
     @Option(help: "A folder for stores that offline clients send for support (sendStore); not taken when omitted.") var supportDir: String?
+    @Flag(help: ArgumentHelp("Require SAP Gateway's CSRF token on modifying requests and $batch.",
+                             discussion: "A GET with 'X-CSRF-Token: Fetch' answers a token bound to a session cookie; POST, PUT, PATCH, "
+                                 + "MERGE and DELETE without a valid token and cookie get 403 with 'X-CSRF-Token: Required'."))
+    var csrf = false
+    @Option(help: "How long a CSRF token stays valid, in seconds.") var csrfLifetime = 1800
+    @Option(help: ArgumentHelp("Require HTTP Basic authentication with USER:PASSWORD (401 otherwise).", valueName: "USER:PASSWORD"))
+    var basicAuth: String?
+    @Option(help: ArgumentHelp("Require 'Authorization: Bearer TOKEN' (401 otherwise); repeatable.", valueName: "TOKEN"))
+    var bearerToken: [String] = []
 
     func run() async throws {
         guard (sample == nil) != (metadata == nil) else { throw CLIFailure("give either --sample sales or --metadata FILE") }
@@ -43,6 +52,19 @@ struct ServeCommand: AsyncParsableCommand {
         options.pageSize = pageSize
         options.supportDirectory = supportDir
         if sample != nil { options.serverGeneratedKeys = SalesSample.serverGeneratedKeys }
+        if csrf {
+            guard csrfLifetime > 0 else { throw CLIFailure("--csrf-lifetime must be positive") }
+            options.csrf = CSRFProtection(tokenLifetime: .seconds(csrfLifetime))
+        }
+        switch (basicAuth, bearerToken.isEmpty) {
+        case (let basic?, true):
+            guard let colon = basic.firstIndex(of: ":"), colon != basic.startIndex else { throw CLIFailure("--basic-auth needs USER:PASSWORD") }
+            options.requiredCredentials = .basic(user: String(basic[..<colon]), password: String(basic[basic.index(after: colon)...]))
+        case (nil, false):
+            options.requiredCredentials = .bearer(Set(bearerToken))
+        case (nil, true): break
+        case (_?, false): throw CLIFailure("give either --basic-auth or --bearer-token, not both")
+        }
         var rules: [FaultRule] = []
         if let faults {
             do { rules = try FaultInjector.rules(fromFile: faults) } catch { throw CLIFailure("cannot read fault rules \(faults): \(error)") }

@@ -10,11 +10,12 @@ struct Fixture {
     let directory: URL
     let server: EmbeddedServer
 
-    static func start(faults: [FaultRule] = [], pageSize: Int = 20) async throws -> Fixture {
+    static func start(faults: [FaultRule] = [], pageSize: Int = 20,
+                      configure: (inout ODataService.Options) -> Void = { _ in }) async throws -> Fixture {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-offline-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let server = try await EmbeddedServer.sales(at: directory.appendingPathComponent("backend.sqlite").path, scale: 3, pageSize: pageSize, faults: faults,
-                                                    supportDirectory: directory.appendingPathComponent("support").path)
+                                                    supportDirectory: directory.appendingPathComponent("support").path, configure: configure)
         return Fixture(directory: directory, server: server)
     }
 

@@ -35,15 +35,18 @@ public final class EmbeddedServer: Sendable {
         return EmbeddedServer(port: port, service: service, task: task)
     }
 
-    /// Starts the sales sample in a new store file at `path` (replacing an old one).
+    /// Starts the sales sample in a new store file at `path` (replacing an old one);
+    /// `configure` may change the service's options (credentials, CSRF protection, …).
     public static func sales(at path: String, scale: Int = 3, pageSize: Int = 100, faults: [FaultRule] = [],
-                             supportDirectory: String? = nil) async throws -> EmbeddedServer {
+                             supportDirectory: String? = nil,
+                             configure: (inout ODataService.Options) -> Void = { _ in }) async throws -> EmbeddedServer {
         for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
         let store = try await Store.create(path: path, model: try SalesSample.model())
         var options = ODataService.Options()
         options.pageSize = pageSize
         options.serverGeneratedKeys = SalesSample.serverGeneratedKeys
         options.supportDirectory = supportDirectory
+        configure(&options)
         let service = try await ODataService.open(store: store, options: options, faults: faults)
         try await service.load(SalesSample.data(scale: scale))
         return try await start(service)

@@ -66,7 +66,10 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
         let host = input.head.authority ?? "localhost"
         serviceRequest.serviceRoot = "http://\(host)\(rootPath)"
         await service.journal.record(serviceRequest)
-        let response = await service.handle(serviceRequest)
+        let (refusal, added) = service.checkAccess(serviceRequest)
+        if let refusal { return Self.response(refusal) }
+        var response = await service.handle(serviceRequest)
+        for field in added { response.headers.add(field.name, field.value) }
         return Self.response(response)
     }
 

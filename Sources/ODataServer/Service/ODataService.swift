@@ -21,6 +21,10 @@ public final class ODataService: Sendable {
         /// Where stores that offline clients send for support (`sendStore`) are kept; nil: the
         /// server does not take them (`/support/stores` answers 404).
         public var supportDirectory: String?
+        /// Credentials every HTTP request must carry (`401` otherwise); nil: none.
+        public var requiredCredentials: RequiredCredentials?
+        /// SAP Gateway's CSRF protection for modifying requests; nil: off.
+        public var csrf: CSRFProtection?
         /// Creates the default options.
         public init() {}
     }

@@ -12,20 +12,22 @@ public import ODataStore
 public actor OnlineODataProvider: ODataRequestHandler {
     /// The service root, ending with `/`.
     public nonisolated let serviceRoot: String
-    private let transport: any Transport
+    private let session: BackendSession
     private let timeout: TimeInterval?
     private var defaults: RequestDefaults
     private var cachedModel: Model?
     private var cache: ODataResponseCache?
 
     /// Creates a provider for `serviceRoot`. `customHeaders`, `customCookies` and `urlSuffix`
-    /// go with every request, as with the offline provider.
+    /// go with every request, as with the offline provider; so do the credentials of
+    /// `authenticator` and, with `csrfProtection`, SAP Gateway's CSRF token (see ``BackendSession``).
     public init(serviceRoot: URL, transport: any Transport = AsyncHTTPClientTransport(), customHeaders: [String: String] = [:],
-                customCookies: [String: String] = [:], urlSuffix: String? = nil, timeout: TimeInterval? = nil) {
+                customCookies: [String: String] = [:], urlSuffix: String? = nil, timeout: TimeInterval? = nil,
+                authenticator: (any ODataAuthenticator)? = nil, csrfProtection: Bool = true) {
         var root = serviceRoot.absoluteString
         if !root.hasSuffix("/") { root += "/" }
         self.serviceRoot = root
-        self.transport = transport
+        self.session = BackendSession(transport: transport, serviceRoot: root, authenticator: authenticator, csrfProtection: csrfProtection)
         self.timeout = timeout
         self.defaults = RequestDefaults(serviceRoot: root, urlSuffix: urlSuffix, customHeaders: customHeaders, customCookies: customCookies, version: nil)
     }
@@ -92,7 +94,9 @@ public actor OnlineODataProvider: ODataRequestHandler {
         let request = defaults.request(method: method.uppercased(), url: url, headers: headers, body: body)
         let response: TransportResponse
         do {
-            response = try await transport.send(request, timeout: timeout)
+            response = try await session.send(request, timeout: timeout, tokenRequest: defaults.tokenRequest)
+        } catch let error as OfflineODataError {
+            throw error
         } catch let error as TransportError {
             throw OfflineODataError(.transport, error.description)
         } catch {

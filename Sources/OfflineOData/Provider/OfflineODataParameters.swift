@@ -42,6 +42,14 @@ public struct OfflineODataParameters: Sendable {
     public var backendSupportsBatch = true
     /// Most requests in one `$batch` request.
     public var maxRequestsPerBatch = 100
+    /// Credentials for the backend, asked for before the first request and refreshed once
+    /// after a `401` (see ``ODataAuthenticator``). Nil: no `Authorization` header.
+    public var authenticator: (any ODataAuthenticator)?
+    /// Fetch an `X-CSRF-Token` before modifying requests and send it with them, keeping the
+    /// session cookies it belongs to, as SAP Gateway requires (see ``BackendSession``). A
+    /// backend that gives no token is not asked again until it answers `403` with
+    /// `X-CSRF-Token: Required`.
+    public var csrfProtection = true
 
     /// Creates parameters with the defaults.
     public init() {}
@@ -120,7 +128,10 @@ public struct OfflineODataError: Error, Sendable, CustomStringConvertible {
     /// What kind of failure.
     public enum Code: String, Sendable {
         case invalidParameter, invalidRequest, notOpen, alreadyOpen, notSupportedOffline, duplicateDefiningQuery,
-             unknownDefiningQuery, pendingChanges, backend, transport, store, cancelled, wrongKey
+             unknownDefiningQuery, pendingChanges, backend, transport, store, cancelled, wrongKey,
+             /// The backend answered `401` again after the credentials were refreshed (or no
+             /// ``ODataAuthenticator`` is set); nothing of the operation was lost.
+             unauthorized
     }
 
     /// The kind of failure.

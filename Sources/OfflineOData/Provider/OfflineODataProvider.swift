@@ -19,6 +19,8 @@ public actor OfflineODataProvider {
     /// The parameters given at creation; `customHeaders` and `customCookies` can change later.
     public private(set) var parameters: OfflineODataParameters
     let transport: any Transport
+    /// Cookies, CSRF token and credentials across every request to the backend.
+    let session: BackendSession
     weak var delegate: (any OfflineODataDelegate)?
     var definingQueries: [OfflineODataDefiningQuery] = []
     var store: Store?
@@ -53,6 +55,8 @@ public actor OfflineODataProvider {
         self.serviceRoot = root
         self.parameters = parameters
         self.transport = transport ?? AsyncHTTPClientTransport()
+        self.session = BackendSession(transport: self.transport, serviceRoot: root, authenticator: parameters.authenticator,
+                                      csrfProtection: parameters.csrfProtection)
         self.delegate = delegate
     }
 

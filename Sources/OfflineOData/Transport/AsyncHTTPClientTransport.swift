@@ -2,6 +2,7 @@ public import AsyncHTTPClient
 public import Foundation
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import ODataCore
 
 /// The default transport on Linux, on AsyncHTTPClient.
@@ -18,10 +19,19 @@ public final class AsyncHTTPClientTransport: Transport {
     /// The timeout when the caller gives none, in seconds.
     public static let defaultTimeout: TimeInterval = 60
 
-    /// Uses `client`, or the shared singleton client.
-    public init(client: HTTPClient = .shared) {
-        self.client = client
+    /// Uses `client`, or by default a client shared by these transports that fails at once when
+    /// no connection can be made (refused, unknown host, TLS failure) instead of retrying until
+    /// a deadline: an offline app learns it is offline in milliseconds, and its queue is kept.
+    public init(client: HTTPClient? = nil) {
+        self.client = client ?? Self.failFast
     }
+
+    /// The default client: the singleton's configuration, without retries of a failed connect.
+    private static let failFast: HTTPClient = {
+        var configuration = HTTPClient.Configuration.singletonConfiguration
+        configuration.connectionPool.retryConnectionEstablishment = false
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }()
 
     /// How often the connection is probed for activity for a given timeout.
     public static func probeInterval(for timeout: TimeInterval) -> TimeInterval {
@@ -88,8 +98,37 @@ public final class AsyncHTTPClientTransport: Transport {
         } catch let error as TransportError {
             throw error
         } catch {
-            throw TransportError("The request failed: \(error)", url: request.url)
+            throw TransportError(Self.describe(error, url: request.url), url: request.url)
         }
+    }
+
+    /// Names the cause of a failed exchange: `connection refused to host:port`, `unknown host
+    /// h`, a TLS failure, or the connection closing early.
+    static func describe(_ error: any Error, url: String) -> String {
+        let components = URLComponents(string: url)
+        let host = components?.host ?? "?"
+        let port = components?.port ?? (components?.scheme == "https" ? 443 : 80)
+        var text = String(describing: error)
+        if let connection = error as? NIOConnectionError {
+            if connection.connectionErrors.isEmpty, connection.dnsAError != nil || connection.dnsAAAAError != nil {
+                return "unknown host \(host): \(connection.dnsAError.map { String(describing: $0) } ?? "no address")"
+            }
+            text = connection.connectionErrors.map { String(describing: $0.error) }.joined(separator: "; ")
+        }
+        if let io = error as? IOError, io.errnoCode == ECONNREFUSED { return "connection refused to \(host):\(port)" }
+        let lower = text.lowercased()
+        if lower.contains("connection refused") || lower.contains("econnrefused") { return "connection refused to \(host):\(port)" }
+        if lower.contains("getaddrinfo") || lower.contains("unknown host") || lower.contains("name or service not known")
+            || lower.contains("nodename nor servname") || lower.contains("no address") {
+            return "unknown host \(host): \(text)"
+        }
+        if lower.contains("ssl") || lower.contains("tls") || lower.contains("handshake") || lower.contains("certificate") {
+            return "TLS failure with \(host):\(port): \(text)"
+        }
+        if lower.contains("remoteconnectionclosed") || lower.contains("connection reset") || lower.contains("eof") {
+            return "the connection to \(host):\(port) closed before the response was complete: \(text)"
+        }
+        return "the request to \(host):\(port) failed: \(text)"
     }
 }
 

@@ -21,6 +21,9 @@ struct RequestDefaults: Sendable {
         return result
     }
 
+    /// The GET of the service root that fetches a CSRF token.
+    var tokenRequest: TransportRequest { request(method: "GET", url: "", headers: [:], body: []) }
+
     /// The request to send; `headers` win over the defaults.
     func request(method: String, url: String, headers: [String: String], body: [UInt8]) -> TransportRequest {
         var fields = ODataCore.HTTPHeaders()

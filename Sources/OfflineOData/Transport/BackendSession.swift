@@ -1,0 +1,182 @@
+import Foundation
+import ODataCore
+
+/// Credentials for one request to the backend.
+public enum ODataCredentials: Sendable, Hashable {
+    /// HTTP Basic authentication.
+    case basic(user: String, password: String)
+    /// A bearer token (OAuth 2.0 access token, JWT, …).
+    case bearer(String)
+
+    /// The `Authorization` header value.
+    public var authorization: String {
+        switch self {
+        case .basic(let user, let password): "Basic " + Data((user + ":" + password).utf8).base64EncodedString()
+        case .bearer(let token): "Bearer " + token
+        }
+    }
+}
+
+/// Supplies the credentials the providers send with every request to the backend.
+///
+/// The providers ask once, before their first request, with `refresh` false, and keep the
+/// answer. When the backend answers `401 Unauthorized`, they ask again with `refresh` true (log
+/// in again, refresh an OAuth token) and resend the request once; a second `401` ends the
+/// operation with ``OfflineODataError/Code/unauthorized`` and leaves the request queue as it
+/// was. Return nil to send no `Authorization` header.
+public protocol ODataAuthenticator: Sendable {
+    /// The credentials for requests to `serviceRoot`; `refresh` after a `401`.
+    func credentials(for serviceRoot: String, refresh: Bool) async throws -> ODataCredentials?
+}
+
+/// Fixed credentials: a refresh gives the same ones again (so a wrong password fails at the
+/// second `401`).
+public struct StaticCredentials: ODataAuthenticator {
+    /// The credentials sent.
+    public var credentials: ODataCredentials
+
+    /// Sends `credentials` with every request.
+    public init(_ credentials: ODataCredentials) { self.credentials = credentials }
+
+    public func credentials(for serviceRoot: String, refresh: Bool) async throws -> ODataCredentials? { credentials }
+}
+
+/// Credentials from a closure, for example one that asks the app's OAuth client for a fresh
+/// access token when `refresh` is true.
+public struct ClosureAuthenticator: ODataAuthenticator {
+    private let body: @Sendable (_ serviceRoot: String, _ refresh: Bool) async throws -> ODataCredentials?
+
+    /// Calls `body` for the credentials.
+    public init(_ body: @escaping @Sendable (_ serviceRoot: String, _ refresh: Bool) async throws -> ODataCredentials?) {
+        self.body = body
+    }
+
+    public func credentials(for serviceRoot: String, refresh: Bool) async throws -> ODataCredentials? {
+        try await body(serviceRoot, refresh)
+    }
+}
+
+/// One conversation with a backend, shared by every request a provider sends: what SAP Gateway
+/// (and CAP or others behind SAP's app router) expect across requests.
+///
+/// - **Session cookies**: cookies the backend sets are kept and sent back (custom cookies of
+///   the same name win).
+/// - **CSRF token**: while there is none, GETs ask for one (`X-CSRF-Token: Fetch`); before the
+///   first modifying request (`POST`, `PUT`, `PATCH`, `MERGE`, `DELETE`, so also `$batch`)
+///   without one, a GET of the service root fetches it. Modifying requests carry it. A `403`
+///   with `X-CSRF-Token: Required` fetches a new one and resends once (repeatable-request IDs
+///   make the resend safe). A backend that gives no token is not asked again until it requires one.
+/// - **Credentials** from an ``ODataAuthenticator``, refreshed once after a `401`.
+actor BackendSession {
+    let transport: any Transport
+    let authenticator: (any ODataAuthenticator)?
+    let serviceRoot: String
+    /// False: no CSRF token is fetched or sent.
+    let csrfProtection: Bool
+
+    private var cookies: [String: String] = [:]
+    private var csrfToken: String?
+    /// The backend was asked for a token and gave none.
+    private var csrfTokenUnavailable = false
+    private var credentials: ODataCredentials?
+    private var credentialsAsked = false
+
+    init(transport: any Transport, serviceRoot: String, authenticator: (any ODataAuthenticator)?, csrfProtection: Bool) {
+        self.transport = transport
+        self.serviceRoot = serviceRoot
+        self.authenticator = authenticator
+        self.csrfProtection = csrfProtection
+    }
+
+    static let modifyingMethods: Set<String> = ["POST", "PUT", "PATCH", "MERGE", "DELETE"]
+
+    /// Sends `request`; `tokenRequest` is the GET that fetches a CSRF token when one is needed.
+    func send(_ request: TransportRequest, timeout: TimeInterval?, tokenRequest: TransportRequest) async throws -> TransportResponse {
+        let modifying = Self.modifyingMethods.contains(request.method.uppercased())
+        if modifying, csrfProtection, csrfToken == nil, !csrfTokenUnavailable {
+            try await fetchToken(tokenRequest, timeout: timeout)
+        }
+        var response = try await exchange(request, timeout: timeout, modifying: modifying)
+        if modifying, csrfProtection, response.status == 403, response.headers["X-CSRF-Token"]?.lowercased() == "required" {
+            // The token expired or the session changed: a new one, and the request once more.
+            csrfToken = nil
+            csrfTokenUnavailable = false
+            try await fetchToken(tokenRequest, timeout: timeout)
+            response = try await exchange(request, timeout: timeout, modifying: modifying)
+        }
+        return response
+    }
+
+    private func fetchToken(_ request: TransportRequest, timeout: TimeInterval?) async throws {
+        var fetch = request
+        fetch.method = "GET"
+        fetch.body = []
+        fetch.headers["X-CSRF-Token"] = "Fetch"
+        _ = try await exchange(fetch, timeout: timeout, modifying: false)
+        if csrfToken == nil { csrfTokenUnavailable = true }
+    }
+
+    /// One request with credentials and cookies, resent once with refreshed credentials after
+    /// a `401`; a `401` after that is thrown as `unauthorized`.
+    private func exchange(_ request: TransportRequest, timeout: TimeInterval?, modifying: Bool) async throws -> TransportResponse {
+        if !credentialsAsked, let authenticator {
+            credentials = try await authenticator.credentials(for: serviceRoot, refresh: false)
+            credentialsAsked = true
+        }
+        var sent = prepared(request, modifying: modifying)
+        var response = try await transport.send(sent, timeout: timeout)
+        absorb(response, askedForToken: sent.headers["X-CSRF-Token"] == "Fetch")
+        if response.status == 401, let authenticator {
+            credentials = try await authenticator.credentials(for: serviceRoot, refresh: true)
+            sent = prepared(request, modifying: modifying)
+            response = try await transport.send(sent, timeout: timeout)
+            absorb(response, askedForToken: sent.headers["X-CSRF-Token"] == "Fetch")
+        }
+        if response.status == 401 {
+            let detail = (try? ODataError.parse(response.body, httpStatus: 401)).map { ": \($0.message)" } ?? ""
+            let tried = authenticator == nil ? "no authenticator is set" : "the credentials were refreshed once"
+            throw OfflineODataError(.unauthorized, "\(request.method) \(request.url) answered 401 Unauthorized (\(tried))\(detail)",
+                                    httpStatus: 401)
+        }
+        return response
+    }
+
+    /// The request with credentials, session cookies and the CSRF header.
+    private func prepared(_ request: TransportRequest, modifying: Bool) -> TransportRequest {
+        var request = request
+        if let credentials, request.headers["Authorization"] == nil { request.headers["Authorization"] = credentials.authorization }
+        if !cookies.isEmpty {
+            var pairs = (request.headers["Cookie"] ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            let given = Set(pairs.map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? $0 })
+            for (name, value) in cookies.sorted(by: { $0.key < $1.key }) where !given.contains(name) { pairs.append(name + "=" + value) }
+            request.headers["Cookie"] = pairs.joined(separator: "; ")
+        }
+        if csrfProtection, request.headers["X-CSRF-Token"] == nil {
+            if let csrfToken, modifying {
+                request.headers["X-CSRF-Token"] = csrfToken
+            } else if csrfToken == nil, !csrfTokenUnavailable, request.method.uppercased() == "GET" {
+                request.headers["X-CSRF-Token"] = "Fetch"
+            }
+        }
+        return request
+    }
+
+    /// Keeps the cookies and the CSRF token a response gives; a successful answer to a token
+    /// request without a token means the backend does not use them.
+    private func absorb(_ response: TransportResponse, askedForToken: Bool) {
+        for field in response.headers where field.name.lowercased() == "set-cookie" {
+            let first = field.value.split(separator: ";", maxSplits: 1).first.map(String.init) ?? ""
+            guard let equals = first.firstIndex(of: "=") else { continue }
+            let name = first[..<equals].trimmingCharacters(in: .whitespaces)
+            let value = first[first.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            guard !name.isEmpty else { continue }
+            let attributes = field.value.lowercased()
+            if value.isEmpty || attributes.contains("max-age=0") { cookies[name] = nil } else { cookies[name] = value }
+        }
+        if let token = response.headers["X-CSRF-Token"], !token.isEmpty, token.lowercased() != "required", token.lowercased() != "fetch" {
+            csrfToken = token
+        } else if askedForToken, (200..<300).contains(response.status) {
+            csrfTokenUnavailable = true
+        }
+    }
+}
