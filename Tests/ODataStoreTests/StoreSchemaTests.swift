@@ -33,7 +33,7 @@ enum StoreFixtures {
         #expect(people.column(["Gender"])?.kind == .enumeration("Microsoft.OData.SampleService.Models.TripPin.PersonGender"))
         #expect(people.isOpen)
         let friends = try #require(people.navigation("Friends"))
-        #expect(friends.relation == .linkTable("lk_People/Friends"))
+        #expect(friends.relation == .linkTable(StoreSchema.LinkTable(name: "lk_People/Friends", reversed: false)))
         #expect(friends.isCollection)
         #expect(friends.targetEntitySet == "People")
         // The schema creates on SQLCipher.

@@ -173,6 +173,31 @@ import Testing
         }
     }
 
+    @Test(arguments: [false, true]) func aFullReadMarksOnlyWhatChanged(v2: Bool) async throws {
+        let fixture = try await Fixture.start(pageSize: 3)
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2, queries: [OfflineODataDefiningQuery(name: "Products", query: "Products")])
+        try await provider.open()
+        // As with a backend without change tracking: no delta link, so the download reads all.
+        let store = try await provider.openStore()
+        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
+        let all = count(try await provider.read("Products"))
+        #expect(all == 20)
+        for id in ["P1", "P12", "P3", "P7"] {
+            #expect(try await fixture.backendSend("PATCH", "Products('\(id)')", #"{"Description":"full read"}"#) < 300)
+        }
+        try await provider.download()
+        #expect(count(try await provider.read("Products")) == all)
+        let upserted = try await provider.readEntities("Products?$filter=sap.upsertedLastDownload()&$orderby=ProductID")
+        #expect(upserted.compactMap { string($0, "ProductID") } == ["P1", "P12", "P3", "P7"])
+        #expect(upserted.allSatisfy { string($0, "Description") == "full read" })
+        // A second full read of an unchanged backend rewrites nothing.
+        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
+        try await provider.download()
+        #expect(count(try await provider.read("Products?$filter=sap.upsertedLastDownload()")) == 0)
+        await provider.close()
+    }
+
     @Test func anUnreachableBackendFailsAtOnceAndKeepsTheQueue() async throws {
         let fixture = try await Fixture.start()
         let provider = try await fixture.provider()

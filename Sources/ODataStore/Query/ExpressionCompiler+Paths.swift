@@ -19,8 +19,8 @@ extension ExpressionCompiler {
     func join(_ nav: StoreSchema.Navigation, from source: String, to target: String) -> String {
         let q = StoreSchema.quote
         switch nav.relation {
-        case .linkTable(let name):
-            return "\(target)._rowid IN (SELECT target FROM \(q(name)) WHERE source = \(source)._rowid)"
+        case .linkTable(let link):
+            return "\(target)._rowid IN (SELECT \(link.targetColumn) FROM \(q(link.name)) WHERE \(link.sourceColumn) = \(source)._rowid)"
         case .foreignKey(let sourceColumns, let targetColumns):
             return zip(sourceColumns, targetColumns).map { "\(target).\(q($1)) = \(source).\(q($0))" }.joined(separator: " AND ")
         }

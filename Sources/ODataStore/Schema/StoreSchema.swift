@@ -7,7 +7,8 @@ public import ODataCore
 ///   flattened into `Prop/Sub` columns plus a `Prop` presence column;
 /// - a child table per collection-valued property (`"es_Set/Prop"`: owner, ordinal, value columns);
 /// - navigation: joins through foreign-key columns where a referential constraint exists (on the
-///   property or its partner), otherwise a link table `"lk_Set/Nav"` (source and target rowids);
+///   property or its partner), otherwise a link table `"lk_Set/Nav"` (source and target rowids;
+///   a partner without a constraint reads the same table from its target side);
 /// - a table of dynamic properties for open types (`"es_Set/$dynamic"`);
 /// - `store_meta` with the schema version and the model.
 public struct StoreSchema: Sendable {
@@ -58,8 +59,22 @@ public struct StoreSchema: Sendable {
     public enum Relation: Sendable, Hashable {
         /// Columns of the source table equal columns of the target table.
         case foreignKey(sourceColumns: [String], targetColumns: [String])
-        /// A link table with `source` and `target` rowids.
-        case linkTable(String)
+        /// A link table of `source` and `target` rowids.
+        case linkTable(LinkTable)
+    }
+
+    /// A link table as one navigation property uses it.
+    public struct LinkTable: Sendable, Hashable {
+        /// The table's name, `lk_Set/Nav` of the navigation property that keeps it.
+        public var name: String
+        /// The partner navigation property keeps the table (the same relationship seen from its
+        /// other end, without a referential constraint): this one reads it from the target side,
+        /// so a link made through either end shows through both.
+        public var reversed: Bool
+        /// The column of this navigation's source rowids.
+        public var sourceColumn: String { reversed ? "target" : "source" }
+        /// The column of this navigation's target rowids.
+        public var targetColumn: String { reversed ? "source" : "target" }
     }
 
     /// A navigation property of an entity set.
@@ -194,7 +209,7 @@ public struct StoreSchema: Sendable {
                 // Unbound or contained navigation: not stored as a relation between sets.
                 continue
             }
-            var relation = Relation.linkTable("lk_\(set.name)/\(nav.name)")
+            var relation = Relation.linkTable(LinkTable(name: "lk_\(set.name)/\(nav.name)", reversed: false))
             if !nav.referentialConstraints.isEmpty,
                nav.referentialConstraints.allSatisfy({ c in table.columns.contains { $0.name == c.property } && targetTable.columns.contains { $0.name == c.referencedProperty } }) {
                 relation = .foreignKey(sourceColumns: nav.referentialConstraints.map(\.property), targetColumns: nav.referentialConstraints.map(\.referencedProperty))
@@ -202,6 +217,12 @@ public struct StoreSchema: Sendable {
                       !partner.referentialConstraints.isEmpty,
                       partner.referentialConstraints.allSatisfy({ c in targetTable.columns.contains { $0.name == c.property } && table.columns.contains { $0.name == c.referencedProperty } }) {
                 relation = .foreignKey(sourceColumns: partner.referentialConstraints.map(\.referencedProperty), targetColumns: partner.referentialConstraints.map(\.property))
+            } else if let partnerName = nav.partner, model.targetEntitySet(from: target.name, navigationPath: partnerName)?.name == set.name,
+                      model.navigationProperty(partnerName, ofStructuredType: nav.type.name)?.referentialConstraints.isEmpty == true {
+                // Both ends of one relationship without a referential constraint (common in V2):
+                // one link table, kept by the end whose name sorts first.
+                let partnerTable = "lk_\(target.name)/\(partnerName)"
+                if partnerTable < "lk_\(set.name)/\(nav.name)" { relation = .linkTable(LinkTable(name: partnerTable, reversed: true)) }
             }
             result.append(Navigation(name: nav.name, targetEntitySet: target.name, isCollection: nav.type.isCollection, relation: relation, onDelete: nav.onDelete))
         }
@@ -245,7 +266,8 @@ public struct StoreSchema: Sendable {
                                   + "name TEXT NOT NULL, type TEXT NOT NULL, value, PRIMARY KEY (owner, name))")
             }
             for nav in table.navigation {
-                guard case .linkTable(let name) = nav.relation, let target = self.table(forEntitySet: nav.targetEntitySet) else { continue }
+                guard case .linkTable(let link) = nav.relation, !link.reversed, let target = self.table(forEntitySet: nav.targetEntitySet) else { continue }
+                let name = link.name
                 statements.append("CREATE TABLE \(q(name)) (source INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
                                   + "target INTEGER NOT NULL REFERENCES \(q(target.name))(_rowid) ON DELETE CASCADE, PRIMARY KEY (source, target))")
             }
@@ -274,8 +296,9 @@ public struct StoreSchema: Sendable {
                     if sourceColumns != table.keyColumns && !indexes.contains(where: { $0.name == name }) {
                         indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(table.name)) (\(sourceColumns.map(q).joined(separator: ", ")))"))
                     }
-                case .linkTable(let linkTable):
-                    guard self.table(forEntitySet: nav.targetEntitySet) != nil else { continue }
+                case .linkTable(let link):
+                    guard !link.reversed, self.table(forEntitySet: nav.targetEntitySet) != nil else { continue }
+                    let linkTable = link.name
                     let name = linkTable + "/$target"
                     indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(linkTable)) (target, source)"))
                 }

@@ -70,6 +70,7 @@ public final class Store: Sendable {
                     return nil
                 })
             }
+            try await store.mergePartnerLinkTables()
             if store.schema.lookupIndexes().contains(where: { !present.contains($0.name) }) {
                 try await store.createLookupIndexes()
             }
@@ -83,6 +84,34 @@ public final class Store: Sendable {
 
     /// Closes the store's connections.
     public func close() { pool.close() }
+
+    /// Stores made before both ends of a relationship without a referential constraint shared
+    /// one link table kept a table per end: the links of the end that now reads its partner's
+    /// table move there (reversed), and its own table goes.
+    func mergePartnerLinkTables() async throws {
+        var moves: [(old: String, link: StoreSchema.LinkTable)] = []
+        for table in schema.tables {
+            for nav in table.navigation {
+                if case .linkTable(let link) = nav.relation, link.reversed { moves.append(("lk_\(table.entitySet)/\(nav.name)", link)) }
+            }
+        }
+        guard !moves.isEmpty else { return }
+        let existing = try await read { reader in
+            Set(try reader.connection.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { row -> String? in
+                if case .text(let name) = row[0] { return name }
+                return nil
+            })
+        }
+        let stale = moves.filter { existing.contains($0.old) }
+        guard !stale.isEmpty else { return }
+        try await write { writer in
+            let q = StoreSchema.quote
+            for (old, link) in stale {
+                try writer.connection.execute("INSERT OR IGNORE INTO \(q(link.name)) (source, target) SELECT target, source FROM \(q(old))")
+                try writer.connection.execute("DROP TABLE \(q(old))")
+            }
+        }
+    }
 
     /// How many frames the write-ahead log holds before SQLite copies it into the file
     /// (its `wal_autocheckpoint` default).

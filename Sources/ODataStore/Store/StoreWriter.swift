@@ -215,6 +215,30 @@ public struct StoreWriter {
         return try insert(entity, into: entitySet)
     }
 
+    /// Like ``upsert(_:into:)``, but a stored row whose columns, ETag and type already hold the
+    /// entity's values is left as it is, unwritten: `changed` says whether anything was written.
+    /// (A full read of an unchanged backend then rewrites nothing.) Tables with collection or
+    /// dynamic properties are always written.
+    public func upsertIfChanged(_ entity: Entity, into entitySet: String) throws -> (rowid: Int64, changed: Bool) {
+        let table = try table(entitySet)
+        guard let rowid = try rowid(of: entity, in: table) else { return (try insert(entity, into: entitySet), true) }
+        if table.collections.isEmpty && table.dynamicTable == nil {
+            let q = StoreSchema.quote
+            let columns = table.columns.filter { !table.keyColumns.contains($0.name) }
+            var names = columns.map { q($0.name) } + ["_etag", "_type"]
+            var incoming = try columns.map { column in try columnValue(column, in: entity, table: table) }
+            incoming += [entity.control.etag.map { .text($0) } ?? .null, Self.storedType(entity.typeName, in: table)]
+            if let link = entity.control.editLink {
+                names.append("_editLink")
+                incoming.append(.text(link))
+            }
+            let stored = try db.query("SELECT \(names.joined(separator: ", ")) FROM \(q(table.name)) WHERE _rowid = ?", [.integer(rowid)])
+            if stored.first == incoming { return (rowid, false) }
+        }
+        try replace(rowid: rowid, with: entity, table: table)
+        return (rowid, true)
+    }
+
     // MARK: Update and delete
 
     /// Updates the entity with `entity`'s key: merge (PATCH/MERGE: only the properties given)
@@ -349,10 +373,11 @@ public struct StoreWriter {
     func link(sourceRow: Int64, table: StoreSchema.EntityTable, nav: StoreSchema.Navigation, targetRow: Int64, target: StoreSchema.EntityTable) throws {
         let q = StoreSchema.quote
         switch nav.relation {
-        case .linkTable(let name):
+        case .linkTable(let link):
             // No UPSERT in SQLite 3.15: INSERT OR IGNORE keeps an existing link.
-            if !nav.isCollection { try db.execute("DELETE FROM \(q(name)) WHERE source = ?", [.integer(sourceRow)]) }
-            try db.execute("INSERT OR IGNORE INTO \(q(name)) (source, target) VALUES (?, ?)", [.integer(sourceRow), .integer(targetRow)])
+            if !nav.isCollection { try db.execute("DELETE FROM \(q(link.name)) WHERE \(link.sourceColumn) = ?", [.integer(sourceRow)]) }
+            try db.execute("INSERT OR IGNORE INTO \(q(link.name)) (\(link.sourceColumn), \(link.targetColumn)) VALUES (?, ?)",
+                           [.integer(sourceRow), .integer(targetRow)])
         case .foreignKey(let sourceColumns, let targetColumns):
             if sourceColumns == table.keyColumns {
                 // The foreign key is on the target: point the target at the source.
@@ -395,8 +420,8 @@ public struct StoreWriter {
         guard let source = try rowid(forKey: key, in: table), let targetRow = try rowid(forKey: targetKey, in: target) else { return }
         let q = StoreSchema.quote
         switch nav.relation {
-        case .linkTable(let name):
-            try db.execute("DELETE FROM \(q(name)) WHERE source = ? AND target = ?", [.integer(source), .integer(targetRow)])
+        case .linkTable(let link):
+            try db.execute("DELETE FROM \(q(link.name)) WHERE \(link.sourceColumn) = ? AND \(link.targetColumn) = ?", [.integer(source), .integer(targetRow)])
         case .foreignKey(let sourceColumns, let targetColumns):
             let (owner, row, columns) = sourceColumns == table.keyColumns ? (target, targetRow, targetColumns) : (table, source, sourceColumns)
             try db.execute("UPDATE \(q(owner.name)) SET \(columns.map { "\(q($0)) = NULL" }.joined(separator: ", ")) WHERE _rowid = ?", [.integer(row)])
@@ -425,8 +450,8 @@ public struct StoreWriter {
         let q = StoreSchema.quote
         let rows: [[DatabaseValue]]
         switch nav.relation {
-        case .linkTable(let name):
-            rows = try db.query("SELECT target FROM \(q(name)) WHERE source = ?", [.integer(rowid)])
+        case .linkTable(let link):
+            rows = try db.query("SELECT \(link.targetColumn) FROM \(q(link.name)) WHERE \(link.sourceColumn) = ?", [.integer(rowid)])
         case .foreignKey(let sourceColumns, let targetColumns):
             let condition = zip(sourceColumns, targetColumns).map { "t.\(q($1)) = s.\(q($0))" }.joined(separator: " AND ")
             rows = try db.query("SELECT t._rowid FROM \(q(target.name)) t JOIN \(q(table.name)) s ON \(condition) WHERE s._rowid = ?", [.integer(rowid)])

@@ -285,9 +285,15 @@ extension OfflineODataProvider {
             try refreshKeptState(parent, in: entitySet, predicate: predicate, writer: writer)
             if state == nil { return count }
         } else {
-            let rowid = try writer.upsert(parent, into: entitySet)
-            try writer.setState(in: entitySet, rowid: rowid, isLocal: false, inError: false, upserted: true)
-            count += 1
+            // Only what changed is written and counts as upserted (a full read of a backend
+            // without change tracking returns every entity, changed or not).
+            let (rowid, changed) = try writer.upsertIfChanged(parent, into: entitySet)
+            if changed {
+                try writer.setState(in: entitySet, rowid: rowid, isLocal: false, inError: false, upserted: true)
+                count += 1
+            } else if state?.isLocal == true || state?.inError == true {
+                try writer.setState(in: entitySet, rowid: rowid, isLocal: false, inError: false)
+            }
         }
         for (navigation, childKey) in links where writer.schema.table(forEntitySet: entitySet)?.navigation(navigation) != nil {
             try writer.link(entitySet, key: key, navigation: navigation, to: childKey)
