@@ -72,6 +72,11 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "InteropSupport",
+            path: "Tests/InteropSupport",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "ODataCoreTests",
             dependencies: ["ODataCore"],
@@ -84,13 +89,13 @@ let package = Package(
         ),
         .testTarget(
             name: "OfflineODataTests",
-            dependencies: ["OfflineOData", "ODataServer", "ODataStore", "ODataCore"],
+            dependencies: ["OfflineOData", "ODataServer", "ODataStore", "ODataCore", "InteropSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "ODataServerTests",
             dependencies: [
-                "ODataServer", "ODataStore", "ODataCore",
+                "ODataServer", "ODataStore", "ODataCore", "InteropSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             swiftSettings: swiftSettings

@@ -1,5 +1,6 @@
 """Drives the reference service's V2 root with SAP's pyodata client and prints one JSON
 object of results for the Swift test to check. Usage: pyodata_client.py SERVICE_URL"""
+import datetime
 import json
 import sys
 
@@ -49,6 +50,17 @@ batch.add_request(changeset)
 batch.add_request(client.entity_sets.ProductCategories.get_entity("C1"))
 batch.execute()
 out["batch_created"] = sorted(c.CategoryID for c in client.entity_sets.ProductCategories.get_entities().filter("startswith(CategoryID,'PY')").execute())
+
+# A single property (`{"d":{"CompanyName":…}}`), a DateTimeOffset (`/Date(ms+0000)/`, read as UTC), V2 literals,
+# a nested expand A/B and $links.
+out["property"] = partner.get_proprty("CompanyName").execute()
+out["created_at"] = partner.CreatedAt.astimezone(datetime.timezone.utc).isoformat()
+big = client.entity_sets.SalesOrders.get_entities().filter("GrossAmount gt 4000M and substringof('SO1',OrderID)").execute()
+out["big_orders"] = sorted(o.OrderID for o in big)
+nested = client.entity_sets.BusinessPartners.get_entities().filter("PartnerID eq 'BP1'").expand("SalesOrders/Items").execute()
+out["nested_items"] = sum(len(o.Items) for o in nested[0].SalesOrders)
+links = session.get(url + "SalesOrders('SO1')/$links/Items", headers={"Accept": "application/json"}).json()
+out["links"] = len(links["d"]["results"])
 
 # A function import.
 products = client.functions.GetProductsByCategory.parameter("CategoryID", "C3").execute()

@@ -1,45 +1,15 @@
 import Foundation
+import InteropSupport
+import ODataCore
 import Testing
 @testable import ODataServer
 
-/// Runs SAP's pyodata (a V2 client from PyPI that nobody here wrote) against the reference
-/// service. The test creates a virtual environment under `.build/interop-venv` on first use.
+/// Runs clients from PyPI that nobody here wrote against the reference service: SAP's pyodata
+/// (V2) and python-odata (V4). The venv is made under `.build/interop-venv` on first use.
 @Suite(.serialized) struct InteropTests {
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
-    static func run(_ executable: String, _ arguments: [String]) throws -> (Int32, String, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
-    }
-
-    /// The venv's python, creating the venv and installing pyodata if needed.
-    static func python() throws -> String {
-        let venv = repository.appendingPathComponent(".build/interop-venv")
-        let python = venv.appendingPathComponent("bin/python").path
-        if FileManager.default.isExecutableFile(atPath: python),
-           (try? run(python, ["-c", "import pyodata, requests"]).0) == 0 {
-            return python
-        }
-        let (created, _, createError) = try run("/usr/bin/env", ["python3", "-m", "venv", venv.path])
-        guard created == 0 else { throw Failure(message: "cannot create a venv: \(createError)") }
-        let (installed, _, installError) = try run(venv.appendingPathComponent("bin/pip").path, ["install", "-q", "pyodata==1.12.1", "requests"])
-        guard installed == 0 else { throw Failure(message: "cannot install pyodata: \(installError)") }
-        return python
-    }
-
-    struct Failure: Error, CustomStringConvertible {
-        var message: String
-        var description: String { message }
-    }
+    static func run(_ executable: String, _ arguments: [String]) throws -> (Int32, String, String) { try Interop.run(executable, arguments) }
+    static func python() throws -> String { try Interop.python() }
+    static var repository: URL { Interop.repository }
 
     @Test func pyodataAgainstTheV2Root() async throws {
         let python = try Self.python()
@@ -65,10 +35,71 @@ import Testing
         #expect(json["deleted"] as? Bool == true)
         #expect(json["batch_created"] as? [String] == ["PY2", "PY3"])
         #expect(json["function_categories"] as? [String] == ["C3"])
+        // V2 shapes and grammar: a property read, a DateTimeOffset read as UTC, V2 literals,
+        // a nested expand A/B and $links.
+        #expect(json["property"] as? String == "Company 2")
+        #expect(json["created_at"] as? String == "2020-03-03T02:00:00+00:00")
+        #expect(json["big_orders"] as? [String] == ["SO16", "SO18"])
+        let items = try await service.store.query("SalesOrderItems/$count?$filter=Order/PartnerID eq 'BP1'")
+        #expect(items == .count(Int64(json["nested_items"] as? Int ?? -1)), "\(String(describing: json["nested_items"]))")
+        #expect(json["links"] as? Int == 2)
     }
 }
 
 extension InteropTests {
+    /// python-odata (a V4 client from PyPI) against the V4 root: reflection of `$metadata`,
+    /// queries (paged: 7 entities per page), navigation, expand, writes, a deep insert with
+    /// binds, and function and action imports. See `Tests/Interop/python_odata_client.py`.
+    @Test func pythonODataAgainstTheV4Root() async throws {
+        let python = try Self.python()
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service(pageSize: 7)
+        let running = try await EmbeddedServer.start(service)
+        let (status, output, errors) = try Self.run(python, [Interop.script("python_odata_client.py"), running.v4Root.absoluteString])
+        await running.stop()
+        #expect(status == 0, "python-odata failed: \(errors)")
+        let json = try JSONValue.parse(Array(output.utf8))
+        func strings(_ name: String) -> [String]? { json[name]?.arrayValue?.compactMap(\.stringValue) }
+        #expect(strings("entity_sets") == ["BusinessPartners", "Contacts", "ProductCategories", "ProductPictures", "Products",
+                                           "SalesOrderItems", "SalesOrders"])
+        #expect(strings("functions") == ["GetProductsByCategory"] && strings("actions") == ["ConfirmOrder"])
+        #expect(strings("order_status_members") == ["New", "Confirmed", "Shipped", "Cancelled"])
+        #expect(strings("filtered_orders") == ["SO18", "SO17", "SO16"])
+        #expect(json["filtered_count"] == .number("10"))
+        #expect(json["product_count"] == .number("20"))
+        // Every order once, over five pages of next links.
+        #expect(json["all_orders"] == .array([.number("30"), .number("30")]))
+        #expect(json["big_orders"]?["count"] == .number("21") && json["big_orders"]?["sorted"] == .bool(true))
+        #expect(json["big_orders_count"] == .number("21"))
+        #expect(strings("confirmed_bp1") == ["SO10", "SO11", "SO12", "SO14"])
+        #expect(json["bp1_without_note"] == .number("4"))
+        #expect(strings("orders_of_company_1") == ["SO10", "SO11", "SO12"])
+        #expect(strings("p1_or_p2") == ["P1", "P2"])
+        #expect(strings("name_contains") == ["P3"])
+        #expect(strings("name_startswith")?.count == 11)
+        #expect(json["selected"]?.arrayValue?.compactMap { $0["OrderID"]?.stringValue } == ["SO16", "SO18"])
+        #expect(json["partner_name"]?.stringValue == "Company 2" && json["partner_city"]?.stringValue == "Boston")
+        #expect(strings("partner_contacts") == ["Chen", "Dana"])
+        #expect(json["order_partner"]?.stringValue == "Company 0")
+        #expect(json["expanded_items"]?.arrayValue?.count == 2 && json["expanded_partner"]?.stringValue == "BP0")
+        #expect(strings("created") == ["PO1", "From python-odata"])
+        #expect(json["updated"]?.stringValue == "Renamed by python-odata")
+        #expect(json["deleted"] == .bool(true) && json["deleted_read"]?.stringValue == "HTTP 404 NotFound")
+        // A deep insert: the items take the order's key, and their product binds are kept.
+        #expect(json["deep_insert"]?["partner"]?.stringValue == "BP2", "\(output)")
+        #expect(json["deep_insert"]?["items"] == .array([.array([.number("10"), .string("P1"), .number("1")]),
+                                                         .array([.number("20"), .string("P2"), .number("2")])]), "\(output)")
+        #expect(json["deep_insert"]?["items_after_delete"] == .number("0"))
+        // A function's result with the request's $filter, $orderby and $top.
+        #expect(strings("function_products") == ["P13", "P3"])
+        #expect(strings("function_with_query") == ["P3"])
+        #expect(strings("function_ordered") == ["P3", "P13"])
+        #expect(json["action_result"] == .array([.bool(true), .string("Confirmed")]))
+        #expect(json["action_reread"]?.stringValue == "Confirmed")
+        #expect(json["action_unknown_order"]?.stringValue == "HTTP 404 NotFound")
+    }
+
     @Test func curlAgainstTheV4Root() async throws {
         let server = TestServer()
         defer { server.remove() }

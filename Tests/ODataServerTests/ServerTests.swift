@@ -19,9 +19,9 @@ struct TestServer {
         path = directory.appendingPathComponent("sales.sqlite").path
     }
 
-    func service(faults: [FaultRule] = [], create: Bool = true) async throws -> ODataService {
+    func service(faults: [FaultRule] = [], create: Bool = true, pageSize: Int = 50) async throws -> ODataService {
         var options = ODataService.Options()
-        options.pageSize = 50
+        options.pageSize = pageSize
         options.serverGeneratedKeys = SalesSample.serverGeneratedKeys
         let store = create && !FileManager.default.fileExists(atPath: path)
             ? try await Store.create(path: path, model: try SalesSample.model(), key: "test-key")

@@ -1,3 +1,4 @@
+import Foundation
 import ODataCore
 import ODataStore
 
@@ -22,7 +23,12 @@ extension ODataService {
             // `Name(P='x')`: the syntax tree keeps the parameters as a named key.
             if parsed.path.segments.count > 1, case .key(let parts) = parsed.path.segments[1].kind {
                 for part in parts {
-                    if let partName = part.name, case .literal(let value) = part.value.node { arguments[partName] = value }
+                    guard let partName = part.name else { continue }
+                    switch part.value.node {
+                    case .literal(let value): arguments[partName] = value
+                    case .alias(let alias): if case .literal(let value)? = parsed.query.aliases[alias]?.node { arguments[partName] = value }
+                    default: break
+                    }
                 }
             }
             for option in parsed.query.custom {
@@ -39,9 +45,28 @@ extension ODataService {
             guard case .primitive(.string(let category))? = arguments["CategoryID"] else {
                 throw ServiceFailure(400, "BadParameter", "GetProductsByCategory needs a string CategoryID")
             }
-            let escaped = category.replacingOccurrences(of: "'", with: "''")
-            let query = "Products?$filter=CategoryID eq '\(escaped)'&$orderby=ProductID"
-            let result = try await store.query(query, pageSize: nil)
+            // The function's own filter, and the request's query options over its result.
+            let escaped = category.replacingOccurrences(of: "'", with: "''").addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+            var options = ["$filter=CategoryID%20eq%20'\(escaped)'"]
+            var ordered = false
+            for (name, raw) in Self.systemOptions(in: request.target) {
+                switch name.lowercased() {
+                case "$filter": options[0] += "%20and%20(" + raw + ")"
+                case "$orderby":
+                    ordered = true
+                    options.append(name + "=" + raw)
+                default: options.append(name + "=" + raw)
+                }
+            }
+            if !ordered { options.append("$orderby=ProductID") }
+            let counted = parsed.path.segments.contains { $0.kind == .count }
+            let result = try await store.query("Products" + (counted ? "/$count" : "") + "?" + options.joined(separator: "&"),
+                                               version: request.version, pageSize: nil)
+            if case .count(let count) = result {
+                var headers = HTTPHeaders()
+                headers["Content-Type"] = "text/plain"
+                return ServiceResponse(status: 200, headers: headers, body: Array(String(count).utf8))
+            }
             guard case .collection(var collection) = result, let table = store.schema.table(forEntitySet: "Products") else {
                 throw ServiceFailure(500, "InternalError", "GetProductsByCategory did not return a collection")
             }
@@ -53,6 +78,16 @@ extension ODataService {
             return .json(200, V4JSONWriter().write(collection), version: request.version)
         default:
             throw ServiceFailure(501, "NotImplemented", "The function import \(name) has no implementation in this service")
+        }
+    }
+
+    /// The system query options (`$name=value`, value as sent) of a request target.
+    static func systemOptions(in target: String) -> [(String, String)] {
+        guard let question = target.firstIndex(of: "?") else { return [] }
+        return target[target.index(after: question)...].split(separator: "&").compactMap { part in
+            guard let equals = part.firstIndex(of: "="), part.hasPrefix("$") || part.hasPrefix("%24") else { return nil }
+            let name = part[..<equals].replacingOccurrences(of: "%24", with: "$")
+            return (name, String(part[part.index(after: equals)...]))
         }
     }
 

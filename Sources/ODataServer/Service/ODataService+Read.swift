@@ -66,6 +66,10 @@ extension ODataService {
 
     func read(_ request: ServiceRequest) async throws -> ServiceResponse {
         let parsedURL = try URLParser(version: request.version.grammar).parse(request.target)
+        if parsedURL.query.apply != nil {
+            // Refused rather than ignored: an answer without the aggregation would look right.
+            throw ServiceFailure(501, "NotImplemented", "$apply (data aggregation) is not supported by this service")
+        }
         if case .unresolved(let name)? = parsedURL.path.segments.first?.kind, model.functionImport(name) != nil {
             return try await callFunction(request, parsedURL)
         }

@@ -285,12 +285,28 @@ extension ODataService {
     }
 
     /// `@odata.bind` / `__metadata.uri` links of a written entity.
+    /// Links what `@odata.bind` (V2: `__metadata.uri`) names, also inside the entities of a
+    /// deep insert.
     private func linkBinds(_ entity: Entity, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue], _ writer: StoreWriter, _ version: ODataVersion) throws {
         for nav in entity.navigation {
-            guard let binds = nav.bind else { continue }
-            for id in binds {
+            for id in nav.bind ?? [] {
                 let (_, targetKey) = try resolveID(id, version)
                 try writer.link(table.entitySet, key: key, navigation: nav.name, to: targetKey)
+            }
+            guard let inline = nav.inline, let stored = table.navigation(nav.name),
+                  let target = store.schema.table(forEntitySet: stored.targetEntitySet) else { continue }
+            let children: [Entity]
+            switch inline {
+            case .entity(let child): children = child.map { [$0] } ?? []
+            case .collection(let collection): children = collection.entities
+            }
+            let implied = try writer.reader.propertiesImplied(creatingThrough: nav.name, of: table.entitySet, key: key)
+            for var child in children where child.navigation.contains(where: { $0.bind != nil || $0.inline != nil }) {
+                for (name, value) in implied where child[name] == nil || child[name] == .null { child[name] = .primitive(value) }
+                var childKey: [String: PrimitiveValue] = [:]
+                for name in target.keyColumns { if case .primitive(let value)? = child[name] { childKey[name] = value } }
+                guard childKey.count == target.keyColumns.count else { continue }
+                try linkBinds(child, target, childKey, writer, version)
             }
         }
     }

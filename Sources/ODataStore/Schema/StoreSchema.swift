@@ -229,6 +229,23 @@ public struct StoreSchema: Sendable {
         return result
     }
 
+    /// The properties an entity created through `nav` of an entity of `table` takes from that
+    /// parent: its side of a foreign-key relation, the two sides' columns being equal.
+    /// `parentValue` gives a property of the parent by name.
+    func propertiesImplied(through nav: Navigation, from table: EntityTable,
+                           parentValue: (String) throws -> PrimitiveValue?) rethrows -> [String: PrimitiveValue] {
+        guard case .foreignKey(let sourceColumns, let targetColumns) = nav.relation,
+              let target = self.table(forEntitySet: nav.targetEntitySet) else { return [:] }
+        var implied: [String: PrimitiveValue] = [:]
+        for (source, targetColumn) in zip(sourceColumns, targetColumns) {
+            guard let from = table.columns.first(where: { $0.name == source }), from.path.count == 1,
+                  let to = target.columns.first(where: { $0.name == targetColumn }), to.path.count == 1,
+                  let value = try parentValue(from.path[0]) else { continue }
+            implied[to.path[0]] = value
+        }
+        return implied
+    }
+
     // MARK: SQL
 
     /// `"name"` with quotes doubled.

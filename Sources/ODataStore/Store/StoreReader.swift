@@ -32,22 +32,14 @@ public struct StoreReader {
     /// stored.
     public func propertiesImplied(creatingThrough navigation: String, of entitySet: String,
                                   key: [String: PrimitiveValue]) throws -> [String: PrimitiveValue] {
-        guard let table = schema.table(forEntitySet: entitySet), let nav = table.navigation(navigation),
-              let target = schema.table(forEntitySet: nav.targetEntitySet),
-              case .foreignKey(let sourceColumns, let targetColumns) = nav.relation else { return [:] }
-        // The relation says the two sides' columns are equal: the new entity's side follows.
-        let parent = sourceColumns.allSatisfy { key[$0] != nil } ? nil : try entity(in: entitySet, key: key)
-        var implied: [String: PrimitiveValue] = [:]
-        for (source, targetColumn) in zip(sourceColumns, targetColumns) {
-            guard let column = target.column([targetColumn]) ?? target.columns.first(where: { $0.name == targetColumn }),
-                  column.path.count == 1 else { continue }
-            if let value = key[source] {
-                implied[column.path[0]] = value
-            } else if case .primitive(let value)? = parent?[source] {
-                implied[column.path[0]] = value
-            }
+        guard let table = schema.table(forEntitySet: entitySet), let nav = table.navigation(navigation) else { return [:] }
+        var parent: Entity??
+        return try schema.propertiesImplied(through: nav, from: table) { name in
+            if let value = key[name] { return value }
+            if parent == nil { parent = .some(try entity(in: entitySet, key: key)) }
+            if case .primitive(let value)? = parent??[name] { return value }
+            return nil
         }
-        return implied
     }
 
     /// The entity in the row `rowid` of an entity set (from ``bookkeeping(in:key:)``), or nil.

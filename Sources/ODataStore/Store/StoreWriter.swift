@@ -604,7 +604,14 @@ public struct StoreWriter {
             case .entity(let child): children = child.map { [$0] } ?? []
             case .collection(let collection): children = collection.entities
             }
-            for child in children {
+            // A nested entity is created as if posted to the parent's navigation property: it
+            // takes the parent's side of a foreign key (the items of a new order its OrderID).
+            let implied = schema.propertiesImplied(through: nav, from: table) { name in
+                if case .primitive(let value)? = entity[name] { return value }
+                return nil
+            }
+            for var child in children {
+                for (name, value) in implied where child[name] == nil || child[name] == .null { child[name] = .primitive(value) }
                 var childRow = try rowid(of: child, in: target)
                 if childRow == nil {
                     var nested = bookkeeping

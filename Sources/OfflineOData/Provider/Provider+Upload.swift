@@ -187,7 +187,9 @@ extension OfflineODataProvider {
                 contentIDs[reference] = "$\(request.id)"
             }
             if request.isCreate { createdHere.insert(reference) }
-            messages.append(.request(request.method, url, headers: headers, body: isMedia ? request.body : Array(body.utf8)))
+            // V2 has no PATCH: a partial update is a MERGE there.
+            let method = model.version.isLegacy && request.method == "PATCH" ? "MERGE" : request.method
+            messages.append(.request(method, url, headers: headers, body: isMedia ? request.body : Array(body.utf8)))
         }
         if !parameters.backendSupportsBatch {
             var results: [SentResult] = []
@@ -198,7 +200,7 @@ extension OfflineODataProvider {
                 if url.hasPrefix(serviceRoot) { url = String(url.dropFirst(serviceRoot.count)) }
                 var headers: [String: String] = [:]
                 for field in message.headers where field.name != "Content-ID" { headers[field.name] = field.value }
-                let response = try await send(method: request.method, url: url, headers: headers, body: body)
+                let response = try await send(method: message.method ?? request.method, url: url, headers: headers, body: body)
                 report(progress, .sendingDataToServer, ["sentBytes": "\(bytesSent)"])
                 if let location = response.headers["Location"] { locations["\(request.id)"] = location }
                 results.append(SentResult(request: request, status: response.status, headers: response.headers, body: response.body))

@@ -1,0 +1,126 @@
+public import Foundation
+
+/// Third-party OData software from PyPI for the interop tests: a virtual environment under
+/// `.build/interop-venv` (made on first use; `.ci/run` makes it before the tests), commands
+/// run to the end, and producers run as servers on loopback.
+public enum Interop {
+    /// The PyPI packages of the peers, pinned.
+    public static let packages = ["pyodata==1.12.1", "requests", "pyslet==0.7.20170805", "python-odata==0.8.1"]
+    /// What the venv must import.
+    static let imports = "import pyodata, requests, pyslet.odata2.server, odata"
+
+    /// The repository's root folder.
+    public static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// A script of `Tests/Interop`.
+    public static func script(_ name: String) -> String { repository.appendingPathComponent("Tests/Interop/" + name).path }
+
+    /// A failure of the test harness itself.
+    public struct Failure: Error, CustomStringConvertible {
+        public var message: String
+        public init(_ message: String) { self.message = message }
+        public var description: String { message }
+    }
+
+    /// Runs a command to its end: exit status, standard output, standard error.
+    public static func run(_ executable: String, _ arguments: [String]) throws -> (Int32, String, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        // Standard error is read on another thread, so that neither pipe fills and blocks.
+        let errors = ErrorReader(err.fileHandleForReading)
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: outData, as: UTF8.self), errors.finish())
+    }
+
+    private static let installing = NSLock()
+
+    /// The venv's python with every peer installed (installed now if missing).
+    public static func python() throws -> String {
+        installing.lock()
+        defer { installing.unlock() }
+        let venv = repository.appendingPathComponent(".build/interop-venv")
+        let python = venv.appendingPathComponent("bin/python").path
+        if FileManager.default.isExecutableFile(atPath: python), (try? run(python, ["-c", imports]).0) == 0 { return python }
+        if !FileManager.default.isExecutableFile(atPath: python) {
+            let (created, _, createError) = try run("/usr/bin/env", ["python3", "-m", "venv", venv.path])
+            guard created == 0 else { throw Failure("cannot create a venv: \(createError)") }
+        }
+        let (installed, _, installError) = try run(venv.appendingPathComponent("bin/pip").path, ["install", "-q"] + packages)
+        guard installed == 0 else { throw Failure("cannot install \(packages.joined(separator: " ")): \(installError)") }
+        return python
+    }
+
+    /// A producer script running as a server until `stop()`.
+    public final class Server: @unchecked Sendable {
+        private let process: Process
+        /// The service root the script printed (`READY <url>`).
+        public let serviceRoot: URL
+
+        /// Starts `script` with `arguments` and waits (up to 60 s) for its `READY <url>` line.
+        public init(script: String, arguments: [String]) throws {
+            let python = try Interop.python()
+            process = Process()
+            process.executableURL = URL(fileURLWithPath: python)
+            process.arguments = [script] + arguments
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.standardError
+            try process.run()
+            let reader = out.fileHandleForReading
+            var line = Data()
+            let deadline = Date().addingTimeInterval(60)
+            while !line.contains(0x0A) {
+                let chunk = reader.availableData
+                if chunk.isEmpty {
+                    guard process.isRunning, Date() < deadline else {
+                        process.terminate()
+                        throw Failure("\(script) ended or took too long before printing READY: \(String(decoding: line, as: UTF8.self))")
+                    }
+                    Thread.sleep(forTimeInterval: 0.05)
+                    continue
+                }
+                line.append(chunk)
+            }
+            let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard text.hasPrefix("READY "), let url = URL(string: String(text.dropFirst(6))) else {
+                process.terminate()
+                throw Failure("\(script) printed \(text) instead of READY <url>")
+            }
+            serviceRoot = url
+        }
+
+        /// Ends the server.
+        public func stop() {
+            if process.isRunning {
+                process.terminate()
+                process.waitUntilExit()
+            }
+        }
+
+        deinit { stop() }
+    }
+}
+
+/// Reads a pipe to its end on a thread of its own.
+private final class ErrorReader: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var data = Data()
+
+    init(_ handle: FileHandle) {
+        Thread.detachNewThread { [self] in
+            data = handle.readDataToEndOfFile()
+            done.signal()
+        }
+    }
+
+    func finish() -> String {
+        done.wait()
+        return String(decoding: data, as: UTF8.self)
+    }
+}
