@@ -79,7 +79,7 @@ public enum Interop {
                 let chunk = reader.availableData
                 if chunk.isEmpty {
                     guard process.isRunning, Date() < deadline else {
-                        process.terminate()
+                        kill(process.processIdentifier, SIGKILL)
                         throw Failure("\(script) ended or took too long before printing READY: \(String(decoding: line, as: UTF8.self))")
                     }
                     Thread.sleep(forTimeInterval: 0.05)
@@ -89,16 +89,17 @@ public enum Interop {
             }
             let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             guard text.hasPrefix("READY "), let url = URL(string: String(text.dropFirst(6))) else {
-                process.terminate()
+                kill(process.processIdentifier, SIGKILL)
                 throw Failure("\(script) printed \(text) instead of READY <url>")
             }
             serviceRoot = url
         }
 
-        /// Ends the server.
+        /// Ends the server. With SIGKILL: a process started from a Swift concurrency thread
+        /// inherits that thread's signal mask, in which SIGTERM is blocked.
         public func stop() {
             if process.isRunning {
-                process.terminate()
+                kill(process.processIdentifier, SIGKILL)
                 process.waitUntilExit()
             }
         }

@@ -81,14 +81,25 @@ public struct V2JSONReader: Sendable {
                 let text = r.peek() == 0x22 ? try r.readString() : String(decoding: r.bytes[try r.readNumberRange()], as: UTF8.self)
                 guard let count = Int64(text) else { throw r.error("__count must be an integer", .wrongType) }
                 collection.count = count
-            case "__next": collection.nextLink = try r.readString()
-            case "__delta": collection.deltaLink = try r.readString()
+            case "__next": collection.nextLink = try readLink(&r)
+            case "__delta": collection.deltaLink = try readLink(&r)
             default:
                 collection.annotations.append(InstanceAnnotation(property: nil, term: name, value: try r.readValue()))
             }
         }
         guard sawResults else { throw r.error("A V2 collection needs 'results'", .missingValue) }
         return collection
+    }
+
+    /// `"url"`, or `{"uri": "url"}` as some V2 services (pyslet) write `__next`.
+    private func readLink(_ r: inout JSONReader) throws(PayloadError) -> String {
+        guard r.peek() == UInt8(ascii: "{") else { return try r.readString() }
+        var uri: String?
+        try r.readObject { (r, name) throws(PayloadError) in
+            if name == "uri" { uri = try r.readString() } else { _ = try r.readValue() }
+        }
+        guard let uri else { throw r.error("A link object needs 'uri'", .missingValue) }
+        return uri
     }
 
     private func readResults(_ r: inout JSONReader, type: String?, into collection: inout EntityCollection, _ context: inout Context) throws(PayloadError) {

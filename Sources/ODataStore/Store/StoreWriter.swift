@@ -216,24 +216,26 @@ public struct StoreWriter {
     }
 
     /// Like ``upsert(_:into:)``, but a stored row whose columns, ETag and type already hold the
-    /// entity's values is left as it is, unwritten: `changed` says whether anything was written.
-    /// (A full read of an unchanged backend then rewrites nothing.) Tables with collection or
-    /// dynamic properties are always written.
+    /// entity's values is not rewritten (only a new edit link is kept): `changed` says whether
+    /// a value changed. A full read of an unchanged backend then rewrites nothing. Tables with
+    /// collection or dynamic properties are always written.
     public func upsertIfChanged(_ entity: Entity, into entitySet: String) throws -> (rowid: Int64, changed: Bool) {
         let table = try table(entitySet)
         guard let rowid = try rowid(of: entity, in: table) else { return (try insert(entity, into: entitySet), true) }
         if table.collections.isEmpty && table.dynamicTable == nil {
             let q = StoreSchema.quote
             let columns = table.columns.filter { !table.keyColumns.contains($0.name) }
-            var names = columns.map { q($0.name) } + ["_etag", "_type"]
+            let names = columns.map { q($0.name) } + ["_etag", "_type", "_editLink"]
             var incoming = try columns.map { column in try columnValue(column, in: entity, table: table) }
             incoming += [entity.control.etag.map { .text($0) } ?? .null, Self.storedType(entity.typeName, in: table)]
-            if let link = entity.control.editLink {
-                names.append("_editLink")
-                incoming.append(.text(link))
+            let stored = try db.query("SELECT \(names.joined(separator: ", ")) FROM \(q(table.name)) WHERE _rowid = ?", [.integer(rowid)]).first ?? []
+            if stored.dropLast().elementsEqual(incoming) {
+                // The same values; the backend may name the entity's edit link now (after a create).
+                if let link = entity.control.editLink, stored.last != .text(link) {
+                    try db.execute("UPDATE \(q(table.name)) SET _editLink = ? WHERE _rowid = ?", [.text(link), .integer(rowid)])
+                }
+                return (rowid, false)
             }
-            let stored = try db.query("SELECT \(names.joined(separator: ", ")) FROM \(q(table.name)) WHERE _rowid = ?", [.integer(rowid)])
-            if stored.first == incoming { return (rowid, false) }
         }
         try replace(rowid: rowid, with: entity, table: table)
         return (rowid, true)
