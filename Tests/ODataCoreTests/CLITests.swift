@@ -14,11 +14,12 @@ import Testing
         return nil
     }
 
-    func run(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
+    func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32, out: String, err: String) {
         let tool = try #require(Self.binary, "oodata was not built next to the tests")
         let process = Process()
         process.executableURL = tool
         process.arguments = arguments
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new } }
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
@@ -43,26 +44,40 @@ import Testing
         #expect(result.out.contains("queue empty: true"))
     }
 
-    /// `oodata offline …` against `oodata serve`, both as separate processes.
-    @Test func offlineCommandsWorkAgainstTheServer() throws {
+    /// Starts `oodata serve --sample sales --port 0` with `arguments`; its process and V4 and V2 roots.
+    func serve(_ arguments: [String]) throws -> (process: Process, v4: String, v2: String) {
         let tool = try #require(Self.binary, "oodata was not built next to the tests")
         let serve = Process()
         serve.executableURL = tool
-        let supportFolder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-support-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: supportFolder) }
-        serve.arguments = ["serve", "--sample", "sales", "--port", "0", "--support-dir", supportFolder.path]
+        serve.arguments = ["serve", "--sample", "sales", "--port", "0"] + arguments
         let out = Pipe()
         serve.standardOutput = out
         serve.standardError = FileHandle.nullDevice
         try serve.run()
-        defer { serve.terminate(); serve.waitUntilExit() }
         var printed = ""
         let deadline = Date().addingTimeInterval(20)
-        while !printed.contains("/odata/v4/"), Date() < deadline {
+        while !printed.contains("/odata/v2/"), Date() < deadline {
             printed += String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
         }
-        let line = try #require(printed.split(separator: "\n").first { $0.hasPrefix("OData V4: ") }, "serve printed: \(printed)")
-        let root = String(line.dropFirst("OData V4: ".count))
+        func root(_ label: String) throws -> String {
+            let line = try #require(printed.split(separator: "\n").first { $0.hasPrefix(label) }, "serve printed: \(printed)")
+            return String(line.dropFirst(label.count))
+        }
+        return (serve, try root("OData V4: "), try root("OData V2: "))
+    }
+
+    /// Ends a server started by ``serve(_:)``.
+    func stop(_ process: Process) {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    /// `oodata offline …` against `oodata serve`, both as separate processes.
+    @Test func offlineCommandsWorkAgainstTheServer() throws {
+        let supportFolder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-support-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: supportFolder) }
+        let (server, root, _) = try serve(["--support-dir", supportFolder.path])
+        defer { stop(server) }
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
@@ -119,6 +134,41 @@ import Testing
         #expect(wrongKey.err.contains("cannot be opened with the given key"), "\(wrongKey.err)")
     }
 
+    /// A backend as SAP Gateway is set up: Basic authentication and CSRF tokens, and no
+    /// `$batch` for the client (`--no-batch`); the password comes from the environment.
+    @Test func offlineCommandsWithCredentialsCSRFAndNoBatch() throws {
+        let (server, v4, v2) = try serve(["--csrf", "--basic-auth", "alice:secret"])
+        defer { stop(server) }
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-auth-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        for (name, root) in [("v4", v4), ("v2", v2)] {
+            let store = ["--store", folder.appendingPathComponent(name + ".db").path]
+            let anonymous = try run(["offline", "open", "--service", root, "--define", "P=BusinessPartners"] + store)
+            #expect(anonymous.status != 0)
+            #expect(anonymous.err.contains("unauthorized") && anonymous.err.contains("401"), "\(anonymous.err)")
+            let wrong = try run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--user", "alice"] + store,
+                                environment: ["OODATA_PASSWORD": "wrong"])
+            #expect(wrong.err.contains("The credentials were not accepted"), "\(wrong.err)")
+            let login = ["--user", "alice"]
+            let password = ["OODATA_PASSWORD": "secret"]
+            let open = try run(["offline", "open", "--service", root, "--define", "P=BusinessPartners?$filter=Address/Country ne 'XX'"] + store + login,
+                               environment: password)
+            // The V2 round runs after the V4 round created a partner.
+            let partners = name == "v4" ? 20 : 21
+            #expect(open.status == 0 && open.out.contains("P: \(partners) BusinessPartners"), "\(name): \(open.out) \(open.err)")
+            _ = try run(["offline", "update"] + store + ["BusinessPartners('BP4')", #"{"Phone":"\#(name) csrf"}"#])
+            _ = try run(["offline", "create"] + store + ["BusinessPartners", #"{"PartnerID":"CLI-\#(name)","CompanyName":"No batch"}"#])
+            let upload = try run(["offline", "upload", "--no-batch"] + store + login, environment: password)
+            #expect(upload.out.contains("upload done; the queue is empty"), "\(upload.out) \(upload.err)")
+            #expect(try run(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"))
+            let download = try run(["offline", "download"] + store + login, environment: password)
+            #expect(download.status == 0, "\(download.err)")
+            let read = try run(["offline", "read"] + store + ["BusinessPartners?$filter=PartnerID eq 'CLI-\(name)' or PartnerID eq 'BP4'&$select=Phone"])
+            #expect(read.out.contains("\(name) csrf") && read.out.contains("CLI-\(name)"), "\(read.out)")
+        }
+    }
+
     @Test func metadataPrintsCounts() throws {
         let file = Conformance.url("metadata/v4/trippin-SampleService-Models-TripPin.xml").path
         let result = try run(["metadata", file])
@@ -168,6 +218,13 @@ import Testing
         let binding = try run(["url", "--metadata", file, "People?$filter=FirstName eq 5"])
         #expect(binding.status == 1)
         #expect(binding.err.contains("Cannot compare"))
+        // Percent-encoded delimiters, as Python's requests sends them; V2 literals and A/B in V2.
+        let encoded = try run(["url", "--odata-version", "4.0", "SalesOrders?$expand=Items%2CPartner"])
+        let expand = try #require(try JSONSerialization.jsonObject(with: Data(encoded.out.utf8)) as? [String: Any], "\(encoded.err)")
+        #expect(((expand["request"] as? [String: Any])?["query"] as? [String: Any]).flatMap { $0["$expand"] as? [Any] }?.count == 2)
+        let v2 = try run(["url", "--odata-version", "2.0", "Customers?$filter=Amount gt 100M and substringof('a',Name)&$expand=Orders/Items"])
+        #expect(v2.status == 0, "\(v2.err)")
+        #expect(try run(["url", "--odata-version", "4.01", "Customers?$filter=Amount gt 100M"]).status == 1)
     }
 
     @Test func payloadPrintsTypedEntities() throws {
