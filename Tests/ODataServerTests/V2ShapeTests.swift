@@ -31,6 +31,17 @@ import Testing
             let partner = try await client.send("GET", "/odata/v2/SalesOrders('SO1')/$links/Partner")
             #expect(partner.json?["d"]?["uri"]?.stringValue?.hasSuffix("BusinessPartners('BP0')") == true, "\(partner.text)")
             #expect(try await client.send("GET", "/odata/v2/SalesOrders('SO1')/$links").status == 400)
+            // A media link entry: media_src, edit_media and the stream's content_type.
+            let put = try await client.send("PUT", "/odata/v2/ProductPictures('PIC1')/$value", headers: ["Content-Type": "image/png"], body: "PNG")
+            #expect(put.status < 300, "\(put.text)")
+            let picture = try await client.send("GET", "/odata/v2/ProductPictures('PIC1')")
+            let metadata = picture.json?["d"]?["__metadata"]
+            #expect(metadata?["media_src"]?.stringValue?.hasSuffix("/odata/v2/ProductPictures('PIC1')/$value") == true, "\(picture.text)")
+            #expect(metadata?["edit_media"] == metadata?["media_src"])
+            #expect(metadata?["content_type"]?.stringValue == "image/png", "\(picture.text)")
+            let pictures = try await client.send("GET", "/odata/v2/ProductPictures?$filter=PictureID eq 'PIC1' or PictureID eq 'PIC2'&$orderby=PictureID")
+            let rows = pictures.json?["d"]?["results"]?.arrayValue ?? []
+            #expect(rows.map { $0["__metadata"]?["content_type"]?.stringValue } == ["image/png", nil], "\(pictures.text)")
             // Edm.DateTimeOffset as `/Date(ms+0000)/`: UTC milliseconds, the offset every reader agrees on.
             let date = try await client.send("GET", "/odata/v2/SalesOrders('SO1')/OrderDate")
             let text = try #require(date.json?["d"]?["OrderDate"]?.stringValue, "\(date.text)")

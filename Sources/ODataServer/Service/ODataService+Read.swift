@@ -20,6 +20,27 @@ extension ODataService {
         return keyPredicate(entity, table, version: .v4)
     }
 
+    /// The content types of the streams stored for media entities of `table` (V2's
+    /// `__metadata.content_type`); entities of other types are returned as they are.
+    func addMediaContentTypes(_ entities: [Entity], _ table: StoreSchema.EntityTable) async throws -> [Entity] {
+        guard model.entityType(table.entityType)?.hasStream == true, !entities.isEmpty else { return entities }
+        let set = table.entitySet
+        let types = try await store.read { reader in
+            var types: [String: String] = [:]
+            for row in try reader.connection.query("SELECT key, content_type FROM server_media WHERE entity_set = ?", [.text(set)]) {
+                if case .text(let key) = row[0], case .text(let type) = row[1] { types[key] = type }
+            }
+            return types
+        }
+        return entities.map { entity in
+            var entity = entity
+            var key: [String: PrimitiveValue] = [:]
+            for name in table.keyColumns { if case .primitive(let value)? = entity[name] { key[name] = value } }
+            entity.control.mediaContentType = types[canonicalKeyText(key, table)]
+            return entity
+        }
+    }
+
     /// V2 entities carry their URI and type; nested expanded entities too.
     func decorateV2(_ entity: Entity, _ table: StoreSchema.EntityTable, root: String) -> Entity {
         var entity = entity
@@ -27,6 +48,12 @@ extension ODataService {
         entity.control.editLink = uri
         entity.control.id = uri
         if entity.typeName == nil { entity.typeName = table.entityType }
+        if model.entityType(table.entityType)?.hasStream == true {
+            // A media link entry: `__metadata.media_src` and `edit_media` (its `content_type`
+            // comes from ``addMediaContentTypes(_:_:)``).
+            entity.control.mediaReadLink = uri + "/$value"
+            entity.control.mediaEditLink = uri + "/$value"
+        }
         for index in entity.navigation.indices {
             let name = entity.navigation[index].name
             guard let nav = table.navigation(name), let target = store.schema.table(forEntitySet: nav.targetEntitySet) else { continue }
@@ -111,7 +138,9 @@ extension ODataService {
             }
             if let next = collection.nextLink { collection.nextLink = root + next }
             if request.isV2 {
-                if let table { collection.entities = collection.entities.map { decorateV2($0, table, root: root) } }
+                if let table {
+                    collection.entities = try await addMediaContentTypes(collection.entities.map { decorateV2($0, table, root: root) }, table)
+                }
                 var response = ServiceResponse.json(200, V2JSONWriter().write(collection), version: request.version)
                 response.headers.merge(headers)
                 return response
@@ -123,7 +152,9 @@ extension ODataService {
         case .entity(let entity?):
             var response: ServiceResponse
             if request.isV2 {
-                response = .json(200, V2JSONWriter().write(table.map { decorateV2(entity, $0, root: root) } ?? entity), version: request.version)
+                var decorated = entity
+                if let table { decorated = try await addMediaContentTypes([decorateV2(entity, table, root: root)], table).first ?? entity }
+                response = .json(200, V2JSONWriter().write(decorated), version: request.version)
             } else {
                 var entity = entity
                 if let table { entity.control.context = "$metadata#" + table.entitySet + "/$entity" }
