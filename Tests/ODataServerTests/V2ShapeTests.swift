@@ -18,9 +18,16 @@ import Testing
             #expect(name.json?["d"]?["value"] == nil)
             let address = try await client.send("GET", "/odata/v2/BusinessPartners('BP1')/Address")
             #expect(address.json?["d"]?["Address"]?["City"]?.stringValue != nil, "\(address.text)")
-            // V4 keeps `{"value":…}`.
+            // V4 keeps `{"value":…}`, with an absolute context URL (found by python-odata: a
+            // relative one resolves against the request URL, wrong for deeper paths).
             let v4 = try await client.send("GET", "/odata/v4/Products('P1')/Name")
             #expect(v4.json?["value"]?.stringValue == "Product 1")
+            #expect(v4.json?["@odata.context"]?.stringValue?.hasSuffix("/odata/v4/$metadata#Products('P1')/Name") == true, "\(v4.text)")
+            #expect(v4.json?["@odata.context"]?.stringValue?.hasPrefix("http://") == true)
+            let contacts = try await client.send("GET", "/odata/v4/BusinessPartners('BP2')/Contacts")
+            #expect(contacts.json?["@odata.context"]?.stringValue?.hasSuffix("/odata/v4/$metadata#Contacts") == true, "\(contacts.text)")
+            #expect(try await client.send("GET", "/odata/v4/Products/$count").header("OData-Version") == "4.0")
+            #expect(try await client.send("GET", "/odata/v2/Products/$count").header("DataServiceVersion") == "2.0")
             // $value and $count are plain text.
             #expect(try await client.send("GET", "/odata/v2/Products('P1')/Name/$value").text == "Product 1")
             #expect(try await client.send("GET", "/odata/v2/Products/$count").text == "20")

@@ -67,7 +67,7 @@ extension ODataService {
         }
         collection.deltaLink = try await deltaLink(for: request, table: table)
         if request.isV2 { return .json(200, V2JSONWriter().write(collection), version: request.version) }
-        collection.context = "$metadata#\(set)/$delta"
+        collection.context = request.contextURL("\(set)/$delta")
         return .json(200, V4JSONWriter().write(collection), version: request.version)
     }
 

@@ -62,11 +62,7 @@ extension ODataService {
             let counted = parsed.path.segments.contains { $0.kind == .count }
             let result = try await store.query("Products" + (counted ? "/$count" : "") + "?" + options.joined(separator: "&"),
                                                version: request.version, pageSize: nil)
-            if case .count(let count) = result {
-                var headers = HTTPHeaders()
-                headers["Content-Type"] = "text/plain"
-                return ServiceResponse(status: 200, headers: headers, body: Array(String(count).utf8))
-            }
+            if case .count(let count) = result { return .text(String(count), version: request.version) }
             guard case .collection(var collection) = result, let table = store.schema.table(forEntitySet: "Products") else {
                 throw ServiceFailure(500, "InternalError", "GetProductsByCategory did not return a collection")
             }
@@ -74,7 +70,7 @@ extension ODataService {
                 collection.entities = collection.entities.map { decorateV2($0, table, root: request.serviceRoot ?? "") }
                 return .json(200, V2JSONWriter().write(collection), version: request.version)
             }
-            collection.context = "$metadata#Products"
+            collection.context = request.contextURL("Products")
             return .json(200, V4JSONWriter().write(collection), version: request.version)
         default:
             throw ServiceFailure(501, "NotImplemented", "The function import \(name) has no implementation in this service")

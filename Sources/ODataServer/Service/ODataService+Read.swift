@@ -116,7 +116,7 @@ extension ODataService {
         if request.isV2 {
             result = try await store.query(request.target, version: request.version, pageSize: pageSize)
         } else {
-            switch try await store.queryRows(request.target, version: request.version, pageSize: pageSize, context: table.map { "$metadata#" + $0.entitySet }) {
+            switch try await store.queryRows(request.target, version: request.version, pageSize: pageSize, context: table.map { request.contextURL($0.entitySet) }) {
             case .rows(var page):
                 var deltaLink: String?
                 if page.nextLink == nil, preferences.trackChanges, let table {
@@ -145,7 +145,7 @@ extension ODataService {
                 response.headers.merge(headers)
                 return response
             }
-            if let table { collection.context = "$metadata#" + table.entitySet }
+            if let table { collection.context = request.contextURL(table.entitySet) }
             var response = ServiceResponse.json(200, V4JSONWriter().write(collection), version: request.version)
             response.headers.merge(headers)
             return response
@@ -157,7 +157,7 @@ extension ODataService {
                 response = .json(200, V2JSONWriter().write(decorated), version: request.version)
             } else {
                 var entity = entity
-                if let table { entity.control.context = "$metadata#" + table.entitySet + "/$entity" }
+                if let table { entity.control.context = request.contextURL(table.entitySet + "/$entity") }
                 response = .json(200, V4JSONWriter().write(entity), version: request.version)
             }
             if let etag = entity.control.etag { response.headers["ETag"] = etag }
@@ -166,8 +166,6 @@ extension ODataService {
             throw ServiceFailure(404, "NotFound", "No entity at \(request.path)")
         case .value(let value):
             if parsedURL.path.segments.last?.kind == .value {
-                var headers = HTTPHeaders()
-                headers["Content-Type"] = "text/plain"
                 let text: String
                 switch value {
                 case .primitive(let p): text = Literal.payloadText(p)
@@ -175,7 +173,7 @@ extension ODataService {
                 case .null: throw ServiceFailure(404, "NotFound", "The value is null")
                 default: throw ServiceFailure(400, "BadRequest", "$value needs a primitive property")
                 }
-                return ServiceResponse(status: 200, headers: headers, body: Array(text.utf8))
+                return .text(text, version: request.version)
             }
             if request.isV2 {
                 // `{"d":{"Name":…}}`: the property's own name (the parsed path is not resolved yet).
@@ -188,11 +186,10 @@ extension ODataService {
                 let entity = Entity(properties: [NamedValue(name: name, value: value)])
                 return .json(200, V2JSONWriter().write(entity), version: request.version)
             }
-            return .json(200, V4JSONWriter().writeValue(value), version: request.version)
+            // `$metadata#Products('P1')/Name`: the property's context.
+            return .json(200, V4JSONWriter().writeValue(value, context: request.contextURL(request.path)), version: request.version)
         case .count(let count):
-            var headers = HTTPHeaders()
-            headers["Content-Type"] = "text/plain"
-            return ServiceResponse(status: 200, headers: headers, body: Array(String(count).utf8))
+            return .text(String(count), version: request.version)
         case .references(let ids):
             if request.isV2 {
                 // `$links` of a to-one navigation property: `{"d":{"uri":…}}`, else a collection.
@@ -206,7 +203,7 @@ extension ODataService {
                 let links = JSONValue.object([.init("d", .object([.init("results", .array(uris))]))])
                 return .json(200, Array(links.serialized.utf8), version: request.version)
             }
-            var collection = EntityCollection(context: "$metadata#Collection($ref)")
+            var collection = EntityCollection(context: request.contextURL("Collection($ref)"))
             collection.references = ids
             return .json(200, V4JSONWriter().write(collection), version: request.version)
         }

@@ -280,7 +280,7 @@ extension ODataService {
             return .json(status, V2JSONWriter().write(decorateV2(entity, table, root: request.serviceRoot ?? "")), version: request.version)
         }
         var entity = entity
-        entity.control.context = "$metadata#\(table.entitySet)/$entity"
+        entity.control.context = request.contextURL("\(table.entitySet)/$entity")
         return .json(status, V4JSONWriter().write(entity), version: request.version)
     }
 

@@ -23,6 +23,10 @@ public struct ServiceRequest: Sendable {
     }
 
     var path: String { String(target.split(separator: "?", maxSplits: 1).first ?? "") }
+
+    /// An absolute context URL (`http://host/odata/v4/$metadata#Products`): a relative one
+    /// would be resolved against the request URL, wrong for deeper paths.
+    func contextURL(_ fragment: String) -> String { (serviceRoot ?? "") + "$metadata#" + fragment }
     var isV2: Bool { version.isLegacy }
 }
 
@@ -49,6 +53,14 @@ public struct ServiceResponse: Sendable {
         headers["Content-Type"] = version.isLegacy ? "application/json" : "application/json;odata.metadata=minimal"
         headers[version.isLegacy ? "DataServiceVersion" : "OData-Version"] = version.isLegacy ? "2.0" : "4.0"
         return ServiceResponse(status: status, headers: headers, body: body)
+    }
+
+    /// A `text/plain` answer (`$count`, `$value`) with the version header.
+    static func text(_ text: String, version: ODataVersion) -> ServiceResponse {
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "text/plain"
+        headers[version.isLegacy ? "DataServiceVersion" : "OData-Version"] = version.isLegacy ? "2.0" : "4.0"
+        return ServiceResponse(status: 200, headers: headers, body: Array(text.utf8))
     }
 
     static func error(_ status: Int, code: String, _ message: String, version: ODataVersion, target: String? = nil) -> ServiceResponse {
