@@ -52,6 +52,17 @@ import Testing
         let many = (0..<5_000).map { "Orders/N\($0)" }.joined(separator: ",")
         let wide = try URLParser(version: .v2).parse("Customers?$expand=" + many)
         #expect(wide.query.expand?.first?.options?.expand?.count == 5_000)
+        // A deep path is refused, not recursed into.
+        let deep = Array(repeating: "A", count: 50_000).joined(separator: "/")
+        #expect(throws: SyntaxError.self) { try URLParser(version: .v2).parse("Customers?$expand=" + deep) }
+        let hundred = try URLParser(version: .v2).parse("Customers?$expand=" + Array(repeating: "A", count: 100).joined(separator: "/"))
+        var depth = 0
+        var level = hundred.query.expand
+        while let items = level, let first = items.first {
+            depth += 1
+            level = first.options?.expand
+        }
+        #expect(depth == 100)
     }
 
     @Test func v2LiteralsParseWithTheV2Grammar() throws {

@@ -49,7 +49,9 @@ import ODataCore
         let orders = try #require(schema.table(forEntitySet: "Customers")?.navigation("Orders"))
         let customer = try #require(schema.table(forEntitySet: "Orders")?.navigation("Customer"))
         // One table: "lk_Customers/Orders" sorts first and keeps it; the Order end reads it reversed.
-        #expect(orders.relation == .linkTable(StoreSchema.LinkTable(name: "lk_Customers/Orders", reversed: false)))
+        var owner = StoreSchema.LinkTable(name: "lk_Customers/Orders", reversed: false)
+        owner.singleSourcePerTarget = true
+        #expect(orders.relation == .linkTable(owner))
         #expect(customer.relation == .linkTable(StoreSchema.LinkTable(name: "lk_Customers/Orders", reversed: true)))
         #expect(!schema.tableStatements().contains { $0.contains("lk_Orders/Customer") })
         let dir = TemporaryDirectory()
@@ -73,8 +75,12 @@ import ODataCore
         try await store.write { writer in try writer.link("Orders", key: ["ID": .int32(2)], navigation: "Customer", to: ["ID": .string("C2")]) }
         #expect(Self.ids(try await store.query("Customers('C1')/Orders")) == ["1"])
         #expect(Self.ids(try await store.query("Customers('C2')/Orders?$orderby=ID")) == ["2", "3"])
+        // From the collection end too: an order has one customer, so linking it to C1 moves it.
+        try await store.write { writer in try writer.link("Customers", key: ["ID": .string("C1")], navigation: "Orders", to: ["ID": .int32(2)]) }
+        #expect(Self.ids(try await store.query("Orders(2)/Customer")) == ["C1"])
+        #expect(Self.ids(try await store.query("Customers('C2')/Orders")) == ["3"])
         try await store.write { writer in try writer.unlink("Orders", key: ["ID": .int32(3)], navigation: "Customer", from: ["ID": .string("C2")]) }
-        #expect(Self.ids(try await store.query("Customers('C2')/Orders")) == ["2"])
+        #expect(Self.ids(try await store.query("Customers('C2')/Orders")).isEmpty)
     }
 
     @Test func anOlderStoresSecondLinkTableIsMerged() async throws {

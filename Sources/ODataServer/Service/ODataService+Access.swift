@@ -15,9 +15,11 @@ public enum RequiredCredentials: Sendable, Hashable {
         switch self {
         case .basic(let user, let password):
             guard scheme == "basic", let data = Data(base64Encoded: value) else { return false }
-            return String(decoding: data, as: UTF8.self) == user + ":" + password
+            return constantTimeEqual(String(decoding: data, as: UTF8.self), user + ":" + password)
         case .bearer(let tokens):
-            return scheme == "bearer" && tokens.contains(value)
+            // Every token is compared in full, so the time taken tells nothing of the match.
+            guard scheme == "bearer", !value.isEmpty else { return false }
+            return tokens.reduce(false) { found, token in constantTimeEqual(value, token) || found }
         }
     }
 
@@ -27,6 +29,16 @@ public enum RequiredCredentials: Sendable, Hashable {
         case .bearer: #"Bearer realm="oodata""#
         }
     }
+}
+
+/// Whether two strings are equal, in a time that depends on their lengths only.
+func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+    let x = Array(a.utf8), y = Array(b.utf8)
+    var difference = UInt8(x.count == y.count ? 0 : 1)
+    for index in 0..<max(x.count, y.count) {
+        difference |= (index < x.count ? x[index] : 0) ^ (index < y.count ? y[index] : 0)
+    }
+    return difference == 0
 }
 
 /// SAP Gateway's CSRF protection, for the reference service.
@@ -57,20 +69,25 @@ public final class CSRFProtection: Sendable {
         let sent = request.headers["X-CSRF-Token"]
         if ["GET", "HEAD"].contains(request.method) {
             guard sent?.lowercased() == "fetch" else { return (nil, headers) }
-            let id = session ?? GuidValue.random().description
-            if session == nil { headers["Set-Cookie"] = "\(Self.cookieName)=\(id); Path=/; HttpOnly" }
-            let token = state.withLock { sessions -> String in
-                if let current = sessions[id], ContinuousClock.now - current.issued < tokenLifetime { return current.token }
+            let now = ContinuousClock.now
+            let (id, token, isNew) = state.withLock { sessions -> (String, String, Bool) in
+                // Expired sessions go (so the map does not grow without end).
+                sessions = sessions.filter { now - $0.value.issued < tokenLifetime }
+                // Only a session this service made is kept; any other cookie value gets a new
+                // session (a client cannot choose its session id).
+                if let session, let current = sessions[session] { return (session, current.token, false) }
+                let id = GuidValue.random().description
                 let token = Data(GuidValue.random().description.utf8).base64EncodedString()
-                sessions[id] = (token, ContinuousClock.now)
-                return token
+                sessions[id] = (token, now)
+                return (id, token, true)
             }
+            if isNew { headers["Set-Cookie"] = "\(Self.cookieName)=\(id); Path=/; HttpOnly" }
             headers["X-CSRF-Token"] = token
             return (nil, headers)
         }
         let valid = state.withLock { sessions -> Bool in
             guard let session, let sent, let current = sessions[session] else { return false }
-            return current.token == sent && ContinuousClock.now - current.issued < tokenLifetime
+            return constantTimeEqual(current.token, sent) && ContinuousClock.now - current.issued < tokenLifetime
         }
         if valid { return (nil, headers) }
         var refusal = ServiceResponse.error(403, code: "CSRFTokenRequired", "CSRF token validation failed: fetch a token with "
@@ -89,8 +106,8 @@ public final class CSRFProtection: Sendable {
     }
 }
 
-/// A value behind a lock.
-final class Locked<Value>: @unchecked Sendable {
+/// A value behind a lock. `@unchecked Sendable`: every access to `value` holds `lock`.
+final class Locked<Value: Sendable>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
     init(_ value: Value) { self.value = value }

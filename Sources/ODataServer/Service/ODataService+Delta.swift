@@ -74,7 +74,7 @@ extension ODataService {
     /// A removed entity with its key properties (V4 `@removed`; V2 deleted entry).
     private func removed(_ id: String, _ keyText: String, _ table: StoreSchema.EntityTable, reason: String, v2: Bool) -> DeletedEntity {
         var properties: [NamedValue] = []
-        if let parsed = try? URLParser(version: v2 ? .v2 : .v401).parsePath(id), case .key(let parts)? = parsed.segments.last?.kind,
+        if let parsed = try? URLParser(version: v2 ? ODataVersion.v2.grammar : ODataVersion.v4.grammar).parsePath(id), case .key(let parts)? = parsed.segments.last?.kind,
            let key = try? keyValues(parts, table, QueryOptions()) {
             properties = table.keyColumns.compactMap { name in key[name].map { NamedValue(name: name, value: .primitive($0)) } }
         }

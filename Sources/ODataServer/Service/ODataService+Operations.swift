@@ -51,6 +51,8 @@ extension ODataService {
             var ordered = false
             for (name, raw) in Self.systemOptions(in: request.target) {
                 switch name.lowercased() {
+                // `read` parsed the whole target already: the filter is one complete expression,
+                // so in parentheses it cannot reach past them.
                 case "$filter": options[0] += "%20and%20(" + raw + ")"
                 case "$orderby":
                     ordered = true

@@ -85,7 +85,7 @@ extension ODataService {
 
     /// Runs one modification inside a write transaction (also used by `$batch`).
     func modify(_ request: ServiceRequest, _ writer: StoreWriter) throws -> ServiceResponse {
-        if request.method == "POST", case .unresolved(let name)? = try? URLParser(version: .v401).parsePath(request.path).segments.first?.kind,
+        if request.method == "POST", case .unresolved(let name)? = try? URLParser(version: request.version.grammar).parsePath(request.path).segments.first?.kind,
            model.actionImport(name) != nil {
             return try callAction(request, name, writer)
         }

@@ -71,6 +71,9 @@ public struct StoreSchema: Sendable {
         /// other end, without a referential constraint): this one reads it from the target side,
         /// so a link made through either end shows through both.
         public var reversed: Bool
+        /// The partner is single-valued: a target links to one source at most, so a new link
+        /// of a target replaces its old one (an order moved to another customer).
+        public var singleSourcePerTarget = false
         /// The column of this navigation's source rowids.
         public var sourceColumn: String { reversed ? "target" : "source" }
         /// The column of this navigation's target rowids.
@@ -218,11 +221,13 @@ public struct StoreSchema: Sendable {
                       partner.referentialConstraints.allSatisfy({ c in targetTable.columns.contains { $0.name == c.property } && table.columns.contains { $0.name == c.referencedProperty } }) {
                 relation = .foreignKey(sourceColumns: partner.referentialConstraints.map(\.referencedProperty), targetColumns: partner.referentialConstraints.map(\.property))
             } else if let partnerName = nav.partner, model.targetEntitySet(from: target.name, navigationPath: partnerName)?.name == set.name,
-                      model.navigationProperty(partnerName, ofStructuredType: nav.type.name)?.referentialConstraints.isEmpty == true {
+                      let partner = model.navigationProperty(partnerName, ofStructuredType: nav.type.name), partner.referentialConstraints.isEmpty {
                 // Both ends of one relationship without a referential constraint (common in V2):
                 // one link table, kept by the end whose name sorts first.
-                let partnerTable = "lk_\(target.name)/\(partnerName)"
-                if partnerTable < "lk_\(set.name)/\(nav.name)" { relation = .linkTable(LinkTable(name: partnerTable, reversed: true)) }
+                let own = "lk_\(set.name)/\(nav.name)", partnerTable = "lk_\(target.name)/\(partnerName)"
+                var link = LinkTable(name: min(own, partnerTable), reversed: partnerTable < own)
+                link.singleSourcePerTarget = !partner.type.isCollection
+                relation = .linkTable(link)
             }
             result.append(Navigation(name: nav.name, targetEntitySet: target.name, isCollection: nav.type.isCollection, relation: relation, onDelete: nav.onDelete))
         }
@@ -230,11 +235,13 @@ public struct StoreSchema: Sendable {
     }
 
     /// The properties an entity created through `nav` of an entity of `table` takes from that
-    /// parent: its side of a foreign-key relation, the two sides' columns being equal.
+    /// parent: its foreign key to the parent's key, the two sides' columns being equal.
     /// `parentValue` gives a property of the parent by name.
     func propertiesImplied(through nav: Navigation, from table: EntityTable,
                            parentValue: (String) throws -> PrimitiveValue?) rethrows -> [String: PrimitiveValue] {
-        guard case .foreignKey(let sourceColumns, let targetColumns) = nav.relation,
+        // Only a foreign key held by the new entity, pointing at its parent's key (an item's
+        // OrderID), as in `link`; not one the parent holds (an order's PartnerID).
+        guard case .foreignKey(let sourceColumns, let targetColumns) = nav.relation, sourceColumns == table.keyColumns,
               let target = self.table(forEntitySet: nav.targetEntitySet) else { return [:] }
         var implied: [String: PrimitiveValue] = [:]
         for (source, targetColumn) in zip(sourceColumns, targetColumns) {

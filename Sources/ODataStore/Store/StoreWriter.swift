@@ -378,6 +378,7 @@ public struct StoreWriter {
         case .linkTable(let link):
             // No UPSERT in SQLite 3.15: INSERT OR IGNORE keeps an existing link.
             if !nav.isCollection { try db.execute("DELETE FROM \(q(link.name)) WHERE \(link.sourceColumn) = ?", [.integer(sourceRow)]) }
+            if link.singleSourcePerTarget { try db.execute("DELETE FROM \(q(link.name)) WHERE \(link.targetColumn) = ?", [.integer(targetRow)]) }
             try db.execute("INSERT OR IGNORE INTO \(q(link.name)) (\(link.sourceColumn), \(link.targetColumn)) VALUES (?, ?)",
                            [.integer(sourceRow), .integer(targetRow)])
         case .foreignKey(let sourceColumns, let targetColumns):

@@ -85,8 +85,16 @@ extension OfflineODataProvider {
             }
             report(progress, .processingRequests, ["number": "\(sent + count)", "count": "\(total)"])
             var results = skipped
+            var interruption: (any Error)?
             if !batch.isEmpty {
-                results += try await send(batch.map { $0.map(\.request) }, store: store, model: model, progress: progress)
+                do {
+                    results += try await send(batch.map { $0.map(\.request) }, store: store, model: model, progress: progress)
+                } catch let partial as PartlySent {
+                    // Requests sent one by one: what the backend answered before the failure is
+                    // recorded (never sent again); the failed request and the rest stay queued.
+                    results += partial.results
+                    interruption = partial.failure
+                }
             }
             sent += count
             let failures = try await record(results, store: store, model: model)
@@ -101,6 +109,10 @@ extension OfflineODataProvider {
             failed += results.filter { $0.status >= 400 }.count
             succeeded += results.filter { $0.status < 400 }.count
             for failure in failures { emit(.requestFailed(failure)) }
+            if let interruption {
+                try await logEvent(in: store, type: "Upload", details: "\(succeeded) requests applied, \(failed) failed, \(total - succeeded - failed) not sent")
+                throw interruption
+            }
         }
         report(progress, .removingRemoveAfterUploadRequests)
         try await logEvent(in: store, type: "Upload", details: "\(succeeded) requests applied, \(failed) failed, \(total - succeeded - failed) not sent")
@@ -200,7 +212,12 @@ extension OfflineODataProvider {
                 if url.hasPrefix(serviceRoot) { url = String(url.dropFirst(serviceRoot.count)) }
                 var headers: [String: String] = [:]
                 for field in message.headers where field.name != "Content-ID" { headers[field.name] = field.value }
-                let response = try await send(method: message.method ?? request.method, url: url, headers: headers, body: body)
+                let response: TransportResponse
+                do {
+                    response = try await send(method: message.method ?? request.method, url: url, headers: headers, body: body)
+                } catch {
+                    throw PartlySent(results: results, failure: error)
+                }
                 report(progress, .sendingDataToServer, ["sentBytes": "\(bytesSent)"])
                 if let location = response.headers["Location"] { locations["\(request.id)"] = location }
                 results.append(SentResult(request: request, status: response.status, headers: response.headers, body: response.body))
@@ -434,4 +451,11 @@ extension OfflineODataProvider {
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
         return formatter.string(from: Date())
     }
+}
+
+/// Requests sent one by one (no `$batch`) that stopped at a failure: the answers received
+/// before it, and the failure.
+struct PartlySent: Error {
+    var results: [SentResult]
+    var failure: any Error
 }

@@ -1,12 +1,20 @@
 import Foundation
 import ODataCore
 
-/// Credentials for one request to the backend.
-public enum ODataCredentials: Sendable, Hashable {
+/// Credentials for one request to the backend. Printed, they show the scheme and user only.
+public enum ODataCredentials: Sendable, Hashable, CustomStringConvertible {
     /// HTTP Basic authentication.
     case basic(user: String, password: String)
     /// A bearer token (OAuth 2.0 access token, JWT, …).
     case bearer(String)
+
+    /// `basic(alice, ***)` or `bearer(***)`: never the secret.
+    public var description: String {
+        switch self {
+        case .basic(let user, _): "basic(\(user), ***)"
+        case .bearer: "bearer(***)"
+        }
+    }
 
     /// The `Authorization` header value.
     public var authorization: String {
@@ -38,6 +46,7 @@ public struct StaticCredentials: ODataAuthenticator {
     /// Sends `credentials` with every request.
     public init(_ credentials: ODataCredentials) { self.credentials = credentials }
 
+    /// The fixed credentials, whether or not `refresh` is asked.
     public func credentials(for serviceRoot: String, refresh: Bool) async throws -> ODataCredentials? { credentials }
 }
 
@@ -51,6 +60,7 @@ public struct ClosureAuthenticator: ODataAuthenticator {
         self.body = body
     }
 
+    /// What the closure answers.
     public func credentials(for serviceRoot: String, refresh: Bool) async throws -> ODataCredentials? {
         try await body(serviceRoot, refresh)
     }
@@ -80,6 +90,11 @@ actor BackendSession {
     private var csrfTokenUnavailable = false
     private var credentials: ODataCredentials?
     private var credentialsAsked = false
+    /// Counts the answers of the authenticator: a request that got `401` with credentials older
+    /// than the current ones is resent without asking again.
+    private var credentialsVersion = 0
+    /// The authenticator's answer being awaited: concurrent requests share one ask.
+    private var pendingCredentials: (ask: Task<ODataCredentials?, any Error>, version: Int)?
 
     init(transport: any Transport, serviceRoot: String, authenticator: (any ODataAuthenticator)?, csrfProtection: Bool) {
         self.transport = transport
@@ -90,8 +105,23 @@ actor BackendSession {
 
     static let modifyingMethods: Set<String> = ["POST", "PUT", "PATCH", "MERGE", "DELETE"]
 
+    /// Scheme, host and port (defaulted by scheme), lowercased: what must match for a request to
+    /// carry the session's credentials.
+    static func origin(of url: String) -> String? {
+        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
+              let host = components.host?.lowercased() else { return nil }
+        let port = components.port ?? (scheme == "https" ? 443 : 80)
+        return "\(scheme)://\(host):\(port)"
+    }
+
     /// Sends `request`; `tokenRequest` is the GET that fetches a CSRF token when one is needed.
+    /// A request to another origin than the service root's (a next link naming another host,
+    /// `sendStore` to a support server) goes without credentials, cookies or CSRF token, and
+    /// what it answers is not kept.
     func send(_ request: TransportRequest, timeout: TimeInterval?, tokenRequest: TransportRequest) async throws -> TransportResponse {
+        guard Self.origin(of: request.url) == Self.origin(of: serviceRoot) else {
+            return try await transport.send(request, timeout: timeout)
+        }
         let modifying = Self.modifyingMethods.contains(request.method.uppercased())
         if modifying, csrfProtection, csrfToken == nil, !csrfTokenUnavailable {
             try await fetchToken(tokenRequest, timeout: timeout)
@@ -119,15 +149,13 @@ actor BackendSession {
     /// One request with credentials and cookies, resent once with refreshed credentials after
     /// a `401`; a `401` after that is thrown as `unauthorized`.
     private func exchange(_ request: TransportRequest, timeout: TimeInterval?, modifying: Bool) async throws -> TransportResponse {
-        if !credentialsAsked, let authenticator {
-            credentials = try await authenticator.credentials(for: serviceRoot, refresh: false)
-            credentialsAsked = true
-        }
+        if !credentialsAsked, authenticator != nil { try await obtainCredentials(refresh: false, seen: credentialsVersion) }
+        let version = credentialsVersion
         var sent = prepared(request, modifying: modifying)
         var response = try await transport.send(sent, timeout: timeout)
         absorb(response, askedForToken: sent.headers["X-CSRF-Token"] == "Fetch")
-        if response.status == 401, let authenticator {
-            credentials = try await authenticator.credentials(for: serviceRoot, refresh: true)
+        if response.status == 401, authenticator != nil {
+            try await obtainCredentials(refresh: true, seen: version)
             sent = prepared(request, modifying: modifying)
             response = try await transport.send(sent, timeout: timeout)
             absorb(response, askedForToken: sent.headers["X-CSRF-Token"] == "Fetch")
@@ -139,6 +167,34 @@ actor BackendSession {
                                     httpStatus: 401)
         }
         return response
+    }
+
+    /// Asks the authenticator, once for all requests waiting at the same time; nothing when
+    /// the credentials changed since `seen` (another request refreshed them meanwhile).
+    private func obtainCredentials(refresh: Bool, seen: Int) async throws {
+        guard let authenticator, credentialsVersion == seen else { return }
+        let pending: (ask: Task<ODataCredentials?, any Error>, version: Int)
+        if let current = pendingCredentials {
+            pending = current
+        } else {
+            let root = serviceRoot
+            pending = (Task { try await authenticator.credentials(for: root, refresh: refresh) }, credentialsVersion + 1)
+            pendingCredentials = pending
+        }
+        do {
+            // Whichever waiter resumes first applies the answer; the others find it applied.
+            let answer = try await pending.ask.value
+            if credentialsVersion < pending.version {
+                credentials = answer
+                credentialsAsked = true
+                credentialsVersion = pending.version
+                pendingCredentials = nil
+            }
+        } catch {
+            if pendingCredentials?.version == pending.version { pendingCredentials = nil }
+            if let error = error as? OfflineODataError { throw error }
+            throw OfflineODataError(.unauthorized, "The authenticator gave no credentials for \(serviceRoot): \(error)")
+        }
     }
 
     /// The request with credentials, session cookies and the CSRF header.
@@ -170,8 +226,12 @@ actor BackendSession {
             let name = first[..<equals].trimmingCharacters(in: .whitespaces)
             let value = first[first.index(after: equals)...].trimmingCharacters(in: .whitespaces)
             guard !name.isEmpty else { continue }
-            let attributes = field.value.lowercased()
-            if value.isEmpty || attributes.contains("max-age=0") { cookies[name] = nil } else { cookies[name] = value }
+            // `Max-Age` of 0 or less deletes the cookie (an `Expires` in the past is not read).
+            let expired = field.value.split(separator: ";").dropFirst().contains { attribute in
+                let parts = attribute.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                return parts.count == 2 && parts[0].lowercased() == "max-age" && (Int(parts[1]) ?? 1) <= 0
+            }
+            if value.isEmpty || expired { cookies[name] = nil } else { cookies[name] = value }
         }
         if let token = response.headers["X-CSRF-Token"], !token.isEmpty, token.lowercased() != "required", token.lowercased() != "fetch" {
             csrfToken = token

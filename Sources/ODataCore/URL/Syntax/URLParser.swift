@@ -553,6 +553,10 @@ public struct URLParser: Sendable {
                 guard !segments.isEmpty else {
                     throw SyntaxError(.invalidQueryOption, "An expand item needs a navigation path", input: part, offset: 0)
                 }
+                // A V2 path becomes one nesting level per step (see `nestLegacyPaths`).
+                guard segments.count <= 100 else {
+                    throw SyntaxError(.tooDeep, "An expand path of more than 100 steps", input: part, offset: 0)
+                }
                 var position = 0
                 for (index, segment) in segments.enumerated() {
                     let valid = segment == "*" ? index == segments.count - 1 && !item.isCount
@@ -609,7 +613,7 @@ public struct URLParser: Sendable {
                 nested[index, default: []].append(rest)
             }
         }
-        // Each item is handled once per level, so the whole is linear in the paths' length.
+        // Each item is handled once per level; paths have at most 100 steps (checked above).
         for (index, rests) in nested {
             var options = result[index].options ?? QueryOptions()
             options.expand = nestLegacyPaths((options.expand ?? []) + rests)
