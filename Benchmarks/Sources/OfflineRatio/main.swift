@@ -12,9 +12,11 @@ import PayloadFixtures
 // 2. peak resident memory of the process after that open (run with a large N in its own process);
 // 3. local create/update throughput vs hand-written SQL doing the same two inserts per change;
 // 4. upload of 1,000 queued changes: HTTP round trips and time.
-// Usage: OfflineRatio [N] [pageSize] [open]
+// Usage: OfflineRatio [N] [pageSize] [open | fullread]
 //   `open`: only the open and its peak memory, with the server in a child process
 //   (`OfflineRatio N pageSize serve`), so that the peak is the offline client's alone.
+//   `fullread`: downloads of a backend without change tracking (every row read again), end
+//   to end and at the store: writing every row as downloads did against writing what changed.
 
 let arguments = CommandLine.arguments
 let count = arguments.count > 1 ? Int(arguments[1]) ?? 100_000 : 100_000
@@ -23,6 +25,7 @@ let openOnly = arguments.count > 3 && arguments[3] == "open"
 let serveOnly = arguments.count > 3 && arguments[3] == "serve"
 let localOnly = arguments.count > 3 && arguments[3] == "local"
 let clientOnly = arguments.count > 3 && arguments[3] == "client"
+let fullReadOnly = arguments.count > 3 && arguments[3] == "fullread"
 
 func seconds(_ body: () async throws -> Void) async rethrows -> Double {
     let start = DispatchTime.now().uptimeNanoseconds
@@ -203,6 +206,57 @@ if openOnly {
                  openCPU, serverOpenCPU ?? -1))
     print(String(format: "2. peak RSS of the offline client: %.0f MiB (%.0f MiB before the open)", rssAfterOpen, rssBeforeOpen))
     child?.terminate()
+    exit(0)
+}
+
+if fullReadOnly {
+    // A download that reads everything again (as from a backend without change tracking),
+    // with nothing changed on the backend, then with 1 % of the rows changed.
+    // A second connection to the provider's store (WAL: both see each other's commits).
+    let store = try await Store.open(path: parameters.storeFile, key: parameters.storeEncryptionKey)
+    func forgetDeltaLinks() async throws {
+        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
+    }
+    func upserted() async throws -> Int64 {
+        guard case .count(let n) = try await provider.read("Products/$count?$filter=sap.upsertedLastDownload()") else { return -1 }
+        return n
+    }
+    try await forgetDeltaLinks()
+    let unchanged = try await seconds { try await provider.download() }
+    let unchangedMarked = try await upserted()
+    let changedCount = max(1, count / 100)
+    var headers = ODataCore.HTTPHeaders()
+    headers["Content-Type"] = "application/json"
+    for index in stride(from: 0, to: count, by: count / changedCount) {
+        let key = ProductModel.product(index)["ID"].map { Literal.format($0, version: .v4) } ?? "0"
+        _ = try await AsyncHTTPClientTransport().send(TransportRequest(method: "PATCH", url: serviceRoot.absoluteString + "Products(\(key))",
+                                                                       headers: headers, body: Array(#"{"Name":"changed"}"#.utf8)), timeout: 60)
+    }
+    try await forgetDeltaLinks()
+    let onePercent = try await seconds { try await provider.download() }
+    print(String(format: "full-read download of %d unchanged rows: %.2f s (%lld marked upserted); with %d changed: %.2f s (%lld marked); the open took %.2f s",
+                 count, unchanged, unchangedMarked, changedCount, onePercent, try await upserted(), openTime))
+    // At the store, in one process: the same entities written as downloads did (every row
+    // replaced) against written only where they changed, alternating over three rounds.
+    var read: [Entity] = []
+    var next: String? = serviceRoot.absoluteString + "Products"
+    while let url = next {
+        let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: url), timeout: 120)
+        read += try V4JSONReader(model: model).readCollection(response.body, entityType: "Bench.Product").entities
+        next = nextLink(in: response.body)
+    }
+    let entities = read
+    for round in 1...3 {
+        let replaceAll = try await seconds {
+            try await store.write { writer in for entity in entities { _ = try writer.upsert(entity, into: "Products") } }
+        }
+        let onlyChanged = try await seconds {
+            try await store.write { writer in for entity in entities { _ = try writer.upsertIfChanged(entity, into: "Products") } }
+        }
+        print(String(format: "round %d, %d entities in one transaction: every row replaced %.2f s; only changed rows written %.2f s; ratio %.2f",
+                     round, entities.count, replaceAll, onlyChanged, replaceAll / onlyChanged))
+    }
+    await server?.stop()
     exit(0)
 }
 
