@@ -60,16 +60,16 @@ struct OfflineStoreOptions: ParsableArguments {
     /// The credentials the options and environment give.
     func credentials() throws -> ODataCredentials? {
         let environment = ProcessInfo.processInfo.environment
-        let bearer = bearerToken ?? environment["OODATA_BEARER_TOKEN"]
         if let user {
-            guard bearer == nil else { throw CLIFailure("give either --user or --bearer-token, not both") }
+            // Options win over the environment: `--user` ignores $OODATA_BEARER_TOKEN.
+            guard bearerToken == nil else { throw CLIFailure("give either --user or --bearer-token, not both") }
             guard let password = password ?? environment["OODATA_PASSWORD"] else {
                 throw CLIFailure("--user \(user) needs a password: set $OODATA_PASSWORD or give --password")
             }
             return .basic(user: user, password: password)
         }
         guard password == nil else { throw CLIFailure("--password needs --user") }
-        return bearer.map { .bearer($0) }
+        return (bearerToken ?? environment["OODATA_BEARER_TOKEN"]).map { .bearer($0) }
     }
 
     func parameters() throws -> OfflineODataParameters {

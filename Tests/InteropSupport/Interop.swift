@@ -58,6 +58,7 @@ public enum Interop {
 
     /// A producer script running as a server until `stop()`.
     public final class Server: @unchecked Sendable {
+        // `@unchecked Sendable`: `process` is only started in `init` and ended in `stop`.
         private let process: Process
         /// The service root the script printed (`READY <url>`).
         public let serviceRoot: URL
@@ -72,20 +73,12 @@ public enum Interop {
             process.standardOutput = out
             process.standardError = FileHandle.standardError
             try process.run()
-            let reader = out.fileHandleForReading
-            var line = Data()
-            let deadline = Date().addingTimeInterval(60)
-            while !line.contains(0x0A) {
-                let chunk = reader.availableData
-                if chunk.isEmpty {
-                    guard process.isRunning, Date() < deadline else {
-                        kill(process.processIdentifier, SIGKILL)
-                        throw Failure("\(script) ended or took too long before printing READY: \(String(decoding: line, as: UTF8.self))")
-                    }
-                    Thread.sleep(forTimeInterval: 0.05)
-                    continue
-                }
-                line.append(chunk)
+            // The first line is read on a thread of its own, so that a child that prints
+            // nothing cannot hold the tests past the deadline.
+            let reader = LineReader(out.fileHandleForReading)
+            guard let line = reader.firstLine(within: 60) else {
+                kill(process.processIdentifier, SIGKILL)
+                throw Failure("\(script) did not print READY within 60 s")
             }
             let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             guard text.hasPrefix("READY "), let url = URL(string: String(text.dropFirst(6))) else {
@@ -108,8 +101,33 @@ public enum Interop {
     }
 }
 
+/// Reads a pipe's first line on a thread of its own.
+private final class LineReader: @unchecked Sendable {
+    // `@unchecked Sendable`: `line` is written by the reading thread before `done` is
+    // signalled and read only after waiting for it.
+    private let done = DispatchSemaphore(value: 0)
+    private var line = Data()
+
+    init(_ handle: FileHandle) {
+        Thread.detachNewThread { [self] in
+            while !line.contains(0x0A) {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                line.append(chunk)
+            }
+            done.signal()
+        }
+    }
+
+    /// The first line, or nil when none came within `seconds`.
+    func firstLine(within seconds: Double) -> Data? {
+        done.wait(timeout: .now() + seconds) == .success ? line : nil
+    }
+}
+
 /// Reads a pipe to its end on a thread of its own.
 private final class ErrorReader: @unchecked Sendable {
+    // `@unchecked Sendable`: `data` is written before `done` is signalled and read after it.
     private let done = DispatchSemaphore(value: 0)
     private var data = Data()
 

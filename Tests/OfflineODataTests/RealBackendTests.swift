@@ -276,7 +276,8 @@ import Testing
     }
 }
 
-/// What an authenticator was asked, in order.
+/// What an authenticator was asked, in order. `@unchecked Sendable`: `asked` is only touched
+/// under `lock`.
 final class Asked: @unchecked Sendable {
     private let lock = NSLock()
     private var asked: [Bool] = []

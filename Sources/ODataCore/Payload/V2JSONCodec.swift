@@ -383,7 +383,7 @@ public struct V2JSONReader: Sendable {
 
     /// `/Date(1234567890000)/` or `/Date(1234567890000+0060)/`: UTC milliseconds, and the offset
     /// in minutes the value is shown in (nil when the text is not such a date).
-    public static func parseDate(_ text: String, as type: PrimitiveType) -> PrimitiveValue? {
+    package static func parseDate(_ text: String, as type: PrimitiveType) -> PrimitiveValue? {
         guard text.hasPrefix("/Date(") && text.hasSuffix(")/") else { return nil }
         let inner = text.dropFirst(6).dropLast(2)
         var millisText = inner

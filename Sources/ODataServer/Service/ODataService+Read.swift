@@ -25,18 +25,27 @@ extension ODataService {
     func addMediaContentTypes(_ entities: [Entity], _ table: StoreSchema.EntityTable) async throws -> [Entity] {
         guard model.entityType(table.entityType)?.hasStream == true, !entities.isEmpty else { return entities }
         let set = table.entitySet
+        let keys = entities.map { entity -> String in
+            var key: [String: PrimitiveValue] = [:]
+            for name in table.keyColumns { if case .primitive(let value)? = entity[name] { key[name] = value } }
+            return canonicalKeyText(key, table)
+        }
+        // The page's keys only, 500 at a time (SQLite allows 999 parameters).
         let types = try await store.read { reader in
             var types: [String: String] = [:]
-            for row in try reader.connection.query("SELECT key, content_type FROM server_media WHERE entity_set = ?", [.text(set)]) {
-                if case .text(let key) = row[0], case .text(let type) = row[1] { types[key] = type }
+            for start in stride(from: 0, to: keys.count, by: 500) {
+                let chunk = keys[start..<min(start + 500, keys.count)]
+                let sql = "SELECT key, content_type FROM server_media WHERE entity_set = ? AND key IN ("
+                    + Array(repeating: "?", count: chunk.count).joined(separator: ", ") + ")"
+                for row in try reader.connection.query(sql, [.text(set)] + chunk.map { .text($0) }) {
+                    if case .text(let key) = row[0], case .text(let type) = row[1] { types[key] = type }
+                }
             }
             return types
         }
-        return entities.map { entity in
+        return zip(entities, keys).map { entity, key in
             var entity = entity
-            var key: [String: PrimitiveValue] = [:]
-            for name in table.keyColumns { if case .primitive(let value)? = entity[name] { key[name] = value } }
-            entity.control.mediaContentType = types[canonicalKeyText(key, table)]
+            entity.control.mediaContentType = types[key]
             return entity
         }
     }

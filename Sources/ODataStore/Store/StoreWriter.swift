@@ -224,11 +224,9 @@ public struct StoreWriter {
         guard let rowid = try rowid(of: entity, in: table) else { return (try insert(entity, into: entitySet), true) }
         if table.collections.isEmpty && table.dynamicTable == nil {
             let q = StoreSchema.quote
-            let columns = table.columns.filter { !table.keyColumns.contains($0.name) }
-            let names = columns.map { q($0.name) } + ["_etag", "_type", "_editLink"]
-            var incoming = try columns.map { column in try columnValue(column, in: entity, table: table) }
-            incoming += [entity.control.etag.map { .text($0) } ?? .null, Self.storedType(entity.typeName, in: table)]
-            let stored = try db.query("SELECT \(names.joined(separator: ", ")) FROM \(q(table.name)) WHERE _rowid = ?", [.integer(rowid)]).first ?? []
+            let (names, incoming) = try replacedValues(entity, table: table)
+            let stored = try db.query("SELECT \((names + ["_editLink"]).map(q).joined(separator: ", ")) FROM \(q(table.name)) WHERE _rowid = ?",
+                                      [.integer(rowid)]).first ?? []
             if stored.dropLast().elementsEqual(incoming) {
                 // The same values; the backend may name the entity's edit link now (after a create).
                 if let link = entity.control.editLink, stored.last != .text(link) {
@@ -275,14 +273,21 @@ public struct StoreWriter {
         try writeChildren(entity, table: table, rowid: rowid, only: given)
     }
 
+    /// The columns a replace writes (every non-key column, the ETag and the type) and the
+    /// entity's values for them.
+    private func replacedValues(_ entity: Entity, table: StoreSchema.EntityTable) throws -> (names: [String], values: [DatabaseValue]) {
+        let columns = table.columns.filter { !table.keyColumns.contains($0.name) }
+        let values = try columns.map { column in try columnValue(column, in: entity, table: table) }
+            + [entity.control.etag.map { .text($0) } ?? .null, Self.storedType(entity.typeName, in: table)]
+        return (columns.map(\.name) + ["_etag", "_type"], values)
+    }
+
     private func replace(rowid: Int64, with entity: Entity, table: StoreSchema.EntityTable, markLocalPending: Bool = false) throws {
         let q = StoreSchema.quote
-        let columns = table.columns.filter { !table.keyColumns.contains($0.name) }
-        var assignments = columns.map { "\(q($0.name)) = ?" } + ["_etag = ?", "_type = ?"]
+        var (names, values) = try replacedValues(entity, table: table)
+        var assignments = names.map { "\(q($0)) = ?" }
         if markLocalPending { assignments.append("_isLocal = 1, _pending = 1") }
         if entity.control.editLink != nil { assignments.append("_editLink = ?") }
-        var values = try columns.map { column in try columnValue(column, in: entity, table: table) }
-        values += [entity.control.etag.map { .text($0) } ?? .null, Self.storedType(entity.typeName, in: table)]
         if let link = entity.control.editLink { values.append(.text(link)) }
         let sql = "UPDATE OR FAIL \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?"
         if let failure = Self.failure({ () throws(DatabaseError) in try db.execute(sql, values + [.integer(rowid)]) }) {

@@ -168,17 +168,12 @@ public actor OfflineODataProvider {
             throw OfflineODataError(.invalidParameter, "Defining query \(query.name): '\(query.query)' must be a read request relative to the service root")
         }
         let grammars: [ODataVersion] = version.map { [$0.grammar] } ?? [.v401, .v2]
-        var firstError: SyntaxError?
-        for grammar in grammars {
-            do {
-                _ = try URLParser(version: grammar).parse(query.query)
-                return
-            } catch {
-                firstError = firstError ?? error
+        do {
+            _ = try URLParser(version: grammars[0]).parse(query.query)
+        } catch {
+            guard grammars.count > 1, (try? URLParser(version: grammars[1]).parse(query.query)) != nil else {
+                throw OfflineODataError(.invalidParameter, "Defining query \(query.name) is not valid: \(error)")
             }
-        }
-        if let firstError {
-            throw OfflineODataError(.invalidParameter, "Defining query \(query.name) is not valid: \(firstError)")
         }
     }
 

@@ -11,7 +11,7 @@ public enum ResourceShape: Sendable, Hashable {
     case none
 
     /// True for the three collection shapes.
-    public var isCollection: Bool {
+    package var isCollection: Bool {
         switch self {
         case .entityCollection, .complexCollection, .primitiveCollection: true
         default: false
