@@ -90,6 +90,9 @@ import Testing
             #expect(encoded.json?["Items"]?.arrayValue?.isEmpty == false && encoded.json?["Partner"]?["PartnerID"] != nil, "\(encoded.text)")
             let v2Encoded = try await client.send("GET", "/odata/v2/SalesOrders('SO1')?$expand=Items%2CPartner")
             #expect(v2Encoded.json?["d"]?["Partner"]?["PartnerID"] != nil, "\(v2Encoded.text)")
+            // A function's result with 4.01's options without `$`, and with an alias parameter.
+            let bare = try await client.send("GET", "/odata/v4/GetProductsByCategory(CategoryID=@c)?@c='C3'&filter=ProductID eq 'P3'&select=ProductID")
+            #expect(bare.json?["value"]?.arrayValue?.compactMap { $0["ProductID"]?.stringValue } == ["P3"], "\(bare.text)")
             let closed = try await client.send("GET", "/odata/v4/Products('P1'%29/Name")
             #expect(closed.json?["value"]?.stringValue == "Product 1", "\(closed.text)")
         }

@@ -50,6 +50,15 @@ import Testing
             for try await status in group { #expect(status == 200) }
         }
         #expect(authenticator.calls == [false, true], "one first ask, one refresh for six requests")
+        // A request with its own Authorization header is sent as it is: no ask, no refresh.
+        let own = Counting()
+        let plain = BackendSession(transport: transport, serviceRoot: "http://backend.example/odata/", authenticator: own, csrfProtection: false)
+        var request = TransportRequest(method: "GET", url: "http://backend.example/odata/Own")
+        request.headers["Authorization"] = "Bearer fresh"
+        #expect(try await plain.send(request, timeout: 5, tokenRequest: token).status == 200)
+        request.headers["Authorization"] = "Bearer wrong"
+        await #expect(throws: OfflineODataError.self) { try await plain.send(request, timeout: 5, tokenRequest: token) }
+        #expect(own.calls.isEmpty)
     }
 
     @Test func credentialsAndCookiesStayWithTheServiceOrigin() async throws {

@@ -49,7 +49,7 @@ extension ODataService {
             let escaped = category.replacingOccurrences(of: "'", with: "''").addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
             var options = ["$filter=CategoryID%20eq%20'\(escaped)'"]
             var ordered = false
-            for (name, raw) in Self.systemOptions(in: request.target) {
+            for (name, raw) in Self.systemOptions(in: request.target, version: request.version) {
                 switch name.lowercased() {
                 // `read` parsed the whole target already: the filter is one complete expression,
                 // so in parentheses it cannot reach past them.
@@ -79,13 +79,16 @@ extension ODataService {
         }
     }
 
-    /// The system query options (`$name=value`, value as sent) of a request target.
-    static func systemOptions(in target: String) -> [(String, String)] {
+    /// The system query options of a request target as `$name` and the value as sent; V4.01
+    /// names without `$` (`filter=`) count too.
+    static func systemOptions(in target: String, version: ODataVersion) -> [(String, String)] {
         guard let question = target.firstIndex(of: "?") else { return [] }
         return target[target.index(after: question)...].split(separator: "&").compactMap { part in
-            guard let equals = part.firstIndex(of: "="), part.hasPrefix("$") || part.hasPrefix("%24") else { return nil }
+            guard let equals = part.firstIndex(of: "=") else { return nil }
             let name = part[..<equals].replacingOccurrences(of: "%24", with: "$")
-            return (name, String(part[part.index(after: equals)...]))
+            let bare = !version.isLegacy && URLParser.systemOptions.contains(name.lowercased())
+            guard name.hasPrefix("$") || bare else { return nil }
+            return ((bare ? "$" : "") + name, String(part[part.index(after: equals)...]))
         }
     }
 

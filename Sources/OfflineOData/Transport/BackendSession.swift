@@ -149,12 +149,14 @@ actor BackendSession {
     /// One request with credentials and cookies, resent once with refreshed credentials after
     /// a `401`; a `401` after that is thrown as `unauthorized`.
     private func exchange(_ request: TransportRequest, timeout: TimeInterval?, modifying: Bool) async throws -> TransportResponse {
-        if !credentialsAsked, authenticator != nil { try await obtainCredentials(refresh: false, seen: credentialsVersion) }
+        // A request that brings its own Authorization header is sent as it is.
+        let authenticating = authenticator != nil && request.headers["Authorization"] == nil
+        if !credentialsAsked, authenticating { try await obtainCredentials(refresh: false, seen: credentialsVersion) }
         let version = credentialsVersion
         var sent = prepared(request, modifying: modifying)
         var response = try await transport.send(sent, timeout: timeout)
         absorb(response, askedForToken: sent.headers["X-CSRF-Token"] == "Fetch")
-        if response.status == 401, authenticator != nil {
+        if response.status == 401, authenticating {
             try await obtainCredentials(refresh: true, seen: version)
             sent = prepared(request, modifying: modifying)
             response = try await transport.send(sent, timeout: timeout)

@@ -239,8 +239,9 @@ public struct URLParser: Sendable {
 
     // MARK: Query
 
-    /// System query options that a request may carry, in lower case without `$`.
-    private static let systemOptions: Set<String> = [
+    /// System query options that a request may carry, in lower case without `$` (4.01 allows
+    /// them without `$` too).
+    public static let systemOptions: Set<String> = [
         "filter", "orderby", "top", "skip", "count", "inlinecount", "select", "expand", "search", "skiptoken",
         "deltatoken", "format", "compute", "apply", "id", "index", "schemaversion", "levels",
     ]
