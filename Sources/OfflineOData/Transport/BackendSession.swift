@@ -164,7 +164,8 @@ actor BackendSession {
         }
         if response.status == 401 {
             let detail = (try? ODataError.parse(response.body, httpStatus: 401)).map { ": \($0.message)" } ?? ""
-            let tried = authenticator == nil ? "no authenticator is set" : "the credentials were refreshed once"
+            let tried = authenticating ? "the credentials were refreshed once"
+                : request.headers["Authorization"] != nil ? "the request's own Authorization header" : "no authenticator is set"
             throw OfflineODataError(.unauthorized, "\(request.method) \(request.url) answered 401 Unauthorized (\(tried))\(detail)",
                                     httpStatus: 401)
         }
