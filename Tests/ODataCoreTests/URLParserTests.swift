@@ -114,10 +114,46 @@ import Testing
         #expect(try filter("(A or B) and C").node != filter("A or B and C").node)
     }
 
+    @Test func longChainsAreBalancedOrRefusedNeverTooHigh() throws {
+        // A run of `or` (a key list) becomes a balanced tree a few levels high.
+        let keys = try filter((0..<5_000).map { "ID eq \($0)" }.joined(separator: " or "))
+        #expect(CommonExpression.height(of: keys) <= 16)
+        guard case .binary(.or, let left, let right) = keys.node else {
+            Issue.record("an or expected")
+            return
+        }
+        #expect(left.offset == 0 && right.offset > 0)
+        // Three terms keep the left-to-right shape; `and` binds tighter than `or` as before.
+        guard case .binary(.and, let ab, _) = try filter("A and B and C").node, case .binary(.and, _, _) = ab.node else {
+            Issue.record("(A and B) and C expected")
+            return
+        }
+        guard case .binary(.or, let a, let bc) = try filter("A or B and C").node, case .path = a.node,
+              case .binary(.and, _, _) = bc.node else {
+            Issue.record("A or (B and C) expected")
+            return
+        }
+        // Chains that are not associative, and prefix operators, are refused past their limits
+        // with an error that says so, not a crash.
+        for deep in [(0..<5_000).map { _ in "1" }.joined(separator: " add ") + " eq 1", String(repeating: "-", count: 5_000) + "Price gt 1",
+                     String(repeating: "not ", count: 5_000) + "true", String(repeating: "(", count: 500) + "1" + String(repeating: ")", count: 500)] {
+            do {
+                _ = try filter(deep)
+                Issue.record("must be refused: \(deep.prefix(20))…")
+            } catch let error as SyntaxError {
+                #expect(error.code == .tooDeep, "\(error)")
+            }
+        }
+        #expect(CommonExpression.height(of: try filter((0..<150).map { _ in "1" }.joined(separator: " add ") + " eq 1")) == 151)
+        let nested = "Customers?$expand=" + String(repeating: "A($expand=", count: 900) + "B" + String(repeating: ")", count: 900)
+        #expect(throws: SyntaxError.self) { try parser.parse(nested) }
+    }
+
     @Test func lambdasAndFunctions() throws {
         let expression = try filter("Orders/any(o:o/Items/all(i:i/Qty gt 1 and o/Total gt 5)) and contains(tolower(Name),'x') and isof(Ns.Vip) and cast(Price,Edm.Int32) gt 1")
-        guard case .binary(.and, let first, _) = expression.node, case .binary(.and, let second, _) = first.node,
-              case .binary(.and, let lambda, _) = second.node, case .path(let path) = lambda.node,
+        // Four `and` terms make a balanced tree: ((lambda and contains) and (isof and cast)).
+        guard case .binary(.and, let first, _) = expression.node,
+              case .binary(.and, let lambda, _) = first.node, case .path(let path) = lambda.node,
               case .lambda(.any, let variable, let predicate)? = path.steps.last else {
             Issue.record("lambda expected: \(expression)")
             return

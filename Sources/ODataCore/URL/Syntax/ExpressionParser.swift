@@ -71,28 +71,73 @@ struct ExpressionParser {
 
     // MARK: Operators
 
+    /// The highest expression tree accepted: readers of the tree (binder, SQL compiler,
+    /// printers) recurse over it, so its height is bounded, not only the parser's recursion.
+    static let maxHeight = 200
+
     mutating func parseExpression(minPrecedence: Int = 0) throws(SyntaxError) -> CommonExpression {
         depth += 1
         defer { depth -= 1 }
         guard depth < Self.maxDepth else { throw fail("Expression nested too deeply", code: .tooDeep) }
         var left = try parseUnary()
+        var leftHeight = CommonExpression.height(of: left)
+        // A run of `and` (or of `or`) becomes a balanced tree: `a or b or … ` with thousands of
+        // terms (a key list) stays a few levels high, and means the same.
+        var run: (op: BinaryOperator, operands: [CommonExpression], height: Int)?
+        func finishRun() {
+            guard let current = run else { return }
+            left = Self.balanced(current.op, current.operands[...])
+            leftHeight = current.height + Self.levels(current.operands.count)
+            run = nil
+        }
         while true {
             guard let (op, after) = binaryOperator(), op.precedence > minPrecedence else { break }
             i = after
-            if op == .in {
-                let right = try parseInRight()
-                left = CommonExpression(.binary(op, left, right), at: left.offset)
+            let right: CommonExpression
+            switch op {
+            case .in: right = try parseInRight()
+            case .has: right = try parseHasRight()
+            default: right = try parseExpression(minPrecedence: op.precedence)
+            }
+            let rightHeight = CommonExpression.height(of: right)
+            if op == .and || op == .or {
+                if let current = run, current.op == op {
+                    run?.operands.append(right)
+                    run?.height = max(current.height, rightHeight)
+                } else {
+                    finishRun()
+                    run = (op, [left, right], max(leftHeight, rightHeight))
+                }
                 continue
             }
-            if op == .has {
-                let right = try parseHasRight()
-                left = CommonExpression(.binary(op, left, right), at: left.offset)
-                continue
-            }
-            let right = try parseExpression(minPrecedence: op.precedence)
+            finishRun()
             left = CommonExpression(.binary(op, left, right), at: left.offset)
+            leftHeight = 1 + max(leftHeight, rightHeight)
+            guard leftHeight <= Self.maxHeight else {
+                throw fail("Expression nested too deeply (more than \(Self.maxHeight) levels)", code: .tooDeep)
+            }
+        }
+        finishRun()
+        guard leftHeight <= Self.maxHeight else {
+            throw fail("Expression nested too deeply (more than \(Self.maxHeight) levels)", code: .tooDeep)
         }
         return left
+    }
+
+    /// `op` over `operands`, split in halves (the left half one longer): three operands give
+    /// `(a op b) op c`, as the left-to-right reading does.
+    static func balanced(_ op: BinaryOperator, _ operands: ArraySlice<CommonExpression>) -> CommonExpression {
+        guard operands.count > 1, let first = operands.first else { return operands.first ?? CommonExpression(.literal(.null), at: 0) }
+        let middle = operands.startIndex + (operands.count + 1) / 2
+        let left = balanced(op, operands[..<middle]), right = balanced(op, operands[middle...])
+        return CommonExpression(.binary(op, left, right), at: first.offset)
+    }
+
+    /// How many levels a balanced tree over `count` operands adds.
+    static func levels(_ count: Int) -> Int {
+        var levels = 0
+        while (1 << levels) < count { levels += 1 }
+        return levels
     }
 
     /// An operator at the current position: RWS keyword RWS.
@@ -111,6 +156,10 @@ struct ExpressionParser {
     }
 
     mutating func parseUnary() throws(SyntaxError) -> CommonExpression {
+        // `not not …` and `- - …` recurse here: bounded like nesting.
+        depth += 1
+        defer { depth -= 1 }
+        guard depth < Self.maxDepth else { throw fail("Expression nested too deeply", code: .tooDeep) }
         let start = i
         if keyword("not", at: i), isWhitespace(at: i + 3) {
             i += 3

@@ -10,6 +10,41 @@ public struct CommonExpression: Sendable, Hashable {
         self.offset = offset
     }
 
+    /// The height of the tree (a leaf is 1), found without recursion, so that a tree too
+    /// high for recursive readers can be refused safely.
+    public static func height(of expression: CommonExpression) -> Int {
+        var highest = 0
+        var stack: [(CommonExpression, Int)] = [(expression, 1)]
+        while let (current, level) = stack.popLast() {
+            highest = max(highest, level)
+            for child in current.children { stack.append((child, level + 1)) }
+        }
+        return highest
+    }
+
+    /// The expressions directly inside this one.
+    var children: [CommonExpression] {
+        switch node {
+        case .literal, .alias, .typeName: return []
+        case .array(let items), .list(let items), .call(_, let items): return items
+        case .object(let members): return members.map(\.value)
+        case .unary(_, let operand): return [operand]
+        case .binary(_, let left, let right): return [left, right]
+        case .caseOf(let branches): return branches.flatMap { [$0.condition, $0.value] }
+        case .path(let path):
+            return path.steps.flatMap { step -> [CommonExpression] in
+                switch step {
+                case .count(let filter, _): return filter.map { [$0] } ?? []
+                case .function(_, let arguments): return arguments.map(\.value)
+                case .lambda(_, _, let predicate): return predicate.map { [$0] } ?? []
+                case .filter(let condition): return [condition]
+                case .key(let parts): return parts.map(\.value)
+                case .member, .cast, .annotation: return []
+                }
+            }
+        }
+    }
+
     /// The kinds of expression.
     public indirect enum Node: Sendable, Hashable {
         /// A primitive, enum or null literal.

@@ -336,8 +336,12 @@ public struct URLParser: Sendable {
                 throw SyntaxError(.invalidQueryOption, "$inlinecount must be allpages or none", input: value, offset: 0)
             }
             options.inlineCount = inline
-        case "select": options.select = try parseSelect(value, encoded: encoded)
-        case "expand": options.expand = try parseExpand(value, encoded: encoded)
+        case "select":
+            if !nested { try checkNesting(value) }
+            options.select = try parseSelect(value, encoded: encoded)
+        case "expand":
+            if !nested { try checkNesting(value) }
+            options.expand = try parseExpand(value, encoded: encoded)
         case "search":
             options.search = try SearchParser.parseComplete(value, encoded: Array(encoded))
         case "skiptoken": options.skipToken = value
@@ -362,6 +366,23 @@ public struct URLParser: Sendable {
             }
         default:
             throw SyntaxError(.invalidQueryOption, "Unknown system query option $\(key)", input: value, offset: 0)
+        }
+    }
+
+    /// `$expand` and `$select` nest by parentheses, and each level is parsed by recursion: more
+    /// than 100 levels are refused before parsing (one pass over the text).
+    func checkNesting(_ value: String) throws(SyntaxError) {
+        var depth = 0
+        var quoted = false
+        for (offset, c) in value.utf8.enumerated() {
+            if c == UInt8(ascii: "'") { quoted.toggle() }
+            guard !quoted else { continue }
+            if c == UInt8(ascii: "(") {
+                depth += 1
+                guard depth <= 100 else { throw SyntaxError(.tooDeep, "Options nested more than 100 levels deep", input: value, offset: offset) }
+            } else if c == UInt8(ascii: ")") {
+                depth -= 1
+            }
         }
     }
 
