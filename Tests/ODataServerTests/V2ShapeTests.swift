@@ -1,5 +1,6 @@
 import Foundation
 import ODataCore
+import ODataStore
 import Testing
 @testable import ODataServer
 
@@ -93,9 +94,24 @@ import Testing
             // A function's result with 4.01's options without `$`, and with an alias parameter.
             let bare = try await client.send("GET", "/odata/v4/GetProductsByCategory(CategoryID=@c)?@c='C3'&filter=ProductID eq 'P3'&select=ProductID")
             #expect(bare.json?["value"]?.arrayValue?.compactMap { $0["ProductID"]?.stringValue } == ["P3"], "\(bare.text)")
+            // Long key lists: 1,500 values (SQLite binds 999 at most) and a 2,000-term `or`.
+            let list = (1...1_500).map { "'P\($0)'" }.joined(separator: ",")
+            let inList = try await client.send("GET", "/odata/v4/Products/$count?$filter=ProductID in (\(list))")
+            #expect(inList.status == 200 && inList.text == "19", "\(inList.text.prefix(300))")
+            let ors = (1...2_000).map { "ProductID eq 'P\($0)'" }.joined(separator: " or ")
+            let orList = try await client.send("GET", "/odata/v2/Products/$count?$filter=" + ors)
+            #expect(orList.status == 200 && orList.text == "19", "\(orList.text.prefix(300))")
             let closed = try await client.send("GET", "/odata/v4/Products('P1'%29/Name")
             #expect(closed.json?["value"]?.stringValue == "Product 1", "\(closed.text)")
         }
+    }
+
+    @Test func internalErrorsNameNoSQL() {
+        let failure = DatabaseError(.sqlite, message: "no such table: es_Secret", sql: "SELECT \"Password\" FROM es_Secret")
+        let response = ODataService.errorResponse(failure, version: .v4)
+        let body = String(decoding: response.body, as: UTF8.self)
+        #expect(response.status == 500)
+        #expect(!body.contains("SELECT") && !body.contains("es_Secret") && body.contains("in its log"), "\(body)")
     }
 
     @Test func createThroughANavigationTakesTheParentsKey() async throws {

@@ -244,4 +244,26 @@ final class TemporaryDirectory {
         let after = try await pool.read { db in try db.query("SELECT count(*) FROM t") }
         #expect(after == [[.integer(2)]])
     }
+
+    /// SQLite takes 999 parameters; longer lists (a filter with thousands of values) are
+    /// written into the SQL as literals, and read back the same.
+    @Test func moreParametersThanSQLiteTakes() throws {
+        let dir = TemporaryDirectory()
+        let db = try Connection(path: dir.path("many.sqlite"), options: .init(key: "k"))
+        try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+        try db.transaction {
+            for id in 0..<2_000 { try db.execute("INSERT INTO t (id, name) VALUES (?, ?)", [.integer(Int64(id)), .text("n'\(id)?")]) }
+        }
+        let ids = (0..<1_500).map { DatabaseValue.integer(Int64($0 * 2)) }
+        let sql = "SELECT count(*) FROM t WHERE id IN (" + Array(repeating: "?", count: ids.count).joined(separator: ", ") + ")"
+        #expect(try db.query(sql, ids) == [[.integer(1_000)]])
+        // Every kind of value survives the literal form, quotes and question marks included.
+        let values: [DatabaseValue] = [.null, .integer(-42), .integer(Int64.min), .real(-1.5e-7), .real(.infinity), .text("it's ? \"x\""),
+                                       .text("nul\u{0}byte"), .blob([0, 1, 0xAB, 0xFF])]
+        let row = Array((0..<1_000).map { values[$0 % values.count] })
+        let back = try db.query("SELECT " + Array(repeating: "?", count: row.count).joined(separator: ", ") + " WHERE 'a?' = 'a?'", row)
+        #expect(back.first == row)
+        #expect(try db.query("SELECT name FROM t WHERE id IN (" + Array(repeating: "?", count: 1_200).joined(separator: ",") + ") AND name = ?",
+                             (0..<1_200).map { .integer(Int64($0)) } + [.text("n'7?")]) == [[.text("n'7?")]])
+    }
 }

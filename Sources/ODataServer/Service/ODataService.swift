@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 public import ODataCore
 public import ODataStore
 
@@ -101,6 +102,16 @@ public final class ODataService: Sendable {
         }
     }
 
+    static let logger = Logger(label: "oodata.server")
+
+    /// A 500 whose body names no SQL, schema or stack: the detail goes to the server's log,
+    /// under an id the body gives.
+    static func internalError(_ error: any Error, version: ODataVersion) -> ServiceResponse {
+        let id = GuidValue.random().description.prefix(8)
+        logger.error("internal error \(id): \(String(describing: error))")
+        return .error(500, code: "InternalError", "The service failed to answer this request (error \(id) in its log)", version: version)
+    }
+
     /// Maps any error to an OData error response with a fitting status.
     static func errorResponse(_ error: any Error, version: ODataVersion) -> ServiceResponse {
         switch error {
@@ -114,12 +125,12 @@ public final class ODataService: Sendable {
             case .unsupported: return .error(501, code: "NotImplemented", e.message, version: version)
             case .conflict: return .error(409, code: "Conflict", e.message, version: version)
             case .unknownEntitySet, .unknownProperty: return .error(400, code: "BadRequest", e.message, version: version)
-            default: return .error(500, code: "StoreError", e.message, version: version)
+            default: return internalError(e, version: version)
             }
         case let e as DatabaseError where e.code == .constraint:
             return .error(409, code: "Conflict", e.message, version: version)
         default:
-            return .error(500, code: "InternalError", "\(error)", version: version)
+            return internalError(error, version: version)
         }
     }
 

@@ -189,19 +189,81 @@ public final class Connection {
     /// Runs a statement with bound values; returns the number of rows changed.
     @discardableResult
     public func execute(_ sql: String, _ arguments: [DatabaseValue]) throws(DatabaseError) -> Int {
-        let statement = try statement(sql)
-        try statement.bind(arguments)
+        let statement = try statement(sql, binding: arguments)
         while try statement.step() {}
         return Int(sqlite3_changes(handle))
     }
 
     /// Runs a query and returns every row.
     public func query(_ sql: String, _ arguments: [DatabaseValue] = []) throws(DatabaseError) -> [[DatabaseValue]] {
-        let statement = try statement(sql)
-        try statement.bind(arguments)
+        let statement = try statement(sql, binding: arguments)
         var rows: [[DatabaseValue]] = []
         while try statement.step() { rows.append(statement.row()) }
         return rows
+    }
+
+    /// How many `?` parameters one statement may have (SQLite's `SQLITE_MAX_VARIABLE_NUMBER`
+    /// in this build).
+    public static let maxParameters = 999
+
+    /// A statement with `arguments` bound. Past ``maxParameters`` (a filter with thousands of
+    /// values), the values are written into the SQL as literals instead, in a statement that
+    /// is not cached.
+    public func statement(_ sql: String, binding arguments: [DatabaseValue]) throws(DatabaseError) -> Statement {
+        guard arguments.count > Self.maxParameters else {
+            let statement = try statement(sql)
+            try statement.bind(arguments)
+            return statement
+        }
+        guard isOpen else { throw DatabaseError(.closed, message: "The connection is closed", sql: sql) }
+        let inlined = try Self.inline(arguments, into: sql)
+        statementLog?.append(inlined)
+        return try Statement(connection: self, sql: inlined)
+    }
+
+    /// `sql` with each `?` (outside quotes) replaced by the next argument as an SQL literal.
+    static func inline(_ arguments: [DatabaseValue], into sql: String) throws(DatabaseError) -> String {
+        var out = ""
+        out.reserveCapacity(sql.utf8.count + arguments.count * 8)
+        var next = 0
+        var quote: Character?
+        for c in sql {
+            if let open = quote {
+                if c == open { quote = nil }
+                out.append(c)
+            } else if c == "'" || c == "\"" {
+                quote = c
+                out.append(c)
+            } else if c == "?" {
+                guard next < arguments.count else { break }
+                out += literal(arguments[next])
+                next += 1
+            } else {
+                out.append(c)
+            }
+        }
+        guard next == arguments.count else {
+            throw DatabaseError(.misuse, message: "The statement has other than \(arguments.count) parameters", sql: sql)
+        }
+        return out
+    }
+
+    /// An SQL literal for a value.
+    static func literal(_ value: DatabaseValue) -> String {
+        func hex(_ bytes: [UInt8]) -> String {
+            let digits = Array("0123456789ABCDEF")
+            return String(bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0x0F)]] })
+        }
+        switch value {
+        case .null: return "NULL"
+        case .integer(let n): return String(n)
+        case .real(let d) where d.isNaN: return "NULL"
+        case .real(let d) where d.isInfinite: return d < 0 ? "-9e999" : "9e999"
+        case .real(let d): return "(" + String(d) + ")"
+        case .text(let s) where s.utf8.contains(0): return "CAST(X'" + hex(Array(s.utf8)) + "' AS TEXT)"
+        case .text(let s): return "'" + s.replacingOccurrences(of: "'", with: "''") + "'"
+        case .blob(let b): return "X'" + hex(b) + "'"
+        }
     }
 
     /// The rowid of the last insert.

@@ -420,8 +420,7 @@ extension QueryExecutor {
         let columns = (["_rowid", "_type", "_etag", "_editLink"] + table.columns.map(\.name)).map { "t0." + q($0) }.joined(separator: ", ")
         let sql = select(columns, page.from, page.whereClause, order: page.order, limit: page.limit, offset: page.offset)
         var writer = V4RowWriter(format: format, context: context, count: page.count, propertyNames: table.columns.map { $0.path[0] })
-        let statement = try reader.db.statement(sql.sql)
-        try statement.bind(sql.arguments)
+        let statement = try reader.db.statement(sql.sql, binding: sql.arguments)
         // Also when a stored value cannot be read: a statement left running would keep the
         // reader's transaction open.
         defer { statement.reset() }
