@@ -106,6 +106,21 @@ import Testing
         }
     }
 
+    @Test func referenceDeletesCheckTheLink() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            // SO0 belongs to BP0: unlinking it through BP1 is a 404, and BP0 keeps it.
+            let wrong = try await client.send("DELETE", "/odata/v4/BusinessPartners('BP1')/SalesOrders/$ref?$id=SalesOrders('SO0')")
+            #expect(wrong.status == 404, "\(wrong.text)")
+            #expect(try await client.send("GET", "/odata/v4/SalesOrders('SO0')/Partner").json?["PartnerID"]?.stringValue == "BP0")
+            let right = try await client.send("DELETE", "/odata/v4/BusinessPartners('BP0')/SalesOrders/$ref?$id=SalesOrders('SO0')")
+            #expect(right.status == 204, "\(right.text)")
+            #expect(try await client.send("GET", "/odata/v4/SalesOrders('SO0')").json?["PartnerID"] == .null)
+        }
+    }
+
     @Test func internalErrorsNameNoSQL() {
         let failure = DatabaseError(.sqlite, message: "no such table: es_Secret", sql: "SELECT \"Password\" FROM es_Secret")
         let response = ODataService.errorResponse(failure, version: .v4)

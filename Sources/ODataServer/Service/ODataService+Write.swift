@@ -122,6 +122,10 @@ extension ODataService {
                 throw ServiceFailure(400, "BadReference", "Deleting a reference of a collection needs $id or a key")
             }
             let (targetTable, targetKey) = try resolveID(id, request.version)
+            // Only a link that exists goes: unlinking SO0 through BP1 must not take it from BP0.
+            guard try writer.linkedKeys(target.table.entitySet, key: key, navigation: nav.name).contains(targetKey) else {
+                throw ServiceFailure(404, "NotFound", "\(request.path) has no link to \(id)")
+            }
             try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: targetKey)
             try recordLinkChange(writer, target.table, key, targetTable, targetKey)
             return ServiceResponse(status: 204)
