@@ -145,6 +145,9 @@ import Testing
             }
         }
         #expect(CommonExpression.height(of: try filter((0..<150).map { _ in "1" }.joined(separator: " add ") + " eq 1")) == 151)
+        // Within the limits: 90 levels of parentheses, 90 prefix operators.
+        #expect(try filter(String(repeating: "(", count: 90) + "1 eq 1" + String(repeating: ")", count: 90)).node != .literal(.null))
+        #expect(try filter(String(repeating: "not ", count: 90) + "true").node != .literal(.null))
         let nested = "Customers?$expand=" + String(repeating: "A($expand=", count: 900) + "B" + String(repeating: ")", count: 900)
         #expect(throws: SyntaxError.self) { try parser.parse(nested) }
     }

@@ -156,10 +156,6 @@ struct ExpressionParser {
     }
 
     mutating func parseUnary() throws(SyntaxError) -> CommonExpression {
-        // `not not …` and `- - …` recurse here: bounded like nesting.
-        depth += 1
-        defer { depth -= 1 }
-        guard depth < Self.maxDepth else { throw fail("Expression nested too deeply", code: .tooDeep) }
         let start = i
         if keyword("not", at: i), isWhitespace(at: i + 3) {
             i += 3
@@ -178,6 +174,11 @@ struct ExpressionParser {
 
     /// The operand of a unary operator binds tighter than any binary operator but `has`/`in`.
     mutating func parseUnaryOperand() throws(SyntaxError) -> CommonExpression {
+        // `not not …` and `- - …` recurse here: each prefix operator counts as a level of
+        // nesting (a plain operand does not, so parentheses keep their 100 levels).
+        depth += 1
+        defer { depth -= 1 }
+        guard depth < Self.maxDepth else { throw fail("Expression nested too deeply", code: .tooDeep) }
         var operand = try parseUnary()
         while let (op, after) = binaryOperator(), op == .has || op == .in {
             i = after
