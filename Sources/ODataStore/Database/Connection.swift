@@ -243,7 +243,7 @@ public final class Connection {
             }
         }
         guard next == arguments.count else {
-            throw DatabaseError(.misuse, message: "The statement has other than \(arguments.count) parameters", sql: sql)
+            throw DatabaseError(.misuse, message: "The statement's ? parameters do not match its \(arguments.count) values", sql: sql)
         }
         return out
     }
