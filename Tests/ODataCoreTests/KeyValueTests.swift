@@ -33,8 +33,11 @@ import ODataCore
     }
 
     @Test func badPredicatesNameTheProblem() {
-        for (url, text) in [("Items(OrderID='A1')", "needs the key OrderID, Position"), ("Items(OrderID='A',Position='x')", "not a Edm.Int32"),
-                            ("Items(Nope='A',Position=1)", "does not fit Items"), ("Items(OrderID='A',OrderID='B')", "given twice")] {
+        let key = "The key of K.Item is OrderID, Position; "
+        for (url, text) in [("Items(OrderID='A1')", key + "Position is missing"),
+                            ("Items(OrderID='A',Position='x')", key + "'x' is not an Edm.Int32 for Position"),
+                            ("Items(Nope='A',Position=1)", key + "Nope is not a key property"),
+                            ("Items(OrderID='A',OrderID='B')", key + "OrderID is given twice")] {
             do {
                 _ = try keys(url)
                 Issue.record("\(url) must fail")

@@ -75,6 +75,16 @@ import Testing
         }
     }
 
+    /// Found by the `csdl` fuzz target: a NUL in a tag after an `encoding="utf-7"` declaration;
+    /// stopping Foundation's parser from the error callback then crashed in libxml2 (SIGSEGV).
+    @Test(arguments: ["utf-7", "UTF-7", "utf-16", "iso-8859-1", "utf-8", "nonsense"])
+    func aNULInATagAfterAnEncodingDeclarationIsAnError(encoding: String) {
+        let head = "<?xml version=\"1.0\" encoding=\"\(encoding)\" ?>"
+        for body in ["<N\0M/>", "\r\n<N\0\0\0M P=\"x\"/>", "<a><b\0/></a>", "<a></b>", "<a b c/>"] {
+            #expect(throws: MetadataError.self) { try MetadataParser().parse(Data((head + body).utf8)) }
+        }
+    }
+
     @Test func arbitraryBytesNeverCrash() {
         var generator = SystemRandomNumberGenerator()
         for length in [0, 1, 7, 64, 512] {

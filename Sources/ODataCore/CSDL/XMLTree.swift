@@ -45,6 +45,10 @@ final class XMLNode {
 
 /// Builds an `XMLNode` tree with Foundation's SAX parser, resolving namespace prefixes
 /// itself so the result does not depend on platform differences.
+///
+/// The first problem is kept and every later event ignored; the parser is never stopped from a
+/// callback: `XMLParser.abortParsing()` there crashes inside libxml2 on Linux for some inputs
+/// (found by the `csdl` fuzz target: a document declaring `encoding="utf-7"` with a broken tag).
 final class XMLTreeBuilder: NSObject, XMLParserDelegate {
     private var stack: [XMLNode] = []
     /// Qualified names of the open elements, to check that end tags match (the Linux
@@ -53,7 +57,6 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
     private var prefixStack: [[String: String]] = [[:]]
     private(set) var root: XMLNode?
     private var failure: MetadataError?
-    private weak var parser: XMLParser?
     private static let maxDepth = 256
 
     static func parse(_ data: Data) throws(MetadataError) -> XMLNode {
@@ -63,7 +66,6 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
         parser.shouldReportNamespacePrefixes = false
         parser.shouldResolveExternalEntities = false
         parser.delegate = builder
-        builder.parser = parser
         let ok = parser.parse()
         if let failure = builder.failure { throw failure }
         if !builder.openNames.isEmpty {
@@ -124,7 +126,6 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
         if stack.count >= Self.maxDepth {
             failure = MetadataError(.malformedXML, "Elements nested deeper than \(Self.maxDepth) levels", line: parser.lineNumber,
                                     column: parser.columnNumber, elementPath: path)
-            parser.abortParsing()
             return
         }
         if let parent = stack.last {
@@ -140,7 +141,6 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
         guard failure == nil else { return }
         failure = MetadataError(.malformedXML, "Malformed XML: \(Self.describe(parseError))", line: max(parser.lineNumber, 1),
                                 column: max(parser.columnNumber, 1), elementPath: stack.last?.path ?? "")
-        parser.abortParsing()
     }
 
     func parser(_ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName qName: String?) {
@@ -148,7 +148,6 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
         if let open = openNames.last, open != elementName {
             failure = MetadataError(.malformedXML, "Malformed XML: end tag </\(elementName)> does not match <\(open)>",
                                     line: max(parser.lineNumber, 1), column: max(parser.columnNumber, 1), elementPath: stack.last?.path ?? "")
-            parser.abortParsing()
             return
         }
         _ = openNames.popLast()

@@ -1,5 +1,6 @@
 /// An error in a payload: malformed JSON, a value of the wrong type, a missing part, a broken
-/// batch. `offset` is the byte offset in the body; `path` names the place in the document,
+/// batch. `offset` is the byte offset in the body (-1 when the error is about a value, not a
+/// place in the text); `path` names the place in the document,
 /// e.g. `value[3].Price` or `batch part 2`.
 public struct PayloadError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The broad kind of payload error; cases may be added.
@@ -36,6 +37,6 @@ public struct PayloadError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String {
-        "\(message) (\(code)) at byte \(offset)" + (path.isEmpty ? "" : " in \(path)")
+        "\(message) (\(code))" + (offset >= 0 ? " at byte \(offset)" : "") + (path.isEmpty ? "" : " in \(path)")
     }
 }

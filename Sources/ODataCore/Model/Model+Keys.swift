@@ -4,31 +4,59 @@ extension Model {
     /// given exactly; `input` is the URL the predicate came from, for the error.
     public func keyValues(_ parts: [KeyValue], ofEntitySet entitySet: String, aliases: [String: CommonExpression] = [:],
                           input: String = "") throws(BindingError) -> [String: PrimitiveValue] {
-        func fail(_ message: String, _ offset: Int = 0) -> BindingError { BindingError(.invalidKey, message, input: input, offset: offset) }
-        guard let type = entityType(ofEntitySet: entitySet) else { throw fail("No entity set \(entitySet)") }
+        guard let type = entityType(ofEntitySet: entitySet) else {
+            throw BindingError(.invalidKey, "No entity set \(entitySet)", input: input, offset: 0)
+        }
+        return try keyValues(parts, of: type, aliases: aliases, input: input)
+    }
+
+    /// The key values of `parts` for an entity of `type`; see
+    /// ``keyValues(_:ofEntitySet:aliases:input:)``. With `skipUnknownAliases`, a part whose value
+    /// is an alias not in `aliases` is checked by name only and left out of the result.
+    public func keyValues(_ parts: [KeyValue], of type: EntityType, aliases: [String: CommonExpression] = [:],
+                          input: String = "", skipUnknownAliases: Bool = false) throws(BindingError) -> [String: PrimitiveValue] {
         let names = key(of: type).map(\.name)
+        let keyText = "The key of \(type.qualifiedName) is \(names.joined(separator: ", "))"
+        func fail(_ message: String, _ offset: Int = 0) -> BindingError {
+            BindingError(.invalidKey, keyText + "; " + message, input: input, offset: offset)
+        }
+        guard !names.isEmpty else {
+            throw BindingError(.invalidKey, "\(type.qualifiedName) has no key", input: input, offset: 0)
+        }
         var values: [String: PrimitiveValue] = [:]
+        var given: Set<String> = []
         for part in parts {
-            guard let name = part.name ?? (names.count == 1 ? names[0] : nil), names.contains(name) else {
-                throw fail("The key does not fit \(entitySet): its key is \(names.joined(separator: ", "))", part.value.offset)
+            guard let name = part.name ?? (names.count == 1 ? names[0] : nil) else {
+                throw fail("a compound key names each part (Name=value)", part.value.offset)
             }
-            guard values[name] == nil else { throw fail("\(entitySet): the key property \(name) is given twice", part.value.offset) }
+            guard names.contains(name) else { throw fail("\(name) is not a key property", part.value.offset) }
+            guard given.insert(name).inserted else { throw fail("\(name) is given twice", part.value.offset) }
             let typeName = property(name, ofStructuredType: type.qualifiedName)?.type.name ?? ""
             guard let primitive = PrimitiveType(rawValue: typeDefinition(typeName)?.underlyingType ?? typeName) else {
-                throw fail("\(entitySet): the key property \(name) is not of a primitive type", part.value.offset)
+                throw fail("\(name) is not of a primitive type", part.value.offset)
             }
             var literal: Value?
             switch part.value.node {
             case .literal(let value): literal = value
-            case .alias(let alias): if case .literal(let value)? = aliases[alias]?.node { literal = value }
+            case .alias(let alias):
+                if case .literal(let value)? = aliases[alias]?.node {
+                    literal = value
+                } else if skipUnknownAliases, aliases[alias] == nil {
+                    continue
+                }
             default: break
             }
             guard let literal, case .primitive(let value)? = Literal.convert(literal, to: primitive) else {
-                throw fail("The key value for \(name) is not a \(primitive.rawValue)", part.value.offset)
+                let shown = literal.map { Literal.format($0) } ?? "the value"
+                throw fail("\(shown) is not an \(primitive.rawValue) for \(name)", part.value.offset)
             }
             values[name] = value
         }
-        guard values.count == names.count else { throw fail("\(entitySet) needs the key \(names.joined(separator: ", "))") }
+        if let missing = names.first(where: { !given.contains($0) }) {
+            let offset = parts.last.map { $0.value.offset } ?? 0
+            throw fail(names.count - given.count == 1 ? "\(missing) is missing"
+                       : names.filter { !given.contains($0) }.joined(separator: ", ") + " are missing", offset)
+        }
         return values
     }
 }

@@ -527,7 +527,9 @@ public struct V4JSONReader: Sendable {
             do {
                 return .primitive(try Literal.parsePayloadValue(text, as: type))
             } catch {
-                throw PayloadError(.wrongType, "'\(text)' is not a valid \(type.rawValue)", offset: start, path: r.pathString)
+                let problem = Literal.temporalProblem(Array(text.utf8), 0).map { " (\($0))" } ?? ""
+                throw PayloadError(.wrongType, "'\(text)' is not a valid \(type.rawValue)\(problem)", offset: start,
+                                   path: r.pathString)
             }
         }
         if c == UInt8(ascii: "t") || c == UInt8(ascii: "f") {

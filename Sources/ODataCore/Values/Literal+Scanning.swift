@@ -13,8 +13,9 @@ extension Literal {
         return j - i >= min ? (value, j) : nil
     }
 
-    /// `year "-" month "-" day` with ABNF's ranges.
-    static func scanDate(_ b: [UInt8], _ start: Int) -> (DateValue, Int)? {
+    /// `year "-" month "-" day` with ABNF's ranges, for a day that exists in the calendar
+    /// (`checkCalendar` false: any day 01–31, for diagnostics).
+    static func scanDate(_ b: [UInt8], _ start: Int, checkCalendar: Bool = true) -> (DateValue, Int)? {
         var i = start
         var negative = false
         if i < b.count, b[i] == UInt8(ascii: "-") {
@@ -31,12 +32,29 @@ extension Literal {
         guard let (month, afterMonth) = digits(b, i + 1, min: 2, max: 2), (1...12).contains(month) else { return nil }
         guard afterMonth < b.count, b[afterMonth] == UInt8(ascii: "-") else { return nil }
         guard let (day, afterDay) = digits(b, afterMonth + 1, min: 2, max: 2), (1...31).contains(day) else { return nil }
-        return (DateValue(year: negative ? -year : year, month: month, day: day), afterDay)
+        let date = DateValue(year: negative ? -year : year, month: month, day: day)
+        if checkCalendar, day > 28, date.calendarProblem != nil { return nil }
+        return (date, afterDay)
     }
 
-    /// `hour ":" minute [ ":" second [ "." fractionalSeconds ] ]`; `allowLeapSecond` for
-    /// date-time values.
-    static func scanTimeOfDay(_ b: [UInt8], _ start: Int, allowLeapSecond: Bool = false) -> (TimeOfDayValue, Int)? {
+    /// Why a date or date-time at `start` (bare or inside a prefixed literal such as
+    /// `datetime'…'`) is not a value although it has the right shape: a day the calendar does not
+    /// have. Nil when there is no such problem there.
+    package static func temporalProblem(_ b: [UInt8], _ start: Int) -> String? {
+        var i = start
+        // A prefixed form: skip the prefix and the quote.
+        while i < b.count, isIdentifierByte(b[i]), !isDigit(b[i]) { i += 1 }
+        if i > start {
+            guard i < b.count, b[i] == UInt8(ascii: "'") else { return nil }
+            i += 1
+        }
+        guard let (date, _) = scanDate(b, i, checkCalendar: false), let problem = date.calendarProblem else { return nil }
+        return "\(problem): \(date) is not a date"
+    }
+
+    /// `hour ":" minute [ ":" second [ "." fractionalSeconds ] ]`. Second 60 (a leap second) is
+    /// accepted in times of day and date-times alike, as the ABNF's `second` rule says.
+    static func scanTimeOfDay(_ b: [UInt8], _ start: Int) -> (TimeOfDayValue, Int)? {
         guard let (hour, afterHour) = digits(b, start, min: 2, max: 2), hour <= 23 else { return nil }
         guard afterHour < b.count, b[afterHour] == UInt8(ascii: ":") else { return nil }
         guard let (minute, afterMinute) = digits(b, afterHour + 1, min: 2, max: 2), minute <= 59 else { return nil }
@@ -45,7 +63,7 @@ extension Literal {
             return (TimeOfDayValue(hour: hour, minute: minute, hasSeconds: false), i)
         }
         guard let (second, afterSecond) = digits(b, i + 1, min: 2, max: 2),
-              second <= 59 || (allowLeapSecond && second == 60) else { return nil }
+              second <= 60 else { return nil }
         i = afterSecond
         var fraction = ""
         if i < b.count, b[i] == UInt8(ascii: ".") {
@@ -63,7 +81,7 @@ extension Literal {
     static func scanDateTimeOffset(_ b: [UInt8], _ start: Int, requireOffset: Bool = true) -> (DateTimeOffsetValue, Int)? {
         guard let (date, afterDate) = scanDate(b, start) else { return nil }
         guard afterDate < b.count, b[afterDate] == UInt8(ascii: "T") || b[afterDate] == UInt8(ascii: "t") else { return nil }
-        guard let (time, afterTime) = scanTimeOfDay(b, afterDate + 1, allowLeapSecond: true) else { return nil }
+        guard let (time, afterTime) = scanTimeOfDay(b, afterDate + 1) else { return nil }
         var i = afterTime
         if i < b.count, b[i] == UInt8(ascii: "Z") || b[i] == UInt8(ascii: "z") {
             return (DateTimeOffsetValue(date: date, time: time, offsetMinutes: 0, usesZ: true), i + 1)

@@ -173,6 +173,8 @@ public enum Literal {
                 return (.primitive(.timeOfDay(time)), end)
             }
         }
+        // A date or time of the right shape that the calendar does not have is no number either.
+        if !legacy, temporalProblem(b, start) != nil { return nil }
         guard let number = scanNumber(b, start) else { return nil }
         var end = number.end
         if legacy, end < b.count {
@@ -322,7 +324,12 @@ public enum Literal {
             SyntaxError(.invalidLiteral, "Not a valid \(type.rawValue) value", input: text, offset: offset)
         }
         func whole<T>(_ scanned: (T, Int)?) throws(SyntaxError) -> T {
-            guard let (value, end) = scanned else { throw fail() }
+            guard let (value, end) = scanned else {
+                if let problem = temporalProblem(b, 0) {
+                    throw SyntaxError(.invalidLiteral, "Not a valid \(type.rawValue) value: \(problem)", input: text, offset: 0)
+                }
+                throw fail()
+            }
             guard end == b.count else { throw fail(end) }
             return value
         }

@@ -38,6 +38,29 @@ public struct DateValue: Sendable, Hashable, Comparable, Codable, CustomStringCo
         let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
         return era * 146_097 + doe - 719_468
     }
+    /// The number of days of `month` (1–12) in `year` of the proleptic Gregorian calendar, in
+    /// which year 0 is a leap year.
+    public static func daysInMonth(_ month: Int, year: Int) -> Int {
+        switch month {
+        case 2:
+            let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+            return leap ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+    /// Nil when this day exists, else a sentence that says why not ("February 2023 has 28 days").
+    public var calendarProblem: String? {
+        guard (1...12).contains(month) else { return "\(month) is not a month (1 to 12)" }
+        let days = Self.daysInMonth(month, year: year)
+        guard (1...days).contains(day) else {
+            if day < 1 { return "\(day) is not a day of the month" }
+            return "\(Self.monthNames[month - 1]) \(year) has \(days) days"
+        }
+        return nil
+    }
+    private static let monthNames = ["January", "February", "March", "April", "May", "June", "July", "August",
+                                     "September", "October", "November", "December"]
     /// The date `days` days after 1970-01-01.
     public init(daysSinceEpoch days: Int) {
         let z = days + 719_468

@@ -54,8 +54,12 @@ extension ODataService {
     /// Parses a request body as an entity of the table's type.
     func entity(from request: ServiceRequest, _ table: StoreSchema.EntityTable) throws -> Entity {
         guard !request.body.isEmpty else { throw ServiceFailure(400, "EmptyBody", "The request has no body") }
-        if request.isV2 { return try V2JSONReader(model: model).readEntity(request.body, entityType: table.entityType) }
-        return try V4JSONReader(model: model).readEntity(request.body, entityType: table.entityType)
+        let entity = request.isV2
+            ? try V2JSONReader(model: model).readEntity(request.body, entityType: table.entityType)
+            : try V4JSONReader(model: model).readEntity(request.body, entityType: table.entityType)
+        // Nothing sent is dropped: undeclared names, nulls, lengths and digits are checked.
+        try model.checkWritable(entity, as: table.entityType)
+        return entity
     }
 
     /// Enforces `If-Match` against the stored ETag: 412 on a mismatch; `*` matches any entity.

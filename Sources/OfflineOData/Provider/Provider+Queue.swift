@@ -680,7 +680,11 @@ extension OfflineODataProvider {
         guard !body.isEmpty else { throw OfflineODataError(.invalidRequest, "\(method) \(url) needs a body") }
         let set = target.navigation.flatMap { model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name } ?? target.entitySet
         do {
-            return try model.readEntity(body, entityType: model.entitySet(set)?.entityType)
+            let entityType = model.entitySet(set)?.entityType
+            let entity = try model.readEntity(body, entityType: entityType)
+            // Refused before anything is queued: a value the backend would drop or refuse.
+            if let entityType { try model.checkWritable(entity, as: entityType) }
+            return entity
         } catch {
             throw OfflineODataError(.invalidRequest, "The body of \(method) \(url) is not a valid \(set) entity: \(error)")
         }

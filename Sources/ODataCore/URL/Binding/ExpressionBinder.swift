@@ -45,6 +45,12 @@ public struct ExpressionBinder: Sendable {
         guard context.depth < 200 else { throw fail(.unsupported, "Expression nested too deeply", expression, context) }
         switch expression.node {
         case .literal(let value):
+            if case .enumeration(let member) = value, let name = member.typeName {
+                guard let enumType = model.enumType(name) else {
+                    throw fail(.unknownName, "\(name) is not an enum type of the service", expression, context)
+                }
+                try model.checkEnumMembers(member, of: enumType, input: context.input, offset: expression.offset)
+            }
             return BoundExpression(expression: expression, type: type(of: value))
         case .alias(let name):
             if let value = aliases[name] {

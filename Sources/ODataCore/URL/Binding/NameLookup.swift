@@ -60,6 +60,22 @@ public protocol NameLookup: Sendable {
     func qualified(_ name: String, on shape: ResourceShape) -> QualifiedKind?
     /// Whether a bare segment after a collection may be read as its key (key-as-segment).
     func acceptsKeySegment(_ text: String, of type: String?) -> Bool
+    /// Throws when a key predicate does not fit the key of entity type `type`: a missing, extra,
+    /// repeated or wrongly typed part. `input` is the URL, for the error's position.
+    func checkKey(_ parts: [KeyValue], of type: String?, input: String) throws(BindingError)
+    /// Throws when the arguments in a function's parentheses fit none of its overloads: an
+    /// unknown, repeated, missing (not nullable) or wrongly typed parameter. `isImport` says
+    /// `name` is a function import at the root.
+    func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
+                        input: String, offset: Int) throws(BindingError)
+}
+
+extension NameLookup {
+    /// Lookups without key definitions accept every key predicate.
+    public func checkKey(_ parts: [KeyValue], of type: String?, input: String) throws(BindingError) {}
+    /// Lookups without operation signatures accept every argument list.
+    public func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
+                               input: String, offset: Int) throws(BindingError) {}
 }
 
 extension Model: NameLookup {
@@ -127,6 +143,88 @@ extension Model: NameLookup {
             return .action(returns: op.returnType.map { self.shape(of: $0) } ?? .none)
         }
         return nil
+    }
+
+    public func checkKey(_ parts: [KeyValue], of type: String?, input: String) throws(BindingError) {
+        guard let type, let entity = entityType(type) else { return }
+        _ = try keyValues(parts, of: entity, input: input, skipUnknownAliases: true)
+    }
+
+    public func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
+                               input: String, offset: Int) throws(BindingError) {
+        // The overloads and their non-binding parameters.
+        var signatures: [[Parameter]] = []
+        if isImport {
+            guard let item = functionImport(name) else { return }
+            if let function = item.function {
+                signatures = functions(function).map(\.parameters)
+            } else {
+                signatures = [item.parameters]
+            }
+        } else {
+            let qualifiedNames = name.contains(".") ? [name] : schemas.map { $0.namespace + "." + name }
+            guard let found = qualifiedNames.lazy.map({ self.functions($0) }).first(where: { !$0.isEmpty }) else { return }
+            signatures = found.map { $0.isBound ? Array($0.parameters.dropFirst()) : $0.parameters }
+        }
+        guard !signatures.isEmpty else { return }
+        func fail(_ message: String) -> BindingError { BindingError(.invalidArguments, message, input: input, offset: offset) }
+        var given: Set<String> = []
+        for argument in arguments where !given.insert(argument.name).inserted {
+            throw fail("\(name): the parameter \(argument.name) is given twice")
+        }
+        func describe(_ parameters: [Parameter]) -> String {
+            parameters.isEmpty ? "it has no parameters"
+                : "its parameters are " + parameters.map { "\($0.name) (\($0.type.name))" }.joined(separator: ", ")
+        }
+        // The overload whose names fit; otherwise the first problem of the closest overload.
+        let names = given
+        let candidates = signatures.filter { signature in names.isSubset(of: Set(signature.map(\.name))) }
+        guard let signature = candidates.first(where: { signature in
+            signature.allSatisfy { names.contains($0.name) || $0.facets.nullable }
+        }) ?? candidates.first else {
+            let closest = signatures.max { a, b in
+                names.intersection(a.map(\.name)).count < names.intersection(b.map(\.name)).count
+            } ?? []
+            let unknown = arguments.first { argument in !closest.contains { $0.name == argument.name } }?.name ?? ""
+            throw fail("\(name) has no parameter \(unknown); \(describe(closest))")
+        }
+        if let missing = signature.first(where: { !names.contains($0.name) && !$0.facets.nullable }) {
+            throw fail("\(name) needs the parameter \(missing.name) (\(missing.type.name)); \(describe(signature))")
+        }
+        for argument in arguments {
+            guard let parameter = signature.first(where: { $0.name == argument.name }),
+                  case .literal(let literal) = argument.value.node, !parameter.type.isCollection else { continue }
+            let typeName = typeDefinition(parameter.type.name)?.underlyingType ?? parameter.type.name
+            if case .null = literal {
+                guard parameter.facets.nullable else { throw fail("\(name): the parameter \(parameter.name) may not be null") }
+                continue
+            }
+            if let primitive = PrimitiveType(rawValue: typeName) {
+                guard case .primitive? = Literal.convert(literal, to: primitive) else {
+                    throw fail("\(name): \(Literal.format(literal)) is not an \(primitive.rawValue) for \(parameter.name)")
+                }
+            } else if let enumType = enumType(typeName) {
+                guard case .enumeration(let value) = literal else {
+                    throw fail("\(name): \(Literal.format(literal)) is not a member of \(typeName) for \(parameter.name)")
+                }
+                try checkEnumMembers(value, of: enumType, input: input, offset: argument.value.offset)
+            }
+        }
+    }
+
+    /// Throws when an enum literal names a member `type` does not have, or a flag combination of
+    /// a type that is not `IsFlags`.
+    public func checkEnumMembers(_ value: EnumValue, of type: EnumType, input: String, offset: Int) throws(BindingError) {
+        let parts = value.members
+        if parts.count > 1 && !type.isFlags {
+            throw BindingError(.typeMismatch, "\(type.qualifiedName) is not a flags type: one member only", input: input,
+                               offset: offset)
+        }
+        for part in parts where Int64(part) == nil && !type.members.contains(where: { $0.name == part }) {
+            let names = type.members.map(\.name).joined(separator: ", ")
+            throw BindingError(.unknownName, "\(type.qualifiedName) has no member \(part); its members are \(names)",
+                               input: input, offset: offset)
+        }
     }
 
     public func acceptsKeySegment(_ text: String, of type: String?) -> Bool {

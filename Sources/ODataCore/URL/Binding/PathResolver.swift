@@ -78,6 +78,8 @@ public struct PathResolver: Sendable {
                     case .functionImport(let returns)?:
                         // Parameters may be in parentheses or, in 4.01, all passed as aliases.
                         if let arguments = takeArguments(after: index) {
+                            try lookup.checkArguments(arguments, ofFunction: name, isImport: true, input: input,
+                                                      offset: inputSegments[index + 1].offset)
                             index += 1
                             resolved.kind = .functionImport(name, arguments)
                         } else {
@@ -103,10 +105,11 @@ public struct PathResolver: Sendable {
                 continue
             }
             switch segment.kind {
-            case .key:
+            case .key(let parts):
                 guard hadKey, case .entityCollection(let type) = shape else {
                     throw fail(.invalidKey, "A key may only follow an entity collection", segment)
                 }
+                try lookup.checkKey(parts, of: type, input: input)
                 shape = .entity(type: type)
             case .keySegment(let text):
                 try resolveKeySegment(text, &resolved, &shape, segment, fail)
@@ -147,6 +150,8 @@ public struct PathResolver: Sendable {
                     // 4.01: names in the default namespace may be used unqualified.
                     try applyQualified(kind, name, wasCast, hadKey, &resolved, &shape, &finished, &lastWasCast, &canHaveKey, segment, fail)
                     if case .function = kind, let arguments = takeArguments(after: index) {
+                        try lookup.checkArguments(arguments, ofFunction: name, isImport: false, input: input,
+                                                  offset: inputSegments[index + 1].offset)
                         index += 1
                         resolved.kind = .function(name, arguments)
                     }
@@ -161,6 +166,8 @@ public struct PathResolver: Sendable {
                 }
                 try applyQualified(kind, name, wasCast, hadKey, &resolved, &shape, &finished, &lastWasCast, &canHaveKey, segment, fail)
                 if case .function = kind, let arguments = takeArguments(after: index) {
+                    try lookup.checkArguments(arguments, ofFunction: name, isImport: false, input: input,
+                                              offset: inputSegments[index + 1].offset)
                     index += 1
                     resolved.kind = .function(name, arguments)
                 }
@@ -171,6 +178,8 @@ public struct PathResolver: Sendable {
                     }
                     throw fail(.unknownName, "\(name) is not a bound function here", segment)
                 }
+                try lookup.checkArguments(arguments, ofFunction: name, isImport: { if case .functionImport = segment.kind { true } else { false } }(),
+                                          input: input, offset: segment.offset)
                 resolved.kind = .function(name, arguments)
                 shape = returns
                 canHaveKey = returns.isCollection

@@ -288,6 +288,7 @@ struct ExpressionParser {
             i = end
             return CommonExpression(.literal(value), at: start)
         }
+        if let problem = Literal.temporalProblem(b, i) { throw fail(problem, code: .invalidLiteral) }
         guard isIdentifierStart(c) else {
             throw fail("Expected an expression", code: .unexpectedCharacter)
         }
