@@ -123,6 +123,7 @@ struct DemoCommand: AsyncParsableCommand {
         let productID = product.flatMap { entity -> String? in if case .primitive(.string(let id))? = entity["ProductID"] { return id }; return nil } ?? "P0"
         var headers = ODataCore.HTTPHeaders()
         headers["Content-Type"] = "application/json"
+        headers["If-Match"] = "*"
         let change = TransportRequest(method: "PATCH", url: server.v4Root.absoluteString + "Products('\(productID)')", headers: headers,
                                       body: Array(#"{"Name":"Renamed by another user"}"#.utf8))
         let answer = try await AsyncHTTPClientTransport().send(change, timeout: 10)

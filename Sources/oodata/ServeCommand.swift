@@ -27,6 +27,8 @@ struct ServeCommand: AsyncParsableCommand {
                                  + "MERGE and DELETE without a valid token and cookie get 403 with 'X-CSRF-Token: Required'."))
     var csrf = false
     @Option(help: "How long a CSRF token stays valid, in seconds.") var csrfLifetime = 1800
+    @Flag(help: "Accept PUT, PATCH, MERGE and DELETE without If-Match (428 Precondition Required otherwise).")
+    var allowUnconditionalWrites = false
     @Option(help: ArgumentHelp("Require HTTP Basic authentication with USER:PASSWORD (401 otherwise).", valueName: "USER:PASSWORD"))
     var basicAuth: String?
     @Option(help: ArgumentHelp("Require 'Authorization: Bearer TOKEN' (401 otherwise); repeatable.", valueName: "TOKEN"))
@@ -51,6 +53,7 @@ struct ServeCommand: AsyncParsableCommand {
         var options = ODataService.Options()
         options.pageSize = pageSize
         options.supportDirectory = supportDir
+        options.requireIfMatch = !allowUnconditionalWrites
         if sample != nil { options.serverGeneratedKeys = SalesSample.serverGeneratedKeys }
         if csrf {
             guard csrfLifetime > 0 else { throw CLIFailure("--csrf-lifetime must be positive") }

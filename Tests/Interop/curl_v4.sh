@@ -19,9 +19,10 @@ check expand '"Items":[{' "$(curl -s -G "${root}SalesOrders('SO1')" --data-urlen
 check key '"CompanyName":"Company 2"' "$(curl -s "${root}BusinessPartners('BP2')")"
 check navigation '"PartnerID":"BP2"' "$(curl -s "${root}BusinessPartners('BP2')/Contacts")"
 check create 201 "$(status -X POST -H 'Content-Type: application/json' -d '{"CategoryID":"CU1","Name":"From curl"}' "${root}ProductCategories")"
-check update 204 "$(status -X PATCH -H 'Content-Type: application/json' -d '{"Name":"Renamed by curl"}' "${root}ProductCategories('CU1')")"
+check unconditional 428 "$(status -X PATCH -H 'Content-Type: application/json' -d '{"Name":"x"}' "${root}ProductCategories('CU1')")"
+check update 204 "$(status -X PATCH -H 'Content-Type: application/json' -H 'If-Match: *' -d '{"Name":"Renamed by curl"}' "${root}ProductCategories('CU1')")"
 check updated '"Name":"Renamed by curl"' "$(curl -s "${root}ProductCategories('CU1')")"
-check delete 204 "$(status -X DELETE "${root}ProductCategories('CU1')")"
+check delete 204 "$(status -X DELETE -H 'If-Match: *' "${root}ProductCategories('CU1')")"
 check deleted 404 "$(status "${root}ProductCategories('CU1')")"
 batch=$(printf -- '--b\r\nContent-Type: multipart/mixed; boundary=c\r\n\r\n--c\r\nContent-Type: application/http\r\nContent-ID: 1\r\n\r\nPOST ProductCategories HTTP/1.1\r\nContent-Type: application/json\r\n\r\n{"CategoryID":"CU2","Name":"Batch"}\r\n--c--\r\n--b--\r\n')
 check batch 'HTTP/1.1 201 Created' "$(curl -s -X POST -H 'Content-Type: multipart/mixed; boundary=b' --data-binary "$batch" "${root}\$batch")"

@@ -5,6 +5,7 @@ import json
 import sys
 
 import pyodata
+import pyodata.exceptions
 import requests
 
 url = sys.argv[1]
@@ -32,9 +33,19 @@ out["product_count"] = count
 # Create, update, delete.
 created = client.entity_sets.ProductCategories.create_entity().set(CategoryID="PY1", Name="From pyodata").execute()
 out["created"] = created.CategoryID
-client.entity_sets.ProductCategories.update_entity(CategoryID="PY1").set(Name="Renamed by pyodata").execute()
+# The service wants If-Match on changes (428 without it), as SAP Gateway does.
+try:
+    client.entity_sets.ProductCategories.update_entity(CategoryID="PY1").set(Name="No If-Match").execute()
+    out["update_without_if_match"] = 200
+except pyodata.exceptions.HttpError as error:
+    out["update_without_if_match"] = error.response.status_code
+update = client.entity_sets.ProductCategories.update_entity(CategoryID="PY1").set(Name="Renamed by pyodata")
+update.add_headers({"If-Match": "*"})
+update.execute()
 out["updated"] = client.entity_sets.ProductCategories.get_entity("PY1").execute().Name
-client.entity_sets.ProductCategories.delete_entity("PY1").execute()
+delete = client.entity_sets.ProductCategories.delete_entity("PY1")
+delete.add_headers({"If-Match": "*"})
+delete.execute()
 try:
     client.entity_sets.ProductCategories.get_entity("PY1").execute()
     out["deleted"] = False

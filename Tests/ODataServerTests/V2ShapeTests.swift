@@ -40,7 +40,8 @@ import Testing
             #expect(partner.json?["d"]?["uri"]?.stringValue?.hasSuffix("BusinessPartners('BP0')") == true, "\(partner.text)")
             #expect(try await client.send("GET", "/odata/v2/SalesOrders('SO1')/$links").status == 400)
             // A media link entry: media_src, edit_media and the stream's content_type.
-            let put = try await client.send("PUT", "/odata/v2/ProductPictures('PIC1')/$value", headers: ["Content-Type": "image/png"], body: "PNG")
+            let put = try await client.send("PUT", "/odata/v2/ProductPictures('PIC1')/$value", headers: ["Content-Type": "image/png", "If-Match": "*"],
+                                       body: "PNG")
             #expect(put.status < 300, "\(put.text)")
             let picture = try await client.send("GET", "/odata/v2/ProductPictures('PIC1')")
             let metadata = picture.json?["d"]?["__metadata"]

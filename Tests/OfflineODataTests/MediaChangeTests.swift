@@ -19,6 +19,7 @@ import ODataServer
     static func putBackendMedia(_ fixture: Fixture, _ id: String, _ body: [UInt8], _ type: String) async throws -> Int {
         var headers = ODataCore.HTTPHeaders()
         headers["Content-Type"] = type
+        headers["If-Match"] = "*"
         return try await AsyncHTTPClientTransport().send(TransportRequest(method: "PUT", url: fixture.server.v4Root.absoluteString + "ProductPictures('\(id)')/$value",
                                                                           headers: headers, body: body), timeout: 10).status
     }

@@ -32,9 +32,15 @@ import Testing
         #expect(created.status == 201)
         guard case .entity(let contact?)? = created.result, case .primitive(.int64(let contactID))? = contact["ContactID"] else { Issue.record("no key"); return }
         #expect(contactID > 0)
-        _ = try await online.execute(method: "PATCH", url: "Contacts(\(contactID))", body: Array(#"{"Email":"on@line.example"}"#.utf8))
+        // The backend wants If-Match (428 without it), as SAP Gateway does: the ETag of the create.
+        let etag = try #require(created.headers["ETag"])
+        await #expect(throws: ODataError.self) {
+            _ = try await online.execute(method: "PATCH", url: "Contacts(\(contactID))", body: Array(#"{"Email":"x@y.z"}"#.utf8))
+        }
+        let patched = try await online.execute(method: "PATCH", url: "Contacts(\(contactID))", headers: ["If-Match": etag],
+                                               body: Array(#"{"Email":"on@line.example"}"#.utf8))
         #expect(try await fixture.backend("Contacts(\(contactID))")["Email"]?.stringValue == "on@line.example")
-        _ = try await online.execute(method: "DELETE", url: "Contacts(\(contactID))")
+        _ = try await online.execute(method: "DELETE", url: "Contacts(\(contactID))", headers: ["If-Match": patched.headers["ETag"] ?? "*"])
         // Backend errors come back as the backend's ODataError.
         do {
             _ = try await online.read("Products('nope')")
@@ -65,7 +71,8 @@ import Testing
         #expect(partners.entities.count == 2)
         guard case .entity(let order?) = try await online.read("SalesOrders('SO1')") else { Issue.record("no entity"); return }
         if case .primitive(.decimal)? = order["GrossAmount"] {} else { Issue.record("GrossAmount is not typed as Decimal in V2") }
-        _ = try await online.execute(method: "MERGE", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"v2 online"}"#.utf8))
+        _ = try await online.execute(method: "MERGE", url: "BusinessPartners('BP1')", headers: ["If-Match": "*"],
+                                     body: Array(#"{"Phone":"v2 online"}"#.utf8))
         #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "v2 online")
         do {
             _ = try await online.read("SalesOrders('nope')")
@@ -259,7 +266,7 @@ extension QueryResult {
         #expect(try await cache.localEntry(forEntryID: createdID) == nil)
         // A batch: the part that succeeded clears its entry, the failed one keeps its.
         let batch = MultipartBatch(parts: [
-            .changeSet(ChangeSet(operations: [BatchOperation(message: .request("PATCH", "Products('P1')", headers: ODataCore.HTTPHeaders([("Content-Type", "application/json")]),
+            .changeSet(ChangeSet(operations: [BatchOperation(message: .request("PATCH", "Products('P1')", headers: ODataCore.HTTPHeaders([("Content-Type", "application/json"), ("If-Match", "*")]),
                                                                                body: Array(#"{"Name":"Renamed here"}"#.utf8)))])),
             .changeSet(ChangeSet(operations: [BatchOperation(message: .request("DELETE", "Products('nope')"))])),
         ])

@@ -62,9 +62,17 @@ extension ODataService {
         return entity
     }
 
-    /// Enforces `If-Match` against the stored ETag: 412 on a mismatch; `*` matches any entity.
+    /// Enforces `If-Match` against the stored ETag: 412 on a mismatch; `*` matches any entity;
+    /// 428 when it is missing and the entity has an ETag (unless `requireIfMatch` is off).
     func checkIfMatch(_ request: ServiceRequest, _ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue]) throws {
-        guard let ifMatch = request.headers["If-Match"]?.trimmingCharacters(in: .whitespaces) else { return }
+        guard let ifMatch = request.headers["If-Match"]?.trimmingCharacters(in: .whitespaces) else {
+            if options.requireIfMatch, let current = try writer.reader.entity(in: table.entitySet, key: key),
+               let etag = current.control.etag {
+                throw ServiceFailure(428, "PreconditionRequired",
+                                     "\(request.method) \(request.path) needs If-Match with the entity's ETag (\(etag)) or *")
+            }
+            return
+        }
         guard let current = try writer.reader.entity(in: table.entitySet, key: key) else {
             throw ServiceFailure(ifMatch == "*" ? 412 : 404, ifMatch == "*" ? "PreconditionFailed" : "NotFound", "No entity to match If-Match against")
         }

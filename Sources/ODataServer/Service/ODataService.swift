@@ -26,6 +26,11 @@ public final class ODataService: Sendable {
         public var requiredCredentials: RequiredCredentials?
         /// SAP Gateway's CSRF protection for modifying requests; nil: off.
         public var csrf: CSRFProtection?
+        /// Whether PUT, PATCH, MERGE and DELETE of an entity that has an ETag need `If-Match`
+        /// (`428 Precondition Required` without it), as SAP Gateway does for entity types with a
+        /// concurrency token. Every entity of this service has an ETag. Off only for tests and
+        /// clients that must write unconditionally.
+        public var requireIfMatch = true
         /// Creates the default options.
         public init() {}
     }

@@ -187,10 +187,15 @@ extension OfflineODataProvider {
                 headers["RepeatabilityCreation"] = time
             }
             let reference = (request.entitySet ?? "") + (request.entityKey ?? "")
-            // If-Match guards the first change of a downloaded entity in this batch; later ones
-            // in the same change set follow it.
-            if !request.isCreate, !request.url.hasSuffix("/$ref"), !createdHere.contains(reference), !matched.contains(reference), let etag = etags[reference] {
-                headers["If-Match"] = etag
+            // If-Match guards the first change of a downloaded entity in this batch with its ETag;
+            // later ones (the ETag is new by then), entities created in this batch and entities
+            // whose ETag is unknown send `*`: services such as SAP Gateway answer 428 without it.
+            if !request.isCreate, !request.url.hasSuffix("/$ref") {
+                if !createdHere.contains(reference), !matched.contains(reference), let etag = etags[reference] {
+                    headers["If-Match"] = etag
+                } else {
+                    headers["If-Match"] = "*"
+                }
             }
             if !request.isCreate { matched.insert(reference) }
             for (name, value) in request.headers { headers[name] = value }

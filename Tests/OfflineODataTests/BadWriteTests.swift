@@ -1,0 +1,73 @@
+import Foundation
+import ODataCore
+import ODataServer
+import Testing
+@testable import OfflineOData
+
+/// Issue 19, defects 3 and 6: a value the model does not declare or does not allow is refused —
+/// by the offline client before anything is queued, and by the reference server with a 400 — on
+/// V2 and V4 alike. Before, `{"CompanyNmae":"x"}` was queued, uploaded and silently dropped.
+@Suite struct BadWriteTests {
+    /// Bodies the sales model refuses, with the words the refusal must contain.
+    static let refused: [(url: String, method: String, body: String, words: String)] = [
+        ("BusinessPartners", "POST", #"{"PartnerID":"BPT","CompanyNmae":"x"}"#, "Sales.BusinessPartner has no property CompanyNmae"),
+        ("BusinessPartners('BP1')", "PATCH", #"{"Phnoe":"1"}"#, "Sales.BusinessPartner has no property Phnoe"),
+        ("BusinessPartners('BP1')", "PATCH", #"{"Address":{"City":"B","Cty":"x"}}"#, "Sales.Address has no property Cty"),
+        ("BusinessPartners", "POST", #"{"PartnerID":"BPTOOLONG123"}"#, "MaxLength is 10"),
+        ("BusinessPartners", "POST", #"{"PartnerID":null}"#, "PartnerID may not be null"),
+        ("SalesOrders('SO1')", "PATCH", #"{"GrossAmount":1.234}"#, "Scale is 2"),
+        ("SalesOrders('SO1')", "PATCH", #"{"GrossAmount":1234567890123}"#, "Precision 14 and Scale 2 allow 12"),
+        ("BusinessPartners", "POST", #"{"PartnerID":"BPX","Contacts":[{"FirstName":"A","Nickname":"B"}]}"#,
+         "Sales.Contact has no property Nickname"),
+    ]
+
+    @Test(arguments: [false, true])
+    func theClientRefusesBeforeQueueing(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        for (url, method, body, words) in Self.refused {
+            // V2 writes the same values in its own shapes.
+            let sent = v2 ? body.replacingOccurrences(of: "1234567890123", with: "\"1234567890123\"")
+                .replacingOccurrences(of: "1.234", with: "\"1.234\"") : body
+            do {
+                _ = try await provider.execute(method: method, url: url, body: Array(sent.utf8))
+                Issue.record("\(method) \(url) \(sent) was accepted")
+            } catch let error as OfflineODataError {
+                #expect(error.code == .invalidRequest, "\(error)")
+                #expect(error.message.contains(words), "\(method) \(url): \(error.message)")
+            }
+        }
+        #expect(try await provider.isRequestQueueEmpty)
+        #expect(count(try await provider.read("BusinessPartners?$filter=PartnerID eq 'BPT'")) == 0)
+        // A correct body still goes through and reaches the backend with every value.
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners",
+                                       body: Array(#"{"PartnerID":"BPT","CompanyName":"Typed right"}"#.utf8))
+        try await provider.upload()
+        #expect(try await fixture.backend("BusinessPartners('BPT')")["CompanyName"]?.stringValue == "Typed right")
+    }
+
+    @Test(arguments: [false, true])
+    func theServerAnswers400AndStoresNothing(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let root = (v2 ? fixture.server.v2Root : fixture.server.v4Root).absoluteString
+        for (url, method, body, words) in Self.refused {
+            let sent = v2 ? body.replacingOccurrences(of: "1234567890123", with: "\"1234567890123\"")
+                .replacingOccurrences(of: "1.234", with: "\"1.234\"") : body
+            var headers = ODataCore.HTTPHeaders()
+            headers["Content-Type"] = "application/json"
+            headers["If-Match"] = "*"
+            let response = try await AsyncHTTPClientTransport().send(
+                TransportRequest(method: v2 && method == "PATCH" ? "MERGE" : method, url: root + url, headers: headers,
+                                 body: Array(sent.utf8)), timeout: 10)
+            #expect(response.status == 400, "\(method) \(url): \(response.status)")
+            let error = try ODataError.parse(response.body, httpStatus: response.status)
+            #expect(error.message.contains(words), "\(method) \(url): \(error.message)")
+        }
+        let stored = try await fixture.backend("BusinessPartners?$filter=startswith(PartnerID,'BPT')")
+        #expect(stored["value"]?.arrayValue?.isEmpty == true)
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Address"]?["City"]?.stringValue != "B")
+    }
+}
