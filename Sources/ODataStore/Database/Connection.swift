@@ -56,6 +56,9 @@ public final class Connection {
             throw DatabaseError(error.code, resultCode: status, message: "Cannot open \(path): \(error.message)")
         }
         sqlite3_extended_result_codes(pointer, 1)
+        // Set before the first read: a store another process holds locked is waited for (for a
+        // bounded time) at open too, and then reported as busy, not as a wrong key.
+        sqlite3_busy_timeout(pointer, options.busyTimeoutMilliseconds)
         do throws(DatabaseError) {
             if let key = options.key {
                 // If plain SQLite were linked instead of SQLCipher, keys would be ignored and
@@ -69,7 +72,7 @@ public final class Connection {
                 try execute("PRAGMA cipher_page_size = \(Self.cipherPageSize)")
             }
             try verifyReadable(keyed: options.key != nil)
-            sqlite3_busy_timeout(pointer, options.busyTimeoutMilliseconds)
+            try verifyComplete(readOnly: options.readOnly)
             if let cache = options.cacheSizeKiB ?? (options.key != nil ? Self.keyedCacheKiB : nil) {
                 try execute("PRAGMA cache_size = -\(cache)")
             }
@@ -103,15 +106,25 @@ public final class Connection {
         isOpen = false
     }
 
-    /// Reads the schema once, which is where SQLCipher notices a wrong key.
+    /// Reads the first page, which is where SQLCipher notices a wrong key, then the schema,
+    /// where a damaged page shows (a good first page proves the key right).
     private func verifyReadable(keyed: Bool) throws(DatabaseError) {
         do {
-            _ = try query("SELECT count(*) FROM sqlite_master")
+            _ = try query("PRAGMA user_version")
         } catch {
             if error.resultCode & 0xFF == SQLITE_NOTADB {
                 if keyed {
+                    // A cut-off file is no question of the key.
+                    if let size = Self.fileSize(path), size % Self.cipherPageSize != 0 {
+                        throw DatabaseError(.truncated, resultCode: error.resultCode,
+                                            message: "\(path) is cut off: \(size) bytes is not a whole number of "
+                                                + "\(Self.cipherPageSize)-byte pages")
+                    }
+                    // SQLCipher cannot tell a wrong key from a damaged first page (both fail its
+                    // page check); the message says both.
                     throw DatabaseError(.invalidEncryptionKey, resultCode: error.resultCode,
-                                        message: "The encryption key is wrong, or \(path) is not an encrypted store")
+                                        message: "The encryption key is wrong, \(path) is not an encrypted store, "
+                                            + "or its first page is damaged")
                 }
                 // A plain SQLite file starts with its magic string; an encrypted one is random
                 // bytes in whole pages.
@@ -123,6 +136,40 @@ public final class Connection {
             }
             throw error
         }
+        do {
+            _ = try query("SELECT count(*) FROM sqlite_master")
+        } catch {
+            guard error.code == .corrupt else { throw error }
+            throw DatabaseError(.corrupt, resultCode: error.resultCode,
+                                message: "\(path) has a damaged page (its schema cannot be read): \(error.message)")
+        }
+    }
+
+    /// Checks that the file holds every page its header counts: a file cut off at a page
+    /// boundary reads well until the missing pages are needed.
+    private func verifyComplete(readOnly: Bool) throws(DatabaseError) {
+        // Pages still in the write-ahead log are counted but not yet in the file: copy them back
+        // first (cheap when the log is empty); when that cannot finish, do not judge.
+        if readOnly {
+            guard (Self.fileSize(path + "-wal") ?? 0) == 0 else { return }
+        } else {
+            let result = try query("PRAGMA wal_checkpoint(PASSIVE)").first ?? []
+            guard result.count == 3, result[0] == .integer(0), result[1] == result[2] else { return }
+        }
+        guard let size = Self.fileSize(path), size > 0,
+              case .integer(let pages)? = try query("PRAGMA page_count").first?.first,
+              case .integer(let pageSize)? = try query("PRAGMA page_size").first?.first else { return }
+        // SQLCipher keeps the page size of the file; the plaintext page size is what it reports.
+        let filePageSize = Int64(pageSize)
+        if Int64(size) < pages * filePageSize || Int64(size) % filePageSize != 0 {
+            throw DatabaseError(.truncated, message: "\(path) is cut off: \(size) bytes, but its header counts \(pages) "
+                                + "pages of \(pageSize) bytes")
+        }
+    }
+
+    /// The size of the file at `path` in bytes; nil when there is none.
+    public static func fileSize(_ path: String) -> Int? {
+        (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue
     }
 
     /// Whether a file that SQLite cannot read looks like an encrypted database: no SQLite
@@ -141,7 +188,9 @@ public final class Connection {
         let message = handle.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(status))
         let code: DatabaseError.Code
         switch status & 0xFF {
-        case SQLITE_NOTADB: code = .notADatabase
+        // After the open checked the first page, a page that fails SQLCipher's check (reported
+        // as "not a database") is a damaged page; the open itself reports key problems.
+        case SQLITE_NOTADB: code = .corrupt
         case SQLITE_CORRUPT: code = .corrupt
         case SQLITE_BUSY, SQLITE_LOCKED: code = .busy
         case SQLITE_CONSTRAINT: code = .constraint

@@ -7,7 +7,7 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
     /// The kind of failure; cases may be added.
     public struct Code: Sendable, Hashable, CustomStringConvertible {
         private enum Base: String, Sendable, Hashable {
-            case sqlite, invalidEncryptionKey, notADatabase, corrupt, busy, constraint, misuse, closed
+            case sqlite, invalidEncryptionKey, notADatabase, corrupt, busy, constraint, misuse, closed, emptyFile, truncated
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -19,6 +19,10 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
         public static let notADatabase = Code(.notADatabase)
         /// The database file is damaged.
         public static let corrupt = Code(.corrupt)
+        /// The file exists but has no bytes: it was created and never written (not a wrong key).
+        public static let emptyFile = Code(.emptyFile)
+        /// The file is shorter than the database it holds says: it was cut off (not a wrong key).
+        public static let truncated = Code(.truncated)
         /// Another connection holds a lock longer than the busy timeout.
         public static let busy = Code(.busy)
         /// A constraint (key, foreign key, NOT NULL, CHECK) was violated.

@@ -39,10 +39,28 @@ public final class Store: Sendable {
         return Store(schema: schema, pool: pool)
     }
 
+    /// Opens the connections on a thread of their own: opening may wait up to the busy timeout
+    /// for a lock another process holds, which must not block a thread of the concurrency pool.
+    static func openPool(path: String, key: String?) async throws -> DatabasePool {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global(qos: .userInitiated).async {
+                do {
+                    continuation.resume(returning: try DatabasePool(path: path, key: key))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
     /// Opens an existing store; the key is checked here.
     public static func open(path: String, key: String? = nil) async throws -> Store {
         guard FileManager.default.fileExists(atPath: path) else { throw StoreError(.notFound, "No store at \(path)") }
-        let pool = try DatabasePool(path: path, key: key)
+        // SQLite would take an empty file for a new, empty database.
+        if Connection.fileSize(path) == 0 {
+            throw DatabaseError(.emptyFile, message: "\(path) is empty (0 bytes): it was created but never written")
+        }
+        let pool = try await openPool(path: path, key: key)
         do {
             let (version, modelBytes, indexBytes) = try await pool.read { db -> (Int64, [UInt8]?, [UInt8]?) in
                 guard case .integer(let version)? = try db.query("PRAGMA user_version").first?.first else { return (0, nil, nil) }

@@ -128,7 +128,14 @@ public struct OfflineODataError: Error, Sendable, CustomStringConvertible {
     /// What kind of failure.
     public enum Code: String, Sendable {
         case invalidParameter, invalidRequest, notOpen, alreadyOpen, notSupportedOffline, duplicateDefiningQuery,
-             unknownDefiningQuery, pendingChanges, backend, transport, store, cancelled, wrongKey,
+             unknownDefiningQuery, pendingChanges, backend, transport, store, cancelled,
+             /// The store's key is wrong (or its first page is damaged: SQLCipher cannot tell).
+             wrongKey,
+             /// Another process or connection held the store locked past the busy timeout: try
+             /// again later; the store and the key are fine.
+             storeBusy,
+             /// The store file is empty, cut off or has a damaged page: not a key problem.
+             storeDamaged,
              /// The backend answered `401` again after the credentials were refreshed (or no
              /// ``ODataAuthenticator`` is set); nothing of the operation was lost.
              unauthorized

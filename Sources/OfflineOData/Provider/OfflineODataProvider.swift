@@ -239,7 +239,7 @@ public actor OfflineODataProvider {
         do {
             opened = try await Store.open(path: path, key: parameters.storeEncryptionKey)
         } catch let error as DatabaseError {
-            throw OfflineODataError(.wrongKey, "The store \(path) cannot be opened with the given key: \(error.message)")
+            throw Self.openFailure(error, path)
         } catch let error as StoreError {
             throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
         }
@@ -483,6 +483,22 @@ public actor OfflineODataProvider {
 }
 
 extension OfflineODataProvider {
+    /// The provider error for a store that cannot be opened: only a key problem is `wrongKey`,
+    /// so that an app does not ask for the passcode again (or wipe the store) when the file is
+    /// merely busy or damaged.
+    static func openFailure(_ error: DatabaseError, _ path: String) -> OfflineODataError {
+        switch error.code {
+        case .invalidEncryptionKey:
+            return OfflineODataError(.wrongKey, "The store \(path) cannot be opened with the given key: \(error.message)")
+        case .busy:
+            return OfflineODataError(.storeBusy, "The store \(path) is locked by another process or connection: \(error.message)")
+        case .emptyFile, .truncated, .corrupt:
+            return OfflineODataError(.storeDamaged, "The store \(path) is damaged: \(error.message)")
+        default:
+            return OfflineODataError(.store, "The store \(path) cannot be opened: \(error.message)")
+        }
+    }
+
     /// The service root an existing store was created for (nil when there is no store yet).
     public static func storedServiceRoot(parameters: OfflineODataParameters) async throws -> URL? {
         let path = parameters.storeFile
@@ -490,8 +506,10 @@ extension OfflineODataProvider {
         let store: Store
         do {
             store = try await Store.open(path: path, key: parameters.storeEncryptionKey)
+        } catch let error as DatabaseError {
+            throw openFailure(error, path)
         } catch {
-            throw OfflineODataError(.wrongKey, "The store \(path) cannot be opened with the given key: \(error)")
+            throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
         }
         defer { store.close() }
         let root = try await store.read { reader -> String? in
