@@ -292,9 +292,19 @@ struct OfflineCommand: AsyncParsableCommand {
                 _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(delete))")
                 let left = try await provider.readEntities("ErrorArchive").count
                 print("deleted; \(rows.count - left) entries removed and their changes reverted, \(left) left")
-            } else if clear, let first = rows.first, case .primitive(.int64(let id))? = first["RequestID"] {
-                _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
-                print("cleared \(rows.count) entries and reverted their changes")
+            } else if clear {
+                // By default one delete clears the whole archive; with individual deletion each
+                // delete removes one entry and its dependants, so delete until none is left.
+                var left = rows
+                while let first = left.first, case .primitive(.int64(let id))? = first["RequestID"] {
+                    _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
+                    let now = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+                    guard now.count < left.count else {
+                        throw CLIFailure("ErrorArchive(\(id)) was not removed; \(now.count) entries are left")
+                    }
+                    left = now
+                }
+                print("cleared \(rows.count - left.count) entries and reverted their changes")
             }
             await provider.close()
         }

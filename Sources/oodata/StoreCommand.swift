@@ -7,7 +7,7 @@ struct StoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "store",
         abstract: "Create, fill, query and re-key local OData stores.",
-        subcommands: [Init.self, Import.self, Query.self, Rekey.self]
+        subcommands: [Init.self, Import.self, Query.self, Rekey.self, Encrypt.self]
     )
 
     struct Init: AsyncParsableCommand {
@@ -98,7 +98,21 @@ struct StoreCommand: AsyncParsableCommand {
             let opened = try await storeFailure { try await Store.open(path: store, key: key) }
             defer { opened.close() }
             try await storeFailure { try await opened.rekey(to: newKey) }
-            print("re-keyed \(store)")
+            print("re-keyed \(store): it opens with the new key only")
+        }
+    }
+
+    struct Encrypt: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Encrypt an unencrypted store with a key.")
+        @Option(help: "The store file.") var store: String
+        @Option(help: "The key to encrypt it with.") var newKey: String
+
+        func run() async throws {
+            // Opening it without a key proves it is an unencrypted store (an encrypted one fails).
+            let opened = try await storeFailure { try await Store.open(path: store, key: nil) }
+            opened.close()
+            try await storeFailure { try Store.encrypt(path: store, key: newKey) }
+            print("encrypted \(store): it opens with the new key only")
         }
     }
 }

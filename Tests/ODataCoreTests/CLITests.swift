@@ -76,7 +76,14 @@ import Testing
     @Test func offlineCommandsWorkAgainstTheServer() throws {
         let supportFolder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-support-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: supportFolder) }
-        let (server, root, _) = try serve(["--support-dir", supportFolder.path])
+        // Changes of BP4 and BP5 fail on the server: they fill the ErrorArchive.
+        let faults = supportFolder.appendingPathExtension("faults.json")
+        try Data(#"""
+            [{"method": "PATCH", "urlContains": "BusinessPartners('BP4')", "status": 400, "code": "Refused", "message": "no"},
+             {"method": "PATCH", "urlContains": "BusinessPartners('BP5')", "status": 400, "code": "Refused", "message": "no"}]
+            """#.utf8).write(to: faults)
+        defer { try? FileManager.default.removeItem(at: faults) }
+        let (server, root, _) = try serve(["--support-dir", supportFolder.path, "--faults", faults.path])
         defer { stop(server) }
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -108,6 +115,16 @@ import Testing
         #expect(try run(["offline", "queue"] + store).out.contains("the request queue is empty"))
         #expect(try run(["offline", "read"] + store + ["BusinessPartners('BP2')?$select=PartnerID"]).out.contains("BP2"))
         #expect(try run(["offline", "events"] + store).out.contains("Type=Upload"))
+        // --clear with individual deletion clears every entry (it used to remove only the first
+        // and still print "cleared 2 entries").
+        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP4')", #"{"Phone":"four"}"#])
+        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP5')", #"{"Phone":"five"}"#])
+        _ = try run(["offline", "upload"] + store)
+        let individual = store + ["--individual-error-deletion"]
+        #expect(try run(["offline", "errors"] + individual).out.components(separatedBy: "Code=Refused").count == 3)
+        let cleared = try run(["offline", "errors", "--clear"] + individual)
+        #expect(cleared.out.contains("cleared 2 entries"), "\(cleared.out) \(cleared.err)")
+        #expect(try run(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"))
         // A copy for support, re-keyed; without a support key a keyed store is not sent.
         let supportURL = root.replacingOccurrences(of: "/odata/v4/", with: "/support/stores/cli-copy.db")
         #expect(try run(["offline", "send-store"] + store + ["--to", supportURL]).status != 0)
@@ -279,5 +296,20 @@ import Testing
         let unsupported = try run(["store", "query", "--store", store, "--key", "k2", "People?$filter=matchesPattern(FirstName,'^R')"])
         #expect(unsupported.status == 1)
         #expect(unsupported.err.contains("matchespattern"))
+        // An unencrypted store has no key to change: rekey says so (it used to print "re-keyed"
+        // and leave the file plaintext); encrypt encrypts it.
+        let plain = dir.appendingPathComponent("plain.sqlite").path
+        #expect(try run(["store", "init", "--metadata", Conformance.url(folder + "trippin.xml").path, "--store", plain]).status == 0)
+        _ = try run(["store", "import", "--store", plain, "--entity-set", "People", Conformance.url(folder + "people.json").path])
+        let refused = try run(["store", "rekey", "--store", plain, "--new-key", "k3"])
+        #expect(refused.status == 1 && refused.err.contains("is not encrypted"), "\(refused.out) \(refused.err)")
+        #expect(!refused.out.contains("re-keyed"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: plain)).prefix(15) == Data("SQLite format 3".utf8))
+        let encrypted = try run(["store", "encrypt", "--store", plain, "--new-key", "k3"])
+        #expect(encrypted.status == 0 && encrypted.out.contains("encrypted"), "\(encrypted.err)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: plain)).prefix(15) != Data("SQLite format 3".utf8))
+        #expect(try run(["store", "query", "--store", plain, "People/$count"]).status == 1)
+        let keyed = try run(["store", "query", "--store", plain, "--key", "k3", "People/$count"])
+        #expect(keyed.out.trimmingCharacters(in: .whitespacesAndNewlines) == "20", "\(keyed.err)")
     }
 }

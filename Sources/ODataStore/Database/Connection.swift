@@ -364,7 +364,7 @@ public final class Connection {
     public func rekey(to newKey: String) throws(DatabaseError) {
         let bytes = Array(newKey.utf8)
         guard !bytes.isEmpty else {
-            throw DatabaseError(.invalidEncryptionKey, message: "An empty key cannot be set; use Connection.exportDecrypted to remove the key")
+            throw DatabaseError(.invalidEncryptionKey, message: "An empty key cannot be set; Connection.export(to:key:) with a nil key writes an unencrypted copy")
         }
         try check(sqlite3_rekey(handle, bytes, Int32(bytes.count)))
     }

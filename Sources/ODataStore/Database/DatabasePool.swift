@@ -40,6 +40,8 @@ public final class SerializedConnection: @unchecked Sendable {
 /// committed state and never wait for a long write.
 public final class DatabasePool: Sendable {
     public let path: String
+    /// Whether the file was opened with a key (is encrypted).
+    public let isEncrypted: Bool
     private let writer: SerializedConnection
     private let readers: [LazyConnection]
     private let counter = RoundRobin()
@@ -49,6 +51,7 @@ public final class DatabasePool: Sendable {
     /// that only writes, or reads little, does not pay for readers it does not use.
     public init(path: String, key: String? = nil, readerCount: Int = 2) throws(DatabaseError) {
         self.path = path
+        self.isEncrypted = key != nil
         var options = Connection.Options(key: key)
         options.walMode = true
         self.writer = try SerializedConnection(path: path, options: options, label: "ODataStore.writer")

@@ -245,8 +245,43 @@ public final class Store: Sendable {
         return changed
     }
 
-    /// Changes the key of the store file (`nil` is not allowed; export to remove a key).
+    /// Changes the key of an encrypted store file (`nil` is not allowed; export to remove a
+    /// key). An unencrypted store is refused: SQLCipher cannot key a plain file in place (it
+    /// would stay plaintext); ``encrypt(path:key:)`` writes it encrypted.
     public func rekey(to newKey: String) async throws {
+        guard pool.isEncrypted else {
+            throw StoreError(.unsupported, "\(pool.path) is not encrypted, so it has no key to change; "
+                             + "Store.encrypt(path:key:) (oodata store encrypt) encrypts it")
+        }
         try await pool.write { db in try db.rekey(to: newKey) }
+    }
+
+    /// Encrypts the unencrypted store file at `path` with `key`: writes an encrypted copy beside
+    /// it and moves it into place. No connection may have the file open.
+    public static func encrypt(path: String, key: String) throws {
+        guard !key.isEmpty else { throw StoreError(.unsupported, "An empty key cannot encrypt \(path)") }
+        let copy = path + ".encrypting"
+        try? FileManager.default.removeItem(atPath: copy)
+        do {
+            // (Opened with the create flag: ATTACH creates the copy with the main file's flags.)
+            let plain = try Connection(path: path)
+            defer { plain.close() }
+            try plain.export(to: copy, key: key)
+        } catch {
+            try? FileManager.default.removeItem(atPath: copy)
+            throw error
+        }
+        // The copy is complete and keyed: check it, then replace the plain file and its log.
+        let check = try Connection(path: copy, options: .init(key: key))
+        check.close()
+        // rename(2) replaces the file in one step: the plain store is there until the encrypted
+        // one is (FileManager.replaceItemAt on Linux removes the original first).
+        guard rename(copy, path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            try? FileManager.default.removeItem(atPath: copy)
+            throw StoreError(.unsupported, "\(path) could not be replaced by its encrypted copy: \(reason)")
+        }
+        // The plain store's log and shared memory belong to the old file.
+        for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
     }
 }
