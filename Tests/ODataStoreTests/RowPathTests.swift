@@ -137,7 +137,7 @@ import ODataCore
     @Test func otherRequestsTakeTheEntityPath() async throws {
         let dir = TemporaryDirectory()
         let store = try await Self.store(dir)
-        for url in ["Items?$select=Name", "Items?$expand=Group", "Groups?$expand=Items", "Items(1)", "Items/$count", "Items(1)/Name", "Items?$compute=ID add 1 as Next"] {
+        for url in ["Items?$select=Name", "Items?$expand=Group", "Groups?$expand=Items", "Items(1)", "Items/$count", "Items(1)/Name", "Items?$expand=Group/$ref"] {
             #expect(try await store.rowPage(url, context: nil) == nil, "\(url)")
             // They get what `query` answers, from the same call.
             guard case .result(let answer) = try await store.queryRows(url, context: nil) else {

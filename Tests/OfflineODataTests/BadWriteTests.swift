@@ -70,4 +70,28 @@ import Testing
         #expect(stored["value"]?.arrayValue?.isEmpty == true)
         #expect(try await fixture.backend("BusinessPartners('BP1')")["Address"]?["City"]?.stringValue != "B")
     }
+
+    /// Issue 19, defect 9, in local reads: what the store does not implement is refused (it was
+    /// answered as if applied); `$expand` with `/$count` and `/$ref` works offline.
+    @Test func localReadsRefuseWhatTheyDoNotImplement() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        for url in ["SalesOrders?$apply=groupby((PartnerID))", "SalesOrders?$compute=GrossAmount%20mul%202%20as%20D",
+                    "SalesOrders?$expand=Items($compute=Quantity%20as%20Q)"] {
+            await #expect(throws: (any Error).self, "\(url)") { _ = try await provider.read(url) }
+        }
+        let counted = try #require(try await provider.readEntities("SalesOrders('SO1')?$expand=Items/$count").first)
+        let items = try await provider.readEntities("SalesOrderItems?$filter=OrderID eq 'SO1'")
+        #expect(counted.navigation("Items")?.count == Int64(items.count))
+        #expect(counted.navigation("Items")?.inline == nil)
+        let refs = try #require(try await provider.readEntities("SalesOrders('SO1')?$expand=Items/$ref").first)
+        guard case .collection(let references)? = refs.navigation("Items")?.inline else {
+            Issue.record("no references")
+            return
+        }
+        #expect(references.entities.count == items.count)
+        #expect(references.entities.allSatisfy { $0.control.id?.hasPrefix("SalesOrderItems(OrderID='SO1',") == true && $0.properties.isEmpty })
+    }
 }

@@ -19,6 +19,19 @@ extension Model {
                             declared: entityType, path: "")
     }
 
+    /// Checks that an update's body does not change the key of the entity it addresses: a key
+    /// value in the body must equal the URL's (a different one would be dropped, or move the
+    /// entity). `key` holds the URL's key values by property name.
+    public func checkKeyUnchanged(_ entity: Entity, key: [String: PrimitiveValue]) throws(PayloadError) {
+        for (name, value) in key.sorted(by: { $0.key < $1.key }) {
+            guard let given = entity[name], given != .primitive(value) else { continue }
+            if case .primitive(let primitive) = given, case .primitive(let converted)? = Literal.convert(.primitive(primitive), to: value.type),
+               converted == value { continue }
+            throw PayloadError(.unexpectedValue, "\(name) is part of the key (\(Literal.format(.primitive(value)))) and cannot change "
+                               + "to \(Literal.format(given))", offset: -1, path: name)
+        }
+    }
+
     private func checkStructured(typeName: String?, properties: [NamedValue], navigation: [NavigationValue],
                                  declared: String, path: String) throws(PayloadError) {
         func fail(_ message: String, _ at: String) -> PayloadError {

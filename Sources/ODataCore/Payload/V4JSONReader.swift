@@ -626,9 +626,10 @@ public struct V4JSONReader: Sendable {
             return DecimalValue(bytes: bytes[range]).map { .decimal($0) }
         case .double:
             if let fast = fastDouble(bytes, range) { return .double(fast) }
-            return Double(String(decoding: bytes[range], as: UTF8.self)).map { .double($0) }
+            // A number too large for a Double is refused, not stored as infinity.
+            return Double(String(decoding: bytes[range], as: UTF8.self)).flatMap { $0.isFinite ? .double($0) : nil }
         case .single:
-            return Float(String(decoding: bytes[range], as: UTF8.self)).map { .single($0) }
+            return Float(String(decoding: bytes[range], as: UTF8.self)).flatMap { $0.isFinite ? .single($0) : nil }
         default:
             return nil
         }

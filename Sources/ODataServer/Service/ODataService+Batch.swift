@@ -29,7 +29,33 @@ extension ODataService {
         guard contentType.lowercased().hasPrefix("multipart/mixed") else {
             throw ServiceFailure(400, "BadBatch", "A $batch request needs Content-Type multipart/mixed or application/json")
         }
-        let batch = try MultipartBatch.read(request.body, boundary: HTTPHeaders.parameter("boundary", in: contentType))
+        guard let boundary = HTTPHeaders.parameter("boundary", in: contentType), !boundary.isEmpty else {
+            throw ServiceFailure(400, "BadBatch", "Content-Type multipart/mixed of a $batch request needs a boundary parameter")
+        }
+        let batch = try MultipartBatch.read(request.body, boundary: boundary)
+        // Every part says what it is: application/http, or multipart/mixed for a change set; a
+        // Content-ID names one part of the whole batch.
+        var seenIDs: Set<String> = []
+        for part in batch.parts {
+            let operations: [BatchOperation]
+            switch part {
+            case .operation(let operation): operations = [operation]
+            case .changeSet(let set): operations = set.operations
+            }
+            for id in operations.compactMap(\.contentID) where !seenIDs.insert(id).inserted {
+                throw ServiceFailure(400, "BadBatch", "Content-ID \(id) is used by two parts of the $batch request")
+            }
+        }
+        for (index, part) in batch.parts.enumerated() {
+            let headers: [HTTPHeaders]
+            switch part {
+            case .operation(let operation): headers = [operation.partHeaders]
+            case .changeSet(let set): headers = set.operations.map(\.partHeaders)
+            }
+            for partHeaders in headers where partHeaders["Content-Type"]?.lowercased().hasPrefix("application/http") != true {
+                throw ServiceFailure(400, "BadBatch", "Part \(index + 1) of the $batch request needs Content-Type application/http")
+            }
+        }
         let continueOnError = request.isV2 || Preferences(request.headers["Prefer"]).continueOnError
         var parts: [BatchPart] = []
         var contentIDs: [String: String] = [:]

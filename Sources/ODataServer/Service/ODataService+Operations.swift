@@ -10,6 +10,14 @@ extension ODataService {
         switch parsed.path.segments.first?.kind {
         case .functionImport(let n, let args)?:
             name = n
+            guard model.functionImport(n) != nil else {
+                if model.entitySet(n) != nil {
+                    throw ServiceFailure(400, "BadKey", "\(n)() has an empty key: an entity set needs a key value in parentheses")
+                }
+                throw ServiceFailure(404, "NotFound", "\(n) is not a function import of this service")
+            }
+            try model.checkArguments(args, ofFunction: n, isImport: true, input: request.target,
+                                     offset: parsed.path.segments.first?.offset ?? 0)
             for argument in args {
                 switch argument.value.node {
                 case .literal(let value): arguments[argument.name] = value
@@ -22,6 +30,12 @@ extension ODataService {
             name = n
             // `Name(P='x')`: the syntax tree keeps the parameters as a named key.
             if parsed.path.segments.count > 1, case .key(let parts) = parsed.path.segments[1].kind {
+                let named = parts.compactMap { part in part.name.map { NamedArgument(name: $0, value: part.value) } }
+                guard named.count == parts.count else {
+                    throw ServiceFailure(400, "BadParameter", "The parameters of \(n) need names (Name=value)")
+                }
+                try model.checkArguments(named, ofFunction: n, isImport: true, input: request.target,
+                                         offset: parsed.path.segments[1].offset)
                 for part in parts {
                     guard let partName = part.name else { continue }
                     switch part.value.node {

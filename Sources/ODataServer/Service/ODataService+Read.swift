@@ -102,6 +102,14 @@ extension ODataService {
 
     func read(_ request: ServiceRequest) async throws -> ServiceResponse {
         let parsedURL = try URLParser(version: request.version.grammar).parse(request.target)
+        // Only JSON is written: another format is refused, not answered in JSON.
+        if let format = parsedURL.query.format?.lowercased(), format != "json",
+           !format.hasPrefix("application/json") {
+            throw ServiceFailure(406, "NotAcceptable", "$format=\(format) is not supported; this service writes JSON only")
+        }
+        if parsedURL.query.id != nil, parsedURL.path.segments.first?.kind != .entity {
+            throw ServiceFailure(400, "BadRequest", "$id names an entity for $entity and for DELETE of a $ref only")
+        }
         if parsedURL.query.apply != nil {
             // Refused rather than ignored: an answer without the aggregation would look right.
             throw ServiceFailure(501, "NotImplemented", "$apply (data aggregation) is not supported by this service")

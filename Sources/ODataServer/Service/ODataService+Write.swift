@@ -149,6 +149,7 @@ extension ODataService {
                 throw ServiceFailure(404, "NotFound", "No entity at \(request.path)")
             }
             var entity = try entity(from: request, target.table)
+            try model.checkKeyUnchanged(entity, key: key)
             for (name, value) in key { entity[name] = .primitive(value) }
             let etag = Self.newETag()
             entity.control.etag = etag

@@ -129,6 +129,7 @@ public final class ODataService: Sendable {
             case .notFound: return .error(404, code: "NotFound", e.message, version: version)
             case .unsupported: return .error(501, code: "NotImplemented", e.message, version: version)
             case .conflict: return .error(409, code: "Conflict", e.message, version: version)
+            case .badRequest: return .error(400, code: "BadRequest", e.message, version: version)
             case .unknownEntitySet, .unknownProperty: return .error(400, code: "BadRequest", e.message, version: version)
             default: return internalError(e, version: version)
             }
@@ -155,6 +156,8 @@ public final class ODataService: Sendable {
             return ServiceResponse(status: 200, headers: headers, body: Array((request.isV2 ? writer.v2(model) : writer.v4(model)).utf8))
         case ("POST", "$batch"):
             return try await batch(request)
+        case (_, "$batch"), (_, "$metadata"):
+            throw ServiceFailure(405, "MethodNotAllowed", "\(request.method) is not allowed on \(path)")
         default:
             break
         }

@@ -79,7 +79,8 @@ struct ExpressionCompiler {
             if value == .null { return Operand(sql: SQLFragment("NULL"), storage: .null) }
             return Operand(sql: SQLFragment(""), storage: .literal(value))
         case .alias(let name):
-            guard let value = aliases[name] else { throw StoreError(.unsupported, "Parameter alias @\(name) has no value") }
+            // OData: an alias the request gives no value is null.
+            guard let value = aliases[name] else { return Operand(sql: SQLFragment("NULL"), storage: .null) }
             let binder = ExpressionBinder(model: schema.model, aliases: aliases)
             let bound = try binder.bind(value, itType: scope.table.entityType, input: "@\(name)")
             return try compile(bound, scope)
@@ -147,7 +148,7 @@ struct ExpressionCompiler {
         case (_, .null): return .null
         case (.primitive(let type), _):
             guard case .primitive(let converted)? = Literal.convert(value, to: type) else {
-                throw StoreError(.unsupported, "The literal \(Literal.format(value)) does not fit \(type.rawValue)")
+                throw StoreError(.badRequest, "The literal \(Literal.format(value)) does not fit \(type.rawValue)")
             }
             if type == .dateTimeOffset || type == .dateTime, case .dateTimeOffset(let d) = converted { return .text(ValueStorage.instantKey(d)) }
             if type == .dateTimeOffset || type == .dateTime, case .dateTime(let d) = converted { return .text(ValueStorage.instantKey(d)) }

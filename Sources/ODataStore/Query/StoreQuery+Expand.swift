@@ -46,14 +46,17 @@ extension QueryExecutor {
     private mutating func expandNavigation(_ table: StoreSchema.EntityTable, _ loaded: inout [(Int64, Entity)], _ expand: BoundRequest.BoundExpand,
                                            depth: Int) throws {
         guard !loaded.isEmpty else { return }
-        guard expand.item.path.count == 1, let name = expand.item.path.first else {
-            if expand.item.path == ["*"] {
-                for nav in table.navigation {
-                    let star = BoundRequest.BoundExpand(item: ExpandItem(path: [nav.name]), targetType: nil, isCollection: nav.isCollection, filter: nil, orderBy: [], expand: [])
-                    try expandNavigation(table, &loaded, star, depth: depth)
-                }
-                return
+        if expand.item.path == ["*"] {
+            // Every navigation property with a target in the store (`*/$count` counts each).
+            for nav in table.navigation where schema.table(forEntitySet: nav.targetEntitySet) != nil {
+                let item = ExpandItem(path: [nav.name], isCount: expand.item.isCount)
+                let star = BoundRequest.BoundExpand(item: item, targetType: nil, isCollection: nav.isCollection, filter: nil,
+                                                    orderBy: [], expand: [])
+                try expandNavigation(table, &loaded, star, depth: depth)
             }
+            return
+        }
+        guard expand.item.path.count == 1, let name = expand.item.path.first else {
             throw fail("$expand through complex properties or casts (\(expand.item.path.joined(separator: "/")))")
         }
         guard let nav = table.navigation(name), let target = schema.table(forEntitySet: nav.targetEntitySet) else {
@@ -82,11 +85,37 @@ extension QueryExecutor {
         // $skip and $top apply per parent.
         var grouped: [Int64: [Int64]] = [:]
         for (parent, child) in pairs { grouped[parent, default: []].append(child) }
+        // `Nav/$count`: only the number of related entities (after $filter), no entities.
+        if expand.item.isCount {
+            for index in loaded.indices {
+                var value = NavigationValue(name: name)
+                value.count = Int64(grouped[loaded[index].0]?.count ?? 0)
+                loaded[index].1.navigation.removeAll { $0.name == name }
+                loaded[index].1.navigation.append(value)
+            }
+            return
+        }
         let skip = options.skip ?? 0
         for (parent, children) in grouped {
             var slice = Array(children.dropFirst(skip))
             if let top = options.top { slice = Array(slice.prefix(top)) }
             grouped[parent] = slice
+        }
+        // `Nav/$ref`: entity references (`@odata.id` only) instead of the entities.
+        if expand.item.isRef {
+            for index in loaded.indices {
+                let ids = grouped[loaded[index].0] ?? []
+                let references = try references(target, ids).map { id -> Entity in
+                    var reference = Entity()
+                    reference.control.id = id
+                    return reference
+                }
+                var value = NavigationValue(name: name)
+                value.inline = nav.isCollection ? .collection(EntityCollection(entities: references)) : .entity(references.first)
+                loaded[index].1.navigation.removeAll { $0.name == name }
+                loaded[index].1.navigation.append(value)
+            }
+            return
         }
         var nestedExpand = expand.expand
         // $levels: expand the same navigation again below, up to the given depth.

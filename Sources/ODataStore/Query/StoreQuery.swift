@@ -163,7 +163,27 @@ struct QueryExecutor {
         return SQLFragment.joined(conditions, " AND ")
     }
 
+    /// Refuses options the store does not implement, at any expand level: an answer that
+    /// ignored them would look right and be wrong.
+    static func refuseUnimplemented(_ options: QueryOptions, at place: String = "") throws {
+        let whereText = place.isEmpty ? "" : " (in $expand=\(place))"
+        if options.apply != nil {
+            throw StoreError(.unsupported, "The store cannot answer this query: $apply (data aggregation) is not supported\(whereText)")
+        }
+        if options.compute != nil {
+            throw StoreError(.unsupported, "The store cannot answer this query: $compute is not supported\(whereText)")
+        }
+        for item in options.expand ?? [] {
+            let path = (place.isEmpty ? "" : place + "/") + item.path.joined(separator: "/")
+            if item.path == ["*"], item.isRef || item.options?.isEmpty == false {
+                throw StoreError(.unsupported, "The store cannot answer this query: $expand=*/$ref and options of * are not supported")
+            }
+            if let nested = item.options { try refuseUnimplemented(nested, at: path) }
+        }
+    }
+
     mutating func run(pageSize: Int?) throws -> QueryResult {
+        try Self.refuseUnimplemented(parsed.query)
         let (source, rest) = try source()
         let whereClause = try condition(for: source)
         let fromClause = "\(StoreSchema.quote(source.table.name)) t0"
@@ -236,11 +256,16 @@ struct QueryExecutor {
         var skipToken = 0
         var afterRow: Int64?
         if let token = parsed.query.skipToken {
+            // Only tokens this store wrote: another one would silently restart at the beginning.
+            let refused = StoreError(.badRequest, "$skiptoken=\(token.prefix(40)) is not a token of this service's next links")
             if token.hasPrefix("r"), let o = token.firstIndex(of: "o") {
-                afterRow = Int64(token[token.index(after: token.startIndex)..<o])
-                skipToken = Int(token[token.index(after: o)...]) ?? 0
+                guard let row = Int64(token[token.index(after: token.startIndex)..<o]),
+                      let count = Int(token[token.index(after: o)...]), count >= 0 else { throw refused }
+                afterRow = row
+                skipToken = count
             } else {
-                skipToken = Int(token) ?? 0
+                guard let count = Int(token), count >= 0 else { throw refused }
+                skipToken = count
             }
         }
         let keyset = bound.orderBy.isEmpty

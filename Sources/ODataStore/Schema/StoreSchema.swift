@@ -342,7 +342,7 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
     /// The kind of failure; cases may be added.
     public struct Code: Sendable, Hashable, CustomStringConvertible {
         private enum Base: String, Sendable, Hashable {
-            case unknownEntitySet, unknownProperty, unsupported, schemaVersion, notAStore, notFound, conflict
+            case unknownEntitySet, unknownProperty, unsupported, schemaVersion, notAStore, notFound, conflict, badRequest
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -354,6 +354,9 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
         public static let notAStore = Code(.notAStore)
         public static let notFound = Code(.notFound)
         public static let conflict = Code(.conflict)
+        /// Input the store refuses because it is wrong, not because the store lacks a feature: a
+        /// value out of range for its type, a `$skiptoken` it did not write.
+        public static let badRequest = Code(.badRequest)
         public var description: String { base.rawValue }
     }
 

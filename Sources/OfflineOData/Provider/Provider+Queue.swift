@@ -684,6 +684,7 @@ extension OfflineODataProvider {
             let entity = try model.readEntity(body, entityType: entityType)
             // Refused before anything is queued: a value the backend would drop or refuse.
             if let entityType { try model.checkWritable(entity, as: entityType) }
+            if method != "POST", target.navigation == nil, let key = target.key { try model.checkKeyUnchanged(entity, key: key) }
             return entity
         } catch {
             throw OfflineODataError(.invalidRequest, "The body of \(method) \(url) is not a valid \(set) entity: \(error)")

@@ -85,7 +85,7 @@ struct JSONReader {
             let c = bytes[j]
             if c == 0x22 {
                 i = j + 1
-                return String(decoding: bytes[start..<j], as: UTF8.self)
+                return try text(bytes[start..<j], at: start)
             }
             if c == 0x5C { break }
             if c < 0x20 { throw error("Control character in a string", at: j) }
@@ -97,7 +97,7 @@ struct JSONReader {
             let c = bytes[j]
             if c == 0x22 {
                 i = j + 1
-                return String(decoding: out, as: UTF8.self)
+                return try text(out[...], at: start)
             }
             if c < 0x20 { throw error("Control character in a string", at: j) }
             if c != 0x5C {
@@ -125,7 +125,9 @@ struct JSONReader {
                     value = 0x10000 + ((value - 0xD800) << 10) + (low - 0xDC00)
                     consumed = 12
                 }
-                let scalar = Unicode.Scalar(value) ?? "\u{FFFD}"
+                guard let scalar = Unicode.Scalar(value) else {
+                    throw error("\\u\(String(value, radix: 16, uppercase: true)) is half a surrogate pair, not a character", at: j)
+                }
                 out.append(contentsOf: Array(String(Character(scalar)).utf8))
                 j += consumed
                 continue
@@ -135,6 +137,12 @@ struct JSONReader {
             j += 2
         }
         throw error("Unterminated string", at: start - 1)
+    }
+
+    /// The text of string bytes, which must be UTF-8 (never repaired into U+FFFD).
+    @inline(__always) private func text(_ slice: ArraySlice<UInt8>, at start: Int) throws(PayloadError) -> String {
+        if let text = String(validating: slice, as: UTF8.self) { return text }
+        throw error("A string is not valid UTF-8", at: start)
     }
 
     private func hex4(_ at: Int) -> UInt32? {

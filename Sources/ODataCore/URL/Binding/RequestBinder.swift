@@ -39,6 +39,8 @@ public struct BoundRequest: Sendable, Hashable {
 /// Binds a ``ParsedURL`` to a ``Model``.
 public struct RequestBinder: Sendable {
     public var model: Model
+    /// The most `$orderby` items a request may have.
+    public static let maxOrderByItems = 100
 
     /// Creates a value from its parts.
     public init(model: Model) { self.model = model }
@@ -75,6 +77,11 @@ public struct RequestBinder: Sendable {
     }
 
     private func bindOrderBy(_ items: [OrderByItem], _ binder: ExpressionBinder, _ type: String, input: String = "$orderby") throws(BindingError) -> [BoundRequest.BoundOrderBy] {
+        // SQLite orders by at most 2,000 terms; far fewer make sense.
+        guard items.count <= Self.maxOrderByItems else {
+            throw BindingError(.unsupported, "$orderby has \(items.count) items; at most \(Self.maxOrderByItems) are accepted",
+                               input: input, offset: 0)
+        }
         var result: [BoundRequest.BoundOrderBy] = []
         for item in items {
             let bound = try binder.bind(item.expression, itType: type, input: input)

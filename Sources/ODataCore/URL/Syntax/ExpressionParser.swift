@@ -206,6 +206,7 @@ struct ExpressionParser {
                 }
             }
             i = save
+            // An empty list is allowed (the ABNF's list is optional): it matches nothing.
             if peek() != UInt8(ascii: ")") {
                 while true {
                     let itemStart = i

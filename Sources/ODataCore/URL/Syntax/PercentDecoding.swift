@@ -41,6 +41,27 @@ struct DecodedText {
             }
         }
         offsets.append(range.upperBound)
-        return DecodedText(text: String(decoding: out, as: UTF8.self), rawOffsets: offsets, encoded: encoded)
+        // Bytes that are not UTF-8 (also overlong forms and encoded surrogates) are refused, not
+        // turned into U+FFFD: the text would not be what the client sent.
+        guard let text = String(validating: out, as: UTF8.self) else {
+            let bad = Self.firstInvalidUTF8(out) ?? 0
+            throw SyntaxError(.invalidPercentEncoding, "The decoded URL is not valid UTF-8", input: input,
+                              offset: offsets[min(bad, offsets.count - 1)])
+        }
+        return DecodedText(text: text, rawOffsets: offsets, encoded: encoded)
+    }
+
+    /// The offset of the first byte that does not start a valid UTF-8 sequence, if any.
+    static func firstInvalidUTF8(_ bytes: [UInt8]) -> Int? {
+        var parser = Unicode.UTF8.ForwardParser()
+        var iterator = bytes.makeIterator()
+        var offset = 0
+        while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid(let encoded): offset += encoded.count
+            case .emptyInput: return nil
+            case .error: return offset
+            }
+        }
     }
 }
