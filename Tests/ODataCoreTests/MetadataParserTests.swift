@@ -85,6 +85,17 @@ import Testing
         }
     }
 
+    /// Found by the `error` fuzz target (ODataError reads XML bodies with the same parser): an
+    /// element name that is not UTF-8 trapped inside Foundation's XMLParser.
+    @Test func bytesThatAreNotUTF8AreAnErrorNotATrap() {
+        for bytes: [UInt8] in [[0x3C, 0x43, 0xE4, 0x7A, 0xFF, 0xFF, 0x2F, 0x3E], [0x3C, 0x61, 0xFF, 0x20, 0x62, 0x2F, 0x3E],
+                               Array("<a b=\"".utf8) + [0xFF] + Array("\"/>".utf8),
+                               Array("<?xml version=\"1.0\"?><a>".utf8) + [0xC0, 0xAF] + Array("</a>".utf8)] {
+            #expect(throws: MetadataError.self) { try MetadataParser().parse(Data(bytes)) }
+            #expect(throws: (any Error).self) { try ODataError.parse(bytes, httpStatus: 500) }
+        }
+    }
+
     @Test func arbitraryBytesNeverCrash() {
         var generator = SystemRandomNumberGenerator()
         for length in [0, 1, 7, 64, 512] {

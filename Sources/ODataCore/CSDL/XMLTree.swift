@@ -60,6 +60,17 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
     private static let maxDepth = 256
 
     static func parse(_ data: Data) throws(MetadataError) -> XMLNode {
+        // Foundation's parser on Linux traps on names that are not UTF-8, and stopping it after
+        // an encoding switch crashed libxml2 (both found by fuzzing): only UTF-8 is read.
+        let bytes = [UInt8](data)
+        if let bad = DecodedText.firstInvalidUTF8(bytes) {
+            throw MetadataError(.malformedXML, "The document is not UTF-8 text: byte \(bad) starts no UTF-8 character",
+                                line: 1 + bytes.prefix(bad).filter { $0 == 0x0A }.count, column: 1, elementPath: "")
+        }
+        if let declared = Self.declaredEncoding(bytes), !["utf-8", "utf8"].contains(declared.lowercased()) {
+            throw MetadataError(.malformedXML, "The document declares encoding \(declared); only UTF-8 is read",
+                                line: 1, column: 1, elementPath: "")
+        }
         let builder = XMLTreeBuilder()
         let parser = XMLParser(data: data)
         parser.shouldProcessNamespaces = false
@@ -81,6 +92,19 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
             throw MetadataError(.malformedXML, "The document is empty", line: 1, column: 1, elementPath: "")
         }
         return root
+    }
+
+    /// The `encoding` of the XML declaration, if the document starts with one.
+    static func declaredEncoding(_ bytes: [UInt8]) -> String? {
+        var start = 0
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { start = 3 }
+        let head = String(decoding: bytes[start..<min(bytes.count, start + 200)], as: UTF8.self)
+        guard head.hasPrefix("<?xml"), let end = head.range(of: "?>") else { return nil }
+        let declaration = head[..<end.lowerBound]
+        guard let key = declaration.range(of: "encoding") else { return nil }
+        let rest = declaration[key.upperBound...].drop { $0 == " " || $0 == "=" }
+        guard let quote = rest.first, quote == "\"" || quote == "'" else { return nil }
+        return String(rest.dropFirst().prefix { $0 != quote })
     }
 
     private static func describe(_ error: any Error) -> String {
