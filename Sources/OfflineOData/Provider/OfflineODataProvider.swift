@@ -225,6 +225,7 @@ public actor OfflineODataProvider {
             // A first open that never finished: its store may even be damaged (it is filled
             // without a durable journal). It is made again from the backend; nothing local
             // can be lost, since no local change can be made before the first open succeeds.
+            try refuseUnfinishedWithoutDefiningQueries(path)
             Self.removeStoreFiles(path)
             try await createAndFill(path)
         } else if FileManager.default.fileExists(atPath: path) {
@@ -232,6 +233,15 @@ public actor OfflineODataProvider {
         } else {
             try await createAndFill(path)
         }
+    }
+
+    /// A store whose first fill never finished is made again from the defining queries; a
+    /// provider without them (a tool that only reads or uploads) must not make it complete and
+    /// empty: it says what happened and leaves the store for an open with its queries.
+    private func refuseUnfinishedWithoutDefiningQueries(_ path: String) throws {
+        guard definingQueries.isEmpty else { return }
+        throw OfflineODataError(.store, "The first open of \(path) ended before the store was filled; open it again with its "
+                                + "defining queries to fill it (no local change was made before, so nothing is lost)")
     }
 
     private func openExisting(_ path: String) async throws {
@@ -256,6 +266,7 @@ public actor OfflineODataProvider {
         }
         if state.unfinished {
             opened.close()
+            try refuseUnfinishedWithoutDefiningQueries(path)
             Self.removeStoreFiles(path)
             try await createAndFill(path)
             return
