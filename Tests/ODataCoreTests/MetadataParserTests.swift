@@ -96,6 +96,20 @@ import Testing
         }
     }
 
+    /// Found by the `csdl` and `error` fuzz targets: Foundation's XMLParser on Linux crashes
+    /// (strlen of NULL) on a processing instruction without data, such as a broken declaration.
+    @Test func processingInstructionsAreAnErrorNotACrash() throws {
+        for text in ["<?xm?>\n<a/>", "<a><?x?></a>", "<?xml version=\"1.0\"?><a><?pi?></a>", "<?x y?><a/>"] {
+            #expect(throws: MetadataError.self, "\(text)") { try MetadataParser().parse(Data(text.utf8)) }
+            #expect(throws: (any Error).self) { try ODataError.parse(Array(text.utf8), httpStatus: 500) }
+        }
+        // The declaration itself, and `<?` in comments and CDATA, are fine.
+        for text in ["<?xml version=\"1.0\"?><!-- <?not a pi?> --><a><![CDATA[<?x?>]]></a>", "<a/>", "\u{FEFF}<?xml version='1.0'?><a/>"] {
+            #expect(XMLTreeBuilder.processingInstruction(Array(text.utf8)) == nil, "\(text)")
+        }
+        #expect(throws: Never.self) { try MetadataParser().parse(try Conformance.data("metadata/v4/northwind-v4.xml")) }
+    }
+
     @Test func arbitraryBytesNeverCrash() {
         var generator = SystemRandomNumberGenerator()
         for length in [0, 1, 7, 64, 512] {

@@ -71,6 +71,10 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
             throw MetadataError(.malformedXML, "The document declares encoding \(declared); only UTF-8 is read",
                                 line: 1, column: 1, elementPath: "")
         }
+        if let offset = Self.processingInstruction(bytes) {
+            throw MetadataError(.malformedXML, "Processing instructions (<?…?>) other than the XML declaration are not read",
+                                line: 1 + bytes.prefix(offset).filter { $0 == 0x0A }.count, column: 1, elementPath: "")
+        }
         let builder = XMLTreeBuilder()
         let parser = XMLParser(data: data)
         parser.shouldProcessNamespaces = false
@@ -92,6 +96,36 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
             throw MetadataError(.malformedXML, "The document is empty", line: 1, column: 1, elementPath: "")
         }
         return root
+    }
+
+    /// The offset of a processing instruction other than the XML declaration at the start (outside
+    /// comments and CDATA), if any. Foundation's parser on Linux crashes on one without data
+    /// (`<?x?>`, found by fuzzing), and CSDL and error documents have no use for them.
+    static func processingInstruction(_ bytes: [UInt8]) -> Int? {
+        var i = bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0
+        func starts(_ text: String, at index: Int) -> Bool { bytes[index...].starts(with: text.utf8) }
+        // The declaration: `<?xml` and whitespace, only at the very start.
+        if starts("<?xml", at: i), i + 5 < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[i + 5]) {
+            while i + 1 < bytes.count, !(bytes[i] == UInt8(ascii: "?") && bytes[i + 1] == UInt8(ascii: ">")) { i += 1 }
+            i += 2
+        }
+        while i + 1 < bytes.count {
+            if bytes[i] == UInt8(ascii: "<") {
+                if starts("<!--", at: i) {
+                    guard let end = bytes[(i + 4)...].firstRange(of: Array("-->".utf8)) else { return nil }
+                    i = end.upperBound
+                    continue
+                }
+                if starts("<![CDATA[", at: i) {
+                    guard let end = bytes[(i + 9)...].firstRange(of: Array("]]>".utf8)) else { return nil }
+                    i = end.upperBound
+                    continue
+                }
+                if bytes[i + 1] == UInt8(ascii: "?") { return i }
+            }
+            i += 1
+        }
+        return nil
     }
 
     /// The `encoding` of the XML declaration, if the document starts with one.
