@@ -39,6 +39,10 @@ let package = Package(
             ]
         ),
         .executableTarget(
+            name: "ChainRatio",
+            dependencies: [.product(name: "ODataCore", package: parent), .product(name: "ODataStore", package: parent)]
+        ),
+        .executableTarget(
             name: "PayloadRatio",
             dependencies: ["PayloadFixtures", .product(name: "ODataCore", package: parent)]
         ),

@@ -83,12 +83,17 @@ struct ExpressionParser {
         var leftHeight = CommonExpression.height(of: left)
         // A run of `and` (or of `or`) becomes a balanced tree: `a or b or … ` with thousands of
         // terms (a key list) stays a few levels high, and means the same.
-        var run: (op: BinaryOperator, operands: [CommonExpression], height: Int)?
+        // (Kept in separate variables: appending to an array inside an optional tuple that
+        // was also bound to a constant copied the whole array each time, quadratic in the run.)
+        var runOp: BinaryOperator?
+        var runOperands: [CommonExpression] = []
+        var runHeight = 0
         func finishRun() {
-            guard let current = run else { return }
-            left = Self.balanced(current.op, current.operands[...])
-            leftHeight = current.height + Self.levels(current.operands.count)
-            run = nil
+            guard let op = runOp else { return }
+            left = Self.balanced(op, runOperands[...])
+            leftHeight = runHeight + Self.levels(runOperands.count)
+            runOp = nil
+            runOperands = []
         }
         while true {
             guard let (op, after) = binaryOperator(), op.precedence > minPrecedence else { break }
@@ -101,12 +106,14 @@ struct ExpressionParser {
             }
             let rightHeight = CommonExpression.height(of: right)
             if op == .and || op == .or {
-                if let current = run, current.op == op {
-                    run?.operands.append(right)
-                    run?.height = max(current.height, rightHeight)
+                if runOp == op {
+                    runOperands.append(right)
+                    runHeight = max(runHeight, rightHeight)
                 } else {
                     finishRun()
-                    run = (op, [left, right], max(leftHeight, rightHeight))
+                    runOp = op
+                    runOperands = [left, right]
+                    runHeight = max(leftHeight, rightHeight)
                 }
                 continue
             }
