@@ -204,6 +204,9 @@ extension ODataService {
         for keyName in targetTable.keyColumns where entity[keyName] == nil || entity[keyName] == .null {
             throw ServiceFailure(400, "MissingKey", "The new \(targetTable.entitySet) entity has no value for key property \(keyName)")
         }
+        // Nested entities of a deep insert whose key the service generates need none either.
+        var taken: [String: Int64] = [:]
+        try assignNestedKeys(&entity, targetTable, writer, &taken)
         let etag = Self.newETag()
         entity.control.etag = etag
         stampNested(&entity)
@@ -230,6 +233,39 @@ extension ODataService {
         var response = representation(stored, targetTable, request, status: 201)
         response.headers.merge(headers)
         return response
+    }
+
+    /// Gives nested (deep insert) entities of sets with server-generated keys the next free key
+    /// when they have none; `taken` holds the keys handed out in this request, per set.
+    private func assignNestedKeys(_ entity: inout Entity, _ table: StoreSchema.EntityTable, _ writer: StoreWriter,
+                                  _ taken: inout [String: Int64]) throws {
+        func assign(_ nested: inout Entity, _ target: StoreSchema.EntityTable) throws {
+            if let keyName = options.serverGeneratedKeys[target.entitySet], nested[keyName] == nil || nested[keyName] == .null {
+                var next = taken[target.entitySet] ?? 0
+                if next == 0 {
+                    let rows = try writer.connection.query("SELECT max(\(StoreSchema.quote(keyName))) FROM \(StoreSchema.quote(target.name))")
+                    if case .integer(let max)? = rows.first?.first { next = max }
+                }
+                next += 1
+                taken[target.entitySet] = next
+                nested[keyName] = .primitive(.int64(next))
+            }
+            try assignNestedKeys(&nested, target, writer, &taken)
+        }
+        for index in entity.navigation.indices {
+            guard let nav = table.navigation(entity.navigation[index].name),
+                  let target = store.schema.table(forEntitySet: nav.targetEntitySet) else { continue }
+            switch entity.navigation[index].inline {
+            case .entity(var nested?)?:
+                try assign(&nested, target)
+                entity.navigation[index].inline = .entity(nested)
+            case .collection(var nested)?:
+                for item in nested.entities.indices { try assign(&nested.entities[item], target) }
+                entity.navigation[index].inline = .collection(nested)
+            default:
+                break
+            }
+        }
     }
 
     /// Stores a request's body as the media stream of an entity, with its content type.
