@@ -312,6 +312,7 @@ import Darwin
 
     @Test func everyMalformedRequestGetsA4xxWithAnODataError() async throws {
         #expect(Self.cases.count >= 150, "\(Self.cases.count) cases")
+        print("malformed-request table: \(Self.cases.count) requests")
         let server = TestServer()
         defer { server.remove() }
         let service = try await server.service()
