@@ -237,7 +237,7 @@ public final class Store: Sendable {
             }
             let changed = mode == .text(on ? "memory" : "wal")
             // In WAL mode (when the journal could not change), commits wait for the operating
-            // system only, as with `setDurableCommits(false)`.
+            // system only (`synchronous = NORMAL`).
             try db.execute("PRAGMA synchronous = \(!on ? "FULL" : changed ? "OFF" : "NORMAL")")
             return changed
         }

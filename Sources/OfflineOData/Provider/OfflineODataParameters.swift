@@ -1,6 +1,9 @@
 public import Foundation
 
-/// The settings of an offline provider (SPEC §2). Every default matches the reference system.
+/// The settings of an offline provider (SPEC §2). The names follow SAP's `OfflineODataParameters` where SAP has
+/// the setting; the defaults are this package's own, and not all of them are SAP's. For example, a nil
+/// `storePath` means the current directory, where SAP uses the app's Documents directory. Each default is in
+/// the property's declaration.
 public struct OfflineODataParameters: Sendable {
     /// Key of the store file; fixed at the first open; every later open needs it.
     public var storeEncryptionKey: String?
