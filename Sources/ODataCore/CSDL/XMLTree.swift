@@ -67,7 +67,7 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
             throw MetadataError(.malformedXML, "The document is not UTF-8 text: byte \(bad) starts no UTF-8 character",
                                 line: 1 + bytes.prefix(bad).filter { $0 == 0x0A }.count, column: 1, elementPath: "")
         }
-        if let declared = Self.declaredEncoding(bytes), !["utf-8", "utf8"].contains(declared.lowercased()) {
+        if let declared = Self.declaredEncoding(bytes), !["utf-8", "utf8", "us-ascii", "ascii"].contains(declared.lowercased()) {
             throw MetadataError(.malformedXML, "The document declares encoding \(declared); only UTF-8 is read",
                                 line: 1, column: 1, elementPath: "")
         }

@@ -56,6 +56,9 @@ extension Model {
                 if navigationProperty(property.name, ofStructuredType: type) != nil { continue }
                 throw fail("\(type) has no property \(property.name)", at)
             }
+            // A null key means "the service makes one" on create; a changed key is refused by
+            // `checkKeyUnchanged` on update.
+            if property.value == .null, isKeyProperty(property.name, of: type) { continue }
             try checkValue(property.value, declaredProperty.type, declaredProperty.facets, at: at)
         }
         for nav in navigation {
@@ -76,6 +79,11 @@ extension Model {
             default: break
             }
         }
+    }
+
+    private func isKeyProperty(_ name: String, of type: String) -> Bool {
+        guard let entity = entityType(type) else { return false }
+        return key(of: entity).contains { $0.name == name }
     }
 
     private func isOpen(_ type: String) -> Bool {

@@ -42,6 +42,8 @@ extension ODataService {
             case .operation(let operation): operations = [operation]
             case .changeSet(let set): operations = set.operations
             }
+            // V2 scopes a Content-ID to its change set; V4 to the whole batch.
+            if request.isV2 { seenIDs = [] }
             for id in operations.compactMap(\.contentID) where !seenIDs.insert(id).inserted {
                 throw ServiceFailure(400, "BadBatch", "Content-ID \(id) is used by two parts of the $batch request")
             }

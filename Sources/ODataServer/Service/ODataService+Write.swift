@@ -54,6 +54,7 @@ extension ODataService {
     /// Parses a request body as an entity of the table's type.
     func entity(from request: ServiceRequest, _ table: StoreSchema.EntityTable) throws -> Entity {
         guard !request.body.isEmpty else { throw ServiceFailure(400, "EmptyBody", "The request has no body") }
+        if let problem = JSONTextCheck.problem(request.body) { throw ServiceFailure(400, "BadPayload", problem) }
         let entity = request.isV2
             ? try V2JSONReader(model: model).readEntity(request.body, entityType: table.entityType)
             : try V4JSONReader(model: model).readEntity(request.body, entityType: table.entityType)

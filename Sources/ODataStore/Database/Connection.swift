@@ -72,7 +72,6 @@ public final class Connection {
                 try execute("PRAGMA cipher_page_size = \(Self.cipherPageSize)")
             }
             try verifyReadable(keyed: options.key != nil)
-            try verifyComplete(readOnly: options.readOnly)
             if let cache = options.cacheSizeKiB ?? (options.key != nil ? Self.keyedCacheKiB : nil) {
                 try execute("PRAGMA cache_size = -\(cache)")
             }
@@ -136,34 +135,19 @@ public final class Connection {
             }
             throw error
         }
+        // A file that is not a whole number of pages was cut off (the page size never changes,
+        // so this holds while other connections write).
+        if case .integer(let pageSize)? = try query("PRAGMA page_size").first?.first, pageSize > 0,
+           let size = Self.fileSize(path), size > 0, size % Int(pageSize) != 0 {
+            throw DatabaseError(.truncated, message: "\(path) is cut off: \(size) bytes is not a whole number of "
+                                + "\(pageSize)-byte pages")
+        }
         do {
             _ = try query("SELECT count(*) FROM sqlite_master")
         } catch {
             guard error.code == .corrupt else { throw error }
             throw DatabaseError(.corrupt, resultCode: error.resultCode,
                                 message: "\(path) has a damaged page (its schema cannot be read): \(error.message)")
-        }
-    }
-
-    /// Checks that the file holds every page its header counts: a file cut off at a page
-    /// boundary reads well until the missing pages are needed.
-    private func verifyComplete(readOnly: Bool) throws(DatabaseError) {
-        // Pages still in the write-ahead log are counted but not yet in the file: copy them back
-        // first (cheap when the log is empty); when that cannot finish, do not judge.
-        if readOnly {
-            guard (Self.fileSize(path + "-wal") ?? 0) == 0 else { return }
-        } else {
-            let result = try query("PRAGMA wal_checkpoint(PASSIVE)").first ?? []
-            guard result.count == 3, result[0] == .integer(0), result[1] == result[2] else { return }
-        }
-        guard let size = Self.fileSize(path), size > 0,
-              case .integer(let pages)? = try query("PRAGMA page_count").first?.first,
-              case .integer(let pageSize)? = try query("PRAGMA page_size").first?.first else { return }
-        // SQLCipher keeps the page size of the file; the plaintext page size is what it reports.
-        let filePageSize = Int64(pageSize)
-        if Int64(size) < pages * filePageSize || Int64(size) % filePageSize != 0 {
-            throw DatabaseError(.truncated, message: "\(path) is cut off: \(size) bytes, but its header counts \(pages) "
-                                + "pages of \(pageSize) bytes")
         }
     }
 

@@ -257,23 +257,33 @@ public final class Store: Sendable {
     }
 
     /// Encrypts the unencrypted store file at `path` with `key`: writes an encrypted copy beside
-    /// it and moves it into place. No connection may have the file open.
+    /// it and moves it into place. No other connection or process may have the file open: writes
+    /// made through one after the copy would be lost.
     public static func encrypt(path: String, key: String) throws {
         guard !key.isEmpty else { throw StoreError(.unsupported, "An empty key cannot encrypt \(path)") }
         let copy = path + ".encrypting"
         try? FileManager.default.removeItem(atPath: copy)
         do {
             // (Opened with the create flag: ATTACH creates the copy with the main file's flags.)
-            let plain = try Connection(path: path)
+            var options = Connection.Options()
+            options.walMode = false
+            let plain = try Connection(path: path, options: options)
             defer { plain.close() }
+            // Everything into the main file and out of WAL mode first: a plaintext log left
+            // beside the encrypted file would be replayed over it.
+            _ = try plain.query("PRAGMA wal_checkpoint(TRUNCATE)")
+            _ = try plain.query("PRAGMA journal_mode = DELETE")
             try plain.export(to: copy, key: key)
         } catch {
             try? FileManager.default.removeItem(atPath: copy)
             throw error
         }
         // The copy is complete and keyed: check it, then replace the plain file and its log.
-        let check = try Connection(path: copy, options: .init(key: key))
+        var checkOptions = Connection.Options(key: key)
+        checkOptions.walMode = false
+        let check = try Connection(path: copy, options: checkOptions)
         check.close()
+        for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: copy + suffix) }
         // rename(2) replaces the file in one step: the plain store is there until the encrypted
         // one is (FileManager.replaceItemAt on Linux removes the original first).
         guard rename(copy, path) == 0 else {

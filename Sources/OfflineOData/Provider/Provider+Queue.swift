@@ -682,10 +682,15 @@ extension OfflineODataProvider {
         do {
             let entityType = model.entitySet(set)?.entityType
             let entity = try model.readEntity(body, entityType: entityType)
+            if let problem = JSONTextCheck.problem(body) {
+                throw OfflineODataError(.invalidRequest, "The body of \(method) \(url) is not stored as sent: \(problem)")
+            }
             // Refused before anything is queued: a value the backend would drop or refuse.
             if let entityType { try model.checkWritable(entity, as: entityType) }
             if method != "POST", target.navigation == nil, let key = target.key { try model.checkKeyUnchanged(entity, key: key) }
             return entity
+        } catch let error as OfflineODataError {
+            throw error
         } catch {
             throw OfflineODataError(.invalidRequest, "The body of \(method) \(url) is not a valid \(set) entity: \(error)")
         }

@@ -193,11 +193,12 @@ extension OfflineODataProvider {
             if !request.isCreate, !request.url.hasSuffix("/$ref") {
                 if !createdHere.contains(reference), !matched.contains(reference), let etag = etags[reference] {
                     headers["If-Match"] = etag
+                    // Later changes of this entity in the batch follow this checked one.
+                    matched.insert(reference)
                 } else {
                     headers["If-Match"] = "*"
                 }
             }
-            if !request.isCreate { matched.insert(reference) }
             for (name, value) in request.headers { headers[name] = value }
             headers["Content-ID"] = "\(request.id)"
             if request.isCreate, request.localKey {

@@ -125,9 +125,9 @@ struct JSONReader {
                     value = 0x10000 + ((value - 0xD800) << 10) + (low - 0xDC00)
                     consumed = 12
                 }
-                guard let scalar = Unicode.Scalar(value) else {
-                    throw error("\\u\(String(value, radix: 16, uppercase: true)) is half a surrogate pair, not a character", at: j)
-                }
+                // Half a surrogate pair becomes U+FFFD here, so one bad record from a backend
+                // does not fail a download; request bodies are checked first (`JSONTextCheck`).
+                let scalar = Unicode.Scalar(value) ?? "\u{FFFD}"
                 out.append(contentsOf: Array(String(Character(scalar)).utf8))
                 j += consumed
                 continue
@@ -139,10 +139,10 @@ struct JSONReader {
         throw error("Unterminated string", at: start - 1)
     }
 
-    /// The text of string bytes, which must be UTF-8 (never repaired into U+FFFD).
+    /// The text of string bytes; bytes that are not UTF-8 become U+FFFD (see `JSONTextCheck` for
+    /// request bodies, which must not have any).
     @inline(__always) private func text(_ slice: ArraySlice<UInt8>, at start: Int) throws(PayloadError) -> String {
-        if let text = String(validating: slice, as: UTF8.self) { return text }
-        throw error("A string is not valid UTF-8", at: start)
+        String(decoding: slice, as: UTF8.self)
     }
 
     private func hex4(_ at: Int) -> UInt32? {

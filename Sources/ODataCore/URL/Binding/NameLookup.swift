@@ -146,7 +146,8 @@ extension Model: NameLookup {
     }
 
     public func checkKey(_ parts: [KeyValue], of type: String?, input: String) throws(BindingError) {
-        guard let type, let entity = entityType(type) else { return }
+        // Keys with aliases (parts that are paths into complex properties) are left to the store.
+        guard let type, let entity = entityType(type), !key(of: entity).contains(where: { $0.alias != nil }) else { return }
         _ = try keyValues(parts, of: entity, input: input, skipUnknownAliases: true)
     }
 

@@ -109,7 +109,9 @@ public struct PathResolver: Sendable {
                 guard hadKey, case .entityCollection(let type) = shape else {
                     throw fail(.invalidKey, "A key may only follow an entity collection", segment)
                 }
-                try lookup.checkKey(parts, of: type, input: input)
+                // After a navigation a referential constraint may supply key parts (V4 allows
+                // leaving them out): only keys of entity sets are checked here.
+                if case .entitySet? = segments.last?.kind { try lookup.checkKey(parts, of: type, input: input) }
                 shape = .entity(type: type)
             case .keySegment(let text):
                 try resolveKeySegment(text, &resolved, &shape, segment, fail)

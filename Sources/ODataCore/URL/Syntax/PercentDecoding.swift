@@ -43,12 +43,12 @@ struct DecodedText {
         offsets.append(range.upperBound)
         // Bytes that are not UTF-8 (also overlong forms and encoded surrogates) are refused, not
         // turned into U+FFFD: the text would not be what the client sent.
-        guard let text = String(validating: out, as: UTF8.self) else {
-            let bad = Self.firstInvalidUTF8(out) ?? 0
+        // (`String(validating:)` needs macOS 15; the package supports macOS 14.)
+        if out.contains(where: { $0 >= 0x80 }), let bad = Self.firstInvalidUTF8(out) {
             throw SyntaxError(.invalidPercentEncoding, "The decoded URL is not valid UTF-8", input: input,
                               offset: offsets[min(bad, offsets.count - 1)])
         }
-        return DecodedText(text: text, rawOffsets: offsets, encoded: encoded)
+        return DecodedText(text: String(decoding: out, as: UTF8.self), rawOffsets: offsets, encoded: encoded)
     }
 
     /// The offset of the first byte that does not start a valid UTF-8 sequence, if any.
