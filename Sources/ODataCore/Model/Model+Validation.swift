@@ -86,7 +86,8 @@ extension Model {
         return key(of: entity).contains { $0.name == name }
     }
 
-    private func isOpen(_ type: String) -> Bool {
+    /// Whether a structured type, or one of its base types, is open (takes dynamic properties).
+    public func isOpen(_ type: String) -> Bool {
         if let entity = entityType(type) { return entityTypeChain(entity).contains { $0.isOpenType } }
         if let complex = complexType(type) { return complexTypeChain(complex).contains { $0.isOpenType } }
         return false

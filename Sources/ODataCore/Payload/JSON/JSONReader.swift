@@ -85,7 +85,7 @@ struct JSONReader {
             let c = bytes[j]
             if c == 0x22 {
                 i = j + 1
-                return try text(bytes[start..<j], at: start)
+                return String(decoding: bytes[start..<j], as: UTF8.self)
             }
             if c == 0x5C { break }
             if c < 0x20 { throw error("Control character in a string", at: j) }
@@ -97,7 +97,7 @@ struct JSONReader {
             let c = bytes[j]
             if c == 0x22 {
                 i = j + 1
-                return try text(out[...], at: start)
+                return String(decoding: out, as: UTF8.self)
             }
             if c < 0x20 { throw error("Control character in a string", at: j) }
             if c != 0x5C {
@@ -139,13 +139,10 @@ struct JSONReader {
         throw error("Unterminated string", at: start - 1)
     }
 
-    /// The text of string bytes; bytes that are not UTF-8 become U+FFFD (see `JSONTextCheck` for
-    /// request bodies, which must not have any).
-    @inline(__always) private func text(_ slice: ArraySlice<UInt8>, at start: Int) throws(PayloadError) -> String {
-        String(decoding: slice, as: UTF8.self)
-    }
+    private func hex4(_ at: Int) -> UInt32? { Self.hex4(bytes, at) }
 
-    private func hex4(_ at: Int) -> UInt32? {
+    /// The value of the four hex digits at `at` (a `\u` escape's), if they are there.
+    static func hex4(_ bytes: [UInt8], _ at: Int) -> UInt32? {
         guard at + 4 <= bytes.count else { return nil }
         var value: UInt32 = 0
         for k in at..<(at + 4) {

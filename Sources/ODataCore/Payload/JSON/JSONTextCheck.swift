@@ -7,15 +7,7 @@ public enum JSONTextCheck {
         if bytes.contains(where: { $0 >= 0x80 }), let bad = DecodedText.firstInvalidUTF8(bytes) {
             return "The body is not valid UTF-8 (byte \(bad))"
         }
-        func hex4(_ at: Int) -> UInt32? {
-            guard at + 4 <= bytes.count else { return nil }
-            var value: UInt32 = 0
-            for k in at..<(at + 4) {
-                guard let h = Literal.hexValue(bytes[k]) else { return nil }
-                value = value << 4 | UInt32(h)
-            }
-            return value
-        }
+        func hex4(_ at: Int) -> UInt32? { JSONReader.hex4(bytes, at) }
         var i = 0
         while i + 1 < bytes.count {
             guard bytes[i] == 0x5C else {

@@ -449,11 +449,7 @@ public struct ExpressionBinder: Sendable {
         return .untyped
     }
 
-    private func isOpen(_ name: String) -> Bool {
-        if let entity = model.entityType(name) { return model.entityTypeChain(entity).contains { $0.isOpenType } }
-        if let complex = model.complexType(name) { return model.complexTypeChain(complex).contains { $0.isOpenType } }
-        return false
-    }
+    private func isOpen(_ name: String) -> Bool { model.isOpen(name) }
 }
 
 extension ExpressionType {

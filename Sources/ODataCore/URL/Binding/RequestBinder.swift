@@ -159,9 +159,7 @@ public struct RequestBinder: Sendable {
         return result
     }
 
-    private func isOpen(_ name: String) -> Bool {
-        model.entityType(name).map { model.entityTypeChain($0).contains { $0.isOpenType } } ?? false
-    }
+    private func isOpen(_ name: String) -> Bool { model.isOpen(name) }
 }
 
 extension BoundRequest {
