@@ -101,7 +101,9 @@ import Testing
     }
 
     /// Issue 19, defect 13: nested entities of a deep insert whose key the service generates
-    /// need no key on the reference server, V2 and V4 (offline: refused with the reason).
+    /// need no key, online on the reference server and offline, V2 and V4. Offline they get
+    /// local keys; the upload takes over the keys the backend answered with, and later
+    /// requests on a nested entity (queued with its local key) reach the right one.
     @Test(arguments: [false, true])
     func deepInsertWithGeneratedNestedKeys(v2: Bool) async throws {
         let fixture = try await Fixture.start()
@@ -114,19 +116,67 @@ import Testing
         #expect(online.status == 201, "\(String(decoding: online.body, as: UTF8.self))")
         let onlineContacts = try await fixture.backend("Contacts?$filter=PartnerID eq 'BPON'")["value"]?.arrayValue ?? []
         #expect(onlineContacts.count == 2 && Set(onlineContacts.compactMap { $0["ContactID"] }).count == 2, "\(onlineContacts)")
+        // The answer carries the nested entities, in the order sent, with their new keys.
+        let answered = try JSONValue.parse(online.body)
+        let inline = v2 ? answered["d"]?["Contacts"]?["results"]?.arrayValue : answered["Contacts"]?.arrayValue
+        #expect(inline?.compactMap { $0["FirstName"]?.stringValue } == ["On1", "On2"], "\(answered)")
+        // (V2 writes an Int64 as a string, V4 as a number.)
+        func text(_ id: JSONValue?) -> String? {
+            switch id {
+            case .number(let text)?, .string(let text)?: return text
+            default: return nil
+            }
+        }
+        #expect(Set(inline?.compactMap { text($0["ContactID"]) } ?? []) == Set(onlineContacts.compactMap { text($0["ContactID"]) }))
 
-        // Offline this is not done yet: the nested entities would need local keys that the
-        // upload's answer replaces. It is refused with the reason, and nothing is queued.
+        // A nested entity of the same set as the new one (Contact → Partner → Contacts) gets
+        // a key of its own, not the one just handed to its grandparent.
+        let selfNested = try await AsyncHTTPClientTransport().send(TransportRequest(method: "POST", url: root + "Contacts", headers: headers,
+            body: Array(#"{"FirstName":"Top","Partner":{"PartnerID":"BPSELF","Contacts":[{"FirstName":"Nested"}]}}"#.utf8)), timeout: 10)
+        #expect(selfNested.status == 201, "\(String(decoding: selfNested.body, as: UTF8.self))")
+        let selfContacts = try await fixture.backend("Contacts?$filter=FirstName eq 'Top' or FirstName eq 'Nested'")["value"]?.arrayValue ?? []
+        #expect(selfContacts.count == 2 && Set(selfContacts.compactMap { text($0["ContactID"]) }).count == 2, "\(selfContacts)")
+
         let provider = try await fixture.provider(v2: v2)
         try await provider.open()
-        do {
-            _ = try await provider.execute(method: "POST", url: "BusinessPartners",
-                                           body: Array(#"{"PartnerID":"BPOFF","Contacts":[{"FirstName":"Off1"}]}"#.utf8))
-            Issue.record("the offline deep insert without nested keys was accepted")
-        } catch let error as OfflineODataError {
-            #expect(error.message.contains("ContactID"), "\(error.message)")
-        }
+        let created = try await provider.createEntity(
+            try #require(try? provider.openStore().model.readEntity(Array(#"{"PartnerID":"BPOFF","CompanyName":"Deep","Contacts":[{"FirstName":"Off1"},{"FirstName":"Off2"}]}"#.utf8),
+                                                                     entityType: "Sales.BusinessPartner")),
+            in: "BusinessPartners")
+        #expect(string(created, "PartnerID") == "BPOFF")
+        // Locally each nested contact has a key of its own, linked to the new partner.
+        let local = try await provider.readEntities("BusinessPartners('BPOFF')/Contacts?$orderby=FirstName")
+        #expect(local.map { string($0, "FirstName") } == ["Off1", "Off2"])
+        let localKeys = local.compactMap { $0["ContactID"] }
+        #expect(Set(localKeys).count == 2)
+        // A change of a nested contact, queued with its local key, follows it to the backend.
+        let second = try #require(localKeys.last)
+        guard case .primitive(let secondKey) = second else { Issue.record("no key"); return }
+        _ = try await provider.execute(method: "PATCH", url: "Contacts(\(Literal.format(.primitive(secondKey), version: v2 ? .v2 : .v4)))",
+                                       body: Array(#"{"LastName":"Changed offline"}"#.utf8))
+        #expect(try await provider.readEntities("RequestQueue").count == 2)
+        // A download before the upload applies the pending deep insert again with the same keys.
+        try await provider.download()
+        let replayed = try await provider.readEntities("BusinessPartners('BPOFF')/Contacts?$orderby=FirstName")
+        #expect(replayed.compactMap { $0["ContactID"] } == localKeys)
+        #expect(string(replayed.last, "LastName") == "Changed offline")
+        try await provider.upload()
         #expect(try await provider.isRequestQueueEmpty)
-        #expect(try await provider.readEntities("BusinessPartners?$filter=PartnerID eq 'BPOFF'").isEmpty)
+        #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+
+        let stored = try await fixture.backend("Contacts?$filter=PartnerID eq 'BPOFF'&$orderby=FirstName")["value"]?.arrayValue ?? []
+        #expect(stored.compactMap { $0["FirstName"]?.stringValue } == ["Off1", "Off2"], "\(stored)")
+        #expect(stored.last?["LastName"]?.stringValue == "Changed offline", "\(stored)")
+        // The local contacts now carry the backend's keys; none is left with a local key.
+        let after = try await provider.readEntities("Contacts?$filter=PartnerID eq 'BPOFF'&$orderby=FirstName")
+        let backendKeys = stored.compactMap { json -> Value? in
+            guard case .number(let text)? = json["ContactID"], let id = Int64(text) else { return nil }
+            return .primitive(.int64(id))
+        }
+        #expect(backendKeys.count == 2 && after.compactMap { $0["ContactID"] } == backendKeys, "\(after) vs \(stored)")
+        #expect(after.allSatisfy { $0.control.etag != nil })
+        // A download changes nothing: no duplicate of a nested entity appears.
+        try await provider.download()
+        #expect(try await provider.readEntities("Contacts?$filter=PartnerID eq 'BPOFF'").count == 2)
     }
 }

@@ -207,6 +207,10 @@ extension ODataService {
         }
         // Nested entities of a deep insert whose key the service generates need none either.
         var taken: [String: Int64] = [:]
+        if let keyName = options.serverGeneratedKeys[targetTable.entitySet], case .primitive(.int64(let top))? = entity[keyName] {
+            // A nested entity of the same set (a self-referencing deep insert) gets the next one.
+            taken[targetTable.entitySet] = top
+        }
         try assignNestedKeys(&entity, targetTable, writer, &taken)
         let etag = Self.newETag()
         entity.control.etag = etag
@@ -230,10 +234,42 @@ extension ODataService {
             headers["OData-EntityId"] = location
             return ServiceResponse(status: 204, headers: headers)
         }
-        let stored = try writer.reader.entity(in: targetTable.entitySet, key: key) ?? entity
+        let stored = try createdTree(entity, targetTable, key, writer.reader) ?? entity
         var response = representation(stored, targetTable, request, status: 201)
         response.headers.merge(headers)
         return response
+    }
+
+    /// The created entity as stored, with the nested entities of a deep insert inline in the
+    /// order of the request (OData 4.01 Part 1 §11.4.2.2), so a client can take over the keys
+    /// the service gave them.
+    private func createdTree(_ sent: Entity, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue],
+                             _ reader: StoreReader, depth: Int = 0) throws -> Entity? {
+        guard var stored = try reader.entity(in: table.entitySet, key: key) else { return nil }
+        guard depth < 32 else { return stored }
+        for value in sent.navigation {
+            guard let inline = value.inline, let nav = table.navigation(value.name),
+                  let target = store.schema.table(forEntitySet: nav.targetEntitySet) else { continue }
+            let implied = store.schema.propertiesImplied(creatingThrough: nav.name, of: table.entitySet, parent: stored)
+            func read(_ child: Entity) throws -> Entity? {
+                var childKey: [String: PrimitiveValue] = [:]
+                for name in target.keyColumns {
+                    if case .primitive(let value)? = child[name] { childKey[name] = value } else if let value = implied[name] { childKey[name] = value }
+                }
+                guard childKey.count == target.keyColumns.count else { return nil }
+                return try createdTree(child, target, childKey, reader, depth: depth + 1)
+            }
+            var result = NavigationValue(name: value.name)
+            switch inline {
+            case .entity(let child):
+                result.inline = .entity(try child.flatMap(read))
+            case .collection(let children):
+                result.inline = .collection(EntityCollection(entities: try children.entities.compactMap(read)))
+            }
+            stored.navigation.removeAll { $0.name == value.name }
+            stored.navigation.append(result)
+        }
+        return stored
     }
 
     /// Gives nested (deep insert) entities of sets with server-generated keys the next free key

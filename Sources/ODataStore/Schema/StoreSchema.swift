@@ -234,6 +234,17 @@ public struct StoreSchema: Sendable {
         return result
     }
 
+    /// The properties an entity created through `navigation` of `parent` (an entity of
+    /// `entitySet`, stored or not) takes from it: its foreign key to the parent's key, as in a
+    /// deep insert. Empty for a relation kept in a link table.
+    public func propertiesImplied(creatingThrough navigation: String, of entitySet: String, parent: Entity) -> [String: PrimitiveValue] {
+        guard let table = table(forEntitySet: entitySet), let nav = table.navigation(navigation) else { return [:] }
+        return propertiesImplied(through: nav, from: table) { name in
+            if case .primitive(let value)? = parent[name] { return value }
+            return nil
+        }
+    }
+
     /// The properties an entity created through `nav` of an entity of `table` takes from that
     /// parent: its foreign key to the parent's key, the two sides' columns being equal.
     /// `parentValue` gives a property of the parent by name.

@@ -84,7 +84,7 @@ enum LocalSchema {
           entity_set TEXT, entity_key TEXT, is_create INTEGER NOT NULL DEFAULT 0, local_key INTEGER NOT NULL DEFAULT 0,
           transaction_id TEXT, custom_tag TEXT, upload_category TEXT, remove_after_upload INTEGER NOT NULL DEFAULT 0,
           unmodifiable INTEGER NOT NULL DEFAULT 0, repeat_id TEXT, first_sent TEXT, cascade TEXT, status TEXT NOT NULL DEFAULT 'pending',
-          original_existed INTEGER, original BLOB, media_type TEXT)
+          original_existed INTEGER, original BLOB, media_type TEXT, nested TEXT)
         """,
         "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key)) WITHOUT ROWID",
         "CREATE TABLE oo_key_map (entity_set TEXT NOT NULL, local_key TEXT NOT NULL, server_key TEXT NOT NULL, PRIMARY KEY (entity_set, local_key))",

@@ -293,6 +293,10 @@ public actor OfflineODataProvider {
             if !columns.contains(where: { $0.count > 1 && $0[1] == .text("media_type") }) {
                 try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN media_type TEXT")
             }
+            // Stores made before deep inserts recorded their nested entities.
+            if !columns.contains(where: { $0.count > 1 && $0[1] == .text("nested") }) {
+                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN nested TEXT")
+            }
             // Stores made before RequestQueue became a view over the queue.
             try LocalSchema.makeRequestQueueView(writer)
             // Stores made before downloads were staged; pages left by an interrupted download go.

@@ -215,7 +215,24 @@ extension OfflineODataProvider {
             if try writer.rowid(in: set, key: key) != nil {
                 throw OfflineODataError(.invalidRequest, "POST \(change.url): \(set)\(predicate) exists already")
             }
+            // A deep insert: nested entities without a key get local ones too, which the upload
+            // replaces with the keys the backend gave them.
+            var nested: [NestedCreate] = []
+            try assignNestedKeys(&entity, set: set, path: "", recorded: replaying?.nested ?? [], into: &nested, writer: writer, model: model,
+                                 url: change.url)
+            for created in nested where created.localKey {
+                if let (nestedSet, nestedKey) = Keys.parse(created.entity, model: model, serviceRoot: ""),
+                   try writer.rowid(in: nestedSet, key: nestedKey) != nil {
+                    throw OfflineODataError(.invalidRequest, "POST \(change.url): \(created.entity) exists already")
+                }
+            }
             try writer.insert(entity, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: true, localID: localKey ? predicate : nil))
+            for created in nested where created.localKey {
+                if let (nestedSet, nestedKey) = Keys.parse(created.entity, model: model, serviceRoot: "") {
+                    try writer.setState(in: nestedSet, key: nestedKey, localID: .some(String(created.entity.dropFirst(nestedSet.count))))
+                }
+            }
+            queued.nested = nested
             if let mediaType = change.mediaType {
                 // A media entity created from its stream.
                 try writeStream(set, predicate: predicate, contentType: mediaType, body: change.body, writer: writer)
@@ -394,6 +411,55 @@ extension OfflineODataProvider {
         _ = try writer.connection.execute("DELETE FROM oo_queue WHERE id = ?", [.integer(id)])
     }
 
+    /// Fills in the keys of the nested entities of a deep insert (at any depth): the parent's
+    /// side of a foreign key, then a local temporary key for each part still missing (the one
+    /// recorded at `path` when a queued create is applied again). `created` gets every nested
+    /// entity, in document order.
+    static func assignNestedKeys(_ entity: inout Entity, set: String, path: String, recorded: [NestedCreate], into created: inout [NestedCreate],
+                                 writer: StoreWriter, model: Model, url: String, depth: Int = 0) throws {
+        guard depth < 32 else { throw OfflineODataError(.invalidRequest, "POST \(url): a deep insert nested deeper than 32 levels") }
+        for index in entity.navigation.indices {
+            let name = entity.navigation[index].name
+            guard let inline = entity.navigation[index].inline, let target = model.targetEntitySet(from: set, navigationPath: name)?.name,
+                  let type = model.entityType(ofEntitySet: target) else { continue }
+            let implied = writer.schema.propertiesImplied(creatingThrough: name, of: set, parent: entity)
+            func prepare(_ child: inout Entity, _ childPath: String) throws {
+                for (property, value) in implied where child[property] == nil || child[property] == .null { child[property] = .primitive(value) }
+                var local = false
+                if let earlier = recorded.first(where: { $0.path == childPath && $0.localKey }),
+                   let (_, key) = Keys.parse(earlier.entity, model: model, serviceRoot: "") {
+                    for (property, value) in key { child[property] = .primitive(value) }
+                    local = true
+                }
+                for ref in model.key(of: type) where child[ref.name] == nil || child[ref.name] == .null {
+                    guard let property = model.property(ref.name, ofStructuredType: type.qualifiedName),
+                          let value = try nextLocalKey(PrimitiveType(rawValue: property.type.name), writer: writer) else {
+                        throw OfflineODataError(.invalidRequest, "POST \(url): the key \(ref.name) of the nested \(target) entity at \(childPath) "
+                                                + "is missing and no local key can be made for its type")
+                    }
+                    child[ref.name] = .primitive(value)
+                    local = true
+                }
+                guard let key = Keys.key(of: child, in: target, model: model) else {
+                    throw OfflineODataError(.invalidRequest, "POST \(url): the nested \(target) entity at \(childPath) has no key")
+                }
+                created.append(NestedCreate(path: childPath, entity: target + Keys.predicate(key, in: target, model: model), localKey: local))
+                try assignNestedKeys(&child, set: target, path: childPath + "/", recorded: recorded, into: &created, writer: writer, model: model,
+                                     url: url, depth: depth + 1)
+            }
+            switch inline {
+            case .entity(var child?):
+                try prepare(&child, path + name)
+                entity.navigation[index].inline = .entity(child)
+            case .collection(var children):
+                for item in children.entities.indices { try prepare(&children.entities[item], "\(path)\(name)/\(item)") }
+                entity.navigation[index].inline = .collection(children)
+            case .entity(nil):
+                break
+            }
+        }
+    }
+
     /// A local temporary key value: negative numbers for integers, `LOCAL~n` for strings, a
     /// random GUID for GUIDs.
     static func nextLocalKey(_ type: PrimitiveType?, writer: StoreWriter) throws -> PrimitiveValue? {
@@ -419,6 +485,30 @@ struct Original: Sendable {
     var body: [UInt8]?
 }
 
+/// A nested entity created by a deep insert: where it is in the body (`Contacts/0`,
+/// `Items/1/Notes/0`, `Manager` for a single one), its `Set(key)`, and whether that key is a
+/// local temporary one that the backend replaces.
+struct NestedCreate: Sendable, Hashable {
+    var path: String
+    var entity: String
+    var localKey: Bool
+
+    var json: JSONValue {
+        .object([.init("path", .string(path)), .init("entity", .string(entity)), .init("localKey", .bool(localKey))])
+    }
+
+    init(path: String, entity: String, localKey: Bool) {
+        self.path = path
+        self.entity = entity
+        self.localKey = localKey
+    }
+
+    init?(_ json: JSONValue) {
+        guard let path = json["path"]?.stringValue, let entity = json["entity"]?.stringValue else { return nil }
+        self.init(path: path, entity: entity, localKey: json["localKey"] == .bool(true))
+    }
+}
+
 /// A request in the queue.
 struct QueuedRequest: Sendable {
     var id: Int64 = 0
@@ -439,6 +529,8 @@ struct QueuedRequest: Sendable {
     var failed = false
     /// The content type of a media request (the body is a stream); nil for JSON.
     var mediaType: String?
+    /// For a deep insert: the nested entities it creates.
+    var nested: [NestedCreate] = []
     /// The state of its entity before this request, when this is the entity's first change
     /// (written with the request; not loaded with the queue).
     var original: Original?
@@ -463,14 +555,15 @@ extension OfflineODataProvider {
         func text(_ value: String?) -> DatabaseValue { value.map { .text($0) } ?? .null }
         _ = try writer.connection.execute("""
             INSERT INTO oo_queue (method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag,
-              upload_category, remove_after_upload, unmodifiable, repeat_id, cascade, original_existed, original, media_type, status)
-              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
+              upload_category, remove_after_upload, unmodifiable, repeat_id, cascade, original_existed, original, media_type, nested, status)
+              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
             """, [.text(request.method), .text(request.url), .blob(request.body), .text(headers), text(request.entitySet), text(request.entityKey),
                   .integer(request.isCreate ? 1 : 0), .integer(request.localKey ? 1 : 0), text(request.options.transactionID), text(request.options.customTag),
                   text(request.options.uploadCategory), .integer(request.options.removeAfterUpload ? 1 : 0),
                   .integer(request.options.unmodifiableRequest ? 1 : 0), text(request.repeatID),
                   request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized),
-                  request.original.map { .integer($0.existed ? 1 : 0) } ?? .null, request.original?.body.map { .blob($0) } ?? .null, text(request.mediaType)])
+                  request.original.map { .integer($0.existed ? 1 : 0) } ?? .null, request.original?.body.map { .blob($0) } ?? .null, text(request.mediaType),
+                  request.nested.isEmpty ? .null : .text(JSONValue.array(request.nested.map(\.json)).serialized)])
     }
 
     /// Loads queued requests with the given status, in order.
@@ -482,7 +575,7 @@ extension OfflineODataProvider {
     static func loadQueue(_ connection: Connection, statuses: [String]) throws -> [QueuedRequest] {
         let rows = try connection.query("""
             SELECT id, method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag, upload_category,
-              remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status, media_type FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", "))) ORDER BY id
+              remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status, media_type, nested FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", "))) ORDER BY id
             """, statuses.map { .text($0) })
         return rows.map { row in
             func text(_ index: Int) -> String? { if case .text(let value) = row[index] { return value }; return nil }
@@ -508,6 +601,9 @@ extension OfflineODataProvider {
             }
             request.failed = text(17) == "failed"
             request.mediaType = text(18)
+            if let json = text(19), let parsed = try? JSONValue.parse(Array(json.utf8)) {
+                request.nested = (parsed.arrayValue ?? []).compactMap(NestedCreate.init)
+            }
             return request
         }
     }

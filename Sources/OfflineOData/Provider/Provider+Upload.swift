@@ -57,6 +57,9 @@ extension OfflineODataProvider {
             var batch: [[QueueEntry]] = []
             var skipped: [SentResult] = []
             var touched: Set<String> = []
+            // Nested entities that deep inserts of this batch create with local keys: no
+            // Content-ID names them, so a request on one waits for the next batch.
+            var nestedHere: Set<String> = []
             var count = 0
             var hasTransaction = false
             while index < units.count {
@@ -76,10 +79,12 @@ extension OfflineODataProvider {
                     if count + unit.count > max(1, parameters.maxRequestsPerBatch) { break }
                     if !touched.isDisjoint(with: changed) { break }
                     if builder && isTransaction && hasTransaction { break }
+                    if unit.contains(where: { !$0.touched.isDisjoint(with: nestedHere) }) { break }
                 }
                 batch.append(unit)
                 count += unit.count
                 touched.formUnion(changed)
+                for entry in unit { nestedHere.formUnion(entry.request.nested.filter(\.localKey).map(\.entity)) }
                 hasTransaction = hasTransaction || isTransaction
                 index += 1
             }
@@ -319,6 +324,7 @@ extension OfflineODataProvider {
                             touched.insert(set + serverPredicate)
                             predicate = serverPredicate
                         }
+                        touched.formUnion(try Self.takeOverNested(result, set: set, writer: writer, model: model))
                     } else if request.method != "DELETE", let etag = result.headers["ETag"] ?? server?.control.etag {
                         try writer.setState(in: set, key: key, etag: .some(etag))
                     }
@@ -402,15 +408,64 @@ extension OfflineODataProvider {
     @discardableResult
     static func takeOverCreated(_ result: SentResult, set: String, localPredicate: String, localKey: [String: PrimitiveValue], writer: StoreWriter,
                                 model: Model) throws -> String? {
-        let removeAfterUpload = result.request.options.removeAfterUpload
-        guard var server = serverEntity(result, set: set, model: model), let serverKey = Keys.key(of: server, in: set, model: model) else {
+        var server = serverEntity(result, set: set, model: model)
+        if let etag = result.headers["ETag"] { server?.control.etag = etag }
+        return try takeOverCreated(server, removeAfterUpload: result.request.options.removeAfterUpload, set: set, localPredicate: localPredicate,
+                                   localKey: localKey, writer: writer, model: model)
+    }
+
+    /// The nested entities of a successful deep insert take the keys, ETags and values the
+    /// backend answered with, found at the same place in its answer (the order of the request,
+    /// as OData 4.01 §11.4.2.2 and SAP Gateway answer). Returns the entities touched.
+    static func takeOverNested(_ result: SentResult, set: String, writer: StoreWriter, model: Model) throws -> Set<String> {
+        let nested = result.request.nested
+        guard !nested.isEmpty, let server = serverEntity(result, set: set, model: model) else { return [] }
+        var touched: Set<String> = []
+        for created in nested {
+            guard let (nestedSet, localKey) = Keys.parse(created.entity, model: model, serviceRoot: "") else { continue }
+            let localPredicate = String(created.entity.dropFirst(nestedSet.count))
+            touched.insert(created.entity)
+            // A backend that answers without the nested entities: their local keys stay until
+            // a download brings the backend's entities.
+            guard let answered = Self.nestedEntity(at: created.path, in: server) else { continue }
+            if let serverPredicate = try takeOverCreated(answered, removeAfterUpload: result.request.options.removeAfterUpload, set: nestedSet,
+                                                         localPredicate: localPredicate, localKey: localKey, writer: writer, model: model) {
+                touched.insert(nestedSet + serverPredicate)
+            }
+        }
+        return touched
+    }
+
+    /// The entity at `path` (`Contacts/0`, `Items/1/Notes/0`, `Manager`) among the inline
+    /// navigation values of `entity`.
+    static func nestedEntity(at path: String, in entity: Entity) -> Entity? {
+        var current = entity
+        var parts = path.split(separator: "/")[...]
+        while let name = parts.popFirst() {
+            switch current.navigation(String(name))?.inline {
+            case .entity(let child?)?:
+                current = child
+            case .collection(let children)?:
+                guard let text = parts.popFirst(), let index = Int(text), children.entities.indices.contains(index) else { return nil }
+                current = children.entities[index]
+            default:
+                return nil
+            }
+        }
+        return current
+    }
+
+    /// The entity the backend answered a create with takes over the local one (see above).
+    @discardableResult
+    static func takeOverCreated(_ answered: Entity?, removeAfterUpload: Bool, set: String, localPredicate: String, localKey: [String: PrimitiveValue],
+                                writer: StoreWriter, model: Model) throws -> String? {
+        guard var server = answered, let serverKey = Keys.key(of: server, in: set, model: model) else {
             if removeAfterUpload {
                 try writer.delete(from: set, key: localKey)
                 _ = try writer.connection.execute("DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(localPredicate)])
             }
             return nil
         }
-        if let etag = result.headers["ETag"] { server.control.etag = etag }
         server.navigation = []
         let serverPredicate = Keys.predicate(serverKey, in: set, model: model)
         // An entity deleted locally since (its delete is queued after the create) has nothing

@@ -39,7 +39,9 @@ enum QueueAlgorithms {
                   sameHeaders(target, request) else { continue }
             var merged = target
             switch (target.kind, request.kind) {
-            case (.create, .delete):
+            case (.create, .delete) where Set(target.nested).isSubset(of: request.cascade):
+                // A deep insert goes with the delete only when the delete takes its nested
+                // entities too; otherwise they would stay behind, created locally but never sent.
                 alive[earlier] = false
                 alive[later] = false
                 latest[entity] = nil

@@ -27,6 +27,8 @@ struct QueueEntry: Sendable {
     var bound: Set<String>
     /// Entities a delete removed through `OnDelete` cascades, recorded when it was made.
     var cascade: [String]
+    /// For a deep insert: the nested entities it creates (after the key map).
+    var nested: [String] = []
     /// For a delete: the entity sets its cascade can reach on the backend, whatever the local
     /// store held when it was made (children deleted locally before still exist there until
     /// their own delete arrives).
@@ -49,9 +51,9 @@ struct QueueEntry: Sendable {
 
     /// Recomputes the derived sets; call after changing the fields they come from.
     mutating func refresh() {
-        touched = references.union(cascade)
+        touched = references.union(cascade).union(nested)
         if let entity { touched.insert(entity) }
-        changed = Set(cascade).union(bound)
+        changed = Set(cascade).union(bound).union(nested)
         if let entity { changed.insert(entity) }
         if case .link = kind { changed.formUnion(references) }
         touchedSets = Set(touched.map { String($0.prefix { $0 != "(" }) })
@@ -118,6 +120,7 @@ extension QueueEntry {
         }
         var entry = QueueEntry(request: request, kind: kind, entity: entity, references: references, bound: bound, cascade: request.cascade.map(mapped))
         if kind == .delete, let set = request.entitySet { entry.cascadeSets = cascadeSets(from: set, model: model) }
+        entry.nested = request.nested.map { mapped($0.entity) }
         entry.refresh()
         return entry
     }
