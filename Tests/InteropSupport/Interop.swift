@@ -38,6 +38,25 @@ public enum Interop {
         return (process.terminationStatus, String(decoding: outData, as: UTF8.self), errors.finish())
     }
 
+    /// ``run(_:_:)`` on a dispatch queue, for async tests: a process waited for on the
+    /// two-thread concurrency pool would starve in-process servers of other tests.
+    public static func runOffPool(_ executable: String, _ arguments: [String]) async throws -> (Int32, String, String) {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                do { continuation.resume(returning: try run(executable, arguments)) } catch { continuation.resume(throwing: error) }
+            }
+        }
+    }
+
+    /// ``python()`` on a dispatch queue (installing the peers can take a while).
+    public static func pythonOffPool() async throws -> String {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                do { continuation.resume(returning: try python()) } catch { continuation.resume(throwing: error) }
+            }
+        }
+    }
+
     private static let installing = NSLock()
 
     /// The venv's python with every peer installed (installed now if missing).
@@ -86,6 +105,20 @@ public enum Interop {
                 throw Failure("\(script) printed \(text) instead of READY <url>")
             }
             serviceRoot = url
+        }
+
+        /// Starts a server (see ``init(script:arguments:)``) on a dispatch queue, for async
+        /// tests: its wait for `READY` must not hold a thread of the concurrency pool.
+        public static func start(script: String, arguments: [String]) async throws -> Server {
+            try await withCheckedThrowingContinuation { continuation in
+                DispatchQueue.global().async {
+                    do {
+                        continuation.resume(returning: try Server(script: script, arguments: arguments))
+                    } catch {
+                        continuation.resume(throwing: error)
+                    }
+                }
+            }
         }
 
         /// Ends the server. With SIGKILL: a process started from a Swift concurrency thread

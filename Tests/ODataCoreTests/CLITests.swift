@@ -14,8 +14,22 @@ import Testing
         return nil
     }
 
-    func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32, out: String, err: String) {
+    /// Runs `oodata` to its end on a dispatch queue: a process waited for on the two-thread
+    /// concurrency pool would starve the in-process servers of other tests running meanwhile.
+    func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, out: String, err: String) {
         let tool = try #require(Self.binary, "oodata was not built next to the tests")
+        return try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                do {
+                    continuation.resume(returning: try Self.runBlocking(tool, arguments, environment: environment))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
+    static func runBlocking(_ tool: URL, _ arguments: [String], environment: [String: String]) throws -> (status: Int32, out: String, err: String) {
         let process = Process()
         process.executableURL = tool
         process.arguments = arguments
@@ -31,8 +45,8 @@ import Testing
     }
 
     /// The README's main job: it must run on a fresh machine and show the whole round trip.
-    @Test func demoRunsTheOfflineRoundTrip() throws {
-        let result = try run(["demo"])
+    @Test func demoRunsTheOfflineRoundTrip() async throws {
+        let result = try await run(["demo"])
         #expect(result.status == 0, "demo failed: \(result.err)")
         #expect(result.out.contains("requestDidFail: request 4 PATCH SalesOrders('SO2') → HTTP 400 OrderLocked"))
         #expect(result.out.contains("ErrorArchive?$filter=HTTPStatusCode eq 400 → 1 row(s)"))
@@ -45,8 +59,19 @@ import Testing
     }
 
     /// Starts `oodata serve --sample sales --port 0` with `arguments`; its process and V4 and V2 roots.
-    func serve(_ arguments: [String]) throws -> (process: Process, v4: String, v2: String) {
+    func serve(_ arguments: [String]) async throws -> (process: Process, v4: String, v2: String) {
         let tool = try #require(Self.binary, "oodata was not built next to the tests")
+        let started = try await offPool { try Self.serveBlocking(tool, arguments) }
+        return (started.process.value, started.v4, started.v2)
+    }
+
+    /// A value that crosses from the dispatch queue that made it (a started process).
+    final class Handed<T>: @unchecked Sendable {
+        let value: T
+        init(_ value: T) { self.value = value }
+    }
+
+    static func serveBlocking(_ tool: URL, _ arguments: [String]) throws -> (process: Handed<Process>, v4: String, v2: String) {
         let serve = Process()
         serve.executableURL = tool
         serve.arguments = ["serve", "--sample", "sales", "--port", "0"] + arguments
@@ -63,7 +88,7 @@ import Testing
             let line = try #require(printed.split(separator: "\n").first { $0.hasPrefix(label) }, "serve printed: \(printed)")
             return String(line.dropFirst(label.count))
         }
-        return (serve, try root("OData V4: "), try root("OData V2: "))
+        return (Handed(serve), try root("OData V4: "), try root("OData V2: "))
     }
 
     /// Ends a server started by ``serve(_:)``.
@@ -73,7 +98,7 @@ import Testing
     }
 
     /// `oodata offline …` against `oodata serve`, both as separate processes.
-    @Test func offlineCommandsWorkAgainstTheServer() throws {
+    @Test func offlineCommandsWorkAgainstTheServer() async throws {
         let supportFolder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-support-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: supportFolder) }
         // Changes of BP4 and BP5 fail on the server: they fill the ErrorArchive.
@@ -83,112 +108,112 @@ import Testing
              {"method": "PATCH", "urlContains": "BusinessPartners('BP5')", "status": 400, "code": "Refused", "message": "no"}]
             """#.utf8).write(to: faults)
         defer { try? FileManager.default.removeItem(at: faults) }
-        let (server, root, _) = try serve(["--support-dir", supportFolder.path, "--faults", faults.path])
+        let (server, root, _) = try await serve(["--support-dir", supportFolder.path, "--faults", faults.path])
         defer { stop(server) }
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         let store = ["--store", folder.appendingPathComponent("cli.db").path, "--key", "cli-key"]
 
-        let open = try run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--define", "O=SalesOrders?$expand=Items"] + store)
+        let open = try await run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--define", "O=SalesOrders?$expand=Items"] + store)
         #expect(open.status == 0, "\(open.err)")
         #expect(open.out.contains("P: 20 BusinessPartners"), "\(open.out)")
-        let update = try run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Phone":"cli"}"#])
+        let update = try await run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Phone":"cli"}"#])
         #expect(update.status == 0, "\(update.err)")
-        #expect(try run(["offline", "queue"] + store).out.contains("RequestMethod=PATCH  RequestURL=BusinessPartners('BP1')"))
-        let upload = try run(["offline", "upload"] + store)
+        #expect(try await run(["offline", "queue"] + store).out.contains("RequestMethod=PATCH  RequestURL=BusinessPartners('BP1')"))
+        let upload = try await run(["offline", "upload"] + store)
         #expect(upload.out.contains("upload done; the queue is empty"), "\(upload.out) \(upload.err)")
-        #expect(try run(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"))
-        let read = try run(["offline", "read"] + store + ["BusinessPartners('BP1')?$select=Phone"])
+        #expect(try await run(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"))
+        let read = try await run(["offline", "read"] + store + ["BusinessPartners('BP1')?$select=Phone"])
         #expect(read.out.contains(#""Phone":"cli""#), "\(read.out)")
-        _ = try run(["offline", "delete"] + store + ["BusinessPartners('BP2')"])
-        #expect(try run(["offline", "undo"] + store + ["BusinessPartners('BP2')"]).status == 0)
+        _ = try await run(["offline", "delete"] + store + ["BusinessPartners('BP2')"])
+        #expect(try await run(["offline", "undo"] + store + ["BusinessPartners('BP2')"]).status == 0)
         // Queue algorithms: two updates of one entity become one; undo takes several entities.
-        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Phone":"one"}"#])
-        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Email":"two@example.com"}"#])
-        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP3')", #"{"Phone":"three"}"#])
-        let optimized = try run(["offline", "queue", "--optimize-queue"] + store).out
+        _ = try await run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Phone":"one"}"#])
+        _ = try await run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Email":"two@example.com"}"#])
+        _ = try await run(["offline", "update"] + store + ["BusinessPartners('BP3')", #"{"Phone":"three"}"#])
+        let optimized = try await run(["offline", "queue", "--optimize-queue"] + store).out
         #expect(optimized.contains("the queue algorithms removed 1 requests"), "\(optimized)")
         #expect(optimized.contains(#"RequestBody={"Phone":"one","Email":"two@example.com"}"#), "\(optimized)")
-        let undone = try run(["offline", "undo"] + store + ["BusinessPartners('BP1')", "BusinessPartners('BP3')"]).out
+        let undone = try await run(["offline", "undo"] + store + ["BusinessPartners('BP1')", "BusinessPartners('BP3')"]).out
         #expect(undone.contains("2 queued requests removed"), "\(undone)")
-        #expect(try run(["offline", "queue"] + store).out.contains("the request queue is empty"))
-        #expect(try run(["offline", "read"] + store + ["BusinessPartners('BP2')?$select=PartnerID"]).out.contains("BP2"))
-        #expect(try run(["offline", "events"] + store).out.contains("Type=Upload"))
+        #expect(try await run(["offline", "queue"] + store).out.contains("the request queue is empty"))
+        #expect(try await run(["offline", "read"] + store + ["BusinessPartners('BP2')?$select=PartnerID"]).out.contains("BP2"))
+        #expect(try await run(["offline", "events"] + store).out.contains("Type=Upload"))
         // --clear with individual deletion clears every entry (it used to remove only the first
         // and still print "cleared 2 entries").
-        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP4')", #"{"Phone":"four"}"#])
-        _ = try run(["offline", "update"] + store + ["BusinessPartners('BP5')", #"{"Phone":"five"}"#])
-        _ = try run(["offline", "upload"] + store)
+        _ = try await run(["offline", "update"] + store + ["BusinessPartners('BP4')", #"{"Phone":"four"}"#])
+        _ = try await run(["offline", "update"] + store + ["BusinessPartners('BP5')", #"{"Phone":"five"}"#])
+        _ = try await run(["offline", "upload"] + store)
         let individual = store + ["--individual-error-deletion"]
-        #expect(try run(["offline", "errors"] + individual).out.components(separatedBy: "Code=Refused").count == 3)
-        let cleared = try run(["offline", "errors", "--clear"] + individual)
+        #expect(try await run(["offline", "errors"] + individual).out.components(separatedBy: "Code=Refused").count == 3)
+        let cleared = try await run(["offline", "errors", "--clear"] + individual)
         #expect(cleared.out.contains("cleared 2 entries"), "\(cleared.out) \(cleared.err)")
-        #expect(try run(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"))
+        #expect(try await run(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"))
         // A copy for support, re-keyed; without a support key a keyed store is not sent.
         let supportURL = root.replacingOccurrences(of: "/odata/v4/", with: "/support/stores/cli-copy.db")
-        #expect(try run(["offline", "send-store"] + store + ["--to", supportURL]).status != 0)
-        let sent = try run(["offline", "send-store"] + store + ["--to", supportURL, "--support-key", "support"])
+        #expect(try await run(["offline", "send-store"] + store + ["--to", supportURL]).status != 0)
+        let sent = try await run(["offline", "send-store"] + store + ["--to", supportURL, "--support-key", "support"])
         #expect(sent.out.contains("encrypted with the support key"), "\(sent.out) \(sent.err)")
         #expect(FileManager.default.fileExists(atPath: supportFolder.appendingPathComponent("cli-copy.db").path))
         // Media: a new stream from a file, read back to a file, uploaded.
         let pictures = ["--store", folder.appendingPathComponent("pictures.db").path]
-        let openPictures = try run(["offline", "open", "--service", root, "--define", "Pics=ProductPictures", "--streams", "Pics"] + pictures)
+        let openPictures = try await run(["offline", "open", "--service", root, "--define", "Pics=ProductPictures", "--streams", "Pics"] + pictures)
         #expect(openPictures.status == 0, "\(openPictures.err)")
         let picture = folder.appendingPathComponent("picture.bin")
         let bytes = Data((0..<300).map { UInt8($0 % 256) })
         try bytes.write(to: picture)
-        let media = try run(["offline", "media"] + pictures + ["ProductPictures('PIC1')/$value", "--file", picture.path, "--content-type", "image/png"])
+        let media = try await run(["offline", "media"] + pictures + ["ProductPictures('PIC1')/$value", "--file", picture.path, "--content-type", "image/png"])
         #expect(media.out.contains("replaced the stream of ProductPictures('PIC1') locally (300 bytes)"), "\(media.out) \(media.err)")
         let readBack = folder.appendingPathComponent("read.bin")
-        let readMedia = try run(["offline", "read"] + pictures + ["ProductPictures('PIC1')/$value", "--output", readBack.path])
+        let readMedia = try await run(["offline", "read"] + pictures + ["ProductPictures('PIC1')/$value", "--output", readBack.path])
         #expect(readMedia.out.contains("wrote 300 bytes (image/png)"), "\(readMedia.out) \(readMedia.err)")
         #expect(try Data(contentsOf: readBack) == bytes)
-        #expect(try run(["offline", "upload"] + pictures).out.contains("upload done; the queue is empty"))
-        #expect(try run(["offline", "media"] + pictures + ["ProductPictures('PIC1')/$value", "--file", folder.appendingPathComponent("missing").path]).err.contains("cannot be read"))
-        let wrongKey = try run(["offline", "read", "--store", folder.appendingPathComponent("cli.db").path, "--key", "wrong", "BusinessPartners"])
+        #expect(try await run(["offline", "upload"] + pictures).out.contains("upload done; the queue is empty"))
+        #expect(try await run(["offline", "media"] + pictures + ["ProductPictures('PIC1')/$value", "--file", folder.appendingPathComponent("missing").path]).err.contains("cannot be read"))
+        let wrongKey = try await run(["offline", "read", "--store", folder.appendingPathComponent("cli.db").path, "--key", "wrong", "BusinessPartners"])
         #expect(wrongKey.status != 0)
         #expect(wrongKey.err.contains("cannot be opened with the given key"), "\(wrongKey.err)")
     }
 
     /// A backend as SAP Gateway is set up: Basic authentication and CSRF tokens, and no
     /// `$batch` for the client (`--no-batch`); the password comes from the environment.
-    @Test func offlineCommandsWithCredentialsCSRFAndNoBatch() throws {
-        let (server, v4, v2) = try serve(["--csrf", "--basic-auth", "alice:secret"])
+    @Test func offlineCommandsWithCredentialsCSRFAndNoBatch() async throws {
+        let (server, v4, v2) = try await serve(["--csrf", "--basic-auth", "alice:secret"])
         defer { stop(server) }
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-auth-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         for (name, root) in [("v4", v4), ("v2", v2)] {
             let store = ["--store", folder.appendingPathComponent(name + ".db").path]
-            let anonymous = try run(["offline", "open", "--service", root, "--define", "P=BusinessPartners"] + store)
+            let anonymous = try await run(["offline", "open", "--service", root, "--define", "P=BusinessPartners"] + store)
             #expect(anonymous.status != 0)
             #expect(anonymous.err.contains("unauthorized") && anonymous.err.contains("401"), "\(anonymous.err)")
-            let wrong = try run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--user", "alice"] + store,
+            let wrong = try await run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--user", "alice"] + store,
                                 environment: ["OODATA_PASSWORD": "wrong"])
             #expect(wrong.err.contains("The credentials were not accepted"), "\(wrong.err)")
             let login = ["--user", "alice"]
             let password = ["OODATA_PASSWORD": "secret"]
-            let open = try run(["offline", "open", "--service", root, "--define", "P=BusinessPartners?$filter=Address/Country ne 'XX'"] + store + login,
+            let open = try await run(["offline", "open", "--service", root, "--define", "P=BusinessPartners?$filter=Address/Country ne 'XX'"] + store + login,
                                environment: password)
             // The V2 round runs after the V4 round created a partner.
             let partners = name == "v4" ? 20 : 21
             #expect(open.status == 0 && open.out.contains("P: \(partners) BusinessPartners"), "\(name): \(open.out) \(open.err)")
-            _ = try run(["offline", "update"] + store + ["BusinessPartners('BP4')", #"{"Phone":"\#(name) csrf"}"#])
-            _ = try run(["offline", "create"] + store + ["BusinessPartners", #"{"PartnerID":"CLI-\#(name)","CompanyName":"No batch"}"#])
-            let upload = try run(["offline", "upload", "--no-batch"] + store + login, environment: password)
+            _ = try await run(["offline", "update"] + store + ["BusinessPartners('BP4')", #"{"Phone":"\#(name) csrf"}"#])
+            _ = try await run(["offline", "create"] + store + ["BusinessPartners", #"{"PartnerID":"CLI-\#(name)","CompanyName":"No batch"}"#])
+            let upload = try await run(["offline", "upload", "--no-batch"] + store + login, environment: password)
             #expect(upload.out.contains("upload done; the queue is empty"), "\(upload.out) \(upload.err)")
-            #expect(try run(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"))
-            let download = try run(["offline", "download"] + store + login, environment: password)
+            #expect(try await run(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"))
+            let download = try await run(["offline", "download"] + store + login, environment: password)
             #expect(download.status == 0, "\(download.err)")
-            let read = try run(["offline", "read"] + store + ["BusinessPartners?$filter=PartnerID eq 'CLI-\(name)' or PartnerID eq 'BP4'&$select=Phone"])
+            let read = try await run(["offline", "read"] + store + ["BusinessPartners?$filter=PartnerID eq 'CLI-\(name)' or PartnerID eq 'BP4'&$select=Phone"])
             #expect(read.out.contains("\(name) csrf") && read.out.contains("CLI-\(name)"), "\(read.out)")
         }
     }
 
-    @Test func metadataPrintsCounts() throws {
+    @Test func metadataPrintsCounts() async throws {
         let file = Conformance.url("metadata/v4/trippin-SampleService-Models-TripPin.xml").path
-        let result = try run(["metadata", file])
+        let result = try await run(["metadata", file])
         #expect(result.status == 0)
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.out.utf8)) as? [String: Any])
         #expect(json["version"] as? String == "4.0")
@@ -197,119 +222,119 @@ import Testing
         for key in ["entityTypes", "complexTypes", "enumTypes", "navigationProperties", "functionImports", "actionImports", "functions", "actions"] {
             #expect(json[key] is Int, "\(key)")
         }
-        let full = try run(["metadata", "--full", file])
+        let full = try await run(["metadata", "--full", file])
         #expect(full.status == 0)
         #expect(full.out.contains("\"schemas\""))
     }
 
-    @Test func metadataRejectsBadInput() throws {
+    @Test func metadataRejectsBadInput() async throws {
         let bad = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-bad-\(UUID().uuidString).xml")
         try Data("<edmx:Edmx><broken".utf8).write(to: bad)
         defer { try? FileManager.default.removeItem(at: bad) }
-        let result = try run(["metadata", bad.path])
+        let result = try await run(["metadata", bad.path])
         #expect(result.status == 1)
         #expect(result.err.contains("line"))
         #expect(result.out.isEmpty)
-        let missing = try run(["metadata", "/nonexistent/file.xml"])
+        let missing = try await run(["metadata", "/nonexistent/file.xml"])
         #expect(missing.status == 1)
-        let strict = try run(["metadata", "--strict", Conformance.url("metadata/invalid/test1.xml").path])
+        let strict = try await run(["metadata", "--strict", Conformance.url("metadata/invalid/test1.xml").path])
         #expect(strict.status == 1)
         #expect(strict.err.contains("Key"))
     }
 
-    @Test func urlPrintsTreesAndPositions() throws {
-        let ok = try run(["url", "Products?$filter=Price gt 5&$top=2"])
+    @Test func urlPrintsTreesAndPositions() async throws {
+        let ok = try await run(["url", "Products?$filter=Price gt 5&$top=2"])
         #expect(ok.status == 0)
         let json = try #require(try JSONSerialization.jsonObject(with: Data(ok.out.utf8)) as? [String: Any])
         let request = try #require(json["request"] as? [String: Any])
         let query = try #require(request["query"] as? [String: Any])
         #expect(query["$top"] as? Int == 2)
         #expect((query["$filter"] as? [String: Any])?["operator"] as? String == "gt")
-        let syntax = try run(["url", "Products?$filter=Price gt"])
+        let syntax = try await run(["url", "Products?$filter=Price gt"])
         #expect(syntax.status == 1)
         #expect(syntax.err.contains("offset 25"))
         let file = Conformance.url("metadata/v4/trippin-SampleService-Models-TripPin.xml").path
-        let bound = try run(["url", "--metadata", file, "People?$filter=FirstName eq 'x'"])
+        let bound = try await run(["url", "--metadata", file, "People?$filter=FirstName eq 'x'"])
         #expect(bound.status == 0)
         #expect(bound.out.contains("\"bound\""))
-        let binding = try run(["url", "--metadata", file, "People?$filter=FirstName eq 5"])
+        let binding = try await run(["url", "--metadata", file, "People?$filter=FirstName eq 5"])
         #expect(binding.status == 1)
         #expect(binding.err.contains("Cannot compare"))
         // Percent-encoded delimiters, as Python's requests sends them; V2 literals and A/B in V2.
-        let encoded = try run(["url", "--odata-version", "4.0", "SalesOrders?$expand=Items%2CPartner"])
+        let encoded = try await run(["url", "--odata-version", "4.0", "SalesOrders?$expand=Items%2CPartner"])
         let expand = try #require(try JSONSerialization.jsonObject(with: Data(encoded.out.utf8)) as? [String: Any], "\(encoded.err)")
         #expect(((expand["request"] as? [String: Any])?["query"] as? [String: Any]).flatMap { $0["$expand"] as? [Any] }?.count == 2)
-        let v2 = try run(["url", "--odata-version", "2.0", "Customers?$filter=Amount gt 100M and substringof('a',Name)&$expand=Orders/Items"])
+        let v2 = try await run(["url", "--odata-version", "2.0", "Customers?$filter=Amount gt 100M and substringof('a',Name)&$expand=Orders/Items"])
         #expect(v2.status == 0, "\(v2.err)")
-        #expect(try run(["url", "--odata-version", "4.01", "Customers?$filter=Amount gt 100M"]).status == 1)
+        #expect(try await run(["url", "--odata-version", "4.01", "Customers?$filter=Amount gt 100M"]).status == 1)
     }
 
-    @Test func payloadPrintsTypedEntities() throws {
+    @Test func payloadPrintsTypedEntities() async throws {
         let folder = "payloads/v4-json/olingo4-trippin-data/"
-        let result = try run(["payload", "--metadata", Conformance.url(folder + "trippin.xml").path, "--entity-set", "Airports", Conformance.url(folder + "airports.json").path])
+        let result = try await run(["payload", "--metadata", Conformance.url(folder + "trippin.xml").path, "--entity-set", "Airports", Conformance.url(folder + "airports.json").path])
         #expect(result.status == 0, "\(result.err)")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.out.utf8)) as? [String: Any])
         let entities = try #require(json["entities"] as? [[String: Any]])
         #expect(!entities.isEmpty)
         #expect(entities.first?["type"] as? String == "Microsoft.OData.SampleService.Models.TripPin.Airport")
-        let v2 = try run(["payload", "--v2", Conformance.url("payloads/v2-json/olingo2/JsonTeamsWithCount.json").path])
+        let v2 = try await run(["payload", "--v2", Conformance.url("payloads/v2-json/olingo2/JsonTeamsWithCount.json").path])
         #expect(v2.status == 0)
         #expect(v2.out.contains("\"count\": 3"))
-        let bad = try run(["payload", Conformance.url("payloads/v2-json/olingo2/invalidSvcDocJson.json").path])
+        let bad = try await run(["payload", Conformance.url("payloads/v2-json/olingo2/invalidSvcDocJson.json").path])
         #expect(bad.status == 1)
         #expect(bad.err.contains("byte"))
     }
 
-    @Test func batchPrintsASummary() throws {
-        let result = try run(["batch", Conformance.url("payloads/batch/olingo2-fit/changeset.batch").path])
+    @Test func batchPrintsASummary() async throws {
+        let result = try await run(["batch", Conformance.url("payloads/batch/olingo2-fit/changeset.batch").path])
         #expect(result.status == 0)
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.out.utf8)) as? [String: Any])
         #expect(json["parts"] as? Int == 3)
         #expect(json["changeSets"] as? Int == 1)
         #expect(result.out.contains("\"contentID\": \"putRequest\""))
-        let bad = try run(["batch", Conformance.url("payloads/batch/olingo4-batchWithContent.batch").path])
+        let bad = try await run(["batch", Conformance.url("payloads/batch/olingo4-batchWithContent.batch").path])
         #expect(bad.status == 1)
         #expect(bad.err.contains("boundary"))
     }
 
-    @Test func storeCommandsCreateImportQueryAndRekey() throws {
+    @Test func storeCommandsCreateImportQueryAndRekey() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-store-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let store = dir.appendingPathComponent("trippin.sqlite").path
         let folder = "payloads/v4-json/olingo4-trippin-data/"
-        #expect(try run(["store", "init", "--metadata", Conformance.url(folder + "trippin.xml").path, "--store", store, "--key", "k1"]).status == 0)
-        let imported = try run(["store", "import", "--store", store, "--key", "k1", "--entity-set", "People", Conformance.url(folder + "people.json").path])
+        #expect(try await run(["store", "init", "--metadata", Conformance.url(folder + "trippin.xml").path, "--store", store, "--key", "k1"]).status == 0)
+        let imported = try await run(["store", "import", "--store", store, "--key", "k1", "--entity-set", "People", Conformance.url(folder + "people.json").path])
         #expect(imported.status == 0, "\(imported.err)")
         #expect(imported.out.contains("imported 20"))
-        let query = try run(["store", "query", "--store", store, "--key", "k1", "People?$filter=FirstName eq 'Russell'&$select=UserName"])
+        let query = try await run(["store", "query", "--store", store, "--key", "k1", "People?$filter=FirstName eq 'Russell'&$select=UserName"])
         #expect(query.status == 0, "\(query.err)")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(query.out.utf8)) as? [String: Any])
         #expect((json["value"] as? [[String: Any]])?.first?["UserName"] as? String == "russellwhyte")
         #expect(json["@odata.context"] as? String == "$metadata#People")
-        let wrong = try run(["store", "query", "--store", store, "--key", "nope", "People"])
+        let wrong = try await run(["store", "query", "--store", store, "--key", "nope", "People"])
         #expect(wrong.status == 1)
         #expect(wrong.err.contains("invalidEncryptionKey"))
-        #expect(try run(["store", "rekey", "--store", store, "--key", "k1", "--new-key", "k2"]).status == 0)
-        let count = try run(["store", "query", "--store", store, "--key", "k2", "People/$count"])
+        #expect(try await run(["store", "rekey", "--store", store, "--key", "k1", "--new-key", "k2"]).status == 0)
+        let count = try await run(["store", "query", "--store", store, "--key", "k2", "People/$count"])
         #expect(count.out.trimmingCharacters(in: .whitespacesAndNewlines) == "20")
-        let unsupported = try run(["store", "query", "--store", store, "--key", "k2", "People?$filter=matchesPattern(FirstName,'^R')"])
+        let unsupported = try await run(["store", "query", "--store", store, "--key", "k2", "People?$filter=matchesPattern(FirstName,'^R')"])
         #expect(unsupported.status == 1)
         #expect(unsupported.err.contains("matchespattern"))
         // An unencrypted store has no key to change: rekey says so (it used to print "re-keyed"
         // and leave the file plaintext); encrypt encrypts it.
         let plain = dir.appendingPathComponent("plain.sqlite").path
-        #expect(try run(["store", "init", "--metadata", Conformance.url(folder + "trippin.xml").path, "--store", plain]).status == 0)
-        _ = try run(["store", "import", "--store", plain, "--entity-set", "People", Conformance.url(folder + "people.json").path])
-        let refused = try run(["store", "rekey", "--store", plain, "--new-key", "k3"])
+        #expect(try await run(["store", "init", "--metadata", Conformance.url(folder + "trippin.xml").path, "--store", plain]).status == 0)
+        _ = try await run(["store", "import", "--store", plain, "--entity-set", "People", Conformance.url(folder + "people.json").path])
+        let refused = try await run(["store", "rekey", "--store", plain, "--new-key", "k3"])
         #expect(refused.status == 1 && refused.err.contains("is not encrypted"), "\(refused.out) \(refused.err)")
         #expect(!refused.out.contains("re-keyed"))
         #expect(try Data(contentsOf: URL(fileURLWithPath: plain)).prefix(15) == Data("SQLite format 3".utf8))
-        let encrypted = try run(["store", "encrypt", "--store", plain, "--new-key", "k3"])
+        let encrypted = try await run(["store", "encrypt", "--store", plain, "--new-key", "k3"])
         #expect(encrypted.status == 0 && encrypted.out.contains("encrypted"), "\(encrypted.err)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: plain)).prefix(15) != Data("SQLite format 3".utf8))
-        #expect(try run(["store", "query", "--store", plain, "People/$count"]).status == 1)
-        let keyed = try run(["store", "query", "--store", plain, "--key", "k3", "People/$count"])
+        #expect(try await run(["store", "query", "--store", plain, "People/$count"]).status == 1)
+        let keyed = try await run(["store", "query", "--store", plain, "--key", "k3", "People/$count"])
         #expect(keyed.out.trimmingCharacters(in: .whitespacesAndNewlines) == "20", "\(keyed.err)")
     }
 }

@@ -56,7 +56,7 @@ extension CLITests {
     }
 
     func runOffPool(_ arguments: [String]) async throws -> (status: Int32, out: String, err: String) {
-        try await offPool { try self.run(arguments) }
+        try await run(arguments)
     }
     func runKilledOffPool(_ arguments: [String], afterMilliseconds milliseconds: Int) async throws {
         try await offPool { try self.runKilled(arguments, afterMilliseconds: milliseconds) }
@@ -82,7 +82,7 @@ extension CLITests {
         let faults = folder.appendingPathComponent("faults.json")
         try Data(#"[{"urlContains": "$batch", "trickleMilliseconds": 40}, {"method": "GET", "urlContains": "Products", "trickleMilliseconds": 20}]"#
             .utf8).write(to: faults)
-        let (server, root, _) = try serve(["--store", folder.appendingPathComponent("backend.db").path, "--scale", "5",
+        let (server, root, _) = try await serve(["--store", folder.appendingPathComponent("backend.db").path, "--scale", "5",
                                            "--faults", faults.path])
         defer { stop(server) }
         var random = SystemRandomNumberGenerator()

@@ -7,18 +7,20 @@ import Testing
 /// Runs clients from PyPI that nobody here wrote against the reference service: SAP's pyodata
 /// (V2) and python-odata (V4). The venv is made under `.build/interop-venv` on first use.
 @Suite(.serialized) struct InteropTests {
-    static func run(_ executable: String, _ arguments: [String]) throws -> (Int32, String, String) { try Interop.run(executable, arguments) }
-    static func python() throws -> String { try Interop.python() }
+    static func run(_ executable: String, _ arguments: [String]) async throws -> (Int32, String, String) {
+        try await Interop.runOffPool(executable, arguments)
+    }
+    static func python() async throws -> String { try await Interop.pythonOffPool() }
     static var repository: URL { Interop.repository }
 
     @Test func pyodataAgainstTheV2Root() async throws {
-        let python = try Self.python()
+        let python = try await Self.python()
         let server = TestServer()
         defer { server.remove() }
         let service = try await server.service()
         let script = Self.repository.appendingPathComponent("Tests/Interop/pyodata_client.py").path
         let running = try await EmbeddedServer.start(service)
-        let (status, output, errors) = try Self.run(python, [script, running.v2Root.absoluteString])
+        let (status, output, errors) = try await Self.run(python, [script, running.v2Root.absoluteString])
         await running.stop()
         #expect(status == 0, "pyodata failed: \(errors)")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any], "output: \(output) \(errors)")
@@ -52,13 +54,13 @@ extension InteropTests {
     /// queries (paged: 7 entities per page), navigation, expand, writes, a deep insert with
     /// binds, and function and action imports. See `Tests/Interop/python_odata_client.py`.
     @Test func pythonODataAgainstTheV4Root() async throws {
-        let python = try Self.python()
+        let python = try await Self.python()
         let server = TestServer()
         defer { server.remove() }
         // python-odata 0.8.1 never sends If-Match: the service must take unconditional writes.
         let service = try await server.service(pageSize: 7, requireIfMatch: false)
         let running = try await EmbeddedServer.start(service)
-        let (status, output, errors) = try Self.run(python, [Interop.script("python_odata_client.py"), running.v4Root.absoluteString])
+        let (status, output, errors) = try await Self.run(python, [Interop.script("python_odata_client.py"), running.v4Root.absoluteString])
         await running.stop()
         #expect(status == 0, "python-odata failed: \(errors)")
         let json = try JSONValue.parse(Array(output.utf8))
@@ -108,7 +110,7 @@ extension InteropTests {
         let service = try await server.service()
         let script = Self.repository.appendingPathComponent("Tests/Interop/curl_v4.sh").path
         let running = try await EmbeddedServer.start(service)
-        let (status, output, errors) = try Self.run("/usr/bin/env", ["bash", script, running.v4Root.absoluteString])
+        let (status, output, errors) = try await Self.run("/usr/bin/env", ["bash", script, running.v4Root.absoluteString])
         await running.stop()
         #expect(status == 0, "curl checks failed: \(errors)")
         #expect(output.contains("16 passed, 0 failed"), "\(output) \(errors)")

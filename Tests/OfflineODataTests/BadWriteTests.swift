@@ -180,3 +180,61 @@ import Testing
         #expect(try await provider.readEntities("Contacts?$filter=PartnerID eq 'BPOFF'").count == 2)
     }
 }
+
+/// Issue 19, defect 11: a link change alters the foreign key of one end, so the reference
+/// server gives that entity a new ETag (an `If-Match` with the old one fails), and the offline
+/// client follows: changes after a link change, in the same upload or a later one, are not
+/// refused with 412. V2 and V4.
+@Suite struct LinkETagTests {
+    @Test(arguments: [false, true])
+    func aLinkChangeRenewsTheETagOfTheEntityWhoseForeignKeyChanges(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let root = (v2 ? fixture.server.v2Root : fixture.server.v4Root).absoluteString
+        let order = try await fixture.backend("SalesOrders('SO1')")
+        let oldETag = try #require(order["@odata.etag"]?.stringValue)
+        let partners = (try await fixture.backend("BusinessPartners?$orderby=PartnerID")["value"]?.arrayValue ?? []).compactMap { $0["PartnerID"]?.stringValue }
+        let others = partners.filter { $0 != order["PartnerID"]?.stringValue }
+        #expect(others.count >= 2)
+        // Online: the order holds the foreign key; its ETag changes, the partner's does not.
+        let partnerETag = try await fixture.backend("BusinessPartners('\(others[0])')")["@odata.etag"]?.stringValue
+        var headers = ODataCore.HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        let link = try await AsyncHTTPClientTransport().send(TransportRequest(method: "PUT", url: root + "SalesOrders('SO1')/Partner/$ref", headers: headers,
+            body: Array(#"{"@odata.id":"BusinessPartners('\#(others[0])')"}"#.utf8)), timeout: 10)
+        #expect(link.status == 204, "\(String(decoding: link.body, as: UTF8.self))")
+        let newETag = try await fixture.backend("SalesOrders('SO1')")["@odata.etag"]?.stringValue
+        #expect(newETag != nil && newETag != oldETag)
+        #expect(link.headers["ETag"] == newETag)
+        #expect(try await fixture.backend("BusinessPartners('\(others[0])')")["@odata.etag"]?.stringValue == partnerETag)
+        headers["If-Match"] = oldETag
+        let stale = try await AsyncHTTPClientTransport().send(TransportRequest(method: v2 ? "MERGE" : "PATCH", url: root + "SalesOrders('SO1')",
+            headers: headers, body: Array(#"{"Currency":"USD"}"#.utf8)), timeout: 10)
+        #expect(stale.status == 412)
+
+        // Offline: a link change, then a change of the order in the same upload; then a link
+        // through the partner's collection (the order's ETag changes, not the partner's) and a
+        // change of the order in a later upload.
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        _ = try await provider.execute(method: "PUT", url: "SalesOrders('SO1')/Partner/$ref",
+                                       body: Array(#"{"@odata.id":"BusinessPartners('\#(others[1])')"}"#.utf8))
+        _ = try await provider.execute(method: "PATCH", url: "SalesOrders('SO1')", body: Array(#"{"Currency":"GBP"}"#.utf8))
+        try await provider.upload()
+        #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+        var backendOrder = try await fixture.backend("SalesOrders('SO1')")
+        #expect(backendOrder["PartnerID"]?.stringValue == others[1] && backendOrder["Currency"]?.stringValue == "GBP", "\(backendOrder)")
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners('\(others[0])')/SalesOrders/$ref",
+                                       body: Array(#"{"@odata.id":"SalesOrders('SO1')"}"#.utf8))
+        try await provider.upload()
+        _ = try await provider.execute(method: "PATCH", url: "SalesOrders('SO1')", body: Array(#"{"Currency":"CHF"}"#.utf8))
+        try await provider.upload()
+        #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+        backendOrder = try await fixture.backend("SalesOrders('SO1')")
+        #expect(backendOrder["PartnerID"]?.stringValue == others[0] && backendOrder["Currency"]?.stringValue == "CHF", "\(backendOrder)")
+        // After a download the order carries the backend's ETag again, and a change sends it.
+        try await provider.download()
+        let local = try #require(try await provider.readEntities("SalesOrders('SO1')").first)
+        #expect(local.control.etag == backendOrder["@odata.etag"]?.stringValue)
+    }
+}

@@ -14,8 +14,8 @@ import Testing
         let server: Interop.Server
         var root: String { server.serviceRoot.absoluteString }
 
-        init() throws {
-            server = try Interop.Server(script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
+        init() async throws {
+            server = try await Interop.Server.start(script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
         }
 
         func send(_ method: String, _ url: String, _ body: String? = nil) async throws -> TransportResponse {
@@ -71,7 +71,7 @@ import Testing
     }
 
     @Test func openReadChangeUploadAndDownloadAgainstPyslet() async throws {
-        let producer = try Producer()
+        let producer = try await Producer()
         defer { producer.server.stop() }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-pyslet-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

@@ -84,6 +84,22 @@ extension ODataService {
         }
     }
 
+    /// A link changed: the end that holds the foreign key has new values, so it gets a new
+    /// ETag (an `If-Match` with the old one now fails). The answer carries the new ETag when
+    /// that end is the entity the request URL names; a link table changes no entity's values.
+    func linkChanged(_ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue], _ nav: StoreSchema.Navigation,
+                     _ otherTable: StoreSchema.EntityTable, _ otherKey: [String: PrimitiveValue]) throws -> ServiceResponse {
+        var response = ServiceResponse(status: 204)
+        guard let sourceChanges = store.schema.linkChangesSource(table.entitySet, navigation: nav.name) else { return response }
+        let etag = Self.newETag()
+        if sourceChanges {
+            if try writer.setState(in: table.entitySet, key: key, etag: .some(etag)) { response.headers["ETag"] = etag }
+        } else {
+            try writer.setState(in: otherTable.entitySet, key: otherKey, etag: .some(etag))
+        }
+        return response
+    }
+
     /// A link changed: both ends are reported as changed by delta links (a foreign key on
     /// either side may have changed with it).
     func recordLinkChange(_ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue],
@@ -115,7 +131,7 @@ extension ODataService {
             guard targetTable.entitySet == nav.targetEntitySet else { throw ServiceFailure(400, "BadReference", "\(id) is not in \(nav.targetEntitySet)") }
             try writer.link(target.table.entitySet, key: key, navigation: nav.name, to: targetKey)
             try recordLinkChange(writer, target.table, key, targetTable, targetKey)
-            return ServiceResponse(status: 204)
+            return try linkChanged(writer, target.table, key, nav, targetTable, targetKey)
         case ("DELETE", let key?, let nav?, true):
             let id: String
             if let given = target.query.id {
@@ -124,13 +140,15 @@ extension ODataService {
                 id = nav.targetEntitySet + String(last.drop { $0 != "(" })
             } else if !nav.isCollection {
                 // A single-valued navigation property: its one link goes.
+                var response = ServiceResponse(status: 204)
                 for other in try writer.linkedKeys(target.table.entitySet, key: key, navigation: nav.name) {
                     try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: other)
                     if let otherTable = store.schema.table(forEntitySet: nav.targetEntitySet) {
                         try recordLinkChange(writer, target.table, key, otherTable, other)
+                        response = try linkChanged(writer, target.table, key, nav, otherTable, other)
                     }
                 }
-                return ServiceResponse(status: 204)
+                return response
             } else {
                 throw ServiceFailure(400, "BadReference", "Deleting a reference of a collection needs $id or a key")
             }
@@ -141,7 +159,7 @@ extension ODataService {
             }
             try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: targetKey)
             try recordLinkChange(writer, target.table, key, targetTable, targetKey)
-            return ServiceResponse(status: 204)
+            return try linkChanged(writer, target.table, key, nav, targetTable, targetKey)
         case ("PUT", let key?, nil, false) where target.isValue:
             return try uploadMedia(request, target.table, key, target.keyText ?? "", writer)
         case ("PUT", let key?, nil, false), ("PATCH", let key?, nil, false), ("MERGE", let key?, nil, false):

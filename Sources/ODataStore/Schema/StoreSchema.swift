@@ -234,6 +234,17 @@ public struct StoreSchema: Sendable {
         return result
     }
 
+    /// Which end of a link through `navigation` of `entitySet` holds the foreign key, and so
+    /// has its values (and ETag) changed when the link changes: `true` for the entity of
+    /// `entitySet`, `false` for the target; nil for a relation kept in a link table (no
+    /// entity's values change) or an unknown navigation property.
+    public func linkChangesSource(_ entitySet: String, navigation: String) -> Bool? {
+        guard let table = table(forEntitySet: entitySet), let nav = table.navigation(navigation),
+              case .foreignKey(let sourceColumns, _) = nav.relation else { return nil }
+        // As in `StoreWriter.link`: columns that are the source's key mean the target points at it.
+        return sourceColumns != table.keyColumns
+    }
+
     /// The properties an entity created through `navigation` of `parent` (an entity of
     /// `entitySet`, stored or not) takes from it: its foreign key to the parent's key, as in a
     /// deep insert. Empty for a relation kept in a link table.

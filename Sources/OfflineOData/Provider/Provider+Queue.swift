@@ -291,6 +291,22 @@ extension OfflineODataProvider {
         return result
     }
 
+    /// For a `$ref` request: `Set(key)` of the end whose foreign key (and so values and
+    /// ETag) the link change alters on the backend, and whether it is the entity the URL
+    /// names. Nil for other requests, for links kept apart from both ends (no constraint),
+    /// and when that end is not named.
+    static func linkHolder(of request: QueuedRequest, schema: StoreSchema, serviceRoot: String,
+                           keyMap: [String: String]) -> (reference: String, isSource: Bool)? {
+        let model = schema.model
+        guard request.url.hasSuffix("/$ref") || request.url.contains("/$ref?"),
+              let change = try? localChange(from: request, model: model, serviceRoot: serviceRoot, keyMap: keyMap), change.target.isRef,
+              let key = change.target.key, let navigation = change.target.navigation,
+              let isSource = schema.linkChangesSource(change.target.entitySet, navigation: navigation) else { return nil }
+        if isSource { return (change.target.entitySet + Keys.predicate(key, in: change.target.entitySet, model: model), true) }
+        guard let (set, other) = linkedEntity(change, model: model) else { return nil }
+        return (set + Keys.predicate(other, in: set, model: model), false)
+    }
+
     /// The other end of a `$ref` request.
     static func linkedEntity(_ change: LocalChange, model: Model) -> (String, [String: PrimitiveValue])? {
         if let linkTarget = change.linkTarget { return linkTarget }

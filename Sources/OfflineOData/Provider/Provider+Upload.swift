@@ -204,6 +204,11 @@ extension OfflineODataProvider {
                     headers["If-Match"] = "*"
                 }
             }
+            // A link change alters the foreign key of one end on the backend, and with it that
+            // entity's ETag: later changes of it in this batch cannot know the new one.
+            if let holder = Self.linkHolder(of: request, schema: store.schema, serviceRoot: serviceRoot, keyMap: keyMap) {
+                matched.insert(holder.reference)
+            }
             for (name, value) in request.headers { headers[name] = value }
             headers["Content-ID"] = "\(request.id)"
             if request.isCreate, request.localKey {
@@ -325,6 +330,14 @@ extension OfflineODataProvider {
                             predicate = serverPredicate
                         }
                         touched.formUnion(try Self.takeOverNested(result, set: set, writer: writer, model: model))
+                    } else if let holder = Self.linkHolder(of: result.request, schema: writer.schema, serviceRoot: root,
+                                                           keyMap: try Self.keyMap(writer.connection)) {
+                        // A link change gave one end a new ETag: the one answered for the entity
+                        // of the URL; otherwise it is unknown until the next download (later
+                        // changes send `If-Match: *` rather than an ETag sure to fail).
+                        if let (holderSet, holderKey) = Keys.parse(holder.reference, model: model, serviceRoot: "") {
+                            try writer.setState(in: holderSet, key: holderKey, etag: .some(holder.isSource ? result.headers["ETag"] : nil))
+                        }
                     } else if request.method != "DELETE", let etag = result.headers["ETag"] ?? server?.control.etag {
                         try writer.setState(in: set, key: key, etag: .some(etag))
                     }
