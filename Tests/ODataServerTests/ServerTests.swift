@@ -297,6 +297,36 @@ struct TestServer {
         }
     }
 
+    /// Issue 19, defect 9: a delta answers changed entities in the shape of the tracked read
+    /// (`$select`, `$expand`), V2 and V4; it answered every property.
+    @Test(arguments: [false, true])
+    func deltaKeepsTheSelectAndExpandOfTheTrackedRead(v2: Bool) async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            let root = v2 ? "/odata/v2/" : "/odata/v4/"
+            let query = v2 ? "BusinessPartners?$select=PartnerID,CompanyName,Contacts/FirstName&$expand=Contacts&$filter=PartnerID ne 'BP9'"
+                           : "BusinessPartners?$select=PartnerID,CompanyName&$expand=Contacts($select=FirstName)&$filter=PartnerID ne 'BP9'"
+            let initial = try await client.send("GET", root + query, headers: ["Prefer": "odata.track-changes"])
+            let link = try #require(v2 ? initial.json?["d"]?["__delta"]?.stringValue : initial.json?["@odata.deltaLink"]?.stringValue, "\(initial.text)")
+            let relative = String(link.drop { $0 != "/" }.dropFirst(2).drop { $0 != "/" })
+            #expect(try await client.send("PATCH", "/odata/v4/BusinessPartners('BP1')", headers: ["If-Match": "*"],
+                                          body: #"{"CompanyName":"Renamed","Phone":"555"}"#).status == 204)
+            let delta = try await client.send("GET", relative)
+            #expect(delta.status == 200, "\(delta.text)")
+            let rows = (v2 ? delta.json?["d"]?["results"]?.arrayValue : delta.json?["value"]?.arrayValue) ?? []
+            let changed = try #require(rows.first { $0["PartnerID"]?.stringValue == "BP1" }, "\(delta.text)")
+            #expect(changed["CompanyName"]?.stringValue == "Renamed")
+            #expect(changed["Phone"] == nil, "\(changed)")
+            let contacts = (v2 ? changed["Contacts"]?["results"]?.arrayValue : changed["Contacts"]?.arrayValue) ?? []
+            #expect(!contacts.isEmpty, "\(changed)")
+            for contact in contacts {
+                #expect(contact["FirstName"] != nil && contact["LastName"] == nil, "\(contact)")
+            }
+        }
+    }
+
     @Test func repeatedRequestsApplyOnceEvenAfterARestart() async throws {
         let server = TestServer()
         defer { server.remove() }

@@ -46,6 +46,9 @@ extension ODataService {
             ? String(request.target.split(separator: "?", maxSplits: 1)[1]).split(separator: "&").filter { !$0.hasPrefix("$deltatoken") && !$0.hasPrefix("!deltatoken") }.map(String.init) : []
         otherOptions.removeAll { $0.hasPrefix("$skiptoken") }
         let filter = parsed.query.filter != nil ? otherOptions.first { $0.hasPrefix("$filter=") }.map { String($0.dropFirst(8)) } : nil
+        // Changed entities come in the shape the tracked read asked for: its `$select` and
+        // `$expand` apply to them too (ordering and paging options have no meaning here).
+        let shape = otherOptions.filter { $0.hasPrefix("$select=") || $0.hasPrefix("$expand=") }.joined(separator: "&")
         for key in order {
             let keyPath = set + key
             if last[key] == "delete" {
@@ -53,8 +56,8 @@ extension ODataService {
                 continue
             }
             // Still in the result? Re-run the filter on this one entity.
-            var url = keyPath
-            if let filter { url = set + "?$filter=(\(filter)) and " + keyFilter(key, table) }
+            var url = keyPath + (shape.isEmpty ? "" : "?" + shape)
+            if let filter { url = set + "?$filter=(\(filter)) and " + keyFilter(key, table) + (shape.isEmpty ? "" : "&" + shape) }
             let result = try await store.query(url, version: request.version)
             switch result {
             case .entity(let entity?):

@@ -40,6 +40,23 @@ extension QueryExecutor {
             return NamedValue(name: property.name, value: .complex(StructuredValue(typeName: structured.typeName,
                                                                                     properties: structured.properties.filter { names.contains($0.name) })))
         }
+        // V2 selects members of expanded entities by path (`$select=Contacts/FirstName`): the
+        // inline entities keep those (and their keys); `Contacts` alone keeps them whole.
+        for index in result.navigation.indices {
+            let name = result.navigation[index].name
+            guard let paths = subPaths[name], !select.contains(where: { $0.kind == .path([name]) }),
+                  let nav = table.navigation(name), let target = schema.table(forEntitySet: nav.targetEntitySet) else { continue }
+            let inner = paths.map { SelectItem(kind: .path($0)) }
+            switch result.navigation[index].inline {
+            case .entity(let child?)?:
+                result.navigation[index].inline = .entity(project(child, inner, target))
+            case .collection(var children)?:
+                children.entities = children.entities.map { project($0, inner, target) }
+                result.navigation[index].inline = .collection(children)
+            default:
+                break
+            }
+        }
         return result
     }
 
