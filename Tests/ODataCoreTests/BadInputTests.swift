@@ -58,6 +58,45 @@ import Testing
         #expect(try refusal("Accounts(101)/\(Self.ns).GetDefaultPI(x=1)")?.contains("has no parameter x") == true)
     }
 
+    /// A parameter annotated `Core.OptionalParameter` may be left out even when it is not
+    /// nullable; 4.01 writes an enum argument as a plain string (`color='Red'`), 4.0 may not.
+    @Test func optionalParametersAndPlainStringEnumArguments() throws {
+        let csdl = """
+            <edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.01">
+              <edmx:DataServices><Schema xmlns="http://docs.oasis-open.org/odata/ns/edm" Namespace="Shop">
+                <EnumType Name="Color"><Member Name="Red"/><Member Name="Green"/></EnumType>
+                <Function Name="Search"><Parameter Name="Text" Type="Edm.String" Nullable="false"/>
+                  <Parameter Name="Limit" Type="Edm.Int32" Nullable="false"><Annotation Term="Core.OptionalParameter"/></Parameter>
+                  <ReturnType Type="Collection(Edm.String)"/></Function>
+                <Function Name="Paint"><Parameter Name="Color" Type="Shop.Color" Nullable="false"/><ReturnType Type="Edm.String"/></Function>
+                <EntityContainer Name="C"><FunctionImport Name="Search" Function="Shop.Search"/>
+                  <FunctionImport Name="Paint" Function="Shop.Paint"/></EntityContainer>
+              </Schema></edmx:DataServices></edmx:Edmx>
+            """
+        let model = try MetadataParser().parse(csdl)
+        // The service's version decides: a 4.0 service takes enum members in their own form only.
+        let model40 = try MetadataParser().parse(csdl.replacingOccurrences(of: "Version=\"4.01\"", with: "Version=\"4.0\""))
+        func refusal(_ url: String, version: ODataVersion = .v401) -> String? {
+            do {
+                _ = try RequestBinder(model: version == .v4 ? model40 : model).bind(try URLParser(version: version).parse(url), input: url)
+                return nil
+            } catch let error as SyntaxError {
+                return error.message
+            } catch let error as BindingError {
+                return error.message
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(refusal("Search(Text='a')") == nil)
+        #expect(refusal("Search(Text='a',Limit=5)") == nil)
+        #expect(refusal("Search(Limit=5)")?.hasPrefix("Search needs the parameter Text (Edm.String)") == true)
+        #expect(refusal("Paint(Color=Shop.Color'Red')") == nil)
+        #expect(refusal("Paint(Color='Green')") == nil)
+        #expect(refusal("Paint(Color='Purple')") == "Shop.Color has no member Purple; its members are Red, Green")
+        #expect(refusal("Paint(Color='Green')", version: .v4) != nil)
+    }
+
     @Test func datesTheCalendarDoesNotHaveAreRefusedByName() throws {
         #expect(try refusal("People?$filter=Birthday eq 2023-02-29") == "February 2023 has 28 days: 2023-02-29 is not a date")
         #expect(try refusal("Customers?$filter=Birthday eq 2024-02-29T00:00:00Z") == nil)
@@ -120,6 +159,7 @@ import Testing
             <Property Name="Name" Type="Edm.String" MaxLength="10" Nullable="false"/>
             <Property Name="Price" Type="Edm.Decimal" Precision="5" Scale="2"/>
             <Property Name="Ratio" Type="Edm.Decimal" Precision="3" Scale="variable"/>
+            <Property Name="Measure" Type="Edm.Decimal" Precision="3" Scale="floating"/>
             <Property Name="Blob" Type="Edm.Binary" MaxLength="2"/>
             <Property Name="Size" Type="W.Size"/>
             <Property Name="Address" Type="W.Address"/>
@@ -157,6 +197,31 @@ import Testing
         #expect(try problem(##"{"@odata.type":"#W.Nope","ID":1}"##) == "W.Nope is not a type of the service @ @odata.type")
     }
 
+    /// A body may repeat the key; a date-time key is the same whether written without an
+    /// offset (V2 `datetime'…'`), with `Z` or with another offset for the same instant.
+    @Test func aBodyMayRepeatTheKeyInAnyFormOfTheSameInstant() throws {
+        let model = try MetadataParser().parse(Self.writeModel)
+        let noon = DateTimeOffsetValue(date: DateValue(year: 2020, month: 1, day: 1), time: TimeOfDayValue(hour: 12, minute: 0), offsetMinutes: nil)
+        var utc = noon
+        utc.offsetMinutes = 0
+        let berlin = DateTimeOffsetValue(date: DateValue(year: 2020, month: 1, day: 1), time: TimeOfDayValue(hour: 13, minute: 0), offsetMinutes: 60)
+        let later = DateTimeOffsetValue(date: DateValue(year: 2020, month: 1, day: 1), time: TimeOfDayValue(hour: 13, minute: 0), offsetMinutes: 0)
+        func check(_ body: PrimitiveValue) -> String? {
+            var entity = Entity()
+            entity["Since"] = .primitive(body)
+            do {
+                try model.checkKeyUnchanged(entity, key: ["Since": .dateTime(noon)])
+                return nil
+            } catch {
+                return error.message
+            }
+        }
+        #expect(check(.dateTime(noon)) == nil)
+        #expect(check(.dateTimeOffset(utc)) == nil)
+        #expect(check(.dateTimeOffset(berlin)) == nil)
+        #expect(check(.dateTimeOffset(later)) == "Since is part of the key (datetime'2020-01-01T12:00:00') and cannot change to 2020-01-01T13:00:00Z")
+    }
+
     @Test func facetsBoundWhatIsStored() throws {
         #expect(try problem(#"{"ID":1,"Name":"0123456789"}"#) == nil)
         #expect(try problem(#"{"ID":1,"Name":"0123456789A"}"#) == "The text has 11 characters; MaxLength is 10 @ Name")
@@ -172,6 +237,11 @@ import Testing
         #expect(try problem(#"{"ID":1,"Price":\#(huge)}"#)?.hasSuffix("allow 3 @ Price") == true)
         #expect(try problem(#"{"ID":1,"Ratio":0.123}"#) == nil)
         #expect(try problem(#"{"ID":1,"Ratio":12.34}"#) == "12.34 has more than 3 digits (Precision 3) @ Ratio")
+        // Scale floating counts significant digits; the exponent may be anything.
+        #expect(try problem(#"{"ID":1,"Measure":1.25E+100}"#) == nil)
+        #expect(try problem(#"{"ID":1,"Measure":150000}"#) == nil)
+        #expect(try problem(#"{"ID":1,"Measure":0.000125}"#) == nil)
+        #expect(try problem(#"{"ID":1,"Measure":1.255}"#) == "1.255 has 4 significant digits; Precision is 3 (Scale floating) @ Measure")
         #expect(try problem(#"{"ID":1,"Blob":"AAEC"}"#) == "The value has 3 bytes; MaxLength is 2 @ Blob")
         #expect(try problem(#"{"ID":1,"Address":{"City":"Berlin"}}"#)
                 == "The text has 6 characters; MaxLength is 5 @ Address.City")

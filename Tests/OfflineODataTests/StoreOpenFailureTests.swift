@@ -113,4 +113,41 @@ import Testing
         #expect(try await !provider.isRequestQueueEmpty)
         await provider.close()
     }
+    /// Issue 19, defect 8: a first open that ended before the store was filled is made again
+    /// by a provider with defining queries; one without them refuses (it would make the store
+    /// complete and empty) — unless the unfinished fill had no defining queries either.
+    @Test func anUnfinishedFirstOpenWithoutDefiningQueriesIsRedoneOnlyWhenItHadNone() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let path = fixture.parameters().storeFile
+        func leaveUnfinished(queries: Int) throws {
+            let connection = try Connection(path: path, options: .init(key: "offline-key"))
+            try connection.execute("INSERT OR REPLACE INTO oo_meta (key, value) VALUES ('filling', '1')")
+            connection.close()
+            try Data("\(queries)".utf8).write(to: URL(fileURLWithPath: path + "-filling"))
+        }
+        // A store filled by three defining queries, whose first open "ended" half-way.
+        let full = try await fixture.provider()
+        try await full.open()
+        await full.close()
+        try leaveUnfinished(queries: 3)
+        let bare = try await fixture.provider(queries: [])
+        do {
+            try await bare.open()
+            Issue.record("a provider without defining queries made an unfinished store complete")
+        } catch let error as OfflineODataError {
+            #expect(error.message.contains("ended before the store was filled"), "\(error.message)")
+        }
+        // An app without defining queries, whose own first open was cut short, opens again.
+        await full.clear()
+        let empty = try await fixture.provider(queries: [])
+        try await empty.open()
+        await empty.close()
+        try leaveUnfinished(queries: 0)
+        let again = try await fixture.provider(queries: [])
+        try await again.open()
+        #expect(try await again.isRequestQueueEmpty)
+        #expect(!FileManager.default.fileExists(atPath: path + "-filling"))
+        await again.close()
+    }
 }

@@ -195,6 +195,7 @@ struct CSDLReader {
         if let scale = node["Scale"] {
             if scale == "variable" || scale == "floating" {
                 facets.scaleIsVariable = true
+                facets.scaleIsFloating = scale == "floating"
             } else if let value = Int(scale), value >= 0 {
                 facets.scale = value
             } else {
@@ -336,6 +337,15 @@ struct CSDLReader {
     }
 
     /// The index of the parenthesis closing the first `(` in `text`.
+    /// Whether a `Parameter` element carries `Core.OptionalParameter` (4.01: the caller may
+    /// leave it out, nullable or not), by the usual alias or the full namespace.
+    static func isOptionalParameter(_ parameter: XMLNode) -> Bool {
+        parameter.children.contains { child in
+            guard child.localName == "Annotation", let term = child["Term"] else { return false }
+            return term == "Core.OptionalParameter" || term == "Org.OData.Core.V1.OptionalParameter"
+        }
+    }
+
     private static func matchingClose(_ text: String) -> String.Index? {
         var depth = 0
         var index = text.startIndex
@@ -496,7 +506,7 @@ struct CSDLReader {
         op.entitySetPath = node["EntitySetPath"]
         for parameter in node.children(named: "Parameter") {
             var p = Parameter(name: try required(parameter, "Name"), type: try typeReference(try required(parameter, "Type"), parameter), facets: try facets(parameter))
-            p.mode = parameter["Mode"]
+            p.mode = parameter["Mode"] ?? (Self.isOptionalParameter(parameter) ? Parameter.optionalMode : nil)
             op.parameters.append(p)
         }
         if let returnType = node.child(named: "ReturnType") {
@@ -560,7 +570,7 @@ struct CSDLReader {
                     }
                     for parameter in child.children(named: "Parameter") {
                         var p = Parameter(name: try required(parameter, "Name"), type: try typeReference(try required(parameter, "Type"), parameter), facets: try facets(parameter))
-                        p.mode = parameter["Mode"]
+                        p.mode = parameter["Mode"] ?? (Self.isOptionalParameter(parameter) ? Parameter.optionalMode : nil)
                         item.parameters.append(p)
                     }
                 } else {

@@ -25,7 +25,7 @@ public struct MetadataWriter: Sendable {
         [("Nullable", f.nullable ? nil : "false"),
          ("MaxLength", f.maxLength.map { $0 == Int.max ? "max" : String($0) }),
          ("Precision", f.precision.map(String.init)),
-         ("Scale", f.scaleIsVariable ? "variable" : f.scale.map(String.init)),
+         ("Scale", f.scaleIsFloating ? "floating" : f.scaleIsVariable ? "variable" : f.scale.map(String.init)),
          ("SRID", f.srid), ("DefaultValue", f.defaultValue)]
     }
 

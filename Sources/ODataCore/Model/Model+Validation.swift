@@ -27,8 +27,20 @@ extension Model {
             guard let given = entity[name], given != .primitive(value) else { continue }
             if case .primitive(let primitive) = given, case .primitive(let converted)? = Literal.convert(.primitive(primitive), to: value.type),
                converted == value { continue }
+            // A V2 `datetime'…'` key (no offset) and the same instant written with `Z` or an
+            // offset in the body (`2020-01-01T01:00:00+01:00`) are one key.
+            if case .primitive(let primitive) = given, let written = Self.instant(primitive), let keyed = Self.instant(value),
+               written.seconds == keyed.seconds, written.picoseconds == keyed.picoseconds { continue }
             throw PayloadError(.unexpectedValue, "\(name) is part of the key (\(Literal.format(.primitive(value)))) and cannot change "
                                + "to \(Literal.format(given))", offset: -1, path: name)
+        }
+    }
+
+    /// The instant of a date-time value (no offset read as UTC); nil for other values.
+    private static func instant(_ value: PrimitiveValue) -> (seconds: Int64, picoseconds: Int64)? {
+        switch value {
+        case .dateTime(let time), .dateTimeOffset(let time): return time.instant
+        default: return nil
         }
     }
 
@@ -146,6 +158,15 @@ extension Model {
             }
             let integerDigits = max(0, digits + exponent)
             let fractionDigits = max(0, -exponent)
+            if facets.scaleIsFloating {
+                // Significant digits only: the exponent floats (1.5E+100 and 1500 have two).
+                var significant = digits
+                while significant > 1, bytes[significant - 1] == UInt8(ascii: "0") { significant -= 1 }
+                guard significant <= precision else {
+                    throw fail("\(decimal) has \(significant) significant digits; Precision is \(precision) (Scale floating)")
+                }
+                return
+            }
             if facets.scaleIsVariable {
                 guard integerDigits + fractionDigits <= precision else {
                     throw fail("\(decimal) has more than \(precision) digits (Precision \(precision))")

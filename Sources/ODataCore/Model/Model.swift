@@ -388,6 +388,14 @@ public struct Facets: Sendable, Hashable, Codable {
     /// `Scale`: a number, or `variable`/`floating` as `nil` with `scaleIsVariable`.
     public var scale: Int?
     public var scaleIsVariable: Bool = false
+    /// `Scale="floating"` (4.01): a decimal floating-point number of `Precision` significant
+    /// digits; ``scaleIsVariable`` is true as well.
+    public var scaleIsFloating: Bool {
+        get { floating == true }
+        set { floating = newValue ? true : nil }
+    }
+    // Optional so that models stored before it was kept still decode.
+    var floating: Bool?
     public var srid: String?
     public var unicode: Bool?
     public var defaultValue: String?
@@ -555,8 +563,13 @@ public struct Parameter: Sendable, Hashable, Codable {
     public var name: String
     public var type: TypeReference
     public var facets: Facets
-    /// V4.01 `Nullable`-style optional parameter (`Core.OptionalParameter`), or V2 `Mode`.
+    /// V2 `Mode` (`In`, `Out`, `InOut`), or ``optionalMode`` for a V4.01 parameter annotated
+    /// `Core.OptionalParameter`.
     public var mode: String?
+    /// The ``mode`` of a parameter the caller may leave out (`Core.OptionalParameter`).
+    public static let optionalMode = "Optional"
+    /// Whether a call may leave the parameter out: it is optional or nullable.
+    public var mayBeOmitted: Bool { mode == Self.optionalMode || facets.nullable }
     /// Creates a value from its parts.
     public init(name: String, type: TypeReference, facets: Facets = Facets()) {
         self.name = name

@@ -240,6 +240,9 @@ public actor OfflineODataProvider {
     /// empty: it says what happened and leaves the store for an open with its queries.
     private func refuseUnfinishedWithoutDefiningQueries(_ path: String) throws {
         guard definingQueries.isEmpty else { return }
+        // The unfinished fill had no defining queries either (an app that starts from an empty
+        // store): making it again with none loses nothing.
+        if let marker = FileManager.default.contents(atPath: Self.fillingMarker(path)), String(decoding: marker, as: UTF8.self) == "0" { return }
         throw OfflineODataError(.store, "The first open of \(path) ended before the store was filled; open it again with its "
                                 + "defining queries to fill it (no local change was made before, so nothing is lost)")
     }
@@ -343,7 +346,9 @@ public actor OfflineODataProvider {
         // The lookup indexes (foreign keys) are built once, after the last page: updating them
         // row by row costs a fifth of the inserts' time.
         // Until the fill is complete, a marker beside the store says so (see `open`).
-        guard FileManager.default.createFile(atPath: Self.fillingMarker(path), contents: Data()) else {
+        // It holds how many defining queries the fill had: a provider without any may redo a
+        // fill that had none either.
+        guard FileManager.default.createFile(atPath: Self.fillingMarker(path), contents: Data("\(definingQueries.count)".utf8)) else {
             throw OfflineODataError(.store, "Cannot create \(Self.fillingMarker(path)) beside the new store")
         }
         let creating = Task { try await Store.create(path: path, model: model, key: key, deferringLookupIndexes: true) }

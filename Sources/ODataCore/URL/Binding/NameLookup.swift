@@ -181,7 +181,7 @@ extension Model: NameLookup {
         let names = given
         let candidates = signatures.filter { signature in names.isSubset(of: Set(signature.map(\.name))) }
         guard let signature = candidates.first(where: { signature in
-            signature.allSatisfy { names.contains($0.name) || $0.facets.nullable }
+            signature.allSatisfy { names.contains($0.name) || $0.mayBeOmitted }
         }) ?? candidates.first else {
             let closest = signatures.max { a, b in
                 names.intersection(a.map(\.name)).count < names.intersection(b.map(\.name)).count
@@ -189,7 +189,7 @@ extension Model: NameLookup {
             let unknown = arguments.first { argument in !closest.contains { $0.name == argument.name } }?.name ?? ""
             throw fail("\(name) has no parameter \(unknown); \(describe(closest))")
         }
-        if let missing = signature.first(where: { !names.contains($0.name) && !$0.facets.nullable }) {
+        if let missing = signature.first(where: { !names.contains($0.name) && !$0.mayBeOmitted }) {
             throw fail("\(name) needs the parameter \(missing.name) (\(missing.type.name)); \(describe(signature))")
         }
         for argument in arguments {
@@ -205,10 +205,16 @@ extension Model: NameLookup {
                     throw fail("\(name): \(Literal.format(literal)) is not an \(primitive.rawValue) for \(parameter.name)")
                 }
             } else if let enumType = enumType(typeName) {
-                guard case .enumeration(let value) = literal else {
+                switch literal {
+                case .enumeration(let value):
+                    try checkEnumMembers(value, of: enumType, input: input, offset: argument.value.offset)
+                case .primitive(.string(let text)) where version >= .v401:
+                    // 4.01 lets an enum value be written as a plain string: `color='Red'`.
+                    let members = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+                    try checkEnumMembers(EnumValue(typeName: nil, members: members), of: enumType, input: input, offset: argument.value.offset)
+                default:
                     throw fail("\(name): \(Literal.format(literal)) is not a member of \(typeName) for \(parameter.name)")
                 }
-                try checkEnumMembers(value, of: enumType, input: input, offset: argument.value.offset)
             }
         }
     }
