@@ -38,7 +38,7 @@ struct DemoCommand: AsyncParsableCommand {
 
     private func runDemo(server: EmbeddedServer, folder: URL, started: Date) async throws {
         var parameters = OfflineODataParameters()
-        parameters.storePath = folder.path
+        parameters.storePath = folder
         parameters.storeName = "demo-offline"
         parameters.storeEncryptionKey = "demo-key-\(UUID().uuidString.prefix(8))"
         let printer = ProgressPrinter()

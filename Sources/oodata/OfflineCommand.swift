@@ -87,7 +87,7 @@ struct OfflineStoreOptions: ParsableArguments {
         parameters.enableTransactionBuilder = transactionBuilder
         parameters.enableIndividualErrorArchiveDeletion = individualErrorDeletion
         let url = URL(fileURLWithPath: store)
-        parameters.storePath = url.deletingLastPathComponent().path
+        parameters.storePath = url.deletingLastPathComponent()
         parameters.storeName = url.lastPathComponent.hasSuffix(".db") ? String(url.lastPathComponent.dropLast(3)) : url.lastPathComponent
         parameters.storeEncryptionKey = key
         return parameters

@@ -88,6 +88,10 @@ import Testing
                 return "\(error)"
             }
         }
+        // Written back as CSDL, the parameter stays optional.
+        let written = try MetadataParser().parse(MetadataWriter().v4(model))
+        #expect(written.functions("Shop.Search").first?.parameters.last?.mayBeOmitted == true)
+        #expect(written.functions("Shop.Search").first?.parameters.first?.mayBeOmitted == false)
         #expect(refusal("Search(Text='a')") == nil)
         #expect(refusal("Search(Text='a',Limit=5)") == nil)
         #expect(refusal("Search(Limit=5)")?.hasPrefix("Search needs the parameter Text (Edm.String)") == true)

@@ -188,7 +188,7 @@ import Testing
             let store = ["--store", folder.appendingPathComponent(name + ".db").path]
             let anonymous = try await run(["offline", "open", "--service", root, "--define", "P=BusinessPartners"] + store)
             #expect(anonymous.status != 0)
-            #expect(anonymous.err.contains("unauthorized") && anonymous.err.contains("401"), "\(anonymous.err)")
+            #expect(anonymous.err.contains("401 Unauthorized") && anonymous.err.contains("no authenticator"), "\(anonymous.err)")
             let wrong = try await run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--user", "alice"] + store,
                                 environment: ["OODATA_PASSWORD": "wrong"])
             #expect(wrong.err.contains("The credentials were not accepted"), "\(wrong.err)")

@@ -155,11 +155,14 @@ import Testing
         _ = try await provider.execute(method: "PATCH", url: "Contacts(\(Literal.format(.primitive(secondKey), version: v2 ? .v2 : .v4)))",
                                        body: Array(#"{"LastName":"Changed offline"}"#.utf8))
         #expect(try await provider.readEntities("RequestQueue").count == 2)
-        // A download before the upload applies the pending deep insert again with the same keys.
-        try await provider.download()
+        // Undoing another entity that names the new partner applies the deep insert again
+        // (and the change on top of it): the nested contacts keep their local keys.
+        _ = try await provider.execute(method: "PUT", url: "SalesOrders('SO1')/Partner/$ref", body: Array(#"{"@odata.id":"BusinessPartners('BPOFF')"}"#.utf8))
+        try await provider.undoPendingChanges(for: "SalesOrders", key: ["OrderID": .string("SO1")])
         let replayed = try await provider.readEntities("BusinessPartners('BPOFF')/Contacts?$orderby=FirstName")
         #expect(replayed.compactMap { $0["ContactID"] } == localKeys)
         #expect(string(replayed.last, "LastName") == "Changed offline")
+        #expect(try await provider.readEntities("RequestQueue").count == 2)
         try await provider.upload()
         #expect(try await provider.isRequestQueueEmpty)
         #expect(try await provider.readEntities("ErrorArchive").isEmpty)
@@ -178,6 +181,129 @@ import Testing
         // A download changes nothing: no duplicate of a nested entity appears.
         try await provider.download()
         #expect(try await provider.readEntities("Contacts?$filter=PartnerID eq 'BPOFF'").count == 2)
+    }
+}
+
+/// Issue 19, defect 13 (review): the nested entities of an offline deep insert go and come
+/// with it — undo, a failure on the backend and its dependants, one transaction, removal after
+/// upload. V2 and V4.
+@Suite struct DeepInsertLifecycleTests {
+    static let body = #"{"PartnerID":"BPDI","CompanyName":"Deep","Contacts":[{"FirstName":"N1"},{"FirstName":"N2"}]}"#
+
+    func nestedKeys(_ provider: OfflineODataProvider) async throws -> [Value] {
+        try await provider.readEntities("Contacts?$filter=PartnerID eq 'BPDI'&$orderby=FirstName").compactMap { $0["ContactID"] }
+    }
+
+    @Test(arguments: [false, true])
+    func undoTakesTheNestedEntitiesAndRevertsTheirChanges(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners", body: Array(Self.body.utf8))
+        let keys = try await nestedKeys(provider)
+        #expect(keys.count == 2)
+        guard case .primitive(let first)? = keys.first else { Issue.record("no nested key"); return }
+        let firstURL = "Contacts(\(Literal.format(.primitive(first), version: v2 ? .v2 : .v4)))"
+        _ = try await provider.execute(method: "PATCH", url: firstURL, body: Array(#"{"FirstName":"N1 changed"}"#.utf8))
+        // Undoing the partner takes its nested contacts and their changes: nothing created is
+        // left behind.
+        try await provider.undoPendingChanges(for: "BusinessPartners", key: ["PartnerID": .string("BPDI")])
+        #expect(try await nestedKeys(provider).isEmpty)
+        #expect(try await provider.readEntities("Contacts?$filter=startswith(FirstName,'N1') or FirstName eq 'N2'").isEmpty)
+        #expect(try await provider.isRequestQueueEmpty)
+        // A nested contact's pending changes include its creation, which is the deep insert's:
+        // undoing the contact undoes the whole deep insert (it cannot be split).
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners", body: Array(Self.body.utf8))
+        guard case .primitive(let again)? = try await nestedKeys(provider).first else { Issue.record("no nested key"); return }
+        try await provider.undoPendingChanges(for: "Contacts", key: ["ContactID": again])
+        #expect(try await nestedKeys(provider).isEmpty)
+        #expect(try await provider.readEntities("BusinessPartners('BPDI')").isEmpty)
+        #expect(try await provider.isRequestQueueEmpty)
+    }
+
+    @Test(arguments: [false, true])
+    func aFailedDeepInsertHoldsBackChangesOfItsNestedEntities(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        await fixture.server.service.faults.set([FaultRule(method: "POST", urlContains: "BusinessPartners", status: 400, code: "PartnerRefused",
+                                                           message: "No new partners today", times: 1)])
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners", body: Array(Self.body.utf8))
+        guard case .primitive(let first)? = try await nestedKeys(provider).first else { Issue.record("no nested key"); return }
+        let firstURL = "Contacts(\(Literal.format(.primitive(first), version: v2 ? .v2 : .v4)))"
+        _ = try await provider.execute(method: "PATCH", url: firstURL, body: Array(#"{"LastName":"Later"}"#.utf8))
+        try await provider.upload()
+        // The change of a nested contact was never sent (its key is local): archived as a dependant.
+        let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+        #expect(archive.map { $0["HTTPStatusCode"] } == [.primitive(.int32(400)), .primitive(.int32(424))], "\(archive)")
+        #expect(string(archive.last, "Message")?.contains("depends on request") == true, "\(archive)")
+        #expect(try await fixture.backend("Contacts?$filter=LastName eq 'Later'")["value"]?.arrayValue?.isEmpty == true)
+        // Deleting the failed deep insert from the archive takes its nested contacts locally.
+        guard case .primitive(.int64(let failedID))? = archive.first?["RequestID"] else { Issue.record("no RequestID"); return }
+        _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(failedID))")
+        #expect(try await nestedKeys(provider).isEmpty)
+        #expect(try await provider.isRequestQueueEmpty)
+    }
+
+    @Test(arguments: [false, true])
+    func aNestedLocalKeyCannotBeChangedInTheDeepInsertsTransaction(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        let options = OfflineODataRequestOptions(transactionID: "T1")
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners", body: Array(Self.body.utf8), options: options)
+        guard case .primitive(let first)? = try await nestedKeys(provider).first else { Issue.record("no nested key"); return }
+        let firstURL = "Contacts(\(Literal.format(.primitive(first), version: v2 ? .v2 : .v4)))"
+        do {
+            _ = try await provider.execute(method: "PATCH", url: firstURL, body: Array(#"{"LastName":"Same set"}"#.utf8), options: options)
+            Issue.record("a change of a nested local key joined the deep insert's transaction")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .invalidRequest && error.message.contains("same transaction T1"), "\(error.message)")
+        }
+        // In another transaction it waits for the deep insert's answer and reaches the backend.
+        _ = try await provider.execute(method: "PATCH", url: firstURL, body: Array(#"{"LastName":"Own set"}"#.utf8),
+                                       options: OfflineODataRequestOptions(transactionID: "T2"))
+        try await provider.upload()
+        #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+        let stored = try await fixture.backend("Contacts?$filter=PartnerID eq 'BPDI'&$orderby=FirstName")["value"]?.arrayValue ?? []
+        #expect(stored.map { $0["LastName"]?.stringValue } == ["Own set", nil], "\(stored)")
+    }
+
+    @Test(arguments: [false, true])
+    func removeAfterUploadTakesTheNestedEntitiesToo(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners", body: Array(Self.body.utf8),
+                                       options: OfflineODataRequestOptions(removeAfterUpload: true))
+        try await provider.upload()
+        #expect(try await nestedKeys(provider).isEmpty)
+        #expect(try await provider.readEntities("BusinessPartners('BPDI')").isEmpty)
+        #expect(try await fixture.backend("Contacts?$filter=PartnerID eq 'BPDI'")["value"]?.arrayValue?.count == 2)
+        // The next download brings the backend's entities, once.
+        try await provider.download()
+        #expect(try await nestedKeys(provider).count == 2)
+    }
+
+    /// Nested entities are matched by place only when the answer has them there with the
+    /// values sent; another order must not swap keys.
+    @Test func answersAreMatchedByPlaceOnlyWhenTheyFit() throws {
+        func entity(_ json: String) throws -> Entity {
+            try V4JSONReader(model: try MetadataParser().parse(SalesSample.metadata)).readEntity(Array(json.utf8), entityType: "Sales.BusinessPartner")
+        }
+        let sent = try entity(#"{"PartnerID":"B","Contacts":[{"FirstName":"A"},{"FirstName":"Z"}]}"#)
+        let inOrder = try entity(#"{"PartnerID":"B","Contacts":[{"ContactID":7,"FirstName":"A"},{"ContactID":8,"FirstName":"Z"}]}"#)
+        let swapped = try entity(#"{"PartnerID":"B","Contacts":[{"ContactID":8,"FirstName":"Z"},{"ContactID":7,"FirstName":"A"}]}"#)
+        let short = try entity(#"{"PartnerID":"B","Contacts":[{"ContactID":7,"FirstName":"A"}]}"#)
+        let none = try entity(#"{"PartnerID":"B"}"#)
+        #expect(OfflineODataProvider.answersInOrder(sent: sent, answered: inOrder))
+        #expect(!OfflineODataProvider.answersInOrder(sent: sent, answered: swapped))
+        #expect(!OfflineODataProvider.answersInOrder(sent: sent, answered: short))
+        #expect(!OfflineODataProvider.answersInOrder(sent: sent, answered: none))
     }
 }
 

@@ -21,7 +21,7 @@ struct Fixture {
 
     func parameters(key: String? = "offline-key") -> OfflineODataParameters {
         var parameters = OfflineODataParameters()
-        parameters.storePath = directory.path
+        parameters.storePath = directory
         parameters.storeEncryptionKey = key
         return parameters
     }

@@ -77,7 +77,7 @@ import Testing
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         var parameters = OfflineODataParameters()
-        parameters.storePath = directory.path
+        parameters.storePath = directory
         parameters.storeEncryptionKey = "pyslet"
         parameters.backendSupportsBatch = false
         let provider = OfflineODataProvider(serviceRoot: producer.server.serviceRoot, parameters: parameters)

@@ -71,7 +71,7 @@ struct ShopFixture {
     func provider(_ configure: (inout OfflineODataParameters) -> Void = { _ in }, delegate: (any OfflineODataDelegate)? = nil,
                   name: String = "localstore") async throws -> OfflineODataProvider {
         var parameters = OfflineODataParameters()
-        parameters.storePath = directory.path
+        parameters.storePath = directory
         parameters.storeName = name
         parameters.storeEncryptionKey = "shop-key"
         configure(&parameters)

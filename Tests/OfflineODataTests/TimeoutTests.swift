@@ -28,7 +28,7 @@ import ODataServer
         }
         // Through the provider: the open fails with a transport error and leaves no store.
         var parameters = fixture.parameters()
-        parameters.timeout = 1.5
+        parameters.timeoutInterval = 1.5
         let provider = try await fixture.provider(parameters: parameters)
         do {
             try await provider.open()

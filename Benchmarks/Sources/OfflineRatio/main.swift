@@ -187,7 +187,7 @@ if clientOnly {
 // 1. Initial open, end to end.
 let transport = CountingTransport()
 var parameters = OfflineODataParameters()
-parameters.storePath = directory.path
+parameters.storePath = directory
 parameters.storeEncryptionKey = "bench-key"
 let provider = OfflineODataProvider(serviceRoot: serviceRoot, parameters: parameters, transport: transport)
 try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Products", query: "Products"))

@@ -336,7 +336,6 @@ struct CSDLReader {
         }
     }
 
-    /// The index of the parenthesis closing the first `(` in `text`.
     /// Whether a `Parameter` element carries `Core.OptionalParameter` (4.01: the caller may
     /// leave it out, nullable or not), by the usual alias or the full namespace.
     static func isOptionalParameter(_ parameter: XMLNode) -> Bool {
@@ -346,6 +345,7 @@ struct CSDLReader {
         }
     }
 
+    /// The index of the parenthesis closing the first `(` in `text`.
     private static func matchingClose(_ text: String) -> String.Index? {
         var depth = 0
         var index = text.startIndex

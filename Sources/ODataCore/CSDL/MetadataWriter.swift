@@ -62,7 +62,8 @@ public struct MetadataWriter: Sendable {
                 let element = op.kind == .function ? "Function" : "Action"
                 xml += "<\(element)\(attributes([("Name", op.name), ("IsBound", op.isBound ? "true" : nil), ("IsComposable", op.isComposable ? "true" : nil), ("EntitySetPath", op.entitySetPath)]))>"
                 for parameter in op.parameters {
-                    xml += "<Parameter\(attributes([("Name", parameter.name), ("Type", parameter.type.description)] + facets(parameter.facets)))/>"
+                    let tag = "<Parameter\(attributes([("Name", parameter.name), ("Type", parameter.type.description)] + facets(parameter.facets)))"
+                    xml += parameter.mode == Parameter.optionalMode ? tag + "><Annotation Term=\"Org.OData.Core.V1.OptionalParameter\"/></Parameter>" : tag + "/>"
                 }
                 if let returnType = op.returnType {
                     xml += "<ReturnType\(attributes([("Type", returnType.description), ("Nullable", op.returnNullable ? nil : "false")]))/>"

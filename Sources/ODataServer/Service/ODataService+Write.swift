@@ -225,9 +225,13 @@ extension ODataService {
         }
         // Nested entities of a deep insert whose key the service generates need none either.
         var taken: [String: Int64] = [:]
-        if let keyName = options.serverGeneratedKeys[targetTable.entitySet], case .primitive(.int64(let top))? = entity[keyName] {
-            // A nested entity of the same set (a self-referencing deep insert) gets the next one.
-            taken[targetTable.entitySet] = top
+        if let keyName = options.serverGeneratedKeys[targetTable.entitySet], let top = Self.integer(entity[keyName]) {
+            // A nested entity of the same set (a self-referencing deep insert) gets a key past
+            // both the stored ones and the top entity's (generated or given).
+            let rows = try writer.connection.query("SELECT max(\(StoreSchema.quote(keyName))) FROM \(StoreSchema.quote(targetTable.name))")
+            var stored: Int64 = 0
+            if case .integer(let max)? = rows.first?.first { stored = max }
+            taken[targetTable.entitySet] = Swift.max(top, stored)
         }
         try assignNestedKeys(&entity, targetTable, writer, &taken)
         let etag = Self.newETag()
@@ -253,6 +257,8 @@ extension ODataService {
             return ServiceResponse(status: 204, headers: headers)
         }
         let stored = try createdTree(entity, targetTable, key, writer.reader) ?? entity
+        // The nested entities are new too: delta links report them.
+        try recordNestedChanges(stored, targetTable, writer)
         var response = representation(stored, targetTable, request, status: 201)
         response.headers.merge(headers)
         return response
@@ -282,12 +288,45 @@ extension ODataService {
             case .entity(let child):
                 result.inline = .entity(try child.flatMap(read))
             case .collection(let children):
-                result.inline = .collection(EntityCollection(entities: try children.entities.compactMap(read)))
+                // Every place keeps its entity (what cannot be read back is answered as sent), so
+                // a client matching them by place is never shifted.
+                result.inline = .collection(EntityCollection(entities: try children.entities.map { try read($0) ?? $0 }))
             }
             stored.navigation.removeAll { $0.name == value.name }
             stored.navigation.append(result)
         }
         return stored
+    }
+
+    /// Records the inline entities of a created tree (a deep insert) as changed, for deltas.
+    private func recordNestedChanges(_ entity: Entity, _ table: StoreSchema.EntityTable, _ writer: StoreWriter, depth: Int = 0) throws {
+        guard depth < 32 else { return }
+        for value in entity.navigation {
+            guard let nav = table.navigation(value.name), let target = store.schema.table(forEntitySet: nav.targetEntitySet) else { continue }
+            let children: [Entity]
+            switch value.inline {
+            case .entity(let child?)?: children = [child]
+            case .collection(let collection)?: children = collection.entities
+            default: children = []
+            }
+            for child in children {
+                var key: [String: PrimitiveValue] = [:]
+                for name in target.keyColumns { if case .primitive(let part)? = child[name] { key[name] = part } }
+                guard key.count == target.keyColumns.count else { continue }
+                try recordChange(writer, target, canonicalKeyText(key, target), "upsert")
+                try recordNestedChanges(child, target, writer, depth: depth + 1)
+            }
+        }
+    }
+
+    /// An integer key value as Int64; nil for other values.
+    static func integer(_ value: Value?) -> Int64? {
+        switch value {
+        case .primitive(.int64(let number))?: return number
+        case .primitive(.int32(let number))?: return Int64(number)
+        case .primitive(.int16(let number))?: return Int64(number)
+        default: return nil
+        }
     }
 
     /// Gives nested (deep insert) entities of sets with server-generated keys the next free key

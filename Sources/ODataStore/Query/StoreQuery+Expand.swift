@@ -46,7 +46,7 @@ extension QueryExecutor {
             let name = result.navigation[index].name
             guard let paths = subPaths[name], !select.contains(where: { $0.kind == .path([name]) }),
                   let nav = table.navigation(name), let target = schema.table(forEntitySet: nav.targetEntitySet) else { continue }
-            let inner = paths.map { SelectItem(kind: .path($0)) }
+            let inner = paths.map { SelectItem(kind: $0 == ["*"] ? .star : .path($0)) }
             switch result.navigation[index].inline {
             case .entity(let child?)?:
                 result.navigation[index].inline = .entity(project(child, inner, target))

@@ -1,16 +1,21 @@
 public import Foundation
 
-/// The settings of an offline provider (SPEC §2). The names follow SAP's `OfflineODataParameters` where SAP has
-/// the setting; the defaults are this package's own, and not all of them are SAP's. For example, a nil
-/// `storePath` means the current directory, where SAP uses the app's Documents directory. Each default is in
-/// the property's declaration.
+/// The settings of an offline provider (SPEC §2). Names and types follow SAP's
+/// `OfflineODataParameters` where SAP has the setting (`storeName: String?`, `storePath: URL?`,
+/// `timeout: Int32?`, `pageSize` defaulting to ``noPaging``), so code written for SAP's SDK
+/// compiles; settings SAP does not have are this package's own. Each default is in the
+/// property's declaration.
 public struct OfflineODataParameters: Sendable {
+    /// The value of ``pageSize`` that means no paging (SAP's `noPaging`): nil.
+    public static let noPaging: Int? = nil
+
     /// Key of the store file; fixed at the first open; every later open needs it.
     public var storeEncryptionKey: String?
-    /// File name stem of the store (`localstore` gives `localstore.db`).
-    public var storeName = "localstore"
-    /// Folder of the store files; nil means the current directory.
-    public var storePath: String?
+    /// File name stem of the store (`localstore` gives `localstore.db`); nil means `localstore`.
+    public var storeName: String? = "localstore"
+    /// Folder of the store files, created when missing. Nil means the platform's folder for
+    /// application data (see ``defaultStoreFolder``); SAP uses the app's Documents folder.
+    public var storePath: URL?
     /// Appended to every URL sent to the backend (some proxies need it).
     public var urlSuffix: String?
     /// Advanced options for the download stream, as `key=value;key=value`: they travel as
@@ -26,13 +31,20 @@ public struct OfflineODataParameters: Sendable {
     public var customCookies: [String: String] = [:]
     /// Send repeatable-request headers with every modification so each is applied exactly once.
     public var enableRepeatableRequests = true
-    /// Largest number of entities one local read returns; nil for no paging.
-    public var pageSize: Int?
-    /// Network timeout in seconds: how long a request may go without sending or receiving a
-    /// byte before it fails (a long download that keeps receiving does not). Nil for the
-    /// transport's default (60 s with ``AsyncHTTPClientTransport``). Below 30 s the connection
-    /// is probed more often (``AsyncHTTPClientTransport/probeInterval(for:)``).
-    public var timeout: TimeInterval?
+    /// Largest number of entities one local read returns; ``noPaging`` (nil) for no paging.
+    public var pageSize: Int? = OfflineODataParameters.noPaging
+    /// Network timeout in whole seconds, as SAP declares it: how long a request may go without
+    /// sending or receiving a byte before it fails (a long download that keeps receiving does
+    /// not). Nil for the transport's default (60 s with ``AsyncHTTPClientTransport``).
+    /// ``timeoutInterval`` takes precedence when set.
+    public var timeout: Int32?
+    /// The network timeout with fractions of a second (this package's own); when nil,
+    /// ``timeout`` applies. Below 30 s the connection is probed more often
+    /// (``AsyncHTTPClientTransport/probeInterval(for:)``).
+    public var timeoutInterval: TimeInterval?
+
+    /// The timeout the transport gets: ``timeoutInterval``, else ``timeout``.
+    public var effectiveTimeout: TimeInterval? { timeoutInterval ?? timeout.map(TimeInterval.init) }
     /// Combine queued requests before upload (SPEC §6.1).
     public var enableRequestQueueOptimization = false
     /// Deleting a not-yet-uploaded created entity removes its requests (SPEC §6.2).
@@ -59,8 +71,36 @@ public struct OfflineODataParameters: Sendable {
 
     /// The store file: `storePath/storeName.db`.
     public var storeFile: String {
-        let folder = storePath ?? FileManager.default.currentDirectoryPath
-        return (folder as NSString).appendingPathComponent(storeName + ".db")
+        let folder = storePath ?? Self.defaultStoreFolder
+        return folder.appendingPathComponent((storeName ?? "localstore") + ".db").path
+    }
+
+    /// The folder of a store without ``storePath``: the platform's folder for application data.
+    /// On Apple platforms Application Support (in a folder named after the bundle identifier on
+    /// macOS, where that folder is shared); on Linux and elsewhere `$XDG_DATA_HOME` or
+    /// `~/.local/share`, in a folder named after the program. The provider creates it when
+    /// missing.
+    public static var defaultStoreFolder: URL {
+        let name = Bundle.main.bundleIdentifier ?? ProcessInfo.processInfo.processName
+        #if os(macOS)
+        let base = FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
+            ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent("Library/Application Support")
+        return base.appendingPathComponent(name, isDirectory: true)
+        #elseif canImport(Darwin)
+        // iOS, tvOS, watchOS, visionOS: the app's own container.
+        return FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
+            ?? FileManager.default.temporaryDirectory
+        #else
+        let environment = ProcessInfo.processInfo.environment
+        let base: URL
+        if let data = environment["XDG_DATA_HOME"], data.hasPrefix("/") {
+            base = URL(fileURLWithPath: data, isDirectory: true)
+        } else {
+            let home = environment["HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) } ?? FileManager.default.homeDirectoryForCurrentUser
+            base = home.appendingPathComponent(".local/share", isDirectory: true)
+        }
+        return base.appendingPathComponent(name, isDirectory: true)
+        #endif
     }
 
     /// `extraStreamParameters` split into pairs; malformed text is an error naming the part.

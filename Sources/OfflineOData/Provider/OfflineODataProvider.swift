@@ -221,6 +221,14 @@ public actor OfflineODataProvider {
         guard store == nil else { return }
         _ = try parameters.extraStreamOptions()
         let path = parameters.storeFile
+        let folder = (path as NSString).deletingLastPathComponent
+        if !FileManager.default.fileExists(atPath: folder) {
+            do {
+                try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            } catch {
+                throw OfflineODataError(.invalidParameter, "The store folder \(folder) cannot be created: \(error.localizedDescription)")
+            }
+        }
         if FileManager.default.fileExists(atPath: Self.fillingMarker(path)) {
             // A first open that never finished: its store may even be damaged (it is filled
             // without a durable journal). It is made again from the backend; nothing local

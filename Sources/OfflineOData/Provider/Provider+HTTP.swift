@@ -35,7 +35,7 @@ extension OfflineODataProvider {
         let request = defaults.request(method: method, url: url, headers: headers, body: body)
         let response: TransportResponse
         do {
-            response = try await session.send(request, timeout: parameters.timeout, tokenRequest: defaults.tokenRequest)
+            response = try await session.send(request, timeout: parameters.effectiveTimeout, tokenRequest: defaults.tokenRequest)
         } catch let error as OfflineODataError {
             throw error
         } catch let error as TransportError {

@@ -218,12 +218,18 @@ extension OfflineODataProvider {
             // A deep insert: nested entities without a key get local ones too, which the upload
             // replaces with the keys the backend gave them.
             var nested: [NestedCreate] = []
-            try assignNestedKeys(&entity, set: set, path: "", recorded: replaying?.nested ?? [], into: &nested, writer: writer, model: model,
-                                 url: change.url)
-            for created in nested where created.localKey {
-                if let (nestedSet, nestedKey) = Keys.parse(created.entity, model: model, serviceRoot: ""),
-                   try writer.rowid(in: nestedSet, key: nestedKey) != nil {
-                    throw OfflineODataError(.invalidRequest, "POST \(change.url): \(created.entity) exists already")
+            try assignNestedKeys(&entity, set: set, path: "", parentIsLocal: localKey, recorded: replaying?.nested ?? [], into: &nested,
+                                 writer: writer, model: model, url: change.url)
+            for created in nested {
+                guard let (nestedSet, nestedKey) = Keys.parse(created.entity, model: model, serviceRoot: "") else { continue }
+                // A nested entity is new, as the top one is (linking an existing one is a bind).
+                if try writer.rowid(in: nestedSet, key: nestedKey) != nil {
+                    throw OfflineODataError(.invalidRequest, "POST \(change.url): the nested \(created.entity) exists already")
+                }
+                // It did not exist before: an undo, or the removal of a failed deep insert, takes it away.
+                if replaying == nil {
+                    _ = try writer.connection.execute("INSERT OR IGNORE INTO oo_original (entity_set, entity_key, existed, body) VALUES (?, ?, 0, NULL)",
+                                                      [.text(nestedSet), .text(String(created.entity.dropFirst(nestedSet.count)))])
                 }
             }
             try writer.insert(entity, into: set, bookkeeping: StoreWriter.Bookkeeping(isLocal: true, pending: true, localID: localKey ? predicate : nil))
@@ -287,8 +293,36 @@ extension OfflineODataProvider {
             queued.entitySet = target.entitySet
             queued.entityKey = Keys.predicate(key, in: target.entitySet, model: model)
         }
-        if replaying == nil { try enqueue(queued, writer: writer) }
+        if replaying == nil {
+            try refuseNestedLocalKeyInSameTransaction(queued, change: change, writer: writer, model: model)
+            try enqueue(queued, writer: writer)
+        }
         return result
+    }
+
+    /// A change set cannot name an entity that a deep insert in it creates with a local key:
+    /// no `Content-ID` names a nested entity, so its key is known only after the upload.
+    static func refuseNestedLocalKeyInSameTransaction(_ request: QueuedRequest, change: LocalChange, writer: StoreWriter, model: Model) throws {
+        guard let transaction = request.options.transactionID, !request.isCreate else { return }
+        var named: [String] = []
+        if let set = request.entitySet, let key = request.entityKey { named.append(set + key) }
+        if change.target.isRef, let (set, key) = linkedEntity(change, model: model) { named.append(set + Keys.predicate(key, in: set, model: model)) }
+        for reference in named {
+            let marker = NestedCreate(path: "", entity: reference, localKey: true).json["entity"]?.serialized ?? ""
+            let rows = try writer.connection.query("""
+                SELECT id FROM oo_queue WHERE transaction_id = ? AND status = 'pending' AND nested LIKE ? ESCAPE '\\' LIMIT 1
+                """, [.text(transaction), .text("%\"entity\":" + likeEscaped(marker) + ",\"localKey\":true%")])
+            if case .integer(let id)? = rows.first?.first {
+                throw OfflineODataError(.invalidRequest, "\(request.method) \(request.url): \(reference) is created with a local key by the deep "
+                                        + "insert of request \(id) in the same transaction \(transaction); its key is known only after the "
+                                        + "upload, so change it in the deep insert's body or in another transaction")
+            }
+        }
+    }
+
+    /// `text` with LIKE's wildcards escaped by a backslash.
+    static func likeEscaped(_ text: String) -> String {
+        text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_")
     }
 
     /// For a `$ref` request: `Set(key)` of the end whose foreign key (and so values and
@@ -298,7 +332,7 @@ extension OfflineODataProvider {
     static func linkHolder(of request: QueuedRequest, schema: StoreSchema, serviceRoot: String,
                            keyMap: [String: String]) -> (reference: String, isSource: Bool)? {
         let model = schema.model
-        guard request.url.hasSuffix("/$ref") || request.url.contains("/$ref?"),
+        guard request.url.contains("$ref") || request.url.contains("$links"),
               let change = try? localChange(from: request, model: model, serviceRoot: serviceRoot, keyMap: keyMap), change.target.isRef,
               let key = change.target.key, let navigation = change.target.navigation,
               let isSource = schema.linkChangesSource(change.target.entitySet, navigation: navigation) else { return nil }
@@ -431,8 +465,8 @@ extension OfflineODataProvider {
     /// side of a foreign key, then a local temporary key for each part still missing (the one
     /// recorded at `path` when a queued create is applied again). `created` gets every nested
     /// entity, in document order.
-    static func assignNestedKeys(_ entity: inout Entity, set: String, path: String, recorded: [NestedCreate], into created: inout [NestedCreate],
-                                 writer: StoreWriter, model: Model, url: String, depth: Int = 0) throws {
+    static func assignNestedKeys(_ entity: inout Entity, set: String, path: String, parentIsLocal: Bool, recorded: [NestedCreate],
+                                 into created: inout [NestedCreate], writer: StoreWriter, model: Model, url: String, depth: Int = 0) throws {
         guard depth < 32 else { throw OfflineODataError(.invalidRequest, "POST \(url): a deep insert nested deeper than 32 levels") }
         for index in entity.navigation.indices {
             let name = entity.navigation[index].name
@@ -440,8 +474,13 @@ extension OfflineODataProvider {
                   let type = model.entityType(ofEntitySet: target) else { continue }
             let implied = writer.schema.propertiesImplied(creatingThrough: name, of: set, parent: entity)
             func prepare(_ child: inout Entity, _ childPath: String) throws {
-                for (property, value) in implied where child[property] == nil || child[property] == .null { child[property] = .primitive(value) }
                 var local = false
+                let keyNames = Set(model.key(of: type).map(\.name))
+                for (property, value) in implied where child[property] == nil || child[property] == .null {
+                    child[property] = .primitive(value)
+                    // A key part taken from a parent with a local key is local too (an item of a new order).
+                    if parentIsLocal && keyNames.contains(property) { local = true }
+                }
                 if let earlier = recorded.first(where: { $0.path == childPath && $0.localKey }),
                    let (_, key) = Keys.parse(earlier.entity, model: model, serviceRoot: "") {
                     for (property, value) in key { child[property] = .primitive(value) }
@@ -460,8 +499,8 @@ extension OfflineODataProvider {
                     throw OfflineODataError(.invalidRequest, "POST \(url): the nested \(target) entity at \(childPath) has no key")
                 }
                 created.append(NestedCreate(path: childPath, entity: target + Keys.predicate(key, in: target, model: model), localKey: local))
-                try assignNestedKeys(&child, set: target, path: childPath + "/", recorded: recorded, into: &created, writer: writer, model: model,
-                                     url: url, depth: depth + 1)
+                try assignNestedKeys(&child, set: target, path: childPath + "/", parentIsLocal: local, recorded: recorded, into: &created,
+                                     writer: writer, model: model, url: url, depth: depth + 1)
             }
             switch inline {
             case .entity(var child?):
@@ -705,7 +744,22 @@ extension OfflineODataProvider {
 
     /// Puts entities back into their downloaded state (a locally created one disappears, a
     /// deleted one comes back) and applies the `remaining` requests that change them again.
-    static func rebuild(_ entities: Set<String>, remaining: [QueueEntry], writer: StoreWriter, model: Model, serviceRoot: String, keyMap: [String: String]) throws {
+    static func rebuild(_ entities: Set<String>, remaining: [QueueEntry], writer: StoreWriter, model: Model, serviceRoot: String,
+                        keyMap: [String: String]) throws {
+        // A deep insert's entities go back and come again together: rebuilding its parent or
+        // one of its nested entities rebuilds them all (the create is applied once, whole).
+        var entities = entities
+        var grew = true
+        while grew {
+            grew = false
+            for entry in remaining where entry.kind == .create && !entry.nested.isEmpty {
+                let group = Set(entry.nested + [entry.entity].compactMap { $0 })
+                if !group.isDisjoint(with: entities), !group.isSubset(of: entities) {
+                    entities.formUnion(group)
+                    grew = true
+                }
+            }
+        }
         // Parents before children: a deleted parent comes back before its cascaded children.
         for reference in entities.sorted() {
             guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }

@@ -104,6 +104,7 @@ extension OfflineODataProvider {
             sent += count
             let failures = try await record(results, store: store, model: model)
             keyMapCache = nil
+            try await refreshETags(afterLinkChangesIn: results, store: store)
             let entries = Dictionary(batch.joined().map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
             for result in results where result.status >= 400 {
                 let failedID = result.dependencyOf ?? result.request.id
@@ -204,11 +205,6 @@ extension OfflineODataProvider {
                     headers["If-Match"] = "*"
                 }
             }
-            // A link change alters the foreign key of one end on the backend, and with it that
-            // entity's ETag: later changes of it in this batch cannot know the new one.
-            if let holder = Self.linkHolder(of: request, schema: store.schema, serviceRoot: serviceRoot, keyMap: keyMap) {
-                matched.insert(holder.reference)
-            }
             for (name, value) in request.headers { headers[name] = value }
             headers["Content-ID"] = "\(request.id)"
             if request.isCreate, request.localKey {
@@ -291,6 +287,36 @@ extension OfflineODataProvider {
         return results
     }
 
+    /// A link change gave the entity holding the foreign key a new ETag on backends that renew
+    /// it (the reference server, SAP Gateway). When the answer did not carry it, it is read
+    /// now, right after the change, so that the entity's next change is checked against it: an
+    /// old ETag would fail for certain, and `If-Match: *` could overwrite another user's change
+    /// unseen. If the read fails, the known ETag stays (a 412 then shows, never a lost update).
+    func refreshETags(afterLinkChangesIn results: [SentResult], store: Store) async throws {
+        let linked = results.filter { $0.status < 400 && ($0.request.url.contains("$ref") || $0.request.url.contains("$links")) }
+        guard !linked.isEmpty else { return }
+        let root = serviceRoot
+        let schema = store.schema
+        let stale = try await store.read { reader -> [String] in
+            let keyMap = try Self.keyMap(reader.connection)
+            return linked.compactMap { result in
+                guard let holder = Self.linkHolder(of: result.request, schema: schema, serviceRoot: root, keyMap: keyMap) else { return nil }
+                return holder.isSource && result.headers["ETag"] != nil ? nil : holder.reference
+            }
+        }
+        let model = store.model
+        for reference in Set(stale).sorted() {
+            guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: ""),
+                  let response = try? await send(method: "GET", url: reference, headers: ["Accept": "application/json"]),
+                  response.status == 200 else { continue }
+            let answered = Self.serverEntity(SentResult(request: QueuedRequest(method: "GET", url: reference, body: [], headers: [:],
+                                                                               options: OfflineODataRequestOptions()),
+                                                        status: 200, headers: response.headers, body: response.body), set: set, model: model)
+            guard let etag = response.headers["ETag"] ?? answered?.control.etag else { continue }
+            try await store.write { writer in _ = try writer.setState(in: set, key: key, etag: .some(etag)) }
+        }
+    }
+
     /// Applies the answers in one transaction: successes leave the queue and bring the
     /// backend's key, ETag and values; failures go to the ErrorArchive.
     func record(_ results: [SentResult], store: Store, model: Model) async throws -> [OfflineODataFailedRequest] {
@@ -332,11 +358,12 @@ extension OfflineODataProvider {
                         touched.formUnion(try Self.takeOverNested(result, set: set, writer: writer, model: model))
                     } else if let holder = Self.linkHolder(of: result.request, schema: writer.schema, serviceRoot: root,
                                                            keyMap: try Self.keyMap(writer.connection)) {
-                        // A link change gave one end a new ETag: the one answered for the entity
-                        // of the URL; otherwise it is unknown until the next download (later
-                        // changes send `If-Match: *` rather than an ETag sure to fail).
-                        if let (holderSet, holderKey) = Keys.parse(holder.reference, model: model, serviceRoot: "") {
-                            try writer.setState(in: holderSet, key: holderKey, etag: .some(holder.isSource ? result.headers["ETag"] : nil))
+                        // A link change may give the end holding the foreign key a new ETag: the
+                        // answer carries it for the URL's entity; otherwise the upload reads it
+                        // (see `refreshETags`) before that entity's next change is sent.
+                        if holder.isSource, let etag = result.headers["ETag"],
+                           let (holderSet, holderKey) = Keys.parse(holder.reference, model: model, serviceRoot: "") {
+                            try writer.setState(in: holderSet, key: holderKey, etag: .some(etag))
                         }
                     } else if request.method != "DELETE", let etag = result.headers["ETag"] ?? server?.control.etag {
                         try writer.setState(in: set, key: key, etag: .some(etag))
@@ -432,21 +459,61 @@ extension OfflineODataProvider {
     /// as OData 4.01 §11.4.2.2 and SAP Gateway answer). Returns the entities touched.
     static func takeOverNested(_ result: SentResult, set: String, writer: StoreWriter, model: Model) throws -> Set<String> {
         let nested = result.request.nested
-        guard !nested.isEmpty, let server = serverEntity(result, set: set, model: model) else { return [] }
+        guard !nested.isEmpty else { return [] }
+        let removeAfterUpload = result.request.options.removeAfterUpload
+        // The answer is used only when it has the nested entities where the request had them,
+        // each with the values sent: matched by place, a backend that answers in another order
+        // must not swap two entities' keys.
+        var server = serverEntity(result, set: set, model: model)
+        if let answered = server, let sent = try? model.readEntity(result.request.body, entityType: model.entitySet(set)?.entityType),
+           !Self.answersInOrder(sent: sent, answered: answered) {
+            server = nil
+        }
         var touched: Set<String> = []
         for created in nested {
             guard let (nestedSet, localKey) = Keys.parse(created.entity, model: model, serviceRoot: "") else { continue }
             let localPredicate = String(created.entity.dropFirst(nestedSet.count))
             touched.insert(created.entity)
-            // A backend that answers without the nested entities: their local keys stay until
-            // a download brings the backend's entities.
-            guard let answered = Self.nestedEntity(at: created.path, in: server) else { continue }
-            if let serverPredicate = try takeOverCreated(answered, removeAfterUpload: result.request.options.removeAfterUpload, set: nestedSet,
+            guard let answered = server.flatMap({ Self.nestedEntity(at: created.path, in: $0) }) else {
+                // A backend that answers without the nested entities: they keep their local keys
+                // until a download brings the backend's (or go now, with removeAfterUpload).
+                if removeAfterUpload { try writer.delete(from: nestedSet, key: localKey) }
+                continue
+            }
+            if let serverPredicate = try takeOverCreated(answered, removeAfterUpload: removeAfterUpload, set: nestedSet,
                                                          localPredicate: localPredicate, localKey: localKey, writer: writer, model: model) {
                 touched.insert(nestedSet + serverPredicate)
             }
         }
         return touched
+    }
+
+    /// Whether `answered` has the inline entities of `sent` at the same places (as many, in the
+    /// same order), each with the primitive values sent.
+    static func answersInOrder(sent: Entity, answered: Entity, depth: Int = 0) -> Bool {
+        guard depth < 32 else { return false }
+        for value in sent.navigation {
+            guard let inline = value.inline else { continue }
+            let pairs: [(Entity, Entity)]
+            switch (inline, answered.navigation(value.name)?.inline) {
+            case (.entity(let child?), .entity(let other?)?):
+                pairs = [(child, other)]
+            case (.entity(nil), _):
+                continue
+            case (.collection(let children), .collection(let others)?) where children.entities.count == others.entities.count:
+                pairs = Array(zip(children.entities, others.entities))
+            default:
+                return false
+            }
+            for (child, other) in pairs {
+                for property in child.properties {
+                    guard case .primitive(let mine) = property.value, case .primitive(let theirs)? = other[property.name] else { continue }
+                    if mine != theirs, Literal.convert(.primitive(theirs), to: mine.type) != .primitive(mine) { return false }
+                }
+                guard answersInOrder(sent: child, answered: other, depth: depth + 1) else { return false }
+            }
+        }
+        return true
     }
 
     /// The entity at `path` (`Contacts/0`, `Items/1/Notes/0`, `Manager`) among the inline
