@@ -89,9 +89,20 @@ public actor OfflineODataProvider {
 
     func emit(_ event: OfflineODataEvent) {
         for continuation in continuations.values { continuation.yield(event) }
+        guard let delegate else { return }
         switch event {
-        case .progress(let progress): delegate?.offlineODataProvider(didUpdate: progress)
-        case .requestFailed(let failure): delegate?.offlineODataProvider(requestDidFail: failure)
+        case .progress(let progress):
+            delegate.offlineODataProvider(didUpdate: progress)
+            let shaped = progress.operationProgress
+            switch progress.operation {
+            case .open: delegate.offlineODataProvider(self, didUpdateOpenProgress: shaped)
+            case .download: delegate.offlineODataProvider(self, didUpdateDownloadProgress: shaped)
+            case .upload: delegate.offlineODataProvider(self, didUpdateUploadProgress: shaped)
+            case .sendStore: delegate.offlineODataProvider(self, didUpdateSendStoreProgress: shaped)
+            }
+        case .requestFailed(let failure):
+            delegate.offlineODataProvider(requestDidFail: failure)
+            delegate.offlineODataProvider(self, requestDidFail: failure)
         }
     }
 
@@ -215,9 +226,29 @@ public actor OfflineODataProvider {
     /// Whether the store is open.
     public var isOpen: Bool { store != nil }
 
+    /// Runs a long operation. When the Swift `Task` running it is cancelled, it stops at the
+    /// next request or batch, cleans up as for any failure (an unfinished first open leaves no
+    /// store, an upload keeps what was not answered queued, a download leaves the store as it
+    /// was) and ends with `CancellationError`, whatever the transport threw meanwhile.
+    func cancellable(_ body: () async throws -> Void) async throws {
+        try Task.checkCancellation()
+        do {
+            try await body()
+        } catch {
+            if Task.isCancelled { throw CancellationError() }
+            throw error
+        }
+        if Task.isCancelled { throw CancellationError() }
+    }
+
     /// Opens the store. The first time: fetches `$metadata`, creates the store and runs every
-    /// defining query. Later: only opens the file, checking the key.
+    /// defining query. Later: only opens the file, checking the key. Cancelling the `Task`
+    /// ends it with `CancellationError` and leaves no half-made store.
     public func open() async throws {
+        try await cancellable { try await openStoreFile() }
+    }
+
+    private func openStoreFile() async throws {
         guard store == nil else { return }
         _ = try parameters.extraStreamOptions()
         let path = parameters.storeFile

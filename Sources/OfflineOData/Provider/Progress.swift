@@ -32,6 +32,56 @@ public struct OfflineODataProgress: Sendable {
     public var message: String
 }
 
+extension OfflineODataProgress {
+    /// The same update in the shape of SAP's `OfflineODataOperationProgress`.
+    public var operationProgress: OfflineODataOperationProgress {
+        OfflineODataOperationProgress(step: step, currentStepNumber: stepNumber, totalNumberOfSteps: totalSteps,
+                                      parameters: OfflineODataOperationProgress.positional(step, parameters), defaultMessage: message,
+                                      lastUpdated: time)
+    }
+}
+
+/// A progress update as SAP's SDK delivers it (SPEC §8): what
+/// ``OfflineODataDelegate/offlineODataProvider(_:didUpdateOpenProgress:)`` and its siblings get.
+public struct OfflineODataOperationProgress: Sendable, Hashable {
+    /// The step the operation has reached.
+    public var step: OfflineODataProgressStep
+    /// 1-based number of the current step; never decreases within an operation.
+    public var currentStepNumber: Int
+    /// How many steps the operation can pass through (may grow, never shrinks).
+    public var totalNumberOfSteps: Int
+    /// The step's parameters by position, as SAP's table numbers them: received and total
+    /// bytes (downloadingEntityStore), request name and URL (processingDefiningQueries),
+    /// request number and total (processingRequests), received bytes
+    /// (receivingDataFromServer), sent bytes (sendingDataToServer); empty for other steps.
+    public var parameters: [String]
+    /// The default message in the device language.
+    public var defaultMessage: String
+    /// When the update was made.
+    public var lastUpdated: Date
+
+    /// Creates an update from its parts.
+    public init(step: OfflineODataProgressStep, currentStepNumber: Int, totalNumberOfSteps: Int, parameters: [String],
+                defaultMessage: String, lastUpdated: Date) {
+        self.step = step
+        self.currentStepNumber = currentStepNumber
+        self.totalNumberOfSteps = totalNumberOfSteps
+        self.parameters = parameters
+        self.defaultMessage = defaultMessage
+        self.lastUpdated = lastUpdated
+    }
+
+    /// The names of each step's parameters, in SAP's order.
+    static let parameterNames: [OfflineODataProgressStep: [String]] = [
+        .downloadingEntityStore: ["receivedBytes", "totalBytes"], .processingDefiningQueries: ["name", "url"],
+        .processingRequests: ["number", "count"], .receivingDataFromServer: ["receivedBytes"], .sendingDataToServer: ["sentBytes"],
+    ]
+
+    static func positional(_ step: OfflineODataProgressStep, _ named: [String: String]) -> [String] {
+        (parameterNames[step] ?? []).map { named[$0] ?? "" }
+    }
+}
+
 /// A request the backend rejected during upload (SPEC §7).
 public struct OfflineODataFailedRequest: Sendable, Hashable {
     /// The backend's HTTP status (424 for a request not sent because one it depends on failed).
@@ -59,11 +109,30 @@ public enum OfflineODataEvent: Sendable {
 }
 
 /// Receives progress and failures. Calls arrive on the provider's executor; do not block.
+///
+/// The provider holds its delegate **weakly**, as UIKit and SAP's SDK do with delegates: a view
+/// controller that owns the provider and is its delegate makes no retain cycle. Keep a strong
+/// reference to a delegate object yourself; one created inline (`delegate: Listener()`) is
+/// released at once and receives nothing. ``OfflineODataProvider/events()`` needs no object.
+///
+/// Every method has a default that does nothing. SAP's shape — one method per operation with an
+/// ``OfflineODataOperationProgress`` — and this package's — one method with the operation in the
+/// ``OfflineODataProgress`` — are both called for every update; implement either.
 public protocol OfflineODataDelegate: AnyObject, Sendable {
     /// A long operation moved to another step or reported bytes.
     func offlineODataProvider(didUpdate progress: OfflineODataProgress)
     /// The backend rejected a request during upload. The upload goes on.
     func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest)
+    /// SAP's shape: progress of ``OfflineODataProvider/open()``.
+    func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateOpenProgress progress: OfflineODataOperationProgress)
+    /// SAP's shape: progress of ``OfflineODataProvider/download()``.
+    func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateDownloadProgress progress: OfflineODataOperationProgress)
+    /// SAP's shape: progress of ``OfflineODataProvider/upload(categories:)``.
+    func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateUploadProgress progress: OfflineODataOperationProgress)
+    /// SAP's shape: progress of sending the store for support.
+    func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateSendStoreProgress progress: OfflineODataOperationProgress)
+    /// SAP's shape: the backend rejected a request during upload (once per ErrorArchive row).
+    func offlineODataProvider(_ provider: OfflineODataProvider, requestDidFail request: OfflineODataFailedRequest)
 }
 
 extension OfflineODataDelegate {
@@ -71,6 +140,16 @@ extension OfflineODataDelegate {
     public func offlineODataProvider(didUpdate progress: OfflineODataProgress) {}
     /// Does nothing by default.
     public func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {}
+    /// Does nothing by default.
+    public func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateOpenProgress progress: OfflineODataOperationProgress) {}
+    /// Does nothing by default.
+    public func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateDownloadProgress progress: OfflineODataOperationProgress) {}
+    /// Does nothing by default.
+    public func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateUploadProgress progress: OfflineODataOperationProgress) {}
+    /// Does nothing by default.
+    public func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateSendStoreProgress progress: OfflineODataOperationProgress) {}
+    /// Does nothing by default.
+    public func offlineODataProvider(_ provider: OfflineODataProvider, requestDidFail request: OfflineODataFailedRequest) {}
 }
 
 /// Default progress messages in every supported language, kept as a resource.
@@ -129,15 +208,30 @@ public struct ProgressMessages: Sendable {
     }
 }
 
-/// Numbers the steps of one operation and words its updates.
-struct ProgressReporter: Sendable {
+/// Numbers the steps of one operation and words its updates. A step met again (the next
+/// defining query's pages, say) keeps the highest number reached: within an operation the
+/// number never decreases and never exceeds the total (SPEC §8).
+final class ProgressReporter: @unchecked Sendable {
+    // `@unchecked Sendable`: `highest` is only touched under `lock`.
     let operation: OfflineODataOperation
     /// Every step the operation can pass through, in order.
-    var plan: [OfflineODataProgressStep]
+    let plan: [OfflineODataProgressStep]
     let language: String
+    private let lock = NSLock()
+    private var highest = 0
+
+    init(operation: OfflineODataOperation, plan: [OfflineODataProgressStep], language: String) {
+        self.operation = operation
+        self.plan = plan
+        self.language = language
+    }
 
     func event(_ step: OfflineODataProgressStep, _ parameters: [String: String]) -> OfflineODataEvent {
-        let number = (plan.firstIndex(of: step) ?? plan.count - 1) + 1
+        let planned = (plan.firstIndex(of: step) ?? plan.count - 1) + 1
+        let number = lock.withLock {
+            highest = max(highest, planned)
+            return highest
+        }
         let message = ProgressMessages.shared.message(step: step, number: number, total: plan.count, parameters: parameters, language: language)
         return .progress(OfflineODataProgress(operation: operation, step: step, stepNumber: number, totalSteps: plan.count, time: Date(),
                                               parameters: parameters, message: message))

@@ -25,8 +25,13 @@ struct FetchedQuery: Sendable {
 
 extension OfflineODataProvider {
     /// Downloads the changes for every defining query, or only those named, then reapplies the
-    /// pending local changes. A backend failure leaves the store as it was.
+    /// pending local changes. A backend failure leaves the store as it was, and so does
+    /// cancelling the `Task` (it ends with `CancellationError`).
     public func download(definingQueries names: [String]? = nil) async throws {
+        try await cancellable { try await runDownload(definingQueries: names) }
+    }
+
+    private func runDownload(definingQueries names: [String]?) async throws {
         let store = try beginExclusive()
         defer { busy = false }
         cancelDownloadRequested = false
@@ -61,7 +66,7 @@ extension OfflineODataProvider {
                 }
                 try await self.fetchStreams(of: page, staged: true, store: store)
             }
-            if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
+            if cancelDownloadRequested || Task.isCancelled { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
         } catch {
             try? await store.write(emptyStaging)
             throw error
@@ -101,7 +106,7 @@ extension OfflineODataProvider {
             var prefetched: Task<FetchedPage, any Error>?
             defer { prefetched?.cancel() }
             while let url = next {
-                if cancelDownloadRequested { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
+                if cancelDownloadRequested || Task.isCancelled { throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied") }
                 pages += 1
                 guard pages <= 100_000 else { throw OfflineODataError(.backend, "\(query.name): more than 100000 pages; the backend's next links loop") }
                 let fetched: FetchedPage

@@ -16,8 +16,13 @@ extension OfflineODataProvider {
     /// Sends the queue in order (only requests of `categories`, when given). Requests the
     /// backend rejects go to the ErrorArchive and the upload goes on; a dropped connection
     /// throws and leaves the unanswered requests queued, to be resent with the same
-    /// repeatability IDs.
+    /// repeatability IDs. Cancelling the `Task` stops it after the batch in flight (or at the
+    /// failed send) and ends it with `CancellationError`; what was not answered stays queued.
     public func upload(categories: [String]? = nil) async throws {
+        try await cancellable { try await runUpload(categories: categories) }
+    }
+
+    private func runUpload(categories: [String]?) async throws {
         let store = try beginExclusive()
         defer { busy = false }
         cancelUploadRequested = false
@@ -49,7 +54,7 @@ extension OfflineODataProvider {
         var failed = 0
         var index = 0
         while index < units.count {
-            if cancelUploadRequested { break }
+            if cancelUploadRequested || Task.isCancelled { break }
             // One batch: up to maxRequestsPerBatch requests in whole change sets. An entity
             // already changed in this batch by another change set starts the next batch, so
             // that If-Match stays right; with the transaction builder, each transaction's

@@ -1,0 +1,79 @@
+import Foundation
+import ODataCore
+import ODataServer
+import Testing
+@testable import OfflineOData
+
+/// Issue 20, item 6: cancelling the Swift `Task` that runs `open()`, `upload()` or `download()`
+/// ends it with `CancellationError` — not a transport error — and leaves the store and the
+/// queue consistent: a later run completes and applies every change once.
+@Suite struct CancellationTests {
+    /// Runs `operation` in a task, cancels it after `milliseconds`, and returns how it ended.
+    func cancelled(after milliseconds: Int, _ operation: @escaping @Sendable () async throws -> Void) async -> (any Error)? {
+        let task = Task { try await operation() }
+        try? await Task.sleep(for: .milliseconds(milliseconds))
+        task.cancel()
+        switch await task.result {
+        case .success: return nil
+        case .failure(let error): return error
+        }
+    }
+
+    @Test func cancellingTheFirstOpenLeavesNoStore() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        await fixture.server.service.faults.set([FaultRule(method: "GET", urlContains: "SalesOrders", trickleMilliseconds: 300)])
+        let provider = try await fixture.provider()
+        let error = await cancelled(after: 400) { try await provider.open() }
+        #expect(error is CancellationError, "\(String(describing: error))")
+        #expect(!FileManager.default.fileExists(atPath: fixture.parameters().storeFile))
+        await fixture.server.service.faults.set([])
+        try await provider.open()
+        #expect(try await !provider.readEntities("SalesOrders").isEmpty)
+    }
+
+    @Test func cancellingAnUploadKeepsWhatWasNotAnsweredAndAppliesEachChangeOnce() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        var parameters = fixture.parameters()
+        parameters.maxRequestsPerBatch = 1
+        let provider = try await fixture.provider(parameters: parameters)
+        try await provider.open()
+        let names = (1...4).map { "Cancel\($0)" }
+        for name in names {
+            _ = try await provider.execute(method: "POST", url: "Contacts", body: Array(#"{"PartnerID":"BP1","FirstName":"\#(name)"}"#.utf8))
+        }
+        await fixture.server.service.faults.set([FaultRule(urlContains: "$batch", trickleMilliseconds: 150)])
+        let error = await cancelled(after: 500) { try await provider.upload() }
+        #expect(error is CancellationError, "\(String(describing: error))")
+        #expect(try await !provider.isRequestQueueEmpty, "the cancel came before the last batch")
+        await fixture.server.service.faults.set([])
+        try await provider.upload()
+        #expect(try await provider.isRequestQueueEmpty)
+        #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+        for name in names {
+            let stored = try await fixture.backend("Contacts?$filter=FirstName eq '\(name)'")["value"]?.arrayValue ?? []
+            #expect(stored.count == 1, "\(name) is on the backend \(stored.count) times")
+        }
+    }
+
+    @Test func cancellingADownloadLeavesTheStoreAsItWas() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"local"}"#.utf8))
+        try await fixture.backendSend("PATCH", "BusinessPartners('BP2')", #"{"Phone":"backend"}"#)
+        await fixture.server.service.faults.set([FaultRule(method: "GET", urlContains: "BusinessPartners", trickleMilliseconds: 300)])
+        let error = await cancelled(after: 400) { try await provider.download() }
+        #expect(error is CancellationError, "\(String(describing: error))")
+        // Nothing was applied; the local change is still pending and shown.
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "Phone") != "backend")
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "local")
+        #expect(try await provider.readEntities("RequestQueue").count == 1)
+        await fixture.server.service.faults.set([])
+        try await provider.download()
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "Phone") == "backend")
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "local")
+    }
+}
