@@ -77,3 +77,39 @@ import Testing
         #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "local")
     }
 }
+
+/// Issue 20, item 7: one rule for requests that depend on a failed one, whether they would
+/// have shared its `$batch` or not: never sent, archived with 424 naming the failed request,
+/// and `requestDidFail` once per ErrorArchive row, in queue order. V2 and V4.
+@Suite struct DependentRequestTests {
+    @Test(arguments: [(false, 100), (false, 1), (true, 100), (true, 1)])
+    func dependantsOfAFailedRequestAreNeverSent(v2: Bool, perBatch: Int) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let recorder = Recorder()
+        var parameters = fixture.parameters()
+        parameters.maxRequestsPerBatch = perBatch
+        let provider = try await fixture.provider(v2: v2, parameters: parameters, delegate: recorder)
+        try await provider.open()
+        await fixture.server.service.faults.set([FaultRule(method: "POST", urlContains: "BusinessPartners", bodyContains: "BPDEP", status: 400, code: "PartnerRefused",
+                                                           message: "No new partners today")])
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners", body: Array(#"{"PartnerID":"BPDEP","CompanyName":"Dep"}"#.utf8))
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners('BPDEP')/Contacts", body: Array(#"{"FirstName":"Dependant"}"#.utf8))
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BPDEP')", body: Array(#"{"Phone":"9"}"#.utf8))
+        // An independent change in between still goes through.
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"independent"}"#.utf8))
+        _ = await fixture.server.service.journal.requests()
+        await fixture.server.service.journal.clear()
+        try await provider.upload()
+        let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+        #expect(archive.map { $0["HTTPStatusCode"] } == [.primitive(.int32(400)), .primitive(.int32(424)), .primitive(.int32(424))])
+        let failedID = recorder.failures.first?.requestID ?? -1
+        #expect(recorder.failures.map(\.httpStatus) == [400, 424, 424])
+        #expect(recorder.failures.map(\.requestID) == recorder.failures.map(\.requestID).sorted())
+        #expect(recorder.failures.dropFirst().allSatisfy { $0.message == "Not sent: it depends on request \(failedID), which failed" })
+        let sent = await fixture.server.service.journal.requests().joined(separator: "\n")
+        #expect(!sent.contains("Dependant") && !sent.contains("\"Phone\":\"9\""), "\(sent)")
+        #expect(try await fixture.backend("Contacts?$filter=FirstName eq 'Dependant'")["value"]?.arrayValue?.isEmpty == true)
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "independent")
+    }
+}

@@ -146,14 +146,18 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         _ = await fixture.received()
         await fixture.server.service.faults.set([])
         try await provider.upload()
+        // The update depends on the create: it waits for the create's answer (SPEC §7: a
+        // request that depends on a failed one is never sent) and names the backend's key.
         #expect(await fixture.received() == ["""
             POST $batch
               changeset
                 POST Customers {"Name":"John Doe"}
               changeset
                 POST Customers {"Name":"Jane"}
+            """, """
+            POST $batch
               changeset
-                PATCH $2 {"Name":"Jane Doe","City":"Lyon"}
+                PATCH Customers(104) {"Name":"Jane Doe","City":"Lyon"}
             """])
         #expect(names(try await fixture.backend("Customers")) == ["Downloaded 101", "Downloaded 102", "Jane Doe", "John Doe"])
         #expect(try await provider.isRequestQueueEmpty)
@@ -222,10 +226,12 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
             POST $batch
               changeset
                 POST Customers {"Name":"Parent"}
+            """, """
+            POST $batch
               changeset
-                POST $1/Orders {"Amount":3}
+                POST Customers(103)/Orders {"Amount":3}
               changeset
-                PATCH $1 {"Name":"Parent 2"}
+                PATCH Customers(103) {"Name":"Parent 2"}
               changeset
                 PATCH Customers(101) {"Name":"out"}
             """, """
@@ -282,6 +288,8 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
             POST $batch
               changeset
                 POST Motherboards {"MotherboardID":"motherboard101","Name":"Board","CPUs@odata.bind":["CPUs('CPU101')"]}
+            """, """
+            POST $batch
               changeset
                 DELETE Motherboards('motherboard101')
             """])

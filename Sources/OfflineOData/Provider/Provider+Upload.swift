@@ -62,9 +62,12 @@ extension OfflineODataProvider {
             var batch: [[QueueEntry]] = []
             var skipped: [SentResult] = []
             var touched: Set<String> = []
-            // Nested entities that deep inserts of this batch create with local keys: no
-            // Content-ID names them, so a request on one waits for the next batch.
-            var nestedHere: Set<String> = []
+            // Everything the change sets of this batch change, creates included: a change set
+            // that depends on one of them waits for the next batch, so that it is never sent when
+            // the request it depends on fails (it is archived with 424 instead; SPEC §7). This
+            // also keeps requests on nested entities of a deep insert (which no Content-ID
+            // names) out of the deep insert's batch.
+            var changedHere: Set<String> = []
             var count = 0
             var hasTransaction = false
             while index < units.count {
@@ -84,12 +87,12 @@ extension OfflineODataProvider {
                     if count + unit.count > max(1, parameters.maxRequestsPerBatch) { break }
                     if !touched.isDisjoint(with: changed) { break }
                     if builder && isTransaction && hasTransaction { break }
-                    if unit.contains(where: { !$0.touched.isDisjoint(with: nestedHere) }) { break }
+                    if unit.contains(where: { !$0.touched.isDisjoint(with: changedHere) }) { break }
                 }
                 batch.append(unit)
                 count += unit.count
                 touched.formUnion(changed)
-                for entry in unit { nestedHere.formUnion(entry.request.nested.filter(\.localKey).map(\.entity)) }
+                for entry in unit { changedHere.formUnion(entry.changed) }
                 hasTransaction = hasTransaction || isTransaction
                 index += 1
             }
@@ -119,7 +122,8 @@ extension OfflineODataProvider {
             }
             failed += results.filter { $0.status >= 400 }.count
             succeeded += results.filter { $0.status < 400 }.count
-            for failure in failures { emit(.requestFailed(failure)) }
+            // One call per ErrorArchive row, dependants too, in queue order.
+            for failure in failures.sorted(by: { $0.requestID < $1.requestID }) { emit(.requestFailed(failure)) }
             if let interruption {
                 try await logEvent(in: store, type: "Upload", details: "\(succeeded) requests applied, \(failed) failed, \(total - succeeded - failed) not sent")
                 throw interruption
@@ -332,6 +336,8 @@ extension OfflineODataProvider {
             // Entities created by this batch: the backend answered the create with the values
             // it had then, so later changes to them in the batch are applied again on top.
             var createdHere: Set<String> = []
+            // Entities whose create the backend took in this batch (by their backend key).
+            var createdNow: Set<String> = []
             // Requests the backend took, per entity: what its kept state advances by.
             var taken: [String: [(request: QueuedRequest, etag: String?, server: Entity?)]] = [:]
             for result in results {
@@ -360,6 +366,7 @@ extension OfflineODataProvider {
                             touched.insert(set + serverPredicate)
                             predicate = serverPredicate
                         }
+                        createdNow.insert(set + predicate)
                         touched.formUnion(try Self.takeOverNested(result, set: set, writer: writer, model: model))
                     } else if let holder = Self.linkHolder(of: result.request, schema: writer.schema, serviceRoot: root,
                                                            keyMap: try Self.keyMap(writer.connection)) {
@@ -409,7 +416,20 @@ extension OfflineODataProvider {
                 if let set, let localKey = request.entityKey, let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "") {
                     try writer.setState(in: set, key: key, inError: true)
                 }
-                if result.dependencyOf == nil { failures.append(failure) }
+                failures.append(failure)
+            }
+            // A created entity took the backend's answer, which predates its changes still
+            // queued for later batches: they are applied on top again, so that it shows them.
+            if !createdNow.isEmpty {
+                let keyMap = try Self.keyMap(writer.connection)
+                for request in try Self.loadQueue(writer.connection, status: "pending")
+                where createdNow.contains((request.entitySet ?? "") + (request.entityKey ?? "")) && !request.isCreate {
+                    guard let change = try? Self.localChange(from: request, model: model, serviceRoot: root, keyMap: keyMap),
+                          !change.target.isRef else { continue }
+                    _ = try? writer.connection.savepoint {
+                        try Self.applyLocally(change, writer: writer, model: model, repeatable: false, replaying: request)
+                    }
+                }
             }
             // Entities without queued requests are no longer pending, and need no kept state.
             // Those with requests left (waiting or failed) keep the backend's state after the
