@@ -164,6 +164,64 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         #expect(string(try await provider.readEntities("Customers(\(c2))").first, "City") == "Lyon")
     }
 
+    /// The SPEC 6.1 example written literally: item 2 is a `$batch` with one change set,
+    /// sent to the offline provider as an app would send it online.
+    @Test func optimizationGivesTheSpecExampleFromALocalBatch() async throws {
+        let fixture = try await ShopFixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider({ $0.enableRequestQueueOptimization = true }, delegate: nil)
+        let c1 = try #require(try await provider.send("POST", "Customers", #"{"Name":"John"}"#))
+        let batch = """
+            --b1\r
+            Content-Type: multipart/mixed; boundary=cs1\r
+            \r
+            --cs1\r
+            Content-Type: application/http\r
+            Content-ID: 1\r
+            \r
+            POST Customers HTTP/1.1\r
+            Content-Type: application/json\r
+            \r
+            {"Name":"Jan"}\r
+            --cs1\r
+            Content-Type: application/http\r
+            Content-ID: 2\r
+            \r
+            PATCH $1 HTTP/1.1\r
+            Content-Type: application/json\r
+            \r
+            {"Name":"Jane"}\r
+            --cs1--\r
+            --b1--\r
+
+            """
+        let answer = try await provider.execute(method: "POST", url: "$batch", headers: ["Content-Type": "multipart/mixed; boundary=b1"],
+                                                body: Array(batch.utf8))
+        let parsed = try MultipartBatch.read(answer.body, boundary: answer.headers["Content-Type"].flatMap { HTTPHeaders.parameter("boundary", in: $0) })
+        #expect(parsed.operations.map { $0.message.status ?? 0 } == [201, 204])
+        let created = try JSONValue.parse(parsed.operations[0].message.body)
+        let c2 = try #require(created["CustomerID"].flatMap { json -> Int64? in if case .number(let text) = json { Int64(text) } else { nil } })
+        try await provider.send("PATCH", "Customers(\(c1))", #"{"Name":"John Doe"}"#)
+        try await provider.send("PATCH", "Customers(\(c2))", #"{"Name":"Jane Do"}"#)
+        try await provider.send("PATCH", "Customers(\(c2))", #"{"Name":"Jane Doe"}"#)
+        _ = await fixture.received()
+        try await provider.upload()
+        // After: 1. Create Customer 1 "John Doe"; 2. the change set: Create Customer 2 "Jane";
+        // 3. Update Customer 2 "Jane Doe" (after the create's answer: it depends on it).
+        #expect(await fixture.received() == ["""
+            POST $batch
+              changeset
+                POST Customers {"Name":"John Doe"}
+              changeset
+                POST Customers {"Name":"Jane"}
+            """, """
+            POST $batch
+              changeset
+                PATCH Customers(104) {"Name":"Jane Doe"}
+            """])
+        #expect(names(try await fixture.backend("Customers")) == ["Downloaded 101", "Downloaded 102", "Jane Doe", "John Doe"])
+    }
+
     @Test func optimizationKeepsDownloadedUpdatesUnmodifiableRequestsAndChainsAcrossBatches() async throws {
         let fixture = try await ShopFixture.start()
         defer { Task { await fixture.stop() } }

@@ -171,9 +171,25 @@ extension OfflineODataProvider {
         guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(verb) else {
             throw OfflineODataError(.invalidRequest, "\(method) is not an OData method")
         }
+        if url == "$batch" || url.hasSuffix("/$batch") {
+            guard verb == "POST" else { throw OfflineODataError(.invalidRequest, "\(method) $batch: a batch is sent with POST") }
+            return try await executeBatch(headers: headers, body: body, options: options)
+        }
         // A local key that the backend has replaced still names the entity.
         let url = try await rewriteLocalKeys(url, store: store)
-        let target = try parseTarget(url, model: model)
+        let keyMap = try await store.read { reader in try Self.keyMap(reader.connection) }
+        let change = try Self.makeChange(method: verb, url: url, headers: headers, body: body, options: options, model: model,
+                                         serviceRoot: serviceRoot, keyMap: keyMap)
+        let result = try await apply(change, store: store)
+        return OfflineODataResponse(status: result == nil ? 204 : 201, body: result.map { Self.encode(.entity($0), model: model) } ?? [],
+                                    result: result.map { .entity($0) })
+    }
+
+    /// A request string as a local change: its target, entity, links and media type. `url` has
+    /// its replaced local keys mapped already; `keyMap` maps the local keys in the body.
+    static func makeChange(method verb: String, url: String, headers: [String: String], body: [UInt8], options: OfflineODataRequestOptions,
+                           model: Model, serviceRoot: String, keyMap: [String: String]) throws -> LocalChange {
+        let target = try parseTarget(url, model: model, serviceRoot: serviceRoot)
         var change = LocalChange(method: verb, url: url, body: body, target: target, options: options)
         change.headers = headers.merging(options.customHeaders) { _, new in new }
         let contentType = Self.header("Content-Type", in: change.headers)
@@ -193,20 +209,16 @@ extension OfflineODataProvider {
             let entity = try Self.entity(fromBody: body, method: verb, url: url, target: target, model: model)
             change.entity = entity
             if entity.navigation.contains(where: { $0.bind != nil }) {
-                let keyMap = try await store.read { reader in try Self.keyMap(reader.connection) }
                 change.binds = Self.binds(of: entity, model: model, serviceRoot: serviceRoot) { keyMap[$0] ?? $0 }
             }
         }
         if target.isRef, verb != "DELETE" {
-            let keyMap = try await store.read { reader in try Self.keyMap(reader.connection) }
             guard let linked = Self.linkTarget(ofBody: body, model: model, serviceRoot: serviceRoot, mapped: { keyMap[$0] ?? $0 }) else {
                 throw OfflineODataError(.invalidRequest, "\(verb) \(url): the body must name one entity with @odata.id")
             }
             change.linkTarget = linked
         }
-        let result = try await apply(change, store: store)
-        return OfflineODataResponse(status: result == nil ? 204 : 201, body: result.map { Self.encode(.entity($0), model: model) } ?? [],
-                                    result: result.map { .entity($0) })
+        return change
     }
 
     /// Puts the content type of a media request under one name (`Content-Type`, however the

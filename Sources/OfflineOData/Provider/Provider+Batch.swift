@@ -1,0 +1,298 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+/// Requests the offline store applies as one change set: all or none, queued together and
+/// uploaded as one change set of one `$batch` (SPEC §5). A request names an entity created
+/// earlier in the set by its Content-ID reference (`$1`), in its URL or in its body
+/// (`"Customer@odata.bind": "$1"`).
+///
+/// ```swift
+/// let responses = try await provider.changeSet { set in
+///     let customer = set.add("POST", "Customers", json: #"{"Name":"Jan"}"#)
+///     set.add("PATCH", customer, json: #"{"Name":"Jane"}"#)
+/// }
+/// ```
+public struct OfflineODataChangeSet: Sendable {
+    /// One request of a change set.
+    public struct Request: Sendable {
+        /// POST, PUT, PATCH, MERGE or DELETE.
+        public var method: String
+        /// The URL relative to the service root; it may start with a Content-ID reference.
+        public var url: String
+        /// Request headers (`Content-Type` of a media stream, say).
+        public var headers: [String: String]
+        /// The body: JSON, or a media stream.
+        public var body: [UInt8]
+        /// The Content-ID that later requests refer to as `$<contentID>`.
+        public var contentID: String
+
+        /// Creates a request from its parts.
+        public init(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], contentID: String) {
+            self.method = method
+            self.url = url
+            self.headers = headers
+            self.body = body
+            self.contentID = contentID
+        }
+    }
+
+    /// The requests, in order.
+    public private(set) var requests: [Request] = []
+
+    /// An empty change set.
+    public init() {}
+
+    /// Adds a request and returns its Content-ID reference (`$1`, `$2`, …) for later requests.
+    @discardableResult
+    public mutating func add(_ method: String, _ url: String, body: [UInt8] = [], headers: [String: String] = [:]) -> String {
+        add(Request(method: method, url: url, headers: headers, body: body, contentID: "\(requests.count + 1)"))
+    }
+
+    /// Adds a request with a JSON body and returns its Content-ID reference.
+    @discardableResult
+    public mutating func add(_ method: String, _ url: String, json: String) -> String {
+        add(method, url, body: Array(json.utf8), headers: ["Content-Type": "application/json"])
+    }
+
+    /// Adds a request with its own Content-ID and returns its reference.
+    @discardableResult
+    public mutating func add(_ request: Request) -> String {
+        requests.append(request)
+        return "$" + request.contentID
+    }
+}
+
+extension OfflineODataProvider {
+    /// Builds a change set with `build` and applies it (see ``execute(_:options:)``).
+    public nonisolated func changeSet(options: OfflineODataRequestOptions = OfflineODataRequestOptions(),
+                                      _ build: (inout OfflineODataChangeSet) throws -> Void) async throws -> [OfflineODataResponse] {
+        var set = OfflineODataChangeSet()
+        try build(&set)
+        return try await execute(set, options: options)
+    }
+
+    /// Applies a change set to the store in one transaction: when one request is refused,
+    /// none is applied or queued. The requests are queued with one transaction ID (the one in
+    /// `options`, or a new one) and so uploaded as one change set. Returns one response per
+    /// request.
+    public func execute(_ changeSet: OfflineODataChangeSet, options: OfflineODataRequestOptions = OfflineODataRequestOptions())
+        async throws -> [OfflineODataResponse] {
+        let store = try openStore()
+        let model = store.model
+        let root = serviceRoot
+        let repeatable = parameters.enableRepeatableRequests
+        var options = options
+        if options.transactionID == nil { options.transactionID = "changeset-" + UUID().uuidString.lowercased() }
+        let shared = options
+        let requests = changeSet.requests
+        var seen: Set<String> = []
+        for request in requests {
+            guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(request.method.uppercased()) else {
+                throw OfflineODataError(.invalidRequest, "A change set holds modifications only; \(request.method) \(request.url) is not one")
+            }
+            guard seen.insert(request.contentID).inserted else {
+                throw OfflineODataError(.invalidRequest, "The Content-ID \(request.contentID) is used twice in one change set")
+            }
+        }
+        let results: [Entity?]
+        do {
+            results = try await store.writeInline { writer -> [Entity?] in
+                let keyMap = try Self.keyMap(writer.connection)
+                // `$n` → the URL of the entity request n created, with its local key.
+                var created: [String: String] = [:]
+                var answers: [Entity?] = []
+                for request in requests {
+                    let verb = request.method.uppercased()
+                    let url = Self.mapped(Self.resolvingContentIDs(request.url, created), keyMap)
+                    var body = request.body
+                    if !created.isEmpty, let text = String(bytes: body, encoding: .utf8), text.contains("\"$") {
+                        var replaced = text
+                        for (reference, target) in created { replaced = replaced.replacingOccurrences(of: "\"\(reference)\"", with: "\"\(target)\"") }
+                        body = Array(replaced.utf8)
+                    }
+                    let change = try Self.makeChange(method: verb, url: url, headers: request.headers, body: body, options: shared, model: model,
+                                                     serviceRoot: root, keyMap: keyMap)
+                    guard change.target.entitySet != LocalSchema.errorArchive else {
+                        throw OfflineODataError(.invalidRequest, "ErrorArchive rows are deleted one at a time, not in a change set")
+                    }
+                    let entity = try Self.applyLocally(change, writer: writer, model: model, repeatable: repeatable)
+                    if verb == "POST", !change.target.isRef, let entity {
+                        let set = change.target.navigation.flatMap { model.targetEntitySet(from: change.target.entitySet, navigationPath: $0)?.name }
+                            ?? change.target.entitySet
+                        if let key = Keys.key(of: entity, in: set, model: model) {
+                            created["$" + request.contentID] = set + Keys.predicate(key, in: set, model: model)
+                        }
+                    }
+                    answers.append(entity)
+                }
+                return answers
+            }
+        } catch let error as OfflineODataError {
+            throw error
+        } catch {
+            throw OfflineODataError(.store, "The change set could not be applied locally (nothing of it was): \(error)")
+        }
+        return results.map { entity in
+            OfflineODataResponse(status: entity == nil ? 204 : 201, body: entity.map { Self.encode(.entity($0), model: model) } ?? [],
+                                 result: entity.map { .entity($0) })
+        }
+    }
+
+    /// `$1/Orders` → `Customers(-1)/Orders` for the entities created so far.
+    static func resolvingContentIDs(_ url: String, _ created: [String: String]) -> String {
+        guard url.hasPrefix("$") else { return url }
+        let reference = String(url.prefix { $0 != "/" && $0 != "?" })
+        guard let target = created[reference] else { return url }
+        return target + url.dropFirst(reference.count)
+    }
+
+    /// A URL whose entity has been re-keyed by the backend, with the backend's key.
+    static func mapped(_ url: String, _ keyMap: [String: String]) -> String {
+        for (local, server) in keyMap where url == local || url.hasPrefix(local + "/") || url.hasPrefix(local + "?") {
+            return server + url.dropFirst(local.count)
+        }
+        return url
+    }
+
+    /// A `$batch` sent to the offline provider (multipart, V2 and V4, or 4.01 JSON): reads are
+    /// answered from the store, each change set (atomicity group) is applied as one with
+    /// ``execute(_:options:)``, and a modification outside one on its own. The answer is a
+    /// batch response of the same format; a change set that fails is answered with one error.
+    func executeBatch(headers: [String: String], body: [UInt8], options: OfflineODataRequestOptions) async throws -> OfflineODataResponse {
+        let contentType = Self.header("Content-Type", in: headers) ?? ""
+        if contentType.lowercased().hasPrefix("application/json") { return try await executeJSONBatch(body, options: options) }
+        guard contentType.lowercased().hasPrefix("multipart/mixed") else {
+            throw OfflineODataError(.invalidRequest, "POST $batch needs Content-Type multipart/mixed (with a boundary) or application/json, not '\(contentType)'")
+        }
+        let batch: MultipartBatch
+        do {
+            batch = try MultipartBatch.read(body, boundary: ODataCore.HTTPHeaders.parameter("boundary", in: contentType))
+        } catch {
+            throw OfflineODataError(.invalidRequest, "The $batch body is not a valid multipart batch: \(error)")
+        }
+        var parts: [BatchPart] = []
+        for part in batch.parts {
+            switch part {
+            case .operation(let operation):
+                let message = operation.message
+                let method = (message.method ?? "GET").uppercased()
+                if method == "GET" {
+                    parts.append(.operation(BatchOperation(message: await readAnswer(message.url ?? ""))))
+                } else {
+                    let request = Self.changeSetRequest(operation, index: parts.count)
+                    let answers = await changeSetAnswers([request], options: options)
+                    parts.append(.operation(BatchOperation(message: answers[0])))
+                }
+            case .changeSet(let set):
+                let requests = set.operations.enumerated().map { Self.changeSetRequest($1, index: $0) }
+                let answers = await changeSetAnswers(requests, options: options)
+                if answers.count == requests.count {
+                    let operations = zip(requests, answers).map { request, answer in
+                        var partHeaders = ODataCore.HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
+                        partHeaders["Content-ID"] = request.contentID
+                        return BatchOperation(partHeaders: partHeaders, message: answer)
+                    }
+                    parts.append(.changeSet(ChangeSet(operations: operations)))
+                } else {
+                    // The change set failed: one answer for all of it, nothing applied.
+                    parts.append(.operation(BatchOperation(message: answers[0])))
+                }
+            }
+        }
+        let answer = MultipartBatch(parts: parts)
+        return OfflineODataResponse(status: 200, body: answer.write(), result: nil, headers: ["Content-Type": answer.contentType])
+    }
+
+    /// A 4.01 JSON batch: requests with the same `atomicityGroup` form one change set.
+    private func executeJSONBatch(_ body: [UInt8], options: OfflineODataRequestOptions) async throws -> OfflineODataResponse {
+        let batch: JSONBatchRequest
+        do {
+            batch = try JSONBatchRequest.read(body)
+        } catch {
+            throw OfflineODataError(.invalidRequest, "The $batch body is not a valid JSON batch: \(error)")
+        }
+        var responses: [JSONBatchResponse.Response] = []
+        var index = 0
+        let requests = batch.requests
+        while index < requests.count {
+            let first = requests[index]
+            var group = [first]
+            if let atomicity = first.atomicityGroup {
+                while index + group.count < requests.count, requests[index + group.count].atomicityGroup == atomicity {
+                    group.append(requests[index + group.count])
+                }
+            }
+            index += group.count
+            if first.atomicityGroup == nil, first.method.uppercased() == "GET" {
+                let message = await readAnswer(first.url)
+                responses.append(JSONBatchResponse.Response(id: first.id, status: message.status ?? 500,
+                                                            body: message.body.isEmpty ? nil : try? JSONValue.parse(message.body)))
+                continue
+            }
+            let changeSet = group.map { request in
+                OfflineODataChangeSet.Request(method: request.method, url: request.url, headers: request.headers,
+                                              body: request.body.map { Array($0.serialized.utf8) } ?? [], contentID: request.id)
+            }
+            let answers = await changeSetAnswers(changeSet, options: options)
+            for (request, answer) in zip(group, answers.count == group.count ? answers : Array(repeating: answers[0], count: group.count)) {
+                responses.append(JSONBatchResponse.Response(id: request.id, status: answer.status ?? 500,
+                                                            body: answer.body.isEmpty ? nil : try? JSONValue.parse(answer.body),
+                                                            atomicityGroup: request.atomicityGroup))
+            }
+        }
+        return OfflineODataResponse(status: 200, body: JSONBatchResponse(responses: responses).write(), result: nil,
+                                    headers: ["Content-Type": "application/json"])
+    }
+
+    static func changeSetRequest(_ operation: BatchOperation, index: Int) -> OfflineODataChangeSet.Request {
+        let message = operation.message
+        var headers: [String: String] = [:]
+        for field in message.headers { headers[field.name] = field.value }
+        return OfflineODataChangeSet.Request(method: message.method ?? "", url: message.url ?? "", headers: headers, body: message.body,
+                                             contentID: operation.contentID ?? "\(index + 1)")
+    }
+
+    /// The answers of a change set: one per request, or one error for all of it.
+    private func changeSetAnswers(_ requests: [OfflineODataChangeSet.Request], options: OfflineODataRequestOptions) async -> [BatchMessage] {
+        var set = OfflineODataChangeSet()
+        for request in requests { set.add(request) }
+        do {
+            return try await execute(set, options: options).map(Self.answer)
+        } catch {
+            return [Self.errorAnswer(error)]
+        }
+    }
+
+    /// A read inside a batch, answered as the provider answers it alone.
+    private func readAnswer(_ url: String) async -> BatchMessage {
+        do {
+            return Self.answer(try await execute(method: "GET", url: url))
+        } catch {
+            return Self.errorAnswer(error)
+        }
+    }
+
+    static func answer(_ response: OfflineODataResponse) -> BatchMessage {
+        var headers = ODataCore.HTTPHeaders()
+        for (name, value) in response.headers { headers[name] = value }
+        if !response.body.isEmpty, headers["Content-Type"] == nil { headers["Content-Type"] = "application/json" }
+        return .response(response.status, headers: headers, body: response.body)
+    }
+
+    /// An OData error answer: 400 for a refused request, 404 for a missing entity.
+    static func errorAnswer(_ error: any Error) -> BatchMessage {
+        let status: Int
+        let code: String
+        if let error = error as? OfflineODataError {
+            status = error.httpStatus ?? (error.code == .notSupportedOffline ? 501 : 400)
+            code = error.code.rawValue
+        } else {
+            status = 400
+            code = "invalidRequest"
+        }
+        let message = (error as? OfflineODataError)?.message ?? "\(error)"
+        let body = JSONValue.object([.init("error", .object([.init("code", .string(code)), .init("message", .string(message))]))])
+        return .response(status, headers: ODataCore.HTTPHeaders([("Content-Type", "application/json")]), body: Array(body.serialized.utf8))
+    }
+}
