@@ -47,7 +47,8 @@ public actor OfflineODataProvider {
     /// Language of the default progress messages; the device locale unless set.
     public var messageLanguage: String = ProgressMessages.shared.language(for: Locale.current)
 
-    /// Creates a provider. Nothing touches the disk or network until `open()`.
+    /// Creates a provider. Nothing touches the disk or network until `open()`. The provider
+    /// holds `delegate` weakly (see ``OfflineODataDelegate``): keep a reference to it yourself.
     public init(serviceRoot: URL, parameters: OfflineODataParameters = OfflineODataParameters(), transport: (any Transport)? = nil,
                 delegate: (any OfflineODataDelegate)? = nil) {
         var root = serviceRoot.absoluteString
