@@ -177,7 +177,11 @@ extension OfflineODataProvider {
         }
         // A local key that the backend has replaced still names the entity.
         let url = try await rewriteLocalKeys(url, store: store)
-        let keyMap = try await store.read { reader in try Self.keyMap(reader.connection) }
+        // Local keys in the body (links) are mapped too; most bodies name none, and skip the read.
+        let isJSONBody = Self.header("Content-Type", in: headers).map(Self.isJSON) ?? true
+        let text = isJSONBody ? String(decoding: body, as: UTF8.self) : ""
+        let namesEntities = url.contains("$ref") || url.contains("$links") || text.contains("@odata.bind") || text.contains("\"uri\"")
+        let keyMap = namesEntities ? try await store.read { reader in try Self.keyMap(reader.connection) } : [:]
         let change = try Self.makeChange(method: verb, url: url, headers: headers, body: body, options: options, model: model,
                                          serviceRoot: serviceRoot, keyMap: keyMap)
         let result = try await apply(change, store: store)
