@@ -178,6 +178,8 @@ import Testing
         }
         #expect(backendKeys.count == 2 && after.compactMap { $0["ContactID"] } == backendKeys, "\(after) vs \(stored)")
         #expect(after.allSatisfy { $0.control.etag != nil })
+        // The nested contact shows its change, sent after the deep insert's answer.
+        #expect(string(after.last, "LastName") == "Changed offline")
         // A download changes nothing: no duplicate of a nested entity appears.
         try await provider.download()
         #expect(try await provider.readEntities("Contacts?$filter=PartnerID eq 'BPOFF'").count == 2)

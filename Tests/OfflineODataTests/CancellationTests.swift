@@ -112,4 +112,29 @@ import Testing
         #expect(try await fixture.backend("Contacts?$filter=FirstName eq 'Dependant'")["value"]?.arrayValue?.isEmpty == true)
         #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "independent")
     }
+
+    /// Requests that only bind to one entity neither wait for each other nor fail together:
+    /// three orders of one partner go in one batch, and a refused one leaves the others.
+    @Test(arguments: [false, true])
+    func requestsBindingOneEntityShareABatchAndDoNotFailTogether(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let recorder = Recorder()
+        let provider = try await fixture.provider(v2: v2, delegate: recorder)
+        try await provider.open()
+        await fixture.server.service.faults.set([FaultRule(method: "POST", urlContains: "SalesOrders", bodyContains: "SOB2", status: 400,
+                                                           code: "OrderRefused", message: "Not this one")])
+        for id in ["SOB1", "SOB2", "SOB3"] {
+            let bind = v2 ? #""Partner":{"__metadata":{"uri":"BusinessPartners('BP1')"}}"# : #""Partner@odata.bind":"BusinessPartners('BP1')""#
+            _ = try await provider.execute(method: "POST", url: "SalesOrders",
+                                           body: Array(#"{"OrderID":"\#(id)","Currency":"EUR",\#(bind)}"#.utf8))
+        }
+        await fixture.server.service.journal.clear()
+        try await provider.upload()
+        let sent = await fixture.server.service.journal.requests()
+        #expect(sent.count == 1, "one $batch for the three creates: \(sent)")
+        #expect(recorder.failures.map(\.httpStatus) == [400])
+        #expect(try await fixture.backend("SalesOrders('SOB1')")["PartnerID"]?.stringValue == "BP1")
+        #expect(try await fixture.backend("SalesOrders('SOB3')")["PartnerID"]?.stringValue == "BP1")
+    }
 }

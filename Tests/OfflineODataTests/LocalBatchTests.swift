@@ -78,6 +78,9 @@ import Testing
         let read = try JSONValue.parse(answer.operations.last?.message.body ?? [])
         #expect((v2 ? read["d"]?["Phone"] : read["Phone"])?.stringValue == "77", "\(read)")
         #expect(try await provider.readEntities("BusinessPartners('BPBAD')").isEmpty)
+        // The change set is one transaction of its own; nothing else shares its ID.
+        let queue = try await provider.readEntities("RequestQueue?$orderby=RequestID")
+        #expect(queue.count == 2 && string(queue[0], "TransactionID") != nil && string(queue[0], "TransactionID") == string(queue[1], "TransactionID"))
         try await provider.upload()
         #expect(try await fixture.backend("BusinessPartners('BPMB')")["Phone"]?.stringValue == "77")
     }
@@ -101,5 +104,24 @@ import Testing
         #expect(answer.responses.map(\.id) == ["r", "1", "2"])
         #expect(answer.responses.map(\.status) == [200, 201, 201])
         #expect(try await provider.readEntities("BusinessPartners('BPJS')/Contacts").count == 1)
+        // A standalone modification is queued as if sent alone; a failing atomicity group is
+        // answered with its error for each of its requests and leaves nothing; a property whose
+        // value looks like a Content-ID reference stays text.
+        let second = #"""
+        {"requests":[
+          {"id":"s","method":"PATCH","url":"BusinessPartners('BP1')","headers":{"content-type":"application/json"},"body":{"Phone":"$1"}},
+          {"id":"a","atomicityGroup":"bad","method":"POST","url":"BusinessPartners","headers":{"content-type":"application/json"},
+           "body":{"PartnerID":"BPJX"}},
+          {"id":"b","atomicityGroup":"bad","method":"PATCH","url":"$a","headers":{"content-type":"application/json"},
+           "body":{"Nope":"x"}}
+        ]}
+        """#
+        let again = try await provider.execute(method: "POST", url: "$batch", headers: ["Content-Type": "application/json"], body: Array(second.utf8))
+        let answers = try JSONBatchResponse.read(again.body)
+        #expect(answers.responses.map(\.status) == [204, 400, 400])
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "$1")
+        #expect(try await provider.readEntities("BusinessPartners('BPJX')").isEmpty)
+        let standalone = try #require(try await provider.readEntities("RequestQueue?$orderby=RequestID desc&$top=1").first)
+        #expect(string(standalone, "RequestURL") == "BusinessPartners('BP1')" && string(standalone, "TransactionID") == nil)
     }
 }

@@ -236,10 +236,11 @@ public actor OfflineODataProvider {
         do {
             try await body()
         } catch {
+            // A failure caused by the cancellation (the transport's, a stop between pages)
+            // is reported as the cancellation; an operation that completed is not.
             if Task.isCancelled { throw CancellationError() }
             throw error
         }
-        if Task.isCancelled { throw CancellationError() }
     }
 
     /// Opens the store. The first time: fetches `$metadata`, creates the store and runs every

@@ -82,6 +82,13 @@ public struct OfflineODataOperationProgress: Sendable, Hashable {
     }
 }
 
+/// The name SAP's SDK gives the delegate protocol.
+public typealias OfflineODataProviderDelegate = OfflineODataDelegate
+/// The name SAP's SDK gives an operation's progress.
+public typealias OfflineODataProviderOperationProgress = OfflineODataOperationProgress
+/// The name SAP's SDK gives a progress step.
+public typealias OfflineODataOperationStep = OfflineODataProgressStep
+
 /// A request the backend rejected during upload (SPEC §7).
 public struct OfflineODataFailedRequest: Sendable, Hashable {
     /// The backend's HTTP status (424 for a request not sent because one it depends on failed).

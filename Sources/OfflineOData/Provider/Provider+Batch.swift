@@ -46,7 +46,11 @@ public struct OfflineODataChangeSet: Sendable {
     /// Adds a request and returns its Content-ID reference (`$1`, `$2`, …) for later requests.
     @discardableResult
     public mutating func add(_ method: String, _ url: String, body: [UInt8] = [], headers: [String: String] = [:]) -> String {
-        add(Request(method: method, url: url, headers: headers, body: body, contentID: "\(requests.count + 1)"))
+        // The next number no request of the set uses yet.
+        let used = Set(requests.map(\.contentID))
+        var number = requests.count + 1
+        while used.contains("\(number)") { number += 1 }
+        return add(Request(method: method, url: url, headers: headers, body: body, contentID: "\(number)"))
     }
 
     /// Adds a request with a JSON body and returns its Content-ID reference.
@@ -64,9 +68,11 @@ public struct OfflineODataChangeSet: Sendable {
 }
 
 extension OfflineODataProvider {
-    /// Builds a change set with `build` and applies it (see ``execute(_:options:)``).
-    public nonisolated func changeSet(options: OfflineODataRequestOptions = OfflineODataRequestOptions(),
-                                      _ build: (inout OfflineODataChangeSet) throws -> Void) async throws -> [OfflineODataResponse] {
+    /// Builds a change set with `build` (run in the caller's isolation, so it may use the
+    /// caller's state) and applies it (see ``execute(_:options:)``).
+    public func changeSet(options: OfflineODataRequestOptions = OfflineODataRequestOptions(),
+                          isolation: isolated (any Actor)? = #isolation,
+                          _ build: (inout OfflineODataChangeSet) throws -> Void) async throws -> [OfflineODataResponse] {
         var set = OfflineODataChangeSet()
         try build(&set)
         return try await execute(set, options: options)
@@ -97,7 +103,7 @@ extension OfflineODataProvider {
         }
         let results: [Entity?]
         do {
-            results = try await store.writeInline { writer -> [Entity?] in
+            results = try await store.write { writer -> [Entity?] in
                 let keyMap = try Self.keyMap(writer.connection)
                 // `$n` → the URL of the entity request n created, with its local key.
                 var created: [String: String] = [:]
@@ -105,14 +111,9 @@ extension OfflineODataProvider {
                 for request in requests {
                     let verb = request.method.uppercased()
                     let url = Self.mapped(Self.resolvingContentIDs(request.url, created), keyMap)
-                    var body = request.body
-                    if !created.isEmpty, let text = String(bytes: body, encoding: .utf8), text.contains("\"$") {
-                        var replaced = text
-                        for (reference, target) in created { replaced = replaced.replacingOccurrences(of: "\"\(reference)\"", with: "\"\(target)\"") }
-                        body = Array(replaced.utf8)
-                    }
-                    let change = try Self.makeChange(method: verb, url: url, headers: request.headers, body: body, options: shared, model: model,
-                                                     serviceRoot: root, keyMap: keyMap)
+                    let body = created.isEmpty ? request.body : Self.resolvingContentIDs(inLinksOf: request.body, created)
+                    let change = try Self.makeChange(method: verb, url: url, headers: request.headers, body: body, options: shared,
+                                                     model: model, serviceRoot: root, keyMap: keyMap)
                     guard change.target.entitySet != LocalSchema.errorArchive else {
                         throw OfflineODataError(.invalidRequest, "ErrorArchive rows are deleted one at a time, not in a change set")
                     }
@@ -147,6 +148,38 @@ extension OfflineODataProvider {
         return target + url.dropFirst(reference.count)
     }
 
+    /// A JSON body whose links (`…@odata.bind`, `@odata.id`, V2 `uri`) name entities of the
+    /// change set by Content-ID reference, with those resolved; other values stay as they are
+    /// (a `"$1"` that is a property's value is text). Bodies that are not JSON are unchanged.
+    static func resolvingContentIDs(inLinksOf body: [UInt8], _ created: [String: String]) -> [UInt8] {
+        guard body.contains(UInt8(ascii: "$")), let json = try? JSONValue.parse(body) else { return body }
+        func resolve(_ value: JSONValue) -> JSONValue {
+            switch value {
+            case .string(let text): return .string(resolvingContentIDs(text, created))
+            case .array(let items): return .array(items.map(resolve))
+            default: return value
+            }
+        }
+        func walk(_ value: JSONValue, depth: Int) -> JSONValue {
+            guard depth < 64 else { return value }
+            switch value {
+            case .object(let members):
+                return .object(members.map { member in
+                    let name = member.name
+                    if name.hasSuffix("@odata.bind") || name == "@odata.id" || name == "uri" {
+                        return JSONValue.Member(name, resolve(member.value))
+                    }
+                    return JSONValue.Member(name, walk(member.value, depth: depth + 1))
+                })
+            case .array(let items):
+                return .array(items.map { walk($0, depth: depth + 1) })
+            default:
+                return value
+            }
+        }
+        return Array(walk(json, depth: 0).serialized.utf8)
+    }
+
     /// A URL whose entity has been re-keyed by the backend, with the backend's key.
     static func mapped(_ url: String, _ keyMap: [String: String]) -> String {
         for (local, server) in keyMap where url == local || url.hasPrefix(local + "/") || url.hasPrefix(local + "?") {
@@ -177,13 +210,8 @@ extension OfflineODataProvider {
             case .operation(let operation):
                 let message = operation.message
                 let method = (message.method ?? "GET").uppercased()
-                if method == "GET" {
-                    parts.append(.operation(BatchOperation(message: await readAnswer(message.url ?? ""))))
-                } else {
-                    let request = Self.changeSetRequest(operation, index: parts.count)
-                    let answers = await changeSetAnswers([request], options: options)
-                    parts.append(.operation(BatchOperation(message: answers[0])))
-                }
+                let request = Self.changeSetRequest(operation, index: parts.count)
+                parts.append(.operation(BatchOperation(message: await singleAnswer(request, method: method, options: options))))
             case .changeSet(let set):
                 let requests = set.operations.enumerated().map { Self.changeSetRequest($1, index: $0) }
                 let answers = await changeSetAnswers(requests, options: options)
@@ -224,15 +252,15 @@ extension OfflineODataProvider {
                 }
             }
             index += group.count
-            if first.atomicityGroup == nil, first.method.uppercased() == "GET" {
-                let message = await readAnswer(first.url)
-                responses.append(JSONBatchResponse.Response(id: first.id, status: message.status ?? 500,
-                                                            body: message.body.isEmpty ? nil : try? JSONValue.parse(message.body)))
-                continue
-            }
             let changeSet = group.map { request in
                 OfflineODataChangeSet.Request(method: request.method, url: request.url, headers: request.headers,
                                               body: request.body.map { Array($0.serialized.utf8) } ?? [], contentID: request.id)
+            }
+            if first.atomicityGroup == nil {
+                let message = await singleAnswer(changeSet[0], method: first.method.uppercased(), options: options)
+                responses.append(JSONBatchResponse.Response(id: first.id, status: message.status ?? 500,
+                                                            body: message.body.isEmpty ? nil : try? JSONValue.parse(message.body)))
+                continue
             }
             let answers = await changeSetAnswers(changeSet, options: options)
             for (request, answer) in zip(group, answers.count == group.count ? answers : Array(repeating: answers[0], count: group.count)) {
@@ -249,25 +277,30 @@ extension OfflineODataProvider {
         let message = operation.message
         var headers: [String: String] = [:]
         for field in message.headers { headers[field.name] = field.value }
+        // A part without a Content-ID cannot be referred to: its made-up one cannot clash.
         return OfflineODataChangeSet.Request(method: message.method ?? "", url: message.url ?? "", headers: headers, body: message.body,
-                                             contentID: operation.contentID ?? "\(index + 1)")
+                                             contentID: operation.contentID ?? "part-\(index + 1)")
     }
 
-    /// The answers of a change set: one per request, or one error for all of it.
+    /// The answers of a change set: one per request, or one error for all of it. Each change
+    /// set of a batch gets a transaction ID of its own (the app's options otherwise apply).
     private func changeSetAnswers(_ requests: [OfflineODataChangeSet.Request], options: OfflineODataRequestOptions) async -> [BatchMessage] {
         var set = OfflineODataChangeSet()
         for request in requests { set.add(request) }
+        var own = options
+        own.transactionID = nil
         do {
-            return try await execute(set, options: options).map(Self.answer)
+            return try await execute(set, options: own).map(Self.answer)
         } catch {
             return [Self.errorAnswer(error)]
         }
     }
 
-    /// A read inside a batch, answered as the provider answers it alone.
-    private func readAnswer(_ url: String) async -> BatchMessage {
+    /// A request of a batch outside any change set, answered as the provider answers it alone
+    /// (a modification is queued as if sent by itself).
+    private func singleAnswer(_ request: OfflineODataChangeSet.Request, method: String, options: OfflineODataRequestOptions) async -> BatchMessage {
         do {
-            return Self.answer(try await execute(method: "GET", url: url))
+            return Self.answer(try await execute(method: method, url: request.url, headers: request.headers, body: request.body, options: options))
         } catch {
             return Self.errorAnswer(error)
         }

@@ -16,8 +16,9 @@ extension OfflineODataProvider {
     /// Sends the queue in order (only requests of `categories`, when given). Requests the
     /// backend rejects go to the ErrorArchive and the upload goes on; a dropped connection
     /// throws and leaves the unanswered requests queued, to be resent with the same
-    /// repeatability IDs. Cancelling the `Task` stops it after the batch in flight (or at the
-    /// failed send) and ends it with `CancellationError`; what was not answered stays queued.
+    /// repeatability IDs. Cancelling the `Task` aborts the batch in flight and ends the upload
+    /// with `CancellationError`; what was not answered stays queued and is resent later with
+    /// the same repeatability IDs (so the backend applies it once).
     public func upload(categories: [String]? = nil) async throws {
         try await cancellable { try await runUpload(categories: categories) }
     }
@@ -46,7 +47,7 @@ extension OfflineODataProvider {
             let failed = QueueEntry.analyse(try Self.loadQueue(reader.connection, status: "failed"), model: model, serviceRoot: root,
                                             keyMap: try Self.keyMap(reader.connection))
             var map: [String: Int64] = [:]
-            for entry in failed { for reference in entry.changed where map[reference] == nil { map[reference] = entry.id } }
+            for entry in failed { for reference in entry.produced where map[reference] == nil { map[reference] = entry.id } }
             return map
         }
         var sent = 0
@@ -62,7 +63,7 @@ extension OfflineODataProvider {
             var batch: [[QueueEntry]] = []
             var skipped: [SentResult] = []
             var touched: Set<String> = []
-            // Everything the change sets of this batch change, creates included: a change set
+            // Everything the change sets of this batch decide, creates included: a change set
             // that depends on one of them waits for the next batch, so that it is never sent when
             // the request it depends on fails (it is archived with 424 instead; SPEC §7). This
             // also keeps requests on nested entities of a deep insert (which no Content-ID
@@ -76,7 +77,7 @@ extension OfflineODataProvider {
                 if let failedID = unit.lazy.compactMap({ entry in entry.touched.lazy.compactMap { failedEntities[$0] }.first }).first {
                     for entry in unit {
                         skipped.append(SentResult(request: entry.request, status: 424, headers: ODataCore.HTTPHeaders(), body: [], dependencyOf: failedID))
-                        for reference in entry.changed { failedEntities[reference] = failedID }
+                        for reference in entry.produced { failedEntities[reference] = failedID }
                     }
                     index += 1
                     continue
@@ -92,11 +93,11 @@ extension OfflineODataProvider {
                 batch.append(unit)
                 count += unit.count
                 touched.formUnion(changed)
-                for entry in unit { changedHere.formUnion(entry.changed) }
+                for entry in unit { changedHere.formUnion(entry.produced) }
                 hasTransaction = hasTransaction || isTransaction
                 index += 1
             }
-            report(progress, .processingRequests, ["number": "\(sent + count)", "count": "\(total)"])
+            report(progress, .processingRequests, ["number": "\(sent + count + skipped.count)", "count": "\(total)"])
             var results = skipped
             var interruption: (any Error)?
             if !batch.isEmpty {
@@ -109,14 +110,14 @@ extension OfflineODataProvider {
                     interruption = partial.failure
                 }
             }
-            sent += count
+            sent += count + skipped.count
             let failures = try await record(results, store: store, model: model)
             keyMapCache = nil
             try await refreshETags(afterLinkChangesIn: results, store: store)
             let entries = Dictionary(batch.joined().map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
             for result in results where result.status >= 400 {
                 let failedID = result.dependencyOf ?? result.request.id
-                for reference in entries[result.request.id]?.changed ?? [(result.request.entitySet ?? "") + (result.request.entityKey ?? "")] {
+                for reference in entries[result.request.id]?.produced ?? [(result.request.entitySet ?? "") + (result.request.entityKey ?? "")] {
                     failedEntities[reference] = failedEntities[reference] ?? failedID
                 }
             }
@@ -131,6 +132,7 @@ extension OfflineODataProvider {
         }
         report(progress, .removingRemoveAfterUploadRequests)
         try await logEvent(in: store, type: "Upload", details: "\(succeeded) requests applied, \(failed) failed, \(total - succeeded - failed) not sent")
+        if Task.isCancelled && index < units.count { throw CancellationError() }
         if cancelUploadRequested && index < units.count {
             throw OfflineODataError(.cancelled, "The upload was cancelled after \(succeeded + failed) requests; the rest stay queued")
         }
@@ -367,7 +369,9 @@ extension OfflineODataProvider {
                             predicate = serverPredicate
                         }
                         createdNow.insert(set + predicate)
-                        touched.formUnion(try Self.takeOverNested(result, set: set, writer: writer, model: model))
+                        let nestedNow = try Self.takeOverNested(result, set: set, writer: writer, model: model)
+                        touched.formUnion(nestedNow)
+                        createdNow.formUnion(nestedNow)
                     } else if let holder = Self.linkHolder(of: result.request, schema: writer.schema, serviceRoot: root,
                                                            keyMap: try Self.keyMap(writer.connection)) {
                         // A link change may give the end holding the foreign key a new ETag: the

@@ -41,6 +41,11 @@ struct QueueEntry: Sendable {
     /// The entities whose state the request changes: its own entity, the other end of a link,
     /// what a delete cascades to, what the body binds.
     private(set) var changed: Set<String> = []
+    /// The entities whose existence or values the request itself decides: its own entity,
+    /// what a deep insert nests, what a delete cascades to, the ends of a link. Unlike
+    /// `changed`, not the targets a body merely binds to (`@odata.bind`): orders that bind one
+    /// customer neither wait for each other nor fail with each other.
+    private(set) var produced: Set<String> = []
     /// The entity sets of `touched`.
     private(set) var touchedSets: Set<String> = []
 
@@ -56,6 +61,9 @@ struct QueueEntry: Sendable {
         changed = Set(cascade).union(bound).union(nested)
         if let entity { changed.insert(entity) }
         if case .link = kind { changed.formUnion(references) }
+        produced = Set(cascade).union(nested)
+        if let entity { produced.insert(entity) }
+        if case .link = kind { produced.formUnion(references) }
         touchedSets = Set(touched.map { String($0.prefix { $0 != "(" }) })
     }
 
