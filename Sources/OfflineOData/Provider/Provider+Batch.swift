@@ -95,7 +95,8 @@ extension OfflineODataProvider {
         var seen: Set<String> = []
         for request in requests {
             guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(request.method.uppercased()) else {
-                throw OfflineODataError(.invalidRequest, "A change set holds modifications only; \(request.method) \(request.url) is not one")
+                throw OfflineODataError(.invalidRequest,
+                                        "A change set holds modifications only; \(request.method) \(request.url) is not one")
             }
             guard seen.insert(request.contentID).inserted else {
                 throw OfflineODataError(.invalidRequest, "The Content-ID \(request.contentID) is used twice in one change set")
@@ -119,8 +120,9 @@ extension OfflineODataProvider {
                     }
                     let entity = try Self.applyLocally(change, writer: writer, model: model, repeatable: repeatable)
                     if verb == "POST", !change.target.isRef, let entity {
-                        let set = change.target.navigation.flatMap { model.targetEntitySet(from: change.target.entitySet, navigationPath: $0)?.name }
-                            ?? change.target.entitySet
+                        let target = change.target
+                        let set = target.navigation.flatMap { model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name }
+                            ?? target.entitySet
                         if let key = Keys.key(of: entity, in: set, model: model) {
                             created["$" + request.contentID] = set + Keys.predicate(key, in: set, model: model)
                         }
@@ -196,7 +198,8 @@ extension OfflineODataProvider {
         let contentType = Self.header("Content-Type", in: headers) ?? ""
         if contentType.lowercased().hasPrefix("application/json") { return try await executeJSONBatch(body, options: options) }
         guard contentType.lowercased().hasPrefix("multipart/mixed") else {
-            throw OfflineODataError(.invalidRequest, "POST $batch needs Content-Type multipart/mixed (with a boundary) or application/json, not '\(contentType)'")
+            throw OfflineODataError(.invalidRequest,
+                                    "POST $batch needs Content-Type multipart/mixed (with a boundary) or application/json, not '\(contentType)'")
         }
         let batch: MultipartBatch
         do {
@@ -217,7 +220,8 @@ extension OfflineODataProvider {
                 let answers = await changeSetAnswers(requests, options: options)
                 if answers.count == requests.count {
                     let operations = zip(requests, answers).map { request, answer in
-                        var partHeaders = ODataCore.HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
+                        var partHeaders = ODataCore.HTTPHeaders([("Content-Type", "application/http"),
+                                                                 ("Content-Transfer-Encoding", "binary")])
                         partHeaders["Content-ID"] = request.contentID
                         return BatchOperation(partHeaders: partHeaders, message: answer)
                     }
@@ -284,7 +288,8 @@ extension OfflineODataProvider {
 
     /// The answers of a change set: one per request, or one error for all of it. Each change
     /// set of a batch gets a transaction ID of its own (the app's options otherwise apply).
-    private func changeSetAnswers(_ requests: [OfflineODataChangeSet.Request], options: OfflineODataRequestOptions) async -> [BatchMessage] {
+    private func changeSetAnswers(_ requests: [OfflineODataChangeSet.Request],
+                                  options: OfflineODataRequestOptions) async -> [BatchMessage] {
         var set = OfflineODataChangeSet()
         for request in requests { set.add(request) }
         var own = options
@@ -298,9 +303,11 @@ extension OfflineODataProvider {
 
     /// A request of a batch outside any change set, answered as the provider answers it alone
     /// (a modification is queued as if sent by itself).
-    private func singleAnswer(_ request: OfflineODataChangeSet.Request, method: String, options: OfflineODataRequestOptions) async -> BatchMessage {
+    private func singleAnswer(_ request: OfflineODataChangeSet.Request, method: String,
+                              options: OfflineODataRequestOptions) async -> BatchMessage {
         do {
-            return Self.answer(try await execute(method: method, url: request.url, headers: request.headers, body: request.body, options: options))
+            return Self.answer(try await execute(method: method, url: request.url, headers: request.headers, body: request.body,
+                                                 options: options))
         } catch {
             return Self.errorAnswer(error)
         }

@@ -617,7 +617,8 @@ extension OfflineODataProvider {
                   text(request.options.uploadCategory), .integer(request.options.removeAfterUpload ? 1 : 0),
                   .integer(request.options.unmodifiableRequest ? 1 : 0), text(request.repeatID),
                   request.cascade.isEmpty ? .null : .text(JSONValue.array(request.cascade.map { .string($0) }).serialized),
-                  request.original.map { .integer($0.existed ? 1 : 0) } ?? .null, request.original?.body.map { .blob($0) } ?? .null, text(request.mediaType),
+                  request.original.map { .integer($0.existed ? 1 : 0) } ?? .null, request.original?.body.map { .blob($0) } ?? .null,
+                  text(request.mediaType),
                   request.nested.isEmpty ? .null : .text(JSONValue.array(request.nested.map(\.json)).serialized)])
     }
 
@@ -630,7 +631,8 @@ extension OfflineODataProvider {
     static func loadQueue(_ connection: Connection, statuses: [String]) throws -> [QueuedRequest] {
         let rows = try connection.query("""
             SELECT id, method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag, upload_category,
-              remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status, media_type, nested FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", "))) ORDER BY id
+              remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status, media_type, nested
+              FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", "))) ORDER BY id
             """, statuses.map { .text($0) })
         return rows.map { row in
             func text(_ index: Int) -> String? { if case .text(let value) = row[index] { return value }; return nil }
