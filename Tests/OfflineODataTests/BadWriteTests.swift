@@ -360,6 +360,17 @@ import Testing
         #expect(try await provider.readEntities("ErrorArchive").isEmpty)
         backendOrder = try await fixture.backend("SalesOrders('SO1')")
         #expect(backendOrder["PartnerID"]?.stringValue == others[0] && backendOrder["Currency"]?.stringValue == "CHF", "\(backendOrder)")
+        // V2's own form of a link URL (`$links`) is followed the same way.
+        if v2 {
+            _ = try await provider.execute(method: "POST", url: "BusinessPartners('\(others[1])')/$links/SalesOrders",
+                                           body: Array(#"{"uri":"SalesOrders('SO1')"}"#.utf8))
+            try await provider.upload()
+            _ = try await provider.execute(method: "PATCH", url: "SalesOrders('SO1')", body: Array(#"{"Currency":"JPY"}"#.utf8))
+            try await provider.upload()
+            #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+            backendOrder = try await fixture.backend("SalesOrders('SO1')")
+            #expect(backendOrder["PartnerID"]?.stringValue == others[1] && backendOrder["Currency"]?.stringValue == "JPY", "\(backendOrder)")
+        }
         // After a download the order carries the backend's ETag again, and a change sends it.
         try await provider.download()
         let local = try #require(try await provider.readEntities("SalesOrders('SO1')").first)
