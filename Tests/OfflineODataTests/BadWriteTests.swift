@@ -360,6 +360,21 @@ import Testing
         #expect(try await provider.readEntities("ErrorArchive").isEmpty)
         backendOrder = try await fixture.backend("SalesOrders('SO1')")
         #expect(backendOrder["PartnerID"]?.stringValue == others[0] && backendOrder["Currency"]?.stringValue == "CHF", "\(backendOrder)")
+        // A change of the order queued before the link change was uploaded, then undone: the
+        // order goes back to the backend's state after the link change, new ETag included.
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners('\(others[1])')/SalesOrders/$ref",
+                                       body: Array(#"{"@odata.id":"SalesOrders('SO1')"}"#.utf8),
+                                       options: OfflineODataRequestOptions(uploadCategory: "links"))
+        _ = try await provider.execute(method: "PATCH", url: "SalesOrders('SO1')", body: Array(#"{"Currency":"SEK"}"#.utf8))
+        try await provider.upload(categories: ["links"])
+        #expect(try await provider.readEntities("RequestQueue").count == 1)
+        try await provider.undoPendingChanges(for: "SalesOrders", key: ["OrderID": .string("SO1")])
+        #expect(try await provider.isRequestQueueEmpty)
+        _ = try await provider.execute(method: "PATCH", url: "SalesOrders('SO1')", body: Array(#"{"Currency":"NOK"}"#.utf8))
+        try await provider.upload()
+        #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+        backendOrder = try await fixture.backend("SalesOrders('SO1')")
+        #expect(backendOrder["Currency"]?.stringValue == "NOK")
         // V2's own form of a link URL (`$links`) is followed the same way.
         if v2 {
             _ = try await provider.execute(method: "POST", url: "BusinessPartners('\(others[1])')/$links/SalesOrders",

@@ -387,6 +387,15 @@ extension OfflineODataProvider {
     /// the backend after this request (its values merged or replaced, its new ETag, its stream;
     /// after a create, the backend's entity; after a delete, none). `server`: the entity the
     /// backend answered with, if any.
+    /// A link change gave an entity a new ETag on the backend: the state kept for it (what an
+    /// undo of its later local changes goes back to) takes the new ETag too.
+    static func renewKeptETag(_ etag: String, in entitySet: String, predicate: String, writer: StoreWriter, model: Model) throws {
+        guard let kept = try keptState(entitySet, predicate: predicate, writer: writer), kept.existed, let body = kept.body,
+              var entity = try? V4JSONReader(model: model).readEntity(body, entityType: model.entitySet(entitySet)?.entityType) else { return }
+        entity.control.etag = etag
+        try refreshKeptState(entity, in: entitySet, predicate: predicate, writer: writer)
+    }
+
     static func advanceKeptState(after request: QueuedRequest, etag: String?, server: Entity?, in entitySet: String, predicate: String,
                                  writer: StoreWriter, model: Model) throws {
         // A link request changes links, which the kept values do not hold.

@@ -324,7 +324,10 @@ extension OfflineODataProvider {
                                                                                options: OfflineODataRequestOptions()),
                                                         status: 200, headers: response.headers, body: response.body), set: set, model: model)
             guard let etag = response.headers["ETag"] ?? answered?.control.etag else { continue }
-            try await store.write { writer in _ = try writer.setState(in: set, key: key, etag: .some(etag)) }
+            try await store.write { writer in
+                _ = try writer.setState(in: set, key: key, etag: .some(etag))
+                try Self.renewKeptETag(etag, in: set, predicate: Keys.predicate(key, in: set, model: model), writer: writer, model: model)
+            }
         }
     }
 
@@ -380,6 +383,8 @@ extension OfflineODataProvider {
                         if holder.isSource, let etag = result.headers["ETag"],
                            let (holderSet, holderKey) = Keys.parse(holder.reference, model: model, serviceRoot: "") {
                             try writer.setState(in: holderSet, key: holderKey, etag: .some(etag))
+                            try Self.renewKeptETag(etag, in: holderSet, predicate: Keys.predicate(holderKey, in: holderSet, model: model),
+                                                   writer: writer, model: model)
                         }
                     } else if request.method != "DELETE", let etag = result.headers["ETag"] ?? server?.control.etag {
                         try writer.setState(in: set, key: key, etag: .some(etag))
