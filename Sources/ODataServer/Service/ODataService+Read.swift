@@ -12,6 +12,13 @@ extension ODataService {
         return "(" + parts.joined(separator: ",") + ")"
     }
 
+    /// The key values an entity carries for `table` (fewer than the key when some are missing).
+    func keyValues(of entity: Entity, _ table: StoreSchema.EntityTable) -> [String: PrimitiveValue] {
+        var key: [String: PrimitiveValue] = [:]
+        for name in table.keyColumns { if case .primitive(let value)? = entity[name] { key[name] = value } }
+        return key
+    }
+
     /// An entity's key predicate in V4 form, whatever the spelling (or version) of the request
     /// URL: how `server_media` names an entity, and how link changes are recorded.
     func canonicalKeyText(_ key: [String: PrimitiveValue], _ table: StoreSchema.EntityTable) -> String {
@@ -25,11 +32,7 @@ extension ODataService {
     func addMediaContentTypes(_ entities: [Entity], _ table: StoreSchema.EntityTable) async throws -> [Entity] {
         guard model.entityType(table.entityType)?.hasStream == true, !entities.isEmpty else { return entities }
         let set = table.entitySet
-        let keys = entities.map { entity -> String in
-            var key: [String: PrimitiveValue] = [:]
-            for name in table.keyColumns { if case .primitive(let value)? = entity[name] { key[name] = value } }
-            return canonicalKeyText(key, table)
-        }
+        let keys = entities.map { canonicalKeyText(keyValues(of: $0, table), table) }
         // The page's keys only, 500 at a time (SQLite allows 999 parameters).
         let types = try await store.read { reader in
             var types: [String: String] = [:]

@@ -238,8 +238,7 @@ extension ODataService {
         entity.control.etag = etag
         stampNested(&entity)
         try writer.insert(entity, into: targetTable.entitySet)
-        var key: [String: PrimitiveValue] = [:]
-        for name in targetTable.keyColumns { if case .primitive(let value)? = entity[name] { key[name] = value } }
+        let key = keyValues(of: entity, targetTable)
         try linkBinds(entity, targetTable, key, writer, request.version)
         if let (parentKey, nav) = parent {
             try writer.link(table.entitySet, key: parentKey, navigation: nav.name, to: key)
@@ -276,10 +275,7 @@ extension ODataService {
                   let target = store.schema.table(forEntitySet: nav.targetEntitySet) else { continue }
             let implied = store.schema.propertiesImplied(creatingThrough: nav.name, of: table.entitySet, parent: stored)
             func read(_ child: Entity) throws -> Entity? {
-                var childKey: [String: PrimitiveValue] = [:]
-                for name in target.keyColumns {
-                    if case .primitive(let value)? = child[name] { childKey[name] = value } else if let value = implied[name] { childKey[name] = value }
-                }
+                let childKey = implied.filter { target.keyColumns.contains($0.key) }.merging(keyValues(of: child, target)) { _, own in own }
                 guard childKey.count == target.keyColumns.count else { return nil }
                 return try createdTree(child, target, childKey, reader, depth: depth + 1)
             }
@@ -310,8 +306,7 @@ extension ODataService {
             default: children = []
             }
             for child in children {
-                var key: [String: PrimitiveValue] = [:]
-                for name in target.keyColumns { if case .primitive(let part)? = child[name] { key[name] = part } }
+                let key = keyValues(of: child, target)
                 guard key.count == target.keyColumns.count else { continue }
                 try recordChange(writer, target, canonicalKeyText(key, target), "upsert")
                 try recordNestedChanges(child, target, writer, depth: depth + 1)
@@ -450,8 +445,7 @@ extension ODataService {
             let implied = try writer.reader.propertiesImplied(creatingThrough: nav.name, of: table.entitySet, key: key)
             for var child in children where child.navigation.contains(where: { $0.bind != nil || $0.inline != nil }) {
                 for (name, value) in implied where child[name] == nil || child[name] == .null { child[name] = .primitive(value) }
-                var childKey: [String: PrimitiveValue] = [:]
-                for name in target.keyColumns { if case .primitive(let value)? = child[name] { childKey[name] = value } }
+                let childKey = keyValues(of: child, target)
                 guard childKey.count == target.keyColumns.count else { continue }
                 try linkBinds(child, target, childKey, writer, version)
             }
