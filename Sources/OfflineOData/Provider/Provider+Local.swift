@@ -177,13 +177,17 @@ extension OfflineODataProvider {
         }
         // A local key that the backend has replaced still names the entity.
         let url = try await rewriteLocalKeys(url, store: store)
-        // Local keys in the body (links) are mapped too; most bodies name none, and skip the read.
-        let isJSONBody = Self.header("Content-Type", in: headers).map(Self.isJSON) ?? true
-        let text = isJSONBody ? String(decoding: body, as: UTF8.self) : ""
-        let namesEntities = url.contains("$ref") || url.contains("$links") || text.contains("@odata.bind") || text.contains("\"uri\"")
-        let keyMap = namesEntities ? try await store.read { reader in try Self.keyMap(reader.connection) } : [:]
-        let change = try Self.makeChange(method: verb, url: url, headers: headers, body: body, options: options, model: model,
-                                         serviceRoot: serviceRoot, keyMap: keyMap)
+        var change = try Self.makeChange(method: verb, url: url, headers: headers, body: body, options: options, model: model,
+                                         serviceRoot: serviceRoot, keyMap: [:])
+        // Entities the body links to may carry local keys the backend has replaced: only then
+        // is the key map read and the change made again with it.
+        if change.target.isRef || !change.binds.isEmpty {
+            let keyMap = try await store.read { reader in try Self.keyMap(reader.connection) }
+            if !keyMap.isEmpty {
+                change = try Self.makeChange(method: verb, url: url, headers: headers, body: body, options: options, model: model,
+                                             serviceRoot: serviceRoot, keyMap: keyMap)
+            }
+        }
         let result = try await apply(change, store: store)
         return OfflineODataResponse(status: result == nil ? 204 : 201, body: result.map { Self.encode(.entity($0), model: model) } ?? [],
                                     result: result.map { .entity($0) })

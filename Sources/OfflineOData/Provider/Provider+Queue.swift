@@ -308,6 +308,9 @@ extension OfflineODataProvider {
         if let set = request.entitySet, let key = request.entityKey { named.append(set + key) }
         if change.target.isRef, let (set, key) = linkedEntity(change, model: model) { named.append(set + Keys.predicate(key, in: set, model: model)) }
         for reference in named {
+            // Only an entity with a local key can be one (a cheap lookup spares the queue scan).
+            guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: ""),
+                  try writer.reader.bookkeeping(in: set, key: key)?.localID != nil else { continue }
             let marker = NestedCreate(path: "", entity: reference, localKey: true).json["entity"]?.serialized ?? ""
             let rows = try writer.connection.query("""
                 SELECT id FROM oo_queue WHERE transaction_id = ? AND status = 'pending' AND nested LIKE ? ESCAPE '\\' LIMIT 1
@@ -638,11 +641,17 @@ extension OfflineODataProvider {
 
     /// Loads queued requests with any of the given statuses, in order.
     static func loadQueue(_ connection: Connection, statuses: [String]) throws -> [QueuedRequest] {
+        try loadQueue(connection, statuses: statuses, ids: nil)
+    }
+
+    /// Loads the queued requests among `ids` (at most 500) with any of the given statuses, in order.
+    static func loadQueue(_ connection: Connection, statuses: [String], ids: [Int64]?) throws -> [QueuedRequest] {
+        let only = ids.map { " AND id IN (" + $0.map { _ in "?" }.joined(separator: ", ") + ")" } ?? ""
         let rows = try connection.query("""
             SELECT id, method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag, upload_category,
               remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status, media_type, nested
-              FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", "))) ORDER BY id
-            """, statuses.map { .text($0) })
+              FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", ")))\(only) ORDER BY id
+            """, statuses.map { .text($0) } + (ids ?? []).map { .integer($0) })
         return rows.map { row in
             func text(_ index: Int) -> String? { if case .text(let value) = row[index] { return value }; return nil }
             var headers: [String: String] = [:]

@@ -320,9 +320,7 @@ extension OfflineODataProvider {
             guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: ""),
                   let response = try? await send(method: "GET", url: reference, headers: ["Accept": "application/json"]),
                   response.status == 200 else { continue }
-            let answered = Self.serverEntity(SentResult(request: QueuedRequest(method: "GET", url: reference, body: [], headers: [:],
-                                                                               options: OfflineODataRequestOptions()),
-                                                        status: 200, headers: response.headers, body: response.body), set: set, model: model)
+            let answered = try? model.readEntity(response.body, entityType: model.entitySet(set)?.entityType)
             guard let etag = response.headers["ETag"] ?? answered?.control.etag else { continue }
             try await store.write { writer in
                 _ = try writer.setState(in: set, key: key, etag: .some(etag))
@@ -430,9 +428,19 @@ extension OfflineODataProvider {
             // A created entity took the backend's answer, which predates its changes still
             // queued for later batches: they are applied on top again, so that it shows them.
             if !createdNow.isEmpty {
-                let keyMap = try Self.keyMap(writer.connection)
-                for request in try Self.loadQueue(writer.connection, status: "pending")
-                where createdNow.contains((request.entitySet ?? "") + (request.entityKey ?? "")) && !request.isCreate {
+                // Only their requests are loaded (a large queue of creates would otherwise be read
+                // whole after every batch).
+                var ids: [Int64] = []
+                for row in try writer.connection.query("SELECT id, entity_set, entity_key FROM oo_queue WHERE status = 'pending' AND is_create = 0") {
+                    guard case .integer(let id) = row[0], case .text(let set) = row[1], case .text(let key) = row[2],
+                          createdNow.contains(set + key) else { continue }
+                    ids.append(id)
+                }
+                let keyMap = ids.isEmpty ? [:] : try Self.keyMap(writer.connection)
+                let requests = try stride(from: 0, to: ids.count, by: 500).flatMap { start in
+                    try Self.loadQueue(writer.connection, statuses: ["pending"], ids: Array(ids[start..<min(start + 500, ids.count)]))
+                }
+                for request in requests {
                     guard let change = try? Self.localChange(from: request, model: model, serviceRoot: root, keyMap: keyMap),
                           !change.target.isRef else { continue }
                     _ = try? writer.connection.savepoint {
