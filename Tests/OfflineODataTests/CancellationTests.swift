@@ -6,7 +6,7 @@ import Testing
 
 /// Issue 20, item 6: cancelling the Swift `Task` that runs `open()`, `upload()` or `download()`
 /// ends it with `CancellationError` — not a transport error — and leaves the store and the
-/// queue consistent: a later run completes and applies every change once.
+/// queue consistent: a later run completes and applies every change once. V2 and V4.
 @Suite struct CancellationTests {
     /// Runs `operation` in a task, cancels it after `milliseconds`, and returns how it ended.
     func cancelled(after milliseconds: Int, _ operation: @escaping @Sendable () async throws -> Void) async -> (any Error)? {
@@ -19,11 +19,12 @@ import Testing
         }
     }
 
-    @Test func cancellingTheFirstOpenLeavesNoStore() async throws {
+    @Test(arguments: [false, true])
+    func cancellingTheFirstOpenLeavesNoStore(v2: Bool) async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
         await fixture.server.service.faults.set([FaultRule(method: "GET", urlContains: "SalesOrders", trickleMilliseconds: 300)])
-        let provider = try await fixture.provider()
+        let provider = try await fixture.provider(v2: v2)
         let error = await cancelled(after: 400) { try await provider.open() }
         #expect(error is CancellationError, "\(String(describing: error))")
         #expect(!FileManager.default.fileExists(atPath: fixture.parameters().storeFile))
@@ -32,12 +33,13 @@ import Testing
         #expect(try await !provider.readEntities("SalesOrders").isEmpty)
     }
 
-    @Test func cancellingAnUploadKeepsWhatWasNotAnsweredAndAppliesEachChangeOnce() async throws {
+    @Test(arguments: [false, true])
+    func cancellingAnUploadKeepsWhatWasNotAnsweredAndAppliesEachChangeOnce(v2: Bool) async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
         var parameters = fixture.parameters()
         parameters.maxRequestsPerBatch = 1
-        let provider = try await fixture.provider(parameters: parameters)
+        let provider = try await fixture.provider(v2: v2, parameters: parameters)
         try await provider.open()
         let names = (1...4).map { "Cancel\($0)" }
         for name in names {
@@ -57,10 +59,11 @@ import Testing
         }
     }
 
-    @Test func cancellingADownloadLeavesTheStoreAsItWas() async throws {
+    @Test(arguments: [false, true])
+    func cancellingADownloadLeavesTheStoreAsItWas(v2: Bool) async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
-        let provider = try await fixture.provider()
+        let provider = try await fixture.provider(v2: v2)
         try await provider.open()
         _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"local"}"#.utf8))
         try await fixture.backendSend("PATCH", "BusinessPartners('BP2')", #"{"Phone":"backend"}"#)

@@ -54,8 +54,8 @@ import Testing
         }
     }
 
-    @Test(arguments: [1, 2, 5])
-    func stepNumbersNeverGoBackwards(definingQueries: Int) async throws {
+    @Test(arguments: [1, 2, 5], [false, true])
+    func stepNumbersNeverGoBackwards(definingQueries: Int, v2: Bool) async throws {
         let fixture = try await Fixture.start(pageSize: 2)
         defer { Task { await fixture.stop() } }
         let all = [OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners"),
@@ -64,7 +64,7 @@ import Testing
                    OfflineODataDefiningQuery(name: "Products", query: "Products"),
                    OfflineODataDefiningQuery(name: "Categories", query: "ProductCategories")]
         let recorder = Recorder()
-        let provider = try await fixture.provider(queries: Array(all.prefix(definingQueries)), delegate: recorder)
+        let provider = try await fixture.provider(v2: v2, queries: Array(all.prefix(definingQueries)), delegate: recorder)
         try await provider.open()
         _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"1"}"#.utf8))
         try await provider.upload()
