@@ -83,6 +83,10 @@ enum Catalogue {
         ("Products?$filter=contains(Name,'AMMER')", []),
         ("Products?$filter=startswith(Name,'ham')", [2]),
         ("Products?$filter=endswith(Name,'kite')", [5]),
+        // An empty string starts, ends and is contained in every value that is not null.
+        ("Products?$filter=endswith(Name,'')", [1, 2, 3, 5]),
+        ("Products?$filter=startswith(Name,'')", [1, 2, 3, 5]),
+        ("Products?$filter=contains(Name,'')", [1, 2, 3, 5]),
         ("Products?$filter=indexof(Name,'mm') eq 2", [1, 2]),
         ("Products?$filter=substring(Name,1,3) eq 'amm'", [1, 2]),
         ("Products?$filter=length(Name) eq 6", [1]),
@@ -101,6 +105,11 @@ enum Catalogue {
         ("Products?$filter=Stock mul 2 eq 1000", [3]),
         ("Products?$filter=Stock mod 2 eq 1", [5]),
         ("Products?$filter=Stock div 3 eq 3", [1]),
+        // sub and div are left-associative: 10 sub 3 sub 2 is 5, (10 div 5) div 2 is 1.
+        ("Products?$filter=Stock sub 3 sub 2 eq 5", [1]),
+        ("Products?$filter=Stock div 5 div 2 eq 1", [1]),
+        ("Products?$filter=10 sub 3 sub 2 eq 5 and ID lt 3", [1, 2]),
+        ("Products?$filter=Stock sub 3 add 2 eq 9", [1]),
         ("Products?$filter=-Stock lt -100", [3]),
         ("Products?$filter=Released lt 2020-01-01T08:30:00Z", [1, 2, 3]),
         ("Products?$filter=Released lt 2020-01-01T07:30:00Z", [2, 3]),

@@ -196,14 +196,21 @@ extension ODataService {
                     var results: [(String, ServiceResponse)] = []
                     for member in groupMembers {
                         let sub = self.subrequest(message(member), request, contentIDs: ids)
-                        let response: ServiceResponse
-                        do {
-                            response = try self.modify(sub, writer)
-                        } catch {
-                            throw Failed(id: member.id, response: Self.errorResponse(error, version: request.version))
+                        var response: ServiceResponse
+                        if let id = self.repeatabilityID(sub), let repeated = try Self.stored(id, writer.connection) {
+                            // Applied before: answered as then, in this transaction (so two
+                            // copies sent at once apply once).
+                            response = repeated
+                        } else {
+                            do {
+                                response = try self.modify(sub, writer)
+                            } catch {
+                                throw Failed(id: member.id, response: Self.errorResponse(error, version: request.version))
+                            }
+                            if response.status >= 400 { throw Failed(id: member.id, response: response) }
+                            if self.repeatabilityID(sub) != nil { response.headers["Repeatability-Result"] = "accepted" }
+                            try self.remember(sub, response, writer)
                         }
-                        if response.status >= 400 { throw Failed(id: member.id, response: response) }
-                        try self.remember(sub, response, writer)
                         if let location = response.headers["Location"] { ids[member.id] = location }
                         results.append((member.id, response))
                     }

@@ -66,7 +66,10 @@ extension ExpressionCompiler {
         case "endswith":
             let suffix = try text(1)
             let value = try text(0)
-            return Operand(sql: "(length(" + suffix + ") = 0 OR substr(" + value + ", -length(" + suffix + ")) = " + suffix + ")", storage: .boolean)
+            // substr(x, -0) is all of x: the empty suffix is tested on its own, and a null value
+            // stays null (not true) with it.
+            let test = "(length(" + suffix + ") = 0 OR substr(" + value + ", -length(" + suffix + ")) = " + suffix + ")"
+            return Operand(sql: "(CASE WHEN " + value + " IS NULL THEN NULL ELSE " + test + " END)", storage: .boolean)
         case "indexof":
             return Operand(sql: "(instr(" + (try text(0)) + ", " + (try text(1)) + ") - 1)", storage: .primitive(.int32))
         case "length":

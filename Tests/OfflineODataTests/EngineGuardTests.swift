@@ -1,0 +1,195 @@
+import Foundation
+import ODataCore
+import ODataServer
+import Testing
+@testable import OfflineOData
+
+/// Issue 21: behaviours of the engine that a one-line change could break without any other
+/// test noticing. Each test here fails on such a change (see `scripts/mutate`).
+@Suite struct EngineGuardTests {
+    /// PATCH a partner (refused) → POST an order bound to it → PATCH that order: the order
+    /// depends on the refused request, and the PATCH depends on the order, which was never
+    /// sent. Neither goes to the backend; both are archived as dependency failures.
+    @Test(arguments: [false, true])
+    func aRequestOnASkippedDependantIsNotSentEither(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let recorder = Recorder()
+        let provider = try await fixture.provider(v2: v2, delegate: recorder)
+        try await provider.open()
+        await fixture.server.service.faults.set([FaultRule(urlContains: "BusinessPartners", bodyContains: "REFUSED", status: 400,
+                                                           code: "PartnerRefused", message: "Not this phone")])
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"REFUSED"}"#.utf8))
+        let bind = v2 ? #""Partner":{"__metadata":{"uri":"BusinessPartners('BP1')"}}"# : #""Partner@odata.bind":"BusinessPartners('BP1')""#
+        _ = try await provider.execute(method: "POST", url: "SalesOrders", body: Array(#"{"OrderID":"GAP1","Currency":"EUR",\#(bind)}"#.utf8))
+        _ = try await provider.execute(method: "PATCH", url: "SalesOrders('GAP1')", body: Array(#"{"Currency":"USD"}"#.utf8))
+        await fixture.server.service.journal.clear()
+        try await provider.upload()
+        #expect(recorder.failures.map(\.httpStatus) == [400, 424, 424])
+        let failedID = try #require(recorder.failures.first?.requestID)
+        #expect(recorder.failures.dropFirst().allSatisfy { $0.message == "Not sent: it depends on request \(failedID), which failed" })
+        let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+        #expect(archive.map { string($0, "Code") } == ["PartnerRefused", "DependencyFailed", "DependencyFailed"])
+        #expect(archive.map { string($0, "RequestMethod") } == ["PATCH", "POST", "PATCH"])
+        let sent = await fixture.server.service.journal.requests().joined(separator: "\n")
+        #expect(!sent.contains("GAP1"), "\(sent)")
+        #expect(try await fixture.backend("SalesOrders?$filter=OrderID eq 'GAP1'")["value"]?.arrayValue?.isEmpty == true)
+        // Locally the order keeps its change, in error state like the rest.
+        #expect(string(try await provider.readEntities("SalesOrders('GAP1')").first, "Currency") == "USD")
+        #expect(count(try await provider.read("SalesOrders?$filter=sap.inErrorState()")) == 1)
+    }
+
+    /// `DELETE ErrorArchive(id)` names a failed request; the id of a request that is only
+    /// waiting is refused, in both deletion modes, and changes nothing.
+    @Test(arguments: [(false, false), (false, true), (true, false), (true, true)])
+    func deletingTheArchiveRowOfAPendingRequestIsRefused(v2: Bool, individual: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        var parameters = fixture.parameters()
+        parameters.enableIndividualErrorArchiveDeletion = individual
+        let provider = try await fixture.provider(v2: v2, parameters: parameters)
+        try await provider.open()
+        await fixture.server.service.faults.set([FaultRule(urlContains: "BusinessPartners", bodyContains: "REFUSED", status: 400,
+                                                           code: "PartnerRefused", message: "Not this phone")])
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"REFUSED"}"#.utf8))
+        try await provider.upload()
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"waiting"}"#.utf8))
+        let queue = try await provider.readEntities("RequestQueue")
+        let ids = queue.compactMap { entity -> Int64? in
+            guard string(entity, "RequestURL")?.contains("BP2") == true, case .primitive(.int64(let id))? = entity["RequestID"] else { return nil }
+            return id
+        }
+        let pending = try #require(ids.first)
+        await #expect(throws: OfflineODataError.self) {
+            _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(pending))")
+        }
+        // Nothing changed: the failed request is still archived, the waiting one still queued
+        // and still shown.
+        #expect(count(try await provider.read("ErrorArchive")) == 1)
+        #expect(try await provider.hasPendingUpload)
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "Phone") == "waiting")
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "REFUSED")
+        // The failed one's row can be deleted; the waiting request stays.
+        let failed = try await provider.readEntities("ErrorArchive")
+        guard case .primitive(.int64(let failedID))? = failed.first?["RequestID"] else { Issue.record("no archive row"); return }
+        _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(failedID))")
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "Phone") == "waiting")
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") != "REFUSED")
+        try await provider.upload()
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "waiting")
+    }
+
+    /// Two defining queries fill one entity set. One is read in full (it is new, so it has no
+    /// delta link), the other by delta in the same download: the full read's local diff must
+    /// not remove the rows only the delta-read query covers.
+    @Test(arguments: [false, true])
+    func aFullReadDoesNotRemoveRowsAnotherQueryReadByDeltaCovers(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let high = OfflineODataDefiningQuery(name: "ContactsHigh", query: "Contacts?$filter=ContactID gt 3")
+        let provider = try await fixture.provider(v2: v2, queries: [Fixture.queries[0], high])
+        try await provider.open()
+        let highCount = count(try await provider.read("Contacts"))
+        #expect(highCount > 0)
+        #expect(count(try await provider.read("Contacts?$filter=ContactID le 3")) == 0)
+        try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "ContactsLow", query: "Contacts?$filter=ContactID le 3"))
+        // One change the delta brings, so that the delta-read query is not empty either.
+        #expect(try await fixture.backendSend("PATCH", "Contacts(5)", #"{"FirstName":"Delta"}"#) < 300)
+        try await provider.download()
+        #expect(count(try await provider.read("Contacts?$filter=ContactID le 3")) == 3)
+        #expect(count(try await provider.read("Contacts?$filter=ContactID gt 3")) == highCount)
+        #expect(string(try await provider.readEntities("Contacts(5)").first, "FirstName") == "Delta")
+        let backend = try await fixture.backend("Contacts")["value"]?.arrayValue?.count
+        #expect(count(try await provider.read("Contacts")) == backend)
+    }
+
+    /// A request resent after a lost answer carries the repeatability time of its first send,
+    /// not of the resend, in both header pairs.
+    @Test(arguments: [false, true])
+    func aResentRequestKeepsItsFirstSentTime(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let recording = RecordingTransport()
+        let provider = OfflineODataProvider(serviceRoot: v2 ? fixture.server.v2Root : fixture.server.v4Root, parameters: fixture.parameters(),
+                                            transport: recording)
+        for query in Fixture.queries { try await provider.add(definingQuery: query) }
+        try await provider.open()
+        await fixture.server.service.faults.set([FaultRule(method: "POST", urlContains: "$batch", dropAfterCommit: true, times: 1)])
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"resent"}"#.utf8))
+        await #expect(throws: (any Error).self) { try await provider.upload() }
+        // HTTP dates have whole seconds: the resend is in a later one.
+        try await Task.sleep(nanoseconds: 1_100_000_000)
+        try await provider.upload()
+        #expect(try await provider.isRequestQueueEmpty)
+        let batches = try await recording.requests.filter { $0.url.contains("$batch") }.map { batch in
+            try MultipartBatch.read(batch.body, boundary: batch.headers["Content-Type"].flatMap { HTTPHeaders.parameter("boundary", in: $0) })
+        }
+        #expect(batches.count == 2)
+        let headers = batches.compactMap { $0.operations.first?.message.headers }
+        #expect(headers.count == 2)
+        for name in ["Repeatability-Request-ID", "Repeatability-First-Sent", "RequestID", "RepeatabilityCreation"] {
+            #expect(headers.first?[name] != nil, "\(name) missing")
+            #expect(headers.first?[name] == headers.last?[name], "\(name): \(headers.map { $0[name] ?? "-" })")
+        }
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "resent")
+    }
+
+    /// The same repeatable request sent nine times at once, on separate connections: plain,
+    /// in multipart `$batch` change sets and in JSON `$batch` atomicity groups: the backend applies it once and answers every copy
+    /// as the first.
+    @Test func identicalRepeatableRequestsSentAtOnceApplyOnce() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let root = fixture.server.v4Root.absoluteString
+        let body = Array(#"{"PartnerID":"BP0","FirstName":"Twin","LastName":"Once"}"#.utf8)
+        var headers = ODataCore.HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        headers["Repeatability-Request-ID"] = GuidValue.random().description
+        headers["Repeatability-First-Sent"] = "Tue, 24 Nov 2026 06:00:00 GMT"
+        let plain = TransportRequest(method: "POST", url: root + "Contacts", headers: headers, body: body)
+        let batch = MultipartBatch(parts: [.changeSet(ChangeSet(operations: [
+            BatchOperation(message: .request("POST", "Contacts", headers: headers, body: body)),
+        ]))])
+        var batchHeaders = ODataCore.HTTPHeaders()
+        batchHeaders["Content-Type"] = "multipart/mixed; boundary=\(batch.boundary)"
+        let batched = TransportRequest(method: "POST", url: root + "$batch", headers: batchHeaders, body: batch.write())
+        // A 4.01 JSON batch with the request in an atomicity group.
+        var jsonHeaders = ODataCore.HTTPHeaders()
+        jsonHeaders["Content-Type"] = "application/json"
+        let repeatHeaders = #"{"content-type":"application/json","repeatability-request-id":"\#(headers["Repeatability-Request-ID"] ?? "")","#
+            + #""repeatability-first-sent":"Tue, 24 Nov 2026 06:00:00 GMT"}"#
+        let jsonBody = #"{"requests":[{"id":"1","atomicityGroup":"g1","method":"POST","url":"Contacts","headers":\#(repeatHeaders),"#
+            + #""body":{"PartnerID":"BP0","FirstName":"Twin","LastName":"Once"}}]}"#
+        let json = TransportRequest(method: "POST", url: root + "$batch", headers: jsonHeaders, body: Array(jsonBody.utf8))
+        let statuses = try await withThrowingTaskGroup(of: [Int].self) { group in
+            for index in 0..<9 {
+                group.addTask {
+                    // Separate connections from the shared pool, so the requests really overlap.
+                    let transport = AsyncHTTPClientTransport()
+                    switch index % 3 {
+                    case 0:
+                        return [try await transport.send(plain, timeout: 20).status]
+                    case 1:
+                        let response = try await transport.send(batched, timeout: 20)
+                        let answer = try MultipartBatch.read(response.body, boundary: response.headers["Content-Type"].flatMap {
+                            HTTPHeaders.parameter("boundary", in: $0)
+                        })
+                        return answer.operations.compactMap(\.message.status)
+                    default:
+                        let response = try await transport.send(json, timeout: 20)
+                        let answer = try JSONValue.parse(response.body)
+                        return (answer["responses"]?.arrayValue ?? []).compactMap { response -> Int? in
+                            if case .number(let text)? = response["status"] { return Int(text) }
+                            return nil
+                        }
+                    }
+                }
+            }
+            return try await group.reduce(into: [Int]()) { $0 += $1 }
+        }
+        #expect(statuses == Array(repeating: 201, count: 9))
+        let rows = try await fixture.backend("Contacts?$filter=FirstName eq 'Twin'")["value"]?.arrayValue ?? []
+        #expect(rows.count == 1, "\(rows)")
+    }
+}
