@@ -302,10 +302,10 @@ import Testing
         let swapped = try entity(#"{"PartnerID":"B","Contacts":[{"ContactID":8,"FirstName":"Z"},{"ContactID":7,"FirstName":"A"}]}"#)
         let short = try entity(#"{"PartnerID":"B","Contacts":[{"ContactID":7,"FirstName":"A"}]}"#)
         let none = try entity(#"{"PartnerID":"B"}"#)
-        #expect(OfflineODataProvider.answersInOrder(sent: sent, answered: inOrder))
-        #expect(!OfflineODataProvider.answersInOrder(sent: sent, answered: swapped))
-        #expect(!OfflineODataProvider.answersInOrder(sent: sent, answered: short))
-        #expect(!OfflineODataProvider.answersInOrder(sent: sent, answered: none))
+        #expect(UploadRecorder.answersInOrder(sent: sent, answered: inOrder))
+        #expect(!UploadRecorder.answersInOrder(sent: sent, answered: swapped))
+        #expect(!UploadRecorder.answersInOrder(sent: sent, answered: short))
+        #expect(!UploadRecorder.answersInOrder(sent: sent, answered: none))
     }
 }
 

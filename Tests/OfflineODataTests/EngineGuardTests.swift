@@ -17,23 +17,38 @@ import Testing
         let recorder = Recorder()
         let provider = try await fixture.provider(v2: v2, delegate: recorder)
         try await provider.open()
-        await fixture.server.service.faults.set([FaultRule(urlContains: "BusinessPartners", bodyContains: "REFUSED", status: 400,
-                                                           code: "PartnerRefused", message: "Not this phone")])
-        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"REFUSED"}"#.utf8))
-        let bind = v2 ? #""Partner":{"__metadata":{"uri":"BusinessPartners('BP1')"}}"# : #""Partner@odata.bind":"BusinessPartners('BP1')""#
-        _ = try await provider.execute(method: "POST", url: "SalesOrders", body: Array(#"{"OrderID":"GAP1","Currency":"EUR",\#(bind)}"#.utf8))
-        _ = try await provider.execute(method: "PATCH", url: "SalesOrders('GAP1')", body: Array(#"{"Currency":"USD"}"#.utf8))
+        await fixture.server.service.faults.set([
+            FaultRule(
+                urlContains: "BusinessPartners", bodyContains: "REFUSED", status: 400,
+                code: "PartnerRefused", message: "Not this phone")
+        ])
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"REFUSED"}"#.utf8))
+        let bind =
+            v2
+            ? #""Partner":{"__metadata":{"uri":"BusinessPartners('BP1')"}}"#
+            : #""Partner@odata.bind":"BusinessPartners('BP1')""#
+        _ = try await provider.execute(
+            method: "POST", url: "SalesOrders", body: Array(#"{"OrderID":"GAP1","Currency":"EUR",\#(bind)}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "SalesOrders('GAP1')", body: Array(#"{"Currency":"USD"}"#.utf8))
         await fixture.server.service.journal.clear()
         try await provider.upload()
         #expect(recorder.failures.map(\.httpStatus) == [400, 424, 424])
         let failedID = try #require(recorder.failures.first?.requestID)
-        #expect(recorder.failures.dropFirst().allSatisfy { $0.message == "Not sent: it depends on request \(failedID), which failed" })
+        #expect(
+            recorder.failures.dropFirst().allSatisfy {
+                $0.message == "Not sent: it depends on request \(failedID), which failed"
+            })
         let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
         #expect(archive.map { string($0, "Code") } == ["PartnerRefused", "DependencyFailed", "DependencyFailed"])
         #expect(archive.map { string($0, "RequestMethod") } == ["PATCH", "POST", "PATCH"])
+        // The backend refused the first; the provider answered for the others.
+        #expect(archive.map { string($0, "Domain") } == ["Backend", "OfflineOData", "OfflineOData"])
         let sent = await fixture.server.service.journal.requests().joined(separator: "\n")
         #expect(!sent.contains("GAP1"), "\(sent)")
-        #expect(try await fixture.backend("SalesOrders?$filter=OrderID eq 'GAP1'")["value"]?.arrayValue?.isEmpty == true)
+        #expect(
+            try await fixture.backend("SalesOrders?$filter=OrderID eq 'GAP1'")["value"]?.arrayValue?.isEmpty == true)
         // Locally the order keeps its change, in error state like the rest.
         #expect(string(try await provider.readEntities("SalesOrders('GAP1')").first, "Currency") == "USD")
         #expect(count(try await provider.read("SalesOrders?$filter=sap.inErrorState()")) == 1)
@@ -49,14 +64,21 @@ import Testing
         parameters.enableIndividualErrorArchiveDeletion = individual
         let provider = try await fixture.provider(v2: v2, parameters: parameters)
         try await provider.open()
-        await fixture.server.service.faults.set([FaultRule(urlContains: "BusinessPartners", bodyContains: "REFUSED", status: 400,
-                                                           code: "PartnerRefused", message: "Not this phone")])
-        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"REFUSED"}"#.utf8))
+        await fixture.server.service.faults.set([
+            FaultRule(
+                urlContains: "BusinessPartners", bodyContains: "REFUSED", status: 400,
+                code: "PartnerRefused", message: "Not this phone")
+        ])
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"REFUSED"}"#.utf8))
         try await provider.upload()
-        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"waiting"}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"waiting"}"#.utf8))
         let queue = try await provider.readEntities("RequestQueue")
         let ids = queue.compactMap { entity -> Int64? in
-            guard string(entity, "RequestURL")?.contains("BP2") == true, case .primitive(.int64(let id))? = entity["RequestID"] else { return nil }
+            guard string(entity, "RequestURL")?.contains("BP2") == true,
+                case .primitive(.int64(let id))? = entity["RequestID"]
+            else { return nil }
             return id
         }
         let pending = try #require(ids.first)
@@ -71,7 +93,9 @@ import Testing
         #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "REFUSED")
         // The failed one's row can be deleted; the waiting request stays.
         let failed = try await provider.readEntities("ErrorArchive")
-        guard case .primitive(.int64(let failedID))? = failed.first?["RequestID"] else { Issue.record("no archive row"); return }
+        guard case .primitive(.int64(let failedID))? = failed.first?["RequestID"] else {
+            Issue.record("no archive row"); return
+        }
         _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(failedID))")
         #expect(count(try await provider.read("ErrorArchive")) == 0)
         #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "Phone") == "waiting")
@@ -93,7 +117,8 @@ import Testing
         let highCount = count(try await provider.read("Contacts"))
         #expect(highCount > 0)
         #expect(count(try await provider.read("Contacts?$filter=ContactID le 3")) == 0)
-        try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "ContactsLow", query: "Contacts?$filter=ContactID le 3"))
+        try await provider.add(
+            definingQuery: OfflineODataDefiningQuery(name: "ContactsLow", query: "Contacts?$filter=ContactID le 3"))
         // One change the delta brings, so that the delta-read query is not empty either.
         #expect(try await fixture.backendSend("PATCH", "Contacts(5)", #"{"FirstName":"Delta"}"#) < 300)
         try await provider.download()
@@ -111,19 +136,25 @@ import Testing
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
         let recording = RecordingTransport()
-        let provider = OfflineODataProvider(serviceRoot: v2 ? fixture.server.v2Root : fixture.server.v4Root, parameters: fixture.parameters(),
-                                            transport: recording)
+        let provider = OfflineODataProvider(
+            serviceRoot: v2 ? fixture.server.v2Root : fixture.server.v4Root, parameters: fixture.parameters(),
+            transport: recording)
         for query in Fixture.queries { try await provider.add(definingQuery: query) }
         try await provider.open()
-        await fixture.server.service.faults.set([FaultRule(method: "POST", urlContains: "$batch", dropAfterCommit: true, times: 1)])
-        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"resent"}"#.utf8))
+        await fixture.server.service.faults.set([
+            FaultRule(method: "POST", urlContains: "$batch", dropAfterCommit: true, times: 1)
+        ])
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"resent"}"#.utf8))
         await #expect(throws: (any Error).self) { try await provider.upload() }
         // HTTP dates have whole seconds: the resend is in a later one.
         try await Task.sleep(nanoseconds: 1_100_000_000)
         try await provider.upload()
         #expect(try await provider.isRequestQueueEmpty)
         let batches = try await recording.requests.filter { $0.url.contains("$batch") }.map { batch in
-            try MultipartBatch.read(batch.body, boundary: batch.headers["Content-Type"].flatMap { HTTPHeaders.parameter("boundary", in: $0) })
+            try MultipartBatch.read(
+                batch.body,
+                boundary: batch.headers["Content-Type"].flatMap { HTTPHeaders.parameter("boundary", in: $0) })
         }
         #expect(batches.count == 2)
         let headers = batches.compactMap { $0.operations.first?.message.headers }
@@ -136,8 +167,8 @@ import Testing
     }
 
     /// The same repeatable request sent nine times at once, on separate connections: plain,
-    /// in multipart `$batch` change sets and in JSON `$batch` atomicity groups: the backend applies it once and answers every copy
-    /// as the first.
+    /// in multipart `$batch` change sets and in JSON `$batch` atomicity groups: the backend
+    /// applies it once and answers every copy as the first.
     @Test func identicalRepeatableRequestsSentAtOnceApplyOnce() async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
@@ -148,20 +179,26 @@ import Testing
         headers["Repeatability-Request-ID"] = GuidValue.random().description
         headers["Repeatability-First-Sent"] = "Tue, 24 Nov 2026 06:00:00 GMT"
         let plain = TransportRequest(method: "POST", url: root + "Contacts", headers: headers, body: body)
-        let batch = MultipartBatch(parts: [.changeSet(ChangeSet(operations: [
-            BatchOperation(message: .request("POST", "Contacts", headers: headers, body: body)),
-        ]))])
+        let batch = MultipartBatch(parts: [
+            .changeSet(
+                ChangeSet(operations: [
+                    BatchOperation(message: .request("POST", "Contacts", headers: headers, body: body))
+                ]))
+        ])
         var batchHeaders = ODataCore.HTTPHeaders()
         batchHeaders["Content-Type"] = "multipart/mixed; boundary=\(batch.boundary)"
         let batched = TransportRequest(method: "POST", url: root + "$batch", headers: batchHeaders, body: batch.write())
         // A 4.01 JSON batch with the request in an atomicity group.
         var jsonHeaders = ODataCore.HTTPHeaders()
         jsonHeaders["Content-Type"] = "application/json"
-        let repeatHeaders = #"{"content-type":"application/json","repeatability-request-id":"\#(headers["Repeatability-Request-ID"] ?? "")","#
+        let repeatHeaders =
+            #"{"content-type":"application/json","repeatability-request-id":"\#(headers["Repeatability-Request-ID"] ?? "")","#
             + #""repeatability-first-sent":"Tue, 24 Nov 2026 06:00:00 GMT"}"#
-        let jsonBody = #"{"requests":[{"id":"1","atomicityGroup":"g1","method":"POST","url":"Contacts","headers":\#(repeatHeaders),"#
+        let jsonBody =
+            #"{"requests":[{"id":"1","atomicityGroup":"g1","method":"POST","url":"Contacts","headers":\#(repeatHeaders),"#
             + #""body":{"PartnerID":"BP0","FirstName":"Twin","LastName":"Once"}}]}"#
-        let json = TransportRequest(method: "POST", url: root + "$batch", headers: jsonHeaders, body: Array(jsonBody.utf8))
+        let json = TransportRequest(
+            method: "POST", url: root + "$batch", headers: jsonHeaders, body: Array(jsonBody.utf8))
         let statuses = try await withThrowingTaskGroup(of: [Int].self) { group in
             for index in 0..<9 {
                 group.addTask {
@@ -172,9 +209,11 @@ import Testing
                         return [try await transport.send(plain, timeout: 20).status]
                     case 1:
                         let response = try await transport.send(batched, timeout: 20)
-                        let answer = try MultipartBatch.read(response.body, boundary: response.headers["Content-Type"].flatMap {
-                            HTTPHeaders.parameter("boundary", in: $0)
-                        })
+                        let answer = try MultipartBatch.read(
+                            response.body,
+                            boundary: response.headers["Content-Type"].flatMap {
+                                HTTPHeaders.parameter("boundary", in: $0)
+                            })
                         return answer.operations.compactMap(\.message.status)
                     default:
                         let response = try await transport.send(json, timeout: 20)
@@ -191,5 +230,98 @@ import Testing
         #expect(statuses == Array(repeating: 201, count: 9))
         let rows = try await fixture.backend("Contacts?$filter=FirstName eq 'Twin'")["value"]?.arrayValue ?? []
         #expect(rows.count == 1, "\(rows)")
+    }
+
+    /// ErrorArchive rows can only be deleted, and a create cannot reuse the key of an entity
+    /// in the store: both are refused as invalid requests, and nothing changes.
+    @Test(arguments: [false, true])
+    func archiveRowsAreOnlyDeletedAndKeysAreNotReused(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        await fixture.server.service.faults.set([
+            FaultRule(urlContains: "BusinessPartners", bodyContains: "REFUSED", status: 400)
+        ])
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"REFUSED"}"#.utf8))
+        try await provider.upload()
+        let archived = try await provider.readEntities("ErrorArchive")
+        guard case .primitive(.int64(let id))? = archived.first?["RequestID"] else {
+            Issue.record("no archive row"); return
+        }
+        do {
+            _ = try await provider.execute(
+                method: "PATCH", url: "ErrorArchive(\(id))", body: Array(#"{"Message":"x"}"#.utf8))
+            Issue.record("a PATCH of an ErrorArchive row was accepted")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .invalidRequest)
+            #expect(error.message.contains("can only be deleted"), "\(error)")
+        }
+        #expect(count(try await provider.read("ErrorArchive")) == 1)
+        let before = try await provider.readEntities("BusinessPartners('BP2')")
+        do {
+            _ = try await provider.execute(
+                method: "POST", url: "BusinessPartners", body: Array(#"{"PartnerID":"BP2","CompanyName":"Twice"}"#.utf8)
+            )
+            Issue.record("a create with the key of an existing entity was accepted")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .invalidRequest)
+            #expect(error.message.contains("BusinessPartners('BP2') exists already"), "\(error)")
+        }
+        #expect(try await provider.readEntities("BusinessPartners('BP2')") == before)
+        #expect(count(try await provider.read("RequestQueue?$filter=RequestMethod eq 'POST'")) == 0)
+    }
+
+    /// The reference server's `$batch` rules: a JSON batch request that depends on a failed
+    /// one is answered 424 and not run; a multipart batch stops at the first failed top-level
+    /// request unless the client prefers continue-on-error (V2 always continues).
+    @Test func batchesStopOrContinueAfterAFailureAsAsked() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let transport = AsyncHTTPClientTransport()
+        var json = ODataCore.HTTPHeaders()
+        json["Content-Type"] = "application/json"
+        let body =
+            #"{"requests":[{"id":"a","method":"POST","url":"Contacts","body":{"PartnerID":"NOPE","Bogus":1}},"#
+            + #"{"id":"b","dependsOn":["a"],"method":"POST","url":"Contacts","body":{"PartnerID":"BP0","FirstName":"Never"}},"#
+            + #"{"id":"c","method":"POST","url":"Contacts","body":{"PartnerID":"BP0","FirstName":"Independent"}}]}"#
+        let answer = try await transport.send(
+            TransportRequest(
+                method: "POST", url: fixture.server.v4Root.absoluteString + "$batch",
+                headers: json, body: Array(body.utf8)), timeout: 20)
+        let responses = try JSONValue.parse(answer.body)["responses"]?.arrayValue ?? []
+        let statuses = responses.map { response -> String in
+            if case .number(let text)? = response["status"] { return (response["id"]?.stringValue ?? "?") + "=" + text }
+            return "?"
+        }
+        #expect(
+            statuses.count == 3 && statuses[0].hasPrefix("a=4") && statuses[1] == "b=424" && statuses[2] == "c=201",
+            "\(statuses)")
+        #expect(
+            try await fixture.backend("Contacts?$filter=FirstName eq 'Never'")["value"]?.arrayValue?.isEmpty == true)
+        for (root, prefer, expected) in [
+            (fixture.server.v4Root, false, 2), (fixture.server.v4Root, true, 3), (fixture.server.v2Root, false, 3),
+        ] {
+            let batch = MultipartBatch(
+                parts: ["Contacts(1)", "Contacts(999999)", "Contacts(2)"].map {
+                    .operation(BatchOperation(message: .request("GET", $0)))
+                })
+            var headers = ODataCore.HTTPHeaders()
+            headers["Content-Type"] = "multipart/mixed; boundary=\(batch.boundary)"
+            if prefer { headers["Prefer"] = "odata.continue-on-error" }
+            let response = try await transport.send(
+                TransportRequest(
+                    method: "POST", url: root.absoluteString + "$batch", headers: headers,
+                    body: batch.write()), timeout: 20)
+            let parts = try MultipartBatch.read(
+                response.body,
+                boundary: response.headers["Content-Type"].flatMap {
+                    HTTPHeaders.parameter("boundary", in: $0)
+                })
+            #expect(
+                parts.operations.compactMap(\.message.status) == Array([200, 404, 200].prefix(expected)),
+                "\(root) prefer: \(prefer)")
+        }
     }
 }

@@ -11,7 +11,8 @@ extension ODataService {
             if let range = url.range(of: root) { url = String(url[range.upperBound...]) }
         }
         let body = ContentIDReferences.resolve(body: message.body, contentIDs)
-        var request = ServiceRequest(method: message.method ?? "GET", target: url, headers: message.headers, body: body, version: outer.version)
+        var request = ServiceRequest(
+            method: message.method ?? "GET", target: url, headers: message.headers, body: body, version: outer.version)
         request.serviceRoot = outer.serviceRoot
         return request
     }
@@ -27,10 +28,12 @@ extension ODataService {
         let contentType = request.headers["Content-Type"] ?? ""
         if contentType.lowercased().hasPrefix("application/json") { return try await jsonBatch(request) }
         guard contentType.lowercased().hasPrefix("multipart/mixed") else {
-            throw ServiceFailure(400, "BadBatch", "A $batch request needs Content-Type multipart/mixed or application/json")
+            throw ServiceFailure(
+                400, "BadBatch", "A $batch request needs Content-Type multipart/mixed or application/json")
         }
         guard let boundary = HTTPHeaders.parameter("boundary", in: contentType), !boundary.isEmpty else {
-            throw ServiceFailure(400, "BadBatch", "Content-Type multipart/mixed of a $batch request needs a boundary parameter")
+            throw ServiceFailure(
+                400, "BadBatch", "Content-Type multipart/mixed of a $batch request needs a boundary parameter")
         }
         let batch = try MultipartBatch.read(request.body, boundary: boundary)
         // Every part says what it is: application/http, or multipart/mixed for a change set; a
@@ -54,8 +57,10 @@ extension ODataService {
             case .operation(let operation): headers = [operation.partHeaders]
             case .changeSet(let set): headers = set.operations.map(\.partHeaders)
             }
-            for partHeaders in headers where partHeaders["Content-Type"]?.lowercased().hasPrefix("application/http") != true {
-                throw ServiceFailure(400, "BadBatch", "Part \(index + 1) of the $batch request needs Content-Type application/http")
+            for partHeaders in headers
+            where partHeaders["Content-Type"]?.lowercased().hasPrefix("application/http") != true {
+                throw ServiceFailure(
+                    400, "BadBatch", "Part \(index + 1) of the $batch request needs Content-Type application/http")
             }
         }
         let continueOnError = request.isV2 || Preferences(request.headers["Prefer"]).continueOnError
@@ -66,13 +71,14 @@ extension ODataService {
             case .operation(let operation):
                 let sub = subrequest(operation.message, request, contentIDs: contentIDs)
                 let response = await handle(sub)
-                var partHeaders = HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
+                var partHeaders = HTTPHeaders([
+                    ("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary"),
+                ])
                 if let id = operation.contentID {
                     partHeaders["Content-ID"] = id
                     if let location = response.headers["Location"] { contentIDs[id] = location }
                 }
                 parts.append(.operation(BatchOperation(partHeaders: partHeaders, message: Self.batchMessage(response))))
-                if response.status >= 400 && !continueOnError { break }
             case .changeSet(let set):
                 parts.append(await changeSet(set, request, &contentIDs))
             }
@@ -87,7 +93,9 @@ extension ODataService {
     }
 
     /// A change set: every operation in one transaction, or none of them.
-    private func changeSet(_ set: ChangeSet, _ outer: ServiceRequest, _ contentIDs: inout [String: String]) async -> BatchPart {
+    private func changeSet(
+        _ set: ChangeSet, _ outer: ServiceRequest, _ contentIDs: inout [String: String]
+    ) async -> BatchPart {
         struct Failed: Error { var response: ServiceResponse }
         let known = contentIDs
         // Injected faults apply to the requests inside a change set too.
@@ -95,7 +103,10 @@ extension ODataService {
         for operation in set.operations {
             let sub = subrequest(operation.message, outer, contentIDs: known)
             if let fault = await faults.match(sub), let status = fault.status {
-                injected.append(.error(status, code: fault.code ?? "InjectedFault", fault.message ?? "Injected failure", version: outer.version))
+                injected.append(
+                    .error(
+                        status, code: fault.code ?? "InjectedFault", fault.message ?? "Injected failure",
+                        version: outer.version))
             } else {
                 injected.append(nil)
             }
@@ -121,7 +132,9 @@ extension ODataService {
                         if response.status >= 400 { throw Failed(response: response) }
                         try self.remember(sub, response, writer)
                     }
-                    var partHeaders = HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
+                    var partHeaders = HTTPHeaders([
+                        ("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary"),
+                    ])
                     if let id = operation.contentID {
                         partHeaders["Content-ID"] = id
                         if let location = response.headers["Location"] { ids[id] = location }
@@ -131,12 +144,14 @@ extension ODataService {
                 return (operations, ids)
             }
             contentIDs = ids
-            return .changeSet(ChangeSet(boundary: "changesetresponse_" + UUID().uuidString.lowercased(), operations: responses))
+            return .changeSet(
+                ChangeSet(boundary: "changesetresponse_" + UUID().uuidString.lowercased(), operations: responses))
         } catch let failed as Failed {
             // The whole change set was rolled back; its answer is the failing response.
             return .operation(BatchOperation(message: Self.batchMessage(failed.response)))
         } catch {
-            return .operation(BatchOperation(message: Self.batchMessage(Self.errorResponse(error, version: outer.version))))
+            return .operation(
+                BatchOperation(message: Self.batchMessage(Self.errorResponse(error, version: outer.version))))
         }
     }
 
@@ -150,17 +165,24 @@ extension ODataService {
         func toResponse(_ id: String, _ response: ServiceResponse, group: String?) -> JSONBatchResponse.Response {
             var headers: [String: String] = [:]
             for field in response.headers { headers[field.name.lowercased()] = field.value }
-            let body = response.body.isEmpty ? nil : ((try? JSONValue.parse(response.body)) ?? .string(String(decoding: response.body, as: UTF8.self)))
-            return JSONBatchResponse.Response(id: id, status: response.status, headers: headers, body: body, atomicityGroup: group)
+            let body =
+                response.body.isEmpty
+                ? nil
+                : ((try? JSONValue.parse(response.body)) ?? .string(String(decoding: response.body, as: UTF8.self)))
+            return JSONBatchResponse.Response(
+                id: id, status: response.status, headers: headers, body: body, atomicityGroup: group)
         }
         @Sendable func message(_ item: JSONBatchRequest.Request) -> BatchMessage {
             var headers = HTTPHeaders()
             for (name, value) in item.headers { headers[name] = value }
             if item.body != nil && headers["Content-Type"] == nil { headers["Content-Type"] = "application/json" }
-            let body: [UInt8] = item.body.map { value in
-                if case .string(let text) = value, headers["Content-Type"]?.hasPrefix("application/json") == false { return Array(text.utf8) }
-                return Array(value.serialized.utf8)
-            } ?? []
+            let body: [UInt8] =
+                item.body.map { value in
+                    if case .string(let text) = value, headers["Content-Type"]?.hasPrefix("application/json") == false {
+                        return Array(text.utf8)
+                    }
+                    return Array(value.serialized.utf8)
+                } ?? []
             return .request(item.method, item.url, headers: headers, body: body)
         }
         while index < batch.requests.count {
@@ -168,7 +190,8 @@ extension ODataService {
             if item.dependsOn.contains(where: failed.contains) {
                 failed.insert(item.id)
                 if let group = item.atomicityGroup { failed.insert(group) }
-                responses.append(JSONBatchResponse.Response(id: item.id, status: 424, atomicityGroup: item.atomicityGroup))
+                responses.append(
+                    JSONBatchResponse.Response(id: item.id, status: 424, atomicityGroup: item.atomicityGroup))
                 index += 1
                 continue
             }
@@ -191,7 +214,8 @@ extension ODataService {
             let known = locations
             let groupMembers = members
             do {
-                let (results, newLocations) = try await store.write { writer -> ([(String, ServiceResponse)], [String: String]) in
+                let (results, newLocations) = try await store.write {
+                    writer -> ([(String, ServiceResponse)], [String: String]) in
                     var ids = known
                     var results: [(String, ServiceResponse)] = []
                     for member in groupMembers {
@@ -205,10 +229,13 @@ extension ODataService {
                             do {
                                 response = try self.modify(sub, writer)
                             } catch {
-                                throw Failed(id: member.id, response: Self.errorResponse(error, version: request.version))
+                                throw Failed(
+                                    id: member.id, response: Self.errorResponse(error, version: request.version))
                             }
                             if response.status >= 400 { throw Failed(id: member.id, response: response) }
-                            if self.repeatabilityID(sub) != nil { response.headers["Repeatability-Result"] = "accepted" }
+                            if self.repeatabilityID(sub) != nil {
+                                response.headers["Repeatability-Result"] = "accepted"
+                            }
                             try self.remember(sub, response, writer)
                         }
                         if let location = response.headers["Location"] { ids[member.id] = location }
@@ -222,7 +249,8 @@ extension ODataService {
                 failed.insert(group)
                 for member in members { failed.insert(member.id) }
                 responses += members.map { member in
-                    member.id == failure.id ? toResponse(member.id, failure.response, group: group)
+                    member.id == failure.id
+                        ? toResponse(member.id, failure.response, group: group)
                         : JSONBatchResponse.Response(id: member.id, status: 424, atomicityGroup: group)
                 }
             }

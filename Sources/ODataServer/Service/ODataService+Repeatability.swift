@@ -35,14 +35,17 @@ extension ODataService {
         guard let id = repeatabilityID(request), response.status < 400 else { return }
         let headers = JSONValue.object(response.headers.map { JSONValue.Member($0.name, .string($0.value)) }).serialized
         let firstSent = request.headers["Repeatability-First-Sent"] ?? request.headers["RepeatabilityCreation"] ?? ""
-        try writer.connection.execute("INSERT OR REPLACE INTO server_repeatability (id, first_sent, status, headers, body) VALUES (?, ?, ?, ?, ?)",
-                                      [.text(id), .text(firstSent), .integer(Int64(response.status)), .text(headers), .blob(response.body)])
+        try writer.connection.execute(
+            "INSERT OR REPLACE INTO server_repeatability (id, first_sent, status, headers, body) VALUES (?, ?, ?, ?, ?)",
+            [.text(id), .text(firstSent), .integer(Int64(response.status)), .text(headers), .blob(response.body)])
     }
 
     /// A modification in its own transaction, remembered for repeats.
     func modifyRemembering(_ request: ServiceRequest) async throws -> ServiceResponse {
         try await store.write { writer in
-            if let id = self.repeatabilityID(request), let stored = try Self.stored(id, writer.connection) { return stored }
+            if let id = self.repeatabilityID(request), let stored = try Self.stored(id, writer.connection) {
+                return stored
+            }
             var response = try self.modify(request, writer)
             if self.repeatabilityID(request) != nil { response.headers["Repeatability-Result"] = "accepted" }
             try self.remember(request, response, writer)

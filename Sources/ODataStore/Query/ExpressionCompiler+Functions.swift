@@ -16,8 +16,10 @@ extension ExpressionCompiler {
     }
 
     static let supportedFunctions: Set<String> = [
-        "contains", "substringof", "startswith", "endswith", "indexof", "length", "substring", "tolower", "toupper", "trim", "concat",
-        "year", "month", "day", "hour", "minute", "second", "fractionalseconds", "date", "time", "totaloffsetminutes", "now",
+        "contains", "substringof", "startswith", "endswith", "indexof", "length", "substring", "tolower", "toupper",
+        "trim", "concat",
+        "year", "month", "day", "hour", "minute", "second", "fractionalseconds", "date", "time", "totaloffsetminutes",
+        "now",
         "mindatetime", "maxdatetime", "round", "floor", "ceiling", "isof", "cast",
     ]
 
@@ -62,7 +64,8 @@ extension ExpressionCompiler {
             return Operand(sql: "(instr(" + (try text(1)) + ", " + (try text(0)) + ") > 0)", storage: .boolean)
         case "startswith":
             let prefix = try text(1)
-            return Operand(sql: "(substr(" + (try text(0)) + ", 1, length(" + prefix + ")) = " + prefix + ")", storage: .boolean)
+            return Operand(
+                sql: "(substr(" + (try text(0)) + ", 1, length(" + prefix + ")) = " + prefix + ")", storage: .boolean)
         case "endswith":
             let suffix = try text(1)
             let value = try text(0)
@@ -71,7 +74,8 @@ extension ExpressionCompiler {
             let test = "(length(" + suffix + ") = 0 OR substr(" + value + ", -length(" + suffix + ")) = " + suffix + ")"
             return Operand(sql: "(CASE WHEN " + value + " IS NULL THEN NULL ELSE " + test + " END)", storage: .boolean)
         case "indexof":
-            return Operand(sql: "(instr(" + (try text(0)) + ", " + (try text(1)) + ") - 1)", storage: .primitive(.int32))
+            return Operand(
+                sql: "(instr(" + (try text(0)) + ", " + (try text(1)) + ") - 1)", storage: .primitive(.int32))
         case "length":
             return Operand(sql: "length(" + (try text(0)) + ")", storage: .primitive(.int32))
         case "substring":
@@ -86,14 +90,30 @@ extension ExpressionCompiler {
             return Operand(sql: "trim(" + (try text(0)) + ", ' ')", storage: .primitive(.string))
         case "concat":
             return Operand(sql: "(" + (try text(0)) + " || " + (try text(1)) + ")", storage: .primitive(.string))
-        case "year", "month", "day", "hour", "minute", "second", "fractionalseconds", "date", "time", "totaloffsetminutes":
+        case "year", "month", "day", "hour", "minute", "second", "fractionalseconds", "date", "time",
+            "totaloffsetminutes":
             return try datePart(name, args[0], storageType(0))
         case "now":
             return Operand(sql: SQLFragment(""), storage: .literal(.primitive(.dateTimeOffset(Self.now()))))
         case "mindatetime":
-            return Operand(sql: SQLFragment(""), storage: .literal(.primitive(.dateTimeOffset(DateTimeOffsetValue(date: DateValue(year: 1, month: 1, day: 1), time: TimeOfDayValue(hour: 0, minute: 0), offsetMinutes: 0)))))
+            return Operand(
+                sql: SQLFragment(""),
+                storage: .literal(
+                    .primitive(
+                        .dateTimeOffset(
+                            DateTimeOffsetValue(
+                                date: DateValue(year: 1, month: 1, day: 1), time: TimeOfDayValue(hour: 0, minute: 0),
+                                offsetMinutes: 0)))))
         case "maxdatetime":
-            return Operand(sql: SQLFragment(""), storage: .literal(.primitive(.dateTimeOffset(DateTimeOffsetValue(date: DateValue(year: 9999, month: 12, day: 31), time: TimeOfDayValue(hour: 23, minute: 59, second: 59, fraction: "999999999999"), offsetMinutes: 0)))))
+            return Operand(
+                sql: SQLFragment(""),
+                storage: .literal(
+                    .primitive(
+                        .dateTimeOffset(
+                            DateTimeOffsetValue(
+                                date: DateValue(year: 9999, month: 12, day: 31),
+                                time: TimeOfDayValue(hour: 23, minute: 59, second: 59, fraction: "999999999999"),
+                                offsetMinutes: 0)))))
         case "round", "floor", "ceiling":
             guard let type = storageType(0), type.isIntegral || type == .double || type == .single else {
                 throw Self.unsupported("\(name) on Edm.Decimal or non-numeric values")
@@ -105,32 +125,50 @@ extension ExpressionCompiler {
                 // OData rounds half away from zero, as SQLite's round does.
                 return Operand(sql: "round(" + x + ")", storage: .primitive(.double))
             case "floor":
-                return Operand(sql: "(CASE WHEN " + x + " < CAST(" + x + " AS INTEGER) THEN CAST(" + x + " AS INTEGER) - 1 ELSE CAST(" + x + " AS INTEGER) END)",
-                               storage: .primitive(.double))
+                return Operand(
+                    sql: "(CASE WHEN " + x + " < CAST(" + x + " AS INTEGER) THEN CAST(" + x
+                        + " AS INTEGER) - 1 ELSE CAST(" + x + " AS INTEGER) END)",
+                    storage: .primitive(.double))
             default:
-                return Operand(sql: "(CASE WHEN " + x + " > CAST(" + x + " AS INTEGER) THEN CAST(" + x + " AS INTEGER) + 1 ELSE CAST(" + x + " AS INTEGER) END)",
-                               storage: .primitive(.double))
+                return Operand(
+                    sql: "(CASE WHEN " + x + " > CAST(" + x + " AS INTEGER) THEN CAST(" + x
+                        + " AS INTEGER) + 1 ELSE CAST(" + x + " AS INTEGER) END)",
+                    storage: .primitive(.double))
             }
         case "isof":
-            guard expression.operands.count == 1, case .typeName(let typeName) = expression.operands[0].expression.node else {
+            guard expression.operands.count == 1, case .typeName(let typeName) = expression.operands[0].expression.node
+            else {
                 throw Self.unsupported("isof with an expression argument")
             }
-            let derived = schema.model.schemas.flatMap(\.entityTypes).filter { schema.model.isType($0.qualifiedName, derivedFrom: typeName) }.map(\.qualifiedName)
+            let derived = schema.model.schemas.flatMap(\.entityTypes).filter {
+                schema.model.isType($0.qualifiedName, derivedFrom: typeName)
+            }.map(\.qualifiedName)
             guard !derived.isEmpty else { return Operand(sql: SQLFragment("0"), storage: .boolean) }
             let placeholders = Array(repeating: "?", count: derived.count).joined(separator: ", ")
-            return Operand(sql: SQLFragment("(COALESCE(\(scope.alias)._type, ?) IN (\(placeholders)))", [.text(scope.table.entityType)] + derived.map { .text($0) }),
-                           storage: .boolean)
+            return Operand(
+                sql: SQLFragment(
+                    "(COALESCE(\(scope.alias)._type, ?) IN (\(placeholders)))",
+                    [.text(scope.table.entityType)] + derived.map { .text($0) }),
+                storage: .boolean)
         case "cast":
             guard expression.operands.count == 2, case .typeName(let typeName) = expression.operands[1].expression.node,
-                  let target = PrimitiveType(qualifiedName: typeName) else {
+                let target = PrimitiveType(qualifiedName: typeName)
+            else {
                 throw Self.unsupported("cast to a structured type")
             }
             switch target {
-            case .string: return Operand(sql: "CAST(" + (try materialize(args[0], as: args[0].storage)) + " AS TEXT)", storage: .primitive(.string))
+            case .string:
+                return Operand(
+                    sql: "CAST(" + (try materialize(args[0], as: args[0].storage)) + " AS TEXT)",
+                    storage: .primitive(.string))
             case .int16, .int32, .int64, .byte, .sbyte:
-                return Operand(sql: "CAST(" + (try materialize(args[0], as: args[0].storage)) + " AS INTEGER)", storage: .primitive(target))
+                return Operand(
+                    sql: "CAST(" + (try materialize(args[0], as: args[0].storage)) + " AS INTEGER)",
+                    storage: .primitive(target))
             case .double, .single:
-                return Operand(sql: "CAST(" + (try materialize(args[0], as: args[0].storage)) + " AS REAL)", storage: .primitive(target))
+                return Operand(
+                    sql: "CAST(" + (try materialize(args[0], as: args[0].storage)) + " AS REAL)",
+                    storage: .primitive(target))
             default:
                 throw Self.unsupported("cast to \(typeName)")
             }
@@ -143,21 +181,27 @@ extension ExpressionCompiler {
         let seconds = Int64(Date().timeIntervalSince1970)
         let days = Int(seconds / 86_400)
         let second = Int(seconds % 86_400)
-        return DateTimeOffsetValue(date: DateValue(daysSinceEpoch: days), time: TimeOfDayValue(hour: second / 3600, minute: second / 60 % 60, second: second % 60), offsetMinutes: 0)
+        return DateTimeOffsetValue(
+            date: DateValue(daysSinceEpoch: days),
+            time: TimeOfDayValue(hour: second / 3600, minute: second / 60 % 60, second: second % 60), offsetMinutes: 0)
     }
 
     private func datePart(_ name: String, _ arg: Operand, _ type: PrimitiveType?) throws -> Operand {
         guard let type else { throw Self.unsupported("\(name) on this value") }
         let c = try materialize(arg, as: .primitive(type))
-        func int(_ sql: SQLFragment) -> Operand { Operand(sql: "CAST(" + sql + " AS INTEGER)", storage: .primitive(.int32)) }
+        func int(_ sql: SQLFragment) -> Operand {
+            Operand(sql: "CAST(" + sql + " AS INTEGER)", storage: .primitive(.int32))
+        }
         switch (type, name) {
-        case (.date, "year"): return Operand(sql: "(CAST(substr(" + c + ", 1, 6) AS INTEGER) - 100000)", storage: .primitive(.int32))
+        case (.date, "year"):
+            return Operand(sql: "(CAST(substr(" + c + ", 1, 6) AS INTEGER) - 100000)", storage: .primitive(.int32))
         case (.date, "month"): return int("substr(" + c + ", 8, 2)")
         case (.date, "day"): return int("substr(" + c + ", 11, 2)")
         case (.timeOfDay, "hour"): return int("substr(" + c + ", 1, 2)")
         case (.timeOfDay, "minute"): return int("substr(" + c + ", 4, 2)")
         case (.timeOfDay, "second"): return int("substr(" + c + ", 7, 2)")
-        case (.timeOfDay, "fractionalseconds"): return Operand(sql: "CAST('0' || substr(" + c + ", 9) AS REAL)", storage: .primitive(.double))
+        case (.timeOfDay, "fractionalseconds"):
+            return Operand(sql: "CAST('0' || substr(" + c + ", 9) AS REAL)", storage: .primitive(.double))
         case (.dateTimeOffset, _), (.dateTime, _):
             let local = Self.localDateTime(c)
             switch name {
@@ -167,9 +211,14 @@ extension ExpressionCompiler {
             case "hour": return int("strftime('%H', " + local + ")")
             case "minute": return int("strftime('%M', " + local + ")")
             case "second": return int("strftime('%S', " + local + ")")
-            case "fractionalseconds": return Operand(sql: "CAST('0' || substr(" + c + ", 22, 13) AS REAL)", storage: .primitive(.double))
-            case "date": return Operand(sql: "('10' || strftime('%Y-%m-%d', " + local + "))", storage: .primitive(.date))
-            case "time": return Operand(sql: "(strftime('%H:%M:%S', " + local + ") || substr(" + c + ", 22, 13))", storage: .primitive(.timeOfDay))
+            case "fractionalseconds":
+                return Operand(sql: "CAST('0' || substr(" + c + ", 22, 13) AS REAL)", storage: .primitive(.double))
+            case "date":
+                return Operand(sql: "('10' || strftime('%Y-%m-%d', " + local + "))", storage: .primitive(.date))
+            case "time":
+                return Operand(
+                    sql: "(strftime('%H:%M:%S', " + local + ") || substr(" + c + ", 22, 13))",
+                    storage: .primitive(.timeOfDay))
             case "totaloffsetminutes": return Operand(sql: Self.offsetMinutes(c), storage: .primitive(.int32))
             default: break
             }

@@ -45,12 +45,15 @@ public actor ODataRouter: ODataRequestHandler {
 
     /// Where a request for `url` goes in the current mode.
     public func destination(for url: String) async -> ODataDestination {
-        await Self.destination(for: url, mode: mode, serviceRoot: online.serviceRoot, offlineSets: offline.definingQueryEntitySets())
+        await Self.destination(
+            for: url, mode: mode, serviceRoot: online.serviceRoot, offlineSets: offline.definingQueryEntitySets())
     }
 
     /// The routing rule on its own: `url` (relative or absolute) is reduced to its resource
     /// path; in mixed mode its first segment, without key, cast or query, decides.
-    public static func destination(for url: String, mode: ODataWorkingMode, serviceRoot: String, offlineSets: Set<String>) -> ODataDestination {
+    public static func destination(
+        for url: String, mode: ODataWorkingMode, serviceRoot: String, offlineSets: Set<String>
+    ) -> ODataDestination {
         switch mode {
         case .online: return .online
         case .offline: return .offline
@@ -77,10 +80,13 @@ public actor ODataRouter: ODataRequestHandler {
     }
 
     /// Runs the request where the mode sends it.
-    public func execute(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [],
-                        options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws -> ODataResponse {
+    public func execute(
+        method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [],
+        options: OfflineODataRequestOptions = OfflineODataRequestOptions()
+    ) async throws -> ODataResponse {
         switch await destination(for: url) {
-        case .online: return try await online.execute(method: method, url: url, headers: headers, body: body, options: options)
+        case .online:
+            return try await online.execute(method: method, url: url, headers: headers, body: body, options: options)
         case .offline:
             let path = Self.relativeURL(url, serviceRoot: online.serviceRoot)
             return try await offline.execute(method: method, url: path, headers: headers, body: body, options: options)
@@ -108,9 +114,12 @@ extension OfflineODataProvider {
     public func definingQueryEntitySets() -> Set<String> {
         if let definingSetsCache { return definingSetsCache }
         guard let model = try? openStore().model else {
-            return Set(definingQueries.compactMap { ODataRouter.firstSegment(of: ODataRouter.resourcePath(of: $0.query, serviceRoot: "")) })
+            return Set(
+                definingQueries.compactMap {
+                    ODataRouter.firstSegment(of: ODataRouter.resourcePath(of: $0.query, serviceRoot: ""))
+                })
         }
-        let sets = Set(definingQueries.compactMap { try? Self.entitySet(of: $0.query, model: model) })
+        let sets = Set(definingQueries.compactMap { try? DefiningQueries.entitySet(of: $0.query, model: model) })
         definingSetsCache = sets
         return sets
     }

@@ -21,15 +21,20 @@ public actor OnlineODataProvider: ODataRequestHandler {
     /// Creates a provider for `serviceRoot`. `customHeaders`, `customCookies` and `urlSuffix`
     /// go with every request, as with the offline provider; so do the credentials of
     /// `authenticator` and, with `csrfProtection`, SAP Gateway's CSRF token (see ``BackendSession``).
-    public init(serviceRoot: URL, transport: any Transport = AsyncHTTPClientTransport(), customHeaders: [String: String] = [:],
-                customCookies: [String: String] = [:], urlSuffix: String? = nil, timeout: TimeInterval? = nil,
-                authenticator: (any ODataAuthenticator)? = nil, csrfProtection: Bool = true) {
+    public init(
+        serviceRoot: URL, transport: any Transport = AsyncHTTPClientTransport(), customHeaders: [String: String] = [:],
+        customCookies: [String: String] = [:], urlSuffix: String? = nil, timeout: TimeInterval? = nil,
+        authenticator: (any ODataAuthenticator)? = nil, csrfProtection: Bool = true
+    ) {
         var root = serviceRoot.absoluteString
         if !root.hasSuffix("/") { root += "/" }
         self.serviceRoot = root
-        self.session = BackendSession(transport: transport, serviceRoot: root, authenticator: authenticator, csrfProtection: csrfProtection)
+        self.session = BackendSession(
+            transport: transport, serviceRoot: root, authenticator: authenticator, csrfProtection: csrfProtection)
         self.timeout = timeout
-        self.defaults = RequestDefaults(serviceRoot: root, urlSuffix: urlSuffix, customHeaders: customHeaders, customCookies: customCookies, version: nil)
+        self.defaults = RequestDefaults(
+            serviceRoot: root, urlSuffix: urlSuffix, customHeaders: customHeaders, customCookies: customCookies,
+            version: nil)
     }
 
     /// Keeps every collection a GET returns in `cache`, under the request URL (nil: stop).
@@ -43,7 +48,7 @@ public actor OnlineODataProvider: ODataRequestHandler {
         guard let cache else { throw OfflineODataError(.invalidRequest, "No cache is set; call setCache first") }
         let model = try await model()
         let key = relative(url)
-        let set = try OfflineODataProvider.entitySet(of: key, model: model)
+        let set = try DefiningQueries.entitySet(of: key, model: model)
         let token = try await cache.deltaToken(forURLKey: key)
         var next: String? = token ?? key
         var first = true
@@ -51,7 +56,9 @@ public actor OnlineODataProvider: ODataRequestHandler {
         var pages = 0
         while let page = next {
             pages += 1
-            guard pages <= 100_000 else { throw OfflineODataError(.backend, "\(url): more than 100000 pages; the backend's next links loop") }
+            guard pages <= 100_000 else {
+                throw OfflineODataError(.backend, "\(url): more than 100000 pages; the backend's next links loop")
+            }
             let response = try await send(method: "GET", url: page, headers: ["Prefer": "odata.track-changes"])
             let collection: EntityCollection
             do {
@@ -59,7 +66,8 @@ public actor OnlineODataProvider: ODataRequestHandler {
             } catch {
                 throw OfflineODataError(.backend, "GET \(page) did not answer with a collection: \(error)")
             }
-            try await cache.mergeEntries(collection, forURLKey: key, entitySet: set, mode: token == nil && first ? .replace : .incremental)
+            try await cache.mergeEntries(
+                collection, forURLKey: key, entitySet: set, mode: token == nil && first ? .replace : .incremental)
             received += collection.entities.count + collection.deleted.count
             first = false
             next = collection.nextLink
@@ -81,7 +89,8 @@ public actor OnlineODataProvider: ODataRequestHandler {
         do {
             parsed = try MetadataParser().parse(Data(response.body))
         } catch {
-            throw OfflineODataError(.backend, "The backend's $metadata at \(serviceRoot)$metadata is not valid: \(error)")
+            throw OfflineODataError(
+                .backend, "The backend's $metadata at \(serviceRoot)$metadata is not valid: \(error)")
         }
         cachedModel = parsed
         defaults.version = parsed.version
@@ -90,7 +99,9 @@ public actor OnlineODataProvider: ODataRequestHandler {
 
     /// Sends one request as it is and returns the raw answer; a status of 400 or more throws
     /// the backend's error.
-    public func send(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = []) async throws -> TransportResponse {
+    public func send(
+        method: String, url: String, headers: [String: String] = [:], body: [UInt8] = []
+    ) async throws -> TransportResponse {
         let request = defaults.request(method: method.uppercased(), url: url, headers: headers, body: body)
         let response: TransportResponse
         do {
@@ -113,24 +124,33 @@ public actor OnlineODataProvider: ODataRequestHandler {
             error.httpStatus = response.status
             return error
         }
-        return ODataError(code: "HTTP\(response.status)", message: String(decoding: response.body.prefix(500), as: UTF8.self), httpStatus: response.status)
+        return ODataError(
+            code: "HTTP\(response.status)", message: String(decoding: response.body.prefix(500), as: UTF8.self),
+            httpStatus: response.status)
     }
 
     /// Runs an OData request against the backend. JSON bodies get `Content-Type:
     /// application/json`; the answer is typed with the model where its shape is known
     /// (entities, collections, values, counts).
-    public func execute(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [],
-                        options: OfflineODataRequestOptions = OfflineODataRequestOptions()) async throws -> ODataResponse {
+    public func execute(
+        method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [],
+        options: OfflineODataRequestOptions = OfflineODataRequestOptions()
+    ) async throws -> ODataResponse {
         let model = try await model()
         var fields = options.customHeaders.merging(headers) { _, new in new }
-        if !body.isEmpty, !fields.keys.contains(where: { $0.lowercased() == "content-type" }) { fields["Content-Type"] = "application/json" }
+        if !body.isEmpty, !fields.keys.contains(where: { $0.lowercased() == "content-type" }) {
+            fields["Content-Type"] = "application/json"
+        }
         let response = try await send(method: method, url: url, headers: fields, body: body)
         var answerHeaders: [String: String] = [:]
         for field in response.headers { answerHeaders[field.name] = field.value }
         let result = Self.decode(response, method: method.uppercased(), url: relative(url), model: model)
         if let cache, method.uppercased() == "GET", case .collection(let collection)? = result,
-           let set = try? OfflineODataProvider.entitySet(of: relative(url), model: model) {
-            try await cache.mergeEntries(collection, forURLKey: relative(url), entitySet: set, mode: relative(url).contains("skiptoken") ? .incremental : .replace)
+            let set = try? DefiningQueries.entitySet(of: relative(url), model: model)
+        {
+            try await cache.mergeEntries(
+                collection, forURLKey: relative(url), entitySet: set,
+                mode: relative(url).contains("skiptoken") ? .incremental : .replace)
         }
         return ODataResponse(status: response.status, body: response.body, result: result, headers: answerHeaders)
     }
@@ -139,7 +159,9 @@ public actor OnlineODataProvider: ODataRequestHandler {
     public func read(_ url: String) async throws -> QueryResult {
         let response = try await execute(method: "GET", url: url)
         guard let result = response.result else {
-            throw OfflineODataError(.backend, "GET \(url): the answer (\(response.body.count) bytes) is not an entity, collection, value or count")
+            throw OfflineODataError(
+                .backend,
+                "GET \(url): the answer (\(response.body.count) bytes) is not an entity, collection, value or count")
         }
         return result
     }
@@ -147,7 +169,8 @@ public actor OnlineODataProvider: ODataRequestHandler {
     /// Sends a multipart `$batch` and returns the backend's multipart answer, part by part.
     public func batch(_ batch: MultipartBatch) async throws -> MultipartBatch {
         _ = try await model()
-        let response = try await send(method: "POST", url: "$batch", headers: ["Content-Type": batch.contentType], body: batch.write())
+        let response = try await send(
+            method: "POST", url: "$batch", headers: ["Content-Type": batch.contentType], body: batch.write())
         let boundary = response.headers["Content-Type"].flatMap { ODataCore.HTTPHeaders.parameter("boundary", in: $0) }
         do {
             return try MultipartBatch.read(response.body, boundary: boundary)
@@ -169,7 +192,8 @@ public actor OnlineODataProvider: ODataRequestHandler {
             return Int64(text).map { .count($0) }
         }
         guard !response.body.isEmpty, (response.headers["Content-Type"] ?? "application/json").contains("json"),
-              let (_, resolved) = try? Keys.resolve(url, model: model, what: "URL") else { return nil }
+            let (_, resolved) = try? Keys.resolve(url, model: model, what: "URL")
+        else { return nil }
         let legacy = model.version.isLegacy
         switch resolved.shape {
         case .entityCollection(let type) where method == "GET":
@@ -179,10 +203,14 @@ public actor OnlineODataProvider: ODataRequestHandler {
             return (try? model.readEntity(response.body, entityType: type)).map { .entity($0) }
         case .primitive(let type), .complex(let type):
             guard !legacy else { return nil }
-            return (try? V4JSONReader(model: model).readValue(response.body, type: type.map { TypeReference(name: $0) })).map { .value($0) }
+            return
+                (try? V4JSONReader(model: model).readValue(response.body, type: type.map { TypeReference(name: $0) }))
+                .map { .value($0) }
         case .primitiveCollection(let type), .complexCollection(let type):
             guard !legacy else { return nil }
-            return (try? V4JSONReader(model: model).readValue(response.body, type: type.map { TypeReference(name: $0, isCollection: true) })).map { .value($0) }
+            return
+                (try? V4JSONReader(model: model).readValue(
+                    response.body, type: type.map { TypeReference(name: $0, isCollection: true) })).map { .value($0) }
         default:
             return nil
         }

@@ -83,23 +83,26 @@ public struct OfflineODataParameters: Sendable {
     public static var defaultStoreFolder: URL {
         let name = Bundle.main.bundleIdentifier ?? ProcessInfo.processInfo.processName
         #if os(macOS)
-        let base = FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
-            ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent("Library/Application Support")
-        return base.appendingPathComponent(name, isDirectory: true)
+            let base =
+                FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
+                ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent("Library/Application Support")
+            return base.appendingPathComponent(name, isDirectory: true)
         #elseif canImport(Darwin)
-        // iOS, tvOS, watchOS, visionOS: the app's own container.
-        return FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
-            ?? FileManager.default.temporaryDirectory
+            // iOS, tvOS, watchOS, visionOS: the app's own container.
+            return FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
+                ?? FileManager.default.temporaryDirectory
         #else
-        let environment = ProcessInfo.processInfo.environment
-        let base: URL
-        if let data = environment["XDG_DATA_HOME"], data.hasPrefix("/") {
-            base = URL(fileURLWithPath: data, isDirectory: true)
-        } else {
-            let home = environment["HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) } ?? FileManager.default.homeDirectoryForCurrentUser
-            base = home.appendingPathComponent(".local/share", isDirectory: true)
-        }
-        return base.appendingPathComponent(name, isDirectory: true)
+            let environment = ProcessInfo.processInfo.environment
+            let base: URL
+            if let data = environment["XDG_DATA_HOME"], data.hasPrefix("/") {
+                base = URL(fileURLWithPath: data, isDirectory: true)
+            } else {
+                let home =
+                    environment["HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) }
+                    ?? FileManager.default.homeDirectoryForCurrentUser
+                base = home.appendingPathComponent(".local/share", isDirectory: true)
+            }
+            return base.appendingPathComponent(name, isDirectory: true)
         #endif
     }
 
@@ -114,7 +117,10 @@ public struct OfflineODataParameters: Sendable {
             }
             let key = pair[0].trimmingCharacters(in: .whitespaces)
             guard !key.hasPrefix("$"), !key.hasPrefix("@") else {
-                throw OfflineODataError(.invalidParameter, "extraStreamParameters: '\(key)' would be an OData query option; custom options cannot start with $ or @")
+                throw OfflineODataError(
+                    .invalidParameter,
+                    "extraStreamParameters: '\(key)' would be an OData query option; custom options cannot start with $ or @"
+                )
             }
             options[key] = pair[1].trimmingCharacters(in: .whitespaces)
         }
@@ -155,8 +161,11 @@ public struct OfflineODataRequestOptions: Sendable, Hashable {
     public var customHeaders: [String: String] = [:]
 
     /// Creates options; every field is optional.
-    public init(transactionID: String? = nil, unmodifiableRequest: Bool = false, customTag: String? = nil, uploadCategory: String? = nil,
-                removeAfterUpload: Bool = false, customHeaders: [String: String] = [:]) {
+    public init(
+        transactionID: String? = nil, unmodifiableRequest: Bool = false, customTag: String? = nil,
+        uploadCategory: String? = nil,
+        removeAfterUpload: Bool = false, customHeaders: [String: String] = [:]
+    ) {
         self.transactionID = transactionID
         self.unmodifiableRequest = unmodifiableRequest
         self.customTag = customTag
@@ -171,17 +180,17 @@ public struct OfflineODataError: Error, Sendable, CustomStringConvertible {
     /// What kind of failure.
     public enum Code: String, Sendable {
         case invalidParameter, invalidRequest, notOpen, alreadyOpen, notSupportedOffline, duplicateDefiningQuery,
-             unknownDefiningQuery, pendingChanges, backend, transport, store, cancelled,
-             /// The store's key is wrong (or its first page is damaged: SQLCipher cannot tell).
-             wrongKey,
-             /// Another process or connection held the store locked past the busy timeout: try
-             /// again later; the store and the key are fine.
-             storeBusy,
-             /// The store file is empty, cut off or has a damaged page: not a key problem.
-             storeDamaged,
-             /// The backend answered `401` again after the credentials were refreshed (or no
-             /// ``ODataAuthenticator`` is set); nothing of the operation was lost.
-             unauthorized
+            unknownDefiningQuery, pendingChanges, backend, transport, store, cancelled,
+            /// The store's key is wrong (or its first page is damaged: SQLCipher cannot tell).
+            wrongKey,
+            /// Another process or connection held the store locked past the busy timeout: try
+            /// again later; the store and the key are fine.
+            storeBusy,
+            /// The store file is empty, cut off or has a damaged page: not a key problem.
+            storeDamaged,
+            /// The backend answered `401` again after the credentials were refreshed (or no
+            /// ``ODataAuthenticator`` is set); nothing of the operation was lost.
+            unauthorized
     }
 
     /// The kind of failure.

@@ -49,15 +49,19 @@ public actor OfflineODataProvider {
 
     /// Creates a provider. Nothing touches the disk or network until `open()`. The provider
     /// holds `delegate` weakly (see ``OfflineODataDelegate``): keep a reference to it yourself.
-    public init(serviceRoot: URL, parameters: OfflineODataParameters = OfflineODataParameters(), transport: (any Transport)? = nil,
-                delegate: (any OfflineODataDelegate)? = nil) {
+    public init(
+        serviceRoot: URL, parameters: OfflineODataParameters = OfflineODataParameters(),
+        transport: (any Transport)? = nil,
+        delegate: (any OfflineODataDelegate)? = nil
+    ) {
         var root = serviceRoot.absoluteString
         if !root.hasSuffix("/") { root += "/" }
         self.serviceRoot = root
         self.parameters = parameters
         self.transport = transport ?? AsyncHTTPClientTransport()
-        self.session = BackendSession(transport: self.transport, serviceRoot: root, authenticator: parameters.authenticator,
-                                      csrfProtection: parameters.csrfProtection)
+        self.session = BackendSession(
+            transport: self.transport, serviceRoot: root, authenticator: parameters.authenticator,
+            csrfProtection: parameters.csrfProtection)
         self.delegate = delegate
     }
 
@@ -122,21 +126,18 @@ public actor OfflineODataProvider {
     /// afterwards it needs a `download()` to fill it. The same name or query twice is an error.
     public func add(definingQuery: OfflineODataDefiningQuery) async throws {
         guard !definingQueries.contains(where: { $0.name == definingQuery.name }) else {
-            throw OfflineODataError(.duplicateDefiningQuery, "A defining query named \(definingQuery.name) exists already")
+            throw OfflineODataError(
+                .duplicateDefiningQuery, "A defining query named \(definingQuery.name) exists already")
         }
         guard !definingQueries.contains(where: { $0.query == definingQuery.query }) else {
             throw OfflineODataError(.duplicateDefiningQuery, "The defining query \(definingQuery.query) exists already")
         }
-        try Self.validate(definingQuery, version: store?.model.version)
+        try DefiningQueries.validate(definingQuery, version: store?.model.version)
         definingQueries.append(definingQuery)
         coveredSetsCache = nil
         if let store {
             let ordinal = definingQueries.count
-            try await store.write { writer in
-                _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",
-                                                  [.text(definingQuery.name), .text(definingQuery.query),
-                                                   .integer(definingQuery.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal))])
-            }
+            try await store.write { writer in try DefiningQueries.insert(definingQuery, ordinal: ordinal, writer) }
         }
     }
 
@@ -150,15 +151,18 @@ public actor OfflineODataProvider {
         let removed = definingQueries[index]
         if let store {
             guard try await isRequestQueueEmpty else {
-                throw OfflineODataError(.pendingChanges, "Defining query \(name) cannot be removed while changes are pending; upload first")
+                throw OfflineODataError(
+                    .pendingChanges, "Defining query \(name) cannot be removed while changes are pending; upload first")
             }
             let model = store.model
             let stillCovered = try definingQueries.filter { $0.name != name }
-                .reduce(into: Set<String>()) { $0.formUnion(try Self.coveredSets(of: $1.query, model: model)) }
+                .reduce(into: Set<String>()) {
+                    $0.formUnion(try DefiningQueries.coveredSets(of: $1.query, model: model))
+                }
             // The query's own set and the sets of its expands that no other query covers.
-            let orphaned = try Self.coveredSets(of: removed.query, model: model).subtracting(stillCovered)
+            let orphaned = try DefiningQueries.coveredSets(of: removed.query, model: model).subtracting(stillCovered)
             try await store.write { writer in
-                _ = try writer.connection.execute("DELETE FROM oo_defining WHERE name = ?", [.text(name)])
+                try DefiningQueries.delete(named: name, writer)
                 for set in orphaned {
                     for (key, _) in try writer.keys(in: set) { try writer.delete(from: set, key: key) }
                 }
@@ -170,57 +174,6 @@ public actor OfflineODataProvider {
 
     /// The defining queries in force.
     public var currentDefiningQueries: [OfflineODataDefiningQuery] { definingQueries }
-
-    /// Checks a defining query's syntax in the grammar of `version`, the service's. Before the
-    /// first open the version is not known yet: the query must then parse as V4.01 or as V2, and
-    /// the open checks it again against the service's `$metadata`.
-    static func validate(_ query: OfflineODataDefiningQuery, version: ODataVersion?) throws {
-        guard !query.name.isEmpty else { throw OfflineODataError(.invalidParameter, "A defining query needs a name") }
-        guard !query.query.isEmpty, !query.query.hasPrefix("/"), !query.query.contains("://") else {
-            throw OfflineODataError(.invalidParameter, "Defining query \(query.name): '\(query.query)' must be a read request relative to the service root")
-        }
-        let grammars: [ODataVersion] = version.map { [$0.grammar] } ?? [.v401, .v2]
-        do {
-            _ = try URLParser(version: grammars[0]).parse(query.query)
-        } catch {
-            guard grammars.count > 1, (try? URLParser(version: grammars[1]).parse(query.query)) != nil else {
-                throw OfflineODataError(.invalidParameter, "Defining query \(query.name) is not valid: \(error)")
-            }
-        }
-    }
-
-    /// The entity set a defining query reads.
-    static func entitySet(of query: String, model: Model) throws -> String {
-        let (_, resolved) = try Keys.resolve(query, model: model, what: "defining query")
-        var set: String?
-        for segment in resolved.path.segments {
-            switch segment.kind {
-            case .entitySet(let name): set = name
-            case .navigation(let name):
-                if let current = set { set = model.targetEntitySet(from: current, navigationPath: name)?.name }
-            default: continue
-            }
-        }
-        guard let set else { throw OfflineODataError(.invalidParameter, "The defining query \(query) does not read an entity set") }
-        return set
-    }
-
-    /// Entity sets whose rows a defining query brings: its own and those of its expands.
-    static func coveredSets(of query: String, model: Model) throws -> Set<String> {
-        let root = try entitySet(of: query, model: model)
-        var sets: Set<String> = [root]
-        let (parsed, _) = try Keys.resolve(query, model: model, what: "defining query")
-        func walk(_ items: [ExpandItem], from set: String) {
-            for item in items {
-                guard let name = item.path.last(where: { !$0.contains(".") }),
-                      let target = model.targetEntitySet(from: set, navigationPath: name)?.name else { continue }
-                sets.insert(target)
-                walk(item.options?.expand ?? [], from: target)
-            }
-        }
-        walk(parsed.query.expand ?? [], from: root)
-        return sets
-    }
 
     // MARK: Lifecycle
 
@@ -259,7 +212,8 @@ public actor OfflineODataProvider {
             do {
                 try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             } catch {
-                throw OfflineODataError(.invalidParameter, "The store folder \(folder) cannot be created: \(error.localizedDescription)")
+                throw OfflineODataError(
+                    .invalidParameter, "The store folder \(folder) cannot be created: \(error.localizedDescription)")
             }
         }
         if FileManager.default.fileExists(atPath: Self.fillingMarker(path)) {
@@ -283,9 +237,15 @@ public actor OfflineODataProvider {
         guard definingQueries.isEmpty else { return }
         // The unfinished fill had no defining queries either (an app that starts from an empty
         // store): making it again with none loses nothing.
-        if let marker = FileManager.default.contents(atPath: Self.fillingMarker(path)), String(decoding: marker, as: UTF8.self) == "0" { return }
-        throw OfflineODataError(.store, "The first open of \(path) ended before the store was filled; open it again with its "
-                                + "defining queries to fill it (no local change was made before, so nothing is lost)")
+        if let marker = FileManager.default.contents(atPath: Self.fillingMarker(path)),
+            String(decoding: marker, as: UTF8.self) == "0"
+        {
+            return
+        }
+        throw OfflineODataError(
+            .store,
+            "The first open of \(path) ended before the store was filled; open it again with its "
+                + "defining queries to fill it (no local change was made before, so nothing is lost)")
     }
 
     private func openExisting(_ path: String) async throws {
@@ -300,13 +260,13 @@ public actor OfflineODataProvider {
         // A first open that never finished (the process ended while it filled the store) left
         // a store without all its data: it is made again from the backend. Nothing local is
         // lost, since no local change can be made before the first open succeeds.
-        let state = try await opened.read { reader -> (isOfflineStore: Bool, unfinished: Bool) in
-            guard try !reader.connection.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'oo_meta'").isEmpty else { return (false, false) }
-            return (true, try !reader.connection.query("SELECT 1 FROM oo_meta WHERE key = 'filling'").isEmpty)
-        }
+        let state = try await opened.read { reader in try LocalSchema.state(reader.connection) }
         guard state.isOfflineStore else {
             opened.close()
-            throw OfflineODataError(.store, "\(path) is not an offline store, or its first open ended before the store was set up; clear() removes it")
+            throw OfflineODataError(
+                .store,
+                "\(path) is not an offline store, or its first open ended before the store was set up; clear() removes it"
+            )
         }
         if state.unfinished {
             opened.close()
@@ -315,47 +275,12 @@ public actor OfflineODataProvider {
             try await createAndFill(path)
             return
         }
-        let stored = try await opened.read { reader -> [OfflineODataDefiningQuery] in
-            try reader.connection.query("SELECT name, query, streams FROM oo_defining ORDER BY ordinal").compactMap { row in
-                guard case .text(let name) = row[0], case .text(let query) = row[1] else { return nil }
-                return OfflineODataDefiningQuery(name: name, query: query, automaticallyRetrievesStreams: row[2] == .integer(1))
-            }
-        }
-        // Stores made before the queue recorded cascades get the column.
-        try await opened.write { writer in
-            let columns = try writer.connection.query("PRAGMA table_info(oo_queue)")
-            if !columns.contains(where: { $0.count > 1 && $0[1] == .text("cascade") }) {
-                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN cascade TEXT")
-            }
-            // Stores made before the first change of an entity kept its state in its queue row
-            // (they keep theirs in oo_original, where it is still found).
-            if !columns.contains(where: { $0.count > 1 && $0[1] == .text("original") }) {
-                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN original_existed INTEGER")
-                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN original BLOB")
-            }
-            // Stores made before media changes were queued.
-            if !columns.contains(where: { $0.count > 1 && $0[1] == .text("media_type") }) {
-                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN media_type TEXT")
-            }
-            // Stores made before deep inserts recorded their nested entities.
-            if !columns.contains(where: { $0.count > 1 && $0[1] == .text("nested") }) {
-                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN nested TEXT")
-            }
-            // Stores made before RequestQueue became a view over the queue.
-            try LocalSchema.makeRequestQueueView(writer)
-            // Stores made before downloads were staged; pages left by an interrupted download go.
-            try writer.connection.execute(LocalSchema.staging)
-            // Stores made before media streams were kept.
-            for statement in LocalSchema.streams { try writer.connection.execute(statement) }
-            _ = try writer.connection.execute("DELETE FROM oo_staging")
-        }
+        let stored = try await opened.read { reader in try DefiningQueries.load(reader.connection) }
+        try await opened.write { writer in try LocalSchema.upgrade(writer) }
         let added = definingQueries.filter { query in !stored.contains { $0.name == query.name } }
         for (offset, query) in added.enumerated() {
             let ordinal = stored.count + offset + 1
-            try await opened.write { writer in
-                _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",
-                                                  [.text(query.name), .text(query.query), .integer(query.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal))])
-            }
+            try await opened.write { writer in try DefiningQueries.insert(query, ordinal: ordinal, writer) }
         }
         definingQueries = stored + added
         coveredSetsCache = nil
@@ -366,19 +291,26 @@ public actor OfflineODataProvider {
     private func createAndFill(_ path: String) async throws {
         // Steps in the order they happen. Pages go into the new store as they arrive (memory
         // stays flat); any failure deletes the file, so a backend error leaves nothing behind.
-        let progress = reporter(.open, [.loadingMetadata, .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .processingDefiningQueries,
-                                        .receivingDataFromServer, .buildingEntityStore, .analyzingReceivedData])
+        let progress = reporter(
+            .open,
+            [
+                .loadingMetadata, .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .processingDefiningQueries,
+                .receivingDataFromServer, .buildingEntityStore, .analyzingReceivedData,
+            ])
         report(progress, .loadingMetadata)
-        let metadata = try await send(method: "GET", url: try withStreamParameters("$metadata"), headers: ["Accept": "application/xml"], expect: 200)
+        let metadata = try await send(
+            method: "GET", url: try withStreamParameters("$metadata"), headers: ["Accept": "application/xml"],
+            expect: 200)
         let backendModel: Model
         do {
             backendModel = try MetadataParser().parse(Data(metadata.body))
         } catch {
-            throw OfflineODataError(.backend, "The backend's $metadata at \(serviceRoot)$metadata is not valid: \(error)")
+            throw OfflineODataError(
+                .backend, "The backend's $metadata at \(serviceRoot)$metadata is not valid: \(error)")
         }
         serviceVersion = backendModel.version
         let model = try LocalSchema.extend(backendModel)
-        for query in definingQueries { _ = try Self.entitySet(of: query.query, model: model) }
+        for query in definingQueries { _ = try DefiningQueries.entitySet(of: query.query, model: model) }
         report(progress, .creatingBootStrapDatabase)
         // With a key, every connection of the new store derives it (64,000 PBKDF2 rounds each):
         // the store is made while the first page is fetched, and waited for before that page
@@ -389,7 +321,10 @@ public actor OfflineODataProvider {
         // Until the fill is complete, a marker beside the store says so (see `open`).
         // It holds how many defining queries the fill had: a provider without any may redo a
         // fill that had none either.
-        guard FileManager.default.createFile(atPath: Self.fillingMarker(path), contents: Data("\(definingQueries.count)".utf8)) else {
+        guard
+            FileManager.default.createFile(
+                atPath: Self.fillingMarker(path), contents: Data("\(definingQueries.count)".utf8))
+        else {
             throw OfflineODataError(.store, "Cannot create \(Self.fillingMarker(path)) beside the new store")
         }
         let creating = Task { try await Store.create(path: path, model: model, key: key, deferringLookupIndexes: true) }
@@ -404,29 +339,34 @@ public actor OfflineODataProvider {
             var bulkSets: [String: Set<String>] = [:]
             var claimed: Set<String> = []
             for query in queries {
-                let set = try Self.entitySet(of: query.query, model: model)
+                let set = try DefiningQueries.entitySet(of: query.query, model: model)
                 bulkSets[query.name] = claimed.contains(set) ? [] : [set]
-                claimed.formUnion(try Self.coveredSets(of: query.query, model: model))
+                claimed.formUnion(try DefiningQueries.coveredSets(of: query.query, model: model))
                 claimed.insert(set)
             }
             // Queries that fill an empty set may read their pages as rows.
             let rowQueries = Set(queries.filter { !(bulkSets[$0.name] ?? []).isEmpty }.map(\.name))
-            let read = try await fetchDefiningQueries(queries.map { ($0, nil) }, model: model, progress: progress, rowQueries: rowQueries) { page in
+            let downloader = Downloader(serviceRoot: root, definingQueries: queries, progress: progress)
+            let read = try await downloader.fetchDefiningQueries(
+                queries.map { ($0, nil) }, model: model, rowQueries: rowQueries, on: self
+            ) { page in
                 let created = try await ready()
                 self.report(progress, .buildingEntityStore)
-                _ = try await self.applyFirstFill(page, to: created, bulkSets: bulkSets[page.name] ?? [])
-                try await self.fetchStreams(of: page, staged: false, store: created)
+                _ = try await downloader.applyFirstFill(page, to: created, bulkSets: bulkSets[page.name] ?? [])
+                try await downloader.fetchStreams(of: page, staged: false, store: created, on: self)
             }
             let created = try await ready()
             report(progress, .analyzingReceivedData)
             let pages = read.reduce(0) { $0 + $1.pages }
             let entities = read.reduce(0) { $0 + $1.received }
-            try await logEvent(in: created, type: "Open", details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
+            try await logEvent(
+                in: created, type: "Open",
+                details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
             try await created.createLookupIndexes()
             // Back to WAL mode and durable commits: the commit that removes the mark makes
             // every page before it durable; then the marker file goes.
             try await created.setBulkFill(false)
-            try await created.write { writer in _ = try writer.connection.execute("DELETE FROM oo_meta WHERE key = 'filling'") }
+            try await created.write { writer in try LocalSchema.markFilled(writer) }
             try? FileManager.default.removeItem(atPath: Self.fillingMarker(path))
             store = created
         } catch {
@@ -441,7 +381,9 @@ public actor OfflineODataProvider {
 
     /// The store a first open is making, once `creating` has made it, with the offline side
     /// tables and the defining queries (set up once).
-    private func readyNewStore(_ creating: Task<Store, any Error>, queries: [OfflineODataDefiningQuery], root: String) async throws -> Store {
+    private func readyNewStore(
+        _ creating: Task<Store, any Error>, queries: [OfflineODataDefiningQuery], root: String
+    ) async throws -> Store {
         if let newStore { return newStore }
         let store = try await creating.value
         if let newStore { return newStore }
@@ -449,16 +391,9 @@ public actor OfflineODataProvider {
         // An open cut short is started again, so the fill writes each page once, without a
         // durable journal; the commit that marks it complete is durable with all of them.
         try await store.setBulkFill(true)
-        try await store.write { writer in
-            for statement in LocalSchema.sideTables { try writer.connection.execute(statement) }
-            try LocalSchema.makeRequestQueueView(writer)
-            // Until the last page is in: a later open that finds this starts again.
-            _ = try writer.connection.execute("INSERT INTO oo_meta (key, value) VALUES ('serviceRoot', ?), ('nextLocalKey', '1'), ('filling', '1')", [.text(root)])
-            for (ordinal, query) in queries.enumerated() {
-                _ = try writer.connection.execute("INSERT INTO oo_defining (name, query, streams, ordinal) VALUES (?, ?, ?, ?)",
-                                                  [.text(query.name), .text(query.query), .integer(query.automaticallyRetrievesStreams ? 1 : 0), .integer(Int64(ordinal + 1))])
-            }
-        }
+        // Until the last page is in, the store is marked as filling: a later open that finds
+        // the mark starts again.
+        try await store.write { writer in try LocalSchema.prepareNewStore(writer, serviceRoot: root, queries: queries) }
         return store
     }
 
@@ -475,7 +410,9 @@ public actor OfflineODataProvider {
 
     /// Deletes the store at `path` with its journals and its filling marker.
     static func removeStoreFiles(_ path: String) {
-        for suffix in ["", "-wal", "-shm", "-journal", "-filling"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        for suffix in ["", "-wal", "-shm", "-journal", "-filling"] {
+            try? FileManager.default.removeItem(atPath: path + suffix)
+        }
     }
 
     /// Closes and deletes the store files, without contacting anyone.
@@ -509,10 +446,7 @@ public actor OfflineODataProvider {
     public var isRequestQueueEmpty: Bool {
         get async throws {
             let store = try openStore()
-            return try await store.read { reader in
-                // Stops at the first pending request instead of counting them all.
-                try reader.connection.query("SELECT EXISTS (SELECT 1 FROM oo_queue WHERE status = 'pending')").first?.first == .integer(0)
-            }
+            return try await store.read { reader in try LocalSchema.isQueueEmpty(reader.connection) }
         }
     }
 
@@ -523,18 +457,7 @@ public actor OfflineODataProvider {
 
     func logEvent(in store: Store, type: String, details: String) async throws {
         let now = Self.timestamp()
-        try await store.write { writer in
-            let next = try writer.connection.query("SELECT coalesce(max(\"ID\"), 0) + 1 FROM \(StoreSchema.quote(writer.schema.table(forEntitySet: LocalSchema.eventLog)?.name ?? "EventLog"))")
-            var id: Int64 = 1
-            if case .integer(let value)? = next.first?.first { id = value }
-            let entry = Entity(properties: [NamedValue(name: "ID", value: .primitive(.int64(id))), NamedValue(name: "Type", value: .primitive(.string(type))),
-                                            NamedValue(name: "Time", value: now), NamedValue(name: "Details", value: .primitive(.string(details)))])
-            try writer.insert(entry, into: LocalSchema.eventLog)
-            // Keep the last 100 events.
-            if id > 100, let table = writer.schema.table(forEntitySet: LocalSchema.eventLog) {
-                _ = try writer.connection.execute("DELETE FROM \(StoreSchema.quote(table.name)) WHERE \"ID\" <= ?", [.integer(id - 100)])
-            }
-        }
+        try await store.write { writer in try LocalSchema.logEvent(writer, type: type, details: details, time: now) }
     }
 
     static func timestamp() -> Value {
@@ -550,9 +473,11 @@ extension OfflineODataProvider {
     static func openFailure(_ error: DatabaseError, _ path: String) -> OfflineODataError {
         switch error.code {
         case .invalidEncryptionKey:
-            return OfflineODataError(.wrongKey, "The store \(path) cannot be opened with the given key: \(error.message)")
+            return OfflineODataError(
+                .wrongKey, "The store \(path) cannot be opened with the given key: \(error.message)")
         case .busy:
-            return OfflineODataError(.storeBusy, "The store \(path) is locked by another process or connection: \(error.message)")
+            return OfflineODataError(
+                .storeBusy, "The store \(path) is locked by another process or connection: \(error.message)")
         case .emptyFile, .truncated, .corrupt:
             return OfflineODataError(.storeDamaged, "The store \(path) is damaged: \(error.message)")
         default:
@@ -573,11 +498,7 @@ extension OfflineODataProvider {
             throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
         }
         defer { store.close() }
-        let root = try await store.read { reader -> String? in
-            let rows = try reader.connection.query("SELECT value FROM oo_meta WHERE key = 'serviceRoot'")
-            if case .text(let value)? = rows.first?.first { return value }
-            return nil
-        }
+        let root = try await store.read { reader in try LocalSchema.serviceRoot(reader.connection) }
         return root.flatMap(URL.init(string:))
     }
 }

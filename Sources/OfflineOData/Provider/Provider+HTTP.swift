@@ -5,8 +5,9 @@ import ODataStore
 extension OfflineODataProvider {
     /// What every request carries (see ``RequestDefaults``).
     var requestDefaults: RequestDefaults {
-        RequestDefaults(serviceRoot: serviceRoot, urlSuffix: parameters.urlSuffix, customHeaders: parameters.customHeaders,
-                        customCookies: parameters.customCookies, version: serviceVersion)
+        RequestDefaults(
+            serviceRoot: serviceRoot, urlSuffix: parameters.urlSuffix, customHeaders: parameters.customHeaders,
+            customCookies: parameters.customCookies, version: serviceVersion)
     }
 
     /// The absolute URL for a relative one, with `urlSuffix` applied.
@@ -22,20 +23,26 @@ extension OfflineODataProvider {
         allowed.remove(charactersIn: "&=+#;")
         func encode(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text }
         let query = url.firstIndex(of: "?").map { url[url.index(after: $0)...] } ?? ""
-        let present = Set(query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" })
-        let added = options.sorted { $0.key < $1.key }.map { (encode($0.key), encode($0.value)) }.filter { !present.contains($0.0) }
+        let present = Set(
+            query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" })
+        let added = options.sorted { $0.key < $1.key }.map { (encode($0.key), encode($0.value)) }.filter {
+            !present.contains($0.0)
+        }
         guard !added.isEmpty else { return url }
         return url + (url.contains("?") ? "&" : "?") + added.map { $0.0 + "=" + $0.1 }.joined(separator: "&")
     }
 
     /// Every request to the backend passes here: custom headers and cookies, OData version
     /// headers, `urlSuffix` and `timeout` are applied in this one place.
-    func send(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], expect: Int? = nil) async throws -> TransportResponse {
+    func send(
+        method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], expect: Int? = nil
+    ) async throws -> TransportResponse {
         let defaults = requestDefaults
         let request = defaults.request(method: method, url: url, headers: headers, body: body)
         let response: TransportResponse
         do {
-            response = try await session.send(request, timeout: parameters.effectiveTimeout, tokenRequest: defaults.tokenRequest)
+            response = try await session.send(
+                request, timeout: parameters.effectiveTimeout, tokenRequest: defaults.tokenRequest)
         } catch let error as OfflineODataError {
             throw error
         } catch let error as TransportError {
@@ -52,81 +59,10 @@ extension OfflineODataProvider {
     }
 
     static func backendError(_ response: TransportResponse, method: String, url: String) -> OfflineODataError {
-        let detail = (try? ODataError.parse(response.body, httpStatus: response.status)).map { "\($0.code): \($0.message)" }
+        let detail =
+            (try? ODataError.parse(response.body, httpStatus: response.status)).map { "\($0.code): \($0.message)" }
             ?? String(decoding: response.body.prefix(300), as: UTF8.self)
-        return OfflineODataError(.backend, "\(method) \(url) answered \(response.status): \(detail)", httpStatus: response.status)
-    }
-}
-
-/// Keys, key predicates and request URLs.
-enum Keys {
-    /// Parses a request URL relative to the service root and resolves its path against the
-    /// model; a failure names the request (`what`) and the reason.
-    static func resolve(_ url: String, model: Model, what: String) throws -> (ParsedURL, PathResolver.Resolution) {
-        let version: ODataVersion = model.version.grammar
-        do {
-            let parsed = try URLParser(version: version).parse(url)
-            return (parsed, try PathResolver(lookup: model).resolve(parsed.path, input: url))
-        } catch {
-            throw OfflineODataError(.invalidRequest, "The \(what) \(url) is not valid: \(error)")
-        }
-    }
-
-    /// The key of `entity` as stored in `entitySet`.
-    static func key(of entity: Entity, in entitySet: String, model: Model) -> [String: PrimitiveValue]? {
-        guard let type = model.entityType(ofEntitySet: entitySet) else { return nil }
-        var key: [String: PrimitiveValue] = [:]
-        for ref in model.key(of: type) {
-            guard case .primitive(let value)? = entity[ref.name] else { return nil }
-            key[ref.name] = value
-        }
-        return key
-    }
-
-    /// `('A')` or `(K1='A',K2=2)`, in key order.
-    static func predicate(_ key: [String: PrimitiveValue], in entitySet: String, model: Model) -> String {
-        let version: ODataVersion = model.version.isLegacy ? model.version : .v4
-        let names = model.entityType(ofEntitySet: entitySet).map { model.key(of: $0).map(\.name) } ?? key.keys.sorted()
-        if names.count == 1, let value = key[names[0]] { return "(" + Literal.format(.primitive(value), version: version) + ")" }
-        return "(" + names.compactMap { name in key[name].map { "\(name)=" + Literal.format(.primitive($0), version: version) } }.joined(separator: ",") + ")"
-    }
-
-    /// A URL below the service root, relative to it (query kept): an absolute URL under
-    /// `serviceRoot`, or under another spelling of its host (`localhost` for `127.0.0.1`: the
-    /// paths are compared), loses the root; a relative one stays. Nil for an absolute URL
-    /// outside the root.
-    static func relativeToRoot(_ url: String, serviceRoot: String) -> String? {
-        var relative = url
-        if !serviceRoot.isEmpty, relative.hasPrefix(serviceRoot) {
-            relative = String(relative.dropFirst(serviceRoot.count))
-        } else if relative.contains("://") {
-            guard let parsed = URL(string: relative), let rootPath = URL(string: serviceRoot)?.path, !rootPath.isEmpty else { return nil }
-            relative = parsed.path + (parsed.query.map { "?" + $0 } ?? "")
-            guard relative.hasPrefix(rootPath) else { return nil }
-            relative = String(relative.dropFirst(rootPath.count))
-        }
-        if relative.hasPrefix("/") { relative.removeFirst() }
-        return relative
-    }
-
-    /// `Set(key)` (relative, or absolute under `serviceRoot`) → entity set and key.
-    static func parse(_ path: String, model: Model, serviceRoot: String) -> (String, [String: PrimitiveValue])? {
-        guard let relative = relativeToRoot(path, serviceRoot: serviceRoot) else { return nil }
-        let version: ODataVersion = model.version.grammar
-        guard let parsed = try? URLParser(version: version).parse(relative),
-              let resolved = try? PathResolver(lookup: model).resolve(parsed.path, input: relative),
-              resolved.path.segments.count == 2, case .entitySet(let set) = resolved.path.segments[0].kind,
-              case .key(let parts) = resolved.path.segments[1].kind,
-              let key = try? values(parts, entitySet: set, model: model, query: parsed.query) else { return nil }
-        return (set, key)
-    }
-
-    /// Key values from a parsed key predicate.
-    static func values(_ parts: [KeyValue], entitySet: String, model: Model, query: QueryOptions) throws -> [String: PrimitiveValue] {
-        do {
-            return try model.keyValues(parts, ofEntitySet: entitySet, aliases: query.aliases)
-        } catch {
-            throw OfflineODataError(.invalidRequest, error.message)
-        }
+        return OfflineODataError(
+            .backend, "\(method) \(url) answered \(response.status): \(detail)", httpStatus: response.status)
     }
 }

@@ -30,13 +30,16 @@ enum QueueAlgorithms {
             latest[entity] = later
             guard combinable(request), let earlier = previous, alive[earlier] else { continue }
             // Nothing in between may touch what this one touches.
-            guard !(earlier + 1..<later).contains(where: { alive[$0] && list[$0].conflicts(with: request) }) else { continue }
+            guard !(earlier + 1..<later).contains(where: { alive[$0] && list[$0].conflicts(with: request) }) else {
+                continue
+            }
             let target = list[earlier]
             guard combinable(target),
-                  target.request.options.transactionID == request.request.options.transactionID,
-                  target.request.options.uploadCategory == request.request.options.uploadCategory,
-                  target.request.options.removeAfterUpload == request.request.options.removeAfterUpload,
-                  sameHeaders(target, request) else { continue }
+                target.request.options.transactionID == request.request.options.transactionID,
+                target.request.options.uploadCategory == request.request.options.uploadCategory,
+                target.request.options.removeAfterUpload == request.request.options.removeAfterUpload,
+                sameHeaders(target, request)
+            else { continue }
             var merged = target
             switch (target.kind, request.kind) {
             case (.create, .delete) where Set(target.nested).isSubset(of: request.cascade):
@@ -49,14 +52,20 @@ enum QueueAlgorithms {
                 rewrite.changed[target.id] = nil
                 continue
             case (.create, .update(let replace)):
-                guard !target.isMedia, let body = combine(target.request.body, request.request.body, replace: replace, keepFrom: target, model: model) else { continue }
+                guard !target.isMedia,
+                    let body = combine(
+                        target.request.body, request.request.body, replace: replace, keepFrom: target, model: model)
+                else { continue }
                 merged.request.body = body
             case (.update(let first), .update(let second)):
                 if second {
                     merged.request.method = "PUT"
                     merged.request.body = request.request.body
                 } else {
-                    guard let body = combine(target.request.body, request.request.body, replace: false, keepFrom: target, model: model) else { continue }
+                    guard
+                        let body = combine(
+                            target.request.body, request.request.body, replace: false, keepFrom: target, model: model)
+                    else { continue }
                     merged.request.body = body
                     merged.request.method = first ? "PUT" : target.request.method
                 }
@@ -80,7 +89,8 @@ enum QueueAlgorithms {
             merged.references.formUnion(request.references)
             merged.bound.formUnion(request.bound)
             merged.refresh()
-            merged.request.options.customTag = joinTags(target.request.options.customTag, request.request.options.customTag)
+            merged.request.options.customTag = joinTags(
+                target.request.options.customTag, request.request.options.customTag)
             list[earlier] = merged
             latest[entity] = earlier
             alive[later] = false
@@ -114,10 +124,17 @@ enum QueueAlgorithms {
     /// Combines two JSON object bodies: the later one's members win. With `replace` (a PUT
     /// after a create), only the create's keys, annotations and inline children are kept
     /// from the first body.
-    static func combine(_ first: [UInt8], _ second: [UInt8], replace: Bool, keepFrom entry: QueueEntry, model: Model) -> [UInt8]? {
-        guard case .object(var members)? = try? JSONValue.parse(first), case .object(let overlay)? = try? JSONValue.parse(second) else { return nil }
+    static func combine(
+        _ first: [UInt8], _ second: [UInt8], replace: Bool, keepFrom entry: QueueEntry, model: Model
+    ) -> [UInt8]? {
+        guard case .object(var members)? = try? JSONValue.parse(first),
+            case .object(let overlay)? = try? JSONValue.parse(second)
+        else { return nil }
         if replace {
-            let keys = Set(entry.request.entitySet.flatMap { model.entityType(ofEntitySet: $0) }.map { model.key(of: $0).map(\.name) } ?? [])
+            let keys = Set(
+                entry.request.entitySet.flatMap { model.entityType(ofEntitySet: $0) }.map {
+                    model.key(of: $0).map(\.name)
+                } ?? [])
             members = members.filter { member in
                 switch member.value {
                 case .object, .array: return true
@@ -181,7 +198,9 @@ enum QueueAlgorithms {
         var units: [[QueueEntry]] = []
         guard builder else {
             for entry in entries {
-                if let transaction = entry.request.options.transactionID, units.last?.last?.request.options.transactionID == transaction {
+                if let transaction = entry.request.options.transactionID,
+                    units.last?.last?.request.options.transactionID == transaction
+                {
                     units[units.count - 1].append(entry)
                 } else {
                     units.append([entry])
@@ -198,7 +217,8 @@ enum QueueAlgorithms {
             if let index = open[transaction] {
                 let between = units[(index + 1)...].joined()
                 let independent = between.allSatisfy { !$0.conflicts(with: entry) }
-                let unmodifiableClash = entry.request.options.unmodifiableRequest
+                let unmodifiableClash =
+                    entry.request.options.unmodifiableRequest
                     && units[index].contains { $0.request.options.unmodifiableRequest && $0.entity == entry.entity }
                 if independent && !unmodifiableClash {
                     units[index].append(entry)

@@ -84,21 +84,26 @@ struct QueueEntry: Sendable {
 
 extension QueueEntry {
     /// Analyses queued requests. `keyMap` maps local references (`Set(-1)`) to the backend's.
-    static func analyse(_ requests: [QueuedRequest], model: Model, serviceRoot: String, keyMap: [String: String]) -> [QueueEntry] {
+    static func analyse(
+        _ requests: [QueuedRequest], model: Model, serviceRoot: String, keyMap: [String: String]
+    ) -> [QueueEntry] {
         requests.map { analyse($0, model: model, serviceRoot: serviceRoot, keyMap: keyMap) }
     }
 
-    static func analyse(_ request: QueuedRequest, model: Model, serviceRoot: String, keyMap: [String: String]) -> QueueEntry {
+    static func analyse(
+        _ request: QueuedRequest, model: Model, serviceRoot: String, keyMap: [String: String]
+    ) -> QueueEntry {
         func mapped(_ reference: String) -> String { keyMap[reference] ?? reference }
         let entity = request.entitySet.map { mapped($0 + (request.entityKey ?? "")) }
         var references: Set<String> = []
-        let target = try? OfflineODataProvider.parseTarget(request.url, model: model, serviceRoot: serviceRoot)
+        let target = try? LocalChange.parseTarget(request.url, model: model, serviceRoot: serviceRoot)
         if let target {
             if let key = target.key {
                 references.insert(mapped(target.entitySet + Keys.predicate(key, in: target.entitySet, model: model)))
             }
             if let key = target.navigationKey, let navigation = target.navigation,
-               let set = model.targetEntitySet(from: target.entitySet, navigationPath: navigation)?.name {
+                let set = model.targetEntitySet(from: target.entitySet, navigationPath: navigation)?.name
+            {
                 references.insert(mapped(set + Keys.predicate(key, in: set, model: model)))
             }
         }
@@ -126,7 +131,9 @@ extension QueueEntry {
             default: kind = .other
             }
         }
-        var entry = QueueEntry(request: request, kind: kind, entity: entity, references: references, bound: bound, cascade: request.cascade.map(mapped))
+        var entry = QueueEntry(
+            request: request, kind: kind, entity: entity, references: references, bound: bound,
+            cascade: request.cascade.map(mapped))
         if kind == .delete, let set = request.entitySet { entry.cascadeSets = cascadeSets(from: set, model: model) }
         entry.nested = request.nested.map { mapped($0.entity) }
         entry.refresh()
@@ -140,8 +147,11 @@ extension QueueEntry {
         var work = [entitySet]
         while let set = work.popLast() {
             guard let type = model.entityType(ofEntitySet: set) else { continue }
-            for navigation in model.allNavigationProperties(ofStructuredType: type.qualifiedName) where navigation.onDelete == .cascade {
-                guard let target = model.targetEntitySet(from: set, navigationPath: navigation.name)?.name, result.insert(target).inserted else { continue }
+            for navigation in model.allNavigationProperties(ofStructuredType: type.qualifiedName)
+            where navigation.onDelete == .cascade {
+                guard let target = model.targetEntitySet(from: set, navigationPath: navigation.name)?.name,
+                    result.insert(target).inserted
+                else { continue }
                 work.append(target)
             }
         }
@@ -150,7 +160,10 @@ extension QueueEntry {
 
     /// Entity references in a request body: `@odata.bind`, `@odata.id`, V2 `__metadata.uri`
     /// and `uri`, at any depth (deep inserts).
-    static func collectReferences(_ json: JSONValue, model: Model, serviceRoot: String, into references: inout Set<String>, mapped: (String) -> String) {
+    static func collectReferences(
+        _ json: JSONValue, model: Model, serviceRoot: String, into references: inout Set<String>,
+        mapped: (String) -> String
+    ) {
         func add(_ text: String) {
             if let (set, key) = Keys.parse(text, model: model, serviceRoot: serviceRoot) {
                 references.insert(mapped(set + Keys.predicate(key, in: set, model: model)))
@@ -160,21 +173,26 @@ extension QueueEntry {
         case .object(let members):
             for member in members {
                 let name = member.name
-                if name.hasSuffix("@odata.bind") || name == "@odata.id" || name == "uri" || name.hasSuffix("@odata.id") {
+                if name.hasSuffix("@odata.bind") || name == "@odata.id" || name == "uri" || name.hasSuffix("@odata.id")
+                {
                     if let text = member.value.stringValue { add(text) }
                     for item in member.value.arrayValue ?? [] { if let text = item.stringValue { add(text) } }
                 } else if name == "__metadata" {
                     continue
                 } else if case .object(let inner) = member.value, inner.count == 1, inner[0].name == "__metadata",
-                          let uri = inner[0].value["uri"]?.stringValue {
+                    let uri = inner[0].value["uri"]?.stringValue
+                {
                     // V2: a navigation property bound with `{"__metadata": {"uri": ...}}`.
                     add(uri)
                 } else {
-                    collectReferences(member.value, model: model, serviceRoot: serviceRoot, into: &references, mapped: mapped)
+                    collectReferences(
+                        member.value, model: model, serviceRoot: serviceRoot, into: &references, mapped: mapped)
                 }
             }
         case .array(let items):
-            for item in items { collectReferences(item, model: model, serviceRoot: serviceRoot, into: &references, mapped: mapped) }
+            for item in items {
+                collectReferences(item, model: model, serviceRoot: serviceRoot, into: &references, mapped: mapped)
+            }
         default:
             break
         }

@@ -3,10 +3,11 @@ public import Foundation
 /// The steps long operations report (SPEC §8).
 public enum OfflineODataProgressStep: String, Sendable, CaseIterable, Codable {
     case buildingEntityStore, creatingBootStrapDatabase, creatingRequestQueueDatabase, downloadingEntityStore,
-         erasingExpiredRequests, loadingMetadata, performingRequestQueueMerge, performingTransactionMerge,
-         performingCreateDeleteMerge, processingDefiningQueries, processingRequests, reapplyingChanges,
-         analyzingReceivedData, receivingDataFromServer, removingDeletedRelationships, removingRemoveAfterUploadRequests,
-         sendingDataToServer, sendingEntityStoreDatabase, sendingRequestQueueDatabase, uploadPreprocessing, waitingForDownload
+        erasingExpiredRequests, loadingMetadata, performingRequestQueueMerge, performingTransactionMerge,
+        performingCreateDeleteMerge, processingDefiningQueries, processingRequests, reapplyingChanges,
+        analyzingReceivedData, receivingDataFromServer, removingDeletedRelationships, removingRemoveAfterUploadRequests,
+        sendingDataToServer, sendingEntityStoreDatabase, sendingRequestQueueDatabase, uploadPreprocessing,
+        waitingForDownload
 }
 
 /// Which operation a progress update belongs to.
@@ -35,9 +36,10 @@ public struct OfflineODataProgress: Sendable {
 extension OfflineODataProgress {
     /// The same update in the shape of SAP's `OfflineODataOperationProgress`.
     public var operationProgress: OfflineODataOperationProgress {
-        OfflineODataOperationProgress(step: step, currentStepNumber: stepNumber, totalNumberOfSteps: totalSteps,
-                                      parameters: OfflineODataOperationProgress.positional(step, parameters), defaultMessage: message,
-                                      lastUpdated: time)
+        OfflineODataOperationProgress(
+            step: step, currentStepNumber: stepNumber, totalNumberOfSteps: totalSteps,
+            parameters: OfflineODataOperationProgress.positional(step, parameters), defaultMessage: message,
+            lastUpdated: time)
     }
 }
 
@@ -61,8 +63,10 @@ public struct OfflineODataOperationProgress: Sendable, Hashable {
     public var lastUpdated: Date
 
     /// Creates an update from its parts.
-    public init(step: OfflineODataProgressStep, currentStepNumber: Int, totalNumberOfSteps: Int, parameters: [String],
-                defaultMessage: String, lastUpdated: Date) {
+    public init(
+        step: OfflineODataProgressStep, currentStepNumber: Int, totalNumberOfSteps: Int, parameters: [String],
+        defaultMessage: String, lastUpdated: Date
+    ) {
         self.step = step
         self.currentStepNumber = currentStepNumber
         self.totalNumberOfSteps = totalNumberOfSteps
@@ -74,7 +78,8 @@ public struct OfflineODataOperationProgress: Sendable, Hashable {
     /// The names of each step's parameters, in SAP's order.
     static let parameterNames: [OfflineODataProgressStep: [String]] = [
         .downloadingEntityStore: ["receivedBytes", "totalBytes"], .processingDefiningQueries: ["name", "url"],
-        .processingRequests: ["number", "count"], .receivingDataFromServer: ["receivedBytes"], .sendingDataToServer: ["sentBytes"],
+        .processingRequests: ["number", "count"], .receivingDataFromServer: ["receivedBytes"],
+        .sendingDataToServer: ["sentBytes"],
     ]
 
     static func positional(_ step: OfflineODataProgressStep, _ named: [String: String]) -> [String] {
@@ -131,13 +136,17 @@ public protocol OfflineODataDelegate: AnyObject, Sendable {
     /// The backend rejected a request during upload. The upload goes on.
     func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest)
     /// SAP's shape: progress of ``OfflineODataProvider/open()``.
-    func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateOpenProgress progress: OfflineODataOperationProgress)
+    func offlineODataProvider(
+        _ provider: OfflineODataProvider, didUpdateOpenProgress progress: OfflineODataOperationProgress)
     /// SAP's shape: progress of ``OfflineODataProvider/download()``.
-    func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateDownloadProgress progress: OfflineODataOperationProgress)
+    func offlineODataProvider(
+        _ provider: OfflineODataProvider, didUpdateDownloadProgress progress: OfflineODataOperationProgress)
     /// SAP's shape: progress of ``OfflineODataProvider/upload(categories:)``.
-    func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateUploadProgress progress: OfflineODataOperationProgress)
+    func offlineODataProvider(
+        _ provider: OfflineODataProvider, didUpdateUploadProgress progress: OfflineODataOperationProgress)
     /// SAP's shape: progress of sending the store for support.
-    func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateSendStoreProgress progress: OfflineODataOperationProgress)
+    func offlineODataProvider(
+        _ provider: OfflineODataProvider, didUpdateSendStoreProgress progress: OfflineODataOperationProgress)
     /// SAP's shape: the backend rejected a request during upload (once per ErrorArchive row).
     func offlineODataProvider(_ provider: OfflineODataProvider, requestDidFail request: OfflineODataFailedRequest)
 }
@@ -148,15 +157,25 @@ extension OfflineODataDelegate {
     /// Does nothing by default.
     public func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {}
     /// Does nothing by default.
-    public func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateOpenProgress progress: OfflineODataOperationProgress) {}
+    public func offlineODataProvider(
+        _ provider: OfflineODataProvider, didUpdateOpenProgress progress: OfflineODataOperationProgress
+    ) {}
     /// Does nothing by default.
-    public func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateDownloadProgress progress: OfflineODataOperationProgress) {}
+    public func offlineODataProvider(
+        _ provider: OfflineODataProvider, didUpdateDownloadProgress progress: OfflineODataOperationProgress
+    ) {}
     /// Does nothing by default.
-    public func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateUploadProgress progress: OfflineODataOperationProgress) {}
+    public func offlineODataProvider(
+        _ provider: OfflineODataProvider, didUpdateUploadProgress progress: OfflineODataOperationProgress
+    ) {}
     /// Does nothing by default.
-    public func offlineODataProvider(_ provider: OfflineODataProvider, didUpdateSendStoreProgress progress: OfflineODataOperationProgress) {}
+    public func offlineODataProvider(
+        _ provider: OfflineODataProvider, didUpdateSendStoreProgress progress: OfflineODataOperationProgress
+    ) {}
     /// Does nothing by default.
-    public func offlineODataProvider(_ provider: OfflineODataProvider, requestDidFail request: OfflineODataFailedRequest) {}
+    public func offlineODataProvider(
+        _ provider: OfflineODataProvider, requestDidFail request: OfflineODataFailedRequest
+    ) {}
 }
 
 /// Default progress messages in every supported language, kept as a resource.
@@ -174,8 +193,9 @@ public struct ProgressMessages: Sendable {
     init() {
         var loaded: [String: Language] = [:]
         if let url = Bundle.module.url(forResource: "progress-messages", withExtension: "json"),
-           let data = try? Data(contentsOf: url),
-           let decoded = try? JSONDecoder().decode([String: Language].self, from: data) {
+            let data = try? Data(contentsOf: url),
+            let decoded = try? JSONDecoder().decode([String: Language].self, from: data)
+        {
             loaded = decoded
         }
         languages = loaded
@@ -187,7 +207,8 @@ public struct ProgressMessages: Sendable {
     /// The language to use for `locale`: exact (`zh-Hant`), then its language code, then English.
     public func language(for locale: Locale) -> String {
         let identifier = locale.identifier.replacingOccurrences(of: "_", with: "-")
-        let code = locale.language.languageCode?.identifier ?? identifier.split(separator: "-").first.map(String.init) ?? "en"
+        let code =
+            locale.language.languageCode?.identifier ?? identifier.split(separator: "-").first.map(String.init) ?? "en"
         if code == "zh" {
             let script = locale.language.script?.identifier
             let region = locale.region?.identifier
@@ -200,18 +221,24 @@ public struct ProgressMessages: Sendable {
     }
 
     /// The message for a step in `language`, with the parameters filled in.
-    public func message(step: OfflineODataProgressStep, number: Int, total: Int, parameters: [String: String], language: String) -> String {
+    public func message(
+        step: OfflineODataProgressStep, number: Int, total: Int, parameters: [String: String], language: String
+    ) -> String {
         let lang = languages[language] ?? languages["en"]
         var description = lang?.steps[step.rawValue] ?? languages["en"]?.steps[step.rawValue] ?? step.rawValue
         for (name, value) in parameters { description = description.replacingOccurrences(of: "{\(name)}", with: value) }
         // Unfilled optional parts disappear.
-        while let open = description.range(of: "{"), let close = description.range(of: "}", range: open.upperBound..<description.endIndex) {
+        while let open = description.range(of: "{"),
+            let close = description.range(of: "}", range: open.upperBound..<description.endIndex)
+        {
             description.removeSubrange(open.lowerBound..<close.upperBound)
         }
         description = description.trimmingCharacters(in: .whitespaces)
         let format = lang?.format ?? "Performing step {step} of {total} : {message}"
-        return format.replacingOccurrences(of: "{step}", with: "\(number)").replacingOccurrences(of: "{total}", with: "\(total)")
-            .replacingOccurrences(of: "{message}", with: description)
+        return format.replacingOccurrences(of: "{step}", with: "\(number)").replacingOccurrences(
+            of: "{total}", with: "\(total)"
+        )
+        .replacingOccurrences(of: "{message}", with: description)
     }
 }
 
@@ -239,8 +266,11 @@ final class ProgressReporter: @unchecked Sendable {
             highest = max(highest, planned)
             return highest
         }
-        let message = ProgressMessages.shared.message(step: step, number: number, total: plan.count, parameters: parameters, language: language)
-        return .progress(OfflineODataProgress(operation: operation, step: step, stepNumber: number, totalSteps: plan.count, time: Date(),
-                                              parameters: parameters, message: message))
+        let message = ProgressMessages.shared.message(
+            step: step, number: number, total: plan.count, parameters: parameters, language: language)
+        return .progress(
+            OfflineODataProgress(
+                operation: operation, step: step, stepNumber: number, totalSteps: plan.count, time: Date(),
+                parameters: parameters, message: message))
     }
 }

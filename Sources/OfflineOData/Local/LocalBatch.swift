@@ -28,7 +28,8 @@ public struct OfflineODataChangeSet: Sendable {
         public var contentID: String
 
         /// Creates a request from its parts.
-        public init(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], contentID: String) {
+        public init(method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], contentID: String)
+        {
             self.method = method
             self.url = url
             self.headers = headers
@@ -45,7 +46,9 @@ public struct OfflineODataChangeSet: Sendable {
 
     /// Adds a request and returns its Content-ID reference (`$1`, `$2`, …) for later requests.
     @discardableResult
-    public mutating func add(_ method: String, _ url: String, body: [UInt8] = [], headers: [String: String] = [:]) -> String {
+    public mutating func add(
+        _ method: String, _ url: String, body: [UInt8] = [], headers: [String: String] = [:]
+    ) -> String {
         // The next number no request of the set uses yet.
         let used = Set(requests.map(\.contentID))
         var number = requests.count + 1
@@ -70,9 +73,11 @@ public struct OfflineODataChangeSet: Sendable {
 extension OfflineODataProvider {
     /// Builds a change set with `build` (run in the caller's isolation, so it may use the
     /// caller's state) and applies it (see ``execute(_:options:)``).
-    public func changeSet(options: OfflineODataRequestOptions = OfflineODataRequestOptions(),
-                          isolation: isolated (any Actor)? = #isolation,
-                          _ build: (inout OfflineODataChangeSet) throws -> Void) async throws -> [OfflineODataResponse] {
+    public func changeSet(
+        options: OfflineODataRequestOptions = OfflineODataRequestOptions(),
+        isolation: isolated (any Actor)? = #isolation,
+        _ build: (inout OfflineODataChangeSet) throws -> Void
+    ) async throws -> [OfflineODataResponse] {
         var set = OfflineODataChangeSet()
         try build(&set)
         return try await execute(set, options: options)
@@ -82,8 +87,11 @@ extension OfflineODataProvider {
     /// none is applied or queued. The requests are queued with one transaction ID (the one in
     /// `options`, or a new one) and so uploaded as one change set. Returns one response per
     /// request.
-    public func execute(_ changeSet: OfflineODataChangeSet, options: OfflineODataRequestOptions = OfflineODataRequestOptions())
-        async throws -> [OfflineODataResponse] {
+    public func execute(
+        _ changeSet: OfflineODataChangeSet, options: OfflineODataRequestOptions = OfflineODataRequestOptions()
+    )
+        async throws -> [OfflineODataResponse]
+    {
         let store = try openStore()
         let model = store.model
         let root = serviceRoot
@@ -95,33 +103,42 @@ extension OfflineODataProvider {
         var seen: Set<String> = []
         for request in requests {
             guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(request.method.uppercased()) else {
-                throw OfflineODataError(.invalidRequest,
-                                        "A change set holds modifications only; \(request.method) \(request.url) is not one")
+                throw OfflineODataError(
+                    .invalidRequest,
+                    "A change set holds modifications only; \(request.method) \(request.url) is not one")
             }
             guard seen.insert(request.contentID).inserted else {
-                throw OfflineODataError(.invalidRequest, "The Content-ID \(request.contentID) is used twice in one change set")
+                throw OfflineODataError(
+                    .invalidRequest, "The Content-ID \(request.contentID) is used twice in one change set")
             }
         }
         let results: [Entity?]
         do {
             results = try await store.write { writer -> [Entity?] in
-                let keyMap = try Self.keyMap(writer.connection)
+                let keyMap = try RequestQueue.keyMap(writer.connection)
                 // `$n` → the URL of the entity request n created, with its local key.
                 var created: [String: String] = [:]
                 var answers: [Entity?] = []
                 for request in requests {
                     let verb = request.method.uppercased()
                     let url = Self.mapped(Self.resolvingContentIDs(request.url, created), keyMap)
-                    let body = created.isEmpty ? request.body : Self.resolvingContentIDs(inLinksOf: request.body, created)
-                    let change = try Self.makeChange(method: verb, url: url, headers: request.headers, body: body, options: shared,
-                                                     model: model, serviceRoot: root, keyMap: keyMap)
+                    let body =
+                        created.isEmpty ? request.body : Self.resolvingContentIDs(inLinksOf: request.body, created)
+                    let change = try LocalChange.makeChange(
+                        method: verb, url: url, headers: request.headers, body: body, options: shared,
+                        model: model, serviceRoot: root, keyMap: keyMap)
                     guard change.target.entitySet != LocalSchema.errorArchive else {
-                        throw OfflineODataError(.invalidRequest, "ErrorArchive rows are deleted one at a time, not in a change set")
+                        throw OfflineODataError(
+                            .invalidRequest, "ErrorArchive rows are deleted one at a time, not in a change set")
                     }
-                    let entity = try Self.applyLocally(change, writer: writer, model: model, repeatable: repeatable)
+                    let entity = try LocalExecutor(writer, model: model, serviceRoot: root).apply(
+                        change, repeatable: repeatable)
                     if verb == "POST", !change.target.isRef, let entity {
                         let target = change.target
-                        let set = target.navigation.flatMap { model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name }
+                        let set =
+                            target.navigation.flatMap {
+                                model.targetEntitySet(from: target.entitySet, navigationPath: $0)?.name
+                            }
                             ?? target.entitySet
                         if let key = Keys.key(of: entity, in: set, model: model) {
                             created["$" + request.contentID] = set + Keys.predicate(key, in: set, model: model)
@@ -137,8 +154,9 @@ extension OfflineODataProvider {
             throw OfflineODataError(.store, "The change set could not be applied locally (nothing of it was): \(error)")
         }
         return results.map { entity in
-            OfflineODataResponse(status: entity == nil ? 204 : 201, body: entity.map { Self.encode(.entity($0), model: model) } ?? [],
-                                 result: entity.map { .entity($0) })
+            OfflineODataResponse(
+                status: entity == nil ? 204 : 201, body: entity.map { Self.encode(.entity($0), model: model) } ?? [],
+                result: entity.map { .entity($0) })
         }
     }
 
@@ -166,13 +184,14 @@ extension OfflineODataProvider {
             guard depth < 64 else { return value }
             switch value {
             case .object(let members):
-                return .object(members.map { member in
-                    let name = member.name
-                    if name.hasSuffix("@odata.bind") || name == "@odata.id" || name == "uri" {
-                        return JSONValue.Member(name, resolve(member.value))
-                    }
-                    return JSONValue.Member(name, walk(member.value, depth: depth + 1))
-                })
+                return .object(
+                    members.map { member in
+                        let name = member.name
+                        if name.hasSuffix("@odata.bind") || name == "@odata.id" || name == "uri" {
+                            return JSONValue.Member(name, resolve(member.value))
+                        }
+                        return JSONValue.Member(name, walk(member.value, depth: depth + 1))
+                    })
             case .array(let items):
                 return .array(items.map { walk($0, depth: depth + 1) })
             default:
@@ -194,16 +213,23 @@ extension OfflineODataProvider {
     /// answered from the store, each change set (atomicity group) is applied as one with
     /// ``execute(_:options:)``, and a modification outside one on its own. The answer is a
     /// batch response of the same format; a change set that fails is answered with one error.
-    func executeBatch(headers: [String: String], body: [UInt8], options: OfflineODataRequestOptions) async throws -> OfflineODataResponse {
-        let contentType = Self.header("Content-Type", in: headers) ?? ""
-        if contentType.lowercased().hasPrefix("application/json") { return try await executeJSONBatch(body, options: options) }
+    func executeBatch(
+        headers: [String: String], body: [UInt8], options: OfflineODataRequestOptions
+    ) async throws -> OfflineODataResponse {
+        let contentType = LocalChange.header("Content-Type", in: headers) ?? ""
+        if contentType.lowercased().hasPrefix("application/json") {
+            return try await executeJSONBatch(body, options: options)
+        }
         guard contentType.lowercased().hasPrefix("multipart/mixed") else {
-            throw OfflineODataError(.invalidRequest,
-                                    "POST $batch needs Content-Type multipart/mixed (with a boundary) or application/json, not '\(contentType)'")
+            throw OfflineODataError(
+                .invalidRequest,
+                "POST $batch needs Content-Type multipart/mixed (with a boundary) or application/json, not '\(contentType)'"
+            )
         }
         let batch: MultipartBatch
         do {
-            batch = try MultipartBatch.read(body, boundary: ODataCore.HTTPHeaders.parameter("boundary", in: contentType))
+            batch = try MultipartBatch.read(
+                body, boundary: ODataCore.HTTPHeaders.parameter("boundary", in: contentType))
         } catch {
             throw OfflineODataError(.invalidRequest, "The $batch body is not a valid multipart batch: \(error)")
         }
@@ -214,14 +240,17 @@ extension OfflineODataProvider {
                 let message = operation.message
                 let method = (message.method ?? "GET").uppercased()
                 let request = Self.changeSetRequest(operation, index: parts.count)
-                parts.append(.operation(BatchOperation(message: await singleAnswer(request, method: method, options: options))))
+                parts.append(
+                    .operation(BatchOperation(message: await singleAnswer(request, method: method, options: options))))
             case .changeSet(let set):
                 let requests = set.operations.enumerated().map { Self.changeSetRequest($1, index: $0) }
                 let answers = await changeSetAnswers(requests, options: options)
                 if answers.count == requests.count {
                     let operations = zip(requests, answers).map { request, answer in
-                        var partHeaders = ODataCore.HTTPHeaders([("Content-Type", "application/http"),
-                                                                 ("Content-Transfer-Encoding", "binary")])
+                        var partHeaders = ODataCore.HTTPHeaders([
+                            ("Content-Type", "application/http"),
+                            ("Content-Transfer-Encoding", "binary"),
+                        ])
                         partHeaders["Content-ID"] = request.contentID
                         return BatchOperation(partHeaders: partHeaders, message: answer)
                     }
@@ -233,11 +262,14 @@ extension OfflineODataProvider {
             }
         }
         let answer = MultipartBatch(parts: parts)
-        return OfflineODataResponse(status: 200, body: answer.write(), result: nil, headers: ["Content-Type": answer.contentType])
+        return OfflineODataResponse(
+            status: 200, body: answer.write(), result: nil, headers: ["Content-Type": answer.contentType])
     }
 
     /// A 4.01 JSON batch: requests with the same `atomicityGroup` form one change set.
-    private func executeJSONBatch(_ body: [UInt8], options: OfflineODataRequestOptions) async throws -> OfflineODataResponse {
+    private func executeJSONBatch(
+        _ body: [UInt8], options: OfflineODataRequestOptions
+    ) async throws -> OfflineODataResponse {
         let batch: JSONBatchRequest
         do {
             batch = try JSONBatchRequest.read(body)
@@ -257,24 +289,32 @@ extension OfflineODataProvider {
             }
             index += group.count
             let changeSet = group.map { request in
-                OfflineODataChangeSet.Request(method: request.method, url: request.url, headers: request.headers,
-                                              body: request.body.map { Array($0.serialized.utf8) } ?? [], contentID: request.id)
+                OfflineODataChangeSet.Request(
+                    method: request.method, url: request.url, headers: request.headers,
+                    body: request.body.map { Array($0.serialized.utf8) } ?? [], contentID: request.id)
             }
             if first.atomicityGroup == nil {
                 let message = await singleAnswer(changeSet[0], method: first.method.uppercased(), options: options)
-                responses.append(JSONBatchResponse.Response(id: first.id, status: message.status ?? 500,
-                                                            body: message.body.isEmpty ? nil : try? JSONValue.parse(message.body)))
+                responses.append(
+                    JSONBatchResponse.Response(
+                        id: first.id, status: message.status ?? 500,
+                        body: message.body.isEmpty ? nil : try? JSONValue.parse(message.body)))
                 continue
             }
             let answers = await changeSetAnswers(changeSet, options: options)
-            for (request, answer) in zip(group, answers.count == group.count ? answers : Array(repeating: answers[0], count: group.count)) {
-                responses.append(JSONBatchResponse.Response(id: request.id, status: answer.status ?? 500,
-                                                            body: answer.body.isEmpty ? nil : try? JSONValue.parse(answer.body),
-                                                            atomicityGroup: request.atomicityGroup))
+            for (request, answer) in zip(
+                group, answers.count == group.count ? answers : Array(repeating: answers[0], count: group.count))
+            {
+                responses.append(
+                    JSONBatchResponse.Response(
+                        id: request.id, status: answer.status ?? 500,
+                        body: answer.body.isEmpty ? nil : try? JSONValue.parse(answer.body),
+                        atomicityGroup: request.atomicityGroup))
             }
         }
-        return OfflineODataResponse(status: 200, body: JSONBatchResponse(responses: responses).write(), result: nil,
-                                    headers: ["Content-Type": "application/json"])
+        return OfflineODataResponse(
+            status: 200, body: JSONBatchResponse(responses: responses).write(), result: nil,
+            headers: ["Content-Type": "application/json"])
     }
 
     static func changeSetRequest(_ operation: BatchOperation, index: Int) -> OfflineODataChangeSet.Request {
@@ -282,14 +322,17 @@ extension OfflineODataProvider {
         var headers: [String: String] = [:]
         for field in message.headers { headers[field.name] = field.value }
         // A part without a Content-ID cannot be referred to: its made-up one cannot clash.
-        return OfflineODataChangeSet.Request(method: message.method ?? "", url: message.url ?? "", headers: headers, body: message.body,
-                                             contentID: operation.contentID ?? "part-\(index + 1)")
+        return OfflineODataChangeSet.Request(
+            method: message.method ?? "", url: message.url ?? "", headers: headers, body: message.body,
+            contentID: operation.contentID ?? "part-\(index + 1)")
     }
 
     /// The answers of a change set: one per request, or one error for all of it. Each change
     /// set of a batch gets a transaction ID of its own (the app's options otherwise apply).
-    private func changeSetAnswers(_ requests: [OfflineODataChangeSet.Request],
-                                  options: OfflineODataRequestOptions) async -> [BatchMessage] {
+    private func changeSetAnswers(
+        _ requests: [OfflineODataChangeSet.Request],
+        options: OfflineODataRequestOptions
+    ) async -> [BatchMessage] {
         var set = OfflineODataChangeSet()
         for request in requests { set.add(request) }
         var own = options
@@ -303,11 +346,15 @@ extension OfflineODataProvider {
 
     /// A request of a batch outside any change set, answered as the provider answers it alone
     /// (a modification is queued as if sent by itself).
-    private func singleAnswer(_ request: OfflineODataChangeSet.Request, method: String,
-                              options: OfflineODataRequestOptions) async -> BatchMessage {
+    private func singleAnswer(
+        _ request: OfflineODataChangeSet.Request, method: String,
+        options: OfflineODataRequestOptions
+    ) async -> BatchMessage {
         do {
-            return Self.answer(try await execute(method: method, url: request.url, headers: request.headers, body: request.body,
-                                                 options: options))
+            return Self.answer(
+                try await execute(
+                    method: method, url: request.url, headers: request.headers, body: request.body,
+                    options: options))
         } catch {
             return Self.errorAnswer(error)
         }
@@ -332,7 +379,11 @@ extension OfflineODataProvider {
             code = "invalidRequest"
         }
         let message = (error as? OfflineODataError)?.message ?? "\(error)"
-        let body = JSONValue.object([.init("error", .object([.init("code", .string(code)), .init("message", .string(message))]))])
-        return .response(status, headers: ODataCore.HTTPHeaders([("Content-Type", "application/json")]), body: Array(body.serialized.utf8))
+        let body = JSONValue.object([
+            .init("error", .object([.init("code", .string(code)), .init("message", .string(message))]))
+        ])
+        return .response(
+            status, headers: ODataCore.HTTPHeaders([("Content-Type", "application/json")]),
+            body: Array(body.serialized.utf8))
     }
 }

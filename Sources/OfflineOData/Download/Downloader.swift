@@ -1,0 +1,356 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+/// Runs the defining queries against the backend and applies what they bring.
+///
+/// It owns the download stream: each query's delta link (or, the first time, after a 410 or
+/// without delta support, the query itself) is read page by page, following next links, with
+/// the next page fetched while one is applied; the media streams of queries that retrieve
+/// them; and the apply. The first open applies each page into the new store as it arrives
+/// (``applyFirstFill(_:to:bulkSets:)``); a later download stages the pages and applies them
+/// in one transaction once all are in (``applyStaged(to:)``), so a failure changes nothing.
+/// ``PageApplier`` does the apply: upserts, deletions, the local diff of a full read, and
+/// keeping local changes (their kept state takes the backend's values). Its methods that talk
+/// to the backend run on the provider's actor (`isolated` parameter).
+struct Downloader: Sendable {
+    let serviceRoot: String
+    /// Every defining query of the provider (the local diff needs the ones not read too).
+    let definingQueries: [OfflineODataDefiningQuery]
+    let progress: ProgressReporter
+
+    /// The steps of a download, in the order they happen.
+    static let plan: [OfflineODataProgressStep] = [
+        .processingDefiningQueries, .receivingDataFromServer, .analyzingReceivedData,
+        .removingDeletedRelationships, .reapplyingChanges,
+    ]
+
+    /// Downloads the changes of `selected` into staging, then applies them in one transaction
+    /// (see ``OfflineODataProvider/download(definingQueries:)``).
+    func run(
+        _ selected: [OfflineODataDefiningQuery], store: Store, on provider: isolated OfflineODataProvider
+    ) async throws {
+        let links = try await store.read { reader in try DefiningQueries.deltaLinks(reader.connection) }
+        // Pages wait in a staging table as they arrive (memory stays flat); only when every
+        // page is in are they applied, in one transaction, so a failure changes nothing.
+        let emptyStaging = { @Sendable (writer: StoreWriter) throws in
+            _ = try writer.connection.execute("DELETE FROM oo_staging")
+            _ = try writer.connection.execute("DELETE FROM oo_stream_staging")
+        }
+        try await store.write(emptyStaging)
+        do {
+            _ = try await fetchDefiningQueries(selected.map { ($0, links[$0.name]) }, model: store.model, on: provider)
+            { page in
+                try await store.write { writer in
+                    _ = try writer.connection.execute(
+                        "INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, ?, ?)",
+                        [.text(page.name), .text(page.entitySet), .integer(page.isDelta ? 1 : 0), .blob(page.raw)])
+                }
+                try await self.fetchStreams(of: page, staged: true, store: store, on: provider)
+            }
+            if provider.cancelDownloadRequested || Task.isCancelled {
+                throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied")
+            }
+        } catch {
+            try? await store.write(emptyStaging)
+            throw error
+        }
+        provider.report(progress, .analyzingReceivedData)
+        provider.report(progress, .removingDeletedRelationships)
+        let summary = try await applyStaged(to: store)
+        provider.report(progress, .reapplyingChanges)
+        try await provider.logEvent(in: store, type: "Download", details: summary)
+    }
+
+    /// Reads each query (its delta link when there is one), following next links. With
+    /// `onPage`, each page goes to it as soon as it is read and nothing is collected (the
+    /// first open streams into the new store this way, so memory stays flat).
+    ///
+    /// `rowQueries`: queries whose pages are read as rows where they are flat (see
+    /// `V4JSONReader.readFlatCollection`), unless they have `$expand` or streams; only
+    /// `onPage` sees them. The first open names the queries that fill an empty set.
+    func fetchDefiningQueries(
+        _ queries: [(OfflineODataDefiningQuery, String?)], model: Model, rowQueries: Set<String> = [],
+        on provider: isolated OfflineODataProvider,
+        onPage: ((FetchedQuery) async throws -> Void)? = nil
+    ) async throws -> [FetchedQuery] {
+        var results: [FetchedQuery] = []
+        for (query, deltaLink) in queries {
+            provider.report(progress, .processingDefiningQueries, ["name": query.name, "url": "/" + query.query])
+            let set = try DefiningQueries.entitySet(of: query.query, model: model)
+            var result = FetchedQuery(name: query.name, entitySet: set)
+            var next: String? = deltaLink ?? query.query
+            result.isDelta = deltaLink != nil
+            let flat =
+                rowQueries.contains(query.name) && onPage != nil && !query.automaticallyRetrievesStreams
+                && !model.version.isLegacy
+                && (try? URLParser(version: model.version.grammar).parse(query.query))?.query.expand == nil
+            var pages = 0
+            // While a page is handed to `onPage`, the next one is already being fetched and
+            // parsed, so the backend and the store work at the same time (at most two pages
+            // are in memory).
+            var prefetched: Task<FetchedPage, any Error>?
+            defer { prefetched?.cancel() }
+            while let url = next {
+                if provider.cancelDownloadRequested || Task.isCancelled {
+                    throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied")
+                }
+                pages += 1
+                guard pages <= 100_000 else {
+                    throw OfflineODataError(
+                        .backend, "\(query.name): more than 100000 pages; the backend's next links loop")
+                }
+                let fetched: FetchedPage
+                if let pending = prefetched {
+                    prefetched = nil
+                    fetched = try await pending.value
+                } else {
+                    fetched = try await fetchPage(
+                        url, query: query, entitySet: set, isDelta: result.isDelta, model: model, flat: flat,
+                        on: provider)
+                }
+                guard case .page(let body, let page, let rows) = fetched else {
+                    // The delta link expired: read everything again and diff locally.
+                    result = FetchedQuery(name: query.name, entitySet: set)
+                    next = query.query
+                    continue
+                }
+                provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
+                result.pages += 1
+                result.received += rows?.entityCount ?? page.entities.count
+                next = page.nextLink
+                if let onPage {
+                    if let link = next {
+                        let isDelta = result.isDelta
+                        prefetched = Task {
+                            try await self.fetchPage(
+                                link, query: query, entitySet: set, isDelta: isDelta, model: model, flat: flat,
+                                on: provider)
+                        }
+                    }
+                    var chunk = FetchedQuery(
+                        name: query.name, entitySet: set, entities: page.entities, deleted: page.deleted,
+                        deltaLink: page.deltaLink)
+                    chunk.isDelta = result.isDelta
+                    chunk.raw = body
+                    chunk.flat = rows
+                    try await onPage(chunk)
+                } else {
+                    result.entities += page.entities
+                    result.deleted += page.deleted
+                    if page.deltaLink != nil { result.deltaLink = page.deltaLink }
+                }
+            }
+            results.append(result)
+        }
+        return results
+    }
+
+    /// One page of a defining query, read and parsed; `.expired` when a delta link got 410.
+    enum FetchedPage: Sendable {
+        case expired
+        /// The body, the collection (its links only when the entities were read as rows) and
+        /// the rows.
+        case page(body: [UInt8], EntityCollection, FlatCollection?)
+    }
+
+    func fetchPage(
+        _ url: String, query: OfflineODataDefiningQuery, entitySet set: String, isDelta: Bool, model: Model,
+        flat: Bool = false,
+        on provider: isolated OfflineODataProvider
+    ) async throws -> FetchedPage {
+        let response = try await provider.send(
+            method: "GET", url: try provider.withStreamParameters(url), headers: ["Prefer": "odata.track-changes"])
+        if response.status == 410 && isDelta { return .expired }
+        guard response.status < 400 else {
+            throw OfflineODataProvider.backendError(response, method: "GET", url: provider.absoluteURL(url))
+        }
+        let entityType = model.entitySet(set)?.entityType
+        do {
+            if flat, let entityType,
+                let rows = try V4JSONReader(model: model).readFlatCollection(response.body, entityType: entityType)
+            {
+                var links = EntityCollection(context: rows.context)
+                links.count = rows.count
+                links.nextLink = rows.nextLink
+                links.deltaLink = rows.deltaLink
+                return .page(body: response.body, links, rows)
+            }
+            let page = try model.readCollection(response.body, entityType: entityType)
+            return .page(body: response.body, page, nil)
+        } catch {
+            throw OfflineODataError(
+                .backend,
+                "Defining query \(query.name): the response to GET \(provider.absoluteURL(url)) is not a valid collection: \(error)"
+            )
+        }
+    }
+
+    /// Stores one page of the first open into the new store, in one transaction. Nothing is
+    /// diffed or flagged: every row of a new store comes from this open. `bulkSets`: entity
+    /// sets still empty, filled by this query alone, where plain entities go in without per-row
+    /// lookups. Returns a one-line summary.
+    func applyFirstFill(_ page: FetchedQuery, to store: Store, bulkSets: Set<String>) async throws -> String {
+        let applier = PageApplier(
+            model: store.model, root: serviceRoot, allQueries: definingQueries, bulkSets: bulkSets, firstFill: true)
+        return try await store.write { writer in
+            var applier = applier
+            try applier.apply(page, writer: writer)
+            return try applier.finish(writer: writer)
+        }
+    }
+
+    /// Applies the staged pages of a download in one transaction, one page in memory at a
+    /// time, and empties the staging table.
+    func applyStaged(to store: Store) async throws -> String {
+        let model = store.model
+        let applier = PageApplier(
+            model: model, root: serviceRoot, allQueries: definingQueries, bulkSets: [], firstFill: false)
+        return try await store.write { writer in
+            var applier = applier
+            applier.locallyChanged = try RequestQueue.locallyChanged(writer.connection)
+            try writer.clearFlag("_upserted")
+            var last: Int64 = 0
+            while let row = try writer.connection.query(
+                "SELECT seq, query, entity_set, is_delta, body FROM oo_staging WHERE seq > ? ORDER BY seq LIMIT 1",
+                [.integer(last)]
+            ).first {
+                guard case .integer(let seq) = row[0], case .text(let name) = row[1], case .text(let set) = row[2],
+                    case .blob(let body) = row[4]
+                else { break }
+                last = seq
+                let entityType = model.entitySet(set)?.entityType
+                let page: EntityCollection
+                do {
+                    page = try model.readCollection(body, entityType: entityType)
+                } catch {
+                    throw OfflineODataError(
+                        .backend, "Defining query \(name): a staged page is not a valid collection: \(error)")
+                }
+                var chunk = FetchedQuery(
+                    name: name, entitySet: set, entities: page.entities, deleted: page.deleted,
+                    deltaLink: page.deltaLink)
+                chunk.isDelta = row[3] == .integer(1)
+                try applier.apply(chunk, writer: writer)
+            }
+            _ = try writer.connection.execute("DELETE FROM oo_staging")
+            let summary = try applier.finish(writer: writer)
+            // An entity with a local stream change keeps it; the backend's stream becomes the
+            // one kept for undo and revert.
+            _ = try writer.connection.execute(
+                """
+                UPDATE oo_stream_original SET
+                  content_type = (SELECT s.content_type FROM oo_stream_staging s WHERE s.entity_set = oo_stream_original.entity_set AND s.entity_key = oo_stream_original.entity_key),
+                  body = (SELECT s.body FROM oo_stream_staging s WHERE s.entity_set = oo_stream_original.entity_set AND s.entity_key = oo_stream_original.entity_key)
+                WHERE EXISTS (SELECT 1 FROM oo_stream_staging s WHERE s.entity_set = oo_stream_original.entity_set AND s.entity_key = oo_stream_original.entity_key)
+                """)
+            _ = try writer.connection.execute(
+                """
+                DELETE FROM oo_stream_staging WHERE EXISTS (SELECT 1 FROM oo_stream_original o WHERE o.entity_set = oo_stream_staging.entity_set
+                  AND o.entity_key = oo_stream_staging.entity_key)
+                """)
+            // The other streams fetched with these pages replace the old ones; those of entities
+            // that are gone go with them.
+            _ = try writer.connection.execute(
+                """
+                DELETE FROM oo_streams WHERE EXISTS (SELECT 1 FROM oo_stream_staging s WHERE s.entity_set = oo_streams.entity_set
+                  AND s.entity_key = oo_streams.entity_key AND s.body IS NULL)
+                """)
+            _ = try writer.connection.execute(
+                """
+                INSERT OR REPLACE INTO oo_streams (entity_set, entity_key, content_type, body)
+                  SELECT entity_set, entity_key, content_type, body FROM oo_stream_staging WHERE body IS NOT NULL
+                """)
+            _ = try writer.connection.execute("DELETE FROM oo_stream_staging")
+            try Self.removeOrphanStreams(writer: writer, model: model)
+            return summary
+        }
+    }
+
+    /// Fetches the media stream of every entity of `page` when its defining query retrieves
+    /// streams (`automaticallyRetrievesStreams`) and its type has one (from its media read link
+    /// when that is on the service, else from `Set(key)/$value`), into `oo_streams`, or with
+    /// `staged` into `oo_stream_staging` for a download not yet applied. One stream is in
+    /// memory at a time; an entity without a stream (404, 204) has none stored.
+    func fetchStreams(
+        of page: FetchedQuery, staged: Bool, store: Store, on provider: isolated OfflineODataProvider
+    ) async throws {
+        let table = staged ? "oo_stream_staging" : "oo_streams"
+        let model = store.model
+        guard definingQueries.first(where: { $0.name == page.name })?.automaticallyRetrievesStreams == true,
+            model.entityType(ofEntitySet: page.entitySet)?.hasStream == true
+        else { return }
+        let set = page.entitySet
+        for entity in page.entities {
+            guard let key = Keys.key(of: entity, in: set, model: model) else { continue }
+            let predicate = Keys.predicate(key, in: set, model: model)
+            // A read link to another host is not followed: the provider's headers and cookies
+            // (credentials) go to the service only.
+            let link = entity.control.mediaReadLink.flatMap {
+                $0.contains("://") && !$0.hasPrefix(serviceRoot) ? nil : $0
+            }
+            let url = link ?? (set + predicate + "/$value")
+            let response = try await provider.send(method: "GET", url: url, headers: ["Accept": "*/*"])
+            if response.status == 404 || response.status == 204 {
+                try await store.write { writer in
+                    if staged {
+                        // Applied with the pages: the stream kept so far goes.
+                        _ = try writer.connection.execute(
+                            "INSERT OR REPLACE INTO oo_stream_staging (entity_set, entity_key, body) VALUES (?, ?, NULL)",
+                            [.text(set), .text(predicate)])
+                    } else {
+                        _ = try writer.connection.execute(
+                            "DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?",
+                            [.text(set), .text(predicate)])
+                    }
+                }
+                continue
+            }
+            guard response.status < 300 else {
+                throw OfflineODataProvider.backendError(response, method: "GET", url: url)
+            }
+            let contentType = response.headers["Content-Type"] ?? entity.control.mediaContentType
+            let body = response.body
+            try await store.write { writer in
+                _ = try writer.connection.execute(
+                    "INSERT OR REPLACE INTO \(table) (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
+                    [.text(set), .text(predicate), contentType.map { .text($0) } ?? .null, .blob(body)])
+            }
+        }
+    }
+
+    /// Removes the streams of entities that are no longer in the store.
+    static func removeOrphanStreams(writer: StoreWriter, model: Model) throws {
+        for row in try writer.connection.query("SELECT entity_set, entity_key FROM oo_streams") {
+            guard case .text(let set) = row[0], case .text(let predicate) = row[1] else { continue }
+            if let (_, key) = Keys.parse(set + predicate, model: model, serviceRoot: ""),
+                try writer.rowid(in: set, key: key) != nil
+            {
+                continue
+            }
+            _ = try writer.connection.execute(
+                "DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+        }
+    }
+}
+
+/// What one defining query brought from the backend.
+struct FetchedQuery: Sendable {
+    var name: String
+    var entitySet: String
+    var entities: [Entity] = []
+    var deleted: [DeletedEntity] = []
+    var deltaLink: String?
+    /// True when this was a delta; false for a full read (then missing rows are deletions).
+    var isDelta = false
+    /// Pages and entities read (also when the pages went to a handler).
+    var pages = 0
+    var received = 0
+    /// The page as received (only for pages handed to a handler).
+    var raw: [UInt8] = []
+    /// The page's entities as rows, read without `Entity` values (first opens of flat
+    /// entity sets); `entities` is then empty.
+    var flat: FlatCollection?
+    /// How many entities the page holds, whichever way it was read.
+    var entityCount: Int { flat?.entityCount ?? entities.count }
+}

@@ -1,0 +1,239 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+/// Local reads: an OData read request answered from the store with the full query language.
+///
+/// It owns what a local read decides: the scope check (an entity set no defining query covers
+/// reads as empty, not as an error), local keys the backend has replaced (a URL with one still
+/// names the entity), `ErrorArchive(n)/AffectedEntity` and `RequestQueue(n)/AffectedEntity`,
+/// the refusal of functions and actions (they run on the backend only), media streams
+/// (`Set(key)/$value`) and the media annotations of media entities.
+struct LocalReader {
+    let store: Store
+    let serviceRoot: String
+    /// Entity sets the defining queries fill (an error when a query cannot say: reads of sets
+    /// it would decide fail with it).
+    let covered: Result<Set<String>, any Error>
+    /// `Set(localKey)` → `Set(backendKey)`.
+    let keyMap: [String: String]
+    let pageSize: Int?
+
+    /// A URL whose entity has a local key the backend replaced names it by the backend's key.
+    func rewriteLocalKeys(_ url: String) -> String {
+        guard !keyMap.isEmpty, let open = url.firstIndex(of: "("), let close = url[open...].firstIndex(of: ")"),
+            let server = keyMap[String(url[url.startIndex...close])]
+        else { return url }
+        return server + url[url.index(after: close)...]
+    }
+
+    /// A local read, with the content type when it is a media stream.
+    func read(_ url: String) async throws -> (result: QueryResult, contentType: String?) {
+        let model = store.model
+        var url = rewriteLocalKeys(url)
+        switch try await mediaStream(url) {
+        case .stream(let contentType, let body)?: return (.value(.primitive(.binary(Data(body)))), contentType)
+        case .missing?: return (.entity(nil), nil)
+        case nil: break
+        }
+        if let affected = try await affectedEntityURL(url) { url = affected }
+        let (_, resolved) = try Keys.resolve(url, model: model, what: "read request")
+        for segment in resolved.path.segments {
+            switch segment.kind {
+            case .functionImport(let name, _), .function(let name, _):
+                throw OfflineODataError(
+                    .notSupportedOffline, "\(name) is a function; functions run on the backend only, not offline")
+            case .actionImport(let name), .action(let name):
+                throw OfflineODataError(
+                    .notSupportedOffline, "\(name) is an action; actions run on the backend only, not offline")
+            default: continue
+            }
+        }
+        if case .entitySet(let set)? = resolved.path.segments.first?.kind, !LocalSchema.systemSets.contains(set) {
+            if !(try covered.get()).contains(set) {
+                let isSingle =
+                    resolved.path.segments.count > 1
+                    && resolved.path.segments.allSatisfy {
+                        if case .key = $0.kind { return true }
+                        if case .entitySet = $0.kind { return true }
+                        return false
+                    }
+                return (isSingle ? .entity(nil) : .collection(EntityCollection()), nil)
+            }
+        }
+        do {
+            let result = try await store.query(url, pageSize: pageSize)
+            return (
+                try await annotateMedia(
+                    result, entitySet: Self.targetEntitySet(of: resolved.path.segments, model: model)), nil
+            )
+        } catch let error as OfflineODataError {
+            throw error
+        } catch {
+            throw OfflineODataError(.invalidRequest, "The read request \(url) failed: \(error)")
+        }
+    }
+
+    /// The entity set a resolved resource path ends in (through navigation properties); nil
+    /// when it names none.
+    static func targetEntitySet(of segments: [PathSegment], model: Model) -> String? {
+        var set: String?
+        for segment in segments {
+            switch segment.kind {
+            case .entitySet(let name): set = name
+            case .navigation(let name):
+                set = set.flatMap { model.targetEntitySet(from: $0, navigationPath: name)?.name }
+            case .key, .typeCast: continue
+            default: return nil
+            }
+        }
+        return set
+    }
+
+    /// `ErrorArchive(n)/AffectedEntity…` and `RequestQueue(n)/AffectedEntity…` → the entity's own URL.
+    func affectedEntityURL(_ url: String) async throws -> String? {
+        for set in [LocalSchema.errorArchive, LocalSchema.requestQueue] {
+            guard url.hasPrefix(set + "(") else { continue }
+            let rest = url.dropFirst(set.count + 1)
+            guard let close = rest.firstIndex(of: ")"), let id = Int64(rest[rest.startIndex..<close]) else { continue }
+            let tail = rest[rest.index(after: close)...]
+            guard tail.hasPrefix("/AffectedEntity") else { continue }
+            let after = String(tail.dropFirst("/AffectedEntity".count))
+            let target = try await store.read { reader in
+                try LocalSchema.affectedEntity(ofRequest: id, reader.connection)
+            }
+            guard let target else { throw OfflineODataError(.invalidRequest, "\(set)(\(id)) has no affected entity") }
+            return rewriteLocalKeys(target) + after
+        }
+        return nil
+    }
+
+    /// `Set(key)/$value` of a media entity: its stored stream. Nil when `url` does not name a
+    /// media stream; `.missing` when the entity is not in the store.
+    func mediaStream(_ url: String) async throws -> MediaStream? {
+        let path = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+        guard path.hasSuffix("/$value") else { return nil }
+        let model = store.model
+        let entityURL = String(path.dropLast("/$value".count))
+        guard let (set, key) = Keys.parse(entityURL, model: model, serviceRoot: serviceRoot),
+            model.entityType(ofEntitySet: set)?.hasStream == true
+        else { return nil }
+        let predicate = Keys.predicate(key, in: set, model: model)
+        let found = try await store.read { reader -> (exists: Bool, row: [DatabaseValue]?) in
+            guard try reader.bookkeeping(in: set, key: key) != nil else { return (false, nil) }
+            return (
+                true,
+                try reader.connection.query(
+                    "SELECT content_type, body FROM oo_streams WHERE entity_set = ? AND entity_key = ?",
+                    [.text(set), .text(predicate)]
+                ).first
+            )
+        }
+        guard found.exists else { return .missing }
+        guard let row = found.row, case .blob(let body) = row[1] else {
+            throw OfflineODataError(
+                .notSupportedOffline,
+                "The media stream of \(set)\(predicate) is not in the offline store: its defining query does not retrieve streams (automaticallyRetrievesStreams), or the backend had none"
+            )
+        }
+        var contentType = "application/octet-stream"
+        if case .text(let type) = row[0] { contentType = type }
+        return .stream(contentType: contentType, body: body)
+    }
+
+    /// A media stream read from the store.
+    enum MediaStream: Sendable {
+        case missing
+        case stream(contentType: String, body: [UInt8])
+    }
+
+    /// Media entities read from the store carry their stored stream's content type and read
+    /// link (`@odata.mediaContentType`, `@odata.mediaReadLink` = `Set(key)/$value`), also
+    /// inside `$expand`; those without a stored stream carry neither.
+    func annotateMedia(_ result: QueryResult, entitySet: String?) async throws -> QueryResult {
+        let model = store.model
+        guard let entitySet else { return result }
+        var entities: [Entity]
+        switch result {
+        case .collection(let collection): entities = collection.entities
+        case .entity(let entity?): entities = [entity]
+        default: return result
+        }
+        // Only media sets the answer holds (itself, or inside `$expand`) are looked up.
+        var mediaSets: Set<String> = []
+        for entity in entities { Self.collectMediaSets(entity, in: entitySet, model: model, into: &mediaSets) }
+        guard !mediaSets.isEmpty else { return result }
+        let sets = mediaSets.sorted()
+        // `Set(key)` → content type of every stored stream of those sets.
+        let types = try await store.read { reader -> [String: String] in
+            var types: [String: String] = [:]
+            let rows = try reader.connection.query(
+                "SELECT entity_set, entity_key, content_type FROM oo_streams WHERE entity_set IN (\(sets.map { _ in "?" }.joined(separator: ", ")))",
+                sets.map { .text($0) })
+            for row in rows {
+                guard case .text(let set) = row[0], case .text(let key) = row[1] else { continue }
+                if case .text(let type) = row[2] {
+                    types[set + key] = type
+                } else {
+                    types[set + key] = "application/octet-stream"
+                }
+            }
+            return types
+        }
+        guard !types.isEmpty else { return result }
+        for index in entities.indices { Self.annotate(&entities[index], in: entitySet, types: types, model: model) }
+        switch result {
+        case .collection(var collection):
+            collection.entities = entities
+            return .collection(collection)
+        default:
+            return .entity(entities.first)
+        }
+    }
+
+    /// The media entity sets of an entity and its expanded children.
+    static func collectMediaSets(_ entity: Entity, in entitySet: String, model: Model, into sets: inout Set<String>) {
+        if model.entityType(ofEntitySet: entitySet)?.hasStream == true { sets.insert(entitySet) }
+        for navigation in entity.navigation {
+            guard let inline = navigation.inline,
+                let target = model.targetEntitySet(from: entitySet, navigationPath: navigation.name)?.name
+            else { continue }
+            switch inline {
+            case .entity(let child?): collectMediaSets(child, in: target, model: model, into: &sets)
+            case .collection(let children):
+                for child in children.entities { collectMediaSets(child, in: target, model: model, into: &sets) }
+            case .entity(nil): continue
+            }
+        }
+    }
+
+    /// Annotates one entity and its expanded children.
+    static func annotate(_ entity: inout Entity, in entitySet: String, types: [String: String], model: Model) {
+        if model.entityType(ofEntitySet: entitySet)?.hasStream == true,
+            let key = Keys.key(of: entity, in: entitySet, model: model)
+        {
+            let reference = entitySet + Keys.predicate(key, in: entitySet, model: model)
+            if let type = types[reference] {
+                entity.control.mediaContentType = type
+                entity.control.mediaReadLink = reference + "/$value"
+            }
+        }
+        for index in entity.navigation.indices {
+            guard let inline = entity.navigation[index].inline,
+                let target = model.targetEntitySet(from: entitySet, navigationPath: entity.navigation[index].name)?.name
+            else { continue }
+            switch inline {
+            case .entity(var child?):
+                annotate(&child, in: target, types: types, model: model)
+                entity.navigation[index].inline = .entity(child)
+            case .collection(var children):
+                for i in children.entities.indices {
+                    annotate(&children.entities[i], in: target, types: types, model: model)
+                }
+                entity.navigation[index].inline = .collection(children)
+            case .entity(nil):
+                continue
+            }
+        }
+    }
+}

@@ -1,0 +1,73 @@
+import Foundation
+import ODataCore
+
+/// The state of an entity before its local changes: it did not exist (a local create), or its
+/// downloaded values as a JSON entity.
+struct Original: Sendable {
+    var existed: Bool
+    var body: [UInt8]?
+}
+
+/// A nested entity created by a deep insert: where it is in the body (`Contacts/0`,
+/// `Items/1/Notes/0`, `Manager` for a single one), its `Set(key)`, and whether that key is a
+/// local temporary one that the backend replaces.
+struct NestedCreate: Sendable, Hashable {
+    var path: String
+    var entity: String
+    var localKey: Bool
+
+    var json: JSONValue {
+        .object([.init("path", .string(path)), .init("entity", .string(entity)), .init("localKey", .bool(localKey))])
+    }
+
+    init(path: String, entity: String, localKey: Bool) {
+        self.path = path
+        self.entity = entity
+        self.localKey = localKey
+    }
+
+    init?(_ json: JSONValue) {
+        guard let path = json["path"]?.stringValue, let entity = json["entity"]?.stringValue else { return nil }
+        self.init(path: path, entity: entity, localKey: json["localKey"] == .bool(true))
+    }
+}
+
+/// A request in the queue.
+struct QueuedRequest: Sendable {
+    var id: Int64 = 0
+    var method: String
+    var url: String
+    var body: [UInt8]
+    var headers: [String: String]
+    var options: OfflineODataRequestOptions
+    var entitySet: String?
+    var entityKey: String?
+    var isCreate = false
+    var localKey = false
+    var repeatID: String?
+    var firstSent: String?
+    /// `Set(key)` of the entities a delete removed through `OnDelete` cascades.
+    var cascade: [String] = []
+    /// Sent and rejected (or not sent because a request it depends on was): in the ErrorArchive.
+    var failed = false
+    /// The content type of a media request (the body is a stream); nil for JSON.
+    var mediaType: String?
+    /// For a deep insert: the nested entities it creates.
+    var nested: [NestedCreate] = []
+    /// The state of its entity before this request, when this is the entity's first change
+    /// (written with the request; not loaded with the queue).
+    var original: Original?
+
+    /// The headers as stored in the queue: a JSON object, names sorted.
+    var headersJSON: String {
+        JSONValue.object(headers.sorted { $0.key < $1.key }.map { .init($0.key, .string($0.value)) }).serialized
+    }
+
+    init(method: String, url: String, body: [UInt8], headers: [String: String], options: OfflineODataRequestOptions) {
+        self.method = method
+        self.url = url
+        self.body = body
+        self.headers = headers
+        self.options = options
+    }
+}

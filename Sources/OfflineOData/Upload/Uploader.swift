@@ -1,0 +1,259 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+/// Performs an upload: runs the queue algorithms, then the ``UploadPlanner``'s batches
+/// through the provider's transport, and has ``UploadRecorder`` apply each batch's answers to
+/// the store in one transaction, batch by batch.
+///
+/// It owns the I/O of an upload and nothing else: reading what the messages need (key map,
+/// ETags, first-sent times) before a batch, sending it as `$batch` (or request by request to a
+/// backend without `$batch`), reading the new ETag of an entity whose link changed, reporting
+/// progress and failures through the provider, and writing the EventLog line. Its methods run
+/// on the provider's actor (`isolated` parameter), which owns the progress counters, the
+/// delegate and the cancellation flags.
+struct Uploader {
+    let store: Store
+    let serviceRoot: String
+    let parameters: OfflineODataParameters
+    let progress: ProgressReporter
+
+    var model: Model { store.model }
+
+    /// The steps of an upload with these parameters, in the order they happen.
+    static func plan(_ parameters: OfflineODataParameters) -> [OfflineODataProgressStep] {
+        var plan: [OfflineODataProgressStep] = [.uploadPreprocessing]
+        plan += algorithmSteps(parameters)
+        plan += [
+            .processingRequests, .sendingDataToServer, .receivingDataFromServer, .removingRemoveAfterUploadRequests,
+        ]
+        return plan
+    }
+
+    /// The steps of the queue algorithms the parameters turn on.
+    static func algorithmSteps(_ parameters: OfflineODataParameters) -> [OfflineODataProgressStep] {
+        var steps: [OfflineODataProgressStep] = []
+        if parameters.enableRequestQueueOptimization { steps.append(.performingRequestQueueMerge) }
+        if parameters.enableUndoLocalCreation { steps.append(.performingCreateDeleteMerge) }
+        if parameters.enableTransactionBuilder { steps.append(.performingTransactionMerge) }
+        return steps
+    }
+
+    /// Sends the queue (only requests of `categories`, when given); see
+    /// ``OfflineODataProvider/upload(categories:)``.
+    func run(categories: [String]?, on provider: isolated OfflineODataProvider) async throws {
+        provider.report(progress, .uploadPreprocessing)
+        let units = try await prepareQueue(categories: categories, on: provider)
+        let root = serviceRoot
+        let model = self.model
+        let failedEntities = try await store.read { reader in
+            try RequestQueue.failedEntities(reader.connection, model: model, serviceRoot: root)
+        }
+        var planner = UploadPlanner(
+            units: units, failedEntities: failedEntities,
+            limits: .init(
+                maxRequestsPerBatch: parameters.maxRequestsPerBatch,
+                transactionBuilder: parameters.enableTransactionBuilder))
+        func summary() -> String {
+            "\(planner.succeeded) requests applied, \(planner.failed) failed, \(planner.total - planner.succeeded - planner.failed) not sent"
+        }
+        while true {
+            if provider.cancelUploadRequested || Task.isCancelled { planner.cancel() }
+            guard let batch = planner.nextBatch() else { break }
+            provider.report(progress, .processingRequests, ["number": "\(batch.planned)", "count": "\(planner.total)"])
+            var results = batch.skipped
+            var interruption: (any Error)?
+            if !batch.units.isEmpty {
+                do {
+                    results += try await send(batch, planner: planner, on: provider)
+                } catch let partial as PartlySent {
+                    // Requests sent one by one: what the backend answered before the failure is
+                    // recorded (never sent again); the failed request and the rest stay queued.
+                    results += partial.results
+                    interruption = partial.failure
+                }
+            }
+            let actions = planner.received(results, for: batch)
+            let answered = zip(results, actions).map { ($0, $1) }
+            let failures = try await store.write { writer in
+                try UploadRecorder(writer, model: model, serviceRoot: root).record(answered)
+            }
+            provider.keyMapCache = nil
+            try await refreshETags(afterLinkChangesIn: results, on: provider)
+            // One call per ErrorArchive row, dependants too, in queue order.
+            for failure in failures.sorted(by: { $0.requestID < $1.requestID }) {
+                provider.emit(.requestFailed(failure))
+            }
+            if let interruption {
+                try await provider.logEvent(in: store, type: "Upload", details: summary())
+                throw interruption
+            }
+        }
+        provider.report(progress, .removingRemoveAfterUploadRequests)
+        try await provider.logEvent(in: store, type: "Upload", details: summary())
+        if Task.isCancelled && planner.hasUnplanned { throw CancellationError() }
+        if provider.cancelUploadRequested && planner.hasUnplanned {
+            throw OfflineODataError(
+                .cancelled,
+                "The upload was cancelled after \(planner.succeeded + planner.failed) requests; the rest stay queued")
+        }
+    }
+
+    /// Loads the requests to upload and runs the queue algorithms the parameters turn on, in
+    /// SPEC §6's order; what they change is written back to the queue (and so shows in the
+    /// RequestQueue entity set). Returns the requests grouped into change sets.
+    func prepareQueue(categories: [String]?, on provider: isolated OfflineODataProvider) async throws -> [[QueueEntry]]
+    {
+        let root = serviceRoot
+        let model = self.model
+        var entries = try await store.read { reader in
+            try RequestQueue.pendingEntries(reader.connection, model: model, serviceRoot: root, categories: categories)
+        }
+        func persist(_ rewrite: QueueRewrite, before: [QueueEntry]) async throws {
+            guard !rewrite.isEmpty else { return }
+            try await store.write { writer in
+                try RequestQueue(writer, model: model, serviceRoot: root).persist(rewrite, before: before)
+            }
+        }
+        if parameters.enableRequestQueueOptimization {
+            provider.report(progress, .performingRequestQueueMerge)
+            let (after, rewrite) = QueueAlgorithms.optimize(entries, model: model)
+            try await persist(rewrite, before: entries)
+            entries = after
+        }
+        if parameters.enableUndoLocalCreation {
+            provider.report(progress, .performingCreateDeleteMerge)
+            let (after, rewrite) = QueueAlgorithms.undoLocalCreations(entries)
+            try await persist(rewrite, before: entries)
+            entries = after
+        }
+        if parameters.enableTransactionBuilder { provider.report(progress, .performingTransactionMerge) }
+        return QueueAlgorithms.units(entries, builder: parameters.enableTransactionBuilder)
+    }
+
+    /// Sends one batch, one change set per unit (or, without `$batch`, each request) and
+    /// returns each request's answer.
+    func send(
+        _ batch: UploadPlanner.Batch, planner: UploadPlanner, on provider: isolated OfflineODataProvider
+    ) async throws -> [SentResult] {
+        let requests = batch.requests
+        let now = UploadPlanner.httpDate()
+        let root = serviceRoot
+        let model = self.model
+        let firstSent = try await store.write { writer in
+            try RequestQueue(writer, model: model, serviceRoot: root).markFirstSent(requests, now: now)
+        }
+        let (keyMap, etags) = try await store.read { reader -> ([String: String], [String: String]) in
+            let map = try RequestQueue.keyMap(reader.connection)
+            var etags: [String: String] = [:]
+            for request in requests where !request.isCreate {
+                guard let set = request.entitySet, let key = request.entityKey else { continue }
+                let reference = map[set + key] ?? set + key
+                if let (mappedSet, parsed) = Keys.parse(reference, model: model, serviceRoot: ""),
+                    let etag = try reader.entity(in: mappedSet, key: parsed)?.control.etag
+                {
+                    etags[set + key] = etag
+                }
+            }
+            return (map, etags)
+        }
+        let context = UploadPlanner.MessageContext(
+            keyMap: keyMap, etags: etags, firstSent: firstSent, now: now,
+            repeatable: parameters.enableRepeatableRequests, legacy: model.version.isLegacy)
+        let messages = planner.messages(for: batch, context: context)
+        if !parameters.backendSupportsBatch {
+            return try await sendOneByOne(requests, messages: messages, on: provider)
+        }
+        let multipart = planner.multipart(for: batch, messages: messages)
+        var headers = ["Content-Type": multipart.contentType]
+        if !model.version.isLegacy { headers["Prefer"] = "odata.continue-on-error" }
+        let response = try await provider.send(method: "POST", url: "$batch", headers: headers, body: multipart.write())
+        provider.report(progress, .sendingDataToServer, ["sentBytes": "\(provider.bytesSent)"])
+        provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
+        guard response.status < 400 else {
+            throw OfflineODataProvider.backendError(response, method: "POST", url: provider.absoluteURL("$batch"))
+        }
+        let answer: MultipartBatch
+        do {
+            let boundary = response.headers["Content-Type"].flatMap {
+                ODataCore.HTTPHeaders.parameter("boundary", in: $0)
+            }
+            answer = try MultipartBatch.read(response.body, boundary: boundary)
+        } catch {
+            throw OfflineODataError(
+                .backend, "The $batch response is not valid multipart: \(error); the requests stay queued")
+        }
+        return planner.results(of: answer, for: batch)
+    }
+
+    /// A backend without `$batch`: each request on its own, Content-ID references replaced by
+    /// the `Location` of the create they name. A failure to send stops it (``PartlySent``).
+    private func sendOneByOne(
+        _ requests: [QueuedRequest], messages: [BatchMessage],
+        on provider: isolated OfflineODataProvider
+    ) async throws -> [SentResult] {
+        var results: [SentResult] = []
+        var locations: [String: String] = [:]
+        for (request, message) in zip(requests, messages) {
+            var url = ContentIDReferences.resolve(url: message.url ?? "", locations)
+            let body = ContentIDReferences.resolve(body: message.body, locations)
+            if url.hasPrefix(serviceRoot) { url = String(url.dropFirst(serviceRoot.count)) }
+            var headers: [String: String] = [:]
+            for field in message.headers where field.name != "Content-ID" { headers[field.name] = field.value }
+            let response: TransportResponse
+            do {
+                response = try await provider.send(
+                    method: message.method ?? request.method, url: url, headers: headers, body: body)
+            } catch {
+                throw PartlySent(results: results, failure: error)
+            }
+            provider.report(progress, .sendingDataToServer, ["sentBytes": "\(provider.bytesSent)"])
+            if let location = response.headers["Location"] { locations["\(request.id)"] = location }
+            results.append(
+                SentResult(request: request, status: response.status, headers: response.headers, body: response.body))
+        }
+        provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
+        return results
+    }
+
+    /// A link change gave the entity holding the foreign key a new ETag on backends that renew
+    /// it (the reference server, SAP Gateway). When the answer did not carry it, it is read
+    /// now, right after the change, so that the entity's next change is checked against it: an
+    /// old ETag would fail for certain, and `If-Match: *` could overwrite another user's change
+    /// unseen. If the read fails, the known ETag stays (a 412 then shows, never a lost update).
+    func refreshETags(afterLinkChangesIn results: [SentResult], on provider: isolated OfflineODataProvider) async throws
+    {
+        let linked = results.filter {
+            $0.status < 400 && ($0.request.url.contains("$ref") || $0.request.url.contains("$links"))
+        }
+        guard !linked.isEmpty else { return }
+        let root = serviceRoot
+        let schema = store.schema
+        let stale = try await store.read { reader -> [String] in
+            let keyMap = try RequestQueue.keyMap(reader.connection)
+            return linked.compactMap { result in
+                guard
+                    let holder = LocalChange.linkHolder(
+                        of: result.request, schema: schema, serviceRoot: root, keyMap: keyMap)
+                else { return nil }
+                return holder.isSource && result.headers["ETag"] != nil ? nil : holder.reference
+            }
+        }
+        let model = self.model
+        for reference in Set(stale).sorted() {
+            guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: ""),
+                let response = try? await provider.send(
+                    method: "GET", url: reference, headers: ["Accept": "application/json"]),
+                response.status == 200
+            else { continue }
+            let answered = try? model.readEntity(response.body, entityType: model.entitySet(set)?.entityType)
+            guard let etag = response.headers["ETag"] ?? answered?.control.etag else { continue }
+            try await store.write { writer in
+                _ = try writer.setState(in: set, key: key, etag: .some(etag))
+                try RequestQueue(writer, model: model, serviceRoot: root).renewKeptETag(
+                    etag, in: set,
+                    predicate: Keys.predicate(key, in: set, model: model))
+            }
+        }
+    }
+}
