@@ -2,6 +2,23 @@ import Foundation
 import ODataCore
 import ODataStore
 
+/// A named read request whose results the store keeps (SPEC §3).
+public struct OfflineODataDefiningQuery: Sendable, Hashable, Codable {
+    /// Unique name.
+    public var name: String
+    /// The read request relative to the service root, e.g. `Orders?$expand=Items`.
+    public var query: String
+    /// Whether media streams of the entities are downloaded too.
+    public var automaticallyRetrievesStreams: Bool
+
+    /// Creates a defining query.
+    public init(name: String, query: String, automaticallyRetrievesStreams: Bool = false) {
+        self.name = name
+        self.query = query
+        self.automaticallyRetrievesStreams = automaticallyRetrievesStreams
+    }
+}
+
 /// What the defining queries read, and where the store keeps them (`oo_defining`: name,
 /// query, whether it retrieves streams, its order and its last delta link).
 enum DefiningQueries {

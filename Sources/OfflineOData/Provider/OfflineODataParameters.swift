@@ -128,53 +128,6 @@ public struct OfflineODataParameters: Sendable {
     }
 }
 
-/// A named read request whose results the store keeps (SPEC §3).
-public struct OfflineODataDefiningQuery: Sendable, Hashable, Codable {
-    /// Unique name.
-    public var name: String
-    /// The read request relative to the service root, e.g. `Orders?$expand=Items`.
-    public var query: String
-    /// Whether media streams of the entities are downloaded too.
-    public var automaticallyRetrievesStreams: Bool
-
-    /// Creates a defining query.
-    public init(name: String, query: String, automaticallyRetrievesStreams: Bool = false) {
-        self.name = name
-        self.query = query
-        self.automaticallyRetrievesStreams = automaticallyRetrievesStreams
-    }
-}
-
-/// Options of one local modification.
-public struct OfflineODataRequestOptions: Sendable, Hashable {
-    /// Requests with the same transaction ID travel in one change set.
-    public var transactionID: String?
-    /// Never combined with other requests by the queue algorithms.
-    public var unmodifiableRequest = false
-    /// Free text shown in RequestQueue and ErrorArchive.
-    public var customTag: String?
-    /// `upload(categories:)` sends only requests of the given categories.
-    public var uploadCategory: String?
-    /// Drop the local created entity once uploaded; the backend's copy arrives with the next download.
-    public var removeAfterUpload = false
-    /// Headers sent with this request when it is uploaded.
-    public var customHeaders: [String: String] = [:]
-
-    /// Creates options; every field is optional.
-    public init(
-        transactionID: String? = nil, unmodifiableRequest: Bool = false, customTag: String? = nil,
-        uploadCategory: String? = nil,
-        removeAfterUpload: Bool = false, customHeaders: [String: String] = [:]
-    ) {
-        self.transactionID = transactionID
-        self.unmodifiableRequest = unmodifiableRequest
-        self.customTag = customTag
-        self.uploadCategory = uploadCategory
-        self.removeAfterUpload = removeAfterUpload
-        self.customHeaders = customHeaders
-    }
-}
-
 /// A provider failure with a category and a message that names what is wrong.
 public struct OfflineODataError: Error, Sendable, CustomStringConvertible {
     /// What kind of failure.

@@ -216,12 +216,12 @@ public actor OfflineODataProvider {
                     .invalidParameter, "The store folder \(folder) cannot be created: \(error.localizedDescription)")
             }
         }
-        if FileManager.default.fileExists(atPath: Self.fillingMarker(path)) {
+        if FileManager.default.fileExists(atPath: StoreFiles.fillingMarker(path)) {
             // A first open that never finished: its store may even be damaged (it is filled
             // without a durable journal). It is made again from the backend; nothing local
             // can be lost, since no local change can be made before the first open succeeds.
             try refuseUnfinishedWithoutDefiningQueries(path)
-            Self.removeStoreFiles(path)
+            StoreFiles.remove(path)
             try await createAndFill(path)
         } else if FileManager.default.fileExists(atPath: path) {
             try await openExisting(path)
@@ -237,7 +237,7 @@ public actor OfflineODataProvider {
         guard definingQueries.isEmpty else { return }
         // The unfinished fill had no defining queries either (an app that starts from an empty
         // store): making it again with none loses nothing.
-        if let marker = FileManager.default.contents(atPath: Self.fillingMarker(path)),
+        if let marker = FileManager.default.contents(atPath: StoreFiles.fillingMarker(path)),
             String(decoding: marker, as: UTF8.self) == "0"
         {
             return
@@ -249,14 +249,7 @@ public actor OfflineODataProvider {
     }
 
     private func openExisting(_ path: String) async throws {
-        let opened: Store
-        do {
-            opened = try await Store.open(path: path, key: parameters.storeEncryptionKey)
-        } catch let error as DatabaseError {
-            throw Self.openFailure(error, path)
-        } catch let error as StoreError {
-            throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
-        }
+        let opened = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
         // A first open that never finished (the process ended while it filled the store) left
         // a store without all its data: it is made again from the backend. Nothing local is
         // lost, since no local change can be made before the first open succeeds.
@@ -271,7 +264,7 @@ public actor OfflineODataProvider {
         if state.unfinished {
             opened.close()
             try refuseUnfinishedWithoutDefiningQueries(path)
-            Self.removeStoreFiles(path)
+            StoreFiles.remove(path)
             try await createAndFill(path)
             return
         }
@@ -312,89 +305,8 @@ public actor OfflineODataProvider {
         let model = try LocalSchema.extend(backendModel)
         for query in definingQueries { _ = try DefiningQueries.entitySet(of: query.query, model: model) }
         report(progress, .creatingBootStrapDatabase)
-        // With a key, every connection of the new store derives it (64,000 PBKDF2 rounds each):
-        // the store is made while the first page is fetched, and waited for before that page
-        // is stored.
-        let key = parameters.storeEncryptionKey
-        // The lookup indexes (foreign keys) are built once, after the last page: updating them
-        // row by row costs a fifth of the inserts' time.
-        // Until the fill is complete, a marker beside the store says so (see `open`).
-        // It holds how many defining queries the fill had: a provider without any may redo a
-        // fill that had none either.
-        guard
-            FileManager.default.createFile(
-                atPath: Self.fillingMarker(path), contents: Data("\(definingQueries.count)".utf8))
-        else {
-            throw OfflineODataError(.store, "Cannot create \(Self.fillingMarker(path)) beside the new store")
-        }
-        let creating = Task { try await Store.create(path: path, model: model, key: key, deferringLookupIndexes: true) }
-        let queries = definingQueries
-        let root = serviceRoot
-        newStore = nil
-        defer { newStore = nil }
-        func ready() async throws -> Store { try await readyNewStore(creating, queries: queries, root: root) }
-        do {
-            report(progress, .creatingRequestQueueDatabase)
-            // A set is bulk-filled by the first query that covers it; later queries over it upsert.
-            var bulkSets: [String: Set<String>] = [:]
-            var claimed: Set<String> = []
-            for query in queries {
-                let set = try DefiningQueries.entitySet(of: query.query, model: model)
-                bulkSets[query.name] = claimed.contains(set) ? [] : [set]
-                claimed.formUnion(try DefiningQueries.coveredSets(of: query.query, model: model))
-                claimed.insert(set)
-            }
-            // Queries that fill an empty set may read their pages as rows.
-            let rowQueries = Set(queries.filter { !(bulkSets[$0.name] ?? []).isEmpty }.map(\.name))
-            let downloader = Downloader(serviceRoot: root, definingQueries: queries, progress: progress)
-            let read = try await downloader.fetchDefiningQueries(
-                queries.map { ($0, nil) }, model: model, rowQueries: rowQueries, on: self
-            ) { page in
-                let created = try await ready()
-                self.report(progress, .buildingEntityStore)
-                _ = try await downloader.applyFirstFill(page, to: created, bulkSets: bulkSets[page.name] ?? [])
-                try await downloader.fetchStreams(of: page, staged: false, store: created, on: self)
-            }
-            let created = try await ready()
-            report(progress, .analyzingReceivedData)
-            let pages = read.reduce(0) { $0 + $1.pages }
-            let entities = read.reduce(0) { $0 + $1.received }
-            try await logEvent(
-                in: created, type: "Open",
-                details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
-            try await created.createLookupIndexes()
-            // Back to WAL mode and durable commits: the commit that removes the mark makes
-            // every page before it durable; then the marker file goes.
-            try await created.setBulkFill(false)
-            try await created.write { writer in try LocalSchema.markFilled(writer) }
-            try? FileManager.default.removeItem(atPath: Self.fillingMarker(path))
-            store = created
-        } catch {
-            // The store may still be in the making: wait for it, so that nothing is left behind.
-            var created = newStore
-            if created == nil { created = try? await creating.value }
-            created?.close()
-            Self.removeStoreFiles(path)
-            throw error
-        }
-    }
-
-    /// The store a first open is making, once `creating` has made it, with the offline side
-    /// tables and the defining queries (set up once).
-    private func readyNewStore(
-        _ creating: Task<Store, any Error>, queries: [OfflineODataDefiningQuery], root: String
-    ) async throws -> Store {
-        if let newStore { return newStore }
-        let store = try await creating.value
-        if let newStore { return newStore }
-        newStore = store
-        // An open cut short is started again, so the fill writes each page once, without a
-        // durable journal; the commit that marks it complete is durable with all of them.
-        try await store.setBulkFill(true)
-        // Until the last page is in, the store is marked as filling: a later open that finds
-        // the mark starts again.
-        try await store.write { writer in try LocalSchema.prepareNewStore(writer, serviceRoot: root, queries: queries) }
-        return store
+        let downloader = Downloader(serviceRoot: serviceRoot, definingQueries: definingQueries, progress: progress)
+        store = try await downloader.fillNewStore(at: path, model: model, key: parameters.storeEncryptionKey, on: self)
     }
 
     /// Closes the store; a later `open()` reopens it.
@@ -405,20 +317,10 @@ public actor OfflineODataProvider {
         store = nil
     }
 
-    /// The file that exists while a first open fills the store at `path`.
-    static func fillingMarker(_ path: String) -> String { path + "-filling" }
-
-    /// Deletes the store at `path` with its journals and its filling marker.
-    static func removeStoreFiles(_ path: String) {
-        for suffix in ["", "-wal", "-shm", "-journal", "-filling"] {
-            try? FileManager.default.removeItem(atPath: path + suffix)
-        }
-    }
-
     /// Closes and deletes the store files, without contacting anyone.
     public func clear() {
         close()
-        Self.removeStoreFiles(parameters.storeFile)
+        StoreFiles.remove(parameters.storeFile)
     }
 
     func openStore() throws -> Store {
@@ -467,36 +369,11 @@ public actor OfflineODataProvider {
 }
 
 extension OfflineODataProvider {
-    /// The provider error for a store that cannot be opened: only a key problem is `wrongKey`,
-    /// so that an app does not ask for the passcode again (or wipe the store) when the file is
-    /// merely busy or damaged.
-    static func openFailure(_ error: DatabaseError, _ path: String) -> OfflineODataError {
-        switch error.code {
-        case .invalidEncryptionKey:
-            return OfflineODataError(
-                .wrongKey, "The store \(path) cannot be opened with the given key: \(error.message)")
-        case .busy:
-            return OfflineODataError(
-                .storeBusy, "The store \(path) is locked by another process or connection: \(error.message)")
-        case .emptyFile, .truncated, .corrupt:
-            return OfflineODataError(.storeDamaged, "The store \(path) is damaged: \(error.message)")
-        default:
-            return OfflineODataError(.store, "The store \(path) cannot be opened: \(error.message)")
-        }
-    }
-
     /// The service root an existing store was created for (nil when there is no store yet).
     public static func storedServiceRoot(parameters: OfflineODataParameters) async throws -> URL? {
         let path = parameters.storeFile
         guard FileManager.default.fileExists(atPath: path) else { return nil }
-        let store: Store
-        do {
-            store = try await Store.open(path: path, key: parameters.storeEncryptionKey)
-        } catch let error as DatabaseError {
-            throw openFailure(error, path)
-        } catch {
-            throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
-        }
+        let store = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
         defer { store.close() }
         let root = try await store.read { reader in try LocalSchema.serviceRoot(reader.connection) }
         return root.flatMap(URL.init(string:))

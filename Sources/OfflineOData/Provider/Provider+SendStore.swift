@@ -22,48 +22,9 @@ extension OfflineODataProvider {
         }
         if supportKey?.isEmpty == true { throw OfflineODataError(.invalidRequest, "The support key must not be empty") }
         guard chunkSize > 0 else { throw OfflineODataError(.invalidRequest, "chunkSize must be positive") }
-        let progress = reporter(.sendStore, [.sendingEntityStoreDatabase])
-        let copy = parameters.storeFile + ".support-\(GuidValue.random())"
-        defer {
-            for suffix in ["", "-journal", "-wal", "-shm"] {
-                try? FileManager.default.removeItem(atPath: copy + suffix)
-            }
-        }
-        do {
-            try await store.exportCopy(to: copy, key: supportKey)
-        } catch {
-            throw OfflineODataError(.store, "A copy of the store for support could not be made: \(error)")
-        }
-        guard let handle = FileHandle(forReadingAtPath: copy),
-            let total = (try? FileManager.default.attributesOfItem(atPath: copy)[.size] as? NSNumber)?.int64Value,
-            total > 0
-        else {
-            throw OfflineODataError(.store, "The copy of the store for support at \(copy) cannot be read")
-        }
-        defer { try? handle.close() }
-        var sent: Int64 = 0
-        report(progress, .sendingEntityStoreDatabase, ["sentBytes": "0", "totalBytes": "\(total)"])
-        while sent < total {
-            let chunk: Data
-            do {
-                chunk = try handle.read(upToCount: chunkSize) ?? Data()
-            } catch {
-                throw OfflineODataError(
-                    .store, "The copy of the store for support could not be read at byte \(sent): \(error)")
-            }
-            guard !chunk.isEmpty else {
-                throw OfflineODataError(.store, "The copy of the store for support ended at byte \(sent) of \(total)")
-            }
-            let last = sent + Int64(chunk.count) - 1
-            _ = try await send(
-                method: "POST", url: url,
-                headers: [
-                    "Content-Type": "application/octet-stream", "Content-Range": "bytes \(sent)-\(last)/\(total)",
-                ],
-                body: Array(chunk), expect: 200)
-            sent = last + 1
-            report(progress, .sendingEntityStoreDatabase, ["sentBytes": "\(sent)", "totalBytes": "\(total)"])
-        }
-        try await logEvent(in: store, type: "SendStore", details: "\(total) bytes sent to \(url)")
+        let sender = StoreSender(
+            store: store, storeFile: parameters.storeFile, progress: reporter(.sendStore, [.sendingEntityStoreDatabase])
+        )
+        try await sender.send(to: url, supportKey: supportKey, chunkSize: chunkSize, on: self)
     }
 }

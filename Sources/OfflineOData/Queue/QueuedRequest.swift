@@ -1,6 +1,36 @@
 import Foundation
 import ODataCore
 
+/// Options of one local modification.
+public struct OfflineODataRequestOptions: Sendable, Hashable {
+    /// Requests with the same transaction ID travel in one change set.
+    public var transactionID: String?
+    /// Never combined with other requests by the queue algorithms.
+    public var unmodifiableRequest = false
+    /// Free text shown in RequestQueue and ErrorArchive.
+    public var customTag: String?
+    /// `upload(categories:)` sends only requests of the given categories.
+    public var uploadCategory: String?
+    /// Drop the local created entity once uploaded; the backend's copy arrives with the next download.
+    public var removeAfterUpload = false
+    /// Headers sent with this request when it is uploaded.
+    public var customHeaders: [String: String] = [:]
+
+    /// Creates options; every field is optional.
+    public init(
+        transactionID: String? = nil, unmodifiableRequest: Bool = false, customTag: String? = nil,
+        uploadCategory: String? = nil,
+        removeAfterUpload: Bool = false, customHeaders: [String: String] = [:]
+    ) {
+        self.transactionID = transactionID
+        self.unmodifiableRequest = unmodifiableRequest
+        self.customTag = customTag
+        self.uploadCategory = uploadCategory
+        self.removeAfterUpload = removeAfterUpload
+        self.customHeaders = customHeaders
+    }
+}
+
 /// The state of an entity before its local changes: it did not exist (a local create), or its
 /// downloaded values as a JSON entity.
 struct Original: Sendable {

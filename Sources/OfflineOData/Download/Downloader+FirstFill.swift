@@ -1,0 +1,100 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+extension Downloader {
+    /// The first open: makes the store at `path` for `model` and fills it from every defining
+    /// query, each page stored as it arrives (memory stays flat). Any failure deletes the
+    /// file, so a backend error leaves nothing behind; a marker beside the store says the fill
+    /// is unfinished until it is complete (see ``OfflineODataProvider/open()``).
+    func fillNewStore(
+        at path: String, model: Model, key: String?, on provider: isolated OfflineODataProvider
+    ) async throws
+        -> Store
+    {
+        // With a key, every connection of the new store derives it (64,000 PBKDF2 rounds each):
+        // the store is made while the first page is fetched, and waited for before that page
+        // is stored.
+        // The lookup indexes (foreign keys) are built once, after the last page: updating them
+        // row by row costs a fifth of the inserts' time.
+        // Until the fill is complete, a marker beside the store says so (see `open`).
+        // It holds how many defining queries the fill had: a provider without any may redo a
+        // fill that had none either.
+        guard
+            FileManager.default.createFile(
+                atPath: StoreFiles.fillingMarker(path), contents: Data("\(definingQueries.count)".utf8))
+        else {
+            throw OfflineODataError(.store, "Cannot create \(StoreFiles.fillingMarker(path)) beside the new store")
+        }
+        let creating = Task { try await Store.create(path: path, model: model, key: key, deferringLookupIndexes: true) }
+        let queries = definingQueries
+        let root = serviceRoot
+        provider.newStore = nil
+        defer { provider.newStore = nil }
+        func ready() async throws -> Store {
+            try await readyNewStore(creating, queries: queries, root: root, on: provider)
+        }
+        do {
+            provider.report(progress, .creatingRequestQueueDatabase)
+            // A set is bulk-filled by the first query that covers it; later queries over it upsert.
+            var bulkSets: [String: Set<String>] = [:]
+            var claimed: Set<String> = []
+            for query in queries {
+                let set = try DefiningQueries.entitySet(of: query.query, model: model)
+                bulkSets[query.name] = claimed.contains(set) ? [] : [set]
+                claimed.formUnion(try DefiningQueries.coveredSets(of: query.query, model: model))
+                claimed.insert(set)
+            }
+            // Queries that fill an empty set may read their pages as rows.
+            let rowQueries = Set(queries.filter { !(bulkSets[$0.name] ?? []).isEmpty }.map(\.name))
+            let read = try await fetchDefiningQueries(
+                queries.map { ($0, nil) }, model: model, rowQueries: rowQueries, on: provider
+            ) { page in
+                let created = try await ready()
+                provider.report(progress, .buildingEntityStore)
+                _ = try await self.applyFirstFill(page, to: created, bulkSets: bulkSets[page.name] ?? [])
+                try await self.fetchStreams(of: page, staged: false, store: created, on: provider)
+            }
+            let created = try await ready()
+            provider.report(progress, .analyzingReceivedData)
+            let pages = read.reduce(0) { $0 + $1.pages }
+            let entities = read.reduce(0) { $0 + $1.received }
+            try await provider.logEvent(
+                in: created, type: "Open",
+                details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
+            try await created.createLookupIndexes()
+            // Back to WAL mode and durable commits: the commit that removes the mark makes
+            // every page before it durable; then the marker file goes.
+            try await created.setBulkFill(false)
+            try await created.write { writer in try LocalSchema.markFilled(writer) }
+            try? FileManager.default.removeItem(atPath: StoreFiles.fillingMarker(path))
+            return created
+        } catch {
+            // The store may still be in the making: wait for it, so that nothing is left behind.
+            var created = provider.newStore
+            if created == nil { created = try? await creating.value }
+            created?.close()
+            StoreFiles.remove(path)
+            throw error
+        }
+    }
+
+    /// The store a first open is making, once `creating` has made it, with the offline side
+    /// tables and the defining queries (set up once).
+    private func readyNewStore(
+        _ creating: Task<Store, any Error>, queries: [OfflineODataDefiningQuery], root: String,
+        on provider: isolated OfflineODataProvider
+    ) async throws -> Store {
+        if let newStore = provider.newStore { return newStore }
+        let store = try await creating.value
+        if let newStore = provider.newStore { return newStore }
+        provider.newStore = store
+        // An open cut short is started again, so the fill writes each page once, without a
+        // durable journal; the commit that marks it complete is durable with all of them.
+        try await store.setBulkFill(true)
+        // Until the last page is in, the store is marked as filling: a later open that finds
+        // the mark starts again.
+        try await store.write { writer in try LocalSchema.prepareNewStore(writer, serviceRoot: root, queries: queries) }
+        return store
+    }
+}
