@@ -9,7 +9,8 @@ import Testing
 @Suite struct DownloadApplyTests {
     static let all = [OfflineODataDefiningQuery(name: "Customers", query: "Customers")]
 
-    /// A keyed store of the shop model with customers 101, 102 and 103 as a first open leaves it.
+    /// A keyed store of the shop model with customers 101, 102 and 103, filled as a first open
+    /// fills it (`Downloader.applyFirstFill`).
     static func store(
         _ customers: [(Int64, String)] = [(101, "Downloaded 101"), (102, "Downloaded 102"), (103, "Downloaded 103")],
         queries: [OfflineODataDefiningQuery] = all
@@ -20,17 +21,18 @@ import Testing
         let model = try LocalSchema.extend(try MetadataParser().parse(ShopFixture.metadata))
         let store = try await Store.create(
             path: directory.appendingPathComponent("apply.sqlite").path, model: model, key: "apply-key")
-        let page = FetchedQuery(name: queries[0].name, entitySet: "Customers", entities: entities(customers))
         try await store.write { writer in
             try LocalSchema.prepareNewStore(writer, serviceRoot: "http://backend.invalid/", queries: queries)
-            var applier = PageApplier(
-                model: model, root: "", allQueries: queries, bulkSets: ["Customers"], firstFill: true)
-            try applier.apply(page, writer: writer)
-            _ = try applier.finish(writer: writer)
-            try LocalSchema.markFilled(writer)
         }
+        let page = FetchedQuery(name: queries[0].name, entitySet: "Customers", entities: entities(customers))
+        _ = try await downloader.applyFirstFill(page, to: store, bulkSets: ["Customers"], allQueries: queries)
+        try await store.write { writer in try LocalSchema.markFilled(writer) }
         return (store, directory)
     }
+
+    static let downloader = Downloader(
+        serviceRoot: "http://backend.invalid/",
+        progress: ProgressReporter(operation: .download, plan: Downloader.plan, language: "en"))
 
     static func entities(_ customers: [(Int64, String)]) -> [Entity] {
         customers.map {
@@ -41,18 +43,41 @@ import Testing
         }
     }
 
-    /// Applies pages as a download does (one transaction, the local diff at the end).
-    static func download(
-        _ pages: [FetchedQuery], to store: Store, queries: [OfflineODataDefiningQuery] = all
-    ) async throws -> String {
-        let model = store.model
-        return try await store.write { writer in
-            var applier = PageApplier(model: model, root: "", allQueries: queries, bulkSets: [], firstFill: false)
-            applier.locallyChanged = try RequestQueue.locallyChanged(writer.connection)
-            try writer.clearFlag("_upserted")
-            for page in pages { try applier.apply(page, writer: writer) }
-            return try applier.finish(writer: writer)
+    /// One staged page of a defining query, as the backend sends it: a V4 JSON collection,
+    /// with `@removed` entries for a delta's deletions.
+    struct Page {
+        var query: String
+        var customers: [(Int64, String)] = []
+        var removed: [Int64] = []
+        var isDelta = false
+
+        var body: String {
+            let rows =
+                customers.map { #"{"CustomerID":\#($0.0),"Name":"\#($0.1)"}"# }
+                + removed.map { #"{"@removed":{"reason":"deleted"},"@id":"Customers(\#($0))"}"# }
+            return #"{"value":["# + rows.joined(separator: ",") + "]}"
         }
+    }
+
+    /// Stages pages and applies them as a download does (`Downloader.applyStaged`: one
+    /// transaction, the local diff at the end).
+    static func download(
+        _ pages: [Page], to store: Store, queries: [OfflineODataDefiningQuery] = all
+    ) async throws -> String {
+        try await store.write { writer in
+            for page in pages {
+                _ = try writer.connection.execute(
+                    "INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, ?, ?)",
+                    [
+                        .text(page.query), .text("Customers"), .integer(page.isDelta ? 1 : 0),
+                        .blob(Array(page.body.utf8)),
+                    ])
+            }
+        }
+        let summary = try await downloader.applyStaged(to: store, allQueries: queries)
+        let left = try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_staging") }
+        #expect(left.first?.first == .integer(0), "staged pages are removed once applied")
+        return summary
     }
 
     /// A local change, as the provider makes it.
@@ -86,9 +111,7 @@ import Testing
         let (store, directory) = try await Self.store()
         defer { store.close(); try? FileManager.default.removeItem(at: directory) }
         try await Self.change("PATCH", "Customers(102)", #"{"Name":"Local 102"}"#, in: store)
-        let full = FetchedQuery(
-            name: "Customers", entitySet: "Customers",
-            entities: Self.entities([(101, "Changed 101"), (102, "Backend 102")]))
+        let full = Page(query: "Customers", customers: [(101, "Changed 101"), (102, "Backend 102")])
         let summary = try await Self.download([full], to: store)
         #expect(summary == "1 defining queries, 1 entities inserted or updated, 1 deleted")
         #expect(try await Self.names(store) == [101: "Changed 101", 102: "Local 102"])
@@ -104,10 +127,7 @@ import Testing
         let (store, directory) = try await Self.store()
         defer { store.close(); try? FileManager.default.removeItem(at: directory) }
         try await Self.change("PATCH", "Customers(101)", #"{"Name":"Local 101"}"#, in: store)
-        var delta = FetchedQuery(
-            name: "Customers", entitySet: "Customers", entities: Self.entities([(103, "Delta 103")]),
-            deleted: [DeletedEntity(id: "Customers(101)"), DeletedEntity(id: "Customers(102)")])
-        delta.isDelta = true
+        let delta = Page(query: "Customers", customers: [(103, "Delta 103")], removed: [101, 102], isDelta: true)
         let summary = try await Self.download([delta], to: store)
         #expect(summary == "1 defining queries, 1 entities inserted or updated, 1 deleted")
         #expect(try await Self.names(store) == [101: "Local 101", 103: "Delta 103"])
@@ -121,15 +141,12 @@ import Testing
         let high = OfflineODataDefiningQuery(name: "High", query: "Customers?$filter=CustomerID gt 101")
         let (store, directory) = try await Self.store(queries: [low, high])
         defer { store.close(); try? FileManager.default.removeItem(at: directory) }
-        let lowPage = FetchedQuery(
-            name: "Low", entitySet: "Customers", entities: Self.entities([(101, "Downloaded 101")]))
-        var highDelta = FetchedQuery(name: "High", entitySet: "Customers")
-        highDelta.isDelta = true
+        let lowPage = Page(query: "Low", customers: [(101, "Downloaded 101")])
+        let highDelta = Page(query: "High", isDelta: true)
         _ = try await Self.download([lowPage, highDelta], to: store, queries: [low, high])
         #expect(try await Self.names(store).keys.sorted() == [101, 102, 103])
         // Both read in full: now the diff sees every query and removes what neither returned.
-        let highFull = FetchedQuery(
-            name: "High", entitySet: "Customers", entities: Self.entities([(103, "Downloaded 103")]))
+        let highFull = Page(query: "High", customers: [(103, "Downloaded 103")])
         _ = try await Self.download([lowPage, highFull], to: store, queries: [low, high])
         #expect(try await Self.names(store).keys.sorted() == [101, 103])
     }
@@ -138,9 +155,8 @@ import Testing
         let (store, directory) = try await Self.store()
         defer { store.close(); try? FileManager.default.removeItem(at: directory) }
         try await Self.change("DELETE", "Customers(102)", in: store)
-        let full = FetchedQuery(
-            name: "Customers", entitySet: "Customers",
-            entities: Self.entities([(101, "Downloaded 101"), (102, "Backend 102"), (103, "Downloaded 103")]))
+        let full = Page(
+            query: "Customers", customers: [(101, "Downloaded 101"), (102, "Backend 102"), (103, "Downloaded 103")])
         _ = try await Self.download([full], to: store)
         #expect(try await Self.names(store).keys.sorted() == [101, 103])
         // The undo brings back the backend's latest state.

@@ -22,12 +22,12 @@ extension Downloader {
         // fill that had none either.
         guard
             FileManager.default.createFile(
-                atPath: StoreFiles.fillingMarker(path), contents: Data("\(definingQueries.count)".utf8))
+                atPath: StoreFiles.fillingMarker(path), contents: Data("\(provider.definingQueries.count)".utf8))
         else {
             throw OfflineODataError(.store, "Cannot create \(StoreFiles.fillingMarker(path)) beside the new store")
         }
         let creating = Task { try await Store.create(path: path, model: model, key: key, deferringLookupIndexes: true) }
-        let queries = definingQueries
+        let queries = provider.definingQueries
         let root = serviceRoot
         provider.newStore = nil
         defer { provider.newStore = nil }
@@ -52,7 +52,8 @@ extension Downloader {
             ) { page in
                 let created = try await ready()
                 provider.report(progress, .buildingEntityStore)
-                _ = try await self.applyFirstFill(page, to: created, bulkSets: bulkSets[page.name] ?? [])
+                _ = try await self.applyFirstFill(
+                    page, to: created, bulkSets: bulkSets[page.name] ?? [], allQueries: provider.definingQueries)
                 try await self.fetchStreams(of: page, staged: false, store: created, on: provider)
             }
             let created = try await ready()

@@ -8,15 +8,13 @@ import ODataStore
 /// without delta support, the query itself) is read page by page, following next links, with
 /// the next page fetched while one is applied; the media streams of queries that retrieve
 /// them; and the apply. The first open applies each page into the new store as it arrives
-/// (``applyFirstFill(_:to:bulkSets:)``); a later download stages the pages and applies them
-/// in one transaction once all are in (``applyStaged(to:)``), so a failure changes nothing.
+/// (``applyFirstFill(_:to:bulkSets:allQueries:)``); a later download stages the pages and applies them
+/// in one transaction once all are in (``applyStaged(to:allQueries:)``), so a failure changes nothing.
 /// ``PageApplier`` does the apply: upserts, deletions, the local diff of a full read, and
 /// keeping local changes (their kept state takes the backend's values). Its methods that talk
 /// to the backend run on the provider's actor (`isolated` parameter).
 struct Downloader: Sendable {
     let serviceRoot: String
-    /// Every defining query of the provider (the local diff needs the ones not read too).
-    let definingQueries: [OfflineODataDefiningQuery]
     let progress: ProgressReporter
 
     /// The steps of a download, in the order they happen.
@@ -57,7 +55,7 @@ struct Downloader: Sendable {
         }
         provider.report(progress, .analyzingReceivedData)
         provider.report(progress, .removingDeletedRelationships)
-        let summary = try await applyStaged(to: store)
+        let summary = try await applyStaged(to: store, allQueries: provider.definingQueries)
         provider.report(progress, .reapplyingChanges)
         try await provider.logEvent(in: store, type: "Download", details: summary)
     }
@@ -190,9 +188,13 @@ struct Downloader: Sendable {
     /// diffed or flagged: every row of a new store comes from this open. `bulkSets`: entity
     /// sets still empty, filled by this query alone, where plain entities go in without per-row
     /// lookups. Returns a one-line summary.
-    func applyFirstFill(_ page: FetchedQuery, to store: Store, bulkSets: Set<String>) async throws -> String {
+    func applyFirstFill(
+        _ page: FetchedQuery, to store: Store, bulkSets: Set<String>, allQueries: [OfflineODataDefiningQuery]
+    )
+        async throws -> String
+    {
         let applier = PageApplier(
-            model: store.model, root: serviceRoot, allQueries: definingQueries, bulkSets: bulkSets, firstFill: true)
+            model: store.model, root: serviceRoot, allQueries: allQueries, bulkSets: bulkSets, firstFill: true)
         return try await store.write { writer in
             var applier = applier
             try applier.apply(page, writer: writer)
@@ -202,10 +204,10 @@ struct Downloader: Sendable {
 
     /// Applies the staged pages of a download in one transaction, one page in memory at a
     /// time, and empties the staging table.
-    func applyStaged(to store: Store) async throws -> String {
+    func applyStaged(to store: Store, allQueries: [OfflineODataDefiningQuery]) async throws -> String {
         let model = store.model
         let applier = PageApplier(
-            model: model, root: serviceRoot, allQueries: definingQueries, bulkSets: [], firstFill: false)
+            model: model, root: serviceRoot, allQueries: allQueries, bulkSets: [], firstFill: false)
         return try await store.write { writer in
             var applier = applier
             applier.locallyChanged = try RequestQueue.locallyChanged(writer.connection)
@@ -277,7 +279,7 @@ struct Downloader: Sendable {
     ) async throws {
         let table = staged ? "oo_stream_staging" : "oo_streams"
         let model = store.model
-        guard definingQueries.first(where: { $0.name == page.name })?.automaticallyRetrievesStreams == true,
+        guard provider.definingQueries.first(where: { $0.name == page.name })?.automaticallyRetrievesStreams == true,
             model.entityType(ofEntitySet: page.entitySet)?.hasStream == true
         else { return }
         let set = page.entitySet

@@ -12,25 +12,25 @@ import ODataStore
 struct LocalReader {
     let store: Store
     let serviceRoot: String
-    /// Entity sets the defining queries fill (an error when a query cannot say: reads of sets
-    /// it would decide fail with it).
-    let covered: Result<Set<String>, any Error>
-    /// `Set(localKey)` → `Set(backendKey)`.
-    let keyMap: [String: String]
+    /// Entity sets the defining queries fill (asked only when a read names an entity set; an
+    /// error when a query cannot say).
+    let covered: @Sendable () async throws -> Set<String>
+    /// `Set(localKey)` → `Set(backendKey)` (asked only for URLs with a key).
+    let keyMap: @Sendable () async throws -> [String: String]
     let pageSize: Int?
 
     /// A URL whose entity has a local key the backend replaced names it by the backend's key.
-    func rewriteLocalKeys(_ url: String) -> String {
-        guard !keyMap.isEmpty, let open = url.firstIndex(of: "("), let close = url[open...].firstIndex(of: ")"),
-            let server = keyMap[String(url[url.startIndex...close])]
-        else { return url }
+    func rewriteLocalKeys(_ url: String) async throws -> String {
+        guard let open = url.firstIndex(of: "("), let close = url[open...].firstIndex(of: ")") else { return url }
+        let map = try await keyMap()
+        guard !map.isEmpty, let server = map[String(url[url.startIndex...close])] else { return url }
         return server + url[url.index(after: close)...]
     }
 
     /// A local read, with the content type when it is a media stream.
     func read(_ url: String) async throws -> (result: QueryResult, contentType: String?) {
         let model = store.model
-        var url = rewriteLocalKeys(url)
+        var url = try await rewriteLocalKeys(url)
         switch try await mediaStream(url) {
         case .stream(let contentType, let body)?: return (.value(.primitive(.binary(Data(body)))), contentType)
         case .missing?: return (.entity(nil), nil)
@@ -50,7 +50,7 @@ struct LocalReader {
             }
         }
         if case .entitySet(let set)? = resolved.path.segments.first?.kind, !LocalSchema.systemSets.contains(set) {
-            if !(try covered.get()).contains(set) {
+            if !(try await covered()).contains(set) {
                 let isSingle =
                     resolved.path.segments.count > 1
                     && resolved.path.segments.allSatisfy {
@@ -103,7 +103,7 @@ struct LocalReader {
                 try LocalSchema.affectedEntity(ofRequest: id, reader.connection)
             }
             guard let target else { throw OfflineODataError(.invalidRequest, "\(set)(\(id)) has no affected entity") }
-            return rewriteLocalKeys(target) + after
+            return try await rewriteLocalKeys(target) + after
         }
         return nil
     }

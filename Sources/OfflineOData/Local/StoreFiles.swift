@@ -11,7 +11,7 @@ enum StoreFiles {
             return try await Store.open(path: path, key: key)
         } catch let error as DatabaseError {
             throw openFailure(error, path)
-        } catch {
+        } catch let error as StoreError {
             throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
         }
     }

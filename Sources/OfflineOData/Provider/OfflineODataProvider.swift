@@ -305,7 +305,7 @@ public actor OfflineODataProvider {
         let model = try LocalSchema.extend(backendModel)
         for query in definingQueries { _ = try DefiningQueries.entitySet(of: query.query, model: model) }
         report(progress, .creatingBootStrapDatabase)
-        let downloader = Downloader(serviceRoot: serviceRoot, definingQueries: definingQueries, progress: progress)
+        let downloader = Downloader(serviceRoot: serviceRoot, progress: progress)
         store = try await downloader.fillNewStore(at: path, model: model, key: parameters.storeEncryptionKey, on: self)
     }
 
@@ -373,7 +373,14 @@ extension OfflineODataProvider {
     public static func storedServiceRoot(parameters: OfflineODataParameters) async throws -> URL? {
         let path = parameters.storeFile
         guard FileManager.default.fileExists(atPath: path) else { return nil }
-        let store = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
+        let store: Store
+        do {
+            store = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
+        } catch let error as OfflineODataError {
+            throw error
+        } catch {
+            throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
+        }
         defer { store.close() }
         let root = try await store.read { reader in try LocalSchema.serviceRoot(reader.connection) }
         return root.flatMap(URL.init(string:))

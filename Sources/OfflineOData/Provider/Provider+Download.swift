@@ -22,7 +22,7 @@ extension OfflineODataProvider {
             throw OfflineODataError(.unknownDefiningQuery, "No defining query named \(unknown.joined(separator: ", "))")
         }
         let downloader = Downloader(
-            serviceRoot: serviceRoot, definingQueries: definingQueries, progress: reporter(.download, Downloader.plan))
+            serviceRoot: serviceRoot, progress: reporter(.download, Downloader.plan))
         try await downloader.run(selected, store: store, on: self)
     }
 

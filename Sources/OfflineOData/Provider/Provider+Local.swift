@@ -37,12 +37,10 @@ extension OfflineODataProvider {
     }
 
     /// The reader of the open store, with the provider's scope and key map.
-    func localReader(_ store: Store) async throws -> LocalReader {
-        let map = try await keyMap(store: store)
-        return LocalReader(
-            store: store, serviceRoot: serviceRoot, covered: Result { try coveredSets(model: store.model) },
-            keyMap: map,
-            pageSize: parameters.pageSize)
+    func localReader(_ store: Store) -> LocalReader {
+        LocalReader(
+            store: store, serviceRoot: serviceRoot, covered: { try await self.coveredSets(model: store.model) },
+            keyMap: { try await self.keyMap(store: store) }, pageSize: parameters.pageSize)
     }
 
     /// A read link with a local temporary key keeps working after upload: it maps to the
