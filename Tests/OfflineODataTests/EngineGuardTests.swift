@@ -324,4 +324,34 @@ import Testing
                 "\(root) prefer: \(prefer)")
         }
     }
+
+    /// An entity created offline keeps its local key for the app after the upload re-keys it:
+    /// reads and changes by that key reach it (in V2 also when the Int64 key is written without
+    /// its `L`), and an undo by that key (the typed API) reaches the change queued since.
+    @Test(arguments: [false, true])
+    func undoByALocalKeyTheBackendReplacedReachesTheEntity(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        let created = try await provider.execute(
+            method: "POST", url: "Contacts",
+            body: Array(#"{"PartnerID":"BP0","FirstName":"Undo","LastName":"Local"}"#.utf8))
+        guard case .entity(let contact?)? = created.result, case .primitive(.int64(let localID))? = contact["ContactID"]
+        else {
+            Issue.record("no local key")
+            return
+        }
+        #expect(localID < 0)
+        try await provider.upload()
+        // The local key still names the entity, as the app wrote it (V2 too, without `L`).
+        #expect(string(try await provider.readEntities("Contacts(\(localID))").first, "LastName") == "Local")
+        _ = try await provider.execute(
+            method: "PATCH", url: "Contacts(\(localID))", body: Array(#"{"FirstName":"Changed"}"#.utf8))
+        #expect(string(try await provider.readEntities("Contacts(\(localID))").first, "FirstName") == "Changed")
+        #expect(try await provider.hasPendingUpload)
+        try await provider.undoPendingChanges(for: "Contacts", key: ["ContactID": .int64(localID)])
+        #expect(try await provider.isRequestQueueEmpty)
+        #expect(string(try await provider.readEntities("Contacts(\(localID))").first, "FirstName") == "Undo")
+    }
 }

@@ -23,7 +23,15 @@ struct LocalReader {
     func rewriteLocalKeys(_ url: String) async throws -> String {
         guard let open = url.firstIndex(of: "("), let close = url[open...].firstIndex(of: ")") else { return url }
         let map = try await keyMap()
-        guard !map.isEmpty, let server = map[String(url[url.startIndex...close])] else { return url }
+        guard !map.isEmpty else { return url }
+        let head = String(url[url.startIndex...close])
+        // The key as written (`Contacts(-1)`), else in the form the map keeps (V2 writes an
+        // Int64 key `-1L`).
+        var mapped = map[head]
+        if mapped == nil, let (set, key) = Keys.parse(head, model: store.model, serviceRoot: "") {
+            mapped = map[set + Keys.predicate(key, in: set, model: store.model)]
+        }
+        guard let server = mapped else { return url }
         return server + url[url.index(after: close)...]
     }
 

@@ -1,5 +1,9 @@
 public import Foundation
 
+// Progress of long operations: the steps (SPEC §8), the update values the delegate and the
+// event stream receive, the texts of each step in 30 languages (`progress-messages.json`), and
+// ``ProgressReporter``, which numbers the steps of one operation monotonically.
+
 /// The steps long operations report (SPEC §8).
 public enum OfflineODataProgressStep: String, Sendable, CaseIterable, Codable {
     case buildingEntityStore, creatingBootStrapDatabase, creatingRequestQueueDatabase, downloadingEntityStore,
