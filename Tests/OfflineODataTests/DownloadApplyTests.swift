@@ -164,3 +164,91 @@ import Testing
         #expect(try await Self.names(store)[102] == "Backend 102")
     }
 }
+
+/// Applying upload answers to a real store, without a server (issue 21): `UploadRecorder`
+/// with the planner's actions.
+@Suite struct UploadRecordTests {
+    static func record(
+        _ answered: [(SentResult, UploadPlanner.Action)], in store: Store
+    ) async throws -> [OfflineODataFailedRequest] {
+        let model = store.model
+        return try await store.write { writer in
+            try UploadRecorder(writer, model: model, serviceRoot: "").record(answered)
+        }
+    }
+
+    static func queue(_ store: Store) async throws -> [QueuedRequest] {
+        try await store.read { reader in try RequestQueue.load(reader.connection, statuses: ["pending", "failed"]) }
+    }
+
+    @Test func aCreateTakesOverTheBackendsKeyAndLaterChangesFollowIt() async throws {
+        let (store, directory) = try await DownloadApplyTests.store()
+        defer {
+            store.close()
+            try? FileManager.default.removeItem(at: directory)
+        }
+        try await DownloadApplyTests.change("POST", "Customers", #"{"Name":"New"}"#, in: store)
+        try await DownloadApplyTests.change("PATCH", "Customers(-1)", #"{"City":"Lyon"}"#, in: store)
+        let queued = try await Self.queue(store)
+        #expect(queued.map(\.entityKey) == ["(-1)", "(-1)"])
+        var answer = HTTPHeaders()
+        answer["ETag"] = "W/\"9\""
+        let created = SentResult(
+            request: queued[0], status: 201, headers: answer,
+            body: Array(#"{"CustomerID":555,"Name":"New","City":null}"#.utf8))
+        let failures = try await Self.record([(created, .apply(.created))], in: store)
+        #expect(failures.isEmpty)
+        // The entity has the backend's key and ETag; its queued change follows it and is shown
+        // on top of the backend's answer.
+        let names = try await DownloadApplyTests.names(store)
+        #expect(names[555] == "New" && names[-1] == nil)
+        guard case .entity(let entity?) = try await store.query("Customers(555)") else {
+            Issue.record("no entity"); return
+        }
+        #expect(entity["City"] == .primitive(.string("Lyon")))
+        #expect(entity.control.etag == "W/\"9\"")
+        let left = try await Self.queue(store)
+        #expect(left.map(\.id) == [queued[1].id])
+        #expect(left.first?.entityKey == "(555)")
+        let keyMap = try await store.read { reader in try RequestQueue.keyMap(reader.connection) }
+        #expect(keyMap == ["Customers(-1)": "Customers(555)"])
+    }
+
+    @Test func refusedAndDependantRequestsGoToTheErrorArchive() async throws {
+        let (store, directory) = try await DownloadApplyTests.store()
+        defer {
+            store.close()
+            try? FileManager.default.removeItem(at: directory)
+        }
+        try await DownloadApplyTests.change("PATCH", "Customers(101)", #"{"Name":"Refused"}"#, in: store)
+        try await DownloadApplyTests.change("PATCH", "Customers(101)", #"{"City":"Nice"}"#, in: store)
+        let queued = try await Self.queue(store)
+        let refused = SentResult(
+            request: queued[0], status: 400, headers: HTTPHeaders(),
+            body: Array(#"{"error":{"code":"NameRefused","message":"Not this name"}}"#.utf8))
+        let skipped = SentResult(
+            request: queued[1], status: 424, headers: HTTPHeaders(), body: [], dependencyOf: queued[0].id)
+        let failures = try await Self.record(
+            [(refused, .archiveFailure(status: 400)), (skipped, .archiveDependant(dependsOn: queued[0].id))],
+            in: store)
+        #expect(failures.map(\.httpStatus) == [400, 424])
+        #expect(failures.map(\.code) == ["NameRefused", "DependencyFailed"])
+        #expect(failures.last?.message == "Not sent: it depends on request \(queued[0].id), which failed")
+        guard case .collection(let archive) = try await store.query("ErrorArchive?$orderby=RequestID") else {
+            Issue.record("no archive")
+            return
+        }
+        #expect(
+            archive.entities.map { $0["Domain"] } == [
+                .primitive(.string("Backend")), .primitive(.string("OfflineOData")),
+            ])
+        #expect(try await Self.queue(store).allSatisfy(\.failed))
+        // The entity keeps its local changes, in error state.
+        #expect(try await DownloadApplyTests.names(store)[101] == "Refused")
+        guard case .collection(let inError) = try await store.query("Customers?$filter=sap.inErrorState()") else {
+            Issue.record("no error-state read")
+            return
+        }
+        #expect(inError.entities.count == 1)
+    }
+}
