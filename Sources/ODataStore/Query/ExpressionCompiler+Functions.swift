@@ -15,6 +15,11 @@ extension ExpressionCompiler {
         "datetime(substr(" + c + ", 3, 10) || ' ' || substr(" + c + ", 14, 8), " + offsetMinutes(c) + " || ' minutes')"
     }
 
+    /// A date-time value known when the query is compiled (`now()`, `mindatetime()`, …).
+    static func dateTimeLiteral(_ value: DateTimeOffsetValue) -> Operand {
+        Operand(sql: SQLFragment(""), storage: .literal(.primitive(.dateTimeOffset(value))))
+    }
+
     static let supportedFunctions: Set<String> = [
         "contains", "substringof", "startswith", "endswith", "indexof", "length", "substring", "tolower", "toupper",
         "trim", "concat",
@@ -94,26 +99,15 @@ extension ExpressionCompiler {
             "totaloffsetminutes":
             return try datePart(name, args[0], storageType(0))
         case "now":
-            return Operand(sql: SQLFragment(""), storage: .literal(.primitive(.dateTimeOffset(Self.now()))))
+            return Self.dateTimeLiteral(Self.now())
         case "mindatetime":
-            return Operand(
-                sql: SQLFragment(""),
-                storage: .literal(
-                    .primitive(
-                        .dateTimeOffset(
-                            DateTimeOffsetValue(
-                                date: DateValue(year: 1, month: 1, day: 1), time: TimeOfDayValue(hour: 0, minute: 0),
-                                offsetMinutes: 0)))))
+            let date = DateValue(year: 1, month: 1, day: 1)
+            return Self.dateTimeLiteral(
+                DateTimeOffsetValue(date: date, time: TimeOfDayValue(hour: 0, minute: 0), offsetMinutes: 0))
         case "maxdatetime":
-            return Operand(
-                sql: SQLFragment(""),
-                storage: .literal(
-                    .primitive(
-                        .dateTimeOffset(
-                            DateTimeOffsetValue(
-                                date: DateValue(year: 9999, month: 12, day: 31),
-                                time: TimeOfDayValue(hour: 23, minute: 59, second: 59, fraction: "999999999999"),
-                                offsetMinutes: 0)))))
+            let date = DateValue(year: 9999, month: 12, day: 31)
+            let time = TimeOfDayValue(hour: 23, minute: 59, second: 59, fraction: "999999999999")
+            return Self.dateTimeLiteral(DateTimeOffsetValue(date: date, time: time, offsetMinutes: 0))
         case "round", "floor", "ceiling":
             guard let type = storageType(0), type.isIntegral || type == .double || type == .single else {
                 throw Self.unsupported("\(name) on Edm.Decimal or non-numeric values")
