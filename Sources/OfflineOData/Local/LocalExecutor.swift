@@ -127,17 +127,12 @@ struct LocalExecutor {
                 localKey = true
             }
             if let type = model.entityType(ofEntitySet: set) {
-                for ref in model.key(of: type) where entity[ref.name] == nil || entity[ref.name] == .null {
-                    guard let property = model.property(ref.name, ofStructuredType: type.qualifiedName),
-                        let value = try nextLocalKey(PrimitiveType(rawValue: property.type.name))
-                    else {
-                        throw OfflineODataError(
-                            .invalidRequest,
-                            "POST \(change.url): the key \(ref.name) is missing and no local key can be made for its type"
-                        )
-                    }
-                    entity.properties.removeAll { $0.name == ref.name }
-                    entity.properties.append(NamedValue(name: ref.name, value: .primitive(value)))
+                let missing = try localKeyValues(forMissingKeyOf: entity, type: type) { name in
+                    "POST \(change.url): the key \(name) is missing and no local key can be made for its type"
+                }
+                for (name, value) in missing {
+                    entity.properties.removeAll { $0.name == name }
+                    entity.properties.append(NamedValue(name: name, value: .primitive(value)))
                     localKey = true
                 }
             }
@@ -316,16 +311,12 @@ struct LocalExecutor {
                     for (property, value) in key { child[property] = .primitive(value) }
                     local = true
                 }
-                for ref in model.key(of: type) where child[ref.name] == nil || child[ref.name] == .null {
-                    guard let property = model.property(ref.name, ofStructuredType: type.qualifiedName),
-                        let value = try nextLocalKey(PrimitiveType(rawValue: property.type.name))
-                    else {
-                        throw OfflineODataError(
-                            .invalidRequest,
-                            "POST \(url): the key \(ref.name) of the nested \(target) entity at \(childPath) "
-                                + "is missing and no local key can be made for its type")
-                    }
-                    child[ref.name] = .primitive(value)
+                let missing = try localKeyValues(forMissingKeyOf: child, type: type) { name in
+                    "POST \(url): the key \(name) of the nested \(target) entity at \(childPath) "
+                        + "is missing and no local key can be made for its type"
+                }
+                for (name, value) in missing {
+                    child[name] = .primitive(value)
                     local = true
                 }
                 guard let key = Keys.key(of: child, in: target, model: model) else {
@@ -353,6 +344,23 @@ struct LocalExecutor {
                 break
             }
         }
+    }
+
+    /// A local temporary key value for each key part of `entity` that is missing (absent or
+    /// null), in key order; `refusal` says what is wrong when a part's type has none.
+    func localKeyValues(
+        forMissingKeyOf entity: Entity, type: EntityType, refusal: (String) -> String
+    ) throws
+        -> [(name: String, value: PrimitiveValue)]
+    {
+        var values: [(name: String, value: PrimitiveValue)] = []
+        for ref in model.key(of: type) where entity[ref.name] == nil || entity[ref.name] == .null {
+            guard let property = model.property(ref.name, ofStructuredType: type.qualifiedName),
+                let value = try nextLocalKey(PrimitiveType(rawValue: property.type.name))
+            else { throw OfflineODataError(.invalidRequest, refusal(ref.name)) }
+            values.append((ref.name, value))
+        }
+        return values
     }
 
     /// A local temporary key value: negative numbers for integers, `LOCAL~n` for strings, a

@@ -58,13 +58,9 @@ struct RequestQueue {
         try load(connection, statuses: [status])
     }
 
-    /// Loads queued requests with any of the given statuses, in order.
-    static func load(_ connection: Connection, statuses: [String]) throws -> [QueuedRequest] {
-        try load(connection, statuses: statuses, ids: nil)
-    }
-
-    /// Loads the queued requests among `ids` (at most 500) with any of the given statuses, in order.
-    static func load(_ connection: Connection, statuses: [String], ids: [Int64]?) throws -> [QueuedRequest] {
+    /// Loads queued requests with any of the given statuses, in order; with `ids` (at most 500),
+    /// only those among them.
+    static func load(_ connection: Connection, statuses: [String], ids: [Int64]? = nil) throws -> [QueuedRequest] {
         let only = ids.map { " AND id IN (" + $0.map { _ in "?" }.joined(separator: ", ") + ")" } ?? ""
         let rows = try connection.query(
             """

@@ -29,190 +29,187 @@ struct UploadRecorder {
     /// Applies a batch's answers, each with the planner's action: successes leave the queue
     /// and bring the backend's key, ETag and values; failures go to the ErrorArchive.
     func record(_ answered: [(SentResult, UploadPlanner.Action)]) throws -> [OfflineODataFailedRequest] {
-        let root = serviceRoot
-        do {
-            var failures: [OfflineODataFailedRequest] = []
-            var touched: Set<String> = []
-            // Entities created by this batch: the backend answered the create with the values
-            // it had then, so later changes to them in the batch are applied again on top.
-            var createdHere: Set<String> = []
-            // Entities whose create the backend took in this batch (by their backend key).
-            var createdNow: Set<String> = []
-            // Requests the backend took, per entity: what its kept state advances by.
-            var taken: [String: [(request: QueuedRequest, etag: String?, server: Entity?)]] = [:]
-            for (result, action) in answered {
-                var request = result.request
-                let set = request.entitySet
-                let localReference = (set ?? "") + (request.entityKey ?? "")
-                // An entity created earlier in this upload now has the backend's key.
-                if let set, let local = request.entityKey {
-                    let mapped = try writer.connection.query(
-                        "SELECT server_key FROM oo_key_map WHERE entity_set = ? AND local_key = ?",
-                        [.text(set), .text(local)])
-                    if case .text(let server)? = mapped.first?.first { request.entityKey = server }
+        var failures: [OfflineODataFailedRequest] = []
+        var touched: Set<String> = []
+        // Entities created by this batch: the backend answered the create with the values
+        // it had then, so later changes to them in the batch are applied again on top.
+        var createdHere: Set<String> = []
+        // Entities whose create the backend took in this batch (by their backend key).
+        var createdNow: Set<String> = []
+        // Requests the backend took, per entity: what its kept state advances by.
+        var taken: [String: [(request: QueuedRequest, etag: String?, server: Entity?)]] = [:]
+        for (result, action) in answered {
+            var request = result.request
+            let set = request.entitySet
+            let localReference = (set ?? "") + (request.entityKey ?? "")
+            // An entity created earlier in this upload now has the backend's key.
+            if let set, let local = request.entityKey {
+                let mapped = try writer.connection.query(
+                    "SELECT server_key FROM oo_key_map WHERE entity_set = ? AND local_key = ?",
+                    [.text(set), .text(local)])
+                if case .text(let server)? = mapped.first?.first { request.entityKey = server }
+            }
+            let reference = (set ?? "") + (request.entityKey ?? "")
+            touched.insert(reference)
+            if case .apply(let takeOver) = action {
+                try queue.remove(request.id)
+                guard let set, let localKey = request.entityKey,
+                    let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "")
+                else { continue }
+                if request.isCreate { createdHere.insert(localReference) }
+                if !request.isCreate, request.method != "DELETE", createdHere.contains(localReference),
+                    let change = try? LocalChange.replaying(
+                        result.request, model: model, serviceRoot: serviceRoot,
+                        keyMap: RequestQueue.keyMap(writer.connection)), !change.target.isRef
+                {
+                    _ = try? writer.connection.savepoint {
+                        try local.apply(change, repeatable: false, replaying: result.request)
+                    }
                 }
-                let reference = (set ?? "") + (request.entityKey ?? "")
-                touched.insert(reference)
-                if case .apply(let takeOver) = action {
-                    try queue.remove(request.id)
-                    guard let set, let localKey = request.entityKey,
-                        let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "")
-                    else { continue }
-                    if request.isCreate { createdHere.insert(localReference) }
-                    if !request.isCreate, request.method != "DELETE", createdHere.contains(localReference),
-                        let change = try? LocalChange.replaying(
-                            result.request, model: model, serviceRoot: root,
-                            keyMap: RequestQueue.keyMap(writer.connection)), !change.target.isRef
+                let server =
+                    request.mediaType != nil && !request.isCreate
+                    ? nil : Self.serverEntity(result, set: set, model: model)
+                var predicate = localKey
+                if takeOver == .created {
+                    if let serverPredicate = try takeOverCreated(
+                        result, set: set, localPredicate: localKey, localKey: key)
                     {
-                        _ = try? writer.connection.savepoint {
-                            try local.apply(change, repeatable: false, replaying: result.request)
-                        }
+                        touched.insert(set + serverPredicate)
+                        predicate = serverPredicate
                     }
-                    let server =
-                        request.mediaType != nil && !request.isCreate
-                        ? nil : Self.serverEntity(result, set: set, model: model)
-                    var predicate = localKey
-                    if takeOver == .created {
-                        if let serverPredicate = try takeOverCreated(
-                            result, set: set, localPredicate: localKey, localKey: key)
-                        {
-                            touched.insert(set + serverPredicate)
-                            predicate = serverPredicate
-                        }
-                        createdNow.insert(set + predicate)
-                        let nestedNow = try takeOverNested(result, set: set)
-                        touched.formUnion(nestedNow)
-                        createdNow.formUnion(nestedNow)
-                    } else if takeOver == .linkETag,
-                        let holder = LocalChange.linkHolder(
-                            of: result.request, schema: writer.schema, serviceRoot: root,
-                            keyMap: try RequestQueue.keyMap(writer.connection))
+                    createdNow.insert(set + predicate)
+                    let nestedNow = try takeOverNested(result, set: set)
+                    touched.formUnion(nestedNow)
+                    createdNow.formUnion(nestedNow)
+                } else if takeOver == .linkETag,
+                    let holder = LocalChange.linkHolder(
+                        of: result.request, schema: writer.schema, serviceRoot: serviceRoot,
+                        keyMap: try RequestQueue.keyMap(writer.connection))
+                {
+                    // A link change may give the end holding the foreign key a new ETag: the
+                    // answer carries it for the URL's entity; otherwise the upload reads it
+                    // (see `refreshETags`) before that entity's next change is sent.
+                    if holder.isSource, let etag = result.headers["ETag"],
+                        let (holderSet, holderKey) = Keys.parse(holder.reference, model: model, serviceRoot: "")
                     {
-                        // A link change may give the end holding the foreign key a new ETag: the
-                        // answer carries it for the URL's entity; otherwise the upload reads it
-                        // (see `refreshETags`) before that entity's next change is sent.
-                        if holder.isSource, let etag = result.headers["ETag"],
-                            let (holderSet, holderKey) = Keys.parse(holder.reference, model: model, serviceRoot: "")
-                        {
-                            try writer.setState(in: holderSet, key: holderKey, etag: .some(etag))
-                            try queue.renewKeptETag(
-                                etag, in: holderSet, predicate: Keys.predicate(holderKey, in: holderSet, model: model))
-                        }
-                    } else if request.method != "DELETE", let etag = result.headers["ETag"] ?? server?.control.etag {
-                        try writer.setState(in: set, key: key, etag: .some(etag))
+                        try writer.setState(in: holderSet, key: holderKey, etag: .some(etag))
+                        try queue.renewKeptETag(
+                            etag, in: holderSet, predicate: Keys.predicate(holderKey, in: holderSet, model: model))
                     }
-                    if !request.options.removeAfterUpload {
-                        taken[set + predicate, default: []].append((request, result.headers["ETag"], server))
-                    }
+                } else if request.method != "DELETE", let etag = result.headers["ETag"] ?? server?.control.etag {
+                    try writer.setState(in: set, key: key, etag: .some(etag))
+                }
+                if !request.options.removeAfterUpload {
+                    taken[set + predicate, default: []].append((request, result.headers["ETag"], server))
+                }
+                continue
+            }
+            // Failed, or not sent because a request it depends on failed.
+            _ = try writer.connection.execute(
+                "UPDATE oo_queue SET status = 'failed' WHERE id = ?", [.integer(request.id)])
+            var code = "DependencyFailed"
+            var dependsOn: Int64?
+            if case .archiveDependant(let id) = action { dependsOn = id }
+            var message = "Not sent: it depends on request \(dependsOn ?? 0), which failed"
+            var inner: String?
+            if dependsOn == nil {
+                if let error = try? ODataError.parse(result.body, httpStatus: result.status) {
+                    code = error.code
+                    message = error.message
+                    inner = error.innerError?.serialized
+                } else {
+                    code = "HTTP\(result.status)"
+                    message = String(decoding: result.body.prefix(500), as: UTF8.self)
+                }
+            }
+            // A media request's body is a stream, not text: the archive names its type instead.
+            let body =
+                request.body.isEmpty || request.mediaType != nil
+                ? nil : String(decoding: request.body, as: UTF8.self)
+            let failure = OfflineODataFailedRequest(
+                httpStatus: result.status, requestID: request.id, customTag: request.options.customTag, code: code,
+                message: message, innerError: inner, method: request.method, url: request.url, body: body)
+            func text(_ value: String?) -> Value { value.map { .primitive(.string($0)) } ?? .null }
+            try writer.insert(
+                Entity(properties: [
+                    NamedValue(name: "RequestID", value: .primitive(.int64(request.id))),
+                    NamedValue(name: "CustomTag", value: text(request.options.customTag)),
+                    NamedValue(name: "HTTPStatusCode", value: .primitive(.int32(Int32(result.status)))),
+                    NamedValue(name: "Code", value: text(code)),
+                    NamedValue(name: "Message", value: text(message)),
+                    NamedValue(name: "InnerError", value: text(inner)),
+                    NamedValue(name: "Domain", value: text(dependsOn == nil ? "Backend" : "OfflineOData")),
+                    NamedValue(name: "RequestMethod", value: text(request.method)),
+                    NamedValue(name: "RequestURL", value: text(request.url)),
+                    NamedValue(name: "RequestBody", value: text(body)),
+                ]), into: LocalSchema.errorArchive)
+            if let set, let localKey = request.entityKey,
+                let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "")
+            {
+                try writer.setState(in: set, key: key, inError: true)
+            }
+            failures.append(failure)
+        }
+        // A created entity took the backend's answer, which predates its changes still
+        // queued for later batches: they are applied on top again, so that it shows them.
+        if !createdNow.isEmpty {
+            // Only their requests are loaded (a large queue of creates would otherwise be read
+            // whole after every batch).
+            var ids: [Int64] = []
+            for row in try writer.connection.query(
+                "SELECT id, entity_set, entity_key FROM oo_queue WHERE status = 'pending' AND is_create = 0")
+            {
+                guard case .integer(let id) = row[0], case .text(let set) = row[1], case .text(let key) = row[2],
+                    createdNow.contains(set + key)
+                else { continue }
+                ids.append(id)
+            }
+            let keyMap = ids.isEmpty ? [:] : try RequestQueue.keyMap(writer.connection)
+            let requests = try stride(from: 0, to: ids.count, by: 500).flatMap { start in
+                try RequestQueue.load(
+                    writer.connection, statuses: ["pending"], ids: Array(ids[start..<min(start + 500, ids.count)]))
+            }
+            for request in requests {
+                guard
+                    let change = try? LocalChange.replaying(
+                        request, model: model, serviceRoot: serviceRoot, keyMap: keyMap),
+                    !change.target.isRef
+                else { continue }
+                _ = try? writer.connection.savepoint {
+                    try local.apply(change, repeatable: false, replaying: request)
+                }
+            }
+        }
+        // Entities without queued requests are no longer pending, and need no kept state.
+        // Those with requests left (waiting or failed) keep the backend's state after the
+        // requests it took.
+        // One pass over the queue answers for every entity (a query per entity scanned the
+        // queue each time: an upload of 10,000 changes took 15 s instead of 7 s).
+        var pendingLeft: Set<String> = []
+        var anyLeft: Set<String> = []
+        for row in try writer.connection.query(
+            "SELECT entity_set, entity_key, status FROM oo_queue WHERE entity_set IS NOT NULL AND entity_key IS NOT NULL"
+        ) {
+            guard case .text(let set) = row[0], case .text(let key) = row[1] else { continue }
+            anyLeft.insert(set + key)
+            if row[2] == .text("pending") { pendingLeft.insert(set + key) }
+        }
+        for reference in touched {
+            guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
+            let predicate = Keys.predicate(key, in: set, model: model)
+            if !pendingLeft.contains(set + predicate) {
+                try writer.setState(in: set, key: key, pending: false)
+                if !anyLeft.contains(set + predicate) {
+                    try queue.forgetKeptState(set, predicate: predicate)
                     continue
                 }
-                // Failed, or not sent because a request it depends on failed.
-                _ = try writer.connection.execute(
-                    "UPDATE oo_queue SET status = 'failed' WHERE id = ?", [.integer(request.id)])
-                var code = "DependencyFailed"
-                var dependsOn: Int64?
-                if case .archiveDependant(let id) = action { dependsOn = id }
-                var message = "Not sent: it depends on request \(dependsOn ?? 0), which failed"
-                var inner: String?
-                if dependsOn == nil {
-                    if let error = try? ODataError.parse(result.body, httpStatus: result.status) {
-                        code = error.code
-                        message = error.message
-                        inner = error.innerError?.serialized
-                    } else {
-                        code = "HTTP\(result.status)"
-                        message = String(decoding: result.body.prefix(500), as: UTF8.self)
-                    }
-                }
-                // A media request's body is a stream, not text: the archive names its type instead.
-                let body =
-                    request.body.isEmpty || request.mediaType != nil
-                    ? nil : String(decoding: request.body, as: UTF8.self)
-                let failure = OfflineODataFailedRequest(
-                    httpStatus: result.status, requestID: request.id, customTag: request.options.customTag, code: code,
-                    message: message, innerError: inner, method: request.method, url: request.url, body: body)
-                func text(_ value: String?) -> Value { value.map { .primitive(.string($0)) } ?? .null }
-                try writer.insert(
-                    Entity(properties: [
-                        NamedValue(name: "RequestID", value: .primitive(.int64(request.id))),
-                        NamedValue(name: "CustomTag", value: text(request.options.customTag)),
-                        NamedValue(name: "HTTPStatusCode", value: .primitive(.int32(Int32(result.status)))),
-                        NamedValue(name: "Code", value: text(code)),
-                        NamedValue(name: "Message", value: text(message)),
-                        NamedValue(name: "InnerError", value: text(inner)),
-                        NamedValue(name: "Domain", value: text(dependsOn == nil ? "Backend" : "OfflineOData")),
-                        NamedValue(name: "RequestMethod", value: text(request.method)),
-                        NamedValue(name: "RequestURL", value: text(request.url)),
-                        NamedValue(name: "RequestBody", value: text(body)),
-                    ]), into: LocalSchema.errorArchive)
-                if let set, let localKey = request.entityKey,
-                    let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "")
-                {
-                    try writer.setState(in: set, key: key, inError: true)
-                }
-                failures.append(failure)
             }
-            // A created entity took the backend's answer, which predates its changes still
-            // queued for later batches: they are applied on top again, so that it shows them.
-            if !createdNow.isEmpty {
-                // Only their requests are loaded (a large queue of creates would otherwise be read
-                // whole after every batch).
-                var ids: [Int64] = []
-                for row in try writer.connection.query(
-                    "SELECT id, entity_set, entity_key FROM oo_queue WHERE status = 'pending' AND is_create = 0")
-                {
-                    guard case .integer(let id) = row[0], case .text(let set) = row[1], case .text(let key) = row[2],
-                        createdNow.contains(set + key)
-                    else { continue }
-                    ids.append(id)
-                }
-                let keyMap = ids.isEmpty ? [:] : try RequestQueue.keyMap(writer.connection)
-                let requests = try stride(from: 0, to: ids.count, by: 500).flatMap { start in
-                    try RequestQueue.load(
-                        writer.connection, statuses: ["pending"], ids: Array(ids[start..<min(start + 500, ids.count)]))
-                }
-                for request in requests {
-                    guard
-                        let change = try? LocalChange.replaying(
-                            request, model: model, serviceRoot: root, keyMap: keyMap),
-                        !change.target.isRef
-                    else { continue }
-                    _ = try? writer.connection.savepoint {
-                        try local.apply(change, repeatable: false, replaying: request)
-                    }
-                }
+            for (request, etag, server) in taken[reference] ?? [] {
+                try queue.advanceKeptState(
+                    after: request, etag: etag, server: server, in: set, predicate: predicate)
             }
-            // Entities without queued requests are no longer pending, and need no kept state.
-            // Those with requests left (waiting or failed) keep the backend's state after the
-            // requests it took.
-            // One pass over the queue answers for every entity (a query per entity scanned the
-            // queue each time: an upload of 10,000 changes took 15 s instead of 7 s).
-            var pendingLeft: Set<String> = []
-            var anyLeft: Set<String> = []
-            for row in try writer.connection.query(
-                "SELECT entity_set, entity_key, status FROM oo_queue WHERE entity_set IS NOT NULL AND entity_key IS NOT NULL"
-            ) {
-                guard case .text(let set) = row[0], case .text(let key) = row[1] else { continue }
-                anyLeft.insert(set + key)
-                if row[2] == .text("pending") { pendingLeft.insert(set + key) }
-            }
-            for reference in touched {
-                guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
-                let predicate = Keys.predicate(key, in: set, model: model)
-                if !pendingLeft.contains(set + predicate) {
-                    try writer.setState(in: set, key: key, pending: false)
-                    if !anyLeft.contains(set + predicate) {
-                        try queue.forgetKeptState(set, predicate: predicate)
-                        continue
-                    }
-                }
-                for (request, etag, server) in taken[reference] ?? [] {
-                    try queue.advanceKeptState(
-                        after: request, etag: etag, server: server, in: set, predicate: predicate)
-                }
-            }
-            return failures
         }
+        return failures
     }
 
     static func serverEntity(_ result: SentResult, set: String, model: Model) -> Entity? {
