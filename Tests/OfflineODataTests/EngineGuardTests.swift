@@ -354,4 +354,31 @@ import Testing
         #expect(try await provider.isRequestQueueEmpty)
         #expect(string(try await provider.readEntities("Contacts(\(localID))").first, "FirstName") == "Undo")
     }
+
+    /// A change queued by a local key before the upload reaches the created entity whatever
+    /// the spelling of the key: V2 writes an Int64 key `-1L`, an app may write `-1`. The queue
+    /// keeps the key as the store writes it, so the upload names the create by its Content-ID.
+    @Test(arguments: [false, true])
+    func aChangeQueuedByALocalKeyInAnySpellingFollowsTheCreate(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        let created = try await provider.execute(
+            method: "POST", url: "Contacts",
+            body: Array(#"{"PartnerID":"BP0","FirstName":"Spell","LastName":"Queued"}"#.utf8))
+        guard case .entity(let contact?)? = created.result, case .primitive(.int64(let localID))? = contact["ContactID"]
+        else {
+            Issue.record("no local key")
+            return
+        }
+        _ = try await provider.execute(
+            method: "PATCH", url: "Contacts(\(localID))", body: Array(#"{"FirstName":"Spelled"}"#.utf8))
+        let urls = try await provider.readEntities("RequestQueue").compactMap { string($0, "RequestURL") }
+        #expect(urls == ["Contacts", v2 ? "Contacts(\(localID)L)" : "Contacts(\(localID))"])
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        let rows = try await fixture.backend("Contacts?$filter=LastName eq 'Queued'")["value"]?.arrayValue ?? []
+        #expect(rows.map { $0["FirstName"]?.stringValue } == ["Spelled"])
+    }
 }

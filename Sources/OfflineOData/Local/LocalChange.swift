@@ -220,6 +220,26 @@ extension LocalChange {
         return (set, key)
     }
 
+    /// `url` with the key of its first segment written as the queue and the key map write keys
+    /// (`Contacts(-1L)` for V2's `Contacts(-1)`, `Orders(1)` for `Orders(OrderID=1)`): a queued
+    /// request is later matched by text against Content-ID references and replaced local keys.
+    static func canonicalKey(in url: String, target: WriteTarget, model: Model) -> String {
+        guard let key = target.key, url.hasPrefix(target.entitySet + "(") else { return url }
+        // The closing parenthesis of the key, outside quoted strings ('' is a quote inside one).
+        var quoted = false
+        var close: String.Index?
+        for index in url.indices.dropFirst(target.entitySet.count + 1) {
+            if url[index] == "'" { quoted.toggle() }
+            if url[index] == ")" && !quoted {
+                close = index
+                break
+            }
+        }
+        guard let close else { return url }
+        return target.entitySet + Keys.predicate(key, in: target.entitySet, model: model)
+            + url[url.index(after: close)...]
+    }
+
     /// A request string as a local change: its target, entity, links and media type. `url` has
     /// its replaced local keys mapped already; `keyMap` maps the local keys in the body.
     static func makeChange(
@@ -227,6 +247,7 @@ extension LocalChange {
         model: Model, serviceRoot: String, keyMap: [String: String]
     ) throws -> LocalChange {
         let target = try parseTarget(url, model: model, serviceRoot: serviceRoot)
+        let url = canonicalKey(in: url, target: target, model: model)
         var change = LocalChange(method: verb, url: url, body: body, target: target, options: options)
         change.headers = headers.merging(options.customHeaders) { _, new in new }
         let contentType = header("Content-Type", in: change.headers)
