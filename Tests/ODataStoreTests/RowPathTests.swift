@@ -162,6 +162,94 @@ import ODataCore
     }
 }
 
+/// Merging rows of a later download (issue 22): one lookup per row compares the stored values
+/// in SQL; only what changed is written and marked with the download's generation.
+@Suite struct RowMergeTests {
+    static func flatItems(_ edit: (String) -> String = { $0 }) throws -> (Model, FlatCollection) {
+        let model = try MetadataParser().parse(RowPathTests.metadata)
+        let payload = edit(
+            RowPathTests.items.replacingOccurrences(of: ##""@odata.type":"#F.SpecialItem","##, with: "")
+                .replacingOccurrences(of: #","Note":"only here""#, with: ""))
+        return (model, try #require(try V4JSONReader(model: model).readFlatCollection(Array(payload.utf8), entityType: "F.Item")))
+    }
+
+    static func ids(_ store: Store, _ url: String) async throws -> [Int32] {
+        guard case .collection(let page) = try await store.query(url) else { return [] }
+        return page.entities.compactMap { entity in
+            if case .primitive(.int32(let id))? = entity["ID"] { return id }
+            return nil
+        }
+    }
+
+    @Test func onlyChangedRowsAreWrittenAndMarked() async throws {
+        let dir = TemporaryDirectory()
+        let (model, rows) = try Self.flatItems()
+        let store = try await Store.create(path: dir.path("merge.sqlite"), model: model, key: "merge-key")
+        defer { store.close() }
+        // Stored by the general path (entities), merged by rows: the stored forms must agree
+        // for every kind of value, or nothing would compare equal.
+        let entities = try V4JSONReader(model: model).readCollection(
+            Array(RowPathTests.items.replacingOccurrences(of: ##""@odata.type":"#F.SpecialItem","##, with: "")
+                .replacingOccurrences(of: #","Note":"only here""#, with: "").utf8), entityType: "F.Item").entities
+        try await store.write { writer in try writer.bulkInsert(entities, into: "Items") }
+        let table = StoreSchema.quote(store.schema.table(forEntitySet: "Items")?.name ?? "")
+        let before = try await store.read { reader in try reader.connection.query("SELECT * FROM \(table) ORDER BY ID") }
+        let same = try await store.write { writer in
+            try writer.beginDownloadGeneration()
+            return try writer.mergeRows(rows, into: "Items", recordSeen: false) { _ in false }
+        }
+        #expect(same == StoreWriter.MergeResult(written: 0, unchanged: 6, deferred: []))
+        #expect(try await store.read { reader in try reader.connection.query("SELECT * FROM \(table) ORDER BY ID") } == before)
+        #expect(try await Self.ids(store, "Items?$filter=sap.upsertedLastDownload()").isEmpty)
+
+        // Item 2 changes, 7 is new, 4 has pending local changes (deferred, not written), 8 was
+        // deleted locally (deferred, not inserted); 3 is not in the page.
+        let (_, changed) = try Self.flatItems { payload in
+            payload.replacingOccurrences(of: #""Price":-0.001"#, with: #""Price":-0.002"#)
+                .replacingOccurrences(of: #""Name":"Big""#, with: #""Name":"Bigger""#)
+                .replacingOccurrences(
+                    of: #"{"ID":3,"Name":null,"Price":null,"Rating":null,"Weight":null,"Stock":null,"Small":null,"Active":null,"Released":null,"Available":null,"Opens":null,"Warranty":null,"Code":null,"Photo":null,"Color":null,"GroupID":null},"#,
+                    with: #"{"ID":7,"Name":"Seven"},{"ID":8,"Name":"Eight"},"#)
+        }
+        let merged = try await store.write { writer in
+            try writer.setState(in: "Items", key: ["ID": .int32(4)], pending: true)
+            try writer.beginDownloadGeneration()
+            let result = try writer.mergeRows(changed, into: "Items", recordSeen: true) { row in
+                changed[row, 0] == .primitive(.int32(8))
+            }
+            let unseen = try writer.unseenRows(in: "Items").map(\.key)
+            try writer.forgetSeen()
+            return (result, unseen)
+        }
+        #expect(merged.0.written == 2)
+        #expect(merged.0.unchanged == 3)
+        #expect(merged.0.deferred.map { changed[$0, 0] } == [.primitive(.int32(8)), .primitive(.int32(4))])
+        #expect(merged.1 == [["ID": .int32(3)]])
+        #expect(try await Self.ids(store, "Items?$filter=sap.upsertedLastDownload()&$orderby=ID") == [2, 7])
+        #expect(try await Self.ids(store, "Items?$filter=Name eq 'Big'") == [4])
+        #expect(try await Self.ids(store, "Items?$filter=ID eq 8").isEmpty)
+        // A new download generation: the marks of the last one stop counting, unwritten.
+        _ = try await store.write { writer in try writer.beginDownloadGeneration() }
+        #expect(try await Self.ids(store, "Items?$filter=sap.upsertedLastDownload()").isEmpty)
+    }
+
+    @Test func storesFromBeforeGenerationsKeepTheirMarks() async throws {
+        let dir = TemporaryDirectory()
+        let (model, rows) = try Self.flatItems()
+        let store = try await Store.create(path: dir.path("old.sqlite"), model: model)
+        defer { store.close() }
+        try await store.write { writer in
+            try writer.bulkInsert(rows, into: "Items")
+            // What a download before generations left: a 1 on the rows it wrote.
+            try writer.setState(in: "Items", key: ["ID": .int32(2)], upserted: true)
+        }
+        #expect(try await Self.ids(store, "Items?$filter=sap.upsertedLastDownload()") == [2])
+        let generation = try await store.write { writer in try writer.beginDownloadGeneration() }
+        #expect(generation == 2)
+        #expect(try await Self.ids(store, "Items?$filter=sap.upsertedLastDownload()").isEmpty)
+    }
+}
+
 extension Store {
     /// The page `queryRows` wrote from rows, or nil when it answered the way `query` does.
     func rowPage(_ url: String, pageSize: Int? = nil, format: JSONFormat = JSONFormat(), context: String?) async throws -> RowPage? {

@@ -33,6 +33,16 @@ public struct FlatCollection: Sendable {
     /// (`.null` where the payload has null or leaves the property out).
     public subscript(row: Int, property: Int) -> Value { value(ofCell: row * propertyNames.count + property) }
 
+    /// Entity `row` as an ``Entity`` (for the few rows a caller handles one by one).
+    public func entity(at row: Int) -> Entity {
+        var entity = Entity(
+            typeName: entityType,
+            properties: propertyNames.indices.map { NamedValue(name: propertyNames[$0], value: self[row, $0]) })
+        entity.control.etag = etags[row]
+        entity.control.editLink = editLinks[row]
+        return entity
+    }
+
     /// Every cell's value, row after row.
     public var values: [Value] { cells.indices.map(value(ofCell:)) }
 

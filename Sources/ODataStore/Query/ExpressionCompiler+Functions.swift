@@ -42,6 +42,12 @@ extension ExpressionCompiler {
 
     mutating func call(_ name: String, _ expression: BoundExpression, _ scope: Scope) throws -> Operand {
         if let column = Self.localStateColumn(name) {
+            if column == "_upserted" {
+                // Rows hold the generation of the download that wrote them (see
+                // `StoreWriter.downloadGeneration()`); the subquery runs once per statement.
+                let current = "coalesce((SELECT value FROM store_meta WHERE key = 'upserted'), 1)"
+                return Operand(sql: SQLFragment("(\(scope.alias)._upserted = \(current))"), storage: .boolean)
+            }
             return Operand(sql: SQLFragment("(\(scope.alias).\(column) <> 0)"), storage: .boolean)
         }
         guard Self.supportedFunctions.contains(name) else { throw Self.unsupported("the function \(name)") }

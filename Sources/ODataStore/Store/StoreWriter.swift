@@ -17,7 +17,7 @@ public struct StoreWriter {
     public var reader: StoreReader { StoreReader(db: db, schema: schema) }
 
     /// INSERT statements per table, built once per write transaction.
-    private let insertStatements = InsertStatementCache()
+    let insertStatements = InsertStatementCache()
 
     /// Bookkeeping columns an INSERT sets, before the property columns.
     static let insertBookkeeping = ["_type", "_etag", "_editLink", "_localID", "_isLocal", "_pending"]
@@ -137,7 +137,7 @@ public struct StoreWriter {
     /// Binds one cell of a flat page. The cells of the common kinds hold the stored form when
     /// the column has the property's own type (integers, Booleans as 1 or 0, doubles, strings,
     /// lowercase GUIDs); anything else is stored as ``encode(_:for:)`` stores it.
-    private func bind(_ page: FlatCollection, row: Int, property: Int, text: UnsafeBufferPointer<UInt8>, for column: StoreSchema.Column,
+    func bind(_ page: FlatCollection, row: Int, property: Int, text: UnsafeBufferPointer<UInt8>, for column: StoreSchema.Column,
                       to statement: Statement, at position: Int32, scratch: inout [UInt8]) throws {
         if case .primitive(let type) = column.kind, type == page.propertyTypes[property] {
             switch page.cells[row * page.propertyNames.count + property] {
@@ -441,6 +441,10 @@ public struct StoreWriter {
     /// Per-transaction cache of generated SQL; only used on the writer's queue.
     final class InsertStatementCache {
         var sql: [String: String] = [:]
+        /// The download generation rows marked upserted get (read once per transaction).
+        var generation: Int64?
+        /// The seen tables made in this transaction (see `markSeen(in:rowid:)`).
+        var seenTables: Set<String> = []
     }
 
     /// The error `body` throws, or nil.
@@ -658,11 +662,15 @@ extension StoreWriter {
                           etag: String??, localID: String??) throws {
         var assignments: [String] = []
         var values: [DatabaseValue] = []
-        for (column, flag) in [("_isLocal", isLocal), ("_pending", pending), ("_error", inError), ("_upserted", upserted)] {
+        for (column, flag) in [("_isLocal", isLocal), ("_pending", pending), ("_error", inError)] {
             if let flag {
                 assignments.append("\(column) = ?")
                 values.append(.integer(flag ? 1 : 0))
             }
+        }
+        if let upserted {
+            assignments.append("_upserted = ?")
+            values.append(.integer(upserted ? try downloadGeneration() : 0))
         }
         if let etag {
             assignments.append("_etag = ?")
@@ -676,9 +684,34 @@ extension StoreWriter {
         try db.execute("UPDATE OR FAIL \(StoreSchema.quote(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?", values + [.integer(rowid)])
     }
 
-    /// Clears a flag on every row of every entity table (e.g. `_upserted` before a download).
+    /// The download generation: a row marked upserted holds the generation of the download
+    /// that wrote it, and `upsertedLastDownload()` selects the rows of the current one. Stores
+    /// that never started one are at generation 1 (their rows hold 0, or 1 from the time the
+    /// flag was cleared on every row before each download).
+    public func downloadGeneration() throws -> Int64 {
+        if let known = insertStatements.generation { return known }
+        var generation: Int64 = 1
+        if case .integer(let stored)? = try db.query("SELECT value FROM store_meta WHERE key = 'upserted'").first?.first {
+            generation = stored
+        }
+        insertStatements.generation = generation
+        return generation
+    }
+
+    /// Starts a new download generation (see ``downloadGeneration()``): the rows marked upserted
+    /// before it no longer count as upserted by the last download, without touching any of them.
+    @discardableResult
+    public func beginDownloadGeneration() throws -> Int64 {
+        let next = try downloadGeneration() + 1
+        try db.execute("INSERT OR REPLACE INTO store_meta (key, value) VALUES ('upserted', ?)", [.integer(next)])
+        insertStatements.generation = next
+        return next
+    }
+
+    /// Clears a flag on every row of every entity table (a full scan of each: downloads start a
+    /// new generation with ``beginDownloadGeneration()`` instead of clearing `_upserted`).
     public func clearFlag(_ column: String) throws {
-        guard ["_upserted", "_error", "_isLocal", "_pending"].contains(column) else { throw StoreError(.unknownProperty, "No flag \(column)") }
+        guard ["_error", "_isLocal", "_pending"].contains(column) else { throw StoreError(.unknownProperty, "No flag \(column)") }
         // An entity set the application replaced with a view (kept elsewhere) has no flags to clear.
         let tables = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { row -> String? in
             if case .text(let name) = row[0] { return name }

@@ -37,8 +37,12 @@ struct Downloader: Sendable {
         }
         try await store.write(emptyStaging)
         do {
-            _ = try await fetchDefiningQueries(selected.map { ($0, links[$0.name]) }, model: store.model, on: provider)
-            { page in
+            // Pages are read as rows where they are flat (cheaper; only their links are needed
+            // here), and read again when they are applied.
+            _ = try await fetchDefiningQueries(
+                selected.map { ($0, links[$0.name]) }, model: store.model, rowQueries: Set(selected.map(\.name)),
+                on: provider
+            ) { page in
                 try await store.write { writer in
                     _ = try writer.connection.execute(
                         "INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, ?, ?)",
@@ -210,8 +214,10 @@ struct Downloader: Sendable {
             model: model, root: serviceRoot, allQueries: allQueries, bulkSets: [], firstFill: false)
         return try await store.write { writer in
             var applier = applier
-            applier.locallyChanged = try RequestQueue.locallyChanged(writer.connection)
-            try writer.clearFlag("_upserted")
+            // Rows this download writes are marked with a new generation: the marks of the last
+            // one stop counting without a scan of every table.
+            try writer.beginDownloadGeneration()
+            try writer.forgetSeen()
             var last: Int64 = 0
             while let row = try writer.connection.query(
                 "SELECT seq, query, entity_set, is_delta, body FROM oo_staging WHERE seq > ? ORDER BY seq LIMIT 1",
@@ -222,16 +228,24 @@ struct Downloader: Sendable {
                 else { break }
                 last = seq
                 let entityType = model.entitySet(set)?.entityType
-                let page: EntityCollection
+                var chunk = FetchedQuery(name: name, entitySet: set)
                 do {
-                    page = try model.readCollection(body, entityType: entityType)
+                    // Pages of flat entities are merged as rows, as the first open stores them.
+                    if !model.version.isLegacy, let entityType, writer.acceptsRows(of: set),
+                        let rows = try V4JSONReader(model: model).readFlatCollection(body, entityType: entityType)
+                    {
+                        chunk.flat = rows
+                        chunk.deltaLink = rows.deltaLink
+                    } else {
+                        let page = try model.readCollection(body, entityType: entityType)
+                        chunk.entities = page.entities
+                        chunk.deleted = page.deleted
+                        chunk.deltaLink = page.deltaLink
+                    }
                 } catch {
                     throw OfflineODataError(
                         .backend, "Defining query \(name): a staged page is not a valid collection: \(error)")
                 }
-                var chunk = FetchedQuery(
-                    name: name, entitySet: set, entities: page.entities, deleted: page.deleted,
-                    deltaLink: page.deltaLink)
                 chunk.isDelta = row[3] == .integer(1)
                 try applier.apply(chunk, writer: writer)
             }

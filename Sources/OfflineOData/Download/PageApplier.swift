@@ -3,7 +3,9 @@ import ODataCore
 import ODataStore
 
 /// Applies pages of defining queries inside one write transaction and keeps what the local
-/// diff of a full read needs (every key seen per set) until ``finish(writer:)``.
+/// diff of a full read needs until ``finish(writer:)``: the rows it returned, per entity set,
+/// in the store's seen tables (``StoreWriter/markSeen(in:rowid:)``), so that what it did not
+/// return is found in SQL.
 struct PageApplier: Sendable {
     let model: Model
     let root: String
@@ -13,13 +15,17 @@ struct PageApplier: Sendable {
     let firstFill: Bool
     var upserted = 0
     var deleted = 0
-    var seen: [String: Set<String>] = [:]
+    /// `Set(key)` of entities deleted locally that a full read returned (they have no row to
+    /// mark as seen).
+    var seenDeleted: Set<String> = []
     var fullSets: Set<String> = []
     /// Queries read this time → whether every page of it was a delta.
     var read: [String: Bool] = [:]
     var queries: Set<String> = []
-    /// Entities with pending requests (``RequestQueue/locallyChanged(_:)``).
-    var locallyChanged: Set<String> = []
+    /// Entities with pending requests (``RequestQueue/locallyChanged(_:)``), read from the queue
+    /// the first time they are needed: a download whose rows are all stored without pending
+    /// changes never reads it.
+    private var pendingReferences: Set<String>?
 
     init(model: Model, root: String, allQueries: [OfflineODataDefiningQuery], bulkSets: Set<String>, firstFill: Bool) {
         self.model = model
@@ -29,43 +35,52 @@ struct PageApplier: Sendable {
         self.firstFill = firstFill
     }
 
+    /// Entities with pending requests, and what their deletes cascaded to.
+    mutating func locallyChanged(_ writer: StoreWriter) throws -> Set<String> {
+        if let known = pendingReferences { return known }
+        let loaded = try RequestQueue.locallyChanged(writer.connection)
+        pendingReferences = loaded
+        return loaded
+    }
+
     mutating func apply(_ query: FetchedQuery, writer: StoreWriter) throws {
         queries.insert(query.name)
         read[query.name] = (read[query.name] ?? true) && query.isDelta
+        let set = query.entitySet
+        // A full read marks every row it returns as seen; what it did not return is diffed
+        // in `finish`.
+        let full = !query.isDelta && !firstFill
         // The first fill of an empty set: plain entities go in with one prepared statement
         // (no per-row lookups); expanded ones take the general path.
-        let bulk = bulkSets.contains(query.entitySet)
+        let bulk = bulkSets.contains(set)
         if let rows = query.flat {
-            // The fetch reads rows only for queries that fill their set alone (`rowQueries`).
-            guard bulk else {
-                throw OfflineODataError(
-                    .store, "Defining query \(query.name): rows for \(query.entitySet), which another query fills")
+            if bulk {
+                try writer.bulkInsert(rows, into: set)
+                upserted += rows.entityCount
+            } else {
+                try applyRows(rows, in: set, recordSeen: full, writer: writer)
             }
-            try writer.bulkInsert(rows, into: query.entitySet)
-            upserted += rows.entityCount
         } else if bulk {
             let plain = query.entities.filter { entity in !entity.navigation.contains { $0.inline != nil } }
-            try writer.bulkInsert(plain, into: query.entitySet)
+            try writer.bulkInsert(plain, into: set)
             upserted += plain.count
         }
         for entity in query.entities where !bulk || entity.navigation.contains(where: { $0.inline != nil }) {
-            upserted += try Self.applyEntity(
-                entity, in: query.entitySet, writer: writer, model: model, seen: &seen,
-                locallyChanged: locallyChanged)
+            upserted += try applyEntity(entity, in: set, writer: writer, recordSeen: full)
         }
         for removed in query.deleted {
-            guard let key = Self.key(of: removed, in: query.entitySet, model: model, root: root) else { continue }
-            if try keepsLocalState(query.entitySet, key: key, writer: writer) { continue }
-            if try writer.delete(from: query.entitySet, key: key) { deleted += 1 }
+            guard let key = Self.key(of: removed, in: set, model: model, root: root) else { continue }
+            if try keepsLocalState(set, key: key, writer: writer) { continue }
+            if try writer.delete(from: set, key: key) { deleted += 1 }
         }
-        if !query.isDelta && !firstFill {
+        if full {
             // A full read also returns every child of its expands.
             if let covered = allQueries.first(where: { $0.name == query.name }).flatMap({
                 try? DefiningQueries.coveredSets(of: $0.query, model: model)
             }) {
                 fullSets.formUnion(covered)
             }
-            fullSets.insert(query.entitySet)
+            fullSets.insert(set)
         }
         if let link = query.deltaLink {
             _ = try writer.connection.execute(
@@ -73,12 +88,34 @@ struct PageApplier: Sendable {
         }
     }
 
+    /// Merges a page read as rows (``StoreWriter/mergeRows(_:into:recordSeen:isLocallyDeleted:)``):
+    /// one statement per unchanged row; rows of entities with local changes, or deleted
+    /// locally, take the general path (``applyEntity(_:in:writer:recordSeen:)``).
+    private mutating func applyRows(
+        _ rows: FlatCollection, in set: String, recordSeen: Bool, writer: StoreWriter
+    ) throws {
+        let model = self.model
+        var references = pendingReferences
+        let result = try writer.mergeRows(rows, into: set, recordSeen: recordSeen) { row in
+            if references == nil { references = try RequestQueue.locallyChanged(writer.connection) }
+            guard let references, !references.isEmpty,
+                let key = Keys.key(of: rows.entity(at: row), in: set, model: model)
+            else { return false }
+            return references.contains(set + Keys.predicate(key, in: set, model: model))
+        }
+        pendingReferences = references
+        upserted += result.written
+        for row in result.deferred {
+            upserted += try applyEntity(rows.entity(at: row), in: set, writer: writer, recordSeen: recordSeen)
+        }
+    }
+
     /// Whether a delta removal leaves the entity alone: it has pending changes, or it was
     /// deleted locally. The state kept for its undo then says it no longer exists.
-    func keepsLocalState(_ entitySet: String, key: [String: PrimitiveValue], writer: StoreWriter) throws -> Bool {
+    mutating func keepsLocalState(_ entitySet: String, key: [String: PrimitiveValue], writer: StoreWriter) throws -> Bool {
         let predicate = Keys.predicate(key, in: entitySet, model: model)
         let state = try writer.reader.bookkeeping(in: entitySet, key: key)
-        guard state?.pending == true || (state == nil && locallyChanged.contains(entitySet + predicate)) else {
+        guard try state?.pending == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate)) else {
             return false
         }
         try RequestQueue(writer, model: model, serviceRoot: root).refreshKeptState(
@@ -86,8 +123,9 @@ struct PageApplier: Sendable {
         return true
     }
 
-    /// A full read: what the backend no longer returns is gone, unless another query not read
-    /// in full this time also covers the set, or the row has pending changes.
+    /// A full read: what the backend no longer returns is gone (found in SQL from the seen
+    /// tables), unless another query not read in full this time also covers the set, or the
+    /// row has pending changes.
     mutating func finish(writer: StoreWriter) throws -> String {
         for set in fullSets {
             let coveredElsewhere = allQueries.contains { query in
@@ -96,22 +134,18 @@ struct PageApplier: Sendable {
                     && ((try? DefiningQueries.coveredSets(of: query.query, model: model))?.contains(set) ?? false)
             }
             if coveredElsewhere { continue }
-            for (key, pending) in try writer.keys(in: set) {
-                let predicate = Keys.predicate(key, in: set, model: model)
-                if seen[set]?.contains(predicate) == true { continue }
+            for (_, key, pending) in try writer.unseenRows(in: set) {
                 if pending {
                     // Kept locally; undo and revert now remove it, as the backend did.
                     try RequestQueue(writer, model: model, serviceRoot: root).refreshKeptState(
-                        nil, in: set, predicate: predicate)
+                        nil, in: set, predicate: Keys.predicate(key, in: set, model: model))
                 } else if try writer.delete(from: set, key: key) {
                     deleted += 1
                 }
             }
             // Entities deleted locally that the backend no longer has either.
-            for reference in locallyChanged
-            where reference.hasPrefix(set + "(")
-                && !(seen[set]?.contains(String(reference.dropFirst(set.count))) ?? false)
-            {
+            for reference in try locallyChanged(writer)
+            where reference.hasPrefix(set + "(") && !seenDeleted.contains(reference) {
                 guard let (_, key) = Keys.parse(reference, model: model, serviceRoot: ""),
                     try writer.rowid(in: set, key: key) == nil
                 else { continue }
@@ -119,16 +153,16 @@ struct PageApplier: Sendable {
                     nil, in: set, predicate: Keys.predicate(key, in: set, model: model))
             }
         }
+        try writer.forgetSeen()
         return "\(queries.count) defining queries, \(upserted) entities inserted or updated, \(deleted) deleted"
     }
 
     /// Upserts an entity and, first, its expanded children, then links them. Returns how many
-    /// entities were written; `seen` collects the key predicate of every entity per set. An
-    /// entity with pending changes, or deleted locally (in `locallyChanged`, not in the
+    /// entities were written; with `recordSeen`, every entity is marked seen in its set. An
+    /// entity with pending changes, or deleted locally (in ``locallyChanged(_:)``, not in the
     /// store), keeps its local state; the backend's values become the state kept for its undo.
-    static func applyEntity(
-        _ entity: Entity, in entitySet: String, writer: StoreWriter, model: Model, seen: inout [String: Set<String>],
-        locallyChanged: Set<String> = []
+    mutating func applyEntity(
+        _ entity: Entity, in entitySet: String, writer: StoreWriter, recordSeen: Bool
     ) throws -> Int {
         var count = 0
         var parent = entity
@@ -143,8 +177,7 @@ struct PageApplier: Sendable {
             case .collection(let collection): children = collection.entities
             }
             for child in children {
-                count += try applyEntity(
-                    child, in: target, writer: writer, model: model, seen: &seen, locallyChanged: locallyChanged)
+                count += try applyEntity(child, in: target, writer: writer, recordSeen: recordSeen)
                 if let key = Keys.key(of: child, in: target, model: model) { links.append((nav.name, key)) }
             }
         }
@@ -153,18 +186,24 @@ struct PageApplier: Sendable {
             throw OfflineODataError(.backend, "An entity of \(entitySet) from the backend has no key")
         }
         let predicate = Keys.predicate(key, in: entitySet, model: model)
-        seen[entitySet, default: []].insert(predicate)
         let state = try writer.reader.bookkeeping(in: entitySet, key: key)
-        if state?.pending == true || (state == nil && locallyChanged.contains(entitySet + predicate)) {
+        if try state?.pending == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate)) {
             // The local row keeps its pending changes (a deleted one stays deleted); the state
             // they started from becomes the backend's new one, which undo and a revert return to.
             try RequestQueue(writer, model: model, serviceRoot: "").refreshKeptState(
                 parent, in: entitySet, predicate: predicate)
-            if state == nil { return count }
+            guard state != nil else {
+                if recordSeen { seenDeleted.insert(entitySet + predicate) }
+                return count
+            }
+            if recordSeen, let rowid = try writer.rowid(in: entitySet, key: key) {
+                try writer.markSeen(in: entitySet, rowid: rowid)
+            }
         } else {
             // Only what changed is written and counts as upserted (a full read of a backend
             // without change tracking returns every entity, changed or not).
             let (rowid, changed) = try writer.upsertIfChanged(parent, into: entitySet)
+            if recordSeen { try writer.markSeen(in: entitySet, rowid: rowid) }
             if changed {
                 try writer.setState(in: entitySet, rowid: rowid, isLocal: false, inError: false, upserted: true)
                 count += 1

@@ -1,0 +1,215 @@
+public import ODataCore
+
+/// Merging the backend's rows into a stored table (downloads after the first open), and the
+/// keys a full read has seen.
+extension StoreWriter {
+    /// What ``mergeRows(_:into:recordSeen:isLocallyDeleted:)`` did with a page.
+    public struct MergeResult: Sendable, Equatable {
+        /// Rows inserted, or whose values changed (these are marked upserted).
+        public var written = 0
+        /// Rows stored with the same values (nothing was written, or only a newer edit link
+        /// or cleared local-state flags).
+        public var unchanged = 0
+        /// Rows left for the caller, by their index in the page: their stored entity has
+        /// pending changes, or it is not stored and `isLocallyDeleted` said so.
+        public var deferred: [Int] = []
+    }
+
+    /// Whether the rows of `entitySet` can be merged from a ``FlatCollection``: every column is
+    /// a single property and there are no collection or dynamic properties.
+    public func acceptsRows(of entitySet: String) -> Bool {
+        guard let table = schema.table(forEntitySet: entitySet) else { return false }
+        return table.collections.isEmpty && table.dynamicTable == nil && table.columns.allSatisfy { $0.path.count == 1 }
+    }
+
+    /// Merges a page of the backend's rows into `entitySet`, each row with one lookup of its
+    /// key that also compares the stored values with the incoming ones in SQL:
+    /// - a row that is not stored is inserted, unless `isLocallyDeleted(row)` (then deferred);
+    /// - a stored row with pending changes is deferred (the caller keeps its local state);
+    /// - a stored row whose values, ETag and type differ is updated and marked upserted in the
+    ///   current download generation; local-state flags are cleared;
+    /// - a stored row with the same values is not written (only a new edit link, or flags of
+    ///   an entity whose local change the backend now has, are set).
+    ///
+    /// With `recordSeen`, the rowid of every row merged or deferred while stored goes into the
+    /// set's seen table (see ``unseenRows(in:)``). The stored forms are those of
+    /// ``bulkInsert(_:into:)-(FlatCollection,_)``, so equal values compare equal.
+    public func mergeRows(
+        _ page: FlatCollection, into entitySet: String, recordSeen: Bool, isLocallyDeleted: (Int) throws -> Bool
+    ) throws -> MergeResult {
+        let table = try table(entitySet)
+        guard acceptsRows(of: entitySet) else {
+            throw StoreError(.unsupported, "\(entitySet) has complex, collection or dynamic properties; its rows are not flat")
+        }
+        var sources: [Int?] = []
+        for column in table.columns { sources.append(page.propertyNames.firstIndex(of: column.path[0])) }
+        for name in page.propertyNames where !table.columns.contains(where: { $0.path[0] == name }) {
+            throw StoreError(.unsupported, "\(entitySet) has no column for the property \(name)")
+        }
+        let sql = mergeSQL(table)
+        let generation = try downloadGeneration()
+        let lookup = try db.statement(sql.lookup)
+        let update = try db.statement(sql.update)
+        let insert = try db.statement(sql.insert)
+        let seen = recordSeen ? try db.statement(try seenTable(table).insert) : nil
+        let typeName = Self.storedType(page.entityType, in: table)
+        let width = table.columns.count
+        var scratch: [UInt8] = []
+        scratch.reserveCapacity(64)
+        var result = MergeResult()
+        // Text cells are bound in place: no binding may outlive this call.
+        defer {
+            lookup.reset()
+            update.reset()
+            insert.reset()
+            seen?.reset()
+        }
+        try page.text.withUnsafeBufferPointer { text in
+            // Binds the row's type, ETag, edit link and columns at 1, 2, 3 and 4... .
+            func bindRow(_ row: Int, _ statement: Statement, keysOnly: Bool = false) throws {
+                if !keysOnly {
+                    try statement.bind(typeName, at: 1)
+                    try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2)
+                    try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3)
+                }
+                for (offset, (column, source)) in zip(table.columns, sources).enumerated() {
+                    if keysOnly && !table.keyColumns.contains(column.name) { continue }
+                    let position = Int32(4 + offset)
+                    guard let source else {
+                        try statement.bind(.null, at: position)
+                        continue
+                    }
+                    try bind(page, row: row, property: source, text: text, for: column, to: statement, at: position,
+                             scratch: &scratch)
+                }
+            }
+            for row in 0..<page.entityCount {
+                do {
+                    lookup.reset()
+                    try bindRow(row, lookup)
+                    guard try lookup.step(), let rowid = lookup.integer(0) else {
+                        lookup.reset()
+                        if try isLocallyDeleted(row) {
+                            result.deferred.append(row)
+                            continue
+                        }
+                        insert.reset()
+                        try bindRow(row, insert)
+                        try insert.bind(.integer(generation), at: Int32(4 + width))
+                        while try insert.step() {}
+                        result.written += 1
+                        if let seen { try markSeen(db.lastInsertRowID, with: seen) }
+                        continue
+                    }
+                    let pending = lookup.integer(1) == 1
+                    let same = lookup.integer(2) == 1
+                    let clean = lookup.integer(3) == 1
+                    lookup.reset()
+                    if let seen { try markSeen(rowid, with: seen) }
+                    if pending {
+                        result.deferred.append(row)
+                        continue
+                    }
+                    if same {
+                        result.unchanged += 1
+                        if clean { continue }
+                    } else {
+                        result.written += 1
+                    }
+                    update.reset()
+                    try bindRow(row, update)
+                    try update.bind(.integer(rowid), at: Int32(4 + width))
+                    try update.bind(same ? .null : .integer(generation), at: Int32(5 + width))
+                    while try update.step() {}
+                } catch let failure as DatabaseError where failure.code == .constraint {
+                    throw Self.conflict(failure, in: table)
+                }
+            }
+        }
+        return result
+    }
+
+    private func markSeen(_ rowid: Int64, with statement: Statement) throws {
+        statement.reset()
+        try statement.bind(.integer(rowid), at: 1)
+        while try statement.step() {}
+    }
+
+    /// The three statements of a merge, with numbered parameters: 1 type, 2 ETag, 3 edit link,
+    /// 4... the columns in table order; then the rowid (update) or generation (insert), and
+    /// the generation or NULL (update: NULL keeps the row's mark).
+    func mergeSQL(_ table: StoreSchema.EntityTable) -> (lookup: String, update: String, insert: String) {
+        let q = StoreSchema.quote
+        let key = "merge/" + table.name
+        if let cached = insertStatements.sql[key + "/lookup"], let update = insertStatements.sql[key + "/update"],
+            let insert = insertStatements.sql[key + "/insert"]
+        {
+            return (cached, update, insert)
+        }
+        let width = table.columns.count
+        let parameter = { (offset: Int) in "?\(4 + offset)" }
+        let nonKey = table.columns.enumerated().filter { !table.keyColumns.contains($0.element.name) }
+        let same = (nonKey.map { "\(q($0.element.name)) IS \(parameter($0.offset))" } + ["_etag IS ?2", "_type IS ?1"])
+            .joined(separator: " AND ")
+        let keyCondition = table.columns.enumerated().filter { table.keyColumns.contains($0.element.name) }
+            .map { "\(q($0.element.name)) = \(parameter($0.offset))" }.joined(separator: " AND ")
+        let lookup = """
+            SELECT _rowid, _pending, (\(same)), (_isLocal = 0 AND _error = 0 AND (?3 IS NULL OR _editLink IS ?3)) \
+            FROM \(q(table.name)) WHERE \(keyCondition)
+            """
+        let assignments = nonKey.map { "\(q($0.element.name)) = \(parameter($0.offset))" }
+            + ["_etag = ?2", "_type = ?1", "_editLink = coalesce(?3, _editLink)", "_isLocal = 0", "_error = 0",
+               "_upserted = coalesce(?\(5 + width), _upserted)"]
+        let update = "UPDATE OR FAIL \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?\(4 + width)"
+        let names = ["_type", "_etag", "_editLink", "_isLocal", "_pending", "_upserted"] + table.columns.map(\.name)
+        let values = ["?1", "?2", "?3", "0", "0", "?\(4 + width)"] + (0..<width).map(parameter)
+        let insert = """
+            INSERT INTO \(q(table.name)) (\(names.map(q).joined(separator: ", "))) VALUES (\(values.joined(separator: ", ")))
+            """
+        insertStatements.sql[key + "/lookup"] = lookup
+        insertStatements.sql[key + "/update"] = update
+        insertStatements.sql[key + "/insert"] = insert
+        return (lookup, update, insert)
+    }
+
+    // MARK: Seen rows of a full read
+
+    /// The temporary table of the rows of `table` a full read has seen (made when missing; in
+    /// memory, dropped with ``forgetSeen()`` or with the connection), and its INSERT.
+    private func seenTable(_ table: StoreSchema.EntityTable) throws -> (name: String, insert: String) {
+        let name = "temp." + StoreSchema.quote("oo_seen/" + table.name)
+        if insertStatements.seenTables.insert(name).inserted {
+            try db.execute("CREATE TEMP TABLE IF NOT EXISTS \(name) (row INTEGER PRIMARY KEY)")
+        }
+        return (name, "INSERT OR IGNORE INTO \(name) (row) VALUES (?1)")
+    }
+
+    /// Records that a full read returned the entity stored in row `rowid` of `entitySet`.
+    public func markSeen(in entitySet: String, rowid: Int64) throws {
+        let table = try table(entitySet)
+        try markSeen(rowid, with: try db.statement(try seenTable(table).insert))
+    }
+
+    /// The stored entities of `entitySet` a full read did not return (no ``markSeen(in:rowid:)``
+    /// and no merge with `recordSeen`), found in SQL: their rowids, keys and pending flags.
+    public func unseenRows(in entitySet: String) throws -> [(rowid: Int64, key: [String: PrimitiveValue], pending: Bool)] {
+        let table = try table(entitySet)
+        let q = StoreSchema.quote
+        let seen = try seenTable(table).name
+        let rows = try db.query("SELECT _rowid, _pending FROM \(q(table.name)) WHERE _rowid NOT IN (SELECT row FROM \(seen))")
+        var result: [(rowid: Int64, key: [String: PrimitiveValue], pending: Bool)] = []
+        for row in rows {
+            guard case .integer(let rowid) = row[0], let key = try keyValues(ofRow: rowid, in: table) else { continue }
+            result.append((rowid, key, row[1] == .integer(1)))
+        }
+        return result
+    }
+
+    /// Drops every seen table of this connection.
+    public func forgetSeen() throws {
+        insertStatements.seenTables = []
+        for table in schema.tables {
+            try db.execute("DROP TABLE IF EXISTS temp.\(StoreSchema.quote("oo_seen/" + table.name))")
+        }
+    }
+}
