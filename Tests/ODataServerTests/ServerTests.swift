@@ -297,6 +297,59 @@ struct TestServer {
         }
     }
 
+    /// Issue 22: a delta is paged like any collection (`Prefer: odata.maxpagesize`); each
+    /// changed entity appears once, in the state of its last change; only the last page has
+    /// a delta link, and it misses nothing changed after the read. V2 and V4.
+    @Test(arguments: [false, true])
+    func deltaResponsesArePaged(v2: Bool) async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            let root = v2 ? "/odata/v2/" : "/odata/v4/"
+            func relative(_ link: String) -> String { String(link.drop { $0 != "/" }.dropFirst(2).drop { $0 != "/" }) }
+            func links(_ json: JSONValue?) -> (next: String?, delta: String?) {
+                v2 ? (json?["d"]?["__next"]?.stringValue, json?["d"]?["__delta"]?.stringValue)
+                    : (json?["@odata.nextLink"]?.stringValue, json?["@odata.deltaLink"]?.stringValue)
+            }
+            let initial = try await client.send("GET", root + "Contacts", headers: ["Prefer": "odata.track-changes"])
+            var link = try #require(links(initial.json).delta, "\(initial.text)")
+            for index in 0..<5 {
+                let reply = try await client.send("POST", "/odata/v4/Contacts", body: #"{"PartnerID":"BP0","FirstName":"P\#(index)"}"#)
+                #expect(reply.status == 201)
+            }
+            // Changed twice: one entry, the last state.
+            #expect(try await client.send("PATCH", "/odata/v4/Contacts(1)", headers: ["If-Match": "*"], body: #"{"FirstName":"Once"}"#).status == 204)
+            #expect(try await client.send("PATCH", "/odata/v4/Contacts(1)", headers: ["If-Match": "*"], body: #"{"FirstName":"Twice"}"#).status == 204)
+            var seen: [String] = []
+            var pages: [Int] = []
+            var next: String? = relative(link)
+            var deltaLink: String?
+            while let url = next {
+                let page = try await client.send("GET", url, headers: ["Prefer": "odata.maxpagesize=2"])
+                #expect(page.status == 200, "\(page.text)")
+                let rows = (v2 ? page.json?["d"]?["results"]?.arrayValue : page.json?["value"]?.arrayValue) ?? []
+                pages.append(rows.count)
+                for row in rows {
+                    seen.append(row["FirstName"]?.stringValue ?? "?")
+                }
+                let found = links(page.json)
+                #expect(found.next == nil || found.delta == nil, "a page has a next link or a delta link")
+                next = found.next.map(relative)
+                deltaLink = found.delta
+                #expect(pages.count < 10)
+            }
+            #expect(pages == [2, 2, 2])
+            #expect(seen.sorted() == ["P0", "P1", "P2", "P3", "P4", "Twice"])
+            link = try #require(deltaLink)
+            #expect(try await client.send("PATCH", "/odata/v4/Contacts(2)", headers: ["If-Match": "*"], body: #"{"FirstName":"Later"}"#).status == 204)
+            let later = try await client.send("GET", relative(link), headers: ["Prefer": "odata.maxpagesize=2"])
+            let rows = (v2 ? later.json?["d"]?["results"]?.arrayValue : later.json?["value"]?.arrayValue) ?? []
+            #expect(rows.map { $0["FirstName"]?.stringValue } == ["Later"], "\(later.text)")
+            #expect(links(later.json).delta != nil)
+        }
+    }
+
     /// Issue 19, defect 9: a delta answers changed entities in the shape of the tracked read
     /// (`$select`, `$expand`), V2 and V4; it answered every property.
     @Test(arguments: [false, true])

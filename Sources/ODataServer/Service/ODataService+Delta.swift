@@ -3,10 +3,15 @@ import ODataStore
 
 extension ODataService {
     /// The delta link for a tracked read: the request with `$deltatoken` set to the newest change.
-    func deltaLink(for request: ServiceRequest, table: StoreSchema.EntityTable) async throws -> String {
-        let latest = try await store.read { reader in try reader.connection.query("SELECT max(seq) FROM server_changes") }
+    /// `token`: the change to read from (the newest when nil).
+    func deltaLink(for request: ServiceRequest, table: StoreSchema.EntityTable, token given: Int64? = nil) async throws -> String {
         var token: Int64 = 0
-        if case .integer(let value)? = latest.first?.first { token = value }
+        if let given {
+            token = given
+        } else {
+            let latest = try await store.read { reader in try reader.connection.query("SELECT max(seq) FROM server_changes") }
+            if case .integer(let value)? = latest.first?.first { token = value }
+        }
         let base = request.target.split(separator: "?", maxSplits: 1)
         var query = base.count > 1 ? String(base[1]).split(separator: "&").filter { !$0.hasPrefix("$skiptoken") && !$0.hasPrefix("!deltatoken") && !$0.hasPrefix("$deltatoken") }.joined(separator: "&") : ""
         query += (query.isEmpty ? "" : "&") + (request.isV2 ? "!deltatoken=\(token)" : "$deltatoken=\(token)")
@@ -15,7 +20,11 @@ extension ODataService {
 
     /// Changes since a delta token: changed entities that still match the request, and
     /// removed ones (deleted, or changed so they no longer match) with their keys.
-    func delta(_ request: ServiceRequest, _ parsed: ParsedURL) async throws -> ServiceResponse {
+    ///
+    /// Paged like any collection: a page holds at most `pageSize` entities, each in the state
+    /// of its last change, in the order of those changes; its next link is a delta link whose
+    /// token is the last change on the page (the keys changed after it are on later pages).
+    func delta(_ request: ServiceRequest, _ parsed: ParsedURL, pageSize: Int) async throws -> ServiceResponse {
         guard let tokenText = parsed.query.deltaToken, let token = Int64(tokenText) else {
             throw ServiceFailure(400, "BadDeltaToken", "The delta token is not valid")
         }
@@ -23,23 +32,40 @@ extension ODataService {
             throw ServiceFailure(400, "BadRequest", "Delta needs an entity set")
         }
         let set = table.entitySet
-        let (floor, changes) = try await store.read { reader -> (Int64, [[DatabaseValue]]) in
+        let (floor, changes, newest) = try await store.read { reader -> (Int64, [[DatabaseValue]], Int64) in
             let floor = try reader.connection.query("SELECT value FROM server_history WHERE name = 'floor'")
             var floorValue: Int64 = 0
             if case .integer(let value)? = floor.first?.first { floorValue = value }
-            let rows = try reader.connection.query("SELECT seq, key, kind FROM server_changes WHERE entity_set = ? AND seq > ? ORDER BY seq", [.text(set), .integer(token)])
-            return (floorValue, rows)
+            // The last change per key decides (SQLite takes `kind` from the row of max(seq)).
+            let rows = try reader.connection.query(
+                """
+                SELECT max(seq) AS last, key, kind FROM server_changes WHERE entity_set = ? AND seq > ?
+                GROUP BY key ORDER BY last LIMIT ?
+                """, [.text(set), .integer(token), .integer(Int64(pageSize) + 1)])
+            // The token of the last page's delta link, read with the changes: a change made
+            // after this read is in the next delta, not lost between the two.
+            var newest: Int64 = 0
+            if case .integer(let value)? = try reader.connection.query("SELECT max(seq) FROM server_changes").first?.first {
+                newest = value
+            }
+            return (floorValue, rows, newest)
         }
         guard token >= floor else {
             throw ServiceFailure(410, "DeltaTokenExpired", "The delta token is older than the retained change history; read the collection again")
         }
-        // The last change per key decides.
         var last: [String: String] = [:]
         var order: [String] = []
+        var pageEnd: Int64?
+        var lastSeq = token
         for row in changes {
-            guard case .text(let key) = row[1], case .text(let kind) = row[2] else { continue }
-            if last[key] == nil { order.append(key) }
+            guard case .integer(let seq) = row[0], case .text(let key) = row[1], case .text(let kind) = row[2] else { continue }
+            if order.count == pageSize {
+                pageEnd = lastSeq
+                break
+            }
+            order.append(key)
             last[key] = kind
+            lastSeq = seq
         }
         var collection = EntityCollection()
         var otherOptions = request.target.split(separator: "?", maxSplits: 1).count > 1
@@ -68,7 +94,12 @@ extension ODataService {
                 collection.deleted.append(removed(keyPath, key, table, reason: "changed", v2: request.isV2))
             }
         }
-        collection.deltaLink = try await deltaLink(for: request, table: table)
+        if let pageEnd {
+            // More changes: the next page is the delta since the last change on this one.
+            collection.nextLink = try await deltaLink(for: request, table: table, token: pageEnd)
+        } else {
+            collection.deltaLink = try await deltaLink(for: request, table: table, token: newest)
+        }
         if request.isV2 { return .json(200, V2JSONWriter().write(collection), version: request.version) }
         collection.context = request.contextURL("\(set)/$delta")
         return .json(200, V4JSONWriter().write(collection), version: request.version)

@@ -124,9 +124,13 @@ extension ODataService {
             return try await callFunction(request, parsedURL)
         }
         if parsedURL.path.segments.last?.kind == .value, let media = try await mediaValue(request, parsedURL) { return media }
-        if parsedURL.query.deltaToken != nil { return try await delta(request, parsedURL) }
         let preferences = Preferences(request.headers["Prefer"])
         let pageSize = preferences.maxPageSize.map { min($0, options.pageSize) } ?? options.pageSize
+        if parsedURL.query.deltaToken != nil {
+            var response = try await delta(request, parsedURL, pageSize: pageSize)
+            if preferences.maxPageSize != nil { response.headers["Preference-Applied"] = "odata.maxpagesize=\(pageSize)" }
+            return response
+        }
         let root = request.serviceRoot ?? ""
         var headers = HTTPHeaders()
         if preferences.maxPageSize != nil { headers["Preference-Applied"] = "odata.maxpagesize=\(pageSize)" }
