@@ -59,7 +59,7 @@ enum StoreFixtures {
         #expect(categories.navigation("Products")?.relation == .foreignKey(sourceColumns: ["CategoryID"], targetColumns: ["CategoryID"]))
         let statements = schema.createStatements()
         #expect(statements.contains { $0.contains("CREATE INDEX IF NOT EXISTS \"es_Products/$fk/CategoryID\"") })
-        #expect(statements.contains { $0.contains("\"es_Products/$index0\"") && $0.contains("\"ProductName\"") })
+        #expect(statements.contains { $0.contains("\"es_Products/$index/ProductName\"") && $0.contains("\"ProductName\"") })
         let dir = TemporaryDirectory()
         let db = try Connection(path: dir.path("nw.sqlite"))
         for statement in statements { try db.execute(statement) }
@@ -90,7 +90,7 @@ enum StoreFixtures {
     @Test func lookupIndexesCanBeDeferredAndAreMadeAtTheLatestOnOpen() async throws {
         let model = try StoreFixtures.model("metadata/v2/northwind-v2-pyodata.xml")
         let dir = TemporaryDirectory()
-        let lookup: Set<String> = ["es_Products/$fk/CategoryID", "es_Products/$fk/SupplierID", "es_Products/$index0"]
+        let lookup: Set<String> = ["es_Products/$fk/CategoryID", "es_Products/$fk/SupplierID", "es_Products/$index/ProductName"]
         // Made at once by default.
         let eager = try await Store.create(path: dir.path("eager.sqlite"), model: model, key: "k", indexes: ["Products": [["ProductName"]]])
         #expect(try await Self.indexNames(eager).isSuperset(of: lookup.union(["es_Products/$key"])))

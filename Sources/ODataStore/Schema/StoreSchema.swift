@@ -118,9 +118,14 @@ public struct StoreSchema: Sendable {
     /// Extra indexes: table name → column lists.
     public var extraIndexes: [(table: String, columns: [String])]
 
-    /// The layout for every entity set of `model`, with optional extra indexes
-    /// (entity set name → property paths such as `Address/City`).
-    public init(model: Model, indexes: [String: [[String]]] = [:]) throws(StoreError) {
+    /// The layout for every entity set of `model`, with optional single-property indexes
+    /// (entity set name → property paths, each as its segments: `["Address", "City"]`).
+    public init(model: Model, indexes: [String: [[String]]]) throws(StoreError) {
+        try self.init(model: model, indexes: StoreIndex.list(indexes))
+    }
+
+    /// The layout for every entity set of `model`, with the indexes an application asked for.
+    public init(model: Model, indexes: [StoreIndex] = []) throws(StoreError) {
         self.model = model
         self.tables = []
         self.extraIndexes = []
@@ -132,19 +137,31 @@ public struct StoreSchema: Sendable {
         for index in tables.indices {
             tables[index].navigation = try navigation(of: tables[index])
         }
-        for (setName, paths) in indexes {
-            guard let table = table(forEntitySet: setName) else { throw StoreError(.unknownEntitySet, "No entity set \(setName) to index") }
-            for path in paths {
-                guard table.columns.contains(where: { $0.name == path.joined(separator: "/") }) else {
-                    throw StoreError(.unknownProperty, "\(setName) has no column \(path.joined(separator: "/")) to index")
-                }
+        for index in indexes {
+            guard let table = table(forEntitySet: index.entitySet) else {
+                throw StoreError(.unknownEntitySet, "No entity set \(index.entitySet) to index")
             }
-            extraIndexes += paths.map { (table: table.name, columns: [$0.joined(separator: "/")]) }
+            guard !index.properties.isEmpty else { throw StoreError(.unknownProperty, "An index of \(index.entitySet) names no property") }
+            for property in index.properties where !table.columns.contains(where: { $0.name == property }) {
+                throw StoreError(.unknownProperty, "\(index.entitySet) has no primitive property \(property) to index")
+            }
+            let entry = (table: table.name, columns: index.properties)
+            if !extraIndexes.contains(where: { $0 == entry }) { extraIndexes.append(entry) }
         }
     }
 
     /// The table of an entity set.
     public func table(forEntitySet name: String) -> EntityTable? { tables.first { $0.entitySet == name } }
+
+    /// The name of an index an application asked for: its table and columns, so that the same
+    /// declaration always names the same index.
+    static func extraIndexName(table: String, columns: [String]) -> String {
+        table + "/$index/" + columns.joined(separator: ",")
+    }
+
+    /// Whether `name` is the name of an index an application asked for (also the numbered
+    /// names stores made before issue 22 gave them).
+    static func isExtraIndexName(_ name: String) -> Bool { name.contains("/$index") }
 
     // MARK: Building
 
@@ -350,9 +367,20 @@ public struct StoreSchema: Sendable {
                 }
             }
         }
-        for (index, extra) in extraIndexes.enumerated() {
-            let name = extra.table + "/$index\(index)"
-            indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(extra.table)) (\(extra.columns.map(q).joined(separator: ", ")))"))
+        for extra in extraIndexes {
+            let name = Self.extraIndexName(table: extra.table, columns: extra.columns)
+            // Points in time are compared and ordered by their instant (the stored text without
+            // its offset, see `ExpressionCompiler.comparable`): the index holds that expression,
+            // so that the planner finds it for `$filter` and `$orderby`.
+            let table = tables.first { $0.name == extra.table }
+            let terms = extra.columns.map { name -> String in
+                if case .primitive(let type)? = table?.columns.first(where: { $0.name == name })?.kind,
+                    type == .dateTimeOffset || type == .dateTime {
+                    return "substr(\(q(name)), 1, \(ValueStorage.instantLength))"
+                }
+                return q(name)
+            }
+            indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(extra.table)) (\(terms.joined(separator: ", ")))"))
         }
         return indexes
     }
@@ -392,4 +420,47 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "\(message) (\(code))" }
+}
+
+/// An index an application asks for on the table of an entity set, to make its local queries
+/// on those properties fast (a `$filter` on the first ones, an `$orderby` in their order).
+public struct StoreIndex: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The entity set.
+    public var entitySet: String
+    /// The indexed properties, in order: names, or paths such as `Address/City` for a
+    /// property of a complex property.
+    public var properties: [String]
+
+    /// Creates a value from its parts.
+    public init(entitySet: String, properties: [String]) {
+        self.entitySet = entitySet
+        self.properties = properties
+    }
+
+    /// Reads `Set=Prop,Prop` (the form of `oodata … --index`).
+    public init(parsing text: String) throws(StoreError) {
+        let parts = text.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map {
+            String($0.filter { !$0.isWhitespace })
+        }
+        guard parts.count == 2, !parts[0].isEmpty else {
+            throw StoreError(.unknownProperty, "The index \(text) is not of the form EntitySet=Property,Property")
+        }
+        let properties = parts[1].split(separator: ",", omittingEmptySubsequences: false).map {
+            String($0.filter { !$0.isWhitespace })
+        }
+        guard !properties.contains(where: \.isEmpty) else {
+            throw StoreError(.unknownProperty, "The index \(text) names an empty property")
+        }
+        self.init(entitySet: parts[0], properties: properties)
+    }
+
+    /// `Set=Prop,Prop`.
+    public var description: String { entitySet + "=" + properties.joined(separator: ",") }
+
+    /// The single-property indexes of the older form: entity set → property paths.
+    static func list(_ indexes: [String: [[String]]]) -> [StoreIndex] {
+        indexes.keys.sorted().flatMap { set in
+            (indexes[set] ?? []).map { StoreIndex(entitySet: set, properties: [$0.joined(separator: "/")]) }
+        }
+    }
 }

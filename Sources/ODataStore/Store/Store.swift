@@ -20,7 +20,15 @@ public final class Store: Sendable {
     /// With `deferringLookupIndexes`, the indexes that only speed up lookups (foreign keys, link
     /// targets, `indexes`) are left out until ``createLookupIndexes()``: a bulk fill of the new
     /// store is then cheaper. ``open(path:key:)`` creates any that are still missing.
-    public static func create(path: String, model: Model, key: String? = nil, indexes: [String: [[String]]] = [:],
+    public static func create(path: String, model: Model, key: String? = nil, indexes: [String: [[String]]],
+                              deferringLookupIndexes: Bool = false) async throws -> Store {
+        try await create(path: path, model: model, key: key, indexes: StoreIndex.list(indexes),
+                         deferringLookupIndexes: deferringLookupIndexes)
+    }
+
+    /// Creates a new store at `path` for `model` with the indexes an application asked for
+    /// (see ``create(path:model:key:indexes:deferringLookupIndexes:)-(_,_,_,[String:[[String]]],_)``).
+    public static func create(path: String, model: Model, key: String? = nil, indexes: [StoreIndex] = [],
                               deferringLookupIndexes: Bool = false) async throws -> Store {
         guard !FileManager.default.fileExists(atPath: path) else {
             throw StoreError(.conflict, "\(path) already exists")
@@ -33,7 +41,7 @@ public final class Store: Sendable {
         try await pool.write { db in
             for statement in statements { try db.execute(statement) }
             try db.execute("INSERT INTO store_meta (key, value) VALUES (?, ?)", [.text("model"), .blob(Array(modelData))])
-            try db.execute("INSERT INTO store_meta (key, value) VALUES (?, ?)", [.text("indexes"), .blob(Array(indexData))])
+            try db.execute("INSERT INTO store_meta (key, value) VALUES (?, ?)", [.text("index-list"), .blob(Array(indexData))])
             try db.execute("PRAGMA user_version = \(StoreSchema.version)")
         }
         return Store(schema: schema, pool: pool)
@@ -54,7 +62,11 @@ public final class Store: Sendable {
     }
 
     /// Opens an existing store; the key is checked here.
-    public static func open(path: String, key: String? = nil) async throws -> Store {
+    ///
+    /// `indexes`: the indexes the application asks for now. Those it no longer asks for are
+    /// dropped and new ones built (before the store is returned); nil keeps the ones the
+    /// store has. See also ``applying(indexes:)``.
+    public static func open(path: String, key: String? = nil, indexes declared: [StoreIndex]? = nil) async throws -> Store {
         guard FileManager.default.fileExists(atPath: path) else { throw StoreError(.notFound, "No store at \(path)") }
         // SQLite would take an empty file for a new, empty database.
         if Connection.fileSize(path) == 0 {
@@ -62,25 +74,37 @@ public final class Store: Sendable {
         }
         let pool = try await openPool(path: path, key: key)
         do {
-            let (version, modelBytes, indexBytes) = try await pool.read { db -> (Int64, [UInt8]?, [UInt8]?) in
-                guard case .integer(let version)? = try db.query("PRAGMA user_version").first?.first else { return (0, nil, nil) }
+            let (version, modelBytes, indexBytes, listBytes) = try await pool.read { db -> (Int64, [UInt8]?, [UInt8]?, [UInt8]?) in
+                guard case .integer(let version)? = try db.query("PRAGMA user_version").first?.first else { return (0, nil, nil, nil) }
                 let hasMeta = try db.query("SELECT count(*) FROM sqlite_master WHERE name = 'store_meta'") == [[.integer(1)]]
-                guard hasMeta else { return (version, nil, nil) }
+                guard hasMeta else { return (version, nil, nil, nil) }
                 var model: [UInt8]?
                 var indexes: [UInt8]?
+                var list: [UInt8]?
                 for row in try db.query("SELECT key, value FROM store_meta") {
                     if case .text("model") = row[0], case .blob(let bytes) = row[1] { model = bytes }
                     if case .text("indexes") = row[0], case .blob(let bytes) = row[1] { indexes = bytes }
+                    if case .text("index-list") = row[0], case .blob(let bytes) = row[1] { list = bytes }
                 }
-                return (version, model, indexes)
+                return (version, model, indexes, list)
             }
             guard let modelBytes else { throw StoreError(.notAStore, "\(path) is a SQLite database but not an OData store") }
             guard version == StoreSchema.version else {
                 throw StoreError(.schemaVersion, "\(path) has store schema version \(version); this release reads version \(StoreSchema.version)")
             }
             let model = try JSONDecoder().decode(Model.self, from: Data(modelBytes))
-            let indexes = try indexBytes.map { try JSONDecoder().decode([String: [[String]]].self, from: Data($0)) } ?? [:]
-            let store = Store(schema: try StoreSchema(model: model, indexes: indexes), pool: pool)
+            // Stores made before issue 22 keep single-property indexes as a dictionary.
+            var stored: [StoreIndex] = []
+            if let listBytes {
+                stored = try JSONDecoder().decode([StoreIndex].self, from: Data(listBytes))
+            } else if let indexBytes {
+                stored = StoreIndex.list(try JSONDecoder().decode([String: [[String]]].self, from: Data(indexBytes)))
+            }
+            let store = Store(schema: try StoreSchema(model: model, indexes: declared ?? stored), pool: pool)
+            // Changed declarations; or the numbered indexes of an older store, named anew.
+            if (declared ?? stored) != stored || (listBytes == nil && !stored.isEmpty) {
+                try await store.replaceExtraIndexes(with: declared ?? stored)
+            }
             // A store created with deferred indexes whose fill never finished.
             let present = try await pool.read { db in
                 Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'index'").compactMap { row -> String? in
@@ -102,6 +126,43 @@ public final class Store: Sendable {
 
     /// Closes the store's connections.
     public func close() { pool.close() }
+
+    /// The indexes an application asked for (see ``open(path:key:indexes:)``).
+    public var indexes: [StoreIndex] {
+        schema.extraIndexes.compactMap { extra in
+            schema.tables.first { $0.name == extra.table }.map { StoreIndex(entitySet: $0.entitySet, properties: extra.columns) }
+        }
+    }
+
+    /// This store with the indexes an application asks for now: those it no longer asks for are
+    /// dropped and new ones built. Returns `self` when nothing changed; otherwise a store on the
+    /// same connections (use it instead of this one, which must not be closed separately).
+    public func applying(indexes declared: [StoreIndex]) async throws -> Store {
+        let schema = try StoreSchema(model: model, indexes: declared)
+        guard schema.lookupIndexes().map(\.name) != self.schema.lookupIndexes().map(\.name) else { return self }
+        let store = Store(schema: schema, pool: pool)
+        try await store.replaceExtraIndexes(with: declared)
+        try await store.createLookupIndexes()
+        return store
+    }
+
+    /// Drops the indexes an application asked for that the schema no longer has and records
+    /// the new list; ``open(path:key:indexes:)`` then builds the missing ones.
+    private func replaceExtraIndexes(with declared: [StoreIndex]) async throws {
+        let wanted = Set(schema.lookupIndexes().map(\.name))
+        let data = try JSONEncoder().encode(declared)
+        try await pool.write { db in
+            let present = try db.query("SELECT name FROM sqlite_master WHERE type = 'index'").compactMap { row -> String? in
+                if case .text(let name) = row[0] { return name }
+                return nil
+            }
+            for name in present where StoreSchema.isExtraIndexName(name) && !wanted.contains(name) {
+                try db.execute("DROP INDEX \(StoreSchema.quote(name))")
+            }
+            try db.execute("DELETE FROM store_meta WHERE key = 'indexes'")
+            try db.execute("INSERT OR REPLACE INTO store_meta (key, value) VALUES ('index-list', ?)", [.blob(Array(data))])
+        }
+    }
 
     /// Stores made before both ends of a relationship without a referential constraint shared
     /// one link table kept a table per end: the links of the end that now reads its partner's

@@ -78,6 +78,99 @@ enum DefiningQueries {
         return sets
     }
 
+    /// The indexes of the store: the application's (``OfflineODataParameters/indexes``, checked
+    /// against the model), then, where cheap, indexes for the defining queries' own options: one
+    /// for a query's `$orderby` properties, in order, and one for the properties its `$filter`
+    /// compares with a literal (`eq` first; only at the top level of `and`). Automatic indexes
+    /// cover primitive properties only, never start with the key (indexed already), and are at
+    /// most two per query and eight in all.
+    static func indexes(
+        declared: [String: [[String]]], queries: [OfflineODataDefiningQuery], model: Model
+    ) throws -> [StoreIndex] {
+        let schema = try StoreSchema(model: model)
+        var result: [StoreIndex] = []
+        for set in declared.keys.sorted() {
+            guard let table = schema.table(forEntitySet: set) else {
+                throw OfflineODataError(.invalidParameter, "Index on \(set): the service has no entity set \(set)")
+            }
+            for properties in declared[set] ?? [] {
+                guard !properties.isEmpty else {
+                    throw OfflineODataError(.invalidParameter, "An index on \(set) names no property")
+                }
+                for property in properties where !(table.columns.contains { $0.name == property && Self.isPrimitive($0) }) {
+                    throw OfflineODataError(
+                        .invalidParameter, "Index on \(set): \(property) is not a primitive property of \(set)")
+                }
+                let index = StoreIndex(entitySet: set, properties: properties)
+                if !result.contains(index) { result.append(index) }
+            }
+        }
+        var automatic = 0
+        for query in queries {
+            guard let set = try? entitySet(of: query.query, model: model), let table = schema.table(forEntitySet: set),
+                let parsed = try? URLParser(version: model.version.grammar).parse(query.query)
+            else { continue }
+            /// The column of a plain property path (`Name`, `Address/City`), if it is primitive.
+            func column(_ expression: CommonExpression) -> String? {
+                guard case .path(let path) = expression.node, !path.steps.isEmpty else { return nil }
+                var names: [String] = []
+                for step in path.steps {
+                    guard case .member(let name) = step else { return nil }
+                    names.append(name)
+                }
+                guard let column = table.column(names), Self.isPrimitive(column) else { return nil }
+                return column.name
+            }
+            var candidates: [[String]] = []
+            let ordered = (parsed.query.orderBy ?? []).map { column($0.expression) }
+            if !ordered.isEmpty, !ordered.contains(where: { $0 == nil }) { candidates.append(ordered.compactMap { $0 }) }
+            var equal: [String] = []
+            var ranges: [String] = []
+            var conditions = parsed.query.filter.map { [$0] } ?? []
+            while let condition = conditions.popLast() {
+                guard case .binary(let op, let left, let right) = condition.node else { continue }
+                if op == .and {
+                    conditions += [right, left]
+                    continue
+                }
+                guard [.eq, .ne, .gt, .ge, .lt, .le].contains(op) else { continue }
+                let property: String?
+                if case .literal = right.node {
+                    property = column(left)
+                } else if case .literal = left.node {
+                    property = column(right)
+                } else {
+                    property = nil
+                }
+                guard let property else { continue }
+                if op == .eq {
+                    if !equal.contains(property) { equal.append(property) }
+                } else if !ranges.contains(property) {
+                    ranges.append(property)
+                }
+            }
+            if let first = ranges.first, equal.count < 3 { equal.append(first) }
+            if !equal.isEmpty { candidates.append(Array(equal.prefix(3))) }
+            for properties in candidates.prefix(2) where automatic < 8 {
+                guard properties.first.map({ !table.keyColumns.contains($0) }) == true else { continue }
+                let index = StoreIndex(entitySet: set, properties: properties)
+                // An index that begins with this one's properties serves its queries too.
+                if result.contains(where: { $0.entitySet == set && $0.properties.starts(with: properties) }) { continue }
+                result.append(index)
+                automatic += 1
+            }
+        }
+        return result
+    }
+
+    /// Whether a column holds a primitive or enum value (one that an index orders).
+    private static func isPrimitive(_ column: StoreSchema.Column) -> Bool {
+        switch column.kind {
+        case .primitive, .enumeration: return true
+        default: return false
+        }
+    }
+
     /// The defining queries a store was made or last opened with, in order.
     static func load(_ connection: Connection) throws -> [OfflineODataDefiningQuery] {
         try connection.query("SELECT name, query, streams FROM oo_defining ORDER BY ordinal").compactMap { row in

@@ -20,14 +20,17 @@ extension Downloader {
         // Until the fill is complete, a marker beside the store says so (see `open`).
         // It holds how many defining queries the fill had: a provider without any may redo a
         // fill that had none either.
+        let queries = provider.definingQueries
+        let indexes = try DefiningQueries.indexes(declared: provider.parameters.indexes, queries: queries, model: model)
         guard
             FileManager.default.createFile(
                 atPath: StoreFiles.fillingMarker(path), contents: Data("\(provider.definingQueries.count)".utf8))
         else {
             throw OfflineODataError(.store, "Cannot create \(StoreFiles.fillingMarker(path)) beside the new store")
         }
-        let creating = Task { try await Store.create(path: path, model: model, key: key, deferringLookupIndexes: true) }
-        let queries = provider.definingQueries
+        let creating = Task {
+            try await Store.create(path: path, model: model, key: key, indexes: indexes, deferringLookupIndexes: true)
+        }
         let root = serviceRoot
         provider.newStore = nil
         defer { provider.newStore = nil }

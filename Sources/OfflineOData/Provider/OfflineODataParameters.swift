@@ -69,6 +69,15 @@ public struct OfflineODataParameters: Sendable {
     /// Creates parameters with the defaults.
     public init() {}
 
+    /// Indexes for local queries, per entity set: each index is its properties in order
+    /// (paths such as `Address/City` for a property of a complex property), e.g.
+    /// `["Products": [["Name"], ["Category", "Price"]]]`. A `$filter` on the first properties
+    /// of an index, or an `$orderby` in its order, then reads only the rows it needs. They are
+    /// built after the first open's fill, and on an open when the declarations changed (indexes
+    /// no longer declared are dropped). The store also indexes the `$orderby` and `$filter`
+    /// properties of the defining queries themselves. Each index costs a little on every write.
+    public var indexes: [String: [[String]]] = [:]
+
     /// The store file: `storePath/storeName.db`.
     public var storeFile: String {
         let folder = storePath ?? Self.defaultStoreFolder

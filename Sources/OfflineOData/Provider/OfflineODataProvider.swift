@@ -257,7 +257,7 @@ public actor OfflineODataProvider {
     }
 
     private func openExisting(_ path: String) async throws {
-        let opened = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
+        var opened = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
         // A first open that never finished (the process ended while it filled the store) left
         // a store without all its data: it is made again from the backend. Nothing local is
         // lost, since no local change can be made before the first open succeeds.
@@ -285,6 +285,16 @@ public actor OfflineODataProvider {
         }
         definingQueries = stored + added
         coveredSetsCache = nil
+        // The indexes asked for now, and those of the defining queries: changed declarations
+        // drop or build indexes here.
+        do {
+            opened = try await opened.applying(
+                indexes: DefiningQueries.indexes(
+                    declared: parameters.indexes, queries: definingQueries, model: opened.model))
+        } catch {
+            opened.close()
+            throw error
+        }
         serviceVersion = opened.model.version
         store = opened
     }
