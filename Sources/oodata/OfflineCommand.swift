@@ -118,12 +118,25 @@ struct OfflineCommand: AsyncParsableCommand {
         @Option(help: "The service root URL.") var service: String
         @Option(name: .customLong("define"), help: "A defining query, NAME=QUERY (repeatable).") var definitions: [String] = []
         @Option(name: .customLong("streams"), help: "A defining query (by NAME) that also retrieves media streams (repeatable).") var streamQueries: [String] = []
+        @Option(name: .customLong("index"),
+                help: ArgumentHelp("An index for local queries, SET=PROPERTY,PROPERTY (repeatable; on a reopen, replaces the store's).",
+                                   valueName: "SET=PROPS"))
+        var indexes: [String] = []
         @OptionGroup var options: OfflineStoreOptions
 
         func run() async throws {
             guard let root = URL(string: service), root.scheme != nil else { throw CLIFailure("--service \(service) is not an absolute URL") }
             let printer = ProgressPrinter()
-            let provider = OfflineODataProvider(serviceRoot: root, parameters: try options.parameters(), delegate: printer)
+            var parameters = try options.parameters()
+            if !indexes.isEmpty {
+                var declared: [String: [[String]]] = [:]
+                for text in indexes {
+                    guard let index = try? StoreIndex(parsing: text) else { throw CLIFailure("--index \(text) must be SET=PROPERTY,PROPERTY") }
+                    declared[index.entitySet, default: []].append(index.properties)
+                }
+                parameters.indexes = declared
+            }
+            let provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, delegate: printer)
             for definition in definitions {
                 let parts = definition.split(separator: "=", maxSplits: 1)
                 guard parts.count == 2 else { throw CLIFailure("--define \(definition) must be NAME=QUERY") }

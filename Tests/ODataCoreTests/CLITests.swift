@@ -115,7 +115,13 @@ import Testing
         defer { try? FileManager.default.removeItem(at: folder) }
         let store = ["--store", folder.appendingPathComponent("cli.db").path, "--key", "cli-key"]
 
-        let open = try await run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--define", "O=SalesOrders?$expand=Items"] + store)
+        // An index that names no property of the set is refused, and no store is made.
+        let badIndex = try await run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--index", "BusinessPartners=Nope"] + store)
+        #expect(badIndex.status != 0 && badIndex.err.contains("Nope is not a primitive property of BusinessPartners"), "\(badIndex.err)")
+        #expect(try await run(["offline", "open", "--service", root, "--index", "BusinessPartners"] + store).err.contains("must be SET=PROPERTY,PROPERTY"))
+        #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("cli.db").path))
+        let open = try await run(["offline", "open", "--service", root, "--define", "P=BusinessPartners", "--define", "O=SalesOrders?$expand=Items",
+                                  "--index", "BusinessPartners=CompanyName,Email"] + store)
         #expect(open.status == 0, "\(open.err)")
         #expect(open.out.contains("P: 20 BusinessPartners"), "\(open.out)")
         let update = try await run(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Phone":"cli"}"#])

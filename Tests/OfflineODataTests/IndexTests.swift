@@ -93,6 +93,18 @@ import Testing
         await reopened.close()
         let plan = try await Self.plan("BusinessPartners?$filter=Email eq 'x'", parameters)
         #expect(plan.contains("USING INDEX es_BusinessPartners/$index/Email"), "\(plan)")
+        // Without declarations (nil), an open keeps the store's indexes; `[:]` drops the declared ones.
+        let before = try await Self.indexNames(parameters)
+        parameters.indexes = nil
+        let kept = try await fixture.provider(v2: v2, parameters: parameters, queries: [])
+        try await kept.open()
+        await kept.close()
+        #expect(try await Self.indexNames(parameters) == before)
+        parameters.indexes = [:]
+        let dropped = try await fixture.provider(v2: v2, parameters: parameters, queries: [])
+        try await dropped.open()
+        await dropped.close()
+        #expect(try await Self.indexNames(parameters) == ["es_SalesOrders/$index/OrderDate", "es_SalesOrders/$index/Currency,GrossAmount"])
     }
 
     @Test func aDeclarationThatNamesNoPropertyIsRefusedBeforeAnythingIsMade() async throws {

@@ -74,9 +74,10 @@ public struct OfflineODataParameters: Sendable {
     /// `["Products": [["Name"], ["Category", "Price"]]]`. A `$filter` on the first properties
     /// of an index, or an `$orderby` in its order, then reads only the rows it needs. They are
     /// built after the first open's fill, and on an open when the declarations changed (indexes
-    /// no longer declared are dropped). The store also indexes the `$orderby` and `$filter`
+    /// no longer declared are dropped, `[:]` drops them all). The store also indexes the `$orderby` and `$filter`
     /// properties of the defining queries themselves. Each index costs a little on every write.
-    public var indexes: [String: [[String]]] = [:]
+    /// Nil (the default) keeps the indexes an existing store has.
+    public var indexes: [String: [[String]]]?
 
     /// The store file: `storePath/storeName.db`.
     public var storeFile: String {

@@ -287,13 +287,14 @@ public actor OfflineODataProvider {
         coveredSetsCache = nil
         // The indexes asked for now, and those of the defining queries: changed declarations
         // drop or build indexes here.
-        do {
-            opened = try await opened.applying(
-                indexes: DefiningQueries.indexes(
-                    declared: parameters.indexes, queries: definingQueries, model: opened.model))
-        } catch {
-            opened.close()
-            throw error
+        if let declared = parameters.indexes {
+            do {
+                opened = try await opened.applying(
+                    indexes: DefiningQueries.indexes(declared: declared, queries: definingQueries, model: opened.model))
+            } catch {
+                opened.close()
+                throw error
+            }
         }
         serviceVersion = opened.model.version
         store = opened
