@@ -38,6 +38,19 @@ let package = Package(
                 .product(name: "ODataServer", package: parent), .product(name: "OfflineOData", package: parent),
             ]
         ),
+        .target(
+            name: "CRawSQLCipher",
+            cSettings: [.define("SQLITE_HAS_CODEC")],
+            linkerSettings: [.linkedLibrary("sqlcipher")]
+        ),
+        .executableTarget(
+            name: "Scale",
+            dependencies: [
+                "PayloadFixtures", "CRawSQLCipher", .product(name: "ODataCore", package: parent),
+                .product(name: "ODataStore", package: parent), .product(name: "ODataServer", package: parent),
+                .product(name: "OfflineOData", package: parent),
+            ]
+        ),
         .executableTarget(
             name: "ChainRatio",
             dependencies: [.product(name: "ODataCore", package: parent), .product(name: "ODataStore", package: parent)]

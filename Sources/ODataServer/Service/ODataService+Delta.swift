@@ -75,8 +75,32 @@ extension ODataService {
         // Changed entities come in the shape the tracked read asked for: its `$select` and
         // `$expand` apply to them too (ordering and paging options have no meaning here).
         let shape = otherOptions.filter { $0.hasPrefix("$select=") || $0.hasPrefix("$expand=") }.joined(separator: "&")
+        // Entities of a single-property key in a V4 read are fetched 200 at a time with one
+        // `in` query (its `$filter` and shape kept); the others one by one below.
+        var fetched: [String: Entity] = [:]
+        var batched: Set<String> = []
+        if table.keyColumns.count == 1, !request.isV2 {
+            let keys = order.filter { last[$0] != "delete" }
+            for start in stride(from: 0, to: keys.count, by: 200) {
+                let chunk = keys[start..<min(start + 200, keys.count)]
+                let list = chunk.map { String($0.dropFirst().dropLast()) }.joined(separator: ",")
+                let condition = "\(table.keyColumns[0]) in (\(list))"
+                let url = set + "?$filter=" + (filter.map { "(\($0)) and " } ?? "") + condition + (shape.isEmpty ? "" : "&" + shape)
+                guard case .collection(let found) = try await store.query(url, version: request.version) else { continue }
+                for entity in found.entities { fetched[canonicalKeyText(keyValues(of: entity, table), table)] = entity }
+                batched.formUnion(chunk)
+            }
+        }
         for key in order {
             let keyPath = set + key
+            if batched.contains(key) {
+                if let entity = fetched[key] {
+                    collection.entities.append(entity)
+                } else {
+                    collection.deleted.append(removed(keyPath, key, table, reason: "changed", v2: request.isV2))
+                }
+                continue
+            }
             if last[key] == "delete" {
                 collection.deleted.append(removed(keyPath, key, table, reason: "deleted", v2: request.isV2))
                 continue

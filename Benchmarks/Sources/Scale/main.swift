@@ -1,0 +1,292 @@
+import CRawSQLCipher
+import Foundation
+import ODataCore
+import ODataServer
+import ODataStore
+import OfflineOData
+import PayloadFixtures
+
+// Sync at scale (issue 22): what a download costs against what changed, local pages with and
+// without an index, and the store against the SQLCipher C API.
+//
+// Usage: Scale [N] [pageSize]   (release build; the reference server runs in this process)
+//   SKIP_TENTH=1 leaves out the delta with 10 % changed (at 1,000,000 the server needs long
+//   to build a delta of 100,000 entities: it reads each changed entity with its own query).
+//
+// Baselines, in the same run: a download against the first open of the same data (time, and
+// time per entity); the store's insert and page query against the same work through our
+// connection layer and through the C API (one prepared statement, the same table and stored
+// forms).
+
+let arguments = CommandLine.arguments
+let count = arguments.count > 1 ? Int(arguments[1]) ?? 100_000 : 100_000
+let pageSize = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
+let environment = ProcessInfo.processInfo.environment
+
+/// Prints a line at once (stdout to a pipe is buffered until the end).
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+
+func seconds(_ body: () async throws -> Void) async rethrows -> Double {
+    let start = DispatchTime.now().uptimeNanoseconds
+    try await body()
+    return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+}
+
+func peakRSSMiB() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_maxrss) / 1024
+}
+
+func check(_ condition: Bool, _ message: @autoclosure () -> String) {
+    if !condition {
+        FileHandle.standardError.write(Data("Scale: \(message())\n".utf8))
+        exit(1)
+    }
+}
+
+let directory = FileManager.default.temporaryDirectory.appendingPathComponent("scale-bench-\(UUID().uuidString)")
+try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+defer { try? FileManager.default.removeItem(at: directory) }
+let model = try MetadataParser().parse(ProductModel.metadata)
+
+// The backend: the reference server with N products.
+let backendStore = try await Store.create(path: directory.appendingPathComponent("backend.sqlite").path, model: model)
+var options = ODataService.Options()
+options.pageSize = pageSize
+options.deltaRetention = 10_000_000
+let service = try await ODataService.open(store: backendStore, options: options)
+for start in stride(from: 0, to: count, by: 10_000) {
+    try await service.load([("Products", (start..<min(start + 10_000, count)).map(ProductModel.product))])
+}
+let server = try await EmbeddedServer.start(service)
+let root = server.v4Root
+say("entities: \(count), server page size \(pageSize), keyed offline store, server in this process")
+
+/// Changes `changed` products on the backend, spread over the table, as its writes record
+/// them for delta links (one transaction).
+func changeOnBackend(_ changed: Int, round: Int) async throws {
+    guard changed > 0 else { return }
+    let step = max(1, count / changed)
+    let name = "changed in round \(round)"
+    try await backendStore.write { writer in
+        let db = writer.connection
+        for index in stride(from: 0, to: step * changed, by: step) {
+            _ = try db.execute("UPDATE \"es_Products\" SET \"Name\" = ? WHERE \"ID\" = ?", [.text(name), .integer(Int64(index))])
+            _ = try db.execute(
+                "INSERT INTO server_changes (entity_set, key, kind) VALUES ('Products', ?, 'upsert')", [.text("(\(index))")])
+        }
+    }
+}
+
+// 1. The first open: the baseline of every download.
+var parameters = OfflineODataParameters()
+parameters.storePath = directory
+parameters.storeEncryptionKey = "bench-key"
+var provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, transport: AsyncHTTPClientTransport())
+try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Products", query: "Products"))
+let openTime = try await seconds { try await provider.open() }
+guard case .count(let stored) = try await provider.read("Products/$count"), stored == Int64(count) else {
+    fatalError("the open did not store every entity")
+}
+let perEntityOpen = openTime / Double(count)
+say(String(format: "first open: %.2f s = %.0f entities/s (%.1f µs per entity); peak RSS so far %.0f MiB (server and client)",
+             openTime, Double(count) / openTime, perEntityOpen * 1e6, peakRSSMiB()))
+
+func upserted() async throws -> Int64 {
+    guard case .count(let n) = try await provider.read("Products/$count?$filter=sap.upsertedLastDownload()") else { return -1 }
+    return n
+}
+
+// 2. Deltas.
+let fractions: [Double] = environment["SKIP_TENTH"] != nil ? [0, 0.001, 0.01] : [0, 0.001, 0.01, 0.1]
+for (index, fraction) in fractions.enumerated() {
+    let changed = Int(Double(count) * fraction)
+    try await changeOnBackend(changed, round: index)
+    let time = try await seconds { try await provider.download() }
+    let marked = try await upserted()
+    check(marked == Int64(changed), "delta of \(changed): \(marked) rows marked upserted")
+    let perEntity = changed > 0 ? String(format: ", %.1f µs per changed entity = %.2f× the open's per entity", time / Double(changed) * 1e6,
+                                         time / Double(changed) / perEntityOpen) : ""
+    say(String(format: "delta, %.1f %% changed (%d entities): %.3f s = %.2f %% of the first open%@",
+                 fraction * 100, changed, time, time / openTime * 100, perEntity))
+}
+
+// 3. A full read (the delta link expired, or a backend without change tracking), 1 % changed.
+let second = try await Store.open(path: parameters.storeFile, key: parameters.storeEncryptionKey)
+let fullChanged = max(1, count / 100)
+try await changeOnBackend(fullChanged, round: 99)
+_ = try await second.write { writer in try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
+let rssBeforeFull = peakRSSMiB()
+let fullTime = try await seconds { try await provider.download() }
+let fullMarked = try await upserted()
+check(fullMarked == Int64(fullChanged), "full read: \(fullMarked) rows marked upserted, \(fullChanged) changed")
+say(String(format: "full re-download, 1 %% changed (%d entities): %.2f s = %.2f× the first open; peak RSS %.0f MiB (%.0f before it; server and client)",
+             fullChanged, fullTime, fullTime / openTime, peakRSSMiB(), rssBeforeFull))
+
+// 4. A filtered, ordered page, without and with a declared index (best of 5 each).
+let pageQuery = "Products?$filter=Quantity gt 2500 and Rating ge 2.5&$orderby=Name desc&$top=50"
+func bestPage() async throws -> (Double, [Entity]) {
+    var best = Double.infinity
+    var page: [Entity] = []
+    for _ in 0..<5 {
+        let time = try await seconds {
+            guard case .collection(let result) = try await provider.read(pageQuery) else { fatalError("not a collection") }
+            page = result.entities
+        }
+        best = min(best, time)
+    }
+    return (best, page)
+}
+let (withoutIndex, pageWithout) = try await bestPage()
+await provider.close()
+parameters.indexes = ["Products": [["Name"]]]
+provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, transport: AsyncHTTPClientTransport())
+let indexTime = try await seconds { try await provider.open() }
+let (withIndex, pageWith) = try await bestPage()
+check(pageWith == pageWithout && pageWith.count == 50, "the page with the index differs")
+say(String(format: "page `%@`: without an index %.2f ms, with an index on Name %.2f ms (%.0f× faster; reopening built the index in %.2f s)",
+             pageQuery, withoutIndex * 1e3, withIndex * 1e3, withoutIndex / withIndex, indexTime))
+await provider.close()
+
+// 5. The store against our connection layer and the C API: inserting M rows (5,000 per
+//    transaction, keyed, WAL) and the page query on the full table without the index.
+let insertCount = min(count, 100_000)
+let table = "es_Products"
+let columns = ["_type", "_etag", "_editLink", "_localID", "_isLocal", "_pending"]
+    + ["ID", "Name", "Description", "Price", "Quantity", "Rating", "Active", "Created", "Code", "CategoryID"]
+let quoted = columns.map { "\"\($0)\"" }.joined(separator: ", ")
+let storedRows = try await second.read { reader in
+    try reader.connection.query("SELECT \(quoted) FROM \"\(table)\" ORDER BY _rowid LIMIT \(insertCount)")
+}
+// The table as the store makes it, with the indexes an insert pays for (unique key, local IDs).
+let createSQL = try await second.read { reader in
+    try reader.connection.query(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = '\(table)' AND sql IS NOT NULL AND (type = 'table' OR name LIKE '%$key' OR name LIKE '%$localID%')")
+}.compactMap { row -> String? in
+    if case .text(let sql) = row[0] { return sql }
+    return nil
+}
+second.close()
+let pragmas = "PRAGMA cipher_page_size = 4096; PRAGMA cache_size = -32768; PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL;"
+let setup = pragmas + createSQL.map { $0 + ";" }.joined()
+let insertSQL = "INSERT INTO \"\(table)\" (\(quoted)) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
+
+// The same rows as flat pages, for the store (read before the clock starts).
+var pages: [FlatCollection] = []
+var next: String? = root.absoluteString + "Products?$top=\(insertCount)"
+while let url = next {
+    let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: url), timeout: 120)
+    guard let rows = try V4JSONReader(model: model).readFlatCollection(response.body, entityType: "Bench.Product") else { fatalError("not flat") }
+    pages.append(rows)
+    next = rows.nextLink
+}
+check(pages.reduce(0) { $0 + $1.entityCount } == insertCount, "pages")
+
+var rawTypes: [Int32] = []
+var rawInts: [Int64] = []
+var rawDoubles: [Double] = []
+var rawText: [UInt8] = []
+var rawStart: [Int32] = []
+var rawLength: [Int32] = []
+for row in storedRows {
+    for value in row {
+        var type: Int32 = 0
+        var int: Int64 = 0
+        var double = 0.0
+        var start: Int32 = 0
+        var length: Int32 = 0
+        switch value {
+        case .integer(let number): type = 1; int = number
+        case .real(let number): type = 2; double = number
+        case .text(let text):
+            type = 3
+            start = Int32(rawText.count)
+            rawText.append(contentsOf: text.utf8)
+            length = Int32(rawText.count) - start
+        case .blob(let bytes):
+            type = 4
+            start = Int32(rawText.count)
+            rawText.append(contentsOf: bytes)
+            length = Int32(bytes.count)
+        case .null: break
+        }
+        rawTypes.append(type)
+        rawInts.append(int)
+        rawDoubles.append(double)
+        rawStart.append(start)
+        rawLength.append(length)
+    }
+}
+
+var storeTimes: [Double] = []
+var layerTimes: [Double] = []
+var rawTimes: [Double] = []
+for attempt in 1...3 {
+    let storePath = directory.appendingPathComponent("insert-store-\(attempt).sqlite").path
+    let target = try await Store.create(path: storePath, model: model, key: "bench-key", deferringLookupIndexes: true)
+    storeTimes.append(try await seconds {
+        for page in pages { try await target.write { writer in try writer.bulkInsert(page, into: "Products") } }
+    })
+    target.close()
+
+    let layerPath = directory.appendingPathComponent("insert-layer-\(attempt).sqlite").path
+    let connection = try Connection(path: layerPath, options: Connection.Options(key: "bench-key"))
+    for statement in createSQL { try connection.execute(statement) }
+    layerTimes.append(try await seconds {
+        for start in stride(from: 0, to: storedRows.count, by: pageSize) {
+            try connection.transaction {
+                for row in storedRows[start..<min(start + pageSize, storedRows.count)] { _ = try connection.execute(insertSQL, row) }
+            }
+        }
+    })
+    connection.close()
+
+    let rawPath = directory.appendingPathComponent("insert-raw-\(attempt).sqlite").path
+    var error = [CChar](repeating: 0, count: 256)
+    let rawTime = rawTypes.withUnsafeBufferPointer { types in
+        rawInts.withUnsafeBufferPointer { ints in
+            rawDoubles.withUnsafeBufferPointer { doubles in
+                rawText.withUnsafeBufferPointer { text in
+                    rawStart.withUnsafeBufferPointer { starts in
+                        rawLength.withUnsafeBufferPointer { lengths in
+                            text.withMemoryRebound(to: CChar.self) { characters in
+                                let rows = raw_rows(
+                                    rows: Int32(storedRows.count), columns: Int32(columns.count), types: types.baseAddress,
+                                    ints: ints.baseAddress, doubles: doubles.baseAddress, text: characters.baseAddress,
+                                    textStart: starts.baseAddress, textLength: lengths.baseAddress)
+                                return raw_insert(rawPath, "bench-key", setup, insertSQL, rows, Int32(pageSize), &error)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check(rawTime >= 0, "raw insert: \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+    rawTimes.append(rawTime)
+}
+let storeInsert = storeTimes.min() ?? 0, layerInsert = layerTimes.min() ?? 0, rawInsert = rawTimes.min() ?? 0
+say(String(format: "insert of %d rows, keyed, %d per transaction (best of 3): store %.3f s, connection layer %.3f s, C API %.3f s; speed store ÷ C API %.2f, store ÷ connection layer %.2f",
+             insertCount, pageSize, storeInsert, layerInsert, rawInsert, rawInsert / storeInsert, layerInsert / storeInsert))
+
+// The page query without an index, on the offline store's full table: the store's answer
+// (entities) against the same SQL stepped through in C.
+let pageSQL = "SELECT \(quoted) FROM \"\(table)\" t0 WHERE t0.\"Quantity\" > 2500 AND t0.\"Rating\" >= 2.5 ORDER BY t0.\"Name\" DESC, t0.\"ID\" ASC LIMIT 50"
+let plain = try await Store.open(path: parameters.storeFile, key: parameters.storeEncryptionKey, indexes: [])
+var storeQuery = Double.infinity
+for _ in 0..<5 {
+    storeQuery = min(storeQuery, try await seconds {
+        guard case .collection(let page) = try await plain.query(pageQuery) else { fatalError("not a collection") }
+        check(page.entities.count == 50, "store page")
+    })
+}
+plain.close()
+var rawRows: Int32 = 0
+var queryError = [CChar](repeating: 0, count: 256)
+let rawQuery = raw_query(parameters.storeFile, "bench-key", pragmas, pageSQL, 5, &rawRows, &queryError)
+check(rawQuery >= 0 && rawRows == 50, "raw query: \(String(decoding: queryError.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+say(String(format: "page query on %d rows without an index (best of 5): store %.1f ms, C API %.1f ms; store ÷ C API time %.2f×",
+             count, storeQuery * 1e3, rawQuery * 1e3, storeQuery / rawQuery))
+say(String(format: "peak RSS of the run: %.0f MiB", peakRSSMiB()))
+await server.stop()
