@@ -68,10 +68,11 @@ say("entities: \(count), server page size \(pageSize), keyed offline store, serv
 func changeOnBackend(_ changed: Int, round: Int) async throws {
     guard changed > 0 else { return }
     let step = max(1, count / changed)
-    let name = "changed in round \(round)"
     try await backendStore.write { writer in
         let db = writer.connection
         for index in stride(from: 0, to: step * changed, by: step) {
+            // Names stay unique, as the generated ones are (the page below orders by Name).
+            let name = "Product number \(index), changed in round \(round)"
             _ = try db.execute("UPDATE \"es_Products\" SET \"Name\" = ? WHERE \"ID\" = ?", [.text(name), .integer(Int64(index))])
             _ = try db.execute(
                 "INSERT INTO server_changes (entity_set, key, kind) VALUES ('Products', ?, 'upsert')", [.text("(\(index))")])
