@@ -214,6 +214,40 @@ import Testing
         #expect(keyMap == ["Customers(-1)": "Customers(555)"])
     }
 
+    /// Issue 22: the key map kept every re-keyed local reference forever. A download now
+    /// forgets those no queued request names.
+    @Test func aDownloadForgetsTheLocalKeysNoQueuedRequestNeeds() async throws {
+        let (store, directory) = try await DownloadApplyTests.store()
+        defer {
+            store.close()
+            try? FileManager.default.removeItem(at: directory)
+        }
+        try await DownloadApplyTests.change("POST", "Customers", #"{"Name":"New"}"#, in: store)
+        try await DownloadApplyTests.change("POST", "Customers", #"{"Name":"Other"}"#, in: store)
+        try await DownloadApplyTests.change("PATCH", "Customers(-2)", #"{"City":"Lyon"}"#, in: store)
+        let queued = try await Self.queue(store)
+        var answers: [(SentResult, UploadPlanner.Action)] = []
+        for (request, key) in zip(queued.prefix(2), [555, 556]) {
+            answers.append((
+                SentResult(request: request, status: 201, headers: HTTPHeaders(),
+                           body: Array(#"{"CustomerID":\#(key),"Name":"x","City":null}"#.utf8)),
+                .apply(.created)))
+        }
+        _ = try await Self.record(answers, in: store)
+        let keyMap = { try await store.read { reader in try RequestQueue.keyMap(reader.connection) } }
+        #expect(try await keyMap() == ["Customers(-1)": "Customers(555)", "Customers(-2)": "Customers(556)"])
+        let left = try await Self.queue(store)
+        #expect(left.map(\.method) == ["PATCH"])
+        _ = try await DownloadApplyTests.download([DownloadApplyTests.Page(query: "Customers", isDelta: true)], to: store)
+        // The PATCH still queued names -2 (by its URL): that entry stays, the other goes.
+        #expect(left.first?.url.contains("Customers(-2)") == true, "\(left.first?.url ?? "")")
+        #expect(try await keyMap() == ["Customers(-2)": "Customers(556)"])
+        // Once nothing is queued, the next download forgets it too.
+        try await store.write { writer in _ = try writer.connection.execute("DELETE FROM oo_queue") }
+        _ = try await DownloadApplyTests.download([DownloadApplyTests.Page(query: "Customers", isDelta: true)], to: store)
+        #expect(try await keyMap().isEmpty)
+    }
+
     @Test func refusedAndDependantRequestsGoToTheErrorArchive() async throws {
         let (store, directory) = try await DownloadApplyTests.store()
         defer {

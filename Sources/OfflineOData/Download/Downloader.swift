@@ -251,6 +251,7 @@ struct Downloader: Sendable {
             }
             _ = try writer.connection.execute("DELETE FROM oo_staging")
             let summary = try applier.finish(writer: writer)
+            _ = try RequestQueue.pruneKeyMap(writer.connection)
             // An entity with a local stream change keeps it; the backend's stream becomes the
             // one kept for undo and revert.
             _ = try writer.connection.execute(

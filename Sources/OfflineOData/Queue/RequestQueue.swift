@@ -112,6 +112,20 @@ struct RequestQueue {
         return map
     }
 
+    /// Forgets the re-keyed local references no queued request (pending or failed) names any
+    /// more: by its entity, in its URL or in its body. Without this the key map grows with every
+    /// create ever uploaded. Run after a download: until then an app may still read or change
+    /// an uploaded entity by the local key it had.
+    static func pruneKeyMap(_ connection: Connection) throws -> Int {
+        try connection.execute(
+            """
+            DELETE FROM oo_key_map WHERE NOT EXISTS (
+              SELECT 1 FROM oo_queue q WHERE (q.entity_set = oo_key_map.entity_set AND q.entity_key = oo_key_map.local_key)
+                OR instr(q.url, oo_key_map.entity_set || oo_key_map.local_key) > 0
+                OR instr(CAST(q.body AS TEXT), oo_key_map.entity_set || oo_key_map.local_key) > 0)
+            """, [])
+    }
+
     /// Removes a queued request. The state it kept for its entity moves to `oo_original`, where
     /// the entity's later requests (or a revert) still find it; what no request needs any more
     /// is removed by the caller's clean-up.
