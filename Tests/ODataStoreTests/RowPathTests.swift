@@ -233,6 +233,48 @@ import ODataCore
         #expect(try await Self.ids(store, "Items?$filter=sap.upsertedLastDownload()").isEmpty)
     }
 
+    /// A download compares each page as it arrives and stages only the rows a merge would
+    /// touch, cut from the page as they came.
+    @Test func changedRowsAreFoundWithoutWritingAndCutIntoAPage() async throws {
+        let dir = TemporaryDirectory()
+        let (model, rows) = try Self.flatItems()
+        let store = try await Store.create(path: dir.path("compare.sqlite"), model: model, key: "compare-key")
+        defer { store.close() }
+        try await store.write { writer in try writer.bulkInsert(rows, into: "Items") }
+        let payload = RowPathTests.items.replacingOccurrences(of: ##""@odata.type":"#F.SpecialItem","##, with: "")
+            .replacingOccurrences(of: #","Note":"only here""#, with: "")
+            .replacingOccurrences(of: #""Name":"Big""#, with: #""Name":"Bigger""#)
+            .replacingOccurrences(of: #"{"ID":2,"#, with: #"{"ID":12,"#)
+            .replacingOccurrences(of: "]}", with: #"],"@odata.deltaLink":"Items?$deltatoken=\"7\""}"#)
+        let bytes = Array(payload.utf8)
+        let changed = try #require(try V4JSONReader(model: model).readFlatCollection(bytes, entityType: "F.Item"))
+        let table = StoreSchema.quote(store.schema.table(forEntitySet: "Items")?.name ?? "")
+        let before = try await store.read { reader in try reader.connection.query("SELECT * FROM \(table) ORDER BY ID") }
+        let (found, unseen) = try await store.write { writer in
+            try writer.setState(in: "Items", key: ["ID": .int32(6)], pending: true)
+            let found = try writer.changedRows(changed, in: "Items", recordSeen: true)
+            let unseen = try writer.unseenRows(in: "Items").map(\.key)
+            try writer.forgetSeen()
+            return (found, unseen)
+        }
+        // 12 is new, 4 changed, 6 has pending changes; 2 was not returned.
+        #expect(found.map { changed[$0, 0] } == [.primitive(.int32(12)), .primitive(.int32(4)), .primitive(.int32(6))])
+        #expect(unseen == [["ID": .int32(2)]])
+        var after = try await store.read { reader in try reader.connection.query("SELECT * FROM \(table) ORDER BY ID") }
+        let pendingColumn = try await store.read { reader in
+            try reader.connection.query("PRAGMA table_info(\(table))").firstIndex { $0[1] == .text("_pending") } ?? 0
+        }
+        after[5][pendingColumn] = .integer(0)
+        #expect(after == before, "nothing but the flag set here was written")
+        // The cut page reads back as those entities, with the delta link.
+        let cut = try #require(try V4JSONReader(model: model).readFlatCollection(changed.page(ofRows: found, from: bytes), entityType: "F.Item"))
+        #expect(cut.entityCount == 3)
+        #expect((0..<3).map { cut.entity(at: $0) } == found.map { changed.entity(at: $0) })
+        #expect(cut.deltaLink == #"Items?$deltatoken="7""#)
+        let none = try #require(try V4JSONReader(model: model).readFlatCollection(changed.page(ofRows: [], from: bytes), entityType: "F.Item"))
+        #expect(none.entityCount == 0 && none.deltaLink == cut.deltaLink)
+    }
+
     @Test func storesFromBeforeGenerationsKeepTheirMarks() async throws {
         let dir = TemporaryDirectory()
         let (model, rows) = try Self.flatItems()

@@ -99,6 +99,16 @@ func upserted() async throws -> Int64 {
     return n
 }
 
+if let repeatText = environment["PROFILE_DELTA"], let repeats = Int(repeatText) {
+    // For a profiler: only deltas of 1 % changed, `repeats` times.
+    for index in 0..<repeats {
+        try await changeOnBackend(count / 100, round: 1_000 + index)
+        let time = try await seconds { try await provider.download() }
+        say(String(format: "delta of %d: %.3f s", count / 100, time))
+    }
+    exit(0)
+}
+
 // 2. Deltas.
 let fractions: [Double] = environment["SKIP_TENTH"] != nil ? [0, 0.001, 0.01] : [0, 0.001, 0.01, 0.1]
 for (index, fraction) in fractions.enumerated() {

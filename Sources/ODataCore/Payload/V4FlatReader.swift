@@ -15,6 +15,8 @@ public struct FlatCollection: Sendable {
     public var etags: [String?] = []
     /// Each entity's `@odata.editLink`.
     public var editLinks: [String?] = []
+    /// Where each entity's object is in the bytes the page was read from.
+    public var elementRanges: [Range<Int>] = []
     /// The entity type of every row.
     public var entityType: String
     /// The page's `@odata.context`.
@@ -41,6 +43,25 @@ public struct FlatCollection: Sendable {
         entity.control.etag = etags[row]
         entity.control.editLink = editLinks[row]
         return entity
+    }
+
+    /// A collection page of only the entities `rows` (indexes into this page), cut as they
+    /// are from `source`, the bytes this page was read from, with this page's delta link: what
+    /// a download stages of a page when only some of its entities changed. It reads back as
+    /// those entities.
+    public func page(ofRows rows: [Int], from source: [UInt8]) -> [UInt8] {
+        var bytes = Array(#"{"value":["#.utf8)
+        for (offset, row) in rows.enumerated() where elementRanges.indices.contains(row) {
+            if offset > 0 { bytes.append(UInt8(ascii: ",")) }
+            bytes.append(contentsOf: source[elementRanges[row]])
+        }
+        bytes.append(UInt8(ascii: "]"))
+        if let deltaLink {
+            bytes.append(contentsOf: Array(#","@odata.deltaLink":"#.utf8))
+            bytes.append(contentsOf: Array(JSONValue.string(deltaLink).serialized.utf8))
+        }
+        bytes.append(UInt8(ascii: "}"))
+        return bytes
     }
 
     /// Every cell's value, row after row.
@@ -223,6 +244,7 @@ extension V4JSONReader {
                 if properties == 0 { flat = false }
                 page.etags.append(etag)
                 page.editLinks.append(editLink)
+                page.elementRanges.append(start..<r.i)
                 if index == 0 {
                     // Room for as many more elements as the first one's size suggests (one
                     // allocation instead of a dozen, for pages of similar entities).
@@ -231,6 +253,7 @@ extension V4JSONReader {
                     page.text.reserveCapacity(page.text.count * (estimate + 1))
                     page.etags.reserveCapacity(estimate + 1)
                     page.editLinks.reserveCapacity(estimate + 1)
+                    page.elementRanges.reserveCapacity(estimate + 1)
                 }
             }
         }

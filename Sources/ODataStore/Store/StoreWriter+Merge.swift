@@ -37,6 +37,22 @@ extension StoreWriter {
     public func mergeRows(
         _ page: FlatCollection, into entitySet: String, recordSeen: Bool, isLocallyDeleted: (Int) throws -> Bool
     ) throws -> MergeResult {
+        try merge(page, into: entitySet, recordSeen: recordSeen, compareOnly: false, isLocallyDeleted: isLocallyDeleted)
+    }
+
+    /// The rows of `page` a merge would not leave alone, by their index, found with the same
+    /// lookups as ``mergeRows(_:into:recordSeen:isLocallyDeleted:)`` but without writing any:
+    /// rows not stored, stored with other values or local-state flags, or with pending
+    /// changes. With `recordSeen`, stored rows are marked seen. A download compares each page
+    /// as it arrives and stages only these rows.
+    public func changedRows(_ page: FlatCollection, in entitySet: String, recordSeen: Bool) throws -> [Int] {
+        try merge(page, into: entitySet, recordSeen: recordSeen, compareOnly: true) { _ in false }.deferred
+    }
+
+    private func merge(
+        _ page: FlatCollection, into entitySet: String, recordSeen: Bool, compareOnly: Bool,
+        isLocallyDeleted: (Int) throws -> Bool
+    ) throws -> MergeResult {
         let table = try table(entitySet)
         guard acceptsRows(of: entitySet) else {
             throw StoreError(.unsupported, "\(entitySet) has complex, collection or dynamic properties; its rows are not flat")
@@ -89,6 +105,10 @@ extension StoreWriter {
                     try bindRow(row, lookup)
                     guard try lookup.step(), let rowid = lookup.integer(0) else {
                         lookup.reset()
+                        if compareOnly {
+                            result.deferred.append(row)
+                            continue
+                        }
                         if try isLocallyDeleted(row) {
                             result.deferred.append(row)
                             continue
@@ -106,7 +126,7 @@ extension StoreWriter {
                     let clean = lookup.integer(3) == 1
                     lookup.reset()
                     if let seen { try markSeen(rowid, with: seen) }
-                    if pending {
+                    if pending || (compareOnly && !(same && clean)) {
                         result.deferred.append(row)
                         continue
                     }

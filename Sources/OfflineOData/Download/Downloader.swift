@@ -34,6 +34,7 @@ struct Downloader: Sendable {
         let emptyStaging = { @Sendable (writer: StoreWriter) throws in
             _ = try writer.connection.execute("DELETE FROM oo_staging")
             _ = try writer.connection.execute("DELETE FROM oo_stream_staging")
+            try writer.forgetSeen()
         }
         try await store.write(emptyStaging)
         do {
@@ -44,9 +45,18 @@ struct Downloader: Sendable {
                 on: provider
             ) { page in
                 try await store.write { writer in
+                    // A page read as rows is compared with the store as it arrives: only the rows
+                    // that are new, changed or locally changed are staged (a full read of an
+                    // unchanged backend stages next to nothing), and a full read marks the rows it
+                    // returned as seen. The apply compares the staged rows again.
+                    var body = page.raw
+                    if let rows = page.flat, writer.acceptsRows(of: page.entitySet) {
+                        let changed = try writer.changedRows(rows, in: page.entitySet, recordSeen: !page.isDelta)
+                        body = rows.page(ofRows: changed, from: page.raw)
+                    }
                     _ = try writer.connection.execute(
                         "INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, ?, ?)",
-                        [.text(page.name), .text(page.entitySet), .integer(page.isDelta ? 1 : 0), .blob(page.raw)])
+                        [.text(page.name), .text(page.entitySet), .integer(page.isDelta ? 1 : 0), .blob(body)])
                 }
                 try await self.fetchStreams(of: page, staged: true, store: store, on: provider)
             }
@@ -217,7 +227,6 @@ struct Downloader: Sendable {
             // Rows this download writes are marked with a new generation: the marks of the last
             // one stop counting without a scan of every table.
             try writer.beginDownloadGeneration()
-            try writer.forgetSeen()
             var last: Int64 = 0
             while let row = try writer.connection.query(
                 "SELECT seq, query, entity_set, is_delta, body FROM oo_staging WHERE seq > ? ORDER BY seq LIMIT 1",
