@@ -32,12 +32,6 @@ func seconds(_ body: () async throws -> Void) async rethrows -> Double {
     return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
 }
 
-func peakRSSMiB() -> Double {
-    var usage = rusage()
-    getrusage(RUSAGE_SELF.rawValue, &usage)
-    return Double(usage.ru_maxrss) / 1024
-}
-
 func check(_ condition: Bool, _ message: @autoclosure () -> String) {
     if !condition {
         FileHandle.standardError.write(Data("Scale: \(message())\n".utf8))
@@ -45,23 +39,63 @@ func check(_ condition: Bool, _ message: @autoclosure () -> String) {
     }
 }
 
+/// Peak resident memory of this process since the last ``resetPeakRSS()`` (Linux `VmHWM`).
+func peakRSSMiB() -> Double {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+        let kib = Double(line.split(separator: " ").dropFirst().first ?? "")
+    else { return -1 }
+    return kib / 1024
+}
+
+/// Starts a new peak for ``peakRSSMiB()`` (`clear_refs` 5).
+func resetPeakRSS() {
+    guard let file = FileHandle(forWritingAtPath: "/proc/self/clear_refs") else { return }
+    file.write(Data("5".utf8))
+    try? file.close()
+}
+
+let model = try MetadataParser().parse(ProductModel.metadata)
+if arguments.count > 4, arguments[3] == "serve" {
+    // The backend in a child process (so that the parent's memory is the client's alone):
+    // the reference server with N products in the folder given; it prints its root.
+    let folder = URL(fileURLWithPath: arguments[4])
+    let backendStore = try await Store.create(path: folder.appendingPathComponent("backend.sqlite").path, model: model)
+    var options = ODataService.Options()
+    options.pageSize = pageSize
+    options.deltaRetention = 10_000_000
+    let service = try await ODataService.open(store: backendStore, options: options)
+    for start in stride(from: 0, to: count, by: 10_000) {
+        try await service.load([("Products", (start..<min(start + 10_000, count)).map(ProductModel.product))])
+    }
+    let server = try await EmbeddedServer.start(service)
+    say(server.v4Root.absoluteString)
+    while true { try await Task.sleep(nanoseconds: 1_000_000_000) }
+}
+
 let directory = FileManager.default.temporaryDirectory.appendingPathComponent("scale-bench-\(UUID().uuidString)")
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 defer { try? FileManager.default.removeItem(at: directory) }
-let model = try MetadataParser().parse(ProductModel.metadata)
-
-// The backend: the reference server with N products.
-let backendStore = try await Store.create(path: directory.appendingPathComponent("backend.sqlite").path, model: model)
-var options = ODataService.Options()
-options.pageSize = pageSize
-options.deltaRetention = 10_000_000
-let service = try await ODataService.open(store: backendStore, options: options)
-for start in stride(from: 0, to: count, by: 10_000) {
-    try await service.load([("Products", (start..<min(start + 10_000, count)).map(ProductModel.product))])
+let child = Process()
+child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+child.arguments = ["\(count)", "\(pageSize)", "serve", directory.path]
+let pipe = Pipe()
+child.standardOutput = pipe
+try child.run()
+var line = Data()
+while !line.contains(UInt8(ascii: "\n")) {
+    let byte = pipe.fileHandleForReading.readData(ofLength: 1)
+    guard !byte.isEmpty else { fatalError("the server process ended early") }
+    line.append(byte)
 }
-let server = try await EmbeddedServer.start(service)
-let root = server.v4Root
-say("entities: \(count), server page size \(pageSize), keyed offline store, server in this process")
+guard let root = URL(string: String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) else {
+    fatalError("no service root")
+}
+defer { child.terminate() }
+// The parent changes the backend's rows through its own connection to the file (WAL: the
+// server sees each commit).
+let backendStore = try await Store.open(path: directory.appendingPathComponent("backend.sqlite").path)
+say("entities: \(count), server page size \(pageSize), keyed offline store, server in a child process (peak RSS is the client's)")
 
 /// Changes `changed` products on the backend, spread over the table, as its writes record
 /// them for delta links (one transaction).
@@ -86,13 +120,16 @@ parameters.storePath = directory
 parameters.storeEncryptionKey = "bench-key"
 var provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, transport: AsyncHTTPClientTransport())
 try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Products", query: "Products"))
+let rssBeforeOpen = peakRSSMiB()
+resetPeakRSS()
 let openTime = try await seconds { try await provider.open() }
+let rssOpen = peakRSSMiB()
 guard case .count(let stored) = try await provider.read("Products/$count"), stored == Int64(count) else {
     fatalError("the open did not store every entity")
 }
 let perEntityOpen = openTime / Double(count)
-say(String(format: "first open: %.2f s = %.0f entities/s (%.1f µs per entity); peak RSS so far %.0f MiB (server and client)",
-             openTime, Double(count) / openTime, perEntityOpen * 1e6, peakRSSMiB()))
+say(String(format: "first open: %.2f s = %.0f entities/s (%.1f µs per entity); peak RSS of the client during it %.0f MiB (%.0f before)",
+             openTime, Double(count) / openTime, perEntityOpen * 1e6, rssOpen, rssBeforeOpen))
 
 func upserted() async throws -> Int64 {
     guard case .count(let n) = try await provider.read("Products/$count?$filter=sap.upsertedLastDownload()") else { return -1 }
@@ -110,7 +147,8 @@ if let repeatText = environment["PROFILE_DELTA"], let repeats = Int(repeatText) 
 }
 
 // 2. Deltas.
-let fractions: [Double] = environment["SKIP_TENTH"] != nil ? [0, 0.001, 0.01] : [0, 0.001, 0.01, 0.1]
+// Twice with nothing changed: the first download after the open also opens connections.
+let fractions: [Double] = environment["SKIP_TENTH"] != nil ? [0, 0, 0.001, 0.01] : [0, 0, 0.001, 0.01, 0.1]
 for (index, fraction) in fractions.enumerated() {
     let changed = Int(Double(count) * fraction)
     try await changeOnBackend(changed, round: index)
@@ -129,10 +167,11 @@ let fullChanged = max(1, count / 100)
 try await changeOnBackend(fullChanged, round: 99)
 _ = try await second.write { writer in try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
 let rssBeforeFull = peakRSSMiB()
+resetPeakRSS()
 let fullTime = try await seconds { try await provider.download() }
 let fullMarked = try await upserted()
 check(fullMarked == Int64(fullChanged), "full read: \(fullMarked) rows marked upserted, \(fullChanged) changed")
-say(String(format: "full re-download, 1 %% changed (%d entities): %.2f s = %.2f× the first open; peak RSS %.0f MiB (%.0f before it; server and client)",
+say(String(format: "full re-download, 1 %% changed (%d entities): %.2f s = %.2f× the first open; peak RSS of the client during it %.0f MiB (peak before it %.0f MiB)",
              fullChanged, fullTime, fullTime / openTime, peakRSSMiB(), rssBeforeFull))
 
 // 4. A filtered, ordered page, without and with a declared index (best of 5 each).
@@ -299,5 +338,4 @@ let rawQuery = raw_query(parameters.storeFile, "bench-key", pragmas, pageSQL, 5,
 check(rawQuery >= 0 && rawRows == 50, "raw query: \(String(decoding: queryError.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
 say(String(format: "page query on %d rows without an index (best of 5): store %.1f ms, C API %.1f ms; store ÷ C API time %.2f×",
              count, storeQuery * 1e3, rawQuery * 1e3, storeQuery / rawQuery))
-say(String(format: "peak RSS of the run: %.0f MiB", peakRSSMiB()))
-await server.stop()
+backendStore.close()

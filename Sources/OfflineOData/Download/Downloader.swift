@@ -28,7 +28,6 @@ struct Downloader: Sendable {
     func run(
         _ selected: [OfflineODataDefiningQuery], store: Store, on provider: isolated OfflineODataProvider
     ) async throws {
-        let links = try await store.read { reader in try DefiningQueries.deltaLinks(reader.connection) }
         // Pages wait in a staging table as they arrive (memory stays flat); only when every
         // page is in are they applied, in one transaction, so a failure changes nothing.
         let emptyStaging = { @Sendable (writer: StoreWriter) throws in
@@ -36,10 +35,15 @@ struct Downloader: Sendable {
             _ = try writer.connection.execute("DELETE FROM oo_stream_staging")
             try writer.forgetSeen()
         }
-        try await store.write(emptyStaging)
+        // The delta links are read on the writer, in the same transaction (a reader connection
+        // used for the first time would derive the store's key first).
+        let links = try await store.write { writer in
+            try emptyStaging(writer)
+            return try DefiningQueries.deltaLinks(writer.connection)
+        }
         do {
-            // Pages are read as rows where they are flat (cheaper; only their links are needed
-            // here), and read again when they are applied.
+            // Pages are read as rows where they are flat (only their links and rows are needed
+            // here: rows are compared with the store as they arrive).
             _ = try await fetchDefiningQueries(
                 selected.map { ($0, links[$0.name]) }, model: store.model, rowQueries: Set(selected.map(\.name)),
                 on: provider
