@@ -3,6 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include "raw_sqlcipher.h"
 
 static double now(void) {
@@ -109,4 +113,10 @@ double raw_query(const char *path, const char *key, const char *setup, const cha
     sqlite3_finalize(statement);
     sqlite3_close(db);
     return best;
+}
+
+void raw_end_with_parent(void) {
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
 }

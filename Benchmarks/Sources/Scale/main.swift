@@ -59,6 +59,8 @@ let model = try MetadataParser().parse(ProductModel.metadata)
 if arguments.count > 4, arguments[3] == "serve" {
     // The backend in a child process (so that the parent's memory is the client's alone):
     // the reference server with N products in the folder given; it prints its root.
+    // Ends with the parent, however it ends (a parent cut short by a closed pipe left it running).
+    raw_end_with_parent()
     let folder = URL(fileURLWithPath: arguments[4])
     let backendStore = try await Store.create(path: folder.appendingPathComponent("backend.sqlite").path, model: model)
     var options = ODataService.Options()

@@ -300,6 +300,9 @@ public final class Store: Sendable {
             // In WAL mode (when the journal could not change), commits wait for the operating
             // system only (`synchronous = NORMAL`).
             try db.execute("PRAGMA synchronous = \(!on ? "FULL" : changed ? "OFF" : "NORMAL")")
+            // A fill appends rows in key order: it only touches the last pages of each table and
+            // index, so a small page cache does (the full one is 32 MiB of memory for nothing).
+            try db.execute("PRAGMA cache_size = -\(on ? 2_048 : self.pool.isEncrypted ? Connection.keyedCacheKiB : 2_000)")
             return changed
         }
         if !on { try await prepareLog() }

@@ -30,4 +30,8 @@ double raw_insert(const char *path, const char *key, const char *setup, const ch
 double raw_query(const char *path, const char *key, const char *setup, const char *query, int rounds,
                  int *rowCount, char *error);
 
+/// Makes this process end (SIGTERM) when its parent does (Linux), so that a benchmark's child
+/// server never outlives it.
+void raw_end_with_parent(void);
+
 #endif
