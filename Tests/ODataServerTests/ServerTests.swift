@@ -297,6 +297,24 @@ struct TestServer {
         }
     }
 
+    /// The journal renders requests when it is read (issue 22: rendering parsed every `$batch`
+    /// a second time); it keeps the newest `capacity`, oldest first, however the reads and
+    /// records interleave, and renders large bodies early to bound its memory.
+    @Test func theJournalKeepsTheNewestRequestsInOrder() async throws {
+        let journal = RequestJournal(capacity: 3)
+        for index in 1...5 { await journal.record(ServiceRequest(method: "GET", target: "R\(index)")) }
+        #expect(await journal.requests() == ["GET R3", "GET R4", "GET R5"])
+        for index in 6...7 { await journal.record(ServiceRequest(method: "GET", target: "R\(index)")) }
+        #expect(await journal.requests() == ["GET R5", "GET R6", "GET R7"])
+        let large = [UInt8](repeating: UInt8(ascii: "x"), count: 5 << 20)
+        await journal.record(ServiceRequest(method: "POST", target: "Big", body: large))
+        await journal.record(ServiceRequest(method: "GET", target: "R9"))
+        let last = await journal.requests()
+        #expect(last.count == 3 && last.first == "GET R7" && last.last == "GET R9", "\(last.map { $0.prefix(20) })")
+        await journal.clear()
+        #expect(await journal.requests().isEmpty)
+    }
+
     /// Issue 22: a delta is paged like any collection (`Prefer: odata.maxpagesize`); each
     /// changed entity appears once, in the state of its last change; only the last page has
     /// a delta link, and it misses nothing changed after the read. V2 and V4.

@@ -245,18 +245,28 @@ public struct MultipartBatch: Sendable, Hashable {
     /// Reads headers up to an empty line; returns them and where the content starts.
     static func readHeaders(_ body: [UInt8], _ range: Range<Int>, path: String) throws(PayloadError) -> (HTTPHeaders, Int) {
         var headers = HTTPHeaders()
+        // Spaces and tabs around a name or value are not part of it (trimmed on the bytes:
+        // Foundation's trimming was a tenth of the reference server's time in a large upload).
+        func trimmed(_ bytes: Range<Int>) -> String {
+            var lower = bytes.lowerBound
+            var upper = bytes.upperBound
+            while lower < upper, body[lower] == 0x20 || body[lower] == 0x09 { lower += 1 }
+            while upper > lower, body[upper - 1] == 0x20 || body[upper - 1] == 0x09 { upper -= 1 }
+            return String(decoding: body[lower..<upper], as: UTF8.self)
+        }
         for line in Lines(body, range).all {
             if line.content.isEmpty { return (headers, line.next) }
-            let text = String(decoding: body[line.content], as: UTF8.self)
-            if (text.first == " " || text.first == "\t"), let last = headers.fields.last {
+            let first = body[line.content.lowerBound]
+            if first == 0x20 || first == 0x09, let last = headers.fields.last {
                 // A folded continuation line.
-                headers[last.name] = last.value + " " + text.trimmingCharacters(in: .whitespaces)
+                headers[last.name] = last.value + " " + trimmed(line.content)
                 continue
             }
-            guard let colon = text.firstIndex(of: ":") else {
+            guard let colon = body[line.content].firstIndex(of: UInt8(ascii: ":")) else {
+                let text = String(decoding: body[line.content], as: UTF8.self)
                 throw PayloadError(.malformedBatch, "Expected a header line 'Name: value', found '\(text.prefix(60))'", offset: line.content.lowerBound, path: path)
             }
-            headers.add(String(text[..<colon]).trimmingCharacters(in: .whitespaces), String(text[text.index(after: colon)...]).trimmingCharacters(in: .whitespaces))
+            headers.add(trimmed(line.content.lowerBound..<colon), trimmed((colon + 1)..<line.content.upperBound))
         }
         // Headers with no blank line after them: the part has no body.
         return (headers, range.upperBound)

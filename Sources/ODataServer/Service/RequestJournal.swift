@@ -15,7 +15,13 @@ import ODataCore
 public actor RequestJournal {
     /// How many requests are kept (the oldest go first); 0 keeps none.
     public let capacity: Int
+    /// Requests not rendered yet (rendering parses a `$batch` again: it is done when the
+    /// journal is read), at most ``pendingBytes`` of bodies; and rendered ones.
+    private var pending: [ServiceRequest] = []
+    private var pendingSize = 0
     private var entries: [String] = []
+    /// Bodies of more than this many bytes in all are rendered as they come.
+    static let pendingBytes = 4 << 20
 
     /// Creates an empty journal.
     public init(capacity: Int) { self.capacity = capacity }
@@ -23,15 +29,38 @@ public actor RequestJournal {
     /// Records one request.
     public func record(_ request: ServiceRequest) {
         guard capacity > 0 else { return }
-        entries.append(Self.render(request))
+        pending.append(request)
+        pendingSize += request.body.count
+        // The oldest go first: rendered ones, then those not rendered yet.
+        if entries.count + pending.count > capacity {
+            if !entries.isEmpty {
+                entries.removeFirst()
+            } else {
+                pendingSize -= pending.removeFirst().body.count
+            }
+        }
+        if pendingSize > Self.pendingBytes { renderPending() }
+    }
+
+    private func renderPending() {
+        entries += pending.map(Self.render)
+        pending = []
+        pendingSize = 0
         if entries.count > capacity { entries.removeFirst(entries.count - capacity) }
     }
 
     /// The recorded requests, oldest first.
-    public func requests() -> [String] { entries }
+    public func requests() -> [String] {
+        renderPending()
+        return entries
+    }
 
     /// Forgets every recorded request.
-    public func clear() { entries = [] }
+    public func clear() {
+        entries = []
+        pending = []
+        pendingSize = 0
+    }
 
     static func render(_ request: ServiceRequest) -> String {
         let head = "\(request.method) \(request.target)"
