@@ -216,11 +216,15 @@ extension StoreWriter {
         let table = try table(entitySet)
         let q = StoreSchema.quote
         let seen = try seenTable(table).name
-        let rows = try db.query("SELECT _rowid, _pending FROM \(q(table.name)) WHERE _rowid NOT IN (SELECT row FROM \(seen))")
+        // Only rowids: SQLite then scans the smallest index that holds them (every index does)
+        // instead of the table, which at 1,000,000 rows is ten times larger and decrypted page
+        // by page. The few rows found are read one by one.
+        let rows = try db.query("SELECT _rowid FROM \(q(table.name)) WHERE _rowid NOT IN (SELECT row FROM \(seen))")
         var result: [(rowid: Int64, key: [String: PrimitiveValue], pending: Bool)] = []
         for row in rows {
             guard case .integer(let rowid) = row[0], let key = try keyValues(ofRow: rowid, in: table) else { continue }
-            result.append((rowid, key, row[1] == .integer(1)))
+            let pending = try db.query("SELECT _pending FROM \(q(table.name)) WHERE _rowid = ?", [.integer(rowid)])
+            result.append((rowid, key, pending.first?.first == .integer(1)))
         }
         return result
     }
