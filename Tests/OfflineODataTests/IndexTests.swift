@@ -11,7 +11,8 @@ import Testing
     static let queries = [
         OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners"),
         OfflineODataDefiningQuery(
-            name: "Orders", query: "SalesOrders?$filter=Currency eq 'EUR' and GrossAmount gt 10&$orderby=OrderDate desc"),
+            name: "Orders", query: "SalesOrders?$filter=Currency eq 'EUR' and GrossAmount gt 10&$orderby=OrderDate desc"
+        ),
     ]
 
     /// The names of the store's indexes an application or a defining query asked for.
@@ -21,10 +22,11 @@ import Testing
         let rows = try await store.read { reader in
             try reader.connection.query("SELECT name FROM sqlite_master WHERE type = 'index'")
         }
-        return Set(rows.compactMap { row -> String? in
-            if case .text(let name) = row[0], name.contains("/$index") { return name }
-            return nil
-        })
+        return Set(
+            rows.compactMap { row -> String? in
+                if case .text(let name) = row[0], name.contains("/$index") { return name }
+                return nil
+            })
     }
 
     /// The query plan of every statement a local read runs.
@@ -65,9 +67,13 @@ import Testing
             "BusinessPartners?$filter=CompanyName eq 'Partner 1'&$orderby=CompanyName&$top=5", parameters)
         #expect(byName.contains("USING INDEX es_BusinessPartners/$index/CompanyName"), "\(byName)")
         let ordered = try await Self.plan("SalesOrders?$orderby=OrderDate desc&$top=50", parameters)
-        #expect(ordered.contains("SCAN TABLE es_SalesOrders AS t0 USING INDEX es_SalesOrders/$index/OrderDate"), "\(ordered)")
-        let byPartner = try await Self.plan("SalesOrders?$filter=PartnerID eq 'BP1'&$orderby=OrderDate&$top=5", parameters)
-        #expect(byPartner.contains("USING INDEX es_SalesOrders/$index/PartnerID,OrderDate (PartnerID=?)"), "\(byPartner)")
+        #expect(
+            ordered.contains("SCAN TABLE es_SalesOrders AS t0 USING INDEX es_SalesOrders/$index/OrderDate"),
+            "\(ordered)")
+        let byPartner = try await Self.plan(
+            "SalesOrders?$filter=PartnerID eq 'BP1'&$orderby=OrderDate&$top=5", parameters)
+        #expect(
+            byPartner.contains("USING INDEX es_SalesOrders/$index/PartnerID,OrderDate (PartnerID=?)"), "\(byPartner)")
         #expect(!byPartner.contains("TEMP B-TREE FOR ORDER BY"), "\(byPartner)")
         // Without the declaration, the same read scans the table.
         let byEmail = try await Self.plan("BusinessPartners?$filter=Email eq 'x'", parameters)
@@ -104,7 +110,10 @@ import Testing
         let dropped = try await fixture.provider(v2: v2, parameters: parameters, queries: [])
         try await dropped.open()
         await dropped.close()
-        #expect(try await Self.indexNames(parameters) == ["es_SalesOrders/$index/OrderDate", "es_SalesOrders/$index/Currency,GrossAmount"])
+        #expect(
+            try await Self.indexNames(parameters) == [
+                "es_SalesOrders/$index/OrderDate", "es_SalesOrders/$index/Currency,GrossAmount",
+            ])
     }
 
     @Test func aDeclarationThatNamesNoPropertyIsRefusedBeforeAnythingIsMade() async throws {

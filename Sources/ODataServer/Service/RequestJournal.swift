@@ -68,7 +68,10 @@ public actor RequestJournal {
         guard request.path == "$batch", contentType.lowercased().hasPrefix("multipart/") else {
             return head + body(request.body)
         }
-        guard let batch = try? MultipartBatch.read(request.body, boundary: HTTPHeaders.parameter("boundary", in: contentType)) else {
+        guard
+            let batch = try? MultipartBatch.read(
+                request.body, boundary: HTTPHeaders.parameter("boundary", in: contentType))
+        else {
             return head + " (not valid multipart)"
         }
         var lines = [head]

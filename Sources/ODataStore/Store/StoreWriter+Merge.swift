@@ -55,7 +55,8 @@ extension StoreWriter {
     ) throws -> MergeResult {
         let table = try table(entitySet)
         guard acceptsRows(of: entitySet) else {
-            throw StoreError(.unsupported, "\(entitySet) has complex, collection or dynamic properties; its rows are not flat")
+            throw StoreError(
+                .unsupported, "\(entitySet) has complex, collection or dynamic properties; its rows are not flat")
         }
         var sources: [Int?] = []
         for column in table.columns { sources.append(page.propertyNames.firstIndex(of: column.path[0])) }
@@ -95,8 +96,9 @@ extension StoreWriter {
                         try statement.bind(.null, at: position)
                         continue
                     }
-                    try bind(page, row: row, property: source, text: text, for: column, to: statement, at: position,
-                             scratch: &scratch)
+                    try bind(
+                        page, row: row, property: source, text: text, for: column, to: statement, at: position,
+                        scratch: &scratch)
                 }
             }
             for row in 0..<page.entityCount {
@@ -177,10 +179,14 @@ extension StoreWriter {
             SELECT _rowid, _pending, (\(same)), (_isLocal = 0 AND _error = 0 AND (?3 IS NULL OR _editLink IS ?3)) \
             FROM \(q(table.name)) WHERE \(keyCondition)
             """
-        let assignments = nonKey.map { "\(q($0.element.name)) = \(parameter($0.offset))" }
-            + ["_etag = ?2", "_type = ?1", "_editLink = coalesce(?3, _editLink)", "_isLocal = 0", "_error = 0",
-               "_upserted = coalesce(?\(5 + width), _upserted)"]
-        let update = "UPDATE OR FAIL \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?\(4 + width)"
+        let assignments =
+            nonKey.map { "\(q($0.element.name)) = \(parameter($0.offset))" }
+            + [
+                "_etag = ?2", "_type = ?1", "_editLink = coalesce(?3, _editLink)", "_isLocal = 0", "_error = 0",
+                "_upserted = coalesce(?\(5 + width), _upserted)",
+            ]
+        let update =
+            "UPDATE OR FAIL \(q(table.name)) SET \(assignments.joined(separator: ", ")) WHERE _rowid = ?\(4 + width)"
         let names = ["_type", "_etag", "_editLink", "_isLocal", "_pending", "_upserted"] + table.columns.map(\.name)
         let values = ["?1", "?2", "?3", "0", "0", "?\(4 + width)"] + (0..<width).map(parameter)
         let insert = """
@@ -212,7 +218,9 @@ extension StoreWriter {
 
     /// The stored entities of `entitySet` a full read did not return (no ``markSeen(in:rowid:)``
     /// and no merge with `recordSeen`), found in SQL: their rowids, keys and pending flags.
-    public func unseenRows(in entitySet: String) throws -> [(rowid: Int64, key: [String: PrimitiveValue], pending: Bool)] {
+    public func unseenRows(
+        in entitySet: String
+    ) throws -> [(rowid: Int64, key: [String: PrimitiveValue], pending: Bool)] {
         let table = try table(entitySet)
         let q = StoreSchema.quote
         let seen = try seenTable(table).name

@@ -97,7 +97,8 @@ enum DefiningQueries {
                 guard !properties.isEmpty else {
                     throw OfflineODataError(.invalidParameter, "An index on \(set) names no property")
                 }
-                for property in properties where !(table.columns.contains { $0.name == property && Self.isPrimitive($0) }) {
+                for property in properties
+                where !(table.columns.contains { $0.name == property && Self.isPrimitive($0) }) {
                     throw OfflineODataError(
                         .invalidParameter, "Index on \(set): \(property) is not a primitive property of \(set)")
                 }
@@ -123,7 +124,9 @@ enum DefiningQueries {
             }
             var candidates: [[String]] = []
             let ordered = (parsed.query.orderBy ?? []).map { column($0.expression) }
-            if !ordered.isEmpty, !ordered.contains(where: { $0 == nil }) { candidates.append(ordered.compactMap { $0 }) }
+            if !ordered.isEmpty, !ordered.contains(where: { $0 == nil }) {
+                candidates.append(ordered.compactMap { $0 })
+            }
             var equal: [String] = []
             var ranges: [String] = []
             var conditions = parsed.query.filter.map { [$0] } ?? []
@@ -155,7 +158,9 @@ enum DefiningQueries {
                 guard properties.first.map({ !table.keyColumns.contains($0) }) == true else { continue }
                 let index = StoreIndex(entitySet: set, properties: properties)
                 // An index that begins with this one's properties serves its queries too.
-                if result.contains(where: { $0.entitySet == set && $0.properties.starts(with: properties) }) { continue }
+                if result.contains(where: { $0.entitySet == set && $0.properties.starts(with: properties) }) {
+                    continue
+                }
                 result.append(index)
                 automatic += 1
             }

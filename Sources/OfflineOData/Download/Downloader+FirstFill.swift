@@ -23,7 +23,8 @@ extension Downloader {
         // It holds how many defining queries the fill had: a provider without any may redo a
         // fill that had none either.
         let queries = provider.definingQueries
-        let indexes = try DefiningQueries.indexes(declared: provider.parameters.indexes ?? [:], queries: queries, model: model)
+        let indexes = try DefiningQueries.indexes(
+            declared: provider.parameters.indexes ?? [:], queries: queries, model: model)
         guard
             FileManager.default.createFile(
                 atPath: StoreFiles.fillingMarker(path), contents: Data("\(provider.definingQueries.count)".utf8))

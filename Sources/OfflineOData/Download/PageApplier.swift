@@ -112,10 +112,13 @@ struct PageApplier: Sendable {
 
     /// Whether a delta removal leaves the entity alone: it has pending changes, or it was
     /// deleted locally. The state kept for its undo then says it no longer exists.
-    mutating func keepsLocalState(_ entitySet: String, key: [String: PrimitiveValue], writer: StoreWriter) throws -> Bool {
+    mutating func keepsLocalState(
+        _ entitySet: String, key: [String: PrimitiveValue], writer: StoreWriter
+    ) throws -> Bool {
         let predicate = Keys.predicate(key, in: entitySet, model: model)
         let state = try writer.reader.bookkeeping(in: entitySet, key: key)
-        guard try state?.pending == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate)) else {
+        guard try state?.pending == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate))
+        else {
             return false
         }
         try RequestQueue(writer, model: model, serviceRoot: root).refreshKeptState(
