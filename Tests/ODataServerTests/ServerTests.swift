@@ -368,6 +368,30 @@ struct TestServer {
         }
     }
 
+    /// A delta reads changed entities by their recorded key text, which is as the writing
+    /// request spelled it: a named key, a percent-encoded one, or the short form.
+    @Test func aDeltaFindsEntitiesWhateverTheKeySpellingOfTheirChange() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        try await server.run(service) { client in
+            let initial = try await client.send("GET", "/odata/v4/BusinessPartners", headers: ["Prefer": "odata.track-changes"])
+            let link = try #require(initial.json?["@odata.deltaLink"]?.stringValue)
+            for (path, phone) in [("BusinessPartners(PartnerID='BP1')", "named"), ("BusinessPartners('BP%32')", "encoded"),
+                                  ("BusinessPartners('BP0')", "short")] {
+                let reply = try await client.send("PATCH", "/odata/v4/" + path, headers: ["If-Match": "*"], body: #"{"Phone":"\#(phone)"}"#)
+                #expect(reply.status == 204, "\(path): \(reply.text)")
+            }
+            let delta = try await client.send("GET", String(link.drop { $0 != "/" }.dropFirst(2).drop { $0 != "/" }))
+            let rows = delta.json?["value"]?.arrayValue ?? []
+            #expect(!rows.contains { $0["@removed"] != nil || $0["@odata.removed"] != nil }, "\(delta.text)")
+            let phones = Dictionary(uniqueKeysWithValues: rows.compactMap { row in
+                row["PartnerID"]?.stringValue.map { ($0, row["Phone"]?.stringValue ?? "") }
+            })
+            #expect(phones == ["BP0": "short", "BP1": "named", "BP2": "encoded"], "\(delta.text)")
+        }
+    }
+
     /// Issue 19, defect 9: a delta answers changed entities in the shape of the tracked read
     /// (`$select`, `$expand`), V2 and V4; it answered every property.
     @Test(arguments: [false, true])

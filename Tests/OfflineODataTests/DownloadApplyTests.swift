@@ -151,6 +151,38 @@ import Testing
         #expect(try await Self.names(store).keys.sorted() == [101, 103])
     }
 
+    /// A download compares pages with the store as they arrive (`Downloader.stage`) and applies
+    /// them later; the app may change the store in between. Found by review (issue 22): an
+    /// unchanged entity deleted locally meanwhile lost the backend's state kept for its undo,
+    /// and one deleted and undone meanwhile was removed by the full read's diff.
+    @Test(arguments: [false, true])
+    func localChangesWhileAFullReadIsFetchedAreKept(undoBeforeTheApply: Bool) async throws {
+        let (store, directory) = try await Self.store()
+        defer { store.close(); try? FileManager.default.removeItem(at: directory) }
+        let model = store.model
+        let start = try await store.write { writer in
+            _ = try writer.connection.execute("DELETE FROM oo_staging")
+            return try DownloadStart(writer)
+        }
+        // The backend returns the three customers unchanged.
+        let body = Array(Page(query: "Customers", customers: [(101, "Downloaded 101"), (102, "Downloaded 102"),
+                                                              (103, "Downloaded 103")]).body.utf8)
+        var page = FetchedQuery(name: "Customers", entitySet: "Customers")
+        page.raw = body
+        page.flat = try V4JSONReader(model: model).readFlatCollection(body, entityType: "Shop.Customer")
+        #expect(page.flat?.entityCount == 3)
+        let fetched = page
+        try await store.write { writer in try Downloader.stage(fetched, writer: writer) }
+        try await Self.change("DELETE", "Customers(102)", in: store)
+        if undoBeforeTheApply { try await Self.undo("Customers(102)", in: store) }
+        _ = try await Self.downloader.applyStaged(to: store, allQueries: Self.all, start: start)
+        if !undoBeforeTheApply {
+            #expect(try await Self.names(store).keys.sorted() == [101, 103])
+            try await Self.undo("Customers(102)", in: store)
+        }
+        #expect(try await Self.names(store) == [101: "Downloaded 101", 102: "Downloaded 102", 103: "Downloaded 103"])
+    }
+
     @Test func anEntityDeletedLocallyStaysDeletedAfterAFullRead() async throws {
         let (store, directory) = try await Self.store()
         defer { store.close(); try? FileManager.default.removeItem(at: directory) }

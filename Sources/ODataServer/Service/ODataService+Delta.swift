@@ -80,15 +80,27 @@ extension ODataService {
         var fetched: [String: Entity] = [:]
         var batched: Set<String> = []
         if table.keyColumns.count == 1, !request.isV2 {
-            let keys = order.filter { last[$0] != "delete" }
-            for start in stride(from: 0, to: keys.count, by: 200) {
-                let chunk = keys[start..<min(start + 200, keys.count)]
-                let list = chunk.map { String($0.dropFirst().dropLast()) }.joined(separator: ",")
-                let condition = "\(table.keyColumns[0]) in (\(list))"
+            // The recorded key text is as the writing request spelled it (`(5)`, `(ID=5)`,
+            // percent-encoded): each is parsed, and its value written as a V4 literal.
+            var literals: [(text: String, canonical: String, literal: String)] = []
+            for key in order where last[key] != "delete" {
+                guard let value = keyValues(ofKeyText: key, table)?[table.keyColumns[0]] else { continue }
+                let literal = Literal.format(.primitive(value), version: .v4)
+                // Characters that would end the query option or the URL are left to the path below.
+                guard !literal.contains("&"), !literal.contains("#"), !literal.contains("%") else { continue }
+                literals.append((key, canonicalKeyText([table.keyColumns[0]: value], table), literal))
+            }
+            for start in stride(from: 0, to: literals.count, by: 200) {
+                let chunk = literals[start..<min(start + 200, literals.count)]
+                let condition = "\(table.keyColumns[0]) in (\(chunk.map(\.literal).joined(separator: ",")))"
                 let url = set + "?$filter=" + (filter.map { "(\($0)) and " } ?? "") + condition + (shape.isEmpty ? "" : "&" + shape)
                 guard case .collection(let found) = try await store.query(url, version: request.version) else { continue }
-                for entity in found.entities { fetched[canonicalKeyText(keyValues(of: entity, table), table)] = entity }
-                batched.formUnion(chunk)
+                var byCanonical: [String: Entity] = [:]
+                for entity in found.entities { byCanonical[canonicalKeyText(keyValues(of: entity, table), table)] = entity }
+                for item in chunk {
+                    if let entity = byCanonical[item.canonical] { fetched[item.text] = entity }
+                    batched.insert(item.text)
+                }
             }
         }
         for key in order {
@@ -127,6 +139,14 @@ extension ODataService {
         if request.isV2 { return .json(200, V2JSONWriter().write(collection), version: request.version) }
         collection.context = request.contextURL("\(set)/$delta")
         return .json(200, V4JSONWriter().write(collection), version: request.version)
+    }
+
+    /// The key values of a recorded key text (`(5)`, `(ID=5)`, `('a%20b')`), or nil.
+    private func keyValues(ofKeyText keyText: String, _ table: StoreSchema.EntityTable) -> [String: PrimitiveValue]? {
+        guard let parsed = try? URLParser(version: ODataVersion.v4.grammar).parsePath(table.entitySet + keyText),
+            case .key(let parts)? = parsed.segments.last?.kind
+        else { return nil }
+        return try? keyValues(parts, table, QueryOptions())
     }
 
     /// A removed entity with its key properties (V4 `@removed`; V2 deleted entry).

@@ -37,9 +37,9 @@ struct Downloader: Sendable {
         }
         // The delta links are read on the writer, in the same transaction (a reader connection
         // used for the first time would derive the store's key first).
-        let links = try await store.write { writer in
+        let (links, start) = try await store.write { writer in
             try emptyStaging(writer)
-            return try DefiningQueries.deltaLinks(writer.connection)
+            return (try DefiningQueries.deltaLinks(writer.connection), try DownloadStart(writer))
         }
         do {
             // Pages are read as rows where they are flat (only their links and rows are needed
@@ -48,20 +48,7 @@ struct Downloader: Sendable {
                 selected.map { ($0, links[$0.name]) }, model: store.model, rowQueries: Set(selected.map(\.name)),
                 on: provider
             ) { page in
-                try await store.write { writer in
-                    // A page read as rows is compared with the store as it arrives: only the rows
-                    // that are new, changed or locally changed are staged (a full read of an
-                    // unchanged backend stages next to nothing), and a full read marks the rows it
-                    // returned as seen. The apply compares the staged rows again.
-                    var body = page.raw
-                    if let rows = page.flat, writer.acceptsRows(of: page.entitySet) {
-                        let changed = try writer.changedRows(rows, in: page.entitySet, recordSeen: !page.isDelta)
-                        body = rows.page(ofRows: changed, from: page.raw)
-                    }
-                    _ = try writer.connection.execute(
-                        "INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, ?, ?)",
-                        [.text(page.name), .text(page.entitySet), .integer(page.isDelta ? 1 : 0), .blob(body)])
-                }
+                try await store.write { writer in try Self.stage(page, writer: writer) }
                 try await self.fetchStreams(of: page, staged: true, store: store, on: provider)
             }
             if provider.cancelDownloadRequested || Task.isCancelled {
@@ -73,7 +60,7 @@ struct Downloader: Sendable {
         }
         provider.report(progress, .analyzingReceivedData)
         provider.report(progress, .removingDeletedRelationships)
-        let summary = try await applyStaged(to: store, allQueries: provider.definingQueries)
+        let summary = try await applyStaged(to: store, allQueries: provider.definingQueries, start: start)
         provider.report(progress, .reapplyingChanges)
         try await provider.logEvent(in: store, type: "Download", details: summary)
     }
@@ -220,14 +207,34 @@ struct Downloader: Sendable {
         }
     }
 
+    /// Stages one fetched page. A page read as rows is compared with the store as it arrives:
+    /// only the rows that are new, changed or locally changed are staged (a full read of an
+    /// unchanged backend stages next to nothing), and a full read marks the rows it returned as
+    /// seen. The apply compares the staged rows again.
+    static func stage(_ page: FetchedQuery, writer: StoreWriter) throws {
+        var body = page.raw
+        if let rows = page.flat, writer.acceptsRows(of: page.entitySet) {
+            let changed = try writer.changedRows(rows, in: page.entitySet, recordSeen: !page.isDelta)
+            body = rows.page(ofRows: changed, from: page.raw)
+        }
+        _ = try writer.connection.execute(
+            "INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, ?, ?)",
+            [.text(page.name), .text(page.entitySet), .integer(page.isDelta ? 1 : 0), .blob(body)])
+    }
+
     /// Applies the staged pages of a download in one transaction, one page in memory at a
-    /// time, and empties the staging table.
-    func applyStaged(to store: Store, allQueries: [OfflineODataDefiningQuery]) async throws -> String {
+    /// time, and empties the staging table. `start`: the store when the download began (rows
+    /// and requests made since were not there when the pages were compared).
+    func applyStaged(
+        to store: Store, allQueries: [OfflineODataDefiningQuery], start: DownloadStart? = nil
+    ) async throws -> String {
         let model = store.model
-        let applier = PageApplier(
+        var applier = PageApplier(
             model: model, root: serviceRoot, allQueries: allQueries, bulkSets: [], firstFill: false)
+        applier.start = start
+        let prepared = applier
         return try await store.write { writer in
-            var applier = applier
+            var applier = prepared
             // Rows this download writes are marked with a new generation: the marks of the last
             // one stop counting without a scan of every table.
             try writer.beginDownloadGeneration()
@@ -360,6 +367,30 @@ struct Downloader: Sendable {
             }
             _ = try writer.connection.execute(
                 "DELETE FROM oo_streams WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+        }
+    }
+}
+
+/// The store when a download began: the highest rowid of every entity table and the last
+/// queued request. A full read compares its pages with the store while it fetches and marks
+/// the rows it saw; rows made after this (local creates, deletes undone) and requests queued
+/// after it were not there to be compared, so its local diff leaves them alone.
+struct DownloadStart: Sendable {
+    var rowids: [String: Int64] = [:]
+    var request: Int64 = 0
+
+    init(_ writer: StoreWriter) throws {
+        for table in writer.schema.tables {
+            let rows = try? writer.connection.query("SELECT max(_rowid) FROM \(StoreSchema.quote(table.name))")
+            guard let rows else { continue }
+            if case .integer(let highest)? = rows.first?.first {
+                rowids[table.entitySet] = highest
+            } else {
+                rowids[table.entitySet] = 0
+            }
+        }
+        if case .integer(let highest)? = try writer.connection.query("SELECT max(id) FROM oo_queue").first?.first {
+            request = highest
         }
     }
 }

@@ -26,6 +26,9 @@ struct PageApplier: Sendable {
     /// the first time they are needed: a download whose rows are all stored without pending
     /// changes never reads it.
     private var pendingReferences: Set<String>?
+    /// The store when the download began (see ``DownloadStart``); nil when the pages were not
+    /// compared while they were fetched.
+    var start: DownloadStart?
 
     init(model: Model, root: String, allQueries: [OfflineODataDefiningQuery], bulkSets: Set<String>, firstFill: Bool) {
         self.model = model
@@ -137,7 +140,10 @@ struct PageApplier: Sendable {
                     && ((try? DefiningQueries.coveredSets(of: query.query, model: model))?.contains(set) ?? false)
             }
             if coveredElsewhere { continue }
-            for (_, key, pending) in try writer.unseenRows(in: set) {
+            // Made after the download began (a local create, a delete undone): not there when
+            // the pages were compared, so not missing from them either.
+            let made = start?.rowids[set] ?? Int64.max
+            for (rowid, key, pending) in try writer.unseenRows(in: set) where rowid <= made {
                 if pending {
                     // Kept locally; undo and revert now remove it, as the backend did.
                     try RequestQueue(writer, model: model, serviceRoot: root).refreshKeptState(
@@ -146,9 +152,14 @@ struct PageApplier: Sendable {
                     deleted += 1
                 }
             }
-            // Entities deleted locally that the backend no longer has either.
+            // Entities deleted locally that the backend no longer has either; not those changed
+            // while the download ran: a page may have shown the entity unchanged before that.
+            let changedSince =
+                try start.map { try RequestQueue.locallyChanged(writer.connection, after: $0.request) } ?? []
             for reference in try locallyChanged(writer)
-            where reference.hasPrefix(set + "(") && !seenDeleted.contains(reference) {
+            where reference.hasPrefix(set + "(") && !seenDeleted.contains(reference)
+                && !changedSince.contains(reference)
+            {
                 guard let (_, key) = Keys.parse(reference, model: model, serviceRoot: ""),
                     try writer.rowid(in: set, key: key) == nil
                 else { continue }

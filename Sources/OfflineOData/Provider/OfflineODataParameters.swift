@@ -73,7 +73,7 @@ public struct OfflineODataParameters: Sendable {
     /// (paths such as `Address/City` for a property of a complex property), e.g.
     /// `["Products": [["Name"], ["Category", "Price"]]]`. A `$filter` on the first properties
     /// of an index, or an `$orderby` in its order, then reads only the rows it needs. They are
-    /// built after the first open's fill, and on an open when the declarations changed (indexes
+    /// made with the first open's fill, and on an open when the declarations changed (indexes
     /// no longer declared are dropped, `[:]` drops them all). The store also indexes the `$orderby` and `$filter`
     /// properties of the defining queries themselves. Each index costs a little on every write.
     /// Nil (the default) keeps the indexes an existing store has.

@@ -24,6 +24,8 @@ extension OfflineODataProvider {
         let downloader = Downloader(
             serviceRoot: serviceRoot, progress: reporter(.download, Downloader.plan))
         try await downloader.run(selected, store: store, on: self)
+        // The download forgot the local keys no queued request needs.
+        keyMapCache = nil
     }
 
     /// Asks a running download to stop at the next safe point; nothing is half-applied.

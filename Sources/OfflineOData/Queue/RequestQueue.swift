@@ -113,7 +113,7 @@ struct RequestQueue {
     }
 
     /// Forgets the re-keyed local references no queued request (pending or failed) names any
-    /// more: by its entity, in its URL or in its body. Without this the key map grows with every
+    /// more: by its entity, in its URL, body, cascade or nested creates. Without this the key map grows with every
     /// create ever uploaded. Run after a download: until then an app may still read or change
     /// an uploaded entity by the local key it had.
     static func pruneKeyMap(_ connection: Connection) throws -> Int {
@@ -122,7 +122,9 @@ struct RequestQueue {
             DELETE FROM oo_key_map WHERE NOT EXISTS (
               SELECT 1 FROM oo_queue q WHERE (q.entity_set = oo_key_map.entity_set AND q.entity_key = oo_key_map.local_key)
                 OR instr(q.url, oo_key_map.entity_set || oo_key_map.local_key) > 0
-                OR instr(CAST(q.body AS TEXT), oo_key_map.entity_set || oo_key_map.local_key) > 0)
+                OR instr(CAST(q.body AS TEXT), oo_key_map.entity_set || oo_key_map.local_key) > 0
+                OR instr(q.cascade, oo_key_map.entity_set || oo_key_map.local_key) > 0
+                OR instr(q.nested, oo_key_map.entity_set || oo_key_map.local_key) > 0)
             """, [])
     }
 
@@ -417,9 +419,12 @@ struct RequestQueue {
 
     /// `Set(key)` of every entity with pending requests, and of what their deletes cascaded
     /// to: an entity among them that is not in the store was deleted locally.
-    static func locallyChanged(_ connection: Connection) throws -> Set<String> {
+    /// `after`: only requests queued after the one with that id.
+    static func locallyChanged(_ connection: Connection, after: Int64 = 0) throws -> Set<String> {
         var references: Set<String> = []
-        for row in try connection.query("SELECT entity_set, entity_key, cascade FROM oo_queue WHERE status = 'pending'")
+        for row in try connection.query(
+            "SELECT entity_set, entity_key, cascade FROM oo_queue WHERE status = 'pending' AND id > ?",
+            [.integer(after)])
         {
             if case .text(let set) = row[0], case .text(let key) = row[1] { references.insert(set + key) }
             if case .text(let json) = row[2], let parsed = try? JSONValue.parse(Array(json.utf8)) {
