@@ -127,13 +127,6 @@ public final class Store: Sendable {
     /// Closes the store's connections.
     public func close() { pool.close() }
 
-    /// The indexes an application asked for (see ``open(path:key:indexes:)``).
-    public var indexes: [StoreIndex] {
-        schema.extraIndexes.compactMap { extra in
-            schema.tables.first { $0.name == extra.table }.map { StoreIndex(entitySet: $0.entitySet, properties: extra.columns) }
-        }
-    }
-
     /// This store with the indexes an application asks for now: those it no longer asks for are
     /// dropped and new ones built. Returns `self` when nothing changed; otherwise a store on the
     /// same connections (use it instead of this one, which must not be closed separately).

@@ -708,20 +708,6 @@ extension StoreWriter {
         return next
     }
 
-    /// Clears a flag on every row of every entity table (a full scan of each: downloads start a
-    /// new generation with ``beginDownloadGeneration()`` instead of clearing `_upserted`).
-    public func clearFlag(_ column: String) throws {
-        guard ["_error", "_isLocal", "_pending"].contains(column) else { throw StoreError(.unknownProperty, "No flag \(column)") }
-        // An entity set the application replaced with a view (kept elsewhere) has no flags to clear.
-        let tables = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { row -> String? in
-            if case .text(let name) = row[0] { return name }
-            return nil
-        })
-        for table in schema.tables where tables.contains(table.name) {
-            try db.execute("UPDATE OR FAIL \(StoreSchema.quote(table.name)) SET \(column) = 0 WHERE \(column) <> 0")
-        }
-    }
-
     /// The entities a delete of `key` in `entitySet` would remove through `OnDelete` cascades
     /// (not the entity itself), nearest first.
     public func cascade(from entitySet: String, key: [String: PrimitiveValue]) throws -> [(entitySet: String, key: [String: PrimitiveValue])] {

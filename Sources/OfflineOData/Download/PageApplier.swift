@@ -98,15 +98,13 @@ struct PageApplier: Sendable {
         _ rows: FlatCollection, in set: String, recordSeen: Bool, writer: StoreWriter
     ) throws {
         let model = self.model
-        var references = pendingReferences
         let result = try writer.mergeRows(rows, into: set, recordSeen: recordSeen) { row in
-            if references == nil { references = try RequestQueue.locallyChanged(writer.connection) }
-            guard let references, !references.isEmpty,
-                let key = Keys.key(of: rows.entity(at: row), in: set, model: model)
-            else { return false }
+            let references = try self.locallyChanged(writer)
+            guard !references.isEmpty, let key = Keys.key(of: rows.entity(at: row), in: set, model: model) else {
+                return false
+            }
             return references.contains(set + Keys.predicate(key, in: set, model: model))
         }
-        pendingReferences = references
         upserted += result.written
         for row in result.deferred {
             upserted += try applyEntity(rows.entity(at: row), in: set, writer: writer, recordSeen: recordSeen)
@@ -133,6 +131,9 @@ struct PageApplier: Sendable {
     /// tables), unless another query not read in full this time also covers the set, or the
     /// row has pending changes.
     mutating func finish(writer: StoreWriter) throws -> String {
+        // Entities changed while the download ran: a page may have shown one unchanged before.
+        let changedSince =
+            try start.map { try RequestQueue.locallyChanged(writer.connection, after: $0.request) } ?? []
         for set in fullSets {
             let coveredElsewhere = allQueries.contains { query in
                 let readInFull = read[query.name] == false
@@ -153,9 +154,7 @@ struct PageApplier: Sendable {
                 }
             }
             // Entities deleted locally that the backend no longer has either; not those changed
-            // while the download ran: a page may have shown the entity unchanged before that.
-            let changedSince =
-                try start.map { try RequestQueue.locallyChanged(writer.connection, after: $0.request) } ?? []
+            // while the download ran.
             for reference in try locallyChanged(writer)
             where reference.hasPrefix(set + "(") && !seenDeleted.contains(reference)
                 && !changedSince.contains(reference)
