@@ -325,6 +325,16 @@ import Testing
         }
     }
 
+    /// Creates a contact locally and returns the local key the store gave it.
+    static func createContact(_ provider: OfflineODataProvider, firstName: String, lastName: String) async throws -> Int64 {
+        let created = try await provider.execute(
+            method: "POST", url: "Contacts",
+            body: Array(#"{"PartnerID":"BP0","FirstName":"\#(firstName)","LastName":"\#(lastName)"}"#.utf8))
+        guard case .entity(let contact?)? = created.result, case .primitive(.int64(let localID))? = contact["ContactID"]
+        else { throw OfflineODataError(.invalidRequest, "The create gave no local Int64 key") }
+        return localID
+    }
+
     /// An entity created offline keeps its local key for the app after the upload re-keys it:
     /// reads and changes by that key reach it (in V2 also when the Int64 key is written without
     /// its `L`), and an undo by that key (the typed API) reaches the change queued since.
@@ -334,14 +344,7 @@ import Testing
         defer { Task { await fixture.stop() } }
         let provider = try await fixture.provider(v2: v2)
         try await provider.open()
-        let created = try await provider.execute(
-            method: "POST", url: "Contacts",
-            body: Array(#"{"PartnerID":"BP0","FirstName":"Undo","LastName":"Local"}"#.utf8))
-        guard case .entity(let contact?)? = created.result, case .primitive(.int64(let localID))? = contact["ContactID"]
-        else {
-            Issue.record("no local key")
-            return
-        }
+        let localID = try await Self.createContact(provider, firstName: "Undo", lastName: "Local")
         #expect(localID < 0)
         try await provider.upload()
         // The local key still names the entity, as the app wrote it (V2 too, without `L`).
@@ -364,14 +367,7 @@ import Testing
         defer { Task { await fixture.stop() } }
         let provider = try await fixture.provider(v2: v2)
         try await provider.open()
-        let created = try await provider.execute(
-            method: "POST", url: "Contacts",
-            body: Array(#"{"PartnerID":"BP0","FirstName":"Spell","LastName":"Queued"}"#.utf8))
-        guard case .entity(let contact?)? = created.result, case .primitive(.int64(let localID))? = contact["ContactID"]
-        else {
-            Issue.record("no local key")
-            return
-        }
+        let localID = try await Self.createContact(provider, firstName: "Spell", lastName: "Queued")
         _ = try await provider.execute(
             method: "PATCH", url: "Contacts(\(localID))", body: Array(#"{"FirstName":"Spelled"}"#.utf8))
         let urls = try await provider.readEntities("RequestQueue").compactMap { string($0, "RequestURL") }
