@@ -22,6 +22,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         .target(
@@ -46,6 +47,7 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -54,7 +56,8 @@ let package = Package(
             dependencies: [
                 "ODataCore",
                 "ODataStore",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                // Only Linux builds SwiftNIO: Apple platforms send through URLSession.
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: .when(platforms: [.linux])),
                 .product(name: "Logging", package: "swift-log"),
             ],
             resources: [.process("Resources")],
@@ -74,6 +77,7 @@ let package = Package(
         ),
         .target(
             name: "InteropSupport",
+            dependencies: [.product(name: "Logging", package: "swift-log")],
             path: "Tests/InteropSupport",
             swiftSettings: swiftSettings
         ),

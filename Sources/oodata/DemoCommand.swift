@@ -126,7 +126,7 @@ struct DemoCommand: AsyncParsableCommand {
         headers["If-Match"] = "*"
         let change = TransportRequest(method: "PATCH", url: server.v4Root.absoluteString + "Products('\(productID)')", headers: headers,
                                       body: Array(#"{"Name":"Renamed by another user"}"#.utf8))
-        let answer = try await AsyncHTTPClientTransport().send(change, timeout: 10)
+        let answer = try await DefaultTransport.make().send(change, timeout: 10)
         print("  another user renamed Products('\(productID)') on the server (HTTP \(answer.status))")
         try await provider.download()
         printer.finish()

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
@@ -20,8 +21,9 @@ struct TestServer {
     }
 
     func service(faults: [FaultRule] = [], create: Bool = true, pageSize: Int = 50,
-                 requireIfMatch: Bool = true) async throws -> ODataService {
+                 requireIfMatch: Bool = true, logger: Logger? = nil) async throws -> ODataService {
         var options = ODataService.Options()
+        if let logger { options.logger = logger }
         options.pageSize = pageSize
         options.requireIfMatch = requireIfMatch
         options.serverGeneratedKeys = SalesSample.serverGeneratedKeys

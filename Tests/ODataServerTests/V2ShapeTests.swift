@@ -1,4 +1,5 @@
 import Foundation
+import InteropSupport
 import ODataCore
 import ODataStore
 import Testing
@@ -122,12 +123,43 @@ import Testing
         }
     }
 
-    @Test func internalErrorsNameNoSQL() {
+    @Test func internalErrorsNameNoSQLButTheLogHasTheDetail() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let records = LogCapture()
+        let service = try await server.service(logger: records.logger(level: .debug))
         let failure = DatabaseError(.sqlite, message: "no such table: es_Secret", sql: "SELECT \"Password\" FROM es_Secret")
-        let response = ODataService.errorResponse(failure, version: .v4)
+        let response = service.errorResponse(failure, version: .v4)
         let body = String(decoding: response.body, as: UTF8.self)
         #expect(response.status == 500)
         #expect(!body.contains("SELECT") && !body.contains("es_Secret") && body.contains("in its log"), "\(body)")
+        let logged = try #require(records.all.first { $0.message == "Internal error" })
+        #expect(logged.level == .error)
+        #expect(logged.metadata["error"]?.contains("es_Secret") == true)
+        #expect(body.contains("error \(logged.metadata["error-id"] ?? "?")"), "\(body) \(logged)")
+    }
+
+    @Test func eachRequestAndBatchIsLoggedWithoutKeysOrQueryValues() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let records = LogCapture()
+        let service = try await server.service(logger: records.logger(level: .debug))
+        try await server.run(service) { client in
+            #expect(try await client.send("GET", "/odata/v4/BusinessPartners('BP1')?$select=Phone").status == 200)
+            let boundary = "batch_log"
+            let body = "--\(boundary)\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n"
+                + "GET Products?$top=1 HTTP/1.1\r\nAccept: application/json\r\n\r\n\r\n--\(boundary)--\r\n"
+            let batch = try await client.send(
+                "POST", "/odata/v4/$batch", headers: ["Content-Type": "multipart/mixed;boundary=\(boundary)"], body: body)
+            #expect(batch.status == 200, "\(batch.text)")
+        }
+        let handled = records.all.filter { $0.message == "Request handled" }
+        #expect(handled.map { $0.metadata["url"] ?? "" } == ["/odata/v4/BusinessPartners(…)?$select=…", "/odata/v4/$batch"])
+        #expect(handled.map { $0.metadata["status"] ?? "" } == ["200", "200"])
+        #expect(handled.allSatisfy { $0.level == .debug && $0.metadata["duration-ms"] != nil })
+        let batch = try #require(records.all.first { $0.message == "Batch received" })
+        #expect(batch.metadata["parts"] == "1" && batch.metadata["change-sets"] == "0", "\(batch)")
+        #expect(!records.all.contains { $0.text.contains("BP1") })
     }
 
     @Test func createThroughANavigationTakesTheParentsKey() async throws {

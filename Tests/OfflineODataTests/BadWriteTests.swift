@@ -58,7 +58,7 @@ import Testing
             var headers = ODataCore.HTTPHeaders()
             headers["Content-Type"] = "application/json"
             headers["If-Match"] = "*"
-            let response = try await AsyncHTTPClientTransport().send(
+            let response = try await DefaultTransport.make().send(
                 TransportRequest(method: v2 && method == "PATCH" ? "MERGE" : method, url: root + url, headers: headers,
                                  body: Array(sent.utf8)), timeout: 10)
             #expect(response.status == 400, "\(method) \(url): \(response.status)")
@@ -111,7 +111,7 @@ import Testing
         let root = (v2 ? fixture.server.v2Root : fixture.server.v4Root).absoluteString
         var headers = ODataCore.HTTPHeaders()
         headers["Content-Type"] = "application/json"
-        let online = try await AsyncHTTPClientTransport().send(TransportRequest(method: "POST", url: root + "BusinessPartners", headers: headers,
+        let online = try await DefaultTransport.make().send(TransportRequest(method: "POST", url: root + "BusinessPartners", headers: headers,
             body: Array(#"{"PartnerID":"BPON","Contacts":[{"FirstName":"On1"},{"FirstName":"On2"}]}"#.utf8)), timeout: 10)
         #expect(online.status == 201, "\(String(decoding: online.body, as: UTF8.self))")
         let onlineContacts = try await fixture.backend("Contacts?$filter=PartnerID eq 'BPON'")["value"]?.arrayValue ?? []
@@ -131,7 +131,7 @@ import Testing
 
         // A nested entity of the same set as the new one (Contact → Partner → Contacts) gets
         // a key of its own, not the one just handed to its grandparent.
-        let selfNested = try await AsyncHTTPClientTransport().send(TransportRequest(method: "POST", url: root + "Contacts", headers: headers,
+        let selfNested = try await DefaultTransport.make().send(TransportRequest(method: "POST", url: root + "Contacts", headers: headers,
             body: Array(#"{"FirstName":"Top","Partner":{"PartnerID":"BPSELF","Contacts":[{"FirstName":"Nested"}]}}"#.utf8)), timeout: 10)
         #expect(selfNested.status == 201, "\(String(decoding: selfNested.body, as: UTF8.self))")
         let selfContacts = try await fixture.backend("Contacts?$filter=FirstName eq 'Top' or FirstName eq 'Nested'")["value"]?.arrayValue ?? []
@@ -328,7 +328,7 @@ import Testing
         let partnerETag = try await fixture.backend("BusinessPartners('\(others[0])')")["@odata.etag"]?.stringValue
         var headers = ODataCore.HTTPHeaders()
         headers["Content-Type"] = "application/json"
-        let link = try await AsyncHTTPClientTransport().send(TransportRequest(method: "PUT", url: root + "SalesOrders('SO1')/Partner/$ref", headers: headers,
+        let link = try await DefaultTransport.make().send(TransportRequest(method: "PUT", url: root + "SalesOrders('SO1')/Partner/$ref", headers: headers,
             body: Array(#"{"@odata.id":"BusinessPartners('\#(others[0])')"}"#.utf8)), timeout: 10)
         #expect(link.status == 204, "\(String(decoding: link.body, as: UTF8.self))")
         let newETag = try await fixture.backend("SalesOrders('SO1')")["@odata.etag"]?.stringValue
@@ -336,7 +336,7 @@ import Testing
         #expect(link.headers["ETag"] == newETag)
         #expect(try await fixture.backend("BusinessPartners('\(others[0])')")["@odata.etag"]?.stringValue == partnerETag)
         headers["If-Match"] = oldETag
-        let stale = try await AsyncHTTPClientTransport().send(TransportRequest(method: v2 ? "MERGE" : "PATCH", url: root + "SalesOrders('SO1')",
+        let stale = try await DefaultTransport.make().send(TransportRequest(method: v2 ? "MERGE" : "PATCH", url: root + "SalesOrders('SO1')",
             headers: headers, body: Array(#"{"Currency":"USD"}"#.utf8)), timeout: 10)
         #expect(stale.status == 412)
 

@@ -203,7 +203,7 @@ import Testing
             for index in 0..<9 {
                 group.addTask {
                     // Separate connections from the shared pool, so the requests really overlap.
-                    let transport = AsyncHTTPClientTransport()
+                    let transport = DefaultTransport.make()
                     switch index % 3 {
                     case 0:
                         return [try await transport.send(plain, timeout: 20).status]
@@ -279,7 +279,7 @@ import Testing
     @Test func batchesStopOrContinueAfterAFailureAsAsked() async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
-        let transport = AsyncHTTPClientTransport()
+        let transport = DefaultTransport.make()
         var json = ODataCore.HTTPHeaders()
         json["Content-Type"] = "application/json"
         let body =

@@ -20,13 +20,13 @@ import ODataServer
         var headers = ODataCore.HTTPHeaders()
         headers["Content-Type"] = type
         headers["If-Match"] = "*"
-        return try await AsyncHTTPClientTransport().send(TransportRequest(method: "PUT", url: fixture.server.v4Root.absoluteString + "ProductPictures('\(id)')/$value",
+        return try await DefaultTransport.make().send(TransportRequest(method: "PUT", url: fixture.server.v4Root.absoluteString + "ProductPictures('\(id)')/$value",
                                                                           headers: headers, body: body), timeout: 10).status
     }
 
     /// The backend's stream of a picture.
     static func backendMedia(_ fixture: Fixture, _ id: String) async throws -> (status: Int, type: String?, body: [UInt8]) {
-        let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: fixture.server.v4Root.absoluteString + "ProductPictures('\(id)')/$value"),
+        let response = try await DefaultTransport.make().send(TransportRequest(method: "GET", url: fixture.server.v4Root.absoluteString + "ProductPictures('\(id)')/$value"),
                                                                  timeout: 10)
         return (response.status, response.headers["Content-Type"], response.body)
     }

@@ -41,7 +41,7 @@ struct Fixture {
 
     /// Reads straight from the backend (not through the provider).
     func backend(_ url: String) async throws -> JSONValue {
-        let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: server.v4Root.absoluteString + url.replacingOccurrences(of: " ", with: "%20")), timeout: 10)
+        let response = try await DefaultTransport.make().send(TransportRequest(method: "GET", url: server.v4Root.absoluteString + url.replacingOccurrences(of: " ", with: "%20")), timeout: 10)
         return try JSONValue.parse(response.body)
     }
 
@@ -52,7 +52,7 @@ struct Fixture {
         headers["Content-Type"] = "application/json"
         // Another user who does not care about concurrency (the backend requires If-Match).
         if method != "POST" { headers["If-Match"] = "*" }
-        let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: method, url: server.v4Root.absoluteString + url, headers: headers,
+        let response = try await DefaultTransport.make().send(TransportRequest(method: method, url: server.v4Root.absoluteString + url, headers: headers,
                                                                                   body: Array(body.utf8)), timeout: 10)
         return response.status
     }
@@ -568,11 +568,11 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         let events = try await provider.readEntities("EventLog?$filter=Type eq 'SendStore'")
         #expect(events.count == 1)
         // The server lists it; a chunk that does not continue the file is refused.
-        let listing = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: try #require(URL(string: "/support/stores", relativeTo: fixture.server.v4Root)).absoluteString), timeout: 10)
+        let listing = try await DefaultTransport.make().send(TransportRequest(method: "GET", url: try #require(URL(string: "/support/stores", relativeTo: fixture.server.v4Root)).absoluteString), timeout: 10)
         #expect(try JSONValue.parse(listing.body).arrayValue?.first?["name"]?.stringValue == "device-1.db")
-        let gap = try await AsyncHTTPClientTransport().send(TransportRequest(method: "POST", url: url, headers: HTTPHeaders([("Content-Range", "bytes 5-6/10")]), body: [1, 2]), timeout: 10)
+        let gap = try await DefaultTransport.make().send(TransportRequest(method: "POST", url: url, headers: HTTPHeaders([("Content-Range", "bytes 5-6/10")]), body: [1, 2]), timeout: 10)
         #expect(gap.status == 416)
-        let badName = try await AsyncHTTPClientTransport().send(TransportRequest(method: "POST", url: url.replacingOccurrences(of: "device-1.db", with: "..%2Fescape"),
+        let badName = try await DefaultTransport.make().send(TransportRequest(method: "POST", url: url.replacingOccurrences(of: "device-1.db", with: "..%2Fescape"),
                                                                                headers: HTTPHeaders([("Content-Range", "bytes 0-1/2")]), body: [1, 2]), timeout: 10)
         #expect(badName.status == 400)
         // An unencrypted store goes as it is, unless a support key is given.
@@ -593,7 +593,7 @@ func string(_ entity: Entity?, _ name: String) -> String? {
             var headers = ODataCore.HTTPHeaders()
             headers["Content-Type"] = type
             headers["If-Match"] = "*"
-            return try await AsyncHTTPClientTransport().send(TransportRequest(method: "PUT", url: fixture.server.v4Root.absoluteString + "ProductPictures('\(id)')/$value",
+            return try await DefaultTransport.make().send(TransportRequest(method: "PUT", url: fixture.server.v4Root.absoluteString + "ProductPictures('\(id)')/$value",
                                                                               headers: headers, body: bytes), timeout: 10).status
         }
         let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0, 1, 2, 255]
@@ -859,7 +859,7 @@ extension ProviderTests {
 /// Records what the provider sends, then sends it over the real transport.
 actor RecordingTransport: Transport {
     private(set) var requests: [TransportRequest] = []
-    private let inner = AsyncHTTPClientTransport()
+    private let inner = DefaultTransport.make()
     nonisolated func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
         await record(request)
         return try await inner.send(request, timeout: timeout)
@@ -871,7 +871,7 @@ actor RecordingTransport: Transport {
 /// ProductPictures page (as a hostile or misconfigured backend might send).
 actor ForeignMediaLinkTransport: Transport {
     private(set) var urls: [String] = []
-    private let inner = AsyncHTTPClientTransport()
+    private let inner = DefaultTransport.make()
     nonisolated func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
         await record(request.url)
         var response = try await inner.send(request, timeout: timeout)

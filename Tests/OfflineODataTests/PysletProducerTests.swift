@@ -23,7 +23,7 @@ import Testing
             headers["Accept"] = "application/json"
             if body != nil { headers["Content-Type"] = "application/json" }
             let target = root + url.replacingOccurrences(of: " ", with: "%20")
-            return try await AsyncHTTPClientTransport().send(TransportRequest(method: method, url: target, headers: headers,
+            return try await DefaultTransport.make().send(TransportRequest(method: method, url: target, headers: headers,
                                                                               body: Array((body ?? "").utf8)), timeout: 30)
         }
 

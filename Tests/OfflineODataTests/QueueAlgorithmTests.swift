@@ -91,7 +91,7 @@ struct ShopFixture {
 
     /// The backend's rows of an entity set, straight over HTTP.
     func backend(_ url: String) async throws -> [JSONValue] {
-        let response = try await AsyncHTTPClientTransport().send(TransportRequest(method: "GET", url: server.v4Root.absoluteString + url), timeout: 10)
+        let response = try await DefaultTransport.make().send(TransportRequest(method: "GET", url: server.v4Root.absoluteString + url), timeout: 10)
         await server.service.journal.clear()
         return try JSONValue.parse(response.body)["value"]?.arrayValue ?? []
     }

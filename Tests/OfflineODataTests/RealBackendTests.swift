@@ -13,7 +13,7 @@ import Testing
     static func backend(_ fixture: Fixture, _ url: String, authorization: String? = nil) async throws -> JSONValue {
         var headers = ODataCore.HTTPHeaders()
         if let authorization { headers["Authorization"] = authorization }
-        let response = try await AsyncHTTPClientTransport().send(TransportRequest(
+        let response = try await DefaultTransport.make().send(TransportRequest(
             method: "GET", url: fixture.server.v4Root.absoluteString + url.replacingOccurrences(of: " ", with: "%20"), headers: headers), timeout: 10)
         return try JSONValue.parse(response.body)
     }

@@ -1,6 +1,7 @@
 public import Foundation
 import Hummingbird
 import Logging
+import ServiceLifecycle
 import ODataCore
 import ODataStore
 
@@ -12,11 +13,13 @@ public final class EmbeddedServer: Sendable {
     /// The service behind the server (its fault injector can be changed while it runs).
     public let service: ODataService
     private let task: Task<Void, any Error>
+    private let group: ServiceGroup
 
-    private init(port: Int, service: ODataService, task: Task<Void, any Error>) {
+    private init(port: Int, service: ODataService, task: Task<Void, any Error>, group: ServiceGroup) {
         self.port = port
         self.service = service
         self.task = task
+        self.group = group
     }
 
     /// The V4 service root, `http://127.0.0.1:PORT/odata/v4/`.
@@ -30,9 +33,15 @@ public final class EmbeddedServer: Sendable {
         var logger = Logger(label: "oodata.embedded")
         logger.logLevel = .critical
         let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: 0, logger: logger) { port in await box.set(port) }
-        let task = Task { try await app.runService(gracefulShutdownSignals: []) }
+        // Stopped by a graceful shutdown, not by cancelling the task: a connection accepted while
+        // the serving task is cancelled is never closed and traps in SwiftNIO
+        // (apple/swift-nio#3481). Requests still running after 2 s are cancelled.
+        var configuration = ServiceGroupConfiguration(services: [app], logger: logger)
+        configuration.maximumGracefulShutdownDuration = .seconds(2)
+        let group = ServiceGroup(configuration: configuration)
+        let task = Task { try await group.run() }
         let port = await box.wait()
-        return EmbeddedServer(port: port, service: service, task: task)
+        return EmbeddedServer(port: port, service: service, task: task, group: group)
     }
 
     /// Starts the sales sample in a new store file at `path` (replacing an old one);
@@ -54,7 +63,7 @@ public final class EmbeddedServer: Sendable {
 
     /// Stops the server and waits until it has.
     public func stop() async {
-        task.cancel()
+        await group.triggerGracefulShutdown()
         _ = await task.result
     }
 }

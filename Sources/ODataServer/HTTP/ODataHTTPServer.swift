@@ -68,8 +68,17 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
         await service.journal.record(serviceRequest)
         let (refusal, added) = service.checkAccess(serviceRequest)
         if let refusal { return Self.response(refusal) }
+        let started = ContinuousClock.now
         var response = await service.handle(serviceRequest)
         for field in added { response.headers.add(field.name, field.value) }
+        let elapsed = (ContinuousClock.now - started).components
+        service.options.logger.debug(
+            "Request handled",
+            metadata: [
+                "method": .string(serviceRequest.method), "url": .string(LogRedaction.url(rootPath + target)),
+                "status": .stringConvertible(response.status),
+                "duration-ms": .stringConvertible(elapsed.seconds * 1000 + elapsed.attoseconds / 1_000_000_000_000_000),
+            ])
         return Self.response(response)
     }
 

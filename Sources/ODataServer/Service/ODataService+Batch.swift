@@ -36,6 +36,12 @@ extension ODataService {
                 400, "BadBatch", "Content-Type multipart/mixed of a $batch request needs a boundary parameter")
         }
         let batch = try MultipartBatch.read(request.body, boundary: boundary)
+        options.logger.debug(
+            "Batch received",
+            metadata: [
+                "parts": .stringConvertible(batch.parts.count),
+                "change-sets": .stringConvertible(batch.parts.filter { if case .changeSet = $0 { true } else { false } }.count),
+            ])
         // Every part says what it is: application/http, or multipart/mixed for a change set; a
         // Content-ID names one part of the whole batch.
         var seenIDs: Set<String> = []
@@ -127,7 +133,7 @@ extension ODataService {
                         do {
                             response = try self.modify(sub, writer)
                         } catch {
-                            response = Self.errorResponse(error, version: outer.version)
+                            response = self.errorResponse(error, version: outer.version)
                         }
                         if response.status >= 400 { throw Failed(response: response) }
                         try self.remember(sub, response, writer)
@@ -151,7 +157,7 @@ extension ODataService {
             return .operation(BatchOperation(message: Self.batchMessage(failed.response)))
         } catch {
             return .operation(
-                BatchOperation(message: Self.batchMessage(Self.errorResponse(error, version: outer.version))))
+                BatchOperation(message: Self.batchMessage(self.errorResponse(error, version: outer.version))))
         }
     }
 
@@ -230,7 +236,7 @@ extension ODataService {
                                 response = try self.modify(sub, writer)
                             } catch {
                                 throw Failed(
-                                    id: member.id, response: Self.errorResponse(error, version: request.version))
+                                    id: member.id, response: self.errorResponse(error, version: request.version))
                             }
                             if response.status >= 400 { throw Failed(id: member.id, response: response) }
                             if self.repeatabilityID(sub) != nil {

@@ -1,5 +1,5 @@
 import Foundation
-import Logging
+public import Logging
 public import ODataCore
 public import ODataStore
 
@@ -31,6 +31,10 @@ public final class ODataService: Sendable {
         /// concurrency token. Every entity of this service has an ETag. Off only for tests and
         /// clients that must write unconditionally.
         public var requireIfMatch = true
+        /// Where the service logs: each HTTP request at `debug` (method, URL without query
+        /// values or keys, status, duration), `$batch` part and change-set counts at `debug`,
+        /// internal errors at `error`. Logs nothing by default.
+        public var logger = Logger(label: "oodata.server", factory: { _ in SwiftLogNoOpLogHandler() })
         /// Creates the default options.
         public init() {}
     }
@@ -103,22 +107,21 @@ public final class ODataService: Sendable {
         do {
             return try await dispatch(request)
         } catch {
-            return Self.errorResponse(error, version: request.version)
+            return self.errorResponse(error, version: request.version)
         }
     }
 
-    static let logger = Logger(label: "oodata.server")
-
     /// A 500 whose body names no SQL, schema or stack: the detail goes to the server's log,
     /// under an id the body gives.
-    static func internalError(_ error: any Error, version: ODataVersion) -> ServiceResponse {
+    func internalError(_ error: any Error, version: ODataVersion) -> ServiceResponse {
         let id = GuidValue.random().description.prefix(8)
-        logger.error("internal error \(id): \(String(describing: error))")
+        options.logger.error(
+            "Internal error", metadata: ["error-id": .string(String(id)), "error": .string(String(describing: error))])
         return .error(500, code: "InternalError", "The service failed to answer this request (error \(id) in its log)", version: version)
     }
 
     /// Maps any error to an OData error response with a fitting status.
-    static func errorResponse(_ error: any Error, version: ODataVersion) -> ServiceResponse {
+    func errorResponse(_ error: any Error, version: ODataVersion) -> ServiceResponse {
         switch error {
         case let e as ServiceFailure: return .error(e.status, code: e.code, e.message, version: version)
         case let e as SyntaxError: return .error(400, code: "SyntaxError", e.description, version: version)

@@ -1,6 +1,7 @@
 import Foundation
 import ODataCore
 import ODataStore
+import Logging
 
 /// Runs the defining queries against the backend and applies what they bring.
 ///
@@ -62,6 +63,8 @@ struct Downloader: Sendable {
         provider.report(progress, .removingDeletedRelationships)
         let summary = try await applyStaged(to: store, allQueries: provider.definingQueries, start: start)
         provider.report(progress, .reapplyingChanges)
+        provider.operationSummary["defining-queries"] = .stringConvertible(selected.count)
+        provider.operationSummary["result"] = .string(summary)
         try await provider.logEvent(in: store, type: "Download", details: summary)
     }
 

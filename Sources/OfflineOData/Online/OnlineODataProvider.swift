@@ -1,6 +1,7 @@
 public import Foundation
 public import ODataCore
 public import ODataStore
+public import Logging
 
 /// Sends OData requests straight to the backend through the same ``Transport`` as the offline
 /// provider, with the same request API: reads, writes, `$batch`, function imports and actions.
@@ -22,15 +23,17 @@ public actor OnlineODataProvider: ODataRequestHandler {
     /// go with every request, as with the offline provider; so do the credentials of
     /// `authenticator` and, with `csrfProtection`, SAP Gateway's CSRF token (see ``BackendSession``).
     public init(
-        serviceRoot: URL, transport: any Transport = AsyncHTTPClientTransport(), customHeaders: [String: String] = [:],
+        serviceRoot: URL, transport: (any Transport)? = nil, customHeaders: [String: String] = [:],
         customCookies: [String: String] = [:], urlSuffix: String? = nil, timeout: TimeInterval? = nil,
-        authenticator: (any ODataAuthenticator)? = nil, csrfProtection: Bool = true
+        authenticator: (any ODataAuthenticator)? = nil, csrfProtection: Bool = true,
+        logger: Logger = OfflineODataLogging.disabled
     ) {
         var root = serviceRoot.absoluteString
         if !root.hasSuffix("/") { root += "/" }
         self.serviceRoot = root
         self.session = BackendSession(
-            transport: transport, serviceRoot: root, authenticator: authenticator, csrfProtection: csrfProtection)
+            transport: transport ?? DefaultTransport.make(logger: logger), serviceRoot: root,
+            authenticator: authenticator, csrfProtection: csrfProtection, logger: logger)
         self.timeout = timeout
         self.defaults = RequestDefaults(
             serviceRoot: root, urlSuffix: urlSuffix, customHeaders: customHeaders, customCookies: customCookies,

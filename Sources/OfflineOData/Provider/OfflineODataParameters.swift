@@ -1,4 +1,5 @@
 public import Foundation
+public import Logging
 
 /// The settings of an offline provider (SPEC §2). Names and types follow SAP's
 /// `OfflineODataParameters` where SAP has the setting (`storeName: String?`, `storePath: URL?`,
@@ -35,12 +36,12 @@ public struct OfflineODataParameters: Sendable {
     public var pageSize: Int? = OfflineODataParameters.noPaging
     /// Network timeout in whole seconds, as SAP declares it: how long a request may go without
     /// sending or receiving a byte before it fails (a long download that keeps receiving does
-    /// not). Nil for the transport's default (60 s with ``AsyncHTTPClientTransport``).
+    /// not). Nil for the transport's default (60 s for both transports of this package).
     /// ``timeoutInterval`` takes precedence when set.
     public var timeout: Int32?
     /// The network timeout with fractions of a second (this package's own); when nil,
-    /// ``timeout`` applies. Below 30 s the connection is probed more often
-    /// (``AsyncHTTPClientTransport/probeInterval(for:)``).
+    /// ``timeout`` applies. (With AsyncHTTPClient, the connection is probed more often below
+    /// 30 s; URLSession on Linux counts whole seconds.)
     public var timeoutInterval: TimeInterval?
 
     /// The timeout the transport gets: ``timeoutInterval``, else ``timeout``.
@@ -65,6 +66,12 @@ public struct OfflineODataParameters: Sendable {
     /// backend that gives no token is not asked again until it answers `403` with
     /// `X-CSRF-Token: Required`.
     public var csrfProtection = true
+
+    /// Where the provider, its default transport and its backend session log (see
+    /// ``OfflineODataLogging``): summaries of opens, uploads and downloads at `info`, CSRF and
+    /// credential refreshes at `notice`, requests that went to the ErrorArchive and failed HTTP
+    /// exchanges at `warning`, failed operations at `error`. Logs nothing by default.
+    public var logger: Logger = OfflineODataLogging.disabled
 
     /// Creates parameters with the defaults.
     public init() {}

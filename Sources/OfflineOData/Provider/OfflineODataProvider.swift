@@ -1,6 +1,7 @@
 public import Foundation
 public import ODataCore
 import ODataStore
+import Logging
 
 /// The offline OData provider: an encrypted local store filled by defining queries, local
 /// reads and writes through OData requests, and upload/download against the backend.
@@ -36,6 +37,10 @@ public actor OfflineODataProvider {
     var cancelUploadRequested = false
     var cancelDownloadRequested = false
     var busy = false
+    /// Counts the running operation reports for its log record (see `logged`).
+    var operationSummary: Logger.Metadata = [:]
+    /// Where the provider logs: ``OfflineODataParameters/logger``.
+    var logger: Logger { parameters.logger }
     /// Bytes sent and received during the current upload or download (for progress).
     var bytesSent: Int64 = 0
     var bytesReceived: Int64 = 0
@@ -66,10 +71,10 @@ public actor OfflineODataProvider {
         if !root.hasSuffix("/") { root += "/" }
         self.serviceRoot = root
         self.parameters = parameters
-        self.transport = transport ?? AsyncHTTPClientTransport()
+        self.transport = transport ?? DefaultTransport.make(logger: parameters.logger)
         self.session = BackendSession(
             transport: self.transport, serviceRoot: root, authenticator: parameters.authenticator,
-            csrfProtection: parameters.csrfProtection)
+            csrfProtection: parameters.csrfProtection, logger: parameters.logger)
         self.delegate = delegate
     }
 
@@ -204,11 +209,46 @@ public actor OfflineODataProvider {
         }
     }
 
+    /// Runs an open, upload or download and logs how it ended: its summary at `info`, a
+    /// failure at `error` (its code and status; the message, which may name keys, at `trace`),
+    /// a cancellation at `notice`.
+    func logged(_ operation: String, _ body: () async throws -> Void) async throws {
+        let started = ContinuousClock.now
+        operationSummary = [:]
+        func metadata() -> Logger.Metadata {
+            let parts = (ContinuousClock.now - started).components
+            var metadata = operationSummary
+            metadata["operation"] = .string(operation)
+            metadata["duration-ms"] = .stringConvertible(
+                parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000)
+            metadata["bytes-sent"] = .stringConvertible(bytesSent)
+            metadata["bytes-received"] = .stringConvertible(bytesReceived)
+            return metadata
+        }
+        do {
+            try await body()
+            logger.info("Offline operation finished", metadata: metadata())
+        } catch is CancellationError {
+            logger.notice("Offline operation cancelled", metadata: metadata())
+            throw CancellationError()
+        } catch {
+            var details = metadata()
+            if let error = error as? OfflineODataError {
+                details["error-code"] = .string(error.code.rawValue)
+                if let status = error.httpStatus { details["status"] = .stringConvertible(status) }
+            }
+            logger.error("Offline operation failed", metadata: details)
+            logger.trace("Offline operation failure detail", metadata: ["error": .string(String(describing: error))])
+            throw error
+        }
+    }
+
     /// Opens the store. The first time: fetches `$metadata`, creates the store and runs every
     /// defining query. Later: only opens the file, checking the key. Cancelling the `Task`
     /// ends it with `CancellationError` and leaves no half-made store.
     public func open() async throws {
-        try await cancellable { try await openStoreFile() }
+        guard store == nil else { return }
+        try await logged("open") { try await cancellable { try await openStoreFile() } }
     }
 
     private func openStoreFile() async throws {
@@ -232,10 +272,13 @@ public actor OfflineODataProvider {
             StoreFiles.remove(path)
             try await createAndFill(path)
         } else if FileManager.default.fileExists(atPath: path) {
+            operationSummary["store"] = "opened"
             try await openExisting(path)
         } else {
+            operationSummary["store"] = "created"
             try await createAndFill(path)
         }
+        operationSummary["defining-queries"] = .stringConvertible(definingQueries.count)
     }
 
     /// A store whose first fill never finished is made again from the defining queries; a

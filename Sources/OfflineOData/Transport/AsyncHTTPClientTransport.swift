@@ -1,5 +1,7 @@
+#if canImport(AsyncHTTPClient)
 public import AsyncHTTPClient
 public import Foundation
+public import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -15,6 +17,7 @@ import ODataCore
 /// wakes late: the app suspended, its threads busy) does not count as network silence.
 public final class AsyncHTTPClientTransport: Transport {
     private let client: HTTPClient
+    private let log: TransportLog
 
     /// The timeout when the caller gives none, in seconds.
     public static let defaultTimeout: TimeInterval = 60
@@ -22,8 +25,10 @@ public final class AsyncHTTPClientTransport: Transport {
     /// Uses `client`, or by default a client shared by these transports that fails at once when
     /// no connection can be made (refused, unknown host, TLS failure) instead of retrying until
     /// a deadline: an offline app learns it is offline in milliseconds, and its queue is kept.
-    public init(client: HTTPClient? = nil) {
+    /// Each exchange is logged to `logger` (see ``OfflineODataLogging``).
+    public init(client: HTTPClient? = nil, logger: Logger = OfflineODataLogging.disabled) {
         self.client = client ?? Self.failFast
+        self.log = TransportLog(logger: logger, transport: "AsyncHTTPClient")
     }
 
     /// The default client: the singleton's configuration, without retries of a failed connect.
@@ -41,6 +46,18 @@ public final class AsyncHTTPClientTransport: Transport {
     /// Sends the request; a connection failure or a stall longer than `timeout` becomes a
     /// `TransportError`.
     public func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
+        let exchangeLog = log.begin(request)
+        do {
+            let response = try await perform(request, timeout: timeout)
+            exchangeLog.finished(response)
+            return response
+        } catch let error as TransportError {
+            exchangeLog.failed(error)
+            throw error
+        }
+    }
+
+    private func perform(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
         let idle = max(timeout ?? Self.defaultTimeout, 0.01)
         let activity = Activity()
         var http = HTTPClientRequest(url: request.url)
@@ -98,6 +115,8 @@ public final class AsyncHTTPClientTransport: Transport {
         } catch let error as TransportError {
             throw error
         } catch {
+            // Cancelling the calling task is not a network failure.
+            if error is CancellationError || Task.isCancelled { throw CancellationError() }
             throw TransportError(Self.describe(error, url: request.url), url: request.url)
         }
     }
@@ -174,3 +193,4 @@ private struct BodyParts: AsyncSequence, Sendable {
 
     func makeAsyncIterator() -> AsyncIterator { AsyncIterator(bytes: bytes, activity: activity) }
 }
+#endif

@@ -1,5 +1,6 @@
 import Foundation
 import ODataCore
+import Logging
 
 /// Credentials for one request to the backend. Printed, they show the scheme and user only.
 public enum ODataCredentials: Sendable, Hashable, CustomStringConvertible {
@@ -56,7 +57,8 @@ public struct ClosureAuthenticator: ODataAuthenticator {
     private let body: @Sendable (_ serviceRoot: String, _ refresh: Bool) async throws -> ODataCredentials?
 
     /// Calls `body` for the credentials.
-    public init(_ body: @escaping @Sendable (_ serviceRoot: String, _ refresh: Bool) async throws -> ODataCredentials?) {
+    public init(_ body: @escaping @Sendable (_ serviceRoot: String, _ refresh: Bool) async throws -> ODataCredentials?)
+    {
         self.body = body
     }
 
@@ -96,7 +98,13 @@ actor BackendSession {
     /// The authenticator's answer being awaited: concurrent requests share one ask.
     private var pendingCredentials: (ask: Task<ODataCredentials?, any Error>, version: Int)?
 
-    init(transport: any Transport, serviceRoot: String, authenticator: (any ODataAuthenticator)?, csrfProtection: Bool) {
+    let logger: Logger
+
+    init(
+        transport: any Transport, serviceRoot: String, authenticator: (any ODataAuthenticator)?, csrfProtection: Bool,
+        logger: Logger = OfflineODataLogging.disabled
+    ) {
+        self.logger = logger
         self.transport = transport
         self.serviceRoot = serviceRoot
         self.authenticator = authenticator
@@ -109,7 +117,8 @@ actor BackendSession {
     /// carry the session's credentials.
     static func origin(of url: String) -> String? {
         guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
-              let host = components.host?.lowercased() else { return nil }
+            let host = components.host?.lowercased()
+        else { return nil }
         let port = components.port ?? (scheme == "https" ? 443 : 80)
         return "\(scheme)://\(host):\(port)"
     }
@@ -118,7 +127,9 @@ actor BackendSession {
     /// A request to another origin than the service root's (a next link naming another host,
     /// `sendStore` to a support server) goes without credentials, cookies or CSRF token, and
     /// what it answers is not kept.
-    func send(_ request: TransportRequest, timeout: TimeInterval?, tokenRequest: TransportRequest) async throws -> TransportResponse {
+    func send(
+        _ request: TransportRequest, timeout: TimeInterval?, tokenRequest: TransportRequest
+    ) async throws -> TransportResponse {
         guard Self.origin(of: request.url) == Self.origin(of: serviceRoot) else {
             return try await transport.send(request, timeout: timeout)
         }
@@ -127,8 +138,15 @@ actor BackendSession {
             try await fetchToken(tokenRequest, timeout: timeout)
         }
         var response = try await exchange(request, timeout: timeout, modifying: modifying)
-        if modifying, csrfProtection, response.status == 403, response.headers["X-CSRF-Token"]?.lowercased() == "required" {
+        if modifying, csrfProtection, response.status == 403,
+            response.headers["X-CSRF-Token"]?.lowercased() == "required"
+        {
             // The token expired or the session changed: a new one, and the request once more.
+            logger.notice(
+                "CSRF token required again: fetching a new one and resending",
+                metadata: [
+                    "method": .string(request.method), "url": .string(OfflineODataLogging.redacted(request.url)),
+                ])
             csrfToken = nil
             csrfTokenUnavailable = false
             try await fetchToken(tokenRequest, timeout: timeout)
@@ -144,11 +162,14 @@ actor BackendSession {
         fetch.headers["X-CSRF-Token"] = "Fetch"
         _ = try await exchange(fetch, timeout: timeout, modifying: false)
         if csrfToken == nil { csrfTokenUnavailable = true }
+        logger.debug("CSRF token fetched", metadata: ["token-given": .stringConvertible(csrfToken != nil)])
     }
 
     /// One request with credentials and cookies, resent once with refreshed credentials after
     /// a `401`; a `401` after that is thrown as `unauthorized`.
-    private func exchange(_ request: TransportRequest, timeout: TimeInterval?, modifying: Bool) async throws -> TransportResponse {
+    private func exchange(
+        _ request: TransportRequest, timeout: TimeInterval?, modifying: Bool
+    ) async throws -> TransportResponse {
         // A request that brings its own Authorization header is sent as it is.
         let authenticating = authenticator != nil && request.headers["Authorization"] == nil
         if !credentialsAsked, authenticating { try await obtainCredentials(refresh: false, seen: credentialsVersion) }
@@ -157,6 +178,11 @@ actor BackendSession {
         var response = try await transport.send(sent, timeout: timeout)
         absorb(response, askedForToken: sent.headers["X-CSRF-Token"] == "Fetch")
         if response.status == 401, authenticating {
+            logger.notice(
+                "Backend answered 401: refreshing the credentials and resending",
+                metadata: [
+                    "method": .string(request.method), "url": .string(OfflineODataLogging.redacted(request.url)),
+                ])
             try await obtainCredentials(refresh: true, seen: version)
             sent = prepared(request, modifying: modifying)
             response = try await transport.send(sent, timeout: timeout)
@@ -164,10 +190,14 @@ actor BackendSession {
         }
         if response.status == 401 {
             let detail = (try? ODataError.parse(response.body, httpStatus: 401)).map { ": \($0.message)" } ?? ""
-            let tried = authenticating ? "the credentials were refreshed once"
-                : request.headers["Authorization"] != nil ? "the request's own Authorization header" : "no authenticator is set"
-            throw OfflineODataError(.unauthorized, "\(request.method) \(request.url) answered 401 Unauthorized (\(tried))\(detail)",
-                                    httpStatus: 401)
+            let tried =
+                authenticating
+                ? "the credentials were refreshed once"
+                : request.headers["Authorization"] != nil
+                    ? "the request's own Authorization header" : "no authenticator is set"
+            throw OfflineODataError(
+                .unauthorized, "\(request.method) \(request.url) answered 401 Unauthorized (\(tried))\(detail)",
+                httpStatus: 401)
         }
         return response
     }
@@ -181,7 +211,9 @@ actor BackendSession {
             pending = current
         } else {
             let root = serviceRoot
-            pending = (Task { try await authenticator.credentials(for: root, refresh: refresh) }, credentialsVersion + 1)
+            pending = (
+                Task { try await authenticator.credentials(for: root, refresh: refresh) }, credentialsVersion + 1
+            )
             pendingCredentials = pending
         }
         do {
@@ -203,11 +235,17 @@ actor BackendSession {
     /// The request with credentials, session cookies and the CSRF header.
     private func prepared(_ request: TransportRequest, modifying: Bool) -> TransportRequest {
         var request = request
-        if let credentials, request.headers["Authorization"] == nil { request.headers["Authorization"] = credentials.authorization }
+        if let credentials, request.headers["Authorization"] == nil {
+            request.headers["Authorization"] = credentials.authorization
+        }
         if !cookies.isEmpty {
-            var pairs = (request.headers["Cookie"] ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            var pairs = (request.headers["Cookie"] ?? "").split(separator: ";").map {
+                $0.trimmingCharacters(in: .whitespaces)
+            }.filter { !$0.isEmpty }
             let given = Set(pairs.map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? $0 })
-            for (name, value) in cookies.sorted(by: { $0.key < $1.key }) where !given.contains(name) { pairs.append(name + "=" + value) }
+            for (name, value) in cookies.sorted(by: { $0.key < $1.key }) where !given.contains(name) {
+                pairs.append(name + "=" + value)
+            }
             request.headers["Cookie"] = pairs.joined(separator: "; ")
         }
         if csrfProtection, request.headers["X-CSRF-Token"] == nil {
@@ -231,12 +269,16 @@ actor BackendSession {
             guard !name.isEmpty else { continue }
             // `Max-Age` of 0 or less deletes the cookie (an `Expires` in the past is not read).
             let expired = field.value.split(separator: ";").dropFirst().contains { attribute in
-                let parts = attribute.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                let parts = attribute.split(separator: "=", maxSplits: 1).map {
+                    $0.trimmingCharacters(in: .whitespaces)
+                }
                 return parts.count == 2 && parts[0].lowercased() == "max-age" && (Int(parts[1]) ?? 1) <= 0
             }
             if value.isEmpty || expired { cookies[name] = nil } else { cookies[name] = value }
         }
-        if let token = response.headers["X-CSRF-Token"], !token.isEmpty, token.lowercased() != "required", token.lowercased() != "fetch" {
+        if let token = response.headers["X-CSRF-Token"], !token.isEmpty, token.lowercased() != "required",
+            token.lowercased() != "fetch"
+        {
             csrfToken = token
         } else if askedForToken, (200..<300).contains(response.status) {
             csrfTokenUnavailable = true

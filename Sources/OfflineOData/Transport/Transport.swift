@@ -1,5 +1,6 @@
 public import Foundation
 public import ODataCore
+public import Logging
 
 /// An HTTP request the provider sends.
 public struct TransportRequest: Sendable {
@@ -38,11 +39,29 @@ public struct TransportResponse: Sendable {
     }
 }
 
-/// Sends HTTP requests for the provider. `AsyncHTTPClientTransport` is the default on Linux;
-/// an app on Apple platforms can implement this with URLSession.
+/// Sends HTTP requests for the providers.
+///
+/// Two come with the package: ``URLSessionTransport`` (the default on Apple platforms) and
+/// `AsyncHTTPClientTransport` (the default on Linux, where it is the only one that needs
+/// SwiftNIO). ``DefaultTransport/make(logger:)`` gives the platform's default.
 public protocol Transport: Sendable {
-    /// Sends one request; `timeout` is in seconds. A dropped connection or timeout throws.
+    /// Sends one request; `timeout` is in seconds without network activity. A failure to
+    /// connect, a dropped connection or a timeout throws ``TransportError``; cancelling the
+    /// calling task throws `CancellationError`.
     func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse
+}
+
+/// The transport a provider uses when the app gives none.
+public enum DefaultTransport {
+    /// ``URLSessionTransport`` on Apple platforms, `AsyncHTTPClientTransport` on Linux, each
+    /// logging its exchanges to `logger`.
+    public static func make(logger: Logger = OfflineODataLogging.disabled) -> any Transport {
+        #if canImport(AsyncHTTPClient)
+        AsyncHTTPClientTransport(logger: logger)
+        #else
+        URLSessionTransport(logger: logger)
+        #endif
+    }
 }
 
 /// A transport failure: the connection dropped, timed out, or the URL was bad.

@@ -1,6 +1,7 @@
 import Foundation
 import ODataCore
 import ODataStore
+import Logging
 
 /// Performs an upload: runs the queue algorithms, then the ``UploadPlanner``'s batches
 /// through the provider's transport, and has ``UploadRecorder`` apply each batch's answers to
@@ -54,8 +55,17 @@ struct Uploader {
             limits: .init(
                 maxRequestsPerBatch: parameters.maxRequestsPerBatch,
                 transactionBuilder: parameters.enableTransactionBuilder))
+        var batches = 0
+        var changeSets = 0
         func summary() -> String {
-            "\(planner.succeeded) requests applied, \(planner.failed) failed, \(planner.total - planner.succeeded - planner.failed) not sent"
+            provider.operationSummary["requests-applied"] = .stringConvertible(planner.succeeded)
+            provider.operationSummary["requests-failed"] = .stringConvertible(planner.failed)
+            provider.operationSummary["requests-not-sent"] = .stringConvertible(
+                planner.total - planner.succeeded - planner.failed)
+            provider.operationSummary["batches"] = .stringConvertible(batches)
+            provider.operationSummary["change-sets"] = .stringConvertible(changeSets)
+            return
+                "\(planner.succeeded) requests applied, \(planner.failed) failed, \(planner.total - planner.succeeded - planner.failed) not sent"
         }
         while true {
             if provider.cancelUploadRequested || Task.isCancelled { planner.cancel() }
@@ -64,6 +74,8 @@ struct Uploader {
             var results = batch.skipped
             var interruption: (any Error)?
             if !batch.units.isEmpty {
+                batches += 1
+                changeSets += batch.units.count
                 do {
                     results += try await send(batch, planner: planner, on: provider)
                 } catch let partial as PartlySent {
@@ -82,6 +94,19 @@ struct Uploader {
             try await refreshETags(afterLinkChangesIn: results, on: provider)
             // One call per ErrorArchive row, dependants too, in queue order.
             for failure in failures.sorted(by: { $0.requestID < $1.requestID }) {
+                provider.logger.warning(
+                    "Request went to the ErrorArchive",
+                    metadata: [
+                        "queue-id": .stringConvertible(failure.requestID), "method": .string(failure.method),
+                        "url": .string(OfflineODataLogging.redacted(failure.url)),
+                        "status": .stringConvertible(failure.httpStatus), "error-code": .string(failure.code),
+                    ])
+                provider.logger.trace(
+                    "ErrorArchive request detail",
+                    metadata: [
+                        "queue-id": .stringConvertible(failure.requestID), "full-url": .string(failure.url),
+                        "message": .string(failure.message),
+                    ])
                 provider.emit(.requestFailed(failure))
             }
             if let interruption {

@@ -1,0 +1,340 @@
+import Foundation
+import Logging
+import ODataCore
+import ODataServer
+import InteropSupport
+import Testing
+@testable import OfflineOData
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// The transports this package ships, as the transport suite runs them: AsyncHTTPClient (where
+/// it is built), URLSession with a session of its own, and URLSession through a session the app
+/// made (on Linux its answers come through a completion handler, not the transport's delegate).
+enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
+    case asyncHTTPClient, urlSession, appURLSession
+
+    static var available: [TransportKind] {
+        #if canImport(AsyncHTTPClient)
+            allCases
+        #else
+            [.urlSession, .appURLSession]
+        #endif
+    }
+
+    var testDescription: String { rawValue }
+
+    func make(logger: Logger = OfflineODataLogging.disabled) -> any Transport {
+        switch self {
+        case .asyncHTTPClient:
+            #if canImport(AsyncHTTPClient)
+                return AsyncHTTPClientTransport(logger: logger)
+            #else
+                return URLSessionTransport(logger: logger)
+            #endif
+        case .urlSession:
+            return URLSessionTransport(logger: logger)
+        case .appURLSession:
+            let configuration = URLSessionConfiguration.ephemeral
+            configuration.httpAdditionalHeaders = ["X-App-Session": "yes"]
+            return URLSessionTransport(session: URLSession(configuration: configuration), logger: logger)
+        }
+    }
+}
+
+/// The contracts of every ``Transport`` (idle timeout as network silence, streamed bodies,
+/// cancellation, headers and cookies, CSRF and credentials through the providers, fast failure
+/// when nothing listens), run against each transport over loopback to the reference server.
+@Suite(.serialized) struct TransportSuiteTests {
+    @Test(arguments: TransportKind.available)
+    func requestsCarryMethodsHeadersAndBodies(kind: TransportKind) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let transport = kind.make()
+        let root = fixture.server.v4Root.absoluteString
+        var headers = HTTPHeaders()
+        headers["Accept"] = "application/json"
+        headers["OData-Version"] = "4.0"
+        let read = try await transport.send(
+            TransportRequest(method: "GET", url: root + "BusinessPartners?$top=2&$orderby=PartnerID", headers: headers),
+            timeout: 10)
+        #expect(read.status == 200)
+        #expect(read.headers["odata-version"] == "4.0", "\(read.headers)")
+        let partners = try JSONValue.parse(read.body)["value"]?.arrayValue ?? []
+        #expect(partners.compactMap { $0["PartnerID"]?.stringValue } == ["BP0", "BP1"])
+        // A create, a PATCH with If-Match, a DELETE: each as the backend's journal saw it.
+        headers["Content-Type"] = "application/json"
+        let created = try await transport.send(
+            TransportRequest(
+                method: "POST", url: root + "Contacts", headers: headers,
+                body: Array(#"{"FirstName":"Trans","LastName":"Port","PartnerID":"BP1"}"#.utf8)), timeout: 10)
+        #expect(created.status == 201, "\(String(decoding: created.body, as: UTF8.self))")
+        guard case .number(let id)? = try JSONValue.parse(created.body)["ContactID"] else {
+            throw TransportTestFailure("no ContactID in \(String(decoding: created.body, as: UTF8.self))")
+        }
+        headers["If-Match"] = "*"
+        let patched = try await transport.send(
+            TransportRequest(
+                method: "PATCH", url: root + "Contacts(\(id))", headers: headers,
+                body: Array(#"{"LastName":"Ported"}"#.utf8)),
+            timeout: 10)
+        #expect(patched.status == 204)
+        #expect(try await fixture.backend("Contacts(\(id))")["LastName"]?.stringValue == "Ported")
+        let deleted = try await transport.send(
+            TransportRequest(method: "DELETE", url: root + "Contacts(\(id))", headers: headers), timeout: 10)
+        #expect(deleted.status == 204)
+        // V2's MERGE is sent as its own method.
+        var v2 = HTTPHeaders()
+        v2["Content-Type"] = "application/json"
+        v2["If-Match"] = "*"
+        v2["Accept"] = "application/json"
+        let merged = try await transport.send(
+            TransportRequest(
+                method: "MERGE", url: fixture.server.v2Root.absoluteString + "BusinessPartners('BP2')", headers: v2,
+                body: Array(#"{"Phone":"+49 555"}"#.utf8)), timeout: 10)
+        #expect(merged.status == 204)
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "+49 555")
+        let journal = await fixture.server.service.journal.requests()
+        #expect(journal.contains { $0.hasPrefix("MERGE ") }, "\(journal)")
+    }
+
+    @Test(arguments: TransportKind.available)
+    func aLargeBodyGoesOutAndComesBackWhole(kind: TransportKind) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let transport = kind.make()
+        let url = fixture.server.v4Root.absoluteString + "ProductPictures('PIC0')/$value"
+        // 3 MiB: sent in parts by AsyncHTTPClient, by URLSession as it likes.
+        let body = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) }
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "application/octet-stream"
+        headers["If-Match"] = "*"
+        let put = try await transport.send(
+            TransportRequest(method: "PUT", url: url, headers: headers, body: body), timeout: 10)
+        #expect(put.status == 204, "\(String(decoding: put.body.prefix(300), as: UTF8.self))")
+        let get = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 10)
+        #expect(get.status == 200)
+        #expect(get.headers["Content-Type"] == "application/octet-stream")
+        #expect(get.body.count == body.count)
+        #expect(get.body == body)
+    }
+
+    @Test(arguments: TransportKind.available)
+    func aStallFailsButASlowAnswerThatKeepsComingDoesNot(kind: TransportKind) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let url = fixture.server.v4Root.absoluteString + "BusinessPartners"
+        let transport = kind.make()
+        // 8 parts 400 ms apart: 3.2 s in all, never 2 s without a byte.
+        await fixture.server.service.faults.set([
+            FaultRule(method: "GET", urlContains: "BusinessPartners", trickleMilliseconds: 400)
+        ])
+        let slow = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 2)
+        #expect(slow.status == 200)
+        #expect(try JSONValue.parse(slow.body)["value"]?.arrayValue?.isEmpty == false)
+        // An answer that does not start for 5 s.
+        await fixture.server.service.faults.set([
+            FaultRule(method: "GET", urlContains: "BusinessPartners", delayMilliseconds: 5000)
+        ])
+        let clock = ContinuousClock()
+        let start = clock.now
+        do {
+            _ = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 2)
+            Issue.record("a stalled request did not time out")
+        } catch let error as TransportError {
+            #expect(error.message.contains("No data was sent or received"), "\(error.message)")
+            #expect(error.message.contains("timeout 2.0 s"), "\(error.message)")
+        }
+        #expect(clock.now - start < .milliseconds(4500))
+        // Through the provider: the open fails with a transport error and leaves no store.
+        await fixture.server.service.faults.set([
+            FaultRule(method: "GET", urlContains: "$metadata", delayMilliseconds: 5000)
+        ])
+        var parameters = fixture.parameters()
+        parameters.timeoutInterval = 2
+        let provider = OfflineODataProvider(
+            serviceRoot: fixture.server.v4Root, parameters: parameters, transport: transport)
+        for query in Fixture.queries { try await provider.add(definingQuery: query) }
+        do {
+            try await provider.open()
+            Issue.record("the open did not time out")
+        } catch let error as OfflineODataError {
+            #expect(error.code == .transport && error.message.contains("timeout 2.0 s"), "\(error.message)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: parameters.storeFile))
+        await fixture.server.service.faults.set([])
+        try await provider.open()
+        #expect(count(try await provider.read("BusinessPartners")) > 0)
+        await provider.close()
+    }
+
+    @Test(arguments: TransportKind.available)
+    func cancellingTheTaskEndsTheRequestAtOnce(kind: TransportKind) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let transport = kind.make()
+        await fixture.server.service.faults.set([
+            FaultRule(method: "GET", urlContains: "BusinessPartners", delayMilliseconds: 8000)
+        ])
+        let url = fixture.server.v4Root.absoluteString + "BusinessPartners"
+        let clock = ContinuousClock()
+        let start = clock.now
+        let task = Task { try await transport.send(TransportRequest(method: "GET", url: url), timeout: 30) }
+        try await Task.sleep(nanoseconds: 300_000_000)
+        task.cancel()
+        do {
+            _ = try await task.value
+            Issue.record("the cancelled request answered")
+        } catch {
+            #expect(error is CancellationError || (error as? TransportError) != nil, "\(error)")
+        }
+        #expect(clock.now - start < .seconds(4), "cancelled after \(clock.now - start)")
+        // A task cancelled before it sends does not send.
+        await fixture.server.service.journal.clear()
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await transport.send(TransportRequest(method: "GET", url: url + "?early"), timeout: 30)
+        }
+        await #expect(throws: CancellationError.self) { _ = try await early.value }
+    }
+
+    @Test(arguments: TransportKind.available)
+    func nothingListeningFailsAtOnceAndIsNamed(kind: TransportKind) async throws {
+        let fixture = try await Fixture.start()
+        let port = fixture.server.port
+        let root = fixture.server.v4Root.absoluteString
+        await fixture.stop()
+        let transport = kind.make()
+        let clock = ContinuousClock()
+        let start = clock.now
+        do {
+            _ = try await transport.send(TransportRequest(method: "GET", url: root + "Products"), timeout: 30)
+            Issue.record("a closed port answered")
+        } catch let error as TransportError {
+            #expect(error.message.contains("connection refused to 127.0.0.1:\(port)"), "\(error.message)")
+        }
+        #expect(clock.now - start < .seconds(1), "\(clock.now - start)")
+        do {
+            _ = try await transport.send(
+                TransportRequest(method: "GET", url: "http://no-such-host.invalid/odata/"), timeout: 30)
+            Issue.record("an unknown host answered")
+        } catch let error as TransportError {
+            #expect(error.message.contains("unknown host no-such-host.invalid"), "\(error.message)")
+        }
+        await #expect(throws: TransportError.self) {
+            _ = try await transport.send(TransportRequest(method: "GET", url: "not a url"), timeout: 30)
+        }
+    }
+
+    @Test(arguments: TransportKind.available, [false, true])
+    func csrfCookiesAndCredentialsWorkThroughTheProvider(kind: TransportKind, v2: Bool) async throws {
+        let csrf = CSRFProtection()
+        let fixture = try await Fixture.start {
+            $0.csrf = csrf
+            $0.requiredCredentials = .bearer(["fresh-token"])
+        }
+        defer { Task { await fixture.stop() } }
+        let asked = Asked()
+        var parameters = fixture.parameters()
+        parameters.authenticator = ClosureAuthenticator { _, refresh in
+            asked.append(refresh)
+            return .bearer(refresh ? "fresh-token" : "stale-token")
+        }
+        parameters.customHeaders = ["X-Custom": "kept"]
+        parameters.customCookies = ["app-cookie": "a1"]
+        let provider = OfflineODataProvider(
+            serviceRoot: v2 ? fixture.server.v2Root : fixture.server.v4Root, parameters: parameters,
+            transport: kind.make())
+        for query in Fixture.queries { try await provider.add(definingQuery: query) }
+        try await provider.open()
+        #expect(asked.values == [false, true])
+        _ = try await provider.execute(
+            method: "POST", url: "Contacts",
+            body: Array(#"{"FirstName":"Via","LastName":"One","PartnerID":"BP1"}"#.utf8))
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        // The session ends: 403 Required, a new token (with the session cookie), the batch again.
+        csrf.invalidateAll()
+        _ = try await provider.execute(
+            method: "POST", url: "Contacts",
+            body: Array(#"{"FirstName":"Via","LastName":"Two","PartnerID":"BP1"}"#.utf8))
+        await fixture.server.service.journal.clear()
+        try await provider.upload()
+        #expect(try await provider.isRequestQueueEmpty)
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        let journal = await fixture.server.service.journal.requests()
+        #expect(journal.filter { $0.hasPrefix("POST $batch") }.count == 2, "refused, then sent again: \(journal)")
+        let created = try await OnlineODataProvider(
+            serviceRoot: fixture.server.v4Root, transport: kind.make(),
+            authenticator: StaticCredentials(.bearer("fresh-token"))
+        ).read("Contacts?$filter=FirstName eq 'Via'&$orderby=LastName")
+        guard case .collection(let contacts) = created else {
+            throw TransportTestFailure("not a collection: \(created)")
+        }
+        #expect(contacts.entities.map { string($0, "LastName") } == ["One", "Two"])
+        await provider.close()
+    }
+
+    @Test(arguments: TransportKind.available)
+    func eachExchangeIsLoggedWithoutQueryValues(kind: TransportKind) async throws {
+        let fixture = try await Fixture.start()
+        let records = LogCapture()
+        let transport = kind.make(logger: records.logger(level: .trace))
+        let root = fixture.server.v4Root.absoluteString
+        _ = try await transport.send(
+            TransportRequest(method: "GET", url: root + "BusinessPartners('BP1')?$select=Phone&sap-client=100"),
+            timeout: 10)
+        let port = fixture.server.port
+        await fixture.stop()
+        await #expect(throws: TransportError.self) {
+            _ = try await transport.send(
+                TransportRequest(method: "GET", url: root + "Products?$filter=Name eq 'x'"), timeout: 10)
+        }
+        let finished = try #require(records.all.first { $0.message == "HTTP exchange finished" })
+        #expect(finished.level == .debug)
+        #expect(finished.metadata["method"] == "GET")
+        #expect(finished.metadata["status"] == "200")
+        #expect(finished.metadata["url"] == "\(root)BusinessPartners(…)?$select=…&sap-client=…")
+        #expect(finished.metadata["duration-ms"] != nil && finished.metadata["request-id"] != nil)
+        #expect(finished.metadata["transport"] == (kind == .asyncHTTPClient ? "AsyncHTTPClient" : "URLSession"))
+        let failed = try #require(records.all.first { $0.message == "HTTP exchange failed" })
+        #expect(failed.level == .warning)
+        #expect(failed.metadata["url"] == "\(root)Products?$filter=…")
+        // Refused, or (AsyncHTTPClient) a kept-alive connection the stopping server closed.
+        #expect(failed.metadata["error"]?.contains("127.0.0.1:\(port)") == true, "\(failed)")
+        // Keys and query values only at trace.
+        for record in records.all where record.level > .trace {
+            #expect(
+                !record.text.contains("BP1") && !record.text.contains("100") && !record.text.contains("'x'"),
+                "\(record)")
+        }
+        #expect(records.all.contains { $0.level == .trace && $0.text.contains("BusinessPartners('BP1')") })
+    }
+
+    @Test func setCookieValuesJoinedWithCommasAreSplitAgain() {
+        #expect(URLSessionTransport.splitJoinedSetCookie("a=1; Path=/") == ["a=1; Path=/"])
+        #expect(
+            URLSessionTransport.splitJoinedSetCookie(
+                "SAP_SESSIONID=x1; Path=/; HttpOnly, sap-usercontext=sap-client=100; Path=/")
+                == ["SAP_SESSIONID=x1; Path=/; HttpOnly", "sap-usercontext=sap-client=100; Path=/"])
+        #expect(
+            URLSessionTransport.splitJoinedSetCookie("id=a3f; Expires=Wed, 21 Oct 2026 07:28:00 GMT; Secure, lang=de")
+                == ["id=a3f; Expires=Wed, 21 Oct 2026 07:28:00 GMT; Secure", "lang=de"])
+    }
+
+    @Test func urlsAreRedactedForLogs() {
+        #expect(
+            OfflineODataLogging.redacted("https://h/odata/Customers('ALFKI')/Orders?$filter=City eq 'Rome'&$top=5")
+                == "https://h/odata/Customers(…)/Orders?$filter=…&$top=…")
+        #expect(OfflineODataLogging.redacted("https://user:secret@h/odata/$batch") == "https://h/odata/$batch")
+        #expect(OfflineODataLogging.redacted("Items(OrderID='a(b',Line=1)/x") == "Items(…)/x")
+        #expect(OfflineODataLogging.redacted("$metadata?sap-client") == "$metadata?sap-client")
+    }
+}
+
+struct TransportTestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
