@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Logging
 import ODataCore
 import ODataStore
 import OfflineOData
@@ -19,10 +20,11 @@ final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
                 let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)
                 let text = String(progress.message.prefix(90))
                 print("\r\u{1B}[2K  \(bar) \(text)", terminator: "")
-                FileHandle.standardOutput.synchronizeFile()
             } else if progress.message != lastLine {
                 print("  \(progress.message)")
             }
+            // Standard output is buffered (fully, when it is a pipe): each step shows at once.
+            fflush(nil)
             lastLine = progress.message
         }
     }
@@ -56,6 +58,9 @@ struct OfflineStoreOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Appended to every request URL, e.g. sap-client=100.", valueName: "QUERY")) var urlSuffix: String?
     @Option(name: .customLong("header"), help: ArgumentHelp("A header for every request, NAME:VALUE (repeatable).", valueName: "NAME:VALUE"))
     var headers: [String] = []
+    @Option(help: ArgumentHelp("Log to standard error from this level: trace, debug, info, notice, warning, error.",
+                               valueName: "LEVEL"))
+    var logLevel: String?
 
     /// The credentials the options and environment give.
     func credentials() throws -> ODataCredentials? {
@@ -90,6 +95,7 @@ struct OfflineStoreOptions: ParsableArguments {
         parameters.storePath = url.deletingLastPathComponent()
         parameters.storeName = url.lastPathComponent.hasSuffix(".db") ? String(url.lastPathComponent.dropLast(3)) : url.lastPathComponent
         parameters.storeEncryptionKey = key
+        if let logLevel { parameters.logger = try standardErrorLogger(level: logLevel) }
         return parameters
     }
 
@@ -103,6 +109,32 @@ struct OfflineStoreOptions: ParsableArguments {
         try await provider.open()
         return provider
     }
+}
+
+/// What a local change can carry (SPEC §4): a transaction ID (with `--transaction-builder` at
+/// upload, one change set per ID), an upload category (`upload --category`) and a custom tag.
+struct LocalWriteOptions: ParsableArguments {
+    @Option(help: "Custom tag shown in RequestQueue and ErrorArchive.") var tag: String?
+    @Option(help: ArgumentHelp("Transaction ID: requests with the same one go in one change set (upload --transaction-builder).",
+                               valueName: "ID"))
+    var transactionID: String?
+    @Option(help: ArgumentHelp("Upload category: `upload --category NAME` sends only requests of the categories named.",
+                               valueName: "NAME"))
+    var category: String?
+
+    var requestOptions: OfflineODataRequestOptions {
+        OfflineODataRequestOptions(transactionID: transactionID, customTag: tag, uploadCategory: category)
+    }
+}
+
+/// A logger that writes to standard error from `level` on.
+func standardErrorLogger(level: String) throws -> Logger {
+    guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
+        throw CLIFailure("--log-level \(level) must be one of trace, debug, info, notice, warning, error, critical")
+    }
+    var logger = Logger(label: "oodata") { label in StreamLogHandler.standardError(label: label) }
+    logger.logLevel = parsed
+    return logger
 }
 
 struct OfflineCommand: AsyncParsableCommand {
@@ -136,7 +168,26 @@ struct OfflineCommand: AsyncParsableCommand {
                 }
                 parameters.indexes = declared
             }
-            let provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, delegate: printer)
+            // A reopen: the store keeps the service it was made for, and learns of new queries.
+            var serviceRoot = root
+            var known: Set<String>?
+            // (A store that does not open here, damaged or never filled, is the open's to handle.)
+            if let stored = (try? await OfflineODataProvider.storedServiceRoot(parameters: parameters)) ?? nil {
+                if Self.normalized(stored) != Self.normalized(root) {
+                    FileHandle.standardError.write(Data(
+                        ("warning: \(parameters.storeFile) was made for \(stored.absoluteString); --service \(service) is ignored "
+                            + "(every command talks to the store's service; delete the store to change services)\n").utf8))
+                    serviceRoot = stored
+                }
+                // The store's own queries. A store whose first fill never ended does not open
+                // without its queries: the open below fills it, and there is nothing to compare.
+                let existing = OfflineODataProvider(serviceRoot: stored, parameters: parameters)
+                if (try? await existing.open()) != nil {
+                    known = Set(await existing.currentDefiningQueries.map(\.name))
+                }
+                await existing.close()
+            }
+            let provider = OfflineODataProvider(serviceRoot: serviceRoot, parameters: parameters, delegate: printer)
             for definition in definitions {
                 let parts = definition.split(separator: "=", maxSplits: 1)
                 guard parts.count == 2 else { throw CLIFailure("--define \(definition) must be NAME=QUERY") }
@@ -152,8 +203,23 @@ struct OfflineCommand: AsyncParsableCommand {
                 let set = query.query.split(separator: "?").first.map(String.init) ?? query.query
                 let count = try await provider.read("\(set)/$count")
                 if case .count(let n) = count { print("\(query.name): \(n) \(set)") }
+                if let known, !known.contains(query.name) {
+                    FileHandle.standardError.write(Data(
+                        ("note: \(query.name) is a new defining query of an existing store: its data arrives with the next "
+                            + "`oodata offline download`\n").utf8))
+                }
             }
             await provider.close()
+        }
+
+        /// A service root as compared: lowercased scheme and host, one trailing slash.
+        static func normalized(_ url: URL) -> String {
+            var text = url.absoluteString
+            while text.hasSuffix("/") { text.removeLast() }
+            guard var components = URLComponents(string: text) else { return text }
+            components.scheme = components.scheme?.lowercased()
+            components.host = components.host?.lowercased()
+            return components.string ?? text
         }
     }
 
@@ -166,6 +232,14 @@ struct OfflineCommand: AsyncParsableCommand {
         func run() async throws {
             let provider = try await options.provider()
             let response = try await provider.execute(method: "GET", url: url)
+            let path = ODataRouter.resourcePath(of: url, serviceRoot: "")
+            let set = String(path.prefix { $0 != "/" && $0 != "(" })
+            if !set.isEmpty, !set.hasPrefix("$"), try await !provider.readableEntitySets().contains(set),
+                try await provider.model.entitySet(set) != nil
+            {
+                FileHandle.standardError.write(Data(
+                    "note: no defining query downloads \(set), so the store has no \(set) to read; add one with `oodata offline open --define NAME=\(set)`\n".utf8))
+            }
             if let output {
                 try Data(response.body).write(to: URL(fileURLWithPath: output))
                 print("wrote \(response.body.count) bytes\(response.headers["Content-Type"].map { " (\($0))" } ?? "") to \(output)")
@@ -181,11 +255,11 @@ struct OfflineCommand: AsyncParsableCommand {
         @OptionGroup var options: OfflineStoreOptions
         @Argument(help: "Entity set or collection navigation path.") var url: String
         @Argument(help: "The entity as JSON.") var body: String
-        @Option(help: "Custom tag shown in RequestQueue and ErrorArchive.") var tag: String?
+        @OptionGroup var write: LocalWriteOptions
 
         func run() async throws {
             let provider = try await options.provider()
-            let response = try await provider.execute(method: "POST", url: url, body: Array(body.utf8), options: OfflineODataRequestOptions(customTag: tag))
+            let response = try await provider.execute(method: "POST", url: url, body: Array(body.utf8), options: write.requestOptions)
             print(String(decoding: response.body, as: UTF8.self))
             await provider.close()
         }
@@ -197,13 +271,13 @@ struct OfflineCommand: AsyncParsableCommand {
         @Argument(help: "The entity, e.g. \"BusinessPartners('BP1')\".") var url: String
         @Argument(help: "The changed properties as JSON.") var body: String
         @Flag(help: "Replace (PUT) instead of merge.") var replace = false
-        @Option(help: "Custom tag.") var tag: String?
+        @OptionGroup var write: LocalWriteOptions
 
         func run() async throws {
             let provider = try await options.provider()
             let legacy = try await provider.model.version.isLegacy
             _ = try await provider.execute(method: replace ? "PUT" : (legacy ? "MERGE" : "PATCH"), url: url, body: Array(body.utf8),
-                                           options: OfflineODataRequestOptions(customTag: tag))
+                                           options: write.requestOptions)
             print("updated \(url) locally; \(try await provider.hasPendingUpload ? "queued for upload" : "")")
             await provider.close()
         }
@@ -213,10 +287,11 @@ struct OfflineCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Delete an entity locally (queued for upload).")
         @OptionGroup var options: OfflineStoreOptions
         @Argument(help: "The entity, e.g. \"BusinessPartners('BP1')\".") var url: String
+        @OptionGroup var write: LocalWriteOptions
 
         func run() async throws {
             let provider = try await options.provider()
-            _ = try await provider.execute(method: "DELETE", url: url)
+            _ = try await provider.execute(method: "DELETE", url: url, options: write.requestOptions)
             print("deleted \(url) locally; queued for upload")
             await provider.close()
         }
@@ -230,7 +305,7 @@ struct OfflineCommand: AsyncParsableCommand {
         @Option(help: "The file that holds the stream.") var file: String
         @Option(name: .customLong("content-type"), help: "The stream's media type.") var contentType = "application/octet-stream"
         @Option(help: "Slug header for a create (the backend may take the key or a file name from it).") var slug: String?
-        @Option(help: "Custom tag.") var tag: String?
+        @OptionGroup var write: LocalWriteOptions
 
         func run() async throws {
             let body: [UInt8]
@@ -244,7 +319,7 @@ struct OfflineCommand: AsyncParsableCommand {
             var headers = ["Content-Type": contentType]
             if let slug { headers["Slug"] = slug }
             let response = try await provider.execute(method: path.hasSuffix("/$value") ? "PUT" : "POST", url: url, headers: headers, body: body,
-                                                      options: OfflineODataRequestOptions(customTag: tag))
+                                                      options: write.requestOptions)
             if response.body.isEmpty {
                 print("replaced the stream of \(path.dropLast("/$value".count)) locally (\(body.count) bytes); queued for upload")
             } else {

@@ -33,6 +33,8 @@ struct ServeCommand: AsyncParsableCommand {
     var basicAuth: String?
     @Option(help: ArgumentHelp("Require 'Authorization: Bearer TOKEN' (401 otherwise); repeatable.", valueName: "TOKEN"))
     var bearerToken: [String] = []
+    @Option(help: ArgumentHelp("Log requests to standard error from this level (debug shows each request).", valueName: "LEVEL"))
+    var logLevel: String?
 
     func run() async throws {
         guard (sample == nil) != (metadata == nil) else { throw CLIFailure("give either --sample sales or --metadata FILE") }
@@ -46,11 +48,14 @@ struct ServeCommand: AsyncParsableCommand {
             throw CLIFailure("\(error)")
         }
         let path = store ?? FileManager.default.temporaryDirectory.appendingPathComponent("oodata-serve-\(UUID().uuidString).sqlite").path
+        // A temporary store goes when the server stops, with its journal files, whatever stops it.
+        defer { if store == nil { Self.removeStoreFiles(path) } }
         let existed = FileManager.default.fileExists(atPath: path)
         let opened: Store = try await storeFailure {
             existed ? try await Store.open(path: path, key: key) : try await Store.create(path: path, model: model, key: key)
         }
         var options = ODataService.Options()
+        if let logLevel { options.logger = try standardErrorLogger(level: logLevel) }
         options.pageSize = pageSize
         options.supportDirectory = supportDir
         options.requireIfMatch = !allowUnconditionalWrites
@@ -85,9 +90,13 @@ struct ServeCommand: AsyncParsableCommand {
             if let supportDir { text += "stores sent for support: http://\(host):\(port)/support/stores/<name> → \(supportDir)\n" }
             FileHandle.standardOutput.write(Data(text.utf8))
         }
+        defer { opened.close() }
         try await app.runService()
-        opened.close()
-        if store == nil { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    /// Removes a store file and the journal files SQLite keeps beside it.
+    static func removeStoreFiles(_ path: String) {
+        for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
     }
 
     static func readData(_ folder: String, _ model: Model) throws -> [(entitySet: String, entities: [Entity])] {

@@ -13,6 +13,14 @@ extension OfflineODataProvider {
         try await readLocally(url).result
     }
 
+    /// The entity sets a local read can find data in: those the defining queries fill (their
+    /// own sets and the targets of their `$expand`s) and the provider's ErrorArchive,
+    /// RequestQueue and EventLog. A read of any other set answers empty (SPEC §3), which a
+    /// tool can point out. Needs an open store.
+    public func readableEntitySets() throws -> Set<String> {
+        try coveredSets(model: openStore().model).union(LocalSchema.systemSets)
+    }
+
     /// Entity sets the defining queries fill (computed once per set of queries).
     func coveredSets(model: Model) throws -> Set<String> {
         if let cached = coveredSetsCache { return cached }
