@@ -8,7 +8,7 @@ public import Logging
 /// Useful on its own as an OData client for Swift on Linux and Apple platforms.
 ///
 /// The backend's `$metadata` is read once, on first use, to type the answers. A backend error
-/// is thrown as the backend's ``ODataCore/ODataError`` (with its HTTP status); a connection
+/// is thrown as the backend's `ODataError` (with its HTTP status); a connection
 /// failure as ``OfflineODataError`` with code `transport`.
 public actor OnlineODataProvider: ODataRequestHandler {
     /// The service root, ending with `/`.
@@ -21,7 +21,7 @@ public actor OnlineODataProvider: ODataRequestHandler {
 
     /// Creates a provider for `serviceRoot`. `customHeaders`, `customCookies` and `urlSuffix`
     /// go with every request, as with the offline provider; so do the credentials of
-    /// `authenticator` and, with `csrfProtection`, SAP Gateway's CSRF token (see ``BackendSession``).
+    /// `authenticator` and, with `csrfProtection`, SAP Gateway's CSRF token (see ``OfflineODataParameters/csrfProtection``).
     public init(
         serviceRoot: URL, transport: (any Transport)? = nil, customHeaders: [String: String] = [:],
         customCookies: [String: String] = [:], urlSuffix: String? = nil, timeout: TimeInterval? = nil,

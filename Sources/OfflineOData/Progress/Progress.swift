@@ -142,7 +142,7 @@ public protocol OfflineODataDelegate: AnyObject, Sendable {
     /// SAP's shape: progress of ``OfflineODataProvider/open()``.
     func offlineODataProvider(
         _ provider: OfflineODataProvider, didUpdateOpenProgress progress: OfflineODataOperationProgress)
-    /// SAP's shape: progress of ``OfflineODataProvider/download()``.
+    /// SAP's shape: progress of ``OfflineODataProvider/download(definingQueries:)``.
     func offlineODataProvider(
         _ provider: OfflineODataProvider, didUpdateDownloadProgress progress: OfflineODataOperationProgress)
     /// SAP's shape: progress of ``OfflineODataProvider/upload(categories:)``.

@@ -62,7 +62,7 @@ public struct OfflineODataParameters: Sendable {
     /// after a `401` (see ``ODataAuthenticator``). Nil: no `Authorization` header.
     public var authenticator: (any ODataAuthenticator)?
     /// Fetch an `X-CSRF-Token` before modifying requests and send it with them, keeping the
-    /// session cookies it belongs to, as SAP Gateway requires (see ``BackendSession``). A
+    /// session cookies it belongs to, as SAP Gateway requires (see `docs/offline.md`, "Real backends"). A
     /// backend that gives no token is not asked again until it answers `403` with
     /// `X-CSRF-Token: Required`.
     public var csrfProtection = true

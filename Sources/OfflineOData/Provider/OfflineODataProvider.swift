@@ -19,8 +19,8 @@ import Logging
 /// close, clear), the parameters and defining queries, the delegate and event streams, the
 /// byte counters of the operation running and its cancellation flags, and the caches of the
 /// key map and the covered sets. It holds no SQL and no batch logic: an upload runs in
-/// ``Uploader`` with the ``UploadPlanner``, a download in ``Downloader``, local reads and writes
-/// in ``LocalReader`` and ``LocalExecutor``, and the queue and kept state are ``RequestQueue``'s
+/// `Uploader` with the `UploadPlanner`, a download in `Downloader`, local reads and writes
+/// in `LocalReader` and `LocalExecutor`, and the queue and kept state are `RequestQueue`'s
 /// (see "Architecture" in `docs/offline.md`).
 public actor OfflineODataProvider {
     /// The service root, ending in `/`.

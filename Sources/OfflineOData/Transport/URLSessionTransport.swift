@@ -16,7 +16,7 @@ import ODataCore
 ///   `unknown host h`, a TLS failure) as a ``TransportError``.
 /// - Cancelling the calling task cancels the URLSession task and throws `CancellationError`.
 /// - Cookies and caching are the provider's: URLSession's cookie store and URL cache are not
-///   used for these requests, so the session cookies and CSRF token of ``BackendSession``
+///   used for these requests, so the session cookies and CSRF token the provider keeps
 ///   and the app's custom cookies go exactly as set.
 /// - A response larger than 1 GiB is refused while it arrives.
 ///
