@@ -52,6 +52,13 @@ let package = Package(
             ]
         ),
         .executableTarget(
+            name: "TransportRatio",
+            dependencies: [
+                .product(name: "ODataCore", package: parent), .product(name: "ODataServer", package: parent),
+                .product(name: "OfflineOData", package: parent),
+            ]
+        ),
+        .executableTarget(
             name: "ChainRatio",
             dependencies: [.product(name: "ODataCore", package: parent), .product(name: "ODataStore", package: parent)]
         ),
