@@ -37,7 +37,9 @@ struct OODataCommand: AsyncParsableCommand {
             let children = command.configuration.subcommands
             guard !children.isEmpty else { return }
             if argument.hasPrefix("-") {
-                guard !["-h", "--help", "--version", "--generate-completion-script"].contains(argument) else { return }
+                // ArgumentParser's own options (help, version, completion scripts, its dumps).
+                let builtIn = ["-h", "--help", "--version", "--generate-completion-script", "--experimental", "---"]
+                guard !builtIn.contains(where: { argument == $0 || argument.hasPrefix($0) }) else { return }
                 throw CLIFailure(
                     "'\(path.joined(separator: " "))' needs a subcommand before \(argument): "
                         + "\(children.map { $0._commandName }.joined(separator: ", ")).")

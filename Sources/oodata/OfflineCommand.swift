@@ -179,13 +179,9 @@ struct OfflineCommand: AsyncParsableCommand {
                             + "(every command talks to the store's service; delete the store to change services)\n").utf8))
                     serviceRoot = stored
                 }
-                // The store's own queries. A store whose first fill never ended does not open
-                // without its queries: the open below fills it, and there is nothing to compare.
-                let existing = OfflineODataProvider(serviceRoot: stored, parameters: parameters)
-                if (try? await existing.open()) != nil {
-                    known = Set(await existing.currentDefiningQueries.map(\.name))
-                }
-                await existing.close()
+                // The store's own queries, read without opening it as a provider (a store whose
+                // first fill never ended is the open's to fill).
+                known = ((try? await OfflineODataProvider.storedDefiningQueryNames(parameters: parameters)) ?? nil).map(Set.init)
             }
             let provider = OfflineODataProvider(serviceRoot: serviceRoot, parameters: parameters, delegate: printer)
             for definition in definitions {
@@ -212,13 +208,15 @@ struct OfflineCommand: AsyncParsableCommand {
             await provider.close()
         }
 
-        /// A service root as compared: lowercased scheme and host, one trailing slash.
+        /// A service root as compared: lowercased scheme and host, no default port, no trailing
+        /// slash.
         static func normalized(_ url: URL) -> String {
             var text = url.absoluteString
             while text.hasSuffix("/") { text.removeLast() }
             guard var components = URLComponents(string: text) else { return text }
             components.scheme = components.scheme?.lowercased()
             components.host = components.host?.lowercased()
+            if components.port == (components.scheme == "https" ? 443 : 80) { components.port = nil }
             return components.string ?? text
         }
     }

@@ -33,7 +33,8 @@ struct ServeCommand: AsyncParsableCommand {
     var basicAuth: String?
     @Option(help: ArgumentHelp("Require 'Authorization: Bearer TOKEN' (401 otherwise); repeatable.", valueName: "TOKEN"))
     var bearerToken: [String] = []
-    @Option(help: ArgumentHelp("Log requests to standard error from this level (debug shows each request).", valueName: "LEVEL"))
+    @Option(help: ArgumentHelp("Log to standard error from this level (default error: internal errors; debug shows each request).",
+                               valueName: "LEVEL"))
     var logLevel: String?
 
     func run() async throws {
@@ -54,8 +55,11 @@ struct ServeCommand: AsyncParsableCommand {
         let opened: Store = try await storeFailure {
             existed ? try await Store.open(path: path, key: key) : try await Store.create(path: path, model: model, key: key)
         }
+        // Closed before its files go (defers run last first).
+        defer { opened.close() }
         var options = ODataService.Options()
-        if let logLevel { options.logger = try standardErrorLogger(level: logLevel) }
+        // Internal errors (a 500 names its id in the log) always reach standard error.
+        options.logger = try standardErrorLogger(level: logLevel ?? "error")
         options.pageSize = pageSize
         options.supportDirectory = supportDir
         options.requireIfMatch = !allowUnconditionalWrites
@@ -90,7 +94,6 @@ struct ServeCommand: AsyncParsableCommand {
             if let supportDir { text += "stores sent for support: http://\(host):\(port)/support/stores/<name> → \(supportDir)\n" }
             FileHandle.standardOutput.write(Data(text.utf8))
         }
-        defer { opened.close() }
         try await app.runService()
     }
 

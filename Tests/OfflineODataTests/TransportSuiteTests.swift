@@ -17,7 +17,7 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
     case asyncHTTPClient, urlSession, appURLSession
 
     static var available: [TransportKind] {
-        #if canImport(AsyncHTTPClient)
+        #if os(Linux)
             allCases
         #else
             [.urlSession, .appURLSession]
@@ -29,7 +29,7 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
     func make(logger: Logger = OfflineODataLogging.disabled) -> any Transport {
         switch self {
         case .asyncHTTPClient:
-            #if canImport(AsyncHTTPClient)
+            #if os(Linux)
                 return AsyncHTTPClientTransport(logger: logger)
             #else
                 return URLSessionTransport(logger: logger)
@@ -37,11 +37,16 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
         case .urlSession:
             return URLSessionTransport(logger: logger)
         case .appURLSession:
-            let configuration = URLSessionConfiguration.ephemeral
-            configuration.httpAdditionalHeaders = ["X-App-Session": "yes"]
-            return URLSessionTransport(session: URLSession(configuration: configuration), logger: logger)
+            return URLSessionTransport(session: Self.appSession, logger: logger)
         }
     }
+
+    /// The app's session, made once: with a cookie store and a URL cache, as `.default` has.
+    static let appSession: URLSession = {
+        let configuration = URLSessionConfiguration.default
+        configuration.httpAdditionalHeaders = ["X-App-Session": "yes"]
+        return URLSession(configuration: configuration)
+    }()
 }
 
 /// The contracts of every ``Transport`` (idle timeout as network silence, streamed bodies,
@@ -188,7 +193,7 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
             _ = try await task.value
             Issue.record("the cancelled request answered")
         } catch {
-            #expect(error is CancellationError || (error as? TransportError) != nil, "\(error)")
+            #expect(error is CancellationError, "a cancellation, not a network failure: \(error)")
         }
         #expect(clock.now - start < .seconds(4), "cancelled after \(clock.now - start)")
         // A task cancelled before it sends does not send.
@@ -198,6 +203,8 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
             return try await transport.send(TransportRequest(method: "GET", url: url + "?early"), timeout: 30)
         }
         await #expect(throws: CancellationError.self) { _ = try await early.value }
+        try await Task.sleep(nanoseconds: 200_000_000)
+        #expect(!(await fixture.server.service.journal.requests()).contains { $0.contains("?early") })
     }
 
     @Test(arguments: TransportKind.available)
@@ -266,6 +273,14 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
         #expect(count(try await provider.read("ErrorArchive")) == 0)
         let journal = await fixture.server.service.journal.requests()
         #expect(journal.filter { $0.hasPrefix("POST $batch") }.count == 2, "refused, then sent again: \(journal)")
+        // Every request carried the custom header and cookie beside the session cookie.
+        let heads = await fixture.server.service.journal.requestHeaders()
+        #expect(heads.count >= 3)
+        for head in heads {
+            #expect(head.headers["X-Custom"] == "kept", "\(head.request)")
+            #expect(head.headers["Cookie"]?.contains("app-cookie=a1") == true, "\(head.request): \(head.headers)")
+        }
+        #expect(heads.contains { $0.headers["Cookie"]?.contains("oodata-session=") == true })
         let created = try await OnlineODataProvider(
             serviceRoot: fixture.server.v4Root, transport: kind.make(),
             authenticator: StaticCredentials(.bearer("fresh-token"))
@@ -307,10 +322,70 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
         // Keys and query values only at trace.
         for record in records.all where record.level > .trace {
             #expect(
-                !record.text.contains("BP1") && !record.text.contains("100") && !record.text.contains("'x'"),
+                !record.text.contains("BP1") && !record.text.contains("=100") && !record.text.contains("'x'"),
                 "\(record)")
         }
         #expect(records.all.contains { $0.level == .trace && $0.text.contains("BusinessPartners('BP1')") })
+    }
+
+    @Test func aResponseOverTheLimitIsRefusedNotCut() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let url = fixture.server.v4Root.absoluteString + "ProductPictures('PIC0')/$value"
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "application/octet-stream"
+        headers["If-Match"] = "*"
+        for size in [(1 << 20) + 1, 3 << 20] {
+            let put = try await DefaultTransport.make().send(
+                TransportRequest(method: "PUT", url: url, headers: headers, body: [UInt8](repeating: 7, count: size)),
+                timeout: 10)
+            #expect(put.status == 204)
+            do {
+                let answer = try await URLSessionTransport(responseLimit: 1 << 20).send(
+                    TransportRequest(method: "GET", url: url), timeout: 10)
+                Issue.record(
+                    "\(size) bytes came through a 1 MiB limit: HTTP \(answer.status), \(answer.body.count) bytes")
+            } catch let error as TransportError {
+                #expect(error.message == "The response is larger than 1048576 bytes", "\(error)")
+            }
+        }
+        let exact = try await URLSessionTransport(responseLimit: 3 << 20).send(
+            TransportRequest(method: "GET", url: url), timeout: 10)
+        #expect(exact.body.count == 3 << 20)
+    }
+
+    @Test func aRedirectToAnotherOriginDropsCredentialsAndSessionHeaders() throws {
+        var original = URLRequest(url: try #require(URL(string: "https://backend.example/odata/Products")))
+        original.setValue("Bearer t", forHTTPHeaderField: "Authorization")
+        var redirected = original
+        redirected.url = URL(string: "https://cdn.example/Products")
+        redirected.setValue("s=1", forHTTPHeaderField: "Cookie")
+        redirected.setValue("tok", forHTTPHeaderField: "X-CSRF-Token")
+        redirected.setValue("kept", forHTTPHeaderField: "X-Custom")
+        let elsewhere = Redirects.sanitized(redirected, from: original)
+        #expect(elsewhere.value(forHTTPHeaderField: "Authorization") == nil)
+        #expect(elsewhere.value(forHTTPHeaderField: "Cookie") == nil)
+        #expect(elsewhere.value(forHTTPHeaderField: "X-CSRF-Token") == nil)
+        #expect(elsewhere.value(forHTTPHeaderField: "X-Custom") == "kept")
+        // The same origin (default port spelled out) keeps them.
+        redirected.url = URL(string: "https://BACKEND.example:443/odata/v2/Products")
+        let same = Redirects.sanitized(redirected, from: original)
+        #expect(same.value(forHTTPHeaderField: "Authorization") == "Bearer t")
+        #expect(same.value(forHTTPHeaderField: "Cookie") == "s=1")
+        // Another port or scheme is another origin.
+        redirected.url = URL(string: "http://backend.example/odata/Products")
+        #expect(Redirects.sanitized(redirected, from: original).value(forHTTPHeaderField: "Authorization") == nil)
+    }
+
+    @Test func linuxURLSessionTimeoutsAreWholeSeconds() {
+        #if canImport(FoundationNetworking)
+            // FoundationNetworking truncates to whole seconds: 0.5 s would fire at once.
+            #expect(URLSessionTransport.effectiveTimeout(0.5) == 1)
+            #expect(URLSessionTransport.effectiveTimeout(1.5) == 2)
+            #expect(URLSessionTransport.effectiveTimeout(nil) == 60)
+        #else
+            #expect(URLSessionTransport.effectiveTimeout(1.5) == 1.5)
+        #endif
     }
 
     @Test func setCookieValuesJoinedWithCommasAreSplitAgain() {
@@ -325,12 +400,29 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
     }
 
     @Test func urlsAreRedactedForLogs() {
-        #expect(
-            OfflineODataLogging.redacted("https://h/odata/Customers('ALFKI')/Orders?$filter=City eq 'Rome'&$top=5")
-                == "https://h/odata/Customers(…)/Orders?$filter=…&$top=…")
-        #expect(OfflineODataLogging.redacted("https://user:secret@h/odata/$batch") == "https://h/odata/$batch")
-        #expect(OfflineODataLogging.redacted("Items(OrderID='a(b',Line=1)/x") == "Items(…)/x")
-        #expect(OfflineODataLogging.redacted("$metadata?sap-client") == "$metadata?sap-client")
+        let cases: [(String, String)] = [
+            (
+                "https://h/odata/Customers('ALFKI')/Orders?$filter=City eq 'Rome'&$top=5",
+                "https://h/odata/Customers(…)/Orders?$filter=…&$top=…"
+            ),
+            ("https://user:secret@h/odata/$batch", "https://h/odata/$batch"),
+            ("Items(OrderID='a(b',Line=1)/x", "Items(…)/x"),
+            ("Set('it''s (x')/Nav", "Set(…)/Nav"),
+            // A `?` or `#` inside a key is not the query or the fragment.
+            ("Customers('a?b#c')/Orders?$top=1", "Customers(…)/Orders?$top=…"),
+            // Percent-encoded parentheses and quotes.
+            ("Customers%28'ALFKI'%29/Orders", "Customers(…)/Orders"),
+            ("Customers(%27a)b%27)/x", "Customers(…)/x"),
+            // `://` inside a relative URL's key is not a scheme.
+            ("/odata/v4/Links('http://u:p@x/')", "/odata/v4/Links(…)"),
+            ("X?ALFKI&$count&sap-client=100", "X?…&$count&sap-client=…"),
+            ("Products#secret", "Products"),
+            ("Orders(", "Orders(…)"),
+        ]
+        for (url, expected) in cases { #expect(OfflineODataLogging.redacted(url) == expected, "\(url)") }
+        // Linear: a long key and many options.
+        let long = "Set('" + String(repeating: "(a", count: 50_000) + "')?" + String(repeating: "a=b&", count: 50_000)
+        #expect(OfflineODataLogging.redacted(long).hasPrefix("Set(…)?a=…&a=…"))
     }
 }
 

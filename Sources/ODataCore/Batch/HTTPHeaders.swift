@@ -1,4 +1,10 @@
 /// HTTP or MIME headers in order, with names matched case-insensitively.
+///
+/// Kept exactly as they were read or set, byte for byte, whatever they hold. That is why this
+/// type exists beside swift-http-types' `HTTPFields`, which turns invalid bytes of a value into
+/// spaces and cannot hold a name that is not an RFC 9110 token: a `$batch` part or a backend
+/// answer with such a header is reported as it is, never silently changed, and `ODataCore`
+/// keeps no dependency but Foundation.
 public struct HTTPHeaders: Sendable, Hashable, Sequence {
     public private(set) var fields: [(name: String, value: String)]
 

@@ -1,5 +1,5 @@
 import Foundation
-import ODataCore
+public import ODataCore
 
 /// The last requests the service received over HTTP, rendered as text, for tests and for
 /// looking at what a client really sent. A `$batch` shows its parts, with change sets
@@ -20,6 +20,8 @@ public actor RequestJournal {
     private var pending: [ServiceRequest] = []
     private var pendingSize = 0
     private var entries: [String] = []
+    /// The request line and headers of the last requests, as received.
+    private var heads: [(request: String, headers: HTTPHeaders)] = []
     /// Bodies of more than this many bytes in all are rendered as they come.
     static let pendingBytes = 4 << 20
 
@@ -29,6 +31,8 @@ public actor RequestJournal {
     /// Records one request.
     public func record(_ request: ServiceRequest) {
         guard capacity > 0 else { return }
+        heads.append(("\(request.method) \(request.target)", request.headers))
+        if heads.count > capacity { heads.removeFirst() }
         pending.append(request)
         pendingSize += request.body.count
         // The oldest go first: rendered ones, then those not rendered yet.
@@ -55,8 +59,13 @@ public actor RequestJournal {
         return entries
     }
 
+    /// The request line (`GET Products?$top=1`) and the headers of the recorded requests,
+    /// oldest first: what a client really sent.
+    public func requestHeaders() -> [(request: String, headers: HTTPHeaders)] { heads }
+
     /// Forgets every recorded request.
     public func clear() {
+        heads = []
         entries = []
         pending = []
         pendingSize = 0

@@ -41,7 +41,7 @@ public struct OfflineODataParameters: Sendable {
     public var timeout: Int32?
     /// The network timeout with fractions of a second (this package's own); when nil,
     /// ``timeout`` applies. (With AsyncHTTPClient, the connection is probed more often below
-    /// 30 s; URLSession on Linux counts whole seconds.)
+    /// 30 s; with URLSession on Linux, the timeout is rounded up to whole seconds.)
     public var timeoutInterval: TimeInterval?
 
     /// The timeout the transport gets: ``timeoutInterval``, else ``timeout``.

@@ -214,25 +214,29 @@ public actor OfflineODataProvider {
     /// a cancellation at `notice`.
     func logged(_ operation: String, _ body: () async throws -> Void) async throws {
         let started = ContinuousClock.now
-        operationSummary = [:]
-        func metadata() -> Logger.Metadata {
+        // The summary and byte counts are this operation's once it runs (each operation resets
+        // them when it starts); a failure may come before, or from another operation running
+        // (busy), so its record carries none of them.
+        func metadata(summary: Bool) -> Logger.Metadata {
             let parts = (ContinuousClock.now - started).components
-            var metadata = operationSummary
+            var metadata = summary ? operationSummary : [:]
             metadata["operation"] = .string(operation)
             metadata["duration-ms"] = .stringConvertible(
                 parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000)
-            metadata["bytes-sent"] = .stringConvertible(bytesSent)
-            metadata["bytes-received"] = .stringConvertible(bytesReceived)
+            if summary {
+                metadata["bytes-sent"] = .stringConvertible(bytesSent)
+                metadata["bytes-received"] = .stringConvertible(bytesReceived)
+            }
             return metadata
         }
         do {
             try await body()
-            logger.info("Offline operation finished", metadata: metadata())
+            logger.info("Offline operation finished", metadata: metadata(summary: true))
         } catch is CancellationError {
-            logger.notice("Offline operation cancelled", metadata: metadata())
+            logger.notice("Offline operation cancelled", metadata: metadata(summary: false))
             throw CancellationError()
         } catch {
-            var details = metadata()
+            var details = metadata(summary: false)
             if let error = error as? OfflineODataError {
                 details["error-code"] = .string(error.code.rawValue)
                 if let status = error.httpStatus { details["status"] = .stringConvertible(status) }
@@ -253,6 +257,9 @@ public actor OfflineODataProvider {
 
     private func openStoreFile() async throws {
         guard store == nil else { return }
+        operationSummary = [:]
+        bytesSent = 0
+        bytesReceived = 0
         _ = try parameters.extraStreamOptions()
         let path = parameters.storeFile
         let folder = (path as NSString).deletingLastPathComponent
@@ -446,5 +453,15 @@ extension OfflineODataProvider {
         defer { store.close() }
         let root = try await store.read { reader in try LocalSchema.serviceRoot(reader.connection) }
         return root.flatMap(URL.init(string:))
+    }
+
+    /// The names of the defining queries an existing store has, read without opening a
+    /// provider (nil when there is no store yet). Nothing is changed, fetched or filled.
+    public static func storedDefiningQueryNames(parameters: OfflineODataParameters) async throws -> [String]? {
+        let path = parameters.storeFile
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        let store = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
+        defer { store.close() }
+        return try await store.read { reader in try DefiningQueries.load(reader.connection).map(\.name) }
     }
 }

@@ -14,6 +14,7 @@ extension OfflineODataProvider {
         let store = try beginExclusive()
         defer { busy = false }
         cancelDownloadRequested = false
+        operationSummary = [:]
         bytesSent = 0
         bytesReceived = 0
         let selected = names.map { wanted in definingQueries.filter { wanted.contains($0.name) } } ?? definingQueries

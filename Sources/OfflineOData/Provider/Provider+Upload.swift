@@ -17,6 +17,7 @@ extension OfflineODataProvider {
         let store = try beginExclusive()
         defer { busy = false }
         cancelUploadRequested = false
+        operationSummary = [:]
         bytesSent = 0
         bytesReceived = 0
         let uploader = Uploader(

@@ -1,4 +1,4 @@
-#if canImport(AsyncHTTPClient)
+#if os(Linux)
 public import AsyncHTTPClient
 public import Foundation
 public import Logging

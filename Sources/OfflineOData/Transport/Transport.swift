@@ -56,7 +56,7 @@ public enum DefaultTransport {
     /// ``URLSessionTransport`` on Apple platforms, `AsyncHTTPClientTransport` on Linux, each
     /// logging its exchanges to `logger`.
     public static func make(logger: Logger = OfflineODataLogging.disabled) -> any Transport {
-        #if canImport(AsyncHTTPClient)
+        #if os(Linux)
         AsyncHTTPClientTransport(logger: logger)
         #else
         URLSessionTransport(logger: logger)

@@ -8,7 +8,9 @@ import ODataCore
 /// passes in; by default they log nothing (``disabled``). Messages are fixed texts, with what
 /// varies in metadata: request ID, method, URL with its query values and key predicates left
 /// out, status, duration, batch and change-set counts. Bodies, keys and full URLs are only
-/// logged at `trace`. Levels:
+/// logged at `trace` (the reference server's record of an internal error is the exception: it
+/// carries the error's description, SQLite's message and SQL text, never bound values).
+/// Levels:
 /// - `trace`: full URLs; `debug`: each HTTP exchange;
 /// - `info`: summaries of opens, uploads and downloads;
 /// - `notice`: retries, CSRF token and credential refreshes;

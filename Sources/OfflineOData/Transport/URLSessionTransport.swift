@@ -19,16 +19,20 @@ import ODataCore
 ///   used for these requests, so the session cookies and CSRF token the provider keeps
 ///   and the app's custom cookies go exactly as set.
 /// - A response larger than 1 GiB is refused while it arrives.
+/// - A redirect to another origin (scheme, host, port) goes without `Authorization`,
+///   `Proxy-Authorization`, `Cookie` and `X-CSRF-Token`.
 ///
 /// The transport owns its session unless the app passes one: use ``init(session:logger:)`` to
 /// send through a session the app configured (proxies, `URLCredential`s, protocol classes, a
-/// delegate for authentication challenges). On Linux such a session's answer arrives whole
-/// before its size is checked.
+/// delegate for authentication challenges). Each transport has its own session, so providers
+/// with transports of their own do not share connections.
 public final class URLSessionTransport: Transport {
     private let session: URLSession
     /// The delegate of a session this transport made; nil for an app's session.
     private let router: SessionRouter?
     private let log: TransportLog
+    /// The largest response taken (``maximumResponseSize``; smaller in tests).
+    let responseLimit: Int
 
     /// The timeout when the caller gives none, in seconds.
     public static let defaultTimeout: TimeInterval = 60
@@ -36,27 +40,58 @@ public final class URLSessionTransport: Transport {
     /// The largest response accepted, in bytes (1 GiB).
     public static let maximumResponseSize = 1 << 30
 
-    /// A transport with its own session made from `configuration` (an ephemeral one by
-    /// default). The configuration's cookie storage and URL cache are switched off: the
-    /// provider keeps the session cookies itself.
-    public init(configuration: URLSessionConfiguration? = nil, logger: Logger = OfflineODataLogging.disabled) {
-        let configuration = configuration ?? URLSessionConfiguration.ephemeral
+    /// A transport with its own session made from a copy of `configuration` (an ephemeral one
+    /// by default), with cookie storage and URL cache switched off: the provider keeps the
+    /// session cookies itself, and answers are never cached outside the encrypted store.
+    public convenience init(
+        configuration: URLSessionConfiguration? = nil, logger: Logger = OfflineODataLogging.disabled
+    ) {
+        let given = configuration ?? URLSessionConfiguration.ephemeral
+        let copy = (given.copy() as? URLSessionConfiguration) ?? given
+        copy.httpCookieStorage = nil
+        copy.httpShouldSetCookies = false
+        copy.urlCache = nil
+        copy.requestCachePolicy = .reloadIgnoringLocalCacheData
+        let router = SessionRouter()
+        self.init(
+            session: URLSession(configuration: copy, delegate: router, delegateQueue: nil), router: router,
+            logger: logger, responseLimit: Self.maximumResponseSize)
+    }
+
+    /// A transport of its own session that refuses responses over `responseLimit` bytes.
+    convenience init(responseLimit: Int) {
+        let configuration = URLSessionConfiguration.ephemeral
         configuration.httpCookieStorage = nil
         configuration.httpShouldSetCookies = false
         configuration.urlCache = nil
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         let router = SessionRouter()
+        self.init(
+            session: URLSession(configuration: configuration, delegate: router, delegateQueue: nil), router: router,
+            logger: OfflineODataLogging.disabled, responseLimit: responseLimit)
+    }
+
+    private init(session: URLSession, router: SessionRouter?, logger: Logger, responseLimit: Int) {
+        self.session = session
         self.router = router
-        self.session = URLSession(configuration: configuration, delegate: router, delegateQueue: nil)
         self.log = TransportLog(logger: logger, transport: "URLSession")
+        self.responseLimit = responseLimit
     }
 
     /// A transport that sends through `session`, which the app made and keeps configured.
-    /// Each request still switches off the session's cookie handling and cache.
-    public init(session: URLSession, logger: Logger = OfflineODataLogging.disabled) {
-        self.session = session
-        self.router = nil
-        self.log = TransportLog(logger: logger, transport: "URLSession")
+    ///
+    /// On Apple platforms the requests go through `session` itself (its delegate still answers
+    /// authentication challenges); each request switches off the session's cookie handling,
+    /// and no answer is written to its URL cache. On Linux, where FoundationNetworking would
+    /// still apply the session's cookie storage to every request, the transport sends through a
+    /// session of its own made from a copy of `session.configuration` (proxies, headers,
+    /// protocol classes and timeouts carry over; cookies and cache are off; the session's
+    /// delegate is not used).
+    public convenience init(session: URLSession, logger: Logger = OfflineODataLogging.disabled) {
+        #if canImport(FoundationNetworking)
+            self.init(configuration: session.configuration, logger: logger)
+        #else
+            self.init(session: session, router: nil, logger: logger, responseLimit: Self.maximumResponseSize)
+        #endif
     }
 
     deinit {
@@ -67,7 +102,7 @@ public final class URLSessionTransport: Transport {
     /// Sends the request; a connection failure, a stall longer than `timeout` or a response
     /// over ``maximumResponseSize`` becomes a ``TransportError``.
     public func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
-        let idle = max(timeout ?? Self.defaultTimeout, 0.01)
+        let idle = Self.effectiveTimeout(timeout)
         let exchangeLog = log.begin(request)
         do {
             let response = try await perform(request, idle: idle)
@@ -77,6 +112,18 @@ public final class URLSessionTransport: Transport {
             exchangeLog.failed(error)
             throw error
         }
+    }
+
+    /// The timeout a request gets: `timeout` (``defaultTimeout`` when nil). On Linux,
+    /// FoundationNetworking counts whole seconds (it truncates, so 0.5 s would be no time at
+    /// all): the timeout is rounded up to whole seconds, at least 1.
+    static func effectiveTimeout(_ timeout: TimeInterval?) -> TimeInterval {
+        let idle = max(timeout ?? defaultTimeout, 0.01)
+        #if canImport(FoundationNetworking)
+            return max(1, idle.rounded(.up))
+        #else
+            return idle
+        #endif
     }
 
     private func perform(_ request: TransportRequest, idle: TimeInterval) async throws -> TransportResponse {
@@ -92,19 +139,14 @@ public final class URLSessionTransport: Transport {
         for field in request.headers { urlRequest.addValue(field.value, forHTTPHeaderField: field.name) }
         if !request.body.isEmpty { urlRequest.httpBody = Data(request.body) }
 
-        let exchange = Exchange(limit: Self.maximumResponseSize)
+        let exchange = Exchange(limit: responseLimit)
         let task: URLSessionDataTask
+        task = session.dataTask(with: urlRequest)
         if let router {
-            task = session.dataTask(with: urlRequest)
             router.register(exchange, for: task)
         } else {
-            #if canImport(Darwin)
-                task = session.dataTask(with: urlRequest)
+            #if !canImport(FoundationNetworking)
                 task.delegate = exchange
-            #else
-                task = session.dataTask(with: urlRequest) { data, response, error in
-                    exchange.complete(data: data, response: response, error: error)
-                }
             #endif
         }
         let outcome: Result<(HTTPURLResponse, Data), any Error> = await withTaskCancellationHandler {
@@ -121,7 +163,8 @@ public final class URLSessionTransport: Transport {
                 status: response.statusCode, headers: Self.headers(of: response), body: [UInt8](body))
         case .failure(let error):
             if exchange.tooLarge {
-                throw TransportError("The response is larger than 1 GiB", url: request.url)
+                let limit = responseLimit == 1 << 30 ? "1 GiB" : "\(responseLimit) bytes"
+                throw TransportError("The response is larger than \(limit)", url: request.url)
             }
             if let urlError = error as? URLError, urlError.code == .cancelled, Task.isCancelled {
                 throw CancellationError()
@@ -131,12 +174,16 @@ public final class URLSessionTransport: Transport {
     }
 
     /// The response's header fields; a `Set-Cookie` that URLSession joined with commas is split
-    /// into one field per cookie again.
+    /// into one field per cookie again. URLSession decodes a compressed body itself: its
+    /// `Content-Encoding` and the compressed `Content-Length` are left out.
     static func headers(of response: HTTPURLResponse) -> HTTPHeaders {
         var headers = HTTPHeaders()
-        let fields = response.allHeaderFields.compactMap { key, value -> (String, String)? in
+        var fields = response.allHeaderFields.compactMap { key, value -> (String, String)? in
             guard let name = key as? String else { return nil }
             return (name, value as? String ?? String(describing: value))
+        }
+        if fields.contains(where: { $0.0.lowercased() == "content-encoding" && $0.1.lowercased() != "identity" }) {
+            fields.removeAll { ["content-encoding", "content-length"].contains($0.0.lowercased()) }
         }
         for (name, value) in fields.sorted(by: { $0.0.lowercased() < $1.0.lowercased() }) {
             if name.lowercased() == "set-cookie" {
@@ -229,7 +276,43 @@ private final class SessionRouter: NSObject, URLSessionDataDelegate, @unchecked 
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        exchange(task, remove: true)?.complete(error: error)
+        exchange(task, remove: true)?.complete(task, error: error)
+    }
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(Redirects.sanitized(request, from: task.originalRequest))
+    }
+
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, willCacheResponse proposedResponse: CachedURLResponse,
+        completionHandler: @escaping @Sendable (CachedURLResponse?) -> Void
+    ) {
+        completionHandler(nil)
+    }
+}
+
+/// What a redirect keeps of a request.
+enum Redirects {
+    /// The headers that carry credentials or session state: not sent to another origin.
+    static let originBound: Set<String> = ["authorization", "proxy-authorization", "cookie", "x-csrf-token"]
+
+    /// `request` as the redirect sends it: without ``originBound`` headers when its origin
+    /// (scheme, host, port) differs from `original`'s.
+    static func sanitized(_ request: URLRequest, from original: URLRequest?) -> URLRequest {
+        guard let target = request.url, origin(of: target) != original?.url.map(origin(of:)) else { return request }
+        var request = request
+        for name in (request.allHTTPHeaderFields ?? [:]).keys where originBound.contains(name.lowercased()) {
+            request.setValue(nil, forHTTPHeaderField: name)
+        }
+        return request
+    }
+
+    static func origin(of url: URL) -> String {
+        let scheme = url.scheme?.lowercased() ?? ""
+        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port ?? (scheme == "https" ? 443 : 80))"
     }
 }
 
@@ -285,25 +368,17 @@ private final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Senda
     }
 
     /// The end of a task that delivered its callbacks here.
-    func complete(error: (any Error)?) {
+    func complete(_ task: URLSessionTask, error: (any Error)?) {
         let outcome: Result<(HTTPURLResponse, Data), any Error> = lock.withLock {
+            // Over the limit with the last part (the cancel came too late to fail the task).
+            if _tooLarge { return .failure(URLError(.cancelled)) }
             if let error { return .failure(error) }
-            guard let http = response as? HTTPURLResponse else { return .failure(URLError(.badServerResponse)) }
+            guard let http = (response ?? task.response) as? HTTPURLResponse else {
+                return .failure(URLError(.badServerResponse))
+            }
             return .success((http, body))
         }
         finish(outcome)
-    }
-
-    /// The end of a task with a completion handler (an app's session on Linux).
-    func complete(data: Data?, response: URLResponse?, error: (any Error)?) {
-        if let error { return finish(.failure(error)) }
-        guard let http = response as? HTTPURLResponse else { return finish(.failure(URLError(.badServerResponse))) }
-        let body = data ?? Data()
-        if body.count > limit {
-            lock.withLock { _tooLarge = true }
-            return finish(.failure(URLError(.cancelled)))
-        }
-        finish(.success((http, body)))
     }
 
     private func finish(_ outcome: Result<(HTTPURLResponse, Data), any Error>) {
@@ -316,7 +391,8 @@ private final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Senda
         waiting?.resume(returning: outcome)
     }
 
-    // As a task's own delegate (an app's session on Apple platforms).
+    // As a task's own delegate (an app's session on Apple platforms), with the same answers as
+    // `SessionRouter`.
     func urlSession(
         _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
@@ -330,6 +406,20 @@ private final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Senda
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        complete(error: error)
+        complete(task, error: error)
+    }
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(Redirects.sanitized(request, from: task.originalRequest))
+    }
+
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, willCacheResponse proposedResponse: CachedURLResponse,
+        completionHandler: @escaping @Sendable (CachedURLResponse?) -> Void
+    ) {
+        completionHandler(nil)
     }
 }
