@@ -326,7 +326,9 @@ import Testing
     }
 
     /// Creates a contact locally and returns the local key the store gave it.
-    static func createContact(_ provider: OfflineODataProvider, firstName: String, lastName: String) async throws -> Int64 {
+    static func createContact(
+        _ provider: OfflineODataProvider, firstName: String, lastName: String
+    ) async throws -> Int64 {
         let created = try await provider.execute(
             method: "POST", url: "Contacts",
             body: Array(#"{"PartnerID":"BP0","FirstName":"\#(firstName)","LastName":"\#(lastName)"}"#.utf8))
@@ -376,5 +378,91 @@ import Testing
         #expect(count(try await provider.read("ErrorArchive")) == 0)
         let rows = try await fixture.backend("Contacts?$filter=LastName eq 'Queued'")["value"]?.arrayValue ?? []
         #expect(rows.map { $0["FirstName"]?.stringValue } == ["Spelled"])
+    }
+
+    /// A failed change stays in the store, in error state, across downloads until its
+    /// ErrorArchive row is deleted; the delete then goes back to what the backend has now, not
+    /// to the state before those downloads (a download used to overwrite the failed change,
+    /// clear its error state and keep the old state for the revert, so the store stayed behind
+    /// the backend for good).
+    @Test(arguments: [false, true])
+    func aFailedChangeSurvivesDownloadsAndItsRevertTakesTheBackendsState(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        // Another user renames BP1: the stored ETag is stale, so the local change gets 412.
+        #expect(
+            try await fixture.backendSend("PATCH", "BusinessPartners('BP1')", #"{"CompanyName":"Renamed on server"}"#)
+                == 204)
+        _ = try await provider.execute(
+            method: v2 ? "MERGE" : "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"+1 local"}"#.utf8))
+        try await provider.upload()
+        let archive = try await provider.readEntities("ErrorArchive")
+        #expect(archive.count == 1)
+        guard case .primitive(.int64(let id))? = archive.first?["RequestID"] else {
+            Issue.record("no ErrorArchive row: \(archive)")
+            return
+        }
+        for _ in 0..<2 {
+            try await provider.download()
+            let kept = try #require(try await provider.readEntities("BusinessPartners('BP1')").first)
+            #expect(string(kept, "Phone") == "+1 local", "the failed change was lost: \(kept)")
+            #expect(count(try await provider.read("BusinessPartners?$filter=sap.inErrorState()")) == 1)
+            #expect(count(try await provider.read("ErrorArchive")) == 1)
+        }
+        // The full read (no delta link) must keep it too.
+        let store = try await provider.openStore()
+        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL")
+        }
+        try await provider.download()
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "+1 local")
+        // Deleting the error: the backend's entity as it is now.
+        _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
+        let backend = try await fixture.backend("BusinessPartners('BP1')")
+        let reverted = try #require(try await provider.readEntities("BusinessPartners('BP1')").first)
+        #expect(string(reverted, "CompanyName") == "Renamed on server", "\(reverted)")
+        #expect(string(reverted, "Phone") == backend["Phone"]?.stringValue, "\(reverted)")
+        #expect(count(try await provider.read("BusinessPartners?$filter=sap.inErrorState()")) == 0)
+        // A change now goes through with the right ETag.
+        _ = try await provider.execute(
+            method: v2 ? "MERGE" : "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"+1 again"}"#.utf8))
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "+1 again")
+        await provider.close()
+    }
+
+    /// The same for a failed delete: the entity stays deleted locally across downloads (full or
+    /// by delta) until its ErrorArchive row goes; then it comes back as the backend has it.
+    @Test(arguments: [false, true])
+    func aFailedDeleteStaysUntilItsErrorIsDeleted(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        #expect(try await fixture.backendSend("PATCH", "Contacts(1)", #"{"LastName":"Changed on server"}"#) == 204)
+        await fixture.server.service.faults.set([
+            FaultRule(method: "DELETE", urlContains: "Contacts", status: 409, code: "StillReferenced", message: "no")
+        ])
+        _ = try await provider.execute(method: "DELETE", url: "Contacts(1)")
+        try await provider.upload()
+        let archive = try await provider.readEntities("ErrorArchive")
+        guard archive.count == 1, case .primitive(.int64(let id))? = archive.first?["RequestID"] else {
+            Issue.record("one ErrorArchive row expected: \(archive)")
+            return
+        }
+        try await provider.download()
+        let store = try await provider.openStore()
+        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL")
+        }
+        try await provider.download()
+        #expect(
+            try await provider.readEntities("Contacts(1)").isEmpty,
+            "a download brought back an entity whose delete failed")
+        _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
+        let back = try #require(try await provider.readEntities("Contacts(1)").first)
+        #expect(string(back, "LastName") == "Changed on server", "\(back)")
+        await provider.close()
     }
 }

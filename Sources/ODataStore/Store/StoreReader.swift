@@ -16,6 +16,10 @@ public struct StoreReader {
         public var pending: Bool
         public var inError: Bool
         public var localID: String?
+
+        /// The row holds local changes a download must not overwrite: pending ones, or failed
+        /// ones still in the ErrorArchive (they stay until the app resolves them).
+        public var keepsLocalChanges: Bool { pending || inError }
     }
 
     /// The entity with the given key, or nil.

@@ -176,7 +176,8 @@ extension StoreWriter {
         let keyCondition = table.columns.enumerated().filter { table.keyColumns.contains($0.element.name) }
             .map { "\(q($0.element.name)) = \(parameter($0.offset))" }.joined(separator: " AND ")
         let lookup = """
-            SELECT _rowid, _pending, (\(same)), (_isLocal = 0 AND _error = 0 AND (?3 IS NULL OR _editLink IS ?3)) \
+            SELECT _rowid, (_pending = 1 OR _error = 1), (\(same)), \
+            (_isLocal = 0 AND _error = 0 AND (?3 IS NULL OR _editLink IS ?3)) \
             FROM \(q(table.name)) WHERE \(keyCondition)
             """
         let assignments =
@@ -231,7 +232,8 @@ extension StoreWriter {
         var result: [(rowid: Int64, key: [String: PrimitiveValue], pending: Bool)] = []
         for row in rows {
             guard case .integer(let rowid) = row[0], let key = try keyValues(ofRow: rowid, in: table) else { continue }
-            let pending = try db.query("SELECT _pending FROM \(q(table.name)) WHERE _rowid = ?", [.integer(rowid)])
+            let pending = try db.query(
+                "SELECT (_pending = 1 OR _error = 1) FROM \(q(table.name)) WHERE _rowid = ?", [.integer(rowid)])
             result.append((rowid, key, pending.first?.first == .integer(1)))
         }
         return result

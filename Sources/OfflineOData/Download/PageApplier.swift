@@ -118,7 +118,7 @@ struct PageApplier: Sendable {
     ) throws -> Bool {
         let predicate = Keys.predicate(key, in: entitySet, model: model)
         let state = try writer.reader.bookkeeping(in: entitySet, key: key)
-        guard try state?.pending == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate))
+        guard try state?.keepsLocalChanges == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate))
         else {
             return false
         }
@@ -200,7 +200,7 @@ struct PageApplier: Sendable {
         }
         let predicate = Keys.predicate(key, in: entitySet, model: model)
         let state = try writer.reader.bookkeeping(in: entitySet, key: key)
-        if try state?.pending == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate)) {
+        if try state?.keepsLocalChanges == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate)) {
             // The local row keeps its pending changes (a deleted one stays deleted); the state
             // they started from becomes the backend's new one, which undo and a revert return to.
             try RequestQueue(writer, model: model, serviceRoot: "").refreshKeptState(

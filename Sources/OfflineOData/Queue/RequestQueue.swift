@@ -417,13 +417,14 @@ struct RequestQueue {
         }
     }
 
-    /// `Set(key)` of every entity with pending requests, and of what their deletes cascaded
-    /// to: an entity among them that is not in the store was deleted locally.
+    /// `Set(key)` of every entity with pending requests or failed ones still in the
+    /// ErrorArchive, and of what their deletes cascaded to: an entity among them that is not in
+    /// the store was deleted locally.
     /// `after`: only requests queued after the one with that id.
     static func locallyChanged(_ connection: Connection, after: Int64 = 0) throws -> Set<String> {
         var references: Set<String> = []
         for row in try connection.query(
-            "SELECT entity_set, entity_key, cascade FROM oo_queue WHERE status = 'pending' AND id > ?",
+            "SELECT entity_set, entity_key, cascade FROM oo_queue WHERE status IN ('pending', 'failed') AND id > ?",
             [.integer(after)])
         {
             if case .text(let set) = row[0], case .text(let key) = row[1] { references.insert(set + key) }
