@@ -58,7 +58,7 @@ struct OfflineStoreOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Appended to every request URL, e.g. sap-client=100.", valueName: "QUERY")) var urlSuffix: String?
     @Option(name: .customLong("header"), help: ArgumentHelp("A header for every request, NAME:VALUE (repeatable).", valueName: "NAME:VALUE"))
     var headers: [String] = []
-    @Option(help: ArgumentHelp("Log to standard error from this level: trace, debug, info, notice, warning, error.",
+    @Option(help: ArgumentHelp("Log to standard error from this level: trace, debug, info, notice, warning, error, critical.",
                                valueName: "LEVEL"))
     var logLevel: String?
 
@@ -238,6 +238,10 @@ struct OfflineCommand: AsyncParsableCommand {
                 FileHandle.standardError.write(Data(
                     "note: no defining query downloads \(set), so the store has no \(set) to read; add one with `oodata offline open --define NAME=\(set)`\n".utf8))
             }
+            if response.status == 404 {
+                await provider.close()
+                throw CLIFailure("\(url): not in the offline store (404)")
+            }
             if let output {
                 try Data(response.body).write(to: URL(fileURLWithPath: output))
                 print("wrote \(response.body.count) bytes\(response.headers["Content-Type"].map { " (\($0))" } ?? "") to \(output)")
@@ -340,7 +344,9 @@ struct OfflineCommand: AsyncParsableCommand {
             for failure in printer.failures {
                 print("failed: request \(failure.requestID) \(failure.method) \(failure.url) → HTTP \(failure.httpStatus) \(failure.code): \(failure.message)")
             }
-            print(try await provider.isRequestQueueEmpty ? "upload done; the queue is empty" : "upload done; requests remain queued")
+            let archived = try await provider.readEntities("ErrorArchive").count
+            let waiting = archived > 0 ? "; \(archived) failed in the ErrorArchive (`oodata offline errors`)" : ""
+            print((try await provider.isRequestQueueEmpty ? "upload done; the queue is empty" : "upload done; requests remain queued") + waiting)
             await provider.close()
         }
     }
@@ -368,6 +374,10 @@ struct OfflineCommand: AsyncParsableCommand {
         @OptionGroup var options: OfflineStoreOptions
         @Flag(help: "Clear the archive.") var clear = false
         @Option(help: "Delete the row of this request ID.") var delete: Int64?
+
+        func validate() throws {
+            if clear && delete != nil { throw ValidationError("give either --clear or --delete ID, not both") }
+        }
 
         func run() async throws {
             let provider = try await options.provider()

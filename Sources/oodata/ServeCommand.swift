@@ -94,7 +94,18 @@ struct ServeCommand: AsyncParsableCommand {
             if let supportDir { text += "stores sent for support: http://\(host):\(port)/support/stores/<name> → \(supportDir)\n" }
             FileHandle.standardOutput.write(Data(text.utf8))
         }
-        try await app.runService()
+        do {
+            try await app.runService()
+        } catch {
+            let text = String(describing: error)
+            if text.contains("Address already in use") || text.contains("EADDRINUSE") {
+                throw CLIFailure("cannot listen on \(host):\(port): the address is already in use (choose another --port, or 0 for any free one)")
+            }
+            if text.lowercased().contains("bind(") || text.contains("Cannot assign requested address") {
+                throw CLIFailure("cannot listen on \(host):\(port): \(text)")
+            }
+            throw error
+        }
     }
 
     /// Removes a store file and the journal files SQLite keeps beside it.

@@ -101,6 +101,40 @@ extension CLITests {
             "\(left)")
     }
 
+    @Test func missingEntitiesFailedUploadsAndBusyPortsAreSaid() async throws {
+        let faults = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "oodata-cli-said-\(UUID().uuidString).json")
+        try Data(
+            #"[{"method": "PATCH", "urlContains": "BusinessPartners('BP4')", "status": 400, "code": "Refused", "message": "no"}]"#
+                .utf8
+        )
+        .write(to: faults)
+        defer { try? FileManager.default.removeItem(at: faults) }
+        let (server, v4, _) = try await serve(["--faults", faults.path])
+        defer { stop(server) }
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "oodata-cli-said-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = ["--store", folder.appendingPathComponent("s.db").path]
+        #expect(
+            try await run(["offline", "open", "--service", v4, "--define", "P=BusinessPartners"] + store).status == 0)
+        let missing = try await run(["offline", "read"] + store + ["BusinessPartners('ZZZ')"])
+        #expect(
+            missing.status == 1 && missing.err.contains("BusinessPartners('ZZZ'): not in the offline store (404)"),
+            "\(missing)")
+        _ = try await run(["offline", "update"] + store + ["BusinessPartners('BP4')", #"{"Phone":"x"}"#])
+        let upload = try await run(["offline", "upload"] + store)
+        #expect(upload.out.contains("upload done; the queue is empty; 1 failed in the ErrorArchive"), "\(upload.out)")
+        let both = try await run(["offline", "errors", "--clear", "--delete", "1"] + store)
+        #expect(both.status != 0 && both.err.contains("either --clear or --delete ID"), "\(both.err)")
+        // Another server on the port this one holds.
+        let port = try #require(URLComponents(string: v4)?.port)
+        let busy = try await run(["serve", "--sample", "sales", "--port", "\(port)"])
+        #expect(busy.status == 1)
+        #expect(busy.err.contains("cannot listen on 127.0.0.1:\(port): the address is already in use"), "\(busy.err)")
+    }
+
     @Test func progressShowsWhileASlowDownloadRuns() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
             "oodata-cli-progress-\(UUID().uuidString)")
