@@ -240,7 +240,7 @@ struct OfflineCommand: AsyncParsableCommand {
             }
             if response.status == 404 {
                 await provider.close()
-                throw CLIFailure("\(url): not in the offline store (404)")
+                throw CLIFailure("\(url): the offline store has no such entity (404)")
             }
             if let output {
                 try Data(response.body).write(to: URL(fileURLWithPath: output))
@@ -344,8 +344,8 @@ struct OfflineCommand: AsyncParsableCommand {
             for failure in printer.failures {
                 print("failed: request \(failure.requestID) \(failure.method) \(failure.url) → HTTP \(failure.httpStatus) \(failure.code): \(failure.message)")
             }
-            let archived = try await provider.readEntities("ErrorArchive").count
-            let waiting = archived > 0 ? "; \(archived) failed in the ErrorArchive (`oodata offline errors`)" : ""
+            let failed = printer.failures.count
+            let waiting = failed > 0 ? "; \(failed) failed in the ErrorArchive (`oodata offline errors`)" : ""
             print((try await provider.isRequestQueueEmpty ? "upload done; the queue is empty" : "upload done; requests remain queued") + waiting)
             await provider.close()
         }

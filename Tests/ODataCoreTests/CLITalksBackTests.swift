@@ -121,7 +121,7 @@ extension CLITests {
             try await run(["offline", "open", "--service", v4, "--define", "P=BusinessPartners"] + store).status == 0)
         let missing = try await run(["offline", "read"] + store + ["BusinessPartners('ZZZ')"])
         #expect(
-            missing.status == 1 && missing.err.contains("BusinessPartners('ZZZ'): not in the offline store (404)"),
+            missing.status == 1 && missing.err.contains("BusinessPartners('ZZZ'): the offline store has no such entity (404)"),
             "\(missing)")
         _ = try await run(["offline", "update"] + store + ["BusinessPartners('BP4')", #"{"Phone":"x"}"#])
         let upload = try await run(["offline", "upload"] + store)

@@ -465,4 +465,85 @@ import Testing
         #expect(string(back, "LastName") == "Changed on server", "\(back)")
         await provider.close()
     }
+
+    /// An item deleted locally (pending, then failed) under `SalesOrders?$expand=Items`: a
+    /// download, by delta and in full, keeps it deleted and goes through (linking the order to
+    /// the missing item threw, so every download failed); deleting the error brings it back.
+    @Test(arguments: [false, true])
+    func anExpandedChildDeletedLocallyDoesNotStopDownloads(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        let item = "SalesOrderItems(OrderID='SO1',ItemPosition=10)"
+        #expect(try await provider.readEntities(item).count == 1)
+        _ = try await provider.execute(method: "DELETE", url: item)
+        let store = try await provider.openStore()
+        for round in 0..<2 {
+            // The order changes on the backend, so the delta brings it with its items.
+            #expect(try await fixture.backendSend("PATCH", "SalesOrders('SO1')", #"{"Note":"round \#(round)"}"#) == 204)
+            try await provider.download()
+            try await store.write { writer in
+                _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL")
+            }
+            try await provider.download()
+            #expect(try await provider.readEntities(item).isEmpty, "round \(round): the deleted item came back")
+            #expect(try await provider.readEntities("SalesOrders('SO1')?$expand=Items").count == 1)
+            if round == 0 {
+                // Now the delete fails on the backend and stays in the ErrorArchive.
+                await fixture.server.service.faults.set([
+                    FaultRule(
+                        method: "DELETE", urlContains: "SalesOrderItems", status: 409, code: "Locked", message: "no")
+                ])
+                try await provider.upload()
+                #expect(count(try await provider.read("ErrorArchive")) == 1)
+            }
+        }
+        let archive = try await provider.readEntities("ErrorArchive")
+        guard case .primitive(.int64(let id))? = archive.first?["RequestID"] else {
+            Issue.record("no ErrorArchive row: \(archive)")
+            return
+        }
+        _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
+        #expect(try await provider.readEntities(item).count == 1)
+        let backendItems = try await fixture.backend("SalesOrders('SO1')/Items")["value"]?.arrayValue?.count
+        #expect(count(try await provider.read("SalesOrders('SO1')/Items")) == backendItems)
+        await provider.close()
+    }
+
+    /// A local create with a key the backend already has fails; the download keeps the local
+    /// entity and learns the backend has one, so deleting the error leaves the backend's
+    /// entity in the store (it used to remove it, and a delta would not bring it back).
+    @Test(arguments: [false, true])
+    func aFailedCreateOfAKeyTheBackendHasRevertsToTheBackendsEntity(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        // BP2 exists on the backend; locally it is deleted, uploaded, then created again while
+        // another user creates it on the backend first.
+        _ = try await provider.execute(method: "DELETE", url: "BusinessPartners('BP2')")
+        try await provider.upload()
+        #expect(
+            try await fixture.backendSend("POST", "BusinessPartners", #"{"PartnerID":"BP2","CompanyName":"Theirs"}"#)
+                == 201)
+        _ = try await provider.execute(
+            method: "POST", url: "BusinessPartners", body: Array(#"{"PartnerID":"BP2","CompanyName":"Mine"}"#.utf8))
+        try await provider.upload()
+        let archive = try await provider.readEntities("ErrorArchive")
+        guard archive.count == 1, case .primitive(.int64(let id))? = archive.first?["RequestID"] else {
+            Issue.record("one ErrorArchive row expected: \(archive)")
+            return
+        }
+        try await provider.download()
+        let store = try await provider.openStore()
+        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL")
+        }
+        try await provider.download()
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "CompanyName") == "Mine")
+        _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
+        let reverted = try await provider.readEntities("BusinessPartners('BP2')")
+        #expect(reverted.count == 1 && string(reverted.first, "CompanyName") == "Theirs", "\(reverted)")
+        await provider.close()
+    }
 }

@@ -173,6 +173,23 @@ import ODataServer
         #expect(string(try await provider.readEntities("ProductPictures('PIC0')").first, "Caption") == "changed on the backend")
     }
 
+    /// A media entity deleted locally keeps its stream across a download, so an undo brings
+    /// both back (the download's clean-up of streams without an entity removed it).
+    @Test func aDeletedMediaEntityKeepsItsStreamForTheUndoAcrossADownload() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        #expect(try await Self.putBackendMedia(fixture, "PIC0", Array("old".utf8), "text/plain") < 300)
+        let provider = try await fixture.provider(queries: Self.queries)
+        try await provider.open()
+        _ = try await provider.execute(method: "DELETE", url: "ProductPictures('PIC0')")
+        try await provider.download()
+        try await provider.undoPendingChanges(forURLs: ["ProductPictures('PIC0')"])
+        let restored = try await provider.readMediaStream(in: "ProductPictures", key: ["PictureID": .string("PIC0")])
+        #expect(restored?.body == Array("old".utf8))
+        #expect(restored?.contentType == "text/plain")
+        await provider.close()
+    }
+
     @Test func aDownloadKeepsAPendingStreamAndALostResponseIsAppliedOnce() async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }

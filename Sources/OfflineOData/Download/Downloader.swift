@@ -361,8 +361,13 @@ struct Downloader: Sendable {
 
     /// Removes the streams of entities that are no longer in the store.
     static func removeOrphanStreams(writer: StoreWriter, model: Model) throws {
+        // An entity deleted locally (its delete pending, or failed and in the ErrorArchive)
+        // keeps its stream for an undo or a revert.
+        var kept: Set<String>?
         for row in try writer.connection.query("SELECT entity_set, entity_key FROM oo_streams") {
             guard case .text(let set) = row[0], case .text(let predicate) = row[1] else { continue }
+            if kept == nil { kept = try RequestQueue.locallyChanged(writer.connection) }
+            if kept?.contains(set + predicate) == true { continue }
             if let (_, key) = Keys.parse(set + predicate, model: model, serviceRoot: ""),
                 try writer.rowid(in: set, key: key) != nil
             {

@@ -111,8 +111,8 @@ struct PageApplier: Sendable {
         }
     }
 
-    /// Whether a delta removal leaves the entity alone: it has pending changes, or it was
-    /// deleted locally. The state kept for its undo then says it no longer exists.
+    /// Whether a delta removal leaves the entity alone: it has pending or failed changes, or it
+    /// was deleted locally. The state kept for its undo then says it no longer exists.
     mutating func keepsLocalState(
         _ entitySet: String, key: [String: PrimitiveValue], writer: StoreWriter
     ) throws -> Bool {
@@ -172,14 +172,15 @@ struct PageApplier: Sendable {
 
     /// Upserts an entity and, first, its expanded children, then links them. Returns how many
     /// entities were written; with `recordSeen`, every entity is marked seen in its set. An
-    /// entity with pending changes, or deleted locally (in ``locallyChanged(_:)``, not in the
-    /// store), keeps its local state; the backend's values become the state kept for its undo.
+    /// entity with pending changes or failed ones in the ErrorArchive, or deleted locally (in
+    /// ``locallyChanged(_:)``, not in the store), keeps its local state and its links; the
+    /// backend's values become the state kept for its undo and revert.
     mutating func applyEntity(
         _ entity: Entity, in entitySet: String, writer: StoreWriter, recordSeen: Bool
     ) throws -> Int {
         var count = 0
         var parent = entity
-        var links: [(String, [String: PrimitiveValue])] = []
+        var links: [(navigation: String, target: String, key: [String: PrimitiveValue])] = []
         for nav in entity.navigation {
             guard let inline = nav.inline,
                 let target = model.targetEntitySet(from: entitySet, navigationPath: nav.name)?.name
@@ -191,7 +192,7 @@ struct PageApplier: Sendable {
             }
             for child in children {
                 count += try applyEntity(child, in: target, writer: writer, recordSeen: recordSeen)
-                if let key = Keys.key(of: child, in: target, model: model) { links.append((nav.name, key)) }
+                if let key = Keys.key(of: child, in: target, model: model) { links.append((nav.name, target, key)) }
             }
         }
         parent.navigation = []
@@ -200,11 +201,16 @@ struct PageApplier: Sendable {
         }
         let predicate = Keys.predicate(key, in: entitySet, model: model)
         let state = try writer.reader.bookkeeping(in: entitySet, key: key)
-        if try state?.keepsLocalChanges == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate)) {
+        let keepsLocalState =
+            try state?.keepsLocalChanges == true
+            || (state == nil && locallyChanged(writer).contains(entitySet + predicate))
+        if keepsLocalState {
             // The local row keeps its pending changes (a deleted one stays deleted); the state
             // they started from becomes the backend's new one, which undo and a revert return to.
+            // `created`: also when the kept state says it did not exist (a local create whose
+            // key the backend has too): the backend has it now.
             try RequestQueue(writer, model: model, serviceRoot: "").refreshKeptState(
-                parent, in: entitySet, predicate: predicate)
+                parent, in: entitySet, predicate: predicate, created: true)
             guard state != nil else {
                 if recordSeen { seenDeleted.insert(entitySet + predicate) }
                 return count
@@ -224,9 +230,12 @@ struct PageApplier: Sendable {
                 try writer.setState(in: entitySet, rowid: rowid, isLocal: false, inError: false)
             }
         }
-        for (navigation, childKey) in links
-        where writer.schema.table(forEntitySet: entitySet)?.navigation(navigation) != nil {
-            try writer.link(entitySet, key: key, navigation: navigation, to: childKey)
+        // A row that keeps its local state keeps its links too (a link can be a foreign key of
+        // the row); a child deleted locally (pending or failed) has no row to link to.
+        guard !keepsLocalState else { return count }
+        for link in links where writer.schema.table(forEntitySet: entitySet)?.navigation(link.navigation) != nil {
+            guard try writer.rowid(in: link.target, key: link.key) != nil else { continue }
+            try writer.link(entitySet, key: key, navigation: link.navigation, to: link.key)
         }
         return count
     }
