@@ -546,4 +546,33 @@ import Testing
         #expect(reverted.count == 1 && string(reverted.first, "CompanyName") == "Theirs", "\(reverted)")
         await provider.close()
     }
+
+    /// The state kept for an entity a queued change only binds (the partner an order is moved
+    /// to) follows downloads: undoing the order's change after the partner changed on the
+    /// backend leaves the partner as the backend has it (it went back to its old values and
+    /// ETag, so the next change of it failed with 412).
+    @Test(arguments: [false, true])
+    func theKeptStateOfABoundEntityFollowsDownloads(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        let bind =
+            v2
+            ? #"{"Partner":{"__metadata":{"uri":"BusinessPartners('BP2')"}}}"#
+            : #"{"Partner@odata.bind":"BusinessPartners('BP2')"}"#
+        _ = try await provider.execute(method: v2 ? "MERGE" : "PATCH", url: "SalesOrders('SO1')", body: Array(bind.utf8))
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP2')", #"{"CompanyName":"Moved on"}"#) == 204)
+        try await provider.download()
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "CompanyName") == "Moved on")
+        try await provider.undoPendingChanges(forURLs: ["SalesOrders('SO1')"])
+        let partner = try #require(try await provider.readEntities("BusinessPartners('BP2')").first)
+        #expect(string(partner, "CompanyName") == "Moved on", "the undo put back an old state: \(partner)")
+        _ = try await provider.execute(
+            method: v2 ? "MERGE" : "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"+2 after"}"#.utf8))
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "+2 after")
+        await provider.close()
+    }
 }

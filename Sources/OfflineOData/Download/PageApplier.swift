@@ -166,8 +166,35 @@ struct PageApplier: Sendable {
                     nil, in: set, predicate: Keys.predicate(key, in: set, model: model))
             }
         }
+        try refreshSnapshots(writer: writer)
         try writer.forgetSeen()
         return "\(queries.count) defining queries, \(upserted) entities inserted or updated, \(deleted) deleted"
+    }
+
+    /// The states kept for entities that queued requests only link or bind (the other end of
+    /// a `$ref`, an `@odata.bind` target: snapshots in `oo_original`) follow the backend: when
+    /// this download wrote such an entity (it has no pending or failed change of its own, so
+    /// its row now holds the backend's values and ETag), its snapshot becomes that row. An undo
+    /// or a revert then puts back what the backend has, not an older state with a stale ETag.
+    private func refreshSnapshots(writer: StoreWriter) throws {
+        let snapshots = try writer.connection.query("SELECT entity_set, entity_key FROM oo_original WHERE existed = 1")
+        guard !snapshots.isEmpty else { return }
+        let generation = try writer.downloadGeneration()
+        for row in snapshots {
+            guard case .text(let set) = row[0], case .text(let predicate) = row[1],
+                let (_, key) = Keys.parse(set + predicate, model: model, serviceRoot: ""),
+                let table = writer.schema.table(forEntitySet: set),
+                let state = try writer.reader.bookkeeping(in: set, key: key), !state.keepsLocalChanges
+            else { continue }
+            let written = try writer.connection.query(
+                "SELECT _upserted FROM \(StoreSchema.quote(table.name)) WHERE _rowid = ?", [.integer(state.rowid)])
+            guard written.first?.first == .integer(generation),
+                let entity = try writer.reader.entity(in: set, rowid: state.rowid)
+            else { continue }
+            _ = try writer.connection.execute(
+                "UPDATE oo_original SET body = ? WHERE entity_set = ? AND entity_key = ?",
+                [.blob(V4JSONWriter().write(entity)), .text(set), .text(predicate)])
+        }
     }
 
     /// Upserts an entity and, first, its expanded children, then links them. Returns how many
