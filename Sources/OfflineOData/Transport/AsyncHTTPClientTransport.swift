@@ -46,15 +46,7 @@ public final class AsyncHTTPClientTransport: Transport {
     /// Sends the request; a connection failure or a stall longer than `timeout` becomes a
     /// `TransportError`.
     public func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
-        let exchangeLog = log.begin(request)
-        do {
-            let response = try await perform(request, timeout: timeout)
-            exchangeLog.finished(response)
-            return response
-        } catch let error as TransportError {
-            exchangeLog.failed(error)
-            throw error
-        }
+        try await log.exchange(request) { try await perform(request, timeout: timeout) }
     }
 
     private func perform(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {

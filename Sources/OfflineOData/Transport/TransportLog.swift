@@ -45,8 +45,20 @@ struct TransportLog: Sendable {
     /// `URLSession` or `AsyncHTTPClient`.
     let transport: String
 
-    func begin(_ request: TransportRequest) -> ExchangeLog {
-        ExchangeLog(logger: logger, transport: transport, request: request)
+    /// Runs one exchange (`send`), logging how it ended: `debug` with the answer, `warning`
+    /// when it failed with a ``TransportError``.
+    func exchange(
+        _ request: TransportRequest, _ send: () async throws -> TransportResponse
+    ) async throws -> TransportResponse {
+        let log = ExchangeLog(logger: logger, transport: transport, request: request)
+        do {
+            let response = try await send()
+            log.finished(response)
+            return response
+        } catch let error as TransportError {
+            log.failed(error)
+            throw error
+        }
     }
 }
 

@@ -102,16 +102,7 @@ public final class URLSessionTransport: Transport {
     /// Sends the request; a connection failure, a stall longer than `timeout` or a response
     /// over ``maximumResponseSize`` becomes a ``TransportError``.
     public func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
-        let idle = Self.effectiveTimeout(timeout)
-        let exchangeLog = log.begin(request)
-        do {
-            let response = try await perform(request, idle: idle)
-            exchangeLog.finished(response)
-            return response
-        } catch let error as TransportError {
-            exchangeLog.failed(error)
-            throw error
-        }
+        try await log.exchange(request) { try await perform(request, idle: Self.effectiveTimeout(timeout)) }
     }
 
     /// The timeout a request gets: `timeout` (``defaultTimeout`` when nil). On Linux,
