@@ -172,7 +172,8 @@ struct OfflineCommand: AsyncParsableCommand {
             var serviceRoot = root
             var known: Set<String>?
             // (A store that does not open here, damaged or never filled, is the open's to handle.)
-            if let stored = (try? await OfflineODataProvider.storedServiceRoot(parameters: parameters)) ?? nil {
+            let summary = (try? await OfflineODataProvider.storedSummary(parameters: parameters)) ?? nil
+            if let summary, let stored = summary.serviceRoot {
                 if Self.normalized(stored) != Self.normalized(root) {
                     FileHandle.standardError.write(Data(
                         ("warning: \(parameters.storeFile) was made for \(stored.absoluteString); --service \(service) is ignored "
@@ -181,7 +182,7 @@ struct OfflineCommand: AsyncParsableCommand {
                 }
                 // The store's own queries, read without opening it as a provider (a store whose
                 // first fill never ended is the open's to fill).
-                known = ((try? await OfflineODataProvider.storedDefiningQueryNames(parameters: parameters)) ?? nil).map(Set.init)
+                known = Set(summary.definingQueryNames)
             }
             let provider = OfflineODataProvider(serviceRoot: serviceRoot, parameters: parameters, delegate: printer)
             for definition in definitions {

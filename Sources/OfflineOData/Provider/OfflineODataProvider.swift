@@ -440,6 +440,15 @@ public actor OfflineODataProvider {
 extension OfflineODataProvider {
     /// The service root an existing store was created for (nil when there is no store yet).
     public static func storedServiceRoot(parameters: OfflineODataParameters) async throws -> URL? {
+        try await storedSummary(parameters: parameters)?.serviceRoot
+    }
+
+    /// What an existing store says of itself, read in one transaction without opening it as a
+    /// provider (nothing is changed, fetched or filled): the service root it was made for and
+    /// the names of its defining queries. Nil when there is no store yet.
+    public static func storedSummary(
+        parameters: OfflineODataParameters
+    ) async throws -> (serviceRoot: URL?, definingQueryNames: [String])? {
         let path = parameters.storeFile
         guard FileManager.default.fileExists(atPath: path) else { return nil }
         let store: Store
@@ -451,17 +460,9 @@ extension OfflineODataProvider {
             throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
         }
         defer { store.close() }
-        let root = try await store.read { reader in try LocalSchema.serviceRoot(reader.connection) }
-        return root.flatMap(URL.init(string:))
-    }
-
-    /// The names of the defining queries an existing store has, read without opening a
-    /// provider (nil when there is no store yet). Nothing is changed, fetched or filled.
-    public static func storedDefiningQueryNames(parameters: OfflineODataParameters) async throws -> [String]? {
-        let path = parameters.storeFile
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
-        let store = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
-        defer { store.close() }
-        return try await store.read { reader in try DefiningQueries.load(reader.connection).map(\.name) }
+        let (root, names) = try await store.read { reader in
+            (try LocalSchema.serviceRoot(reader.connection), try DefiningQueries.load(reader.connection).map(\.name))
+        }
+        return (root.flatMap(URL.init(string:)), names)
     }
 }
