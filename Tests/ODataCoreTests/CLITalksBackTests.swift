@@ -172,25 +172,13 @@ extension CLITests {
     @Test func serveWithoutAStoreRemovesItsFilesWhenItStops() async throws {
         let tool = try #require(Self.binary)
         let path = try await offPool { () -> String in
-            let serve = Process()
-            serve.executableURL = tool
-            serve.arguments = ["serve", "--sample", "sales", "--port", "0"]
-            let out = Pipe()
-            serve.standardOutput = out
-            serve.standardError = FileHandle.nullDevice
-            try serve.run()
-            var printed = ""
-            let deadline = Date().addingTimeInterval(20)
-            while !printed.contains("store: "), Date() < deadline {
-                printed += String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
-            }
-            let line = printed.split(separator: "\n").first { $0.hasPrefix("store: ") } ?? ""
-            let path = String(line.dropFirst("store: ".count))
+            let started = try Self.serveBlocking(tool, [])
             let existed =
-                FileManager.default.fileExists(atPath: path) && FileManager.default.fileExists(atPath: path + "-wal")
-            kill(serve.processIdentifier, SIGINT)
-            serve.waitUntilExit()
-            return existed ? path : "not made: \(printed)"
+                FileManager.default.fileExists(atPath: started.store)
+                && FileManager.default.fileExists(atPath: started.store + "-wal")
+            kill(started.process.value.processIdentifier, SIGINT)
+            started.process.value.waitUntilExit()
+            return existed ? started.store : "not made: \(started.store)"
         }
         #expect(path.hasPrefix("/"), "\(path)")
         for suffix in ["", "-wal", "-shm"] {

@@ -71,7 +71,8 @@ import Testing
         init(_ value: T) { self.value = value }
     }
 
-    static func serveBlocking(_ tool: URL, _ arguments: [String]) throws -> (process: Handed<Process>, v4: String, v2: String) {
+    /// Starts the server; its process, V4 and V2 roots, and the store file it printed.
+    static func serveBlocking(_ tool: URL, _ arguments: [String]) throws -> (process: Handed<Process>, v4: String, v2: String, store: String) {
         let serve = Process()
         serve.executableURL = tool
         serve.arguments = ["serve", "--sample", "sales", "--port", "0"] + arguments
@@ -81,14 +82,16 @@ import Testing
         try serve.run()
         var printed = ""
         let deadline = Date().addingTimeInterval(20)
-        while !printed.contains("/odata/v2/"), Date() < deadline {
+        // Until the last line it prints on start, the store's, is whole.
+        func started() -> Bool { printed.range(of: "store: ").map { printed[$0.upperBound...].contains("\n") } ?? false }
+        while !started(), Date() < deadline {
             printed += String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
         }
         func root(_ label: String) throws -> String {
             let line = try #require(printed.split(separator: "\n").first { $0.hasPrefix(label) }, "serve printed: \(printed)")
             return String(line.dropFirst(label.count))
         }
-        return (Handed(serve), try root("OData V4: "), try root("OData V2: "))
+        return (Handed(serve), try root("OData V4: "), try root("OData V2: "), try root("store: "))
     }
 
     /// Ends a server started by ``serve(_:)``.

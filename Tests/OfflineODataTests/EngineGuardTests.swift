@@ -7,6 +7,25 @@ import Testing
 /// Issue 21: behaviours of the engine that a one-line change could break without any other
 /// test noticing. Each test here fails on such a change (see `scripts/mutate`).
 @Suite struct EngineGuardTests {
+    /// The request ID of the one row the ErrorArchive must have.
+    static func onlyErrorArchiveID(_ provider: OfflineODataProvider) async throws -> Int64 {
+        let archive = try await provider.readEntities("ErrorArchive")
+        try #require(archive.count == 1, "one ErrorArchive row expected: \(archive)")
+        guard case .primitive(.int64(let id))? = archive.first?["RequestID"] else {
+            throw TransportTestFailure("an ErrorArchive row without a RequestID: \(archive)")
+        }
+        return id
+    }
+
+    /// A download that reads every defining query in full, as from a backend without change
+    /// tracking (the delta links are forgotten first).
+    static func downloadInFull(_ provider: OfflineODataProvider) async throws {
+        try await provider.openStore().write { writer in
+            _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL")
+        }
+        try await provider.download()
+    }
+
     /// PATCH a partner (refused) → POST an order bound to it → PATCH that order: the order
     /// depends on the refused request, and the PATCH depends on the order, which was never
     /// sent. Neither goes to the backend; both are archived as dependency failures.
@@ -398,12 +417,7 @@ import Testing
         _ = try await provider.execute(
             method: v2 ? "MERGE" : "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"+1 local"}"#.utf8))
         try await provider.upload()
-        let archive = try await provider.readEntities("ErrorArchive")
-        #expect(archive.count == 1)
-        guard case .primitive(.int64(let id))? = archive.first?["RequestID"] else {
-            Issue.record("no ErrorArchive row: \(archive)")
-            return
-        }
+        let id = try await Self.onlyErrorArchiveID(provider)
         for _ in 0..<2 {
             try await provider.download()
             let kept = try #require(try await provider.readEntities("BusinessPartners('BP1')").first)
@@ -412,10 +426,7 @@ import Testing
             #expect(count(try await provider.read("ErrorArchive")) == 1)
         }
         // The full read (no delta link) must keep it too.
-        let store = try await provider.openStore()
-        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL")
-        }
-        try await provider.download()
+        try await Self.downloadInFull(provider)
         #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "+1 local")
         // Deleting the error: the backend's entity as it is now.
         _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
@@ -447,16 +458,9 @@ import Testing
         ])
         _ = try await provider.execute(method: "DELETE", url: "Contacts(1)")
         try await provider.upload()
-        let archive = try await provider.readEntities("ErrorArchive")
-        guard archive.count == 1, case .primitive(.int64(let id))? = archive.first?["RequestID"] else {
-            Issue.record("one ErrorArchive row expected: \(archive)")
-            return
-        }
+        let id = try await Self.onlyErrorArchiveID(provider)
         try await provider.download()
-        let store = try await provider.openStore()
-        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL")
-        }
-        try await provider.download()
+        try await Self.downloadInFull(provider)
         #expect(
             try await provider.readEntities("Contacts(1)").isEmpty,
             "a download brought back an entity whose delete failed")
@@ -478,15 +482,11 @@ import Testing
         let item = "SalesOrderItems(OrderID='SO1',ItemPosition=10)"
         #expect(try await provider.readEntities(item).count == 1)
         _ = try await provider.execute(method: "DELETE", url: item)
-        let store = try await provider.openStore()
         for round in 0..<2 {
             // The order changes on the backend, so the delta brings it with its items.
             #expect(try await fixture.backendSend("PATCH", "SalesOrders('SO1')", #"{"Note":"round \#(round)"}"#) == 204)
             try await provider.download()
-            try await store.write { writer in
-                _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL")
-            }
-            try await provider.download()
+            try await Self.downloadInFull(provider)
             #expect(try await provider.readEntities(item).isEmpty, "round \(round): the deleted item came back")
             #expect(try await provider.readEntities("SalesOrders('SO1')?$expand=Items").count == 1)
             if round == 0 {
@@ -499,11 +499,7 @@ import Testing
                 #expect(count(try await provider.read("ErrorArchive")) == 1)
             }
         }
-        let archive = try await provider.readEntities("ErrorArchive")
-        guard case .primitive(.int64(let id))? = archive.first?["RequestID"] else {
-            Issue.record("no ErrorArchive row: \(archive)")
-            return
-        }
+        let id = try await Self.onlyErrorArchiveID(provider)
         _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
         #expect(try await provider.readEntities(item).count == 1)
         let backendItems = try await fixture.backend("SalesOrders('SO1')/Items")["value"]?.arrayValue?.count
@@ -530,16 +526,9 @@ import Testing
         _ = try await provider.execute(
             method: "POST", url: "BusinessPartners", body: Array(#"{"PartnerID":"BP2","CompanyName":"Mine"}"#.utf8))
         try await provider.upload()
-        let archive = try await provider.readEntities("ErrorArchive")
-        guard archive.count == 1, case .primitive(.int64(let id))? = archive.first?["RequestID"] else {
-            Issue.record("one ErrorArchive row expected: \(archive)")
-            return
-        }
+        let id = try await Self.onlyErrorArchiveID(provider)
         try await provider.download()
-        let store = try await provider.openStore()
-        try await store.write { writer in _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL")
-        }
-        try await provider.download()
+        try await Self.downloadInFull(provider)
         #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "CompanyName") == "Mine")
         _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
         let reverted = try await provider.readEntities("BusinessPartners('BP2')")

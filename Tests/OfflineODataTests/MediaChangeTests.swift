@@ -175,11 +175,12 @@ import ODataServer
 
     /// A media entity deleted locally keeps its stream across a download, so an undo brings
     /// both back (the download's clean-up of streams without an entity removed it).
-    @Test func aDeletedMediaEntityKeepsItsStreamForTheUndoAcrossADownload() async throws {
+    @Test(arguments: [false, true])
+    func aDeletedMediaEntityKeepsItsStreamForTheUndoAcrossADownload(v2: Bool) async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
         #expect(try await Self.putBackendMedia(fixture, "PIC0", Array("old".utf8), "text/plain") < 300)
-        let provider = try await fixture.provider(queries: Self.queries)
+        let provider = try await fixture.provider(v2: v2, queries: Self.queries)
         try await provider.open()
         _ = try await provider.execute(method: "DELETE", url: "ProductPictures('PIC0')")
         try await provider.download()
