@@ -14,7 +14,10 @@ let package = Package(
         .library(name: "ODataStore", targets: ["ODataStore"]),
         .library(name: "ODataServer", targets: ["ODataServer"]),
         .library(name: "OfflineOData", targets: ["OfflineOData"]),
+        .library(name: "ODataCodeGen", targets: ["ODataCodeGen"]),
         .executable(name: "oodata", targets: ["oodata"]),
+        .executable(name: "oodata-generate", targets: ["oodata-generate"]),
+        .plugin(name: "ODataGenerator", targets: ["ODataGenerator"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -29,6 +32,21 @@ let package = Package(
         .target(
             name: "ODataCore",
             swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ODataCodeGen",
+            dependencies: ["ODataCore"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "oodata-generate",
+            dependencies: ["ODataCodeGen"],
+            swiftSettings: swiftSettings
+        ),
+        .plugin(
+            name: "ODataGenerator",
+            capability: .buildTool(),
+            dependencies: ["oodata-generate"]
         ),
         .systemLibrary(
             name: "CSQLCipher",
@@ -71,6 +89,7 @@ let package = Package(
                 "ODataStore",
                 "ODataServer",
                 "OfflineOData",
+                "ODataCodeGen",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -86,6 +105,11 @@ let package = Package(
         .testTarget(
             name: "ODataCoreTests",
             dependencies: ["ODataCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ODataCodeGenTests",
+            dependencies: ["ODataCodeGen", "ODataCore", "OfflineOData", "ODataServer", "ODataStore", "InteropSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

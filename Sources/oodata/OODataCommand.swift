@@ -6,7 +6,7 @@ struct OODataCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "oodata",
         abstract: "Offline OData tools: inspect metadata, URLs, payloads and batches; work with local stores.",
-        subcommands: [DemoCommand.self, OfflineCommand.self, ServeCommand.self, MetadataCommand.self, URLCommand.self, PayloadCommand.self, BatchCommand.self, StoreCommand.self]
+        subcommands: [DemoCommand.self, OfflineCommand.self, ServeCommand.self, MetadataCommand.self, GenerateCommand.self, URLCommand.self, PayloadCommand.self, BatchCommand.self, StoreCommand.self]
     )
 
     /// Runs the tool, printing failures on stderr and exiting with 1.

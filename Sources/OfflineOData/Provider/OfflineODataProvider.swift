@@ -34,6 +34,12 @@ public actor OfflineODataProvider {
     var definingQueries: [OfflineODataDefiningQuery] = []
     var store: Store?
     var continuations: [UUID: AsyncStream<OfflineODataEvent>.Continuation] = [:]
+    /// Observers of store changes (``storeChanges()``, `observe`), by subscription.
+    var changeSubscribers: [UUID: ChangeSubscriber] = [:]
+    /// Subscribers of ``syncStatusUpdates()``.
+    var statusSubscribers: [UUID: AsyncStream<OfflineODataSyncStatus>.Continuation] = [:]
+    /// What ``syncStatus()`` reports besides the counts.
+    var syncState = SyncState()
     var cancelUploadRequested = false
     var cancelDownloadRequested = false
     var busy = false
@@ -107,6 +113,7 @@ public actor OfflineODataProvider {
 
     func emit(_ event: OfflineODataEvent) {
         for continuation in continuations.values { continuation.yield(event) }
+        if case .progress(let progress) = event { progressChanged(progress) }
         guard let delegate else { return }
         switch event {
         case .progress(let progress):
@@ -252,7 +259,7 @@ public actor OfflineODataProvider {
     /// ends it with `CancellationError` and leaves no half-made store.
     public func open() async throws {
         guard store == nil else { return }
-        try await logged("open") { try await cancellable { try await openStoreFile() } }
+        try await tracked(.open) { try await logged("open") { try await cancellable { try await openStoreFile() } } }
     }
 
     private func openStoreFile() async throws {

@@ -7,7 +7,9 @@ extension OfflineODataProvider {
     /// pending local changes. A backend failure leaves the store as it was, and so does
     /// cancelling the `Task` (it ends with `CancellationError`).
     public func download(definingQueries names: [String]? = nil) async throws {
-        try await logged("download") { try await cancellable { try await runDownload(definingQueries: names) } }
+        try await tracked(.download) {
+            try await logged("download") { try await cancellable { try await runDownload(definingQueries: names) } }
+        }
     }
 
     private func runDownload(definingQueries names: [String]?) async throws {

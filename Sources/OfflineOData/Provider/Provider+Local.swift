@@ -85,7 +85,10 @@ extension OfflineODataProvider {
             guard verb == "POST" else {
                 throw OfflineODataError(.invalidRequest, "\(method) $batch: a batch is sent with POST")
             }
-            return try await executeBatch(headers: headers, body: body, options: options)
+            let response = try await executeBatch(headers: headers, body: body, options: options)
+            // A batch may touch any set (its parts are not resolved again here).
+            publishChange(OfflineODataStoreChange(origin: .localWrite, entitySets: nil))
+            return response
         }
         // A local key that the backend has replaced still names the entity.
         let url = try await rewriteLocalKeys(url, store: store)
@@ -103,6 +106,10 @@ extension OfflineODataProvider {
             }
         }
         let result = try await apply(change, store: store)
+        publishChange(OfflineODataStoreChange(
+            origin: change.target.entitySet == LocalSchema.errorArchive ? .undo : .localWrite,
+            entitySets: change.target.entitySet == LocalSchema.errorArchive
+                ? nil : writtenSets(method: verb, url: url, model: model)))
         return OfflineODataResponse(
             status: result == nil ? 204 : 201, body: result.map { Self.encode(.entity($0), model: model) } ?? [],
             result: result.map { .entity($0) })

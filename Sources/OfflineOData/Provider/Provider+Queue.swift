@@ -47,6 +47,7 @@ extension OfflineODataProvider {
         let references = entities.map { $0.entitySet + Keys.predicate($0.key, in: $0.entitySet, model: model) }
         try await store.write { writer in try RequestQueue(writer, model: model, serviceRoot: root).undo(references) }
         keyMapCache = nil
+        publishChange(OfflineODataStoreChange(origin: .undo, entitySets: nil))
     }
 
     /// Undoes the pending changes of the entity a URL such as `Customers('C1')` names (it may

@@ -10,7 +10,9 @@ extension OfflineODataProvider {
     /// with `CancellationError`; what was not answered stays queued and is resent later with
     /// the same repeatability IDs (so the backend applies it once).
     public func upload(categories: [String]? = nil) async throws {
-        try await logged("upload") { try await cancellable { try await runUpload(categories: categories) } }
+        try await tracked(.upload) {
+            try await logged("upload") { try await cancellable { try await runUpload(categories: categories) } }
+        }
     }
 
     private func runUpload(categories: [String]?) async throws {

@@ -1,0 +1,352 @@
+public import Foundation
+
+/// A value of generated code that could not be read from, or written as, an OData value: a
+/// property the payload lacks, a value of another type, an enum member the type does not know.
+///
+/// `path` names where: the structured type and the property (`Sales.Customer/Country`).
+public struct TypedValueError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What went wrong.
+    public enum Code: String, Sendable, Hashable {
+        /// A non-nullable property is not in the payload (not selected, or the backend left it out).
+        case missingProperty
+        /// The payload's value has another type than the property.
+        case typeMismatch
+        /// An enum value names a member the generated enum does not have.
+        case unknownEnumMember
+        /// The answer is not of the kind the call expects (an entity, a collection, a value).
+        case unexpectedResult
+    }
+
+    /// What went wrong.
+    public var code: Code
+    /// What was expected and what was found.
+    public var message: String
+    /// The type and property where it happened, when known.
+    public var path: String?
+
+    /// Creates a value from its parts.
+    public init(_ code: Code, _ message: String, path: String? = nil) {
+        self.code = code
+        self.message = message
+        self.path = path
+    }
+
+    public var description: String {
+        "\(code.rawValue): \(path.map { "\($0): " } ?? "")\(message)"
+    }
+
+    /// The same error with `path` set to `prefix` (or `prefix/path` when one is set already).
+    func at(_ prefix: String) -> TypedValueError {
+        var copy = self
+        copy.path = path.map { "\(prefix)/\($0)" } ?? prefix
+        return copy
+    }
+
+    static func mismatch(_ expected: String, _ found: Value) -> TypedValueError {
+        TypedValueError(.typeMismatch, "expected \(expected), found \(found.kindDescription)")
+    }
+}
+
+extension Value {
+    /// A short name of the kind of value, for error messages (never the value itself).
+    var kindDescription: String {
+        switch self {
+        case .null: "null"
+        case .primitive(let p): p.type.rawValue
+        case .enumeration(let e): "enum value of \(e.typeName ?? "an unnamed type")"
+        case .complex(let s): "complex value of \(s.typeName ?? "an unnamed type")"
+        case .collection: "a collection"
+        case .entity(let s): "entity of \(s.typeName ?? "an unnamed type")"
+        }
+    }
+}
+
+/// A Swift type that stands for an OData value: the primitive types, `Optional` (null),
+/// `Array` (collections), and the enum, complex and entity types that `oodata generate` writes.
+public protocol ODataValueConvertible: Sendable, Hashable {
+    /// Reads the value from its OData form.
+    init(odataValue: Value) throws(TypedValueError)
+    /// The OData form of the value. `type` is the declared Edm type where one Swift type
+    /// stands for two (V2 `Edm.DateTime` and `Edm.Time` beside `Edm.DateTimeOffset` and
+    /// `Edm.Duration`); nil takes the V4 type.
+    func odataValue(as type: PrimitiveType?) -> Value
+}
+
+/// A primitive Swift type with one matching `PrimitiveValue` case.
+protocol PrimitiveConvertible: ODataValueConvertible {
+    static var edmName: String { get }
+    static var primitiveType: PrimitiveType { get }
+    init?(primitive: PrimitiveValue)
+    var primitive: PrimitiveValue { get }
+}
+
+extension PrimitiveConvertible {
+    public init(odataValue: Value) throws(TypedValueError) {
+        guard case .primitive(let p) = odataValue else { throw .mismatch(Self.edmName, odataValue) }
+        if let value = Self(primitive: p) {
+            self = value
+            return
+        }
+        // Another numeric type or a string form of the same type (Int64 as a V2 string).
+        if case .primitive(let converted)? = Literal.convert(odataValue, to: Self.primitiveType),
+            let value = Self(primitive: converted)
+        {
+            self = value
+            return
+        }
+        throw .mismatch(Self.edmName, odataValue)
+    }
+
+    public func odataValue(as type: PrimitiveType?) -> Value { .primitive(primitive) }
+}
+
+extension Bool: PrimitiveConvertible {
+    static var edmName: String { "Edm.Boolean" }
+    static var primitiveType: PrimitiveType { .boolean }
+    init?(primitive: PrimitiveValue) {
+        guard case .boolean(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .boolean(self) }
+}
+
+extension UInt8: PrimitiveConvertible {
+    static var edmName: String { "Edm.Byte" }
+    static var primitiveType: PrimitiveType { .byte }
+    init?(primitive: PrimitiveValue) {
+        guard case .byte(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .byte(self) }
+}
+
+extension Int8: PrimitiveConvertible {
+    static var edmName: String { "Edm.SByte" }
+    static var primitiveType: PrimitiveType { .sbyte }
+    init?(primitive: PrimitiveValue) {
+        guard case .sbyte(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .sbyte(self) }
+}
+
+extension Int16: PrimitiveConvertible {
+    static var edmName: String { "Edm.Int16" }
+    static var primitiveType: PrimitiveType { .int16 }
+    init?(primitive: PrimitiveValue) {
+        guard case .int16(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .int16(self) }
+}
+
+extension Int32: PrimitiveConvertible {
+    static var edmName: String { "Edm.Int32" }
+    static var primitiveType: PrimitiveType { .int32 }
+    init?(primitive: PrimitiveValue) {
+        guard case .int32(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .int32(self) }
+}
+
+extension Int64: PrimitiveConvertible {
+    static var edmName: String { "Edm.Int64" }
+    static var primitiveType: PrimitiveType { .int64 }
+    init?(primitive: PrimitiveValue) {
+        guard case .int64(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .int64(self) }
+}
+
+extension Float: PrimitiveConvertible {
+    static var edmName: String { "Edm.Single" }
+    static var primitiveType: PrimitiveType { .single }
+    init?(primitive: PrimitiveValue) {
+        guard case .single(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .single(self) }
+}
+
+extension Double: PrimitiveConvertible {
+    static var edmName: String { "Edm.Double" }
+    static var primitiveType: PrimitiveType { .double }
+    init?(primitive: PrimitiveValue) {
+        guard case .double(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .double(self) }
+}
+
+extension DecimalValue: PrimitiveConvertible {
+    static var edmName: String { "Edm.Decimal" }
+    static var primitiveType: PrimitiveType { .decimal }
+    init?(primitive: PrimitiveValue) {
+        guard let v = primitive.decimalValue else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .decimal(self) }
+}
+
+extension String: PrimitiveConvertible {
+    static var edmName: String { "Edm.String" }
+    static var primitiveType: PrimitiveType { .string }
+    init?(primitive: PrimitiveValue) {
+        guard case .string(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .string(self) }
+}
+
+extension GuidValue: PrimitiveConvertible {
+    static var edmName: String { "Edm.Guid" }
+    static var primitiveType: PrimitiveType { .guid }
+    init?(primitive: PrimitiveValue) {
+        guard case .guid(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .guid(self) }
+}
+
+extension DateValue: PrimitiveConvertible {
+    static var edmName: String { "Edm.Date" }
+    static var primitiveType: PrimitiveType { .date }
+    init?(primitive: PrimitiveValue) {
+        guard case .date(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .date(self) }
+}
+
+extension TimeOfDayValue: PrimitiveConvertible {
+    static var edmName: String { "Edm.TimeOfDay" }
+    static var primitiveType: PrimitiveType { .timeOfDay }
+    init?(primitive: PrimitiveValue) {
+        guard case .timeOfDay(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .timeOfDay(self) }
+}
+
+extension Data: PrimitiveConvertible {
+    static var edmName: String { "Edm.Binary" }
+    static var primitiveType: PrimitiveType { .binary }
+    init?(primitive: PrimitiveValue) {
+        guard case .binary(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .binary(self) }
+}
+
+extension SpatialValue: PrimitiveConvertible {
+    static var edmName: String { "Edm.Geography or Edm.Geometry" }
+    static var primitiveType: PrimitiveType { .geography }
+    init?(primitive: PrimitiveValue) {
+        guard case .spatial(let v) = primitive else { return nil }
+        self = v
+    }
+    var primitive: PrimitiveValue { .spatial(self) }
+}
+
+/// `Edm.DateTimeOffset`, and V2's `Edm.DateTime` (a date and time without offset).
+extension DateTimeOffsetValue: ODataValueConvertible {
+    public init(odataValue: Value) throws(TypedValueError) {
+        switch odataValue {
+        case .primitive(.dateTimeOffset(let v)), .primitive(.dateTime(let v)): self = v
+        case .primitive(.date(let d)):
+            self = DateTimeOffsetValue(date: d, time: TimeOfDayValue(hour: 0, minute: 0), offsetMinutes: nil)
+        default:
+            if case .primitive(.dateTimeOffset(let v))? = Literal.convert(odataValue, to: .dateTimeOffset) {
+                self = v
+                return
+            }
+            throw .mismatch("Edm.DateTimeOffset", odataValue)
+        }
+    }
+
+    public func odataValue(as type: PrimitiveType?) -> Value {
+        type == .dateTime ? .primitive(.dateTime(self)) : .primitive(.dateTimeOffset(self))
+    }
+}
+
+/// `Edm.Duration`, and V2's `Edm.Time` (a time of day written as a duration).
+extension DurationValue: ODataValueConvertible {
+    public init(odataValue: Value) throws(TypedValueError) {
+        switch odataValue {
+        case .primitive(.duration(let v)), .primitive(.time(let v)): self = v
+        default:
+            if case .primitive(.duration(let v))? = Literal.convert(odataValue, to: .duration) {
+                self = v
+                return
+            }
+            throw .mismatch("Edm.Duration", odataValue)
+        }
+    }
+
+    public func odataValue(as type: PrimitiveType?) -> Value {
+        type == .time ? .primitive(.time(self)) : .primitive(.duration(self))
+    }
+}
+
+/// `Edm.Untyped` and anything generated code has no better type for: the value as it is.
+extension Value: ODataValueConvertible {
+    public init(odataValue: Value) throws(TypedValueError) { self = odataValue }
+    public func odataValue(as type: PrimitiveType?) -> Value { self }
+}
+
+/// Null is `nil`; a missing nullable property reads as `nil` too.
+extension Optional: ODataValueConvertible where Wrapped: ODataValueConvertible {
+    public init(odataValue: Value) throws(TypedValueError) {
+        if odataValue == .null {
+            self = nil
+        } else {
+            self = try Wrapped(odataValue: odataValue)
+        }
+    }
+
+    public func odataValue(as type: PrimitiveType?) -> Value {
+        switch self {
+        case .none: .null
+        case .some(let wrapped): wrapped.odataValue(as: type)
+        }
+    }
+}
+
+/// `Collection(T)`.
+extension Array: ODataValueConvertible where Element: ODataValueConvertible {
+    public init(odataValue: Value) throws(TypedValueError) {
+        guard case .collection(let items) = odataValue else {
+            // A null collection (some V2 services) reads as empty.
+            if odataValue == .null {
+                self = []
+                return
+            }
+            throw .mismatch("a collection", odataValue)
+        }
+        var result: [Element] = []
+        result.reserveCapacity(items.count)
+        for (index, item) in items.enumerated() {
+            do {
+                result.append(try Element(odataValue: item))
+            } catch {
+                throw error.at("[\(index)]")
+            }
+        }
+        self = result
+    }
+
+    public func odataValue(as type: PrimitiveType?) -> Value {
+        .collection(map { $0.odataValue(as: type) })
+    }
+}
+
+extension DecimalValue: ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral {
+    /// An integer literal: `let price: DecimalValue = 100`.
+    public init(integerLiteral value: Int64) { self.init(value) }
+    /// A floating-point literal, taken at its shortest decimal text: `19.99` is exactly 19.99.
+    public init(floatLiteral value: Double) {
+        self = DecimalValue("\(value)") ?? DecimalValue(0)
+    }
+}

@@ -1,0 +1,308 @@
+public import Foundation
+import ODataCore
+public import ODataStore
+
+/// A committed change of the offline store: which entity sets it may have touched and why.
+public struct OfflineODataStoreChange: Sendable, Hashable {
+    /// What changed the store.
+    public enum Origin: String, Sendable, Hashable {
+        /// A local create, update, delete, link or local `$batch`.
+        case localWrite
+        /// A download (or the first open, which downloads).
+        case download
+        /// An upload: backend keys, ETags and failed requests.
+        case upload
+        /// Undo of pending changes, or a deleted ErrorArchive entry that reverted its entity.
+        case undo
+    }
+
+    /// What changed the store.
+    public var origin: Origin
+    /// The entity sets whose entities may have changed (with the system sets RequestQueue and
+    /// ErrorArchive); nil when any may have.
+    public var entitySets: Set<String>?
+
+    /// Creates a value from its parts.
+    public init(origin: Origin, entitySets: Set<String>?) {
+        self.origin = origin
+        self.entitySets = entitySets
+    }
+
+    /// Whether the change may touch an entity set of `sets` (nil: reads of every set).
+    public func touches(_ sets: Set<String>?) -> Bool {
+        guard let entitySets, let sets else { return true }
+        return !entitySets.isDisjoint(with: sets)
+    }
+}
+
+/// The state of synchronization an app shows: what waits, what failed, what runs, and when the
+/// last upload and download succeeded. Observe it with
+/// ``OfflineODataProvider/syncStatusUpdates()``.
+public struct OfflineODataSyncStatus: Sendable, Hashable {
+    /// Requests in the RequestQueue waiting for upload.
+    public var pendingRequests: Int
+    /// Requests in the ErrorArchive (rejected by the backend).
+    public var failedRequests: Int
+    /// The operation running now, if any.
+    public var runningOperation: OfflineODataOperation?
+    /// The step the running operation has reached.
+    public var progressStep: OfflineODataProgressStep?
+    /// Its progress message (localized like the progress events).
+    public var progressMessage: String?
+    /// When an upload last finished without failing (kept in the store).
+    public var lastUpload: Date?
+    /// When a download last finished without failing (kept in the store).
+    public var lastDownload: Date?
+    /// The failure of the last open, upload or download, until one succeeds.
+    public var lastError: String?
+
+    /// Whether an upload is running.
+    public var isUploading: Bool { runningOperation == .upload }
+    /// Whether a download (or the first open's download) is running.
+    public var isDownloading: Bool { runningOperation == .download || runningOperation == .open }
+
+    /// Creates a value from its parts.
+    public init(
+        pendingRequests: Int = 0, failedRequests: Int = 0, runningOperation: OfflineODataOperation? = nil,
+        progressStep: OfflineODataProgressStep? = nil, progressMessage: String? = nil, lastUpload: Date? = nil,
+        lastDownload: Date? = nil, lastError: String? = nil
+    ) {
+        self.pendingRequests = pendingRequests
+        self.failedRequests = failedRequests
+        self.runningOperation = runningOperation
+        self.progressStep = progressStep
+        self.progressMessage = progressMessage
+        self.lastUpload = lastUpload
+        self.lastDownload = lastDownload
+        self.lastError = lastError
+    }
+}
+
+/// A subscriber of store changes: the public stream of changes, or an observation's signal.
+enum ChangeSubscriber {
+    case changes(AsyncStream<OfflineODataStoreChange>.Continuation)
+    /// Signalled (coalesced) when a change touches `readSets` (nil: every change).
+    case signal(readSets: Set<String>?, AsyncStream<Void>.Continuation)
+}
+
+/// What the sync status holds besides the store's counts.
+struct SyncState {
+    var running: OfflineODataOperation?
+    var progressStep: OfflineODataProgressStep?
+    var progressMessage: String?
+    var lastError: String?
+    var lastUpload: Date?
+    var lastDownload: Date?
+    /// Whether the times were read from the store since it opened.
+    var timesLoaded = false
+}
+
+extension OfflineODataProvider {
+    // MARK: Store changes
+
+    /// Every committed change of the store, as it happens; each call gives a new stream, which
+    /// ends when the consuming task is cancelled.
+    public func storeChanges() -> AsyncStream<OfflineODataStoreChange> {
+        let (stream, continuation) = AsyncStream<OfflineODataStoreChange>.makeStream(
+            bufferingPolicy: .bufferingNewest(1000))
+        let id = UUID()
+        changeSubscribers[id] = .changes(continuation)
+        continuation.onTermination = { [weak self] _ in Task { await self?.removeChangeSubscriber(id) } }
+        return stream
+    }
+
+    /// A signal each time a change touches `readSets`; several changes before the consumer
+    /// looks give one signal.
+    func changeSignals(readSets: Set<String>?) -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let id = UUID()
+        changeSubscribers[id] = .signal(readSets: readSets, continuation)
+        continuation.onTermination = { [weak self] _ in Task { await self?.removeChangeSubscriber(id) } }
+        return stream
+    }
+
+    private func removeChangeSubscriber(_ id: UUID) { changeSubscribers[id] = nil }
+
+    /// How many change subscriptions are alive (observations, ``storeChanges()`` streams).
+    public var activeChangeSubscriptions: Int { changeSubscribers.count }
+
+    /// Tells subscribers about a committed change, and the sync status its new counts.
+    func publishChange(_ change: OfflineODataStoreChange) {
+        for subscriber in changeSubscribers.values {
+            switch subscriber {
+            case .changes(let continuation): continuation.yield(change)
+            case .signal(let readSets, let continuation):
+                if change.touches(readSets) { continuation.yield(()) }
+            }
+        }
+        publishStatus()
+    }
+
+    /// The entity sets a local write of `method` on `url` can change: the set the URL names;
+    /// for creates, deletes and links also the sets its navigation properties lead to (deep
+    /// inserts, cascades, the other end of a link); and the RequestQueue.
+    func writtenSets(method: String, url: String, model: Model) -> Set<String>? {
+        guard let set = try? DefiningQueries.entitySet(of: url, model: model) else { return nil }
+        var sets: Set<String> = [set, LocalSchema.requestQueue]
+        let verb = method.uppercased()
+        if verb == "POST" || verb == "DELETE" || url.contains("$ref") || url.contains("$links") {
+            let first = url.split(separator: "(", maxSplits: 1).first.map { String($0.split(separator: "/")[0]) } ?? set
+            for name in [first, set] {
+                for binding in model.entitySet(name)?.navigationPropertyBindings ?? [] {
+                    if let target = model.resolveBindingTarget(binding.target)?.name { sets.insert(target) }
+                }
+                sets.insert(name)
+            }
+        }
+        return sets
+    }
+
+    // MARK: Observation
+
+    /// The entity sets a read of `url` depends on: its set, the targets of its `$expand`s, and,
+    /// when its `$filter` or `$orderby` follows navigation properties, the sets those lead to.
+    /// Nil when the URL cannot be resolved (then every change counts).
+    public func readSets(of url: String) throws -> Set<String>? {
+        let model = try openStore().model
+        let path = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+        if LocalSchema.systemSets.contains(String(path.split(separator: "(")[0])) {
+            return [String(path.split(separator: "(")[0])]
+        }
+        guard var sets = try? DefiningQueries.coveredSets(of: url, model: model) else { return nil }
+        let query = url.split(separator: "?", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
+        if query.contains("/") {
+            for set in sets {
+                for binding in model.entitySet(set)?.navigationPropertyBindings ?? [] {
+                    if let target = model.resolveBindingTarget(binding.target)?.name { sets.insert(target) }
+                }
+            }
+        }
+        // A read through a navigation path depends on the sets along it.
+        if let first = path.split(separator: "/").first.map({ String($0.split(separator: "(")[0]) }),
+            model.entitySet(first) != nil
+        {
+            sets.insert(first)
+        }
+        return sets
+    }
+
+    /// A live read of `url`: yields the current result at once, then again after every
+    /// committed change (local write, download, upload, undo) that touches the entity sets the
+    /// read depends on, and only when the result differs from the last one yielded. Several
+    /// changes while a re-read runs cause one more re-read, not several.
+    ///
+    /// The sequence ends when the consuming task is cancelled, and throws when a read fails
+    /// (the store was closed, say).
+    public nonisolated func observe(_ url: String) -> AsyncThrowingStream<QueryResult, any Error> {
+        observe(url) { $0 }
+    }
+
+    /// A live read of `url` whose results are transformed by `transform`.
+    nonisolated func observe<T: Sendable & Equatable>(
+        _ url: String, transform: @escaping @Sendable (QueryResult) throws -> T
+    ) -> AsyncThrowingStream<T, any Error> {
+        LiveQuery.run(subscribe: { await self.changeSignals(readSets: try await self.readSets(of: url)) }) {
+            try transform(try await self.read(url))
+        }
+    }
+
+    // MARK: Sync status
+
+    /// The sync status now. Counts need an open store (zero before).
+    public func syncStatus() async throws -> OfflineODataSyncStatus {
+        var status = OfflineODataSyncStatus(
+            runningOperation: syncState.running, progressStep: syncState.progressStep,
+            progressMessage: syncState.progressMessage, lastError: syncState.lastError)
+        guard let store else { return status }
+        let counts = try await store.read { reader in
+            let rows = try reader.connection.query(
+                "SELECT SUM(status = 'pending'), SUM(status = 'failed') FROM oo_queue")
+            func number(_ value: DatabaseValue?) -> Int {
+                if case .integer(let n)? = value { return Int(n) }
+                return 0
+            }
+            let times = try reader.connection.query(
+                "SELECT key, value FROM oo_meta WHERE key IN ('lastUpload', 'lastDownload')")
+            var upload: Double?
+            var download: Double?
+            for row in times where row.count == 2 {
+                guard case .text(let key) = row[0], case .text(let value) = row[1] else { continue }
+                if key == "lastUpload" { upload = Double(value) } else { download = Double(value) }
+            }
+            return (number(rows.first?[0]), number(rows.first?[1]), upload, download)
+        }
+        status.pendingRequests = counts.0
+        status.failedRequests = counts.1
+        status.lastUpload = counts.2.map { Date(timeIntervalSince1970: $0) }
+        status.lastDownload = counts.3.map { Date(timeIntervalSince1970: $0) }
+        return status
+    }
+
+    /// The sync status as an `AsyncSequence`: the current status at once, then each time it
+    /// changes (a local write, an operation starting, its progress, its end). Ends when the
+    /// consuming task is cancelled.
+    public func syncStatusUpdates() -> AsyncStream<OfflineODataSyncStatus> {
+        let (stream, continuation) = AsyncStream<OfflineODataSyncStatus>.makeStream(
+            bufferingPolicy: .bufferingNewest(100))
+        let id = UUID()
+        statusSubscribers[id] = continuation
+        continuation.onTermination = { [weak self] _ in Task { await self?.removeStatusSubscriber(id) } }
+        Task { await self.sendStatus(to: id) }
+        return stream
+    }
+
+    private func removeStatusSubscriber(_ id: UUID) { statusSubscribers[id] = nil }
+
+    private func sendStatus(to id: UUID) async {
+        guard let status = try? await syncStatus() else { return }
+        statusSubscribers[id]?.yield(status)
+    }
+
+    /// Sends the status to its subscribers (the counts are read once for all of them).
+    func publishStatus() {
+        guard !statusSubscribers.isEmpty else { return }
+        Task {
+            guard let status = try? await self.syncStatus() else { return }
+            self.deliver(status)
+        }
+    }
+
+    private func deliver(_ status: OfflineODataSyncStatus) {
+        for continuation in statusSubscribers.values { continuation.yield(status) }
+    }
+
+    func progressChanged(_ progress: OfflineODataProgress) {
+        syncState.progressStep = progress.step
+        syncState.progressMessage = progress.message
+        publishStatus()
+    }
+
+    /// Runs an open, upload or download with its sync status: running while it runs; then
+    /// its time (on success) or its failure, and a store change for the observers.
+    func tracked(_ operation: OfflineODataOperation, _ body: () async throws -> Void) async throws {
+        syncState.running = operation
+        syncState.progressStep = nil
+        syncState.progressMessage = nil
+        publishStatus()
+        let origin: OfflineODataStoreChange.Origin = operation == .upload ? .upload : .download
+        do {
+            try await body()
+            syncState.running = nil
+            syncState.lastError = nil
+            if operation != .open, let store {
+                let key = operation == .upload ? "lastUpload" : "lastDownload"
+                let now = String(Date().timeIntervalSince1970)
+                try? await store.write { writer in
+                    _ = try writer.connection.execute(
+                        "INSERT OR REPLACE INTO oo_meta (key, value) VALUES (?, ?)", [.text(key), .text(now)])
+                }
+            }
+            publishChange(OfflineODataStoreChange(origin: origin, entitySets: nil))
+        } catch {
+            syncState.running = nil
+            syncState.lastError = error is CancellationError ? "cancelled" : String(describing: error)
+            publishChange(OfflineODataStoreChange(origin: origin, entitySets: nil))
+            throw error
+        }
+    }
+}
