@@ -109,7 +109,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ODataCodeGenTests",
-            dependencies: ["ODataCodeGen", "ODataCore", "OfflineOData", "ODataServer", "ODataStore", "InteropSupport"],
+            dependencies: ["ODataCodeGen", "ODataCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -119,7 +119,7 @@ let package = Package(
         ),
         .testTarget(
             name: "OfflineODataTests",
-            dependencies: ["OfflineOData", "ODataServer", "ODataStore", "ODataCore", "InteropSupport"],
+            dependencies: ["OfflineOData", "ODataServer", "ODataStore", "ODataCore", "ODataCodeGen", "InteropSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -40,6 +40,8 @@ public actor OfflineODataProvider {
     var statusSubscribers: [UUID: AsyncStream<OfflineODataSyncStatus>.Continuation] = [:]
     /// What ``syncStatus()`` reports besides the counts.
     var syncState = SyncState()
+    /// Local reads so far (tests count the re-reads of live queries).
+    var localReadCount = 0
     var cancelUploadRequested = false
     var cancelDownloadRequested = false
     var busy = false

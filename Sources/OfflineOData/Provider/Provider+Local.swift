@@ -10,7 +10,8 @@ extension OfflineODataProvider {
     /// Reads from the local store with the full query language. Nothing reaches the network;
     /// what the defining queries do not cover reads as empty (or nil for one entity).
     public func read(_ url: String) async throws -> QueryResult {
-        try await readLocally(url).result
+        localReadCount += 1
+        return try await readLocally(url).result
     }
 
     /// The entity sets a local read can find data in: those the defining queries fill (their
