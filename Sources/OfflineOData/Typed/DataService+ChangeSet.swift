@@ -22,10 +22,12 @@ public struct TypedChangeSet: Sendable {
         operations.append(operation)
     }
 
-    /// Creates `entity` (with its navigation values: a deep insert).
-    public mutating func create<E: ODataEntity>(_ entity: E, in set: TypedEntitySet<E>? = nil) throws(DataServiceError) {
-        var body = entity.entity(includingNavigation: true)
-        body.control = ControlInformation()
+    /// Creates `entity` (with its navigation values: a deep insert); see
+    /// ``DataService/create(_:in:keyGeneratedByBackend:headers:)``.
+    public mutating func create<E: ODataEntity>(
+        _ entity: E, in set: TypedEntitySet<E>? = nil, keyGeneratedByBackend: Bool = false
+    ) throws(DataServiceError) {
+        let body = DataService.createBody(entity, keyGeneratedByBackend: keyGeneratedByBackend)
         let bytes = version.isLegacy ? V2JSONWriter().writeRequestBody(body) : V4JSONWriter().write(body)
         add("POST", try DataService.target(set).name, headers: [:], body: bytes)
     }
@@ -86,10 +88,14 @@ extension DataService {
     /// ```
     @discardableResult
     public func changeSet(
-        _ build: (inout TypedChangeSet) throws(DataServiceError) -> Void
+        _ build: (inout TypedChangeSet) throws -> Void
     ) async throws(DataServiceError) -> [ChangeSetResponse] {
         var changes = TypedChangeSet(version: version)
-        try build(&changes)
+        do {
+            try build(&changes)
+        } catch {
+            throw DataServiceError.wrap(error, "change set")
+        }
         guard !changes.operations.isEmpty else { return [] }
         let batch = MultipartBatch(parts: [.changeSet(ChangeSet(operations: changes.operations))])
         let response = try await send(

@@ -217,13 +217,17 @@ public struct DataService: Sendable {
 
     /// Creates `entity` (with its navigation values: a deep insert) and returns it as the
     /// service answered: with the backend's or a local temporary key, defaults and ETag.
+    ///
+    /// With `keyGeneratedByBackend`, the key properties are left out of the request, so the
+    /// backend assigns the key (offline: a local temporary key until the upload brings the
+    /// backend's); the key values of `entity` are then placeholders.
     @discardableResult
     public func create<E: ODataEntity>(
-        _ entity: E, in set: TypedEntitySet<E>? = nil, headers: [String: String] = [:]
+        _ entity: E, in set: TypedEntitySet<E>? = nil, keyGeneratedByBackend: Bool = false,
+        headers: [String: String] = [:]
     ) async throws(DataServiceError) -> E {
         let target = try Self.target(set).name
-        var body = entity.entity(includingNavigation: true)
-        body.control = ControlInformation()
+        let body = Self.createBody(entity, keyGeneratedByBackend: keyGeneratedByBackend)
         let response = try await send("POST", target, headers: headers, body: encode(body))
         guard case .entity(let created?)? = response.result else { return entity }
         do {
@@ -393,6 +397,18 @@ public struct DataService: Sendable {
         }
         if method != "GET" { await writes.signal() }
         return response
+    }
+
+    /// The payload of a create: the entity with its navigation values, without control
+    /// information, and without its key when the backend generates it.
+    static func createBody<E: ODataEntity>(_ entity: E, keyGeneratedByBackend: Bool) -> Entity {
+        var body = entity.entity(includingNavigation: true)
+        body.control = ControlInformation()
+        if keyGeneratedByBackend {
+            let keyNames = Set(entity.key.keyValues.map(\.name))
+            body.properties.removeAll { keyNames.contains($0.name) }
+        }
+        return body
     }
 
     static func ifMatch(_ etag: String?) -> [String: String] {
