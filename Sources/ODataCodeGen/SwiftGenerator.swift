@@ -71,7 +71,8 @@ public struct SwiftGenerator: Sendable {
         notes = plan.notes
         // `public import` where the declarations are public: modules with
         // InternalImportsByDefault need it, and an unused one draws a warning.
-        let keyword = access == .public ? "public import" : "import"
+        // A document with no types (annotations only) uses nothing of ODataCore publicly.
+        let keyword = access == .public && out.text.contains("ODataCore.") ? "public import" : "import"
         var imports = ""
         if out.text.contains("Foundation.") { imports += "\(keyword) Foundation\n" }
         imports += "\(keyword) ODataCore"
@@ -217,7 +218,13 @@ public struct SwiftGenerator: Sendable {
         out.line("")
         var parameters = members.map { member -> String in
             var text = "\(member.swiftName): \(member.swiftType)"
-            if member.isOptional { text += " = nil" } else if member.isCollection { text += " = []" }
+            if member.isOptional {
+                text += " = nil"
+            } else if member.isCollection {
+                text += " = []"
+            } else if member.kind == .untyped {
+                text += " = .null"
+            }
             return text
         }
         if entity != nil { parameters.append("odataETag: Swift.String? = nil") }
