@@ -14,6 +14,8 @@ struct DemoCommand: AsyncParsableCommand {
 
     @Option(help: "Keep the demo files in this folder (default: a temporary folder, removed afterwards).") var directory: String?
     @Option(help: "Size of the sample data.") var scale = 5
+    @Flag(help: "Show the typed API instead: generated types, a live query, a local change, upload and sync status.")
+    var typed = false
 
     func run() async throws {
         let started = Date()
@@ -26,9 +28,13 @@ struct DemoCommand: AsyncParsableCommand {
                              message: "Sales order SO2 is already delivered and cannot be changed")
         heading("1. Reference server")
         let server = try await EmbeddedServer.sales(at: folder.appendingPathComponent("backend.sqlite").path, scale: scale, faults: [rule])
-        print("  sales sample on \(server.v4Root.absoluteString) (PATCH of SalesOrders('SO2') will be rejected)")
+        print("  sales sample on \(server.v4Root.absoluteString)" + (typed ? "" : " (PATCH of SalesOrders('SO2') will be rejected)"))
         do {
-            try await runDemo(server: server, folder: folder, started: started)
+            if typed {
+                try await TypedDemo.run(server: server, folder: folder, started: started)
+            } else {
+                try await runDemo(server: server, folder: folder, started: started)
+            }
         } catch {
             await server.stop()
             throw error

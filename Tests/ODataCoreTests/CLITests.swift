@@ -58,6 +58,19 @@ import Testing
         #expect(result.out.contains("queue empty: true"))
     }
 
+    /// `demo --typed`: generated types, a live query that fires on a local change and on the
+    /// upload's new ETags, and the sync status through the upload.
+    @Test func typedDemoShowsObservationAndSyncStatus() async throws {
+        let result = try await run(["demo", "--typed"])
+        #expect(result.status == 0, "demo --typed failed: \(result.err)")
+        #expect(result.out.contains("partners in DE: BP0 (Company 0)"), "\(result.out)")
+        #expect(result.out.contains("observation fired → [SO0: \"Call before delivery\""), "\(result.out)")
+        #expect(result.out.contains("sync status: pending 1, failed 0, last upload never"), "\(result.out)")
+        #expect(result.out.contains("upload running (processingRequests)"), "\(result.out)")
+        #expect(result.out.contains("the backend's SO0.note: \"Call before delivery\""), "\(result.out)")
+        #expect(result.out.contains("observation results: 3;"), "\(result.out)")
+    }
+
     /// Starts `oodata serve --sample sales --port 0` with `arguments`; its process and V4 and V2 roots.
     func serve(_ arguments: [String]) async throws -> (process: Process, v4: String, v2: String) {
         let tool = try #require(Self.binary, "oodata was not built next to the tests")

@@ -179,19 +179,22 @@ import Testing
     /// The generated test types are what the generator writes today for the sample service, V4 and V2.
     @Test func generatedSampleTypesAreCurrent() throws {
         let model = try SalesSample.model()
-        let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Generated")
-        for (namespace, metadata, file) in [
-            ("SalesV4", SalesSample.metadata, "SalesV4.swift"), ("SalesV2", MetadataWriter().v2(model), "SalesV2.swift"),
+        let tests = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        let cli = tests.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Sources/oodata")
+        for (namespace, metadata, file, access) in [
+            ("SalesV4", SalesSample.metadata, tests.appendingPathComponent("Generated/SalesV4.swift"), SwiftGenerator.Access.public),
+            ("SalesV2", MetadataWriter().v2(model), tests.appendingPathComponent("Generated/SalesV2.swift"), .public),
+            ("Sales", SalesSample.metadata, cli.appendingPathComponent("Generated/SalesTypes.swift"), .internal),
         ] {
             let parsed = try MetadataParser().parse(metadata)
-            var generator = SwiftGenerator(model: parsed, namespace: namespace)
+            var generator = SwiftGenerator(model: parsed, access: access, namespace: namespace)
             let source = generator.generate()
-            let url = folder.appendingPathComponent(file)
+            let url = file
             if ProcessInfo.processInfo.environment["OODATA_REGENERATE"] == "1" {
                 try source.write(to: url, atomically: true, encoding: .utf8)
             }
             let committed = try String(contentsOf: url, encoding: .utf8)
-            #expect(source == committed, "run the tests with OODATA_REGENERATE=1 to regenerate \(file)")
+            #expect(source == committed, "run the tests with OODATA_REGENERATE=1 to regenerate \(file.lastPathComponent)")
         }
     }
 }
