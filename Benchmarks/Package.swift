@@ -59,6 +59,14 @@ let package = Package(
             ]
         ),
         .executableTarget(
+            name: "TypedRatio",
+            dependencies: [
+                .product(name: "ODataCore", package: parent), .product(name: "ODataStore", package: parent),
+                .product(name: "ODataServer", package: parent), .product(name: "OfflineOData", package: parent),
+            ],
+            plugins: [.plugin(name: "ODataGenerator", package: parent)]
+        ),
+        .executableTarget(
             name: "ChainRatio",
             dependencies: [.product(name: "ODataCore", package: parent), .product(name: "ODataStore", package: parent)]
         ),

@@ -47,7 +47,7 @@ public protocol ODataEntity: ODataStructure {
 extension ODataEntity {
     /// Reads an entity of a payload or a local read: its properties, expanded navigation
     /// properties and ETag.
-    public init(entity: Entity) throws(TypedValueError) {
+    @inlinable public init(entity: Entity) throws(TypedValueError) {
         var reader = StructureReader(
             typeName: Self.odataTypeName, properties: entity.properties, navigation: entity.navigation,
             etag: entity.control.etag)
@@ -147,15 +147,15 @@ public indirect enum Indirect<Wrapped: Sendable & Hashable>: Sendable, Hashable 
 public struct StructureReader: Sendable {
     /// The qualified name of the type being read, for error paths.
     public let typeName: String
-    let properties: [NamedValue]
-    let navigation: [NavigationValue]
+    @usableFromInline let properties: [NamedValue]
+    @usableFromInline let navigation: [NavigationValue]
     /// The ETag of the entity being read, if any.
     public let etag: String?
     /// Where the next property is expected: payloads usually list properties in model order.
-    private var cursor = 0
+    @usableFromInline var cursor = 0
 
     /// Creates a reader of a structured value's parts.
-    public init(
+    @inlinable public init(
         typeName: String, properties: [NamedValue], navigation: [NavigationValue] = [], etag: String? = nil
     ) {
         self.typeName = typeName
@@ -164,39 +164,44 @@ public struct StructureReader: Sendable {
         self.etag = etag
     }
 
-    private mutating func find(_ name: String) -> Value? {
+    /// The index of the property `name`, looking first where the last one ended.
+    @inlinable mutating func find(_ name: String) -> Int? {
         let count = properties.count
         if cursor < count, properties[cursor].name == name {
-            defer { cursor += 1 }
-            return properties[cursor].value
+            cursor += 1
+            return cursor - 1
         }
         for index in 0..<count where properties[index].name == name {
             cursor = index + 1
-            return properties[index].value
+            return index
         }
         return nil
     }
 
     /// The value of a structural property. A property the payload lacks reads as null, which
     /// only an optional type accepts.
-    public mutating func value<T: ODataValueConvertible>(_ name: String, as type: T.Type = T.self)
+    @inlinable public mutating func value<T: ODataValueConvertible>(_ name: String, as type: T.Type = T.self)
         throws(TypedValueError) -> T
     {
-        let found = find(name)
-        do {
-            return try T(odataValue: found ?? .null)
-        } catch {
-            if found == nil {
+        guard let index = find(name) else {
+            do {
+                return try T(odataValue: .null)
+            } catch {
                 throw TypedValueError(
                     .missingProperty, "the non-nullable property is not in the payload (a $select without it?)",
                     path: typeName + "/" + name)
             }
+        }
+        do {
+            return try T(odataValue: properties[index].value)
+        } catch {
             throw error.at(typeName + "/" + name)
         }
     }
 
     /// A single-valued navigation property: nil when it was not expanded or is null.
-    public func navigation<T: ODataEntity>(_ name: String, as type: T.Type = T.self) throws(TypedValueError) -> T? {
+    @inlinable public func navigation<T: ODataEntity>(_ name: String, as type: T.Type = T.self) throws(TypedValueError) -> T? {
+        guard navigation.isEmpty == false else { return nil }
         guard let value = navigation.first(where: { $0.name == name }), let inline = value.inline else { return nil }
         switch inline {
         case .entity(let entity?):
@@ -216,6 +221,7 @@ public struct StructureReader: Sendable {
     public func navigation<T: ODataEntity>(_ name: String, as type: [T].Type = [T].self)
         throws(TypedValueError) -> [T]?
     {
+        guard navigation.isEmpty == false else { return nil }
         guard let value = navigation.first(where: { $0.name == name }), let inline = value.inline else { return nil }
         switch inline {
         case .collection(let collection):

@@ -36,13 +36,13 @@ public struct TypedValueError: Error, Sendable, Hashable, CustomStringConvertibl
     }
 
     /// The same error with `path` set to `prefix` (or `prefix/path` when one is set already).
-    func at(_ prefix: String) -> TypedValueError {
+    @usableFromInline func at(_ prefix: String) -> TypedValueError {
         var copy = self
         copy.path = path.map { "\(prefix)/\($0)" } ?? prefix
         return copy
     }
 
-    static func mismatch(_ expected: String, _ found: Value) -> TypedValueError {
+    @usableFromInline static func mismatch(_ expected: String, _ found: Value) -> TypedValueError {
         TypedValueError(.typeMismatch, "expected \(expected), found \(found.kindDescription)")
     }
 }
@@ -73,7 +73,7 @@ public protocol ODataValueConvertible: Sendable, Hashable {
 }
 
 /// A primitive Swift type with one matching `PrimitiveValue` case.
-protocol PrimitiveConvertible: ODataValueConvertible {
+@usableFromInline protocol PrimitiveConvertible: ODataValueConvertible {
     static var edmName: String { get }
     static var primitiveType: PrimitiveType { get }
     init?(primitive: PrimitiveValue)
@@ -81,7 +81,7 @@ protocol PrimitiveConvertible: ODataValueConvertible {
 }
 
 extension PrimitiveConvertible {
-    public init(odataValue: Value) throws(TypedValueError) {
+    @inlinable public init(odataValue: Value) throws(TypedValueError) {
         guard case .primitive(let p) = odataValue else { throw .mismatch(Self.edmName, odataValue) }
         if let value = Self(primitive: p) {
             self = value
@@ -97,162 +97,162 @@ extension PrimitiveConvertible {
         throw .mismatch(Self.edmName, odataValue)
     }
 
-    public func odataValue(as type: PrimitiveType?) -> Value { .primitive(primitive) }
+    @inlinable public func odataValue(as type: PrimitiveType?) -> Value { .primitive(primitive) }
 }
 
 extension Bool: PrimitiveConvertible {
-    static var edmName: String { "Edm.Boolean" }
-    static var primitiveType: PrimitiveType { .boolean }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Boolean" }
+    @usableFromInline static var primitiveType: PrimitiveType { .boolean }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .boolean(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .boolean(self) }
+    @inlinable var primitive: PrimitiveValue { .boolean(self) }
 }
 
 extension UInt8: PrimitiveConvertible {
-    static var edmName: String { "Edm.Byte" }
-    static var primitiveType: PrimitiveType { .byte }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Byte" }
+    @usableFromInline static var primitiveType: PrimitiveType { .byte }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .byte(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .byte(self) }
+    @inlinable var primitive: PrimitiveValue { .byte(self) }
 }
 
 extension Int8: PrimitiveConvertible {
-    static var edmName: String { "Edm.SByte" }
-    static var primitiveType: PrimitiveType { .sbyte }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.SByte" }
+    @usableFromInline static var primitiveType: PrimitiveType { .sbyte }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .sbyte(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .sbyte(self) }
+    @inlinable var primitive: PrimitiveValue { .sbyte(self) }
 }
 
 extension Int16: PrimitiveConvertible {
-    static var edmName: String { "Edm.Int16" }
-    static var primitiveType: PrimitiveType { .int16 }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Int16" }
+    @usableFromInline static var primitiveType: PrimitiveType { .int16 }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .int16(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .int16(self) }
+    @inlinable var primitive: PrimitiveValue { .int16(self) }
 }
 
 extension Int32: PrimitiveConvertible {
-    static var edmName: String { "Edm.Int32" }
-    static var primitiveType: PrimitiveType { .int32 }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Int32" }
+    @usableFromInline static var primitiveType: PrimitiveType { .int32 }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .int32(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .int32(self) }
+    @inlinable var primitive: PrimitiveValue { .int32(self) }
 }
 
 extension Int64: PrimitiveConvertible {
-    static var edmName: String { "Edm.Int64" }
-    static var primitiveType: PrimitiveType { .int64 }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Int64" }
+    @usableFromInline static var primitiveType: PrimitiveType { .int64 }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .int64(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .int64(self) }
+    @inlinable var primitive: PrimitiveValue { .int64(self) }
 }
 
 extension Float: PrimitiveConvertible {
-    static var edmName: String { "Edm.Single" }
-    static var primitiveType: PrimitiveType { .single }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Single" }
+    @usableFromInline static var primitiveType: PrimitiveType { .single }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .single(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .single(self) }
+    @inlinable var primitive: PrimitiveValue { .single(self) }
 }
 
 extension Double: PrimitiveConvertible {
-    static var edmName: String { "Edm.Double" }
-    static var primitiveType: PrimitiveType { .double }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Double" }
+    @usableFromInline static var primitiveType: PrimitiveType { .double }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .double(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .double(self) }
+    @inlinable var primitive: PrimitiveValue { .double(self) }
 }
 
 extension DecimalValue: PrimitiveConvertible {
-    static var edmName: String { "Edm.Decimal" }
-    static var primitiveType: PrimitiveType { .decimal }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Decimal" }
+    @usableFromInline static var primitiveType: PrimitiveType { .decimal }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard let v = primitive.decimalValue else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .decimal(self) }
+    @inlinable var primitive: PrimitiveValue { .decimal(self) }
 }
 
 extension String: PrimitiveConvertible {
-    static var edmName: String { "Edm.String" }
-    static var primitiveType: PrimitiveType { .string }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.String" }
+    @usableFromInline static var primitiveType: PrimitiveType { .string }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .string(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .string(self) }
+    @inlinable var primitive: PrimitiveValue { .string(self) }
 }
 
 extension GuidValue: PrimitiveConvertible {
-    static var edmName: String { "Edm.Guid" }
-    static var primitiveType: PrimitiveType { .guid }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Guid" }
+    @usableFromInline static var primitiveType: PrimitiveType { .guid }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .guid(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .guid(self) }
+    @inlinable var primitive: PrimitiveValue { .guid(self) }
 }
 
 extension DateValue: PrimitiveConvertible {
-    static var edmName: String { "Edm.Date" }
-    static var primitiveType: PrimitiveType { .date }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Date" }
+    @usableFromInline static var primitiveType: PrimitiveType { .date }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .date(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .date(self) }
+    @inlinable var primitive: PrimitiveValue { .date(self) }
 }
 
 extension TimeOfDayValue: PrimitiveConvertible {
-    static var edmName: String { "Edm.TimeOfDay" }
-    static var primitiveType: PrimitiveType { .timeOfDay }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.TimeOfDay" }
+    @usableFromInline static var primitiveType: PrimitiveType { .timeOfDay }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .timeOfDay(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .timeOfDay(self) }
+    @inlinable var primitive: PrimitiveValue { .timeOfDay(self) }
 }
 
 extension Data: PrimitiveConvertible {
-    static var edmName: String { "Edm.Binary" }
-    static var primitiveType: PrimitiveType { .binary }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Binary" }
+    @usableFromInline static var primitiveType: PrimitiveType { .binary }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .binary(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .binary(self) }
+    @inlinable var primitive: PrimitiveValue { .binary(self) }
 }
 
 extension SpatialValue: PrimitiveConvertible {
-    static var edmName: String { "Edm.Geography or Edm.Geometry" }
-    static var primitiveType: PrimitiveType { .geography }
-    init?(primitive: PrimitiveValue) {
+    @usableFromInline static var edmName: String { "Edm.Geography or Edm.Geometry" }
+    @usableFromInline static var primitiveType: PrimitiveType { .geography }
+    @inlinable init?(primitive: PrimitiveValue) {
         guard case .spatial(let v) = primitive else { return nil }
         self = v
     }
-    var primitive: PrimitiveValue { .spatial(self) }
+    @inlinable var primitive: PrimitiveValue { .spatial(self) }
 }
 
 /// `Edm.DateTimeOffset`, and V2's `Edm.DateTime` (a date and time without offset).
 extension DateTimeOffsetValue: ODataValueConvertible {
-    public init(odataValue: Value) throws(TypedValueError) {
+    @inlinable public init(odataValue: Value) throws(TypedValueError) {
         switch odataValue {
         case .primitive(.dateTimeOffset(let v)), .primitive(.dateTime(let v)): self = v
         case .primitive(.date(let d)):
@@ -273,7 +273,7 @@ extension DateTimeOffsetValue: ODataValueConvertible {
 
 /// `Edm.Duration`, and V2's `Edm.Time` (a time of day written as a duration).
 extension DurationValue: ODataValueConvertible {
-    public init(odataValue: Value) throws(TypedValueError) {
+    @inlinable public init(odataValue: Value) throws(TypedValueError) {
         switch odataValue {
         case .primitive(.duration(let v)), .primitive(.time(let v)): self = v
         default:
@@ -298,15 +298,15 @@ extension Value: ODataValueConvertible {
 
 /// Null is `nil`; a missing nullable property reads as `nil` too.
 extension Optional: ODataValueConvertible where Wrapped: ODataValueConvertible {
-    public init(odataValue: Value) throws(TypedValueError) {
-        if odataValue == .null {
+    @inlinable public init(odataValue: Value) throws(TypedValueError) {
+        if case .null = odataValue {
             self = nil
         } else {
             self = try Wrapped(odataValue: odataValue)
         }
     }
 
-    public func odataValue(as type: PrimitiveType?) -> Value {
+    @inlinable public func odataValue(as type: PrimitiveType?) -> Value {
         switch self {
         case .none: .null
         case .some(let wrapped): wrapped.odataValue(as: type)
@@ -319,7 +319,7 @@ extension Array: ODataValueConvertible where Element: ODataValueConvertible {
     public init(odataValue: Value) throws(TypedValueError) {
         guard case .collection(let items) = odataValue else {
             // A null collection (some V2 services) reads as empty.
-            if odataValue == .null {
+            if case .null = odataValue {
                 self = []
                 return
             }

@@ -114,7 +114,7 @@ public struct DataService: Sendable {
             case .collection(let collection):
                 entities.reserveCapacity(entities.count + collection.entities.count)
                 do {
-                    for entity in collection.entities { entities.append(try E(entity: entity)) }
+                    for index in collection.entities.indices { entities.append(try E(entity: collection.entities[index])) }
                 } catch {
                     throw DataServiceError.wrap(error, "GET \(page)")
                 }
