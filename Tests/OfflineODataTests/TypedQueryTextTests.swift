@@ -176,6 +176,16 @@ import Testing
         #expect(try text(TypedQuery<SalesV4.SalesOrder>()) == "SalesOrders")
     }
 
+    /// The benchmark's plugin input is the sample's metadata.
+    @Test func benchmarkMetadataIsTheSamples() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let copy = try String(
+            contentsOf: root.appendingPathComponent("Benchmarks/Sources/TypedRatio/Sales.metadata.xml"), encoding: .utf8)
+        #expect(copy.trimmingCharacters(in: .whitespacesAndNewlines)
+            == SalesSample.metadata.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
     /// The generated test types are what the generator writes today for the sample service, V4 and V2.
     @Test func generatedSampleTypesAreCurrent() throws {
         let model = try SalesSample.model()
