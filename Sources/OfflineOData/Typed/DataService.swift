@@ -92,7 +92,7 @@ public struct DataService: Sendable {
     }
 
     /// One page of `query`: its entities, the total count when the query asks for it
-    /// (``TypedQueryBuilding/withCount()``), and the next link when the backend pages (all
+    /// (`withCount()`), and the next link when the backend pages (all
     /// pages when `followingNextLinks`).
     public func fetchPage<E>(
         _ query: TypedQuery<E>, followingNextLinks: Bool = false
