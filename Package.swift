@@ -104,12 +104,12 @@ let package = Package(
         ),
         .testTarget(
             name: "ODataCoreTests",
-            dependencies: ["ODataCore"],
+            dependencies: ["ODataCore", "InteropSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "ODataCodeGenTests",
-            dependencies: ["ODataCodeGen", "ODataCore"],
+            dependencies: ["ODataCodeGen", "ODataCore", "InteropSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -14,7 +14,8 @@ struct ODataGenerator: BuildToolPlugin {
             return name.hasSuffix(".edmx") || (name.hasSuffix(".xml") && name.contains("metadata"))
         }.map { file in
             let base = file.url.lastPathComponent.split(separator: ".").first.map(String.init) ?? "Service"
-            let output = context.pluginWorkDirectoryURL.appending(path: base.prefix(1).uppercased() + base.dropFirst() + ".swift")
+            let output = context.pluginWorkDirectoryURL.appending(
+                path: base.prefix(1).uppercased() + base.dropFirst() + ".swift")
             return .buildCommand(
                 displayName: "Generating Swift types from \(file.url.lastPathComponent)",
                 executable: tool.url,

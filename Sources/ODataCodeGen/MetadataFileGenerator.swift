@@ -12,6 +12,9 @@ public enum MetadataFileGenerator {
         public var notes: [String]
         /// What the lenient metadata parser tolerated.
         public var warnings: [String]
+        /// Whether the document declares any type or entity container (an annotations-only
+        /// document does not).
+        public var declaresTypes: Bool
     }
 
     /// A metadata file that could not be read or parsed, with its path.
@@ -27,6 +30,16 @@ public enum MetadataFileGenerator {
     public static func generate(
         metadata: URL, access: SwiftGenerator.Access = .public, namespace: String? = nil
     ) throws(Failure) -> Output {
+        if let scheme = metadata.scheme, scheme != "file" {
+            throw Failure(path: metadata.absoluteString, message: "only local files are read; save the $metadata first")
+        }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: metadata.path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw Failure(path: metadata.path, message: "is a directory, not a $metadata file")
+        }
+        if metadata.path.hasPrefix("http:") || metadata.path.contains("://") {
+            throw Failure(path: metadata.path, message: "only local files are read; save the $metadata first")
+        }
         let data: Data
         do {
             data = try Data(contentsOf: metadata)
@@ -42,7 +55,11 @@ public enum MetadataFileGenerator {
         var generator = SwiftGenerator(
             model: model, access: access, sourceName: metadata.lastPathComponent, namespace: namespace)
         let source = generator.generate()
-        return Output(source: source, notes: generator.notes, warnings: model.warnings)
+        let declares = model.schemas.contains {
+            !$0.entityTypes.isEmpty || !$0.complexTypes.isEmpty || !$0.enumTypes.isEmpty
+                || !$0.typeDefinitions.isEmpty || $0.entityContainer != nil
+        }
+        return Output(source: source, notes: generator.notes, warnings: model.warnings, declaresTypes: declares)
     }
 
     /// The default name of the generated file: the metadata file's name without its

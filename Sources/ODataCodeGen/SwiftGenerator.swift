@@ -67,6 +67,11 @@ public struct SwiftGenerator: Sendable {
             }
         }
         for container in model.entityContainers { writeContainer(container, plan: &plan, a, &out) }
+        for operation in model.schemas.flatMap({ $0.functions + $0.actions }) where operation.isBound {
+            if let binding = operation.bindingParameterType, model.entityType(binding.name) == nil {
+                plan.notes.append("\(operation.qualifiedName): bound to \(binding), not to an entity type; left out")
+            }
+        }
         if namespace != nil { out.close("}") }
         notes = plan.notes
         // `public import` where the declarations are public: modules with
@@ -94,9 +99,12 @@ public struct SwiftGenerator: Sendable {
             out.line("\(a)init(rawValue: Swift.Int64) { self.rawValue = rawValue }")
             for (member, swiftName) in zip(type.members, cases) {
                 // `[]` for zero: `X(rawValue: 0)` draws a warning (an empty option set).
-                out.line("\(a)static let \(swiftName): \(name) = \(member.value == 0 ? "[]" : "\(name)(rawValue: \(member.value))")")
+                out.line(
+                    "\(a)static let \(swiftName): \(name) = \(member.value == 0 ? "[]" : "\(name)(rawValue: \(member.value))")"
+                )
             }
-            let table = type.members.map { "(\(SwiftNames.stringLiteral($0.name)), \($0.value))" }.joined(separator: ", ")
+            let table = type.members.map { "(\(SwiftNames.stringLiteral($0.name)), \($0.value))" }.joined(
+                separator: ", ")
             out.line("private static let odataMemberTable: [(Swift.String, Swift.Int64)] = [\(table)]")
             out.open("\(a)init(odataMembers members: [Swift.String]) throws(ODataCore.TypedValueError) {")
             out.line("var value: Swift.Int64 = 0")
@@ -109,13 +117,16 @@ public struct SwiftGenerator: Sendable {
             out.close("} else {")
             out.indent += 1
             out.line(
-                "throw ODataCore.TypedValueError(.unknownEnumMember, \"no member \\(member)\", path: Self.odataTypeName)")
+                "throw ODataCore.TypedValueError(.unknownEnumMember, \"no member \\(member)\", path: Self.odataTypeName)"
+            )
             out.close("}")
             out.close("}")
             out.line("self.init(rawValue: value)")
             out.close("}")
             out.open("\(a)var odataMembers: [Swift.String] {")
-            out.line("if rawValue == 0 { return Self.odataMemberTable.first(where: { $0.1 == 0 }).map { [$0.0] } ?? [\"0\"] }")
+            out.line(
+                "if rawValue == 0 { return Self.odataMemberTable.first(where: { $0.1 == 0 }).map { [$0.0] } ?? [\"0\"] }"
+            )
             out.line("let named = Self.odataMemberTable.filter { $0.1 != 0 && rawValue & $0.1 == $0.1 }")
             out.line("// Bits no member names are kept as the number.")
             out.line("let covered = named.reduce(Swift.Int64(0)) { $0 | $1.1 }")
@@ -140,7 +151,8 @@ public struct SwiftGenerator: Sendable {
             out.line("case \(labels.joined(separator: ", ")): self = .\(swiftName)")
         }
         out.line(
-            "default: throw ODataCore.TypedValueError(.unknownEnumMember, \"no member \\(members)\", path: Self.odataTypeName)")
+            "default: throw ODataCore.TypedValueError(.unknownEnumMember, \"no member \\(members)\", path: Self.odataTypeName)"
+        )
         out.close("}")
         out.close("}")
         out.open("\(a)var odataMembers: [Swift.String] {")
@@ -163,7 +175,9 @@ public struct SwiftGenerator: Sendable {
         guard let name = plan.typeNames[type.qualifiedName] else { return }
         let underlying = plan.swiftType(TypeReference(name: type.underlyingType), context: type.qualifiedName)
         out.line("")
-        out.line("/// Type definition `\(SwiftNames.comment(type.qualifiedName))` (\(SwiftNames.comment(type.underlyingType))).")
+        out.line(
+            "/// Type definition `\(SwiftNames.comment(type.qualifiedName))` (\(SwiftNames.comment(type.underlyingType)))."
+        )
         out.line("\(a)typealias \(name) = \(underlying?.element ?? "ODataCore.Value")")
     }
 
@@ -197,9 +211,13 @@ public struct SwiftGenerator: Sendable {
             out.line("")
             out.line("/// `\(SwiftNames.comment(member.modelName))`: \(SwiftNames.comment(member.documentation)).")
             if member.boxed {
-                let storage = member.isOptional ? "ODataCore.Indirect<\(member.element)>?" : "ODataCore.Indirect<\(member.element)>"
+                let storage =
+                    member.isOptional
+                    ? "ODataCore.Indirect<\(member.element)>?" : "ODataCore.Indirect<\(member.element)>"
                 out.open("\(a)var \(member.swiftName): \(member.swiftType) {")
-                out.line(member.isOptional ? "get { _\(member.swiftName)?.wrapped }" : "get { _\(member.swiftName).wrapped }")
+                out.line(
+                    member.isOptional ? "get { _\(member.swiftName)?.wrapped }" : "get { _\(member.swiftName).wrapped }"
+                )
                 out.line(
                     member.isOptional
                         ? "set { _\(member.swiftName) = newValue.map { .value($0) } }"
@@ -255,20 +273,25 @@ public struct SwiftGenerator: Sendable {
         for member in members {
             let name = SwiftNames.stringLiteral(member.modelName)
             switch member.kind {
-            case .navigation: out.line("writer.setNavigation(\(name), \(member.swiftName))")
+            case .navigation: out.line("writer.setNavigation(\(name), self.\(member.swiftName))")
             default:
                 let hint = member.edmHint.map { ", as: .\($0)" } ?? ""
-                out.line("writer.set(\(name), \(member.swiftName)\(hint))")
+                out.line("writer.set(\(name), self.\(member.swiftName)\(hint))")
             }
         }
         if members.isEmpty { out.line("_ = writer") }
         out.close("}")
-        if let entity { writeKey(entity, members: members, plan: &plan, a, &out) }
+        if let entity {
+            writeKey(entity, members: members, plan: &plan, a, &out)
+            writeBoundOperations(of: entity, plan: &plan, a, &out)
+        }
         writeFields(members: members, plan: plan, a, &out)
         out.close("}")
     }
 
-    private func storageName(_ member: MemberPlan) -> String { member.boxed ? "_" + member.swiftName : member.swiftName }
+    private func storageName(_ member: MemberPlan) -> String {
+        member.boxed ? "_" + member.swiftName : member.swiftName
+    }
 
     private func boxing(_ member: MemberPlan, _ expression: String) -> String {
         guard member.boxed else { return expression }
@@ -290,14 +313,17 @@ public struct SwiftGenerator: Sendable {
         let names = SwiftNames.unique(refs.map { SwiftNames.member($0.keyName) }, taken: ["keyValues"])
         for (ref, swiftName) in zip(refs, names) {
             if let resolved = plan.keyPath(ref.name, in: entity.qualifiedName, members: members) {
-                parts.append(KeyPart(
-                    name: swiftName, modelName: ref.keyName, type: resolved.type, expression: resolved.expression,
-                    hint: resolved.hint))
+                parts.append(
+                    KeyPart(
+                        name: swiftName, modelName: ref.keyName, type: resolved.type, expression: resolved.expression,
+                        hint: resolved.hint))
             } else {
                 plan.notes.append("\(entity.qualifiedName): key property \(ref.name) not found; its key member is null")
-                parts.append(KeyPart(
-                    name: swiftName, modelName: ref.keyName, type: "ODataCore.Value", expression: "ODataCore.Value.null",
-                    hint: nil))
+                parts.append(
+                    KeyPart(
+                        name: swiftName, modelName: ref.keyName, type: "ODataCore.Value",
+                        expression: "ODataCore.Value.null",
+                        hint: nil))
             }
         }
         out.line("")
@@ -310,7 +336,8 @@ public struct SwiftGenerator: Sendable {
         out.close("}")
         out.open("\(a)var keyValues: [ODataCore.NamedValue] {")
         let values = parts.map {
-            "ODataCore.NamedValue(name: \(SwiftNames.stringLiteral($0.modelName)), value: \($0.name).odataValue(as: \($0.hint.map { ".\($0)" } ?? "nil")))"
+            "ODataCore.NamedValue(name: \(SwiftNames.stringLiteral($0.modelName)), "
+                + "value: \($0.name).odataValue(as: \($0.hint.map { ".\($0)" } ?? "nil")))"
         }
         if values.isEmpty {
             out.line("[]")
@@ -342,14 +369,24 @@ public struct SwiftGenerator: Sendable {
                     "\(a)var \(member.swiftName): ODataCore.\(kind)<\(target)> { .init(\(name), prefix: prefix) }")
             case .complex where !member.isCollection:
                 out.line(
-                    "\(a)var \(member.swiftName): \(member.element).Fields { .init(prefix: prefix.appending(\(name))) }")
+                    "\(a)var \(member.swiftName): \(member.element).Fields { .init(prefix: prefix.appending(\(name))) }"
+                )
+            case .complex:
+                out.line(
+                    "\(a)var \(member.swiftName): ODataCore.ComplexCollectionField<\(member.element)> "
+                        + "{ .init(\(name), prefix: prefix) }"
+                )
             default:
                 if member.isCollection {
                     out.line(
-                        "\(a)var \(member.swiftName): ODataCore.CollectionField<\(member.element)> { .init(\(name), prefix: prefix\(hint)) }")
+                        "\(a)var \(member.swiftName): ODataCore.CollectionField<\(member.element)> "
+                            + "{ .init(\(name), prefix: prefix\(hint)) }"
+                    )
                 } else {
                     out.line(
-                        "\(a)var \(member.swiftName): ODataCore.Field<\(member.element)> { .init(prefix.member(\(name))\(hint)) }")
+                        "\(a)var \(member.swiftName): ODataCore.Field<\(member.element)> "
+                            + "{ .init(prefix.member(\(name))\(hint)) }"
+                    )
                 }
             }
         }
@@ -363,7 +400,9 @@ public struct SwiftGenerator: Sendable {
     ) {
         guard let name = plan.typeNames["container:" + container.qualifiedName] else { return }
         out.line("")
-        out.line("/// The entity sets, singletons and operation imports of `\(SwiftNames.comment(container.qualifiedName))`.")
+        out.line(
+            "/// The entity sets, singletons and operation imports of `\(SwiftNames.comment(container.qualifiedName))`."
+        )
         out.open("\(a)enum \(name) {")
         let memberNames: [String]
         let setNames = container.entitySets.map { SwiftNames.member($0.name) }
@@ -376,7 +415,8 @@ public struct SwiftGenerator: Sendable {
         // Operation imports of one name share a Swift name (overloads), apart from the sets'.
         var operationSwiftNames: [String: String] = [:]
         for operation in operationNames where operationSwiftNames[operation] == nil {
-            operationSwiftNames[operation] = SwiftNames.unique([operation], taken: taken.union(operationSwiftNames.values))[0]
+            operationSwiftNames[operation] =
+                SwiftNames.unique([operation], taken: taken.union(operationSwiftNames.values))[0]
         }
         for (index, set) in container.entitySets.enumerated() {
             guard let type = plan.typeNames[set.entityType], model.entityType(set.entityType) != nil else {
@@ -385,16 +425,22 @@ public struct SwiftGenerator: Sendable {
             }
             out.line("/// Entity set `\(SwiftNames.comment(set.name))` of `\(SwiftNames.comment(set.entityType))`.")
             out.line(
-                "\(a)static let \(memberNames[index]): ODataCore.TypedEntitySet<\(type)> = .init(\(SwiftNames.stringLiteral(set.name)))")
+                "\(a)static let \(memberNames[index]): ODataCore.TypedEntitySet<\(type)> "
+                    + "= .init(\(SwiftNames.stringLiteral(set.name)))"
+            )
         }
         for (offset, singleton) in container.singletons.enumerated() {
             guard let type = plan.typeNames[singleton.type], model.entityType(singleton.type) != nil else {
-                plan.notes.append("\(container.name)/\(singleton.name): entity type \(singleton.type) is not in the model")
+                plan.notes.append(
+                    "\(container.name)/\(singleton.name): entity type \(singleton.type) is not in the model")
                 continue
             }
-            out.line("/// Singleton `\(SwiftNames.comment(singleton.name))` of `\(SwiftNames.comment(singleton.type))`.")
             out.line(
-                "\(a)static let \(memberNames[container.entitySets.count + offset]): ODataCore.TypedSingleton<\(type)> = .init(\(SwiftNames.stringLiteral(singleton.name)))")
+                "/// Singleton `\(SwiftNames.comment(singleton.name))` of `\(SwiftNames.comment(singleton.type))`.")
+            out.line(
+                "\(a)static let \(memberNames[container.entitySets.count + offset]): ODataCore.TypedSingleton<\(type)> "
+                    + "= .init(\(SwiftNames.stringLiteral(singleton.name)))"
+            )
         }
         var signatures: Set<String> = []
         for function in container.functionImports {
@@ -402,7 +448,8 @@ public struct SwiftGenerator: Sendable {
             if let qualified = function.function {
                 for overload in model.functions(qualified) where !overload.isBound {
                     writeOperation(
-                        importName: function.name, swiftName: swiftName, kind: "function", parameters: overload.parameters,
+                        importName: function.name, swiftName: swiftName, kind: "function",
+                        parameters: overload.parameters,
                         returnType: overload.returnType, returnNullable: overload.returnNullable, httpMethod: nil,
                         signatures: &signatures, plan: &plan, a, &out)
                 }
@@ -425,17 +472,46 @@ public struct SwiftGenerator: Sendable {
         out.close("}")
     }
 
+    /// The functions and actions bound to an entity type (or to a collection of it), as static
+    /// functions of a nested `Operations` enum: `Book.Operations.reserve(on: path)`.
+    private func writeBoundOperations(
+        of entity: EntityType, plan: inout TypePlan, _ a: String, _ out: inout SourceWriter
+    ) {
+        let operations = model.schemas.flatMap { $0.functions + $0.actions }.filter {
+            $0.isBound && $0.bindingParameterType?.name == entity.qualifiedName
+        }
+        guard !operations.isEmpty else { return }
+        out.line("")
+        out.line("/// The functions and actions bound to `\(SwiftNames.comment(entity.qualifiedName))`; online only.")
+        out.open("\(a)enum Operations {")
+        var signatures: Set<String> = []
+        let names = Dictionary(
+            operations.map { ($0.qualifiedName, SwiftNames.member($0.name)) }, uniquingKeysWith: { first, _ in first })
+        for operation in operations {
+            let onCollection = operation.bindingParameterType?.isCollection == true
+            writeOperation(
+                importName: operation.qualifiedName, swiftName: names[operation.qualifiedName] ?? "operation",
+                kind: operation.kind == .function ? "boundFunction" : "boundAction",
+                parameters: Array(operation.parameters.dropFirst()), returnType: operation.returnType,
+                returnNullable: operation.returnNullable, httpMethod: nil,
+                binding: onCollection ? "onCollection" : "on", signatures: &signatures, plan: &plan, a, &out)
+        }
+        out.close("}")
+    }
+
     private func writeOperation(
         importName: String, swiftName: String, kind: String, parameters: [Parameter], returnType: TypeReference?,
-        returnNullable: Bool, httpMethod: String?, signatures: inout Set<String>, plan: inout TypePlan, _ a: String,
-        _ out: inout SourceWriter
+        returnNullable: Bool, httpMethod: String?, binding: String? = nil, signatures: inout Set<String>,
+        plan: inout TypePlan, _ a: String, _ out: inout SourceWriter
     ) {
-        let labels = SwiftNames.unique(parameters.map { SwiftNames.member($0.name) })
-        var declared: [String] = []
+        let labels = SwiftNames.unique(
+            parameters.map { SwiftNames.member($0.name) }, taken: binding == nil ? [] : ["target"])
+        var declared: [String] = binding.map { ["\($0) target: ODataCore.TypedPath"] } ?? []
         var passed: [String] = []
         for (parameter, label) in zip(parameters, labels) {
             guard let type = plan.swiftType(parameter.type, context: importName) else {
-                plan.notes.append("\(importName): parameter \(parameter.name) has a stream type; the import is left out")
+                plan.notes.append(
+                    "\(importName): parameter \(parameter.name) has a stream type; the import is left out")
                 return
             }
             let optional = parameter.facets.nullable && !parameter.type.isCollection
@@ -451,7 +527,8 @@ public struct SwiftGenerator: Sendable {
             }
             switch type.kind {
             case .navigation, .entity:
-                result = returnType.isCollection
+                result =
+                    returnType.isCollection
                     ? ("[\(type.element)]", ".entities(\(type.element).self)")
                     : ("\(type.element)?", ".entity(\(type.element).self)")
             default:
@@ -460,17 +537,27 @@ public struct SwiftGenerator: Sendable {
         } else {
             result = ("Swift.Void", ".none")
         }
-        let signature = swiftName + "(" + declared.map { $0.replacingOccurrences(of: " = nil", with: "") }
+        let signature =
+            swiftName + "("
+            + declared.map { $0.replacingOccurrences(of: " = nil", with: "") }
             .joined(separator: ",") + ")"
         guard signatures.insert(signature).inserted else {
             plan.notes.append("\(importName): an overload with the same Swift signature is left out")
             return
         }
         let method = httpMethod.map { ", httpMethod: \(SwiftNames.stringLiteral($0))" } ?? ""
-        out.line("/// \(kind == "action" ? "Action" : "Function") import `\(SwiftNames.comment(importName))`; online only.")
-        out.open("\(a)static func \(swiftName)(\(declared.joined(separator: ", "))) -> ODataCore.OperationCall<\(result.type)> {")
+        let what = kind.lowercased().contains("action") ? "Action" : "Function"
+        out.line(
+            "/// \(what) \(binding == nil ? "import" : "bound to this type") `\(SwiftNames.comment(importName))`; online only."
+        )
+        out.open(
+            "\(a)static func \(swiftName)(\(declared.joined(separator: ", "))) -> ODataCore.OperationCall<\(result.type)> {"
+        )
         let parameterList = passed.isEmpty ? "" : ", parameters: [\(passed.joined(separator: ", "))]"
-        out.line(".\(kind)(\(SwiftNames.stringLiteral(importName))\(parameterList)\(kind == "function" ? method : ""), result: \(result.reader))")
+        let target = binding == nil ? "" : ", on: target"
+        out.line(
+            ".\(kind)(\(SwiftNames.stringLiteral(importName))\(target)\(parameterList)\(kind == "function" ? method : ""), "
+                + "result: \(result.reader))")
         out.close("}")
     }
 }

@@ -32,7 +32,7 @@ enum SwiftNames {
     /// Names of the standard library and Foundation are escaped too: a generated `String` would
     /// hide Swift's in the app's own code.
     static let reservedTypes: Set<String> = [
-        "Key", "Fields", "Swift", "Foundation", "ODataCore", "Self", "Type", "Protocol", "Any",
+        "Key", "Fields", "Operations", "Swift", "Foundation", "ODataCore", "Self", "Type", "Protocol", "Any",
         "String", "Int", "Int8", "Int16", "Int32", "Int64", "UInt", "UInt8", "UInt16", "UInt32", "UInt64",
         "Double", "Float", "Bool", "Character", "Error", "Result", "Optional", "Array", "Dictionary", "Set",
         "Never", "Void", "Sequence", "Collection", "Equatable", "Hashable", "Sendable", "Codable", "Data",
@@ -56,9 +56,25 @@ enum SwiftNames {
         return result
     }
 
-    /// `CustomerID` → `customerID`, `URLPath` → `urlPath`, `ID` → `id`.
+    /// `CustomerID` → `customerID`, `URLPath` → `urlPath`, `ID` → `id`; underscores between
+    /// words go, as in SAP's proxies: `to_Items` → `toItems`, `my-name` → `myName`. Leading
+    /// underscores stay.
     static func lowerCamel(_ name: String) -> String {
         let clean = sanitized(name)
+        let leading = clean.prefix { $0 == "_" }
+        let words = clean.dropFirst(leading.count).split(separator: "_")
+        guard let first = words.first else { return clean }
+        var result = String(leading) + lowerCamelWord(String(first))
+        for word in words.dropFirst() {
+            guard let initial = word.first else { continue }
+            // A word that starts with a digit keeps its underscore: `a_1` stays apart from `a1`.
+            result += initial.isNumber ? "_" + word : initial.uppercased() + word.dropFirst()
+        }
+        return result
+    }
+
+    /// One word with its leading capitals lowered.
+    private static func lowerCamelWord(_ clean: String) -> String {
         let scalars = Array(clean.unicodeScalars)
         var upperRun = 0
         while upperRun < scalars.count, scalars[upperRun].properties.isUppercase { upperRun += 1 }
@@ -88,7 +104,8 @@ enum SwiftNames {
     /// An enum case name: lower camel case, escaped when it is a keyword.
     static func enumCase(_ name: String) -> String {
         let camel = lowerCamel(name)
-        return keywords.contains(camel) || ["allCases", "rawValue", "odataTypeName", "odataMembers"].contains(camel)
+        return keywords.contains(camel)
+            || ["allCases", "rawValue", "odataTypeName", "odataMembers", "odataMemberTable"].contains(camel)
             ? camel + "_" : camel
     }
 

@@ -87,7 +87,8 @@ struct TypePlan {
         let collection = reference.isCollection
         if let primitive = PrimitiveType(qualifiedName: name) {
             guard let (swift, hint) = Self.primitive(primitive) else { return nil }
-            return SwiftTypeInfo(element: swift, kind: .primitive, hint: hint, isCollection: collection, qualifiedName: name)
+            return SwiftTypeInfo(
+                element: swift, kind: .primitive, hint: hint, isCollection: collection, qualifiedName: name)
         }
         if let definition = model.typeDefinition(name), let swift = typeNames[name] {
             let underlying = PrimitiveType(qualifiedName: definition.underlyingType).flatMap(Self.primitive)
@@ -96,13 +97,16 @@ struct TypePlan {
                 element: swift, kind: .primitive, hint: underlying?.1, isCollection: collection, qualifiedName: name)
         }
         if model.enumType(name) != nil, let swift = typeNames[name] {
-            return SwiftTypeInfo(element: swift, kind: .enumeration, hint: nil, isCollection: collection, qualifiedName: name)
+            return SwiftTypeInfo(
+                element: swift, kind: .enumeration, hint: nil, isCollection: collection, qualifiedName: name)
         }
         if model.complexType(name) != nil, let swift = typeNames[name] {
-            return SwiftTypeInfo(element: swift, kind: .complex, hint: nil, isCollection: collection, qualifiedName: name)
+            return SwiftTypeInfo(
+                element: swift, kind: .complex, hint: nil, isCollection: collection, qualifiedName: name)
         }
         if model.entityType(name) != nil, let swift = typeNames[name] {
-            return SwiftTypeInfo(element: swift, kind: .entity, hint: nil, isCollection: collection, qualifiedName: name)
+            return SwiftTypeInfo(
+                element: swift, kind: .entity, hint: nil, isCollection: collection, qualifiedName: name)
         }
         // Edm.Untyped, abstract types and types of documents that are only referenced.
         return SwiftTypeInfo(
@@ -139,6 +143,10 @@ struct TypePlan {
     mutating func members(of qualifiedName: String, isEntity: Bool) -> [MemberPlan] {
         var plans: [MemberPlan] = []
         var seen: Set<String> = []
+        // Key properties are never optional, even where a V2 document leaves out Nullable="false".
+        let keyNames = Set(
+            model.entityType(qualifiedName).map { model.key(of: $0).map { String($0.name.split(separator: "/")[0]) } }
+                ?? [])
         for property in model.allProperties(ofStructuredType: qualifiedName) where seen.insert(property.name).inserted {
             guard let type = swiftType(property.type, context: qualifiedName) else {
                 notes.append("\(qualifiedName)/\(property.name): a stream property; read it as a media resource")
@@ -154,18 +162,23 @@ struct TypePlan {
             let element = type.kind == .entity ? "ODataCore.Value" : type.element
             var info = type
             info.element = element
-            let optional = !type.isCollection && property.nullable && type.kind != .untyped
+            let optional =
+                !type.isCollection && property.nullable && type.kind != .untyped
+                && !(keyNames.contains(property.name) && type.kind != .complex)
             let full = info.full(optional: optional)
             var documentation = property.type.description
             if let length = property.facets.maxLength { documentation += ", MaxLength \(length)" }
             if let precision = property.facets.precision { documentation += ", Precision \(precision)" }
             if let scale = property.facets.scale { documentation += ", Scale \(scale)" }
             documentation += property.nullable ? ", nullable" : ""
-            plans.append(MemberPlan(
-                modelName: property.name, swiftName: SwiftNames.member(property.name), swiftType: full, element: element,
-                readType: full, isOptional: optional, isCollection: type.isCollection, kind: kind, edmHint: type.hint,
-                boxed: kind == .complex && !type.isCollection && reaches(type.qualifiedName, qualifiedName),
-                documentation: documentation, typeQualifiedName: type.qualifiedName))
+            plans.append(
+                MemberPlan(
+                    modelName: property.name, swiftName: SwiftNames.member(property.name), swiftType: full,
+                    element: element,
+                    readType: full, isOptional: optional, isCollection: type.isCollection, kind: kind,
+                    edmHint: type.hint,
+                    boxed: kind == .complex && !type.isCollection && reaches(type.qualifiedName, qualifiedName),
+                    documentation: documentation, typeQualifiedName: type.qualifiedName))
         }
         if isEntity {
             for navigation in model.allNavigationProperties(ofStructuredType: qualifiedName)
@@ -176,16 +189,29 @@ struct TypePlan {
                     continue
                 }
                 let many = navigation.type.isCollection
-                plans.append(MemberPlan(
-                    modelName: navigation.name, swiftName: SwiftNames.member(navigation.name),
-                    swiftType: many ? "[\(target)]?" : "\(target)?", element: target, readType: many ? "[\(target)]" : target,
-                    isOptional: true, isCollection: false, kind: .navigation(target: target, many: many), edmHint: nil,
-                    boxed: !many && reaches(navigation.type.name, qualifiedName),
-                    documentation: "navigation to \(navigation.type.description); nil unless expanded",
-                    typeQualifiedName: navigation.type.name))
+                plans.append(
+                    MemberPlan(
+                        modelName: navigation.name, swiftName: SwiftNames.member(navigation.name),
+                        swiftType: many ? "[\(target)]?" : "\(target)?", element: target,
+                        readType: many ? "[\(target)]" : target,
+                        isOptional: true, isCollection: false, kind: .navigation(target: target, many: many),
+                        edmHint: nil,
+                        boxed: !many && reaches(navigation.type.name, qualifiedName),
+                        documentation: "navigation to \(navigation.type.description); nil unless expanded",
+                        typeQualifiedName: navigation.type.name))
             }
         }
-        let names = SwiftNames.unique(plans.map(\.swiftName))
+        var names = SwiftNames.unique(plans.map(\.swiftName))
+        // A boxed property keeps its value in `_name`: no other property may be called that.
+        let storage = Set(plans.indices.filter { plans[$0].boxed }.map { "_" + names[$0] })
+        if !storage.isEmpty {
+            var taken = Set(names).union(storage)
+            for index in plans.indices where storage.contains(names[index]) {
+                let renamed = SwiftNames.unique([names[index]], taken: taken)[0]
+                taken.insert(renamed)
+                names[index] = renamed
+            }
+        }
         for index in plans.indices { plans[index].swiftName = names[index] }
         return plans
     }

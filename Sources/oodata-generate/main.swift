@@ -26,12 +26,14 @@ while let argument = arguments.next() {
             fail("--access takes public or internal")
         }
         access = parsed
-    default: fail("unknown argument '\(argument)'; usage: --metadata FILE --output FILE.swift [--access public|internal]")
+    default:
+        fail("unknown argument '\(argument)'; usage: --metadata FILE --output FILE.swift [--access public|internal]")
     }
 }
 guard let metadata, let output else { fail("usage: --metadata FILE --output FILE.swift [--access public|internal]") }
 do {
-    let result = try MetadataFileGenerator.generate(metadata: URL(fileURLWithPath: metadata), access: access, namespace: namespace)
+    let result = try MetadataFileGenerator.generate(
+        metadata: URL(fileURLWithPath: metadata), access: access, namespace: namespace)
     for note in result.notes { FileHandle.standardError.write(Data("note: \(note)\n".utf8)) }
     try MetadataFileGenerator.write(result.source, to: URL(fileURLWithPath: output))
 } catch {

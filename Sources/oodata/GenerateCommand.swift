@@ -30,6 +30,11 @@ struct GenerateCommand: ParsableCommand {
         guard let level = SwiftGenerator.Access(rawValue: access) else {
             throw CLIFailure("--access takes public or internal, not '\(access)'")
         }
+        if metadata.contains("://") {
+            throw CLIFailure(
+                "--metadata takes a local file, not \(metadata); save the service's $metadata first "
+                    + "(curl -o service.xml 'SERVICE_ROOT/$metadata')")
+        }
         let input = URL(fileURLWithPath: metadata)
         let result: MetadataFileGenerator.Output
         do {
@@ -38,16 +43,23 @@ struct GenerateCommand: ParsableCommand {
             throw CLIFailure(error.description)
         }
         for note in result.notes { FileHandle.standardError.write(Data("note: \(note)\n".utf8)) }
+        if !result.declaresTypes {
+            FileHandle.standardError.write(
+                Data("warning: \(metadata) declares no types or entity containers; the output has none\n".utf8))
+        }
         guard let output else {
             FileHandle.standardOutput.write(Data(result.source.utf8))
             return
         }
         var target = URL(fileURLWithPath: output)
         var isDirectory: ObjCBool = false
-        if !output.hasSuffix(".swift")
-            || (FileManager.default.fileExists(atPath: output, isDirectory: &isDirectory) && isDirectory.boolValue)
-        {
+        let exists = FileManager.default.fileExists(atPath: output, isDirectory: &isDirectory)
+        if exists && isDirectory.boolValue {
             target = target.appendingPathComponent(MetadataFileGenerator.outputFileName(for: input))
+        } else if !output.hasSuffix(".swift") {
+            throw CLIFailure(
+                "--output \(output): give an existing directory or a file ending in .swift"
+                    + (exists ? " (it is a file that does not end in .swift)" : " (there is no such directory)"))
         }
         do {
             try MetadataFileGenerator.write(result.source, to: target)

@@ -14,14 +14,17 @@ enum TypedDemo {
         parameters.storeEncryptionKey = "demo-key-\(UUID().uuidString.prefix(8))"
         let provider = OfflineODataProvider(serviceRoot: server.v4Root, parameters: parameters)
         try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners"))
-        try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Orders", query: "SalesOrders?$expand=Items"))
+        try await provider.add(
+            definingQuery: OfflineODataDefiningQuery(name: "Orders", query: "SalesOrders?$expand=Items"))
 
         print("\n2. Open the offline store; a DataService over it with the generated types")
         try await provider.open()
         let service = try await DataService(provider)
         let partners = try await service.fetch(
             Sales.SalesService.businessPartners.query.filter { $0.address.country == "DE" }.orderBy(\.partnerID))
-        print("  partners in DE: " + partners.map { "\($0.partnerID) (\($0.companyName ?? "?"))" }.joined(separator: ", "))
+        print(
+            "  partners in DE: " + partners.map { "\($0.partnerID) (\($0.companyName ?? "?"))" }.joined(separator: ", ")
+        )
         let log = Log()
 
         // The sync status as it changes.
@@ -31,7 +34,8 @@ enum TypedDemo {
                 if let running = status.runningOperation {
                     text += ", \(running.rawValue) running" + (status.progressStep.map { " (\($0.rawValue))" } ?? "")
                 }
-                text += ", last upload " + (status.lastUpload.map { ISO8601DateFormatter().string(from: $0) } ?? "never")
+                text +=
+                    ", last upload " + (status.lastUpload.map { ISO8601DateFormatter().string(from: $0) } ?? "never")
                 log.status(text)
             }
         }
@@ -43,7 +47,8 @@ enum TypedDemo {
         print("  " + (try service.url(of: query)))
         let observation = Task {
             for try await orders in service.observe(query) {
-                log.observed(orders.map { "\($0.orderID)\($0.note.map { ": \"\($0)\"" } ?? "")" }.joined(separator: ", "))
+                log.observed(
+                    orders.map { "\($0.orderID)\($0.note.map { ": \"\($0)\"" } ?? "")" }.joined(separator: ", "))
             }
         }
         try await log.waitForObservations(1)
@@ -71,8 +76,9 @@ enum TypedDemo {
         statusTask.cancel()
         _ = await observation.result
         print("\nSummary")
-        print("  observation results: \(log.observationCount); sync status updates: \(log.statusCount); "
-            + "took \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+        print(
+            "  observation results: \(log.observationCount); sync status updates: \(log.statusCount); "
+                + "took \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
         await provider.close()
     }
 

@@ -30,7 +30,7 @@ public enum Interop {
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
-        try process.run()
+        try ProcessLaunch.run(process)
         // Standard error is read on another thread, so that neither pipe fills and blocks.
         let errors = ErrorReader(err.fileHandleForReading)
         let outData = out.fileHandleForReading.readDataToEndOfFile()
@@ -91,7 +91,7 @@ public enum Interop {
             let out = Pipe()
             process.standardOutput = out
             process.standardError = FileHandle.standardError
-            try process.run()
+            try ProcessLaunch.run(process)
             // The first line is read on a thread of its own, so that a child that prints
             // nothing cannot hold the tests past the deadline.
             let reader = LineReader(out.fileHandleForReading)

@@ -1,4 +1,5 @@
 import Foundation
+import InteropSupport
 import ODataCore
 import Testing
 
@@ -9,28 +10,38 @@ let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().de
     .deletingLastPathComponent()
 let conformance = packageRoot.deletingLastPathComponent().appendingPathComponent("shared/odata-conformance/metadata")
 
-/// Runs a program; returns its exit status and what it printed (stdout and stderr together).
-func run(_ arguments: [String], in directory: URL? = nil) throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = arguments
-    if let directory { process.currentDirectoryURL = directory }
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+/// Runs a program at the lowest CPU priority (the compilers these tests start must not starve
+/// the servers of tests running beside them), waiting on a dispatch thread rather than on the
+/// two-thread concurrency pool; returns its exit status and what it printed (stdout and stderr).
+func run(_ arguments: [String], in directory: URL? = nil) async throws -> (status: Int32, output: String) {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async {
+            do {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+                process.arguments = ["nice", "-n", "19"] + arguments
+                if let directory { process.currentDirectoryURL = directory }
+                let pipe = Pipe()
+                process.standardOutput = pipe
+                process.standardError = pipe
+                try ProcessLaunch.run(process)
+                let data = pipe.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                continuation.resume(returning: (process.terminationStatus, String(decoding: data, as: UTF8.self)))
+            } catch {
+                continuation.resume(throwing: error)
+            }
+        }
+    }
 }
 
 /// Type-checks generated files in Swift 6 mode against the built ODataCore module; returns
 /// the compiler's errors and warnings.
-func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws -> String {
+func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) async throws -> String {
     let modules = packageRoot.appendingPathComponent(".build/debug/Modules").path
     var arguments = ["swiftc", "-typecheck", "-swift-version", "6", "-I", modules]
     if internalImportsByDefault { arguments += ["-enable-upcoming-feature", "InternalImportsByDefault"] }
-    let result = try run(arguments + files.map(\.path))
+    let result = try await run(arguments + files.map(\.path))
     return result.output.split(separator: "\n").filter { $0.contains("error:") || $0.contains("warning:") }
         .joined(separator: "\n") + (result.status == 0 ? "" : "\nexit \(result.status)")
 }
@@ -46,7 +57,11 @@ func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws ->
         #expect(SwiftNames.member("Protocol") == "protocol_")
         #expect(SwiftNames.member("Description") == "description_")
         #expect(SwiftNames.member("Key") == "key_")
-        #expect(SwiftNames.member("my-prop.x") == "my_prop_x")
+        #expect(SwiftNames.member("my-prop.x") == "myPropX")
+        #expect(SwiftNames.member("to_Items") == "toItems")
+        #expect(SwiftNames.member("get_max") == "getMax")
+        #expect(SwiftNames.member("_internal") == "_internal")
+        #expect(SwiftNames.member("a_1") == "a_1")
         #expect(SwiftNames.member("2ndValue") == "_2ndValue")
         #expect(SwiftNames.member("Größe") == "größe")
         #expect(SwiftNames.type("customer") == "Customer")
@@ -96,6 +111,11 @@ func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws ->
           <Function Name="Find"><Parameter Name="ID" Type="Edm.Int64" Nullable="false"/><ReturnType Type="Hard.Person"/></Function>
           <Function Name="Count"><ReturnType Type="Edm.Int32" Nullable="false"/></Function>
           <Action Name="Reset"><Parameter Name="Rights" Type="Collection(Hard.Access)"/></Action>
+          <Function Name="Colleagues" IsBound="true"><Parameter Name="person" Type="Hard.Person"/>
+            <Parameter Name="Max" Type="Edm.Int32" Nullable="false"/><ReturnType Type="Collection(Hard.Person)"/></Function>
+          <Action Name="Promote" IsBound="true"><Parameter Name="people" Type="Collection(Hard.Employee)"/>
+            <Parameter Name="target" Type="Edm.String"/></Action>
+          <Action Name="Rename" IsBound="true"><Parameter Name="node" Type="Hard.Node"/></Action>
           <EntityContainer Name="Container">
             <EntitySet Name="People" EntityType="Hard.Person"/><EntitySet Name="Strings" EntityType="Hard.String"/>
             <EntitySet Name="Employees" EntityType="Hard.Employee"/><Singleton Name="Me" Type="Hard.Employee"/>
@@ -109,13 +129,15 @@ func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws ->
         </edmx:DataServices></edmx:Edmx>
         """
 
-    func generate(_ xml: String, access: SwiftGenerator.Access = .public, namespace: String? = nil) throws -> (String, [String]) {
+    func generate(
+        _ xml: String, access: SwiftGenerator.Access = .public, namespace: String? = nil
+    ) throws -> (String, [String]) {
         var generator = SwiftGenerator(model: try MetadataParser().parse(xml), access: access, namespace: namespace)
         let source = generator.generate()
         return (source, generator.notes)
     }
 
-    @Test func hardModelGeneratesCompilableDeterministicCode() throws {
+    @Test func hardModelGeneratesCompilableDeterministicCode() async throws {
         let (source, notes) = try generate(Self.hardModel)
         #expect(try generate(Self.hardModel).0 == source, "deterministic")
         // Inheritance: the derived type has the base's properties and key.
@@ -125,8 +147,9 @@ func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws ->
         // Escaped names.
         #expect(source.contains("public var class_: Swift.String?"))
         #expect(source.contains("public var self_: Swift.String?"))
-        #expect(source.contains("public var my_name: Swift.String?"))
-        #expect(source.contains("public var key_: Swift.String?") && source.contains("public var key__2: Swift.String?"))
+        #expect(source.contains("public var myName: Swift.String?"))
+        #expect(
+            source.contains("public var key_: Swift.String?") && source.contains("public var key__2: Swift.String?"))
         #expect(source.contains("public struct String_: ODataCore.ODataEntity"))
         #expect(source.contains("public struct Fields_: ODataCore.ODataStructure"))
         #expect(source.contains("public var prefix_: ODataCore.Field<Swift.String>"))
@@ -143,11 +166,21 @@ func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws ->
         #expect(!source.contains("photo"))
         #expect(notes.contains { $0.contains("Photo") && $0.contains("stream") })
         // Operations: overloads by signature, a value result, an action with a collection parameter.
-        #expect(source.contains("public static func find(name: Swift.String? = nil) -> ODataCore.OperationCall<[Person]>"))
+        #expect(
+            source.contains("public static func find(name: Swift.String? = nil) -> ODataCore.OperationCall<[Person]>"))
         #expect(source.contains("public static func find(id: Swift.Int64) -> ODataCore.OperationCall<Person?>"))
         #expect(source.contains("public static func count() -> ODataCore.OperationCall<Swift.Int32>"))
         #expect(source.contains("public static func reset(rights: [Access]) -> ODataCore.OperationCall<Swift.Void>"))
         #expect(source.contains("public static let me: ODataCore.TypedSingleton<Employee>"))
+        // Bound operations: in the bound type's Operations enum; one bound to a complex type is noted.
+        #expect(
+            source.contains(
+                "public static func colleagues(on target: ODataCore.TypedPath, max: Swift.Int32) -> ODataCore.OperationCall<[Person]>"
+            ))
+        #expect(
+            source.contains(
+                "public static func promote(onCollection target: ODataCore.TypedPath, target_2: Swift.String? = nil)"))
+        #expect(notes.contains { $0.contains("Hard.Rename") })
 
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gen-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -157,30 +190,32 @@ func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws ->
         // Code that uses the types: it must compile too.
         let use = folder.appendingPathComponent("Use.swift")
         try """
-            import ODataCore
-            func use() throws -> String {
-                var boss = Employee(id: 1, rights: [.read, .write])
-                boss.tree = Hard_Node(label: "root", children: [Hard_Node(label: "leaf")])
-                // A navigation typed with the base type holds the base type's struct.
-                let bossAsPerson = try Person(entity: boss.entity())
-                var worker = Employee(id: 2, rights: .none, manager: bossAsPerson)
-                worker.manager?.manager = bossAsPerson
-                let entity = worker.entity()
-                let back = try Employee(entity: entity)
-                precondition(back.manager == nil)  // navigation is written only for deep inserts
-                let query = Container.employees.query.filter { $0.salary > 100 && $0.tree.label == "root" }
-                    .expand(\\.manager) { $0.select(\\.class_) }
-                return try query.url(for: .v4)
-            }
-            """.write(to: use, atomically: true, encoding: .utf8)
-        #expect(try typecheck([publicFile, use]) == "")
-        #expect(try typecheck([publicFile, use], internalImportsByDefault: true) == "")
+        import ODataCore
+        func use() throws -> String {
+            var boss = Employee(id: 1, rights: [.read, .write])
+            boss.tree = Hard_Node(label: "root", children: [Hard_Node(label: "leaf")])
+            // A navigation typed with the base type holds the base type's struct.
+            let bossAsPerson = try Person(entity: boss.entity())
+            var worker = Employee(id: 2, rights: .none, manager: bossAsPerson)
+            worker.manager?.manager = bossAsPerson
+            let entity = worker.entity()
+            let back = try Employee(entity: entity)
+            precondition(back.manager == nil)  // navigation is written only for deep inserts
+            let query = Container.employees.query.filter { $0.salary > 100 && $0.tree.label == "root" }
+                .expand(\\.manager) { $0.select(\\.class_) }.filter { $0.manager == nil && $0.tree.children.any { $0.label == "x" } }
+            let call = Person.Operations.colleagues(on: Container.people.path(Person.Key(id: 1)), max: 3)
+            _ = call.request(for: .v4)
+            return try query.url(for: .v4)
+        }
+        """.write(to: use, atomically: true, encoding: .utf8)
+        #expect(try await typecheck([publicFile, use]) == "")
+        #expect(try await typecheck([publicFile, use], internalImportsByDefault: true) == "")
         // Internal access inside a namespace compiles too.
         let (internalSource, _) = try generate(Self.hardModel, access: .internal, namespace: "Hard")
         #expect(internalSource.contains("enum Hard {") && !internalSource.contains("public "))
         let internalFile = folder.appendingPathComponent("HardInternal.swift")
         try internalSource.write(to: internalFile, atomically: true, encoding: .utf8)
-        #expect(try typecheck([internalFile]) == "")
+        #expect(try await typecheck([internalFile]) == "")
     }
 
     /// Every conformance `$metadata` that parses generates code that compiles in Swift 6 mode
@@ -189,11 +224,13 @@ func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws ->
         var files: [URL] = []
         for version in ["v4", "v2"] {
             let folder = conformance.appendingPathComponent(version)
-            let names = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".xml") }.sorted()
+            let names = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".xml") }
+                .sorted()
             files += names.map { folder.appendingPathComponent($0) }
         }
         #expect(files.count >= 42)
-        let output = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-conformance-\(UUID().uuidString)")
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "oodata-conformance-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: output) }
         var generated: [(String, URL)] = []
@@ -205,21 +242,11 @@ func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws ->
             generated.append((file.lastPathComponent, target))
         }
         #expect(generated.count >= 40, "models that parse")
-        // Each model is its own module (their type names clash); two compilers at a time.
-        let results = try await withThrowingTaskGroup(of: (String, String).self) { group in
-            var pending = generated[...]
-            var results: [(String, String)] = []
-            for _ in 0..<2 {
-                guard let (name, file) = pending.popFirst() else { break }
-                group.addTask { (name, try typecheck([file], internalImportsByDefault: true)) }
-            }
-            while let result = try await group.next() {
-                results.append(result)
-                if let (name, file) = pending.popFirst() {
-                    group.addTask { (name, try typecheck([file], internalImportsByDefault: true)) }
-                }
-            }
-            return results
+        // Each model is its own module (their type names clash); one compiler at a time, at the
+        // lowest priority, beside the other tests.
+        var results: [(String, String)] = []
+        for (name, file) in generated {
+            results.append((name, try await typecheck([file], internalImportsByDefault: true)))
         }
         #expect(results.count == generated.count)
         for (name, diagnostics) in results {
@@ -229,48 +256,51 @@ func typecheck(_ files: [URL], internalImportsByDefault: Bool = false) throws ->
 
     /// The build-tool plugin in a package of its own: `swift build` generates the types from a
     /// `*.metadata.xml` in the target, and the program that uses them runs.
-    @Test func buildToolPluginGeneratesTypesAtBuildTime() throws {
+    @Test func buildToolPluginGeneratesTypesAtBuildTime() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-plugin-\(UUID().uuidString)")
         let sources = folder.appendingPathComponent("Sources/TypedApp")
         try FileManager.default.createDirectory(at: sources, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         let identity = packageRoot.lastPathComponent.lowercased()
         try """
-            // swift-tools-version: 6.1
-            import PackageDescription
+        // swift-tools-version: 6.1
+        import PackageDescription
 
-            let package = Package(
-                name: "TypedApp",
-                platforms: [.macOS(.v14)],
-                dependencies: [.package(path: "\(packageRoot.path)")],
-                targets: [
-                    .executableTarget(
-                        name: "TypedApp",
-                        dependencies: [.product(name: "ODataCore", package: "\(identity)")],
-                        plugins: [.plugin(name: "ODataGenerator", package: "\(identity)")]
-                    )
-                ],
-                swiftLanguageModes: [.v6]
-            )
-            """.write(to: folder.appendingPathComponent("Package.swift"), atomically: true, encoding: .utf8)
+        let package = Package(
+            name: "TypedApp",
+            platforms: [.macOS(.v14)],
+            dependencies: [.package(path: "\(packageRoot.path)")],
+            targets: [
+                .executableTarget(
+                    name: "TypedApp",
+                    dependencies: [.product(name: "ODataCore", package: "\(identity)")],
+                    plugins: [.plugin(name: "ODataGenerator", package: "\(identity)")]
+                )
+            ],
+            swiftLanguageModes: [.v6]
+        )
+        """.write(to: folder.appendingPathComponent("Package.swift"), atomically: true, encoding: .utf8)
         try FileManager.default.copyItem(
             at: conformance.appendingPathComponent("v4/trippin-SampleService-Models-TripPin.xml"),
             to: sources.appendingPathComponent("TripPin.metadata.xml"))
         try """
-            import ODataCore
+        import ODataCore
 
-            let query = DefaultContainer.people.query.filter { $0.firstName.starts(with: "R") }.top(2)
-            print(try query.url(for: .v4))
-            var person = Person(userName: "russell", firstName: "Russell", lastName: "Whyte", concurrency: 1)
-            person.emails = ["r@example.com"]
-            print(try Person(entity: person.entity()).emails)
-            """.write(to: sources.appendingPathComponent("main.swift"), atomically: true, encoding: .utf8)
-        let build = try run(["swift", "build", "--scratch-path", folder.appendingPathComponent(".build").path], in: folder)
+        let query = DefaultContainer.people.query.filter { $0.firstName.starts(with: "R") }.top(2)
+        print(try query.url(for: .v4))
+        var person = Person(userName: "russell", firstName: "Russell", lastName: "Whyte", concurrency: 1)
+        person.emails = ["r@example.com"]
+        print(try Person(entity: person.entity()).emails)
+        """.write(to: sources.appendingPathComponent("main.swift"), atomically: true, encoding: .utf8)
+        let build = try await run(
+            ["swift", "build", "--scratch-path", folder.appendingPathComponent(".build").path], in: folder)
         #expect(build.status == 0, "\(build.output.suffix(3000))")
-        #expect(!build.output.contains("warning: ") || build.output.split(separator: "\n").filter {
-            $0.contains("warning: ") && !$0.contains("unhandled") && !$0.contains("distributed-tracing")
-        }.isEmpty, "\(build.output.suffix(2000))")
-        let program = try run([folder.appendingPathComponent(".build/debug/TypedApp").path])
+        #expect(
+            !build.output.contains("warning: ")
+                || build.output.split(separator: "\n").filter {
+                    $0.contains("warning: ") && !$0.contains("unhandled") && !$0.contains("distributed-tracing")
+                }.isEmpty, "\(build.output.suffix(2000))")
+        let program = try await run([folder.appendingPathComponent(".build/debug/TypedApp").path])
         #expect(program.output == "People?$filter=startswith(FirstName,'R')&$top=2\n[\"r@example.com\"]\n")
     }
 }

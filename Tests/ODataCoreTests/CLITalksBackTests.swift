@@ -1,4 +1,5 @@
 import Foundation
+import InteropSupport
 import Testing
 
 /// The CLI says what it is doing and what went wrong: live progress, mistyped subcommands,
@@ -159,7 +160,7 @@ extension CLITests {
             let out = Pipe()
             process.standardOutput = out
             process.standardError = FileHandle.nullDevice
-            try process.run()
+            try ProcessLaunch.run(process)
             let chunk = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
             _ = out.fileHandleForReading.readDataToEndOfFile()
             process.waitUntilExit()

@@ -1,4 +1,5 @@
 import Foundation
+import InteropSupport
 import Testing
 
 /// Runs the built `oodata` tool as a user would.
@@ -37,7 +38,7 @@ import Testing
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
-        try process.run()
+        try ProcessLaunch.run(process)
         let outData = out.fileHandleForReading.readDataToEndOfFile()
         let errData = err.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
@@ -92,7 +93,7 @@ import Testing
         let out = Pipe()
         serve.standardOutput = out
         serve.standardError = FileHandle.nullDevice
-        try serve.run()
+        try ProcessLaunch.run(serve)
         var printed = ""
         let deadline = Date().addingTimeInterval(20)
         // Until the last line it prints on start, the store's, is whole.

@@ -1,4 +1,5 @@
 import Foundation
+import InteropSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -27,7 +28,7 @@ extension CLITests {
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try ProcessLaunch.run(process)
         Thread.sleep(forTimeInterval: Double(milliseconds) / 1000)
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()

@@ -49,21 +49,31 @@ import Testing
         // Update: only the changed property, as PATCH.
         var changed = order
         changed.note = "typed note"
-        #expect(try await service.update(changed, from: order))
-        #expect(try await service.update(changed, from: changed) == false)
+        #expect(try await service.update(changed, from: order).note == "typed note")
         var queued = try await queue(provider)
         #expect(queued.count == 1)
+        // Nothing changed: nothing is sent.
+        _ = try await service.update(changed, from: changed)
+        #expect(try await queue(provider).count == 1)
+        // A changed navigation value is refused, not dropped.
+        var moved = order
+        moved.partner = try await service.get(V4.businessPartners, key: .init(partnerID: "BP2"))
+        await #expect(throws: DataServiceError.self) { try await service.update(moved, from: order) }
         #expect(queued[0].0 == "PATCH" && queued[0].1.hasSuffix("SalesOrders('SO1')"))
         let body = try JSONValue.parse(Array(queued[0].2.utf8))
         #expect(body["Note"]?.stringValue == "typed note")
         #expect(body["Currency"] == nil && body["OrderID"] == nil)
         // Update by key with a closure.
-        let updated = try await service.update(V4.businessPartners, key: .init(partnerID: "BP0")) { $0.phone = "+1 555" }
+        let updated = try await service.update(V4.businessPartners, key: .init(partnerID: "BP0")) {
+            $0.phone = "+1 555"
+        }
         #expect(updated.phone == "+1 555")
         #expect(try await service.get(V4.businessPartners, key: .init(partnerID: "BP0"))?.phone == "+1 555")
 
         // Create, link, delete.
-        let contact = try await service.create(SalesV4.Contact(contactID: 0, partnerID: "BP0", firstName: "Typed", lastName: "Tester"), keyGeneratedByBackend: true)
+        let contact = try await service.create(
+            SalesV4.Contact(contactID: 0, partnerID: "BP0", firstName: "Typed", lastName: "Tester"),
+            keyGeneratedByBackend: true)
         #expect(contact.firstName == "Typed")
         let bp1 = try #require(try await service.get(V4.businessPartners, key: .init(partnerID: "BP1")))
         try await service.link(bp1, \.contacts, to: contact)
@@ -73,7 +83,8 @@ import Testing
 
         // A change set: two writes, all or nothing.
         let answers = try await service.changeSet { changes in
-            try changes.create(SalesV4.Contact(contactID: 0, partnerID: "BP2", firstName: "Batch"), keyGeneratedByBackend: true)
+            try changes.create(
+                SalesV4.Contact(contactID: 0, partnerID: "BP2", firstName: "Batch"), keyGeneratedByBackend: true)
             var partner2 = us[0]
             partner2.salesOrders = nil
             var renamed = partner2
@@ -85,7 +96,9 @@ import Testing
         #expect(try await service.get(V4.businessPartners, key: .init(partnerID: "BP2"))?.companyName == "Renamed 2")
 
         // Operations run online only.
-        await #expect(throws: DataServiceError.self) { try await service.call(V4.getProductsByCategory(categoryID: "C1")) }
+        await #expect(throws: DataServiceError.self) {
+            try await service.call(V4.getProductsByCategory(categoryID: "C1"))
+        }
         do {
             _ = try await service.call(V4.getProductsByCategory(categoryID: "C1"))
         } catch {
@@ -126,11 +139,13 @@ import Testing
         #expect(queued.count == 1 && queued[0].0 == "MERGE")
         let body = try JSONValue.parse(Array(queued[0].2.utf8))
         #expect(body["Note"]?.stringValue == "typed v2" && body["Currency"] == nil)
-        let created = try await service.create(SalesV2.Contact(contactID: 0, partnerID: "BP0", firstName: "V2"), keyGeneratedByBackend: true)
+        let created = try await service.create(
+            SalesV2.Contact(contactID: 0, partnerID: "BP0", firstName: "V2"), keyGeneratedByBackend: true)
         try await service.link(created, \.partner, to: partners[0])
         #expect(try await service.fetch(\.partner, of: created)?.partnerID == "BP2")
         try await service.changeSet { changes in
-            try changes.create(SalesV2.Contact(contactID: 0, partnerID: "BP1", firstName: "Batch2"), keyGeneratedByBackend: true)
+            try changes.create(
+                SalesV2.Contact(contactID: 0, partnerID: "BP1", firstName: "Batch2"), keyGeneratedByBackend: true)
         }
         try await provider.upload()
         #expect(try await provider.isRequestQueueEmpty)
@@ -154,7 +169,8 @@ import Testing
             changed.note = "online v2"
             try await service.update(changed, from: order)
             #expect(try await service.get(V2.salesOrders, key: .init(orderID: "SO2"))?.note == "online v2")
-            let created = try await service.create(SalesV2.Contact(contactID: 0, partnerID: "BP0", firstName: "Online"), keyGeneratedByBackend: true)
+            let created = try await service.create(
+                SalesV2.Contact(contactID: 0, partnerID: "BP0", firstName: "Online"), keyGeneratedByBackend: true)
             #expect(created.contactID > 0)
             try await service.delete(created)
             #expect(try await service.get(V2.contacts, key: .init(contactID: created.contactID)) == nil)
@@ -174,10 +190,18 @@ import Testing
             var changed = order
             changed.note = "online v4"
             changed.status = .shipped
-            try await service.update(changed, from: order)
+            let updated = try await service.update(changed, from: order)
+            #expect(updated.odataETag != nil && updated.odataETag != order.odataETag)
+            // The answered ETag makes the next update of the returned entity work.
+            var again = updated
+            again.note = "online v4 again"
+            let twice = try await service.update(again, from: updated)
+            #expect(try await service.get(V4.salesOrders, key: .init(orderID: "SO2"))?.note == "online v4 again")
+            changed = twice
             let reread = try #require(try await service.get(V4.salesOrders, key: .init(orderID: "SO2")))
-            #expect(reread.note == "online v4" && reread.status == .shipped)
-            let created = try await service.create(SalesV4.Contact(contactID: 0, partnerID: "BP0", firstName: "Online"), keyGeneratedByBackend: true)
+            #expect(reread.note == "online v4 again" && reread.status == .shipped)
+            let created = try await service.create(
+                SalesV4.Contact(contactID: 0, partnerID: "BP0", firstName: "Online"), keyGeneratedByBackend: true)
             #expect(created.contactID > 0)
             try await service.delete(created)
             #expect(try await service.get(V4.contacts, key: .init(contactID: created.contactID)) == nil)
@@ -194,5 +218,42 @@ import Testing
             let missing = try await service.get(V4.salesOrders, key: .init(orderID: "NOPE"))
             #expect(missing == nil)
         }
+    }
+
+    /// Through the router (mixed mode): reads and writes of downloaded sets stay offline,
+    /// operation calls go online, and a live query sees the offline store's changes.
+    @Test(arguments: [false, true])
+    func typedAPIThroughTheRouter(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let offline = try await fixture.provider(v2: v2)
+        try await offline.open()
+        let root = v2 ? fixture.server.v2Root : fixture.server.v4Root
+        let router = ODataRouter(online: OnlineODataProvider(serviceRoot: root), offline: offline)
+        let service = try await DataService(router)
+        #expect(service.version == (v2 ? .v2 : .v4))
+        let url = "SalesOrders?$filter=PartnerID eq 'BP1'&$orderby=OrderID"
+        let live = Collector(service.observe(url: url))
+        try await live.wait(for: 1)
+        if v2 {
+            let order = try #require(try await service.get(V2.salesOrders, key: .init(orderID: "SO11")))
+            var changed = order
+            changed.note = "routed"
+            try await service.update(changed, from: order)
+            let products = try await service.call(V2.getProductsByCategory(categoryID: "C2"))
+            #expect(!products.isEmpty && products.allSatisfy { $0.categoryID == "C2" })
+        } else {
+            let order = try #require(try await service.get(V4.salesOrders, key: .init(orderID: "SO11")))
+            var changed = order
+            changed.note = "routed"
+            try await service.update(changed, from: order)
+            let products = try await service.call(V4.getProductsByCategory(categoryID: "C2"))
+            #expect(!products.isEmpty && products.allSatisfy { $0.categoryID == "C2" })
+        }
+        // The update went to the offline queue, not to the backend.
+        #expect(try await queue(offline).count == 1)
+        try await live.wait(for: 2)
+        live.cancel()
+        #expect(try await eventually { await offline.activeChangeSubscriptions == 0 })
     }
 }

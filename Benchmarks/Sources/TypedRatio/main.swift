@@ -36,7 +36,8 @@ let folder = FileManager.default.temporaryDirectory.appendingPathComponent("type
 try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
 defer { try? FileManager.default.removeItem(at: folder) }
 // The sample has max(20, min(2000, 2 × scale)) products.
-let server = try await EmbeddedServer.sales(at: folder.appendingPathComponent("backend.sqlite").path, scale: max(10, count / 2))
+let server = try await EmbeddedServer.sales(
+    at: folder.appendingPathComponent("backend.sqlite").path, scale: max(10, count / 2))
 var parameters = OfflineODataParameters()
 parameters.storePath = folder
 parameters.storeEncryptionKey = "typed-ratio"
@@ -73,10 +74,14 @@ for round in 0..<(rounds + 3) {
     }
 }
 let ratio = median(typed) / median(untyped)
-print(String(format: "typed fetch of %d Products: %.2f ms; untyped read %.2f ms; ratio %.2f× (median of %d)",
-             count, median(typed) * 1000, median(untyped) * 1000, ratio, rounds))
-print(String(format: "  of which reading the entities into the generated struct: %.2f ms (%.0f ns per entity)",
-             median(decodeOnly) * 1000, median(decodeOnly) / Double(count) * 1e9))
+print(
+    String(
+        format: "typed fetch of %d Products: %.2f ms; untyped read %.2f ms; ratio %.2f× (median of %d)",
+        count, median(typed) * 1000, median(untyped) * 1000, ratio, rounds))
+print(
+    String(
+        format: "  of which reading the entities into the generated struct: %.2f ms (%.0f ns per entity)",
+        median(decodeOnly) * 1000, median(decodeOnly) / Double(count) * 1e9))
 
 // 2. Live queries: one write, `observers` observations of the written set, as many of another.
 final class Counts: @unchecked Sendable {
@@ -90,20 +95,24 @@ final class Counts: @unchecked Sendable {
 // Baseline: the same writes with no observation.
 var plainWrites: [Double] = []
 for round in 0..<5 {
-    plainWrites.append(try await seconds {
-        for index in 0..<observers {
-            _ = try await provider.execute(
-                method: "PATCH", url: "Products('P\(index)')", body: Array(#"{"Description":"plain \#(round)"}"#.utf8))
-        }
-    } / Double(observers))
+    plainWrites.append(
+        try await seconds {
+            for index in 0..<observers {
+                _ = try await provider.execute(
+                    method: "PATCH", url: "Products('P\(index)')",
+                    body: Array(#"{"Description":"plain \#(round)"}"#.utf8))
+            }
+        } / Double(observers))
 }
 let counts = Counts()
 var tasks: [Task<Void, Never>] = []
 for index in 0..<observers {
     let productQuery = SalesService.products.query.filter { $0.productID == "P\(index)" }
-    tasks.append(Task { do { for try await _ in service.observe(productQuery) { counts.add(affected: true) } } catch {} })
+    tasks.append(
+        Task { do { for try await _ in service.observe(productQuery) { counts.add(affected: true) } } catch {} })
     let partnerQuery = SalesService.businessPartners.query.filter { $0.partnerID == "BP\(index)" }
-    tasks.append(Task { do { for try await _ in service.observe(partnerQuery) { counts.add(affected: false) } } catch {} })
+    tasks.append(
+        Task { do { for try await _ in service.observe(partnerQuery) { counts.add(affected: false) } } catch {} })
 }
 func waitFor(_ condition: @Sendable () -> Bool) async throws {
     for _ in 0..<10000 where !condition() { try await Task.sleep(for: .milliseconds(1)) }
@@ -126,14 +135,23 @@ for round in 0..<writes {
 }
 try await Task.sleep(for: .milliseconds(200))
 let (affected, unrelated) = counts.values
-let plainRead = try await seconds {
-    for index in 0..<observers { _ = try await service.fetch(SalesService.products.query.filter { $0.productID == "P\(index)" }) }
-} / Double(observers)
-print("live queries: \(observers) on Products, \(observers) on BusinessPartners; \(writes * observers) writes to observed products")
-print("  results after the first: Products \(affected - observers) (one per write), BusinessPartners \(unrelated - observers)")
-print(String(format: "  per write: %.2f ms with its observation's re-read and delivery; %.2f ms with no observation;"
-             + " a plain typed read of one product %.2f ms", median(writeTimes) * 1000, median(plainWrites) * 1000,
-             plainRead * 1000))
+let plainRead =
+    try await seconds {
+        for index in 0..<observers {
+            _ = try await service.fetch(SalesService.products.query.filter { $0.productID == "P\(index)" })
+        }
+    } / Double(observers)
+print(
+    "live queries: \(observers) on Products, \(observers) on BusinessPartners; \(writes * observers) writes to observed products"
+)
+print(
+    "  results after the first: Products \(affected - observers) (one per write), BusinessPartners \(unrelated - observers)"
+)
+print(
+    String(
+        format: "  per write: %.2f ms with its observation's re-read and delivery; %.2f ms with no observation;"
+            + " a plain typed read of one product %.2f ms", median(writeTimes) * 1000, median(plainWrites) * 1000,
+        plainRead * 1000))
 print("  subscriptions alive: \(await provider.activeChangeSubscriptions)")
 for task in tasks { task.cancel() }
 for task in tasks { await task.value }

@@ -83,6 +83,50 @@ public struct CollectionField<Element: ODataValueConvertible>: Sendable, Hashabl
 
     /// `Tags/any()`: the collection is not empty.
     public func isNotEmpty() -> QueryFilter { QueryFilter(.lambda("any", path: path, variable: "", body: nil)) }
+
+    /// `Tags/$count`, to compare (V4).
+    public var count: Operand<Int64> { Operand(.count(path)) }
+}
+
+/// A collection-valued complex property (`Collection(Ns.Address)`): `any`/`all` over the
+/// members of its elements (V4): `$0.addressInfo.any { $0.city.name == "Boise" }` is
+/// `AddressInfo/any(d:d/City/Name eq 'Boise')`.
+public struct ComplexCollectionField<Element: ODataStructure>: Sendable, Hashable {
+    /// The property path.
+    public let path: String
+    let prefix: FieldPrefix
+
+    /// A field for `name` under `prefix`.
+    public init(_ name: String, prefix: FieldPrefix) {
+        self.path = prefix.member(name)
+        self.prefix = prefix
+    }
+
+    /// `AddressInfo/any(d:…)`: some element matches.
+    public func any(_ body: (Element.Fields) -> QueryFilter) -> QueryFilter {
+        QueryFilter(
+            .lambda(
+                "any", path: path, variable: prefix.nextVariable,
+                body: body(Element.Fields(prefix: prefix.lambdaBody())).node))
+    }
+
+    /// `AddressInfo/all(d:…)`: every element matches.
+    public func all(_ body: (Element.Fields) -> QueryFilter) -> QueryFilter {
+        QueryFilter(
+            .lambda(
+                "all", path: path, variable: prefix.nextVariable,
+                body: body(Element.Fields(prefix: prefix.lambdaBody())).node))
+    }
+
+    /// `AddressInfo/any()`: the collection is not empty.
+    public func isNotEmpty() -> QueryFilter { QueryFilter(.lambda("any", path: path, variable: "", body: nil)) }
+
+    /// `AddressInfo/$count`, to compare (V4).
+    public var count: Operand<Int64> { Operand(.count(path)) }
+}
+
+extension ComplexCollectionField: ODataSelectable {
+    public var selectPath: String { path }
 }
 
 /// A navigation property to one entity: expand it, or reach into its fields
@@ -106,6 +150,14 @@ public struct ToOne<Target: ODataEntity>: Sendable, Hashable {
 
     /// `Customer eq null`: the entity has no related entity.
     public var isNil: QueryFilter { QueryFilter(.binary("eq", .path(path), .literal(.null))) }
+
+    /// `Customer eq null`: `$0.customer == nil`.
+    public static func == (lhs: ToOne, rhs: _OptionalNilComparisonType) -> QueryFilter { lhs.isNil }
+
+    /// `Customer ne null`: `$0.customer != nil`.
+    public static func != (lhs: ToOne, rhs: _OptionalNilComparisonType) -> QueryFilter {
+        QueryFilter(.binary("ne", .path(lhs.path), .literal(.null)))
+    }
 }
 
 /// A navigation property to many entities: expand it, or test its entities with `any`/`all` (V4).
@@ -123,20 +175,24 @@ public struct ToMany<Target: ODataEntity>: Sendable, Hashable {
     /// `Orders/any(d:…)`: some related entity matches.
     public func any(_ body: (Target.Fields) -> QueryFilter) -> QueryFilter {
         QueryFilter(
-            .lambda("any", path: path, variable: prefix.nextVariable, body: body(Target.Fields(prefix: prefix.lambdaBody())).node))
+            .lambda(
+                "any", path: path, variable: prefix.nextVariable,
+                body: body(Target.Fields(prefix: prefix.lambdaBody())).node))
     }
 
     /// `Orders/all(d:…)`: every related entity matches.
     public func all(_ body: (Target.Fields) -> QueryFilter) -> QueryFilter {
         QueryFilter(
-            .lambda("all", path: path, variable: prefix.nextVariable, body: body(Target.Fields(prefix: prefix.lambdaBody())).node))
+            .lambda(
+                "all", path: path, variable: prefix.nextVariable,
+                body: body(Target.Fields(prefix: prefix.lambdaBody())).node))
     }
 
     /// `Orders/any()`: there is a related entity.
     public func isNotEmpty() -> QueryFilter { QueryFilter(.lambda("any", path: path, variable: "", body: nil)) }
 
     /// `Orders/$count`, to compare (V4).
-    public var count: Operand<Int64> { Operand(.path(path + "/$count")) }
+    public var count: Operand<Int64> { Operand(.count(path)) }
 }
 
 /// Anything `select` takes: a field, a collection field, a complex property's fields.

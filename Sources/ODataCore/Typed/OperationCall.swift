@@ -67,7 +67,8 @@ extension OperationResultReader {
             case .value(let value): return try [T](odataValue: value)
             case .none: return []
             case .entity:
-                throw TypedValueError(.unexpectedResult, "expected a collection of \(T.odataTypeName), found one entity")
+                throw TypedValueError(
+                    .unexpectedResult, "expected a collection of \(T.odataTypeName), found one entity")
             }
         }
     }
@@ -109,6 +110,42 @@ public struct OperationCall<Result: Sendable>: Sendable {
     public let httpMethod: String?
     /// Reads the answer.
     public let result: OperationResultReader<Result>
+    /// For a bound operation: the entity or collection it is bound to (`name` is then the
+    /// operation's qualified name).
+    public let binding: TypedPath?
+
+    init(
+        name: String, kind: Kind, parameters: [OperationParameter], httpMethod: String?,
+        result: OperationResultReader<Result>, binding: TypedPath? = nil
+    ) {
+        self.name = name
+        self.kind = kind
+        self.parameters = parameters
+        self.httpMethod = httpMethod
+        self.result = result
+        self.binding = binding
+    }
+
+    /// A call of the bound function `qualifiedName` on `target` (an entity or a collection):
+    /// `GET Customers('A')/Ns.Rating(Year=2024)`.
+    public static func boundFunction(
+        _ qualifiedName: String, on target: TypedPath, parameters: [OperationParameter] = [],
+        result: OperationResultReader<Result>
+    ) -> OperationCall {
+        OperationCall(
+            name: qualifiedName, kind: .function, parameters: parameters, httpMethod: nil, result: result,
+            binding: target)
+    }
+
+    /// A call of the bound action `qualifiedName` on `target`: `POST Orders('1')/Ns.Confirm`.
+    public static func boundAction(
+        _ qualifiedName: String, on target: TypedPath, parameters: [OperationParameter] = [],
+        result: OperationResultReader<Result>
+    ) -> OperationCall {
+        OperationCall(
+            name: qualifiedName, kind: .action, parameters: parameters, httpMethod: nil, result: result,
+            binding: target)
+    }
 
     /// A call of the function import `name`.
     public static func function(
@@ -131,6 +168,7 @@ public struct OperationCall<Result: Sendable>: Sendable {
     /// - V4 actions: `POST Name` with the parameters as a JSON object;
     /// - V2 function imports: `GET` (or the declared method) `Name?P1=lit&P2=lit`.
     public func request(for version: ODataVersion) -> (method: String, url: String, body: [UInt8]) {
+        let name = binding.map { $0.text(for: version) + "/" + self.name } ?? self.name
         if version.isLegacy {
             let query = parameters.filter { $0.value != .null }.map {
                 $0.name + "=" + QueryText.literal($0.value, version: version)
@@ -140,8 +178,22 @@ public struct OperationCall<Result: Sendable>: Sendable {
         }
         switch kind {
         case .function:
-            let arguments = parameters.map { $0.name + "=" + QueryText.literal($0.value, version: version) }
-            return ("GET", name + "(" + arguments.joined(separator: ",") + ")", [])
+            // Primitive and enum values inline; complex values and collections as parameter
+            // aliases (the ABNF allows only those in the parentheses).
+            var arguments: [String] = []
+            var aliases: [String] = []
+            for parameter in parameters {
+                switch parameter.value {
+                case .complex, .collection, .entity:
+                    let alias = "@p\(aliases.count + 1)"
+                    arguments.append(parameter.name + "=" + alias)
+                    aliases.append(alias + "=" + QueryText.literal(parameter.value, version: version))
+                default:
+                    arguments.append(parameter.name + "=" + QueryText.pathLiteral(parameter.value, version: version))
+                }
+            }
+            let call = name + "(" + arguments.joined(separator: ",") + ")"
+            return ("GET", aliases.isEmpty ? call : call + "?" + aliases.joined(separator: "&"), [])
         case .action:
             let body = V4JSONWriter(format: JSONFormat(metadata: .none)).write(
                 Entity(properties: parameters.map { NamedValue(name: $0.name, value: $0.value) }))

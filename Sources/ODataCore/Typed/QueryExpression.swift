@@ -18,6 +18,8 @@ public struct ExpressionNode: Sendable, Hashable {
         /// `a in (b,c)` (V4.01), `(a eq b or a eq c)` before.
         case within(ExpressionNode, [ExpressionNode])
         case constant(Bool)
+        /// `Path/$count` (V4).
+        case count(String)
     }
 
     let kind: Kind
@@ -42,6 +44,7 @@ public struct ExpressionNode: Sendable, Hashable {
         ExpressionNode(kind: .within(node, values))
     }
     static func constant(_ value: Bool) -> ExpressionNode { ExpressionNode(kind: .constant(value)) }
+    static func count(_ path: String) -> ExpressionNode { ExpressionNode(kind: .count(path)) }
 
     /// Binding strength of the node's outermost operator (OData ABNF, §5.1.1.16 of part 2).
     var precedence: Int {
@@ -66,6 +69,9 @@ public struct ExpressionNode: Sendable, Hashable {
         case .path(let path): return path
         case .literal(let value): return QueryText.literal(value, version: version)
         case .constant(let value): return value ? "true" : "false"
+        case .count(let path):
+            if version.isLegacy { throw QueryError("\(path)/$count inside a filter needs OData V4") }
+            return path + "/$count"
         case .binary(let op, let left, let right):
             if op == "has", version.isLegacy {
                 throw QueryError("the 'has' operator needs OData V4")
@@ -75,7 +81,8 @@ public struct ExpressionNode: Sendable, Hashable {
             var lhs = try left.render(version)
             if left.precedence < precedence { lhs = "(" + lhs + ")" }
             var rhs = try right.render(version)
-            let sameChain = (op == "and" || op == "or") && right.precedence == precedence
+            let sameChain =
+                (op == "and" || op == "or") && right.precedence == precedence
                 && { if case .binary(op, _, _) = right.kind { return true } else { return false } }()
             if right.precedence < precedence || (right.precedence == precedence && !sameChain) {
                 rhs = "(" + rhs + ")"
@@ -88,7 +95,8 @@ public struct ExpressionNode: Sendable, Hashable {
             let text = try operand.render(version)
             return "-" + (operand.precedence < 7 ? "(" + text + ")" : text)
         case .call(let name, let arguments):
-            return name + "(" + (try arguments.map { (node) throws(QueryError) in try node.render(version) })
+            return name + "("
+                + (try arguments.map { (node) throws(QueryError) in try node.render(version) })
                 .joined(separator: ",") + ")"
         case .contains(let text, let part):
             if version.isLegacy {
@@ -100,9 +108,10 @@ public struct ExpressionNode: Sendable, Hashable {
             guard let body else { return path + "/" + kind + "()" }
             return path + "/" + kind + "(" + variable + ":" + (try body.render(version)) + ")"
         case .within(let operand, let values):
-            if version == .v401 {
+            if version == .v401, !values.isEmpty {
                 let left = try operand.render(version)
-                return left + " in (" + (try values.map { (node) throws(QueryError) in try node.render(version) })
+                return left + " in ("
+                    + (try values.map { (node) throws(QueryError) in try node.render(version) })
                     .joined(separator: ",") + ")"
             }
             // Before 4.01: the same test as equalities.
@@ -129,9 +138,13 @@ public struct QueryFilter: Sendable, Hashable {
     public func text(for version: ODataVersion) throws(QueryError) -> String { try node.render(version) }
 
     /// Both conditions (`and`).
-    public static func && (lhs: QueryFilter, rhs: QueryFilter) -> QueryFilter { QueryFilter(.binary("and", lhs.node, rhs.node)) }
+    public static func && (lhs: QueryFilter, rhs: QueryFilter) -> QueryFilter {
+        QueryFilter(.binary("and", lhs.node, rhs.node))
+    }
     /// Either condition (`or`).
-    public static func || (lhs: QueryFilter, rhs: QueryFilter) -> QueryFilter { QueryFilter(.binary("or", lhs.node, rhs.node)) }
+    public static func || (lhs: QueryFilter, rhs: QueryFilter) -> QueryFilter {
+        QueryFilter(.binary("or", lhs.node, rhs.node))
+    }
     /// The opposite condition (`not`).
     public static prefix func ! (operand: QueryFilter) -> QueryFilter { QueryFilter(.not(operand.node)) }
 }
@@ -287,7 +300,8 @@ extension ODataOperand where OperandValue == String {
     }
     /// `substring(Name,start)` or `substring(Name,start,length)`.
     public func substring(from start: Int32, length: Int32? = nil) -> Operand<String> {
-        let arguments: [ExpressionNode] = [expressionNode, .literal(.primitive(.int32(start)))]
+        let arguments: [ExpressionNode] =
+            [expressionNode, .literal(.primitive(.int32(start)))]
             + (length.map { [.literal(.primitive(.int32($0)))] } ?? [])
         return Operand(.call("substring", arguments))
     }
@@ -315,23 +329,28 @@ private func arithmetic<O: ODataOperand>(_ op: String, _ lhs: O, _ rhs: O.Operan
 }
 
 /// `add`.
-public func + <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue> where O.OperandValue: ODataNumeric {
+public func + <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue>
+where O.OperandValue: ODataNumeric {
     arithmetic("add", lhs, rhs)
 }
 /// `sub`.
-public func - <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue> where O.OperandValue: ODataNumeric {
+public func - <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue>
+where O.OperandValue: ODataNumeric {
     arithmetic("sub", lhs, rhs)
 }
 /// `mul`.
-public func * <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue> where O.OperandValue: ODataNumeric {
+public func * <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue>
+where O.OperandValue: ODataNumeric {
     arithmetic("mul", lhs, rhs)
 }
 /// `div`.
-public func / <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue> where O.OperandValue: ODataNumeric {
+public func / <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue>
+where O.OperandValue: ODataNumeric {
     arithmetic("div", lhs, rhs)
 }
 /// `mod`.
-public func % <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue> where O.OperandValue: ODataNumeric {
+public func % <O: ODataOperand>(lhs: O, rhs: O.OperandValue) -> Operand<O.OperandValue>
+where O.OperandValue: ODataNumeric {
     arithmetic("mod", lhs, rhs)
 }
 /// `add` of two values of the query.
@@ -404,6 +423,14 @@ extension ODataOperand where OperandValue: ODataEnumeration {
 
 /// How typed queries write values and options into URL text.
 public enum QueryText {
+    /// A value as a literal inside a resource path (a key predicate, a function's
+    /// parameters): also `?` and `/`, which would end the path segment, are percent-encoded.
+    public static func pathLiteral(_ value: Value, version: ODataVersion) -> String {
+        let text = literal(value, version: version)
+        guard text.utf8.contains(where: { $0 == 0x3F || $0 == 0x2F }) else { return text }
+        return text.replacingOccurrences(of: "?", with: "%3F").replacingOccurrences(of: "/", with: "%2F")
+    }
+
     /// A value as a URL literal of `version`, with the characters that would end a query
     /// option early (`%`, `&`, `#`, `+`) percent-encoded; spaces stay as they are.
     public static func literal(_ value: Value, version: ODataVersion) -> String {

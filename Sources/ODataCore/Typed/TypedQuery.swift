@@ -14,10 +14,11 @@ public struct TypedQueryOptions: Sendable, Hashable {
 
     var isEmpty: Bool { self == TypedQueryOptions() }
 
-    /// Only the `$filter` (for `/$count`).
+    /// Only the `$filter` and `$search` (for `/$count`).
     public var onlyFilter: TypedQueryOptions {
         var options = TypedQueryOptions()
         options.filter = filter
+        options.search = search
         return options
     }
 
@@ -29,20 +30,30 @@ public struct TypedQueryOptions: Sendable, Hashable {
         var expandPaths: [String] = []
         if version.isLegacy {
             // V2 has no nested options: expanded paths and their selections flatten.
-            for item in expand {
-                try item.flattenV2(prefix: "", into: &expandPaths, select: &select, topLevelSelect: !self.select.isEmpty)
+            var selections: [(String, [String])] = [("", select)]
+            for item in expand { try item.flattenV2(prefix: "", into: &expandPaths, selections: &selections) }
+            if selections.contains(where: { !$0.1.isEmpty }) {
+                select = selections.flatMap { level in level.1.isEmpty ? [level.0.isEmpty ? "*" : level.0] : level.1 }
             }
         }
         if !select.isEmpty { items.append(("$select", select.joined(separator: ","))) }
         if version.isLegacy {
             if !expandPaths.isEmpty { items.append(("$expand", expandPaths.joined(separator: ","))) }
         } else if !expand.isEmpty {
-            items.append(("$expand", try expand.map { (item) throws(QueryError) in try item.renderV4(version) }
-                .joined(separator: ",")))
+            items.append(
+                (
+                    "$expand",
+                    try expand.map { (item) throws(QueryError) in try item.renderV4(version) }
+                        .joined(separator: ",")
+                ))
         }
         if !orderBy.isEmpty {
-            items.append(("$orderby", try orderBy.map { (order) throws(QueryError) in try order.render(version) }
-                .joined(separator: ",")))
+            items.append(
+                (
+                    "$orderby",
+                    try orderBy.map { (order) throws(QueryError) in try order.render(version) }
+                        .joined(separator: ",")
+                ))
         }
         if let top { items.append(("$top", String(top))) }
         if let skip { items.append(("$skip", String(skip))) }
@@ -66,7 +77,13 @@ struct TypedExpandItem: Sendable, Hashable {
         return path + "(" + nested.map { $0.0 + "=" + $0.1 }.joined(separator: ";") + ")"
     }
 
-    func flattenV2(prefix: String, into paths: inout [String], select: inout [String], topLevelSelect: Bool)
+    /// V2 has no nested options: expanded paths join `$expand`, and the levels' selections join
+    /// the one `$select`. Once any level selects, every level must: a level with its own
+    /// selection adds its paths; one without adds all of itself (`*` at the top, the
+    /// navigation path below: `Items`).
+    func flattenV2(
+        prefix: String, into paths: inout [String], selections: inout [(String, [String])]
+    )
         throws(QueryError)
     {
         let full = prefix + path
@@ -77,14 +94,9 @@ struct TypedExpandItem: Sendable, Hashable {
             throw QueryError("\(full): V2 cannot filter, sort, page or count inside $expand")
         }
         paths.append(full)
-        if !options.select.isEmpty {
-            if !topLevelSelect && !select.contains("*") { select.insert("*", at: 0) }
-            select += options.select.map { full + "/" + $0 }
-        } else if topLevelSelect {
-            select.append(full)
-        }
+        selections.append((full, options.select.map { full + "/" + $0 }))
         for child in options.expand {
-            try child.flattenV2(prefix: full + "/", into: &paths, select: &select, topLevelSelect: topLevelSelect)
+            try child.flattenV2(prefix: full + "/", into: &paths, selections: &selections)
         }
     }
 }
@@ -202,6 +214,9 @@ public struct TypedQuery<Entity: ODataEntity>: TypedQueryBuilding, Hashable {
 
     /// The URL relative to the service root, in the syntax of `version`.
     public func url(for version: ODataVersion) throws(QueryError) -> String {
+        if version.isLegacy, let cast = path.qualifiedNames.first {
+            throw QueryError("\(cast): V2 has no type-cast or bound-operation segments")
+        }
         let items = try options.items(version)
         let resource = path.text(for: version)
         guard !items.isEmpty else { return resource }
@@ -234,6 +249,11 @@ public struct TypedPath: Sendable, Hashable {
         var copy = self
         copy.segments.append(.name(name))
         return copy
+    }
+
+    /// The segments that are qualified names (type casts).
+    var qualifiedNames: [String] {
+        segments.compactMap { if case .name(let name) = $0, name.contains(".") { return name } else { return nil } }
     }
 
     /// Whether the path ends with a key predicate (one entity).
@@ -286,7 +306,9 @@ public struct TypedEntitySet<Entity: ODataEntity>: Sendable, Hashable {
 
     /// A query of the entities a to-many navigation property of one entity leads to:
     /// `SalesOrders('1')/Items`.
-    public func related<Target>(_ navigation: KeyPath<Entity.Fields, ToMany<Target>>, of key: Entity.Key) -> TypedQuery<Target> {
+    public func related<Target>(
+        _ navigation: KeyPath<Entity.Fields, ToMany<Target>>, of key: Entity.Key
+    ) -> TypedQuery<Target> {
         TypedQuery(path: path(key).appending(Entity.Fields(prefix: .root)[keyPath: navigation].path))
     }
 

@@ -93,9 +93,10 @@ extension ODataEntityKey {
     public func predicate(version: ODataVersion) -> String {
         let values = keyValues
         if values.count == 1, let only = values.first {
-            return "(" + QueryText.literal(only.value, version: version) + ")"
+            return "(" + QueryText.pathLiteral(only.value, version: version) + ")"
         }
-        return "(" + values.map { $0.name + "=" + QueryText.literal($0.value, version: version) }
+        return "("
+            + values.map { $0.name + "=" + QueryText.pathLiteral($0.value, version: version) }
             .joined(separator: ",") + ")"
     }
 }
@@ -117,9 +118,10 @@ extension ODataEnumeration {
             self = try Self(odataMembers: value.members)
         case .primitive(.string(let text)):
             // JSON carries enum values as strings: `"Red"` or `"Read,Write"`.
-            self = try Self(odataMembers: text.split(separator: ",").map {
-                String($0).trimmingCharacters(in: .whitespaces)
-            })
+            self = try Self(
+                odataMembers: text.split(separator: ",").map {
+                    String($0).trimmingCharacters(in: .whitespaces)
+                })
         default:
             throw TypedValueError.mismatch(Self.odataTypeName, odataValue).at(Self.odataTypeName)
         }
@@ -180,7 +182,9 @@ public struct StructureReader: Sendable {
 
     /// The value of a structural property. A property the payload lacks reads as null, which
     /// only an optional type accepts.
-    @inlinable public mutating func value<T: ODataValueConvertible>(_ name: String, as type: T.Type = T.self)
+    @inlinable public mutating func value<T: ODataValueConvertible>(
+        _ name: String, as type: T.Type = T.self
+    )
         throws(TypedValueError) -> T
     {
         guard let index = find(name) else {
@@ -200,7 +204,9 @@ public struct StructureReader: Sendable {
     }
 
     /// A single-valued navigation property: nil when it was not expanded or is null.
-    @inlinable public func navigation<T: ODataEntity>(_ name: String, as type: T.Type = T.self) throws(TypedValueError) -> T? {
+    @inlinable public func navigation<T: ODataEntity>(
+        _ name: String, as type: T.Type = T.self
+    ) throws(TypedValueError) -> T? {
         guard navigation.isEmpty == false else { return nil }
         guard let value = navigation.first(where: { $0.name == name }), let inline = value.inline else { return nil }
         switch inline {
@@ -218,7 +224,9 @@ public struct StructureReader: Sendable {
     }
 
     /// A collection-valued navigation property: nil when it was not expanded.
-    public func navigation<T: ODataEntity>(_ name: String, as type: [T].Type = [T].self)
+    public func navigation<T: ODataEntity>(
+        _ name: String, as type: [T].Type = [T].self
+    )
         throws(TypedValueError) -> [T]?
     {
         guard navigation.isEmpty == false else { return nil }

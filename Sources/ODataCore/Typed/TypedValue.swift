@@ -267,7 +267,23 @@ extension DateTimeOffsetValue: ODataValueConvertible {
     }
 
     public func odataValue(as type: PrimitiveType?) -> Value {
-        type == .dateTime ? .primitive(.dateTime(self)) : .primitive(.dateTimeOffset(self))
+        type == .dateTime ? .primitive(.dateTime(utcWithoutOffset)) : .primitive(.dateTimeOffset(self))
+    }
+
+    /// The same instant as a date and time in UTC with no offset: V2's `Edm.DateTime` has none.
+    var utcWithoutOffset: DateTimeOffsetValue {
+        guard let offset = offsetMinutes else { return self }
+        var minutes = Int64(date.daysSinceEpoch) * 1440 + Int64(time.hour * 60 + time.minute) - Int64(offset)
+        var days = minutes / 1440
+        minutes -= days * 1440
+        if minutes < 0 {
+            minutes += 1440
+            days -= 1
+        }
+        let shifted = TimeOfDayValue(
+            hour: Int(minutes / 60), minute: Int(minutes % 60), second: time.second, fraction: time.fraction,
+            hasSeconds: time.hasSeconds)
+        return DateTimeOffsetValue(date: DateValue(daysSinceEpoch: Int(days)), time: shifted, offsetMinutes: nil)
     }
 }
 

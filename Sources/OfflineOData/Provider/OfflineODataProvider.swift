@@ -192,6 +192,7 @@ public actor OfflineODataProvider {
         }
         definingQueries.remove(at: index)
         coveredSetsCache = nil
+        if store != nil { publishChange(OfflineODataStoreChange(origin: .definingQueryRemoved, entitySets: nil)) }
     }
 
     /// The defining queries in force.
@@ -391,8 +392,11 @@ public actor OfflineODataProvider {
     public func close() {
         keyMapCache = nil
         coveredSetsCache = nil
+        let wasOpen = store != nil
         store?.close()
         store = nil
+        // Live queries read again, fail (the store is closed) and end with that error.
+        if wasOpen { publishChange(OfflineODataStoreChange(origin: .closed, entitySets: nil)) }
     }
 
     /// Closes and deletes the store files, without contacting anyone.

@@ -14,6 +14,10 @@ public struct OfflineODataStoreChange: Sendable, Hashable {
         case upload
         /// Undo of pending changes, or a deleted ErrorArchive entry that reverted its entity.
         case undo
+        /// The store was closed: reads fail until it is opened again.
+        case closed
+        /// A defining query was removed with the rows only it covered.
+        case definingQueryRemoved
     }
 
     /// What changed the store.
@@ -91,10 +95,9 @@ struct SyncState {
     var progressStep: OfflineODataProgressStep?
     var progressMessage: String?
     var lastError: String?
-    var lastUpload: Date?
-    var lastDownload: Date?
-    /// Whether the times were read from the store since it opened.
-    var timesLoaded = false
+    /// Numbers the statuses sent, so that one computed late never replaces a newer one.
+    var sequence = 0
+    var delivered = 0
 }
 
 extension OfflineODataProvider {
@@ -164,25 +167,25 @@ extension OfflineODataProvider {
     /// Nil when the URL cannot be resolved (then every change counts).
     public func readSets(of url: String) throws -> Set<String>? {
         let model = try openStore().model
-        let path = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
-        if LocalSchema.systemSets.contains(String(path.split(separator: "(")[0])) {
-            return [String(path.split(separator: "(")[0])]
-        }
+        let path = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? ""
+        let firstName = path.split(separator: "/").first.flatMap { $0.split(separator: "(").first }.map(String.init)
+        if let firstName, LocalSchema.systemSets.contains(firstName) { return [firstName] }
         guard var sets = try? DefiningQueries.coveredSets(of: url, model: model) else { return nil }
         let query = url.split(separator: "?", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
         if query.contains("/") {
-            for set in sets {
+            // Paths in $filter/$orderby may follow navigation properties any number of steps:
+            // every set reachable through bindings counts.
+            var pending = Array(sets)
+            while let set = pending.popLast() {
                 for binding in model.entitySet(set)?.navigationPropertyBindings ?? [] {
-                    if let target = model.resolveBindingTarget(binding.target)?.name { sets.insert(target) }
+                    if let target = model.resolveBindingTarget(binding.target)?.name, sets.insert(target).inserted {
+                        pending.append(target)
+                    }
                 }
             }
         }
         // A read through a navigation path depends on the sets along it.
-        if let first = path.split(separator: "/").first.map({ String($0.split(separator: "(")[0]) }),
-            model.entitySet(first) != nil
-        {
-            sets.insert(first)
-        }
+        if let firstName, model.entitySet(firstName) != nil { sets.insert(firstName) }
         return sets
     }
 
@@ -247,31 +250,43 @@ extension OfflineODataProvider {
         let id = UUID()
         statusSubscribers[id] = continuation
         continuation.onTermination = { [weak self] _ in Task { await self?.removeStatusSubscriber(id) } }
-        Task { await self.sendStatus(to: id) }
+        syncState.sequence += 1
+        let sequence = syncState.sequence
+        Task { await self.sendStatus(to: id, sequence: sequence) }
         return stream
     }
 
     private func removeStatusSubscriber(_ id: UUID) { statusSubscribers[id] = nil }
 
-    private func sendStatus(to id: UUID) async {
-        guard let status = try? await syncStatus() else { return }
+    /// The first status of a new subscriber; dropped when a newer one went out meanwhile (the
+    /// subscriber had that one).
+    private func sendStatus(to id: UUID, sequence: Int) async {
+        guard let status = try? await syncStatus(), sequence > syncState.delivered else { return }
+        syncState.delivered = sequence
         statusSubscribers[id]?.yield(status)
     }
 
-    /// Sends the status to its subscribers (the counts are read once for all of them).
+    /// Sends the status to its subscribers (the counts are read once for all of them). The
+    /// counts are read after a suspension: a status that completes after a newer one is dropped.
     func publishStatus() {
         guard !statusSubscribers.isEmpty else { return }
+        syncState.sequence += 1
+        let sequence = syncState.sequence
         Task {
             guard let status = try? await self.syncStatus() else { return }
-            self.deliver(status)
+            self.deliver(status, sequence: sequence)
         }
     }
 
-    private func deliver(_ status: OfflineODataSyncStatus) {
+    private func deliver(_ status: OfflineODataSyncStatus, sequence: Int) {
+        guard sequence > syncState.delivered else { return }
+        syncState.delivered = sequence
         for continuation in statusSubscribers.values { continuation.yield(status) }
     }
 
     func progressChanged(_ progress: OfflineODataProgress) {
+        // Steps of work outside an open, upload or download (the queue algorithms run alone).
+        guard syncState.running != nil else { return }
         syncState.progressStep = progress.step
         syncState.progressMessage = progress.message
         publishStatus()
@@ -280,16 +295,29 @@ extension OfflineODataProvider {
     /// Runs an open, upload or download with its sync status: running while it runs; then
     /// its time (on success) or its failure, and a store change for the observers.
     func tracked(_ operation: OfflineODataOperation, _ body: () async throws -> Void) async throws {
+        // Another upload or download runs: this one fails at once ("another … is running") and
+        // must not change the status of the one that runs.
+        if busy || syncState.running != nil {
+            try await body()
+            return
+        }
         syncState.running = operation
         syncState.progressStep = nil
         syncState.progressMessage = nil
         publishStatus()
         let origin: OfflineODataStoreChange.Origin = operation == .upload ? .upload : .download
+        // A first open downloads: it counts as a download.
+        let firstOpen = operation == .open && !FileManager.default.fileExists(atPath: parameters.storeFile)
+        defer {
+            syncState.running = nil
+            syncState.progressStep = nil
+            syncState.progressMessage = nil
+        }
         do {
             try await body()
-            syncState.running = nil
-            syncState.lastError = nil
-            if operation != .open, let store {
+            syncState = SyncState(
+                lastError: nil, sequence: syncState.sequence, delivered: syncState.delivered)
+            if operation != .open || firstOpen, let store {
                 let key = operation == .upload ? "lastUpload" : "lastDownload"
                 let now = String(Date().timeIntervalSince1970)
                 try? await store.write { writer in
@@ -299,7 +327,8 @@ extension OfflineODataProvider {
             }
             publishChange(OfflineODataStoreChange(origin: origin, entitySets: nil))
         } catch {
-            syncState.running = nil
+            syncState = SyncState(
+                lastError: nil, sequence: syncState.sequence, delivered: syncState.delivered)
             syncState.lastError = error is CancellationError ? "cancelled" : String(describing: error)
             publishChange(OfflineODataStoreChange(origin: origin, entitySets: nil))
             throw error

@@ -36,12 +36,15 @@ public struct TypedChangeSet: Sendable {
     public mutating func update<E: ODataEntity>(
         _ entity: E, from original: E, in set: TypedEntitySet<E>? = nil
     ) throws(DataServiceError) {
-        guard let request = try DataService.updateRequest(entity, from: original, in: set, version: version) else { return }
+        guard let request = try DataService.updateRequest(entity, from: original, in: set, version: version) else {
+            return
+        }
         add(request.method, request.url, headers: request.headers, body: request.body)
     }
 
     /// Deletes `entity`.
-    public mutating func delete<E: ODataEntity>(_ entity: E, in set: TypedEntitySet<E>? = nil) throws(DataServiceError) {
+    public mutating func delete<E: ODataEntity>(_ entity: E, in set: TypedEntitySet<E>? = nil) throws(DataServiceError)
+    {
         let path = try DataService.target(set).path(entity.key).text(for: version)
         add("DELETE", path, headers: DataService.ifMatch(entity.odataETag), body: [])
     }
@@ -112,13 +115,15 @@ extension DataService {
         for operation in answer.operations {
             let status = operation.message.status ?? 0
             if status >= 400 {
-                let backend = (try? ODataError.parse(operation.message.body, httpStatus: status))
+                let backend =
+                    (try? ODataError.parse(operation.message.body, httpStatus: status))
                     ?? ODataError(code: "HTTP\(status)", message: "a change set request failed", httpStatus: status)
                 throw DataServiceError.wrap(backend, "POST $batch (change set of \(changes.count))")
             }
             var entity: Entity?
             if !operation.message.body.isEmpty, status == 200 || status == 201 {
-                entity = version.isLegacy
+                entity =
+                    version.isLegacy
                     ? try? V2JSONReader().readEntity(operation.message.body)
                     : try? V4JSONReader().readEntity(operation.message.body)
             }

@@ -65,8 +65,10 @@ extension DataService {
     static func entities<E: ODataEntity>(_ result: QueryResult, url: String) throws(DataServiceError) -> [E] {
         do {
             switch result {
-            case .collection(let collection): return try collection.entities.map { (entity) throws(TypedValueError) in try E(entity: entity) }
-            case .entity(let entity): return try entity.map { (entity) throws(TypedValueError) in [try E(entity: entity)] } ?? []
+            case .collection(let collection):
+                return try collection.entities.map { (entity) throws(TypedValueError) in try E(entity: entity) }
+            case .entity(let entity):
+                return try entity.map { (entity) throws(TypedValueError) in [try E(entity: entity)] } ?? []
             default: throw DataServiceError(.unexpectedResponse, "GET \(url) did not answer with entities")
             }
         } catch let error as DataServiceError {

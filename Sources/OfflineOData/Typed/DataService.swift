@@ -102,8 +102,15 @@ public struct DataService: Sendable {
         var entities: [E] = []
         var count: Int64?
         var pages = 0
+        var seen: Set<String> = []
         while let page = next {
             pages += 1
+            guard seen.insert(page).inserted else {
+                throw DataServiceError(.unexpectedResponse, "GET \(url): the next link \(page) repeats an earlier page")
+            }
+            guard pages <= 100_000 else {
+                throw DataServiceError(.unexpectedResponse, "GET \(url): more than 100000 pages")
+            }
             let result: QueryResult
             do {
                 result = try await handler.read(page)
@@ -114,7 +121,9 @@ public struct DataService: Sendable {
             case .collection(let collection):
                 entities.reserveCapacity(entities.count + collection.entities.count)
                 do {
-                    for index in collection.entities.indices { entities.append(try E(entity: collection.entities[index])) }
+                    for index in collection.entities.indices {
+                        entities.append(try E(entity: collection.entities[index]))
+                    }
                 } catch {
                     throw DataServiceError.wrap(error, "GET \(page)")
                 }
@@ -132,7 +141,7 @@ public struct DataService: Sendable {
             default:
                 throw DataServiceError(.unexpectedResponse, "GET \(page) did not answer with entities")
             }
-            if !followingNextLinks || pages >= 100_000 { break }
+            if !followingNextLinks { break }
         }
         return (entities, count, next)
     }
@@ -152,7 +161,6 @@ public struct DataService: Sendable {
         case .count(let count): return count
         case .value(let value):
             if let number = (try? Int64(odataValue: value)) { return number }
-        case .collection(let collection): return Int64(collection.entities.count)
         default: break
         }
         throw DataServiceError(.unexpectedResponse, "GET \(url) did not answer with a count")
@@ -229,7 +237,25 @@ public struct DataService: Sendable {
         let target = try Self.target(set).name
         let body = Self.createBody(entity, keyGeneratedByBackend: keyGeneratedByBackend)
         let response = try await send("POST", target, headers: headers, body: encode(body))
-        guard case .entity(let created?)? = response.result else { return entity }
+        guard case .entity(let created?)? = response.result else {
+            // No entity in the answer (`Prefer: return=minimal`): read it from its Location.
+            if let location = response.headers.first(where: { $0.key.lowercased() == "location" })?.value,
+                case .entity(let read?)? = try? await handler.read(location)
+            {
+                do {
+                    return try E(entity: read)
+                } catch {
+                    throw DataServiceError.wrap(error, "GET \(location)")
+                }
+            }
+            guard !keyGeneratedByBackend else {
+                throw DataServiceError(
+                    .unexpectedResponse,
+                    "POST \(target) answered \(response.status) without the created entity or its Location: its key is unknown"
+                )
+            }
+            return entity
+        }
         do {
             return try E(entity: created)
         } catch {
@@ -238,15 +264,30 @@ public struct DataService: Sendable {
     }
 
     /// Sends the properties in which `entity` differs from `original` (PATCH in V4, MERGE in
-    /// V2), with `If-Match` when the entity has an ETag. Nothing is sent when nothing changed.
-    /// Returns whether a request was sent.
+    /// V2), with `If-Match` when the original has an ETag. Nothing is sent when nothing changed.
+    ///
+    /// Returns `entity` with the ETag the service answered (`ETag` header or the answered
+    /// entity), so that the next update of it does not fail with 412. Offline, the store keeps
+    /// the backend's ETag until the upload, and the returned ETag is the original's.
+    /// Navigation properties are not updated this way: use ``link(_:_:to:in:targetSet:)-(_,_,_,_,_)``
+    /// and ``unlink(_:_:from:in:)``; a changed navigation value is refused.
     @discardableResult
     public func update<E: ODataEntity>(
         _ entity: E, from original: E, in set: TypedEntitySet<E>? = nil, headers: [String: String] = [:]
-    ) async throws(DataServiceError) -> Bool {
-        guard let request = try Self.updateRequest(entity, from: original, in: set, version: version) else { return false }
-        _ = try await send(request.method, request.url, headers: request.headers.merging(headers) { $1 }, body: request.body)
-        return true
+    ) async throws(DataServiceError) -> E {
+        var updated = entity
+        updated.odataETag = original.odataETag
+        guard let request = try Self.updateRequest(entity, from: original, in: set, version: version) else {
+            return updated
+        }
+        let response = try await send(
+            request.method, request.url, headers: request.headers.merging(headers) { $1 }, body: request.body)
+        if let etag = response.headers.first(where: { $0.key.lowercased() == "etag" })?.value {
+            updated.odataETag = etag
+        } else if case .entity(let answered?)? = response.result, let etag = answered.control.etag {
+            updated.odataETag = etag
+        }
+        return updated
     }
 
     /// Reads the entity with `key`, lets `change` modify it, and sends what changed; returns
@@ -256,7 +297,8 @@ public struct DataService: Sendable {
         _ set: TypedEntitySet<E>, key: E.Key, _ change: (inout E) throws -> Void
     ) async throws(DataServiceError) -> E {
         guard let original = try await get(set, key: key) else {
-            throw DataServiceError(.notFound, "\(set.name)\(key.predicate(version: version)) does not exist", httpStatus: 404)
+            throw DataServiceError(
+                .notFound, "\(set.name)\(key.predicate(version: version)) does not exist", httpStatus: 404)
         }
         var changed = original
         do {
@@ -264,8 +306,7 @@ public struct DataService: Sendable {
         } catch {
             throw DataServiceError.wrap(error, "update of \(set.name)")
         }
-        try await update(changed, from: original, in: set)
-        return changed
+        return try await update(changed, from: original, in: set)
     }
 
     /// Replaces every property of `entity` (PUT).
@@ -276,7 +317,8 @@ public struct DataService: Sendable {
         var body = entity.entity()
         body.control = ControlInformation()
         _ = try await send(
-            "PUT", target.path(entity.key).text(for: version), headers: Self.ifMatch(entity.odataETag).merging(headers) { $1 },
+            "PUT", target.path(entity.key).text(for: version),
+            headers: Self.ifMatch(entity.odataETag).merging(headers) { $1 },
             body: encode(body))
     }
 
@@ -324,7 +366,8 @@ public struct DataService: Sendable {
         let name = E.Fields(prefix: .root)[keyPath: navigation].path
         let entityPath = source.path(entity.key).text(for: version)
         let targetKey = target.key.predicate(version: version)
-        let url = version.isLegacy ? "\(entityPath)/$links/\(name)\(targetKey)" : "\(entityPath)/\(name)\(targetKey)/$ref"
+        let url =
+            version.isLegacy ? "\(entityPath)/$links/\(name)\(targetKey)" : "\(entityPath)/\(name)\(targetKey)/$ref"
         _ = try await send("DELETE", url, headers: [:], body: [])
     }
 
@@ -392,10 +435,19 @@ public struct DataService: Sendable {
         if response.status >= 400 {
             let backend = try? ODataError.parse(response.body, httpStatus: response.status)
             throw DataServiceError.wrap(
-                backend ?? ODataError(code: "HTTP\(response.status)", message: "the service answered \(response.status)",
-                    httpStatus: response.status), "\(method) \(url)")
+                backend
+                    ?? ODataError(
+                        code: "HTTP\(response.status)", message: "the service answered \(response.status)",
+                        httpStatus: response.status), "\(method) \(url)")
         }
-        if method != "GET" { await writes.signal() }
+        // Writes to the offline store reach live queries as store changes; only the others are
+        // signalled here (once per write, so an observation re-reads once).
+        if method != "GET", !(handler is OfflineODataProvider) {
+            if let router = handler as? ODataRouter, await router.destination(for: url) == .offline {
+                return response
+            }
+            await writes.signal()
+        }
         return response
     }
 
@@ -440,6 +492,12 @@ public struct DataService: Sendable {
         guard entity.key == original.key else {
             throw DataServiceError(
                 .invalidValue, "\(target.name): an update cannot change the key; create a new entity instead")
+        }
+        if entity.entity(includingNavigation: true).navigation != original.entity(includingNavigation: true).navigation
+        {
+            throw DataServiceError(
+                .invalidValue,
+                "\(target.name): an update does not change navigation properties; use link or unlink")
         }
         let before = original.entity().properties
         let keyNames = Set(entity.key.keyValues.map(\.name))

@@ -70,9 +70,12 @@ public struct DataServiceError: Error, Sendable, CustomStringConvertible {
             case .transport, .unauthorized: code = .transport
             case .cancelled: code = .cancelled
             case .notSupportedOffline: code = .onlineOnly
-            case .backend: code = error.httpStatus == 404 ? .notFound : error.httpStatus == 412 ? .preconditionFailed : .backend
+            case .backend:
+                code = error.httpStatus == 404 ? .notFound : error.httpStatus == 412 ? .preconditionFailed : .backend
             default:
-                code = error.httpStatus == 404 || error.message.contains("not in the offline store") ? .notFound
+                code =
+                    error.httpStatus == 404 || error.message.contains("not in the offline store")
+                    ? .notFound
                     : error.httpStatus == 412 ? .preconditionFailed : .offlineStore
             }
             return DataServiceError(code, "\(what): \(error.message)", httpStatus: error.httpStatus, underlying: error)

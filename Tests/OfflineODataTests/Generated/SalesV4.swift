@@ -68,10 +68,10 @@ public enum SalesV4 {
         }
 
         public func write(to writer: inout ODataCore.StructureWriter) {
-            writer.set("Street", street)
-            writer.set("City", city)
-            writer.set("PostalCode", postalCode)
-            writer.set("Country", country)
+            writer.set("Street", self.street)
+            writer.set("City", self.city)
+            writer.set("PostalCode", self.postalCode)
+            writer.set("Country", self.country)
         }
 
         /// The property paths of the type, for typed queries.
@@ -142,14 +142,14 @@ public enum SalesV4 {
         }
 
         public func write(to writer: inout ODataCore.StructureWriter) {
-            writer.set("PartnerID", partnerID)
-            writer.set("CompanyName", companyName)
-            writer.set("Email", email)
-            writer.set("Phone", phone)
-            writer.set("Address", address)
-            writer.set("CreatedAt", createdAt)
-            writer.setNavigation("Contacts", contacts)
-            writer.setNavigation("SalesOrders", salesOrders)
+            writer.set("PartnerID", self.partnerID)
+            writer.set("CompanyName", self.companyName)
+            writer.set("Email", self.email)
+            writer.set("Phone", self.phone)
+            writer.set("Address", self.address)
+            writer.set("CreatedAt", self.createdAt)
+            writer.setNavigation("Contacts", self.contacts)
+            writer.setNavigation("SalesOrders", self.salesOrders)
         }
 
         /// The key of `Sales.BusinessPartner`.
@@ -230,12 +230,12 @@ public enum SalesV4 {
         }
 
         public func write(to writer: inout ODataCore.StructureWriter) {
-            writer.set("ContactID", contactID)
-            writer.set("PartnerID", partnerID)
-            writer.set("FirstName", firstName)
-            writer.set("LastName", lastName)
-            writer.set("Email", email)
-            writer.setNavigation("Partner", partner)
+            writer.set("ContactID", self.contactID)
+            writer.set("PartnerID", self.partnerID)
+            writer.set("FirstName", self.firstName)
+            writer.set("LastName", self.lastName)
+            writer.set("Email", self.email)
+            writer.setNavigation("Partner", self.partner)
         }
 
         /// The key of `Sales.Contact`.
@@ -299,9 +299,9 @@ public enum SalesV4 {
         }
 
         public func write(to writer: inout ODataCore.StructureWriter) {
-            writer.set("CategoryID", categoryID)
-            writer.set("Name", name)
-            writer.setNavigation("Products", products)
+            writer.set("CategoryID", self.categoryID)
+            writer.set("Name", self.name)
+            writer.setNavigation("Products", self.products)
         }
 
         /// The key of `Sales.ProductCategory`.
@@ -397,16 +397,16 @@ public enum SalesV4 {
         }
 
         public func write(to writer: inout ODataCore.StructureWriter) {
-            writer.set("ProductID", productID)
-            writer.set("Name", name)
-            writer.set("Description", description_)
-            writer.set("CategoryID", categoryID)
-            writer.set("Price", price)
-            writer.set("Currency", currency)
-            writer.set("WeightKg", weightKg)
-            writer.set("ReleaseDate", releaseDate)
-            writer.setNavigation("Category", category)
-            writer.setNavigation("Pictures", pictures)
+            writer.set("ProductID", self.productID)
+            writer.set("Name", self.name)
+            writer.set("Description", self.description_)
+            writer.set("CategoryID", self.categoryID)
+            writer.set("Price", self.price)
+            writer.set("Currency", self.currency)
+            writer.set("WeightKg", self.weightKg)
+            writer.set("ReleaseDate", self.releaseDate)
+            writer.setNavigation("Category", self.category)
+            writer.setNavigation("Pictures", self.pictures)
         }
 
         /// The key of `Sales.Product`.
@@ -479,10 +479,10 @@ public enum SalesV4 {
         }
 
         public func write(to writer: inout ODataCore.StructureWriter) {
-            writer.set("PictureID", pictureID)
-            writer.set("ProductID", productID)
-            writer.set("Caption", caption)
-            writer.setNavigation("Product", product)
+            writer.set("PictureID", self.pictureID)
+            writer.set("ProductID", self.productID)
+            writer.set("Caption", self.caption)
+            writer.setNavigation("Product", self.product)
         }
 
         /// The key of `Sales.ProductPicture`.
@@ -574,15 +574,15 @@ public enum SalesV4 {
         }
 
         public func write(to writer: inout ODataCore.StructureWriter) {
-            writer.set("OrderID", orderID)
-            writer.set("PartnerID", partnerID)
-            writer.set("OrderDate", orderDate)
-            writer.set("Status", status)
-            writer.set("GrossAmount", grossAmount)
-            writer.set("Currency", currency)
-            writer.set("Note", note)
-            writer.setNavigation("Partner", partner)
-            writer.setNavigation("Items", items)
+            writer.set("OrderID", self.orderID)
+            writer.set("PartnerID", self.partnerID)
+            writer.set("OrderDate", self.orderDate)
+            writer.set("Status", self.status)
+            writer.set("GrossAmount", self.grossAmount)
+            writer.set("Currency", self.currency)
+            writer.set("Note", self.note)
+            writer.setNavigation("Partner", self.partner)
+            writer.setNavigation("Items", self.items)
         }
 
         /// The key of `Sales.SalesOrder`.
@@ -674,14 +674,14 @@ public enum SalesV4 {
         }
 
         public func write(to writer: inout ODataCore.StructureWriter) {
-            writer.set("OrderID", orderID)
-            writer.set("ItemPosition", itemPosition)
-            writer.set("ProductID", productID)
-            writer.set("Quantity", quantity)
-            writer.set("NetAmount", netAmount)
-            writer.set("DeliveryDate", deliveryDate)
-            writer.setNavigation("Order", order)
-            writer.setNavigation("Product", product)
+            writer.set("OrderID", self.orderID)
+            writer.set("ItemPosition", self.itemPosition)
+            writer.set("ProductID", self.productID)
+            writer.set("Quantity", self.quantity)
+            writer.set("NetAmount", self.netAmount)
+            writer.set("DeliveryDate", self.deliveryDate)
+            writer.setNavigation("Order", self.order)
+            writer.setNavigation("Product", self.product)
         }
 
         /// The key of `Sales.SalesOrderItem`.
