@@ -219,4 +219,29 @@ func eventually(_ seconds: Double = 10, _ condition: @Sendable () async throws -
         try await provider.open()
         #expect(try await provider.syncStatus().lastUpload != nil)
     }
+
+    /// Closing the store ends live queries with the error of their re-read.
+    @Test func closingTheStoreEndsLiveQueriesWithAnError() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        let live = Collector(provider.observe("Contacts"))
+        try await live.wait(for: 1)
+        await provider.close()
+        #expect(try await eventually { live.isFinished })
+        #expect((live.error as? OfflineODataError)?.code == .notOpen)
+        #expect(try await eventually { await provider.activeChangeSubscriptions == 0 })
+    }
+
+    @Test func foundationDatesAndDecimalsConvert() throws {
+        let date = Date(timeIntervalSince1970: 1_700_000_000.123)
+        let value = DateTimeOffsetValue(date)
+        #expect(value.description == "2023-11-14T22:13:20.123Z")
+        #expect(abs(value.foundationDate.timeIntervalSince1970 - 1_700_000_000.123) < 0.0005)
+        #expect(DateTimeOffsetValue(Date(timeIntervalSince1970: -1)).description == "1969-12-31T23:59:59Z")
+        let decimal = try #require(Decimal(string: "19.99", locale: Locale(identifier: "en_US_POSIX")))
+        #expect(DecimalValue(decimal) == 19.99)
+        #expect(DecimalValue("123456789.000000001")?.foundationDecimal.description == "123456789.000000001")
+    }
 }
