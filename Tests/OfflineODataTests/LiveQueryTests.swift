@@ -35,7 +35,7 @@ final class Collector<Element: Sendable>: @unchecked Sendable {
 
     /// Waits until `count` values arrived (at most `seconds`); returns them.
     @discardableResult
-    func wait(for count: Int, seconds: Double = 10) async throws -> [Element] {
+    func wait(for count: Int, seconds: Double = 30) async throws -> [Element] {
         let deadline = ContinuousClock.now + .seconds(seconds)
         while all.count < count {
             if let error { throw error }
@@ -52,7 +52,7 @@ final class Collector<Element: Sendable>: @unchecked Sendable {
 }
 
 /// Waits until `condition` holds (at most `seconds`).
-func eventually(_ seconds: Double = 10, _ condition: @Sendable () async throws -> Bool) async throws -> Bool {
+func eventually(_ seconds: Double = 30, _ condition: @Sendable () async throws -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + .seconds(seconds)
     while ContinuousClock.now < deadline {
         if try await condition() { return true }
