@@ -269,8 +269,8 @@ public struct DataService: Sendable {
     /// Returns `entity` with the ETag the service answered (`ETag` header or the answered
     /// entity), so that the next update of it does not fail with 412. Offline, the store keeps
     /// the backend's ETag until the upload, and the returned ETag is the original's.
-    /// Navigation properties are not updated this way: use ``link(_:_:to:in:targetSet:)-(_,_,_,_,_)``
-    /// and ``unlink(_:_:from:in:)``; a changed navigation value is refused.
+    /// Navigation properties are not updated this way: use `link`
+    /// and `unlink`; a changed navigation value is refused.
     @discardableResult
     public func update<E: ODataEntity>(
         _ entity: E, from original: E, in set: TypedEntitySet<E>? = nil, headers: [String: String] = [:]
