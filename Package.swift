@@ -109,7 +109,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ODataCodeGenTests",
-            dependencies: ["ODataCodeGen", "ODataCore", "InteropSupport"],
+            dependencies: ["ODataCodeGen", "ODataCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
