@@ -9,13 +9,41 @@ import Testing
 struct Fixture {
     let directory: URL
     let server: EmbeddedServer
+    /// The providers made by `provider(…)`, closed by `stop()` so that their store files do
+    /// not stay open after the test.
+    let providers = Providers()
+
+    final class Providers: @unchecked Sendable {
+        // The lock guards `all` and `released`.
+        private let lock = NSLock()
+        private var all: [OfflineODataProvider] = []
+        private var released = false
+        func add(_ provider: OfflineODataProvider) { lock.withLock { all.append(provider) } }
+        func closeAll() async {
+            for provider in lock.withLock({ all }) { await provider.close() }
+        }
+        /// True the first time only: the fixture's place in the gate is given back once.
+        func release() -> Bool {
+            lock.withLock {
+                defer { released = true }
+                return !released
+            }
+        }
+    }
 
     static func start(faults: [FaultRule] = [], pageSize: Int = 20,
                       configure: (inout ODataService.Options) -> Void = { _ in }) async throws -> Fixture {
+        await FixtureGate.shared.acquire()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-offline-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let server = try await EmbeddedServer.sales(at: directory.appendingPathComponent("backend.sqlite").path, scale: 3, pageSize: pageSize, faults: faults,
+        let server: EmbeddedServer
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            server = try await EmbeddedServer.sales(at: directory.appendingPathComponent("backend.sqlite").path, scale: 3, pageSize: pageSize, faults: faults,
                                                     supportDirectory: directory.appendingPathComponent("support").path, configure: configure)
+        } catch {
+            await FixtureGate.shared.release()
+            throw error
+        }
         return Fixture(directory: directory, server: server)
     }
 
@@ -29,6 +57,7 @@ struct Fixture {
     func provider(v2: Bool = false, parameters: OfflineODataParameters? = nil, queries: [OfflineODataDefiningQuery] = Fixture.queries,
                   delegate: (any OfflineODataDelegate)? = nil) async throws -> OfflineODataProvider {
         let provider = OfflineODataProvider(serviceRoot: v2 ? server.v2Root : server.v4Root, parameters: parameters ?? self.parameters(), delegate: delegate)
+        providers.add(provider)
         for query in queries { try await provider.add(definingQuery: query) }
         return provider
     }
@@ -58,8 +87,10 @@ struct Fixture {
     }
 
     func stop() async {
+        await providers.closeAll()
         await server.stop()
         try? FileManager.default.removeItem(at: directory)
+        if providers.release() { await FixtureGate.shared.release() }
     }
 }
 

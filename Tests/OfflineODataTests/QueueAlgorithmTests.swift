@@ -98,6 +98,8 @@ struct ShopFixture {
 
     func stop() async {
         await server.stop()
+        // The server was started on a service this fixture made: close its store too.
+        server.service.store.close()
         try? FileManager.default.removeItem(at: directory)
     }
 }

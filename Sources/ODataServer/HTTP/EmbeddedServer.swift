@@ -14,12 +14,16 @@ public final class EmbeddedServer: Sendable {
     public let service: ODataService
     private let task: Task<Void, any Error>
     private let group: ServiceGroup
+    /// Whether the server made its service's store (``sales(at:scale:pageSize:faults:supportDirectory:configure:)``)
+    /// and closes it when it stops; a service passed to ``start(_:)`` stays open for its owner.
+    private let ownsStore: Bool
 
-    private init(port: Int, service: ODataService, task: Task<Void, any Error>, group: ServiceGroup) {
+    private init(port: Int, service: ODataService, task: Task<Void, any Error>, group: ServiceGroup, ownsStore: Bool) {
         self.port = port
         self.service = service
         self.task = task
         self.group = group
+        self.ownsStore = ownsStore
     }
 
     /// The V4 service root, `http://127.0.0.1:PORT/odata/v4/`.
@@ -29,6 +33,10 @@ public final class EmbeddedServer: Sendable {
 
     /// Starts `service` on 127.0.0.1 with a port chosen by the system.
     public static func start(_ service: ODataService) async throws -> EmbeddedServer {
+        try await start(service, ownsStore: false)
+    }
+
+    private static func start(_ service: ODataService, ownsStore: Bool) async throws -> EmbeddedServer {
         let box = PortWaiter()
         var logger = Logger(label: "oodata.embedded")
         logger.logLevel = .critical
@@ -41,7 +49,7 @@ public final class EmbeddedServer: Sendable {
         let group = ServiceGroup(configuration: configuration)
         let task = Task { try await group.run() }
         let port = await box.wait()
-        return EmbeddedServer(port: port, service: service, task: task, group: group)
+        return EmbeddedServer(port: port, service: service, task: task, group: group, ownsStore: ownsStore)
     }
 
     /// Starts the sales sample in a new store file at `path` (replacing an old one);
@@ -58,13 +66,15 @@ public final class EmbeddedServer: Sendable {
         configure(&options)
         let service = try await ODataService.open(store: store, options: options, faults: faults)
         try await service.load(SalesSample.data(scale: scale))
-        return try await start(service)
+        return try await start(service, ownsStore: true)
     }
 
-    /// Stops the server and waits until it has.
+    /// Stops the server and waits until it has. A server that made its store closes it (the
+    /// files stay): its open files do not outlive it.
     public func stop() async {
         await group.triggerGracefulShutdown()
         _ = await task.result
+        if ownsStore { service.store.close() }
     }
 }
 
