@@ -56,7 +56,7 @@ struct LocalExecutor {
             }
             guard try writer.reader.bookkeeping(in: target.entitySet, key: key) != nil else {
                 throw OfflineODataError(
-                    .invalidRequest, "\(change.method) \(change.url): the entity is not in the offline store")
+                    .invalidRequest, "\(change.method) \(change.url): the entity is not in the offline store", httpStatus: 404)
             }
             let predicate = Keys.predicate(key, in: target.entitySet, model: model)
             try snapshot(target.entitySet, key: key)
@@ -201,7 +201,7 @@ struct LocalExecutor {
             }
             guard let state = try writer.reader.bookkeeping(in: target.entitySet, key: key) else {
                 throw OfflineODataError(
-                    .invalidRequest, "\(change.method) \(change.url): the entity is not in the offline store")
+                    .invalidRequest, "\(change.method) \(change.url): the entity is not in the offline store", httpStatus: 404)
             }
             if change.method == "DELETE" {
                 try snapshot(target.entitySet, key: key)

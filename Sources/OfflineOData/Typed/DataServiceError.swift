@@ -73,10 +73,7 @@ public struct DataServiceError: Error, Sendable, CustomStringConvertible {
             case .backend:
                 code = error.httpStatus == 404 ? .notFound : error.httpStatus == 412 ? .preconditionFailed : .backend
             default:
-                code =
-                    error.httpStatus == 404 || error.message.contains("not in the offline store")
-                    ? .notFound
-                    : error.httpStatus == 412 ? .preconditionFailed : .offlineStore
+                code = error.httpStatus == 404 ? .notFound : error.httpStatus == 412 ? .preconditionFailed : .offlineStore
             }
             return DataServiceError(code, "\(what): \(error.message)", httpStatus: error.httpStatus, underlying: error)
         case let error as TypedValueError:
