@@ -434,7 +434,12 @@ public enum QueryText {
     /// A value as a URL literal of `version`, with the characters that would end a query
     /// option early (`%`, `&`, `#`, `+`) percent-encoded; spaces stay as they are.
     public static func literal(_ value: Value, version: ODataVersion) -> String {
-        let text = Literal.format(value, version: version)
+        encodeReserved(Literal.format(value, version: version))
+    }
+
+    /// `text` with `%`, `&`, `#` and `+` percent-encoded: inside a query option they would end
+    /// it, start a fragment or read as a space.
+    static func encodeReserved(_ text: String) -> String {
         guard text.utf8.contains(where: { $0 == 0x25 || $0 == 0x26 || $0 == 0x23 || $0 == 0x2B }) else { return text }
         var result = ""
         result.reserveCapacity(text.utf8.count + 8)

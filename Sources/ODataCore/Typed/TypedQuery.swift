@@ -60,7 +60,7 @@ public struct TypedQueryOptions: Sendable, Hashable {
         if count { items.append(version.isLegacy ? ("$inlinecount", "allpages") : ("$count", "true")) }
         if let search {
             if version.isLegacy { throw QueryError("$search needs OData V4") }
-            items.append(("$search", QueryText.searchText(search)))
+            items.append(("$search", QueryText.encodeReserved(search)))
         }
         return items
     }
@@ -328,21 +328,4 @@ public struct TypedSingleton<Entity: ODataEntity>: Sendable, Hashable {
 
     /// The singleton's path.
     public var path: TypedPath { TypedPath(name) }
-}
-
-extension QueryText {
-    /// A `$search` expression: words stay as they are; reserved characters are encoded.
-    static func searchText(_ text: String) -> String {
-        var result = ""
-        for character in text.unicodeScalars {
-            switch character {
-            case "%": result += "%25"
-            case "&": result += "%26"
-            case "#": result += "%23"
-            case "+": result += "%2B"
-            default: result.unicodeScalars.append(character)
-            }
-        }
-        return result
-    }
 }

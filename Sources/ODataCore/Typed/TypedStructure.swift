@@ -64,16 +64,6 @@ extension ODataEntity {
         return entity
     }
 
-    public init(odataValue: Value) throws(TypedValueError) {
-        switch odataValue {
-        case .complex(let value), .entity(let value):
-            var reader = StructureReader(typeName: Self.odataTypeName, properties: value.properties)
-            self = try Self(from: &reader)
-        default:
-            throw TypedValueError.mismatch(Self.odataTypeName, odataValue).at(Self.odataTypeName)
-        }
-    }
-
     public func odataValue(as type: PrimitiveType?) -> Value {
         var writer = StructureWriter()
         write(to: &writer)

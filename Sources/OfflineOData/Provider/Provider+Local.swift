@@ -107,10 +107,11 @@ extension OfflineODataProvider {
             }
         }
         let result = try await apply(change, store: store)
+        // The written sets are worked out (a parse of the URL) only when someone observes.
+        let archive = change.target.entitySet == LocalSchema.errorArchive
         publishChange(OfflineODataStoreChange(
-            origin: change.target.entitySet == LocalSchema.errorArchive ? .undo : .localWrite,
-            entitySets: change.target.entitySet == LocalSchema.errorArchive
-                ? nil : writtenSets(method: verb, url: url, model: model)))
+            origin: archive ? .undo : .localWrite,
+            entitySets: archive || changeSubscribers.isEmpty ? nil : writtenSets(method: verb, url: url, model: model)))
         return OfflineODataResponse(
             status: result == nil ? 204 : 201, body: result.map { Self.encode(.entity($0), model: model) } ?? [],
             result: result.map { .entity($0) })
@@ -261,6 +262,6 @@ extension OfflineODataProvider {
     }
 
     static func requestBody(_ entity: Entity, model: Model) -> [UInt8] {
-        model.version.isLegacy ? V2JSONWriter().writeRequestBody(entity) : V4JSONWriter().write(entity)
+        model.version.requestBody(entity)
     }
 }

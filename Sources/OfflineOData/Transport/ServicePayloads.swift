@@ -14,3 +14,11 @@ extension Model {
         return try V4JSONReader(model: self).readEntity(body, entityType: entityType)
     }
 }
+
+extension ODataVersion {
+    /// A request body for POST, PUT, PATCH or MERGE in the version's JSON format: V2 JSON
+    /// (without the `d` wrapper) for a V2 or V3 service, V4 JSON otherwise.
+    func requestBody(_ entity: Entity) -> [UInt8] {
+        isLegacy ? V2JSONWriter().writeRequestBody(entity) : V4JSONWriter().write(entity)
+    }
+}

@@ -28,7 +28,7 @@ public struct TypedChangeSet: Sendable {
         _ entity: E, in set: TypedEntitySet<E>? = nil, keyGeneratedByBackend: Bool = false
     ) throws(DataServiceError) {
         let body = DataService.createBody(entity, keyGeneratedByBackend: keyGeneratedByBackend)
-        let bytes = version.isLegacy ? V2JSONWriter().writeRequestBody(body) : V4JSONWriter().write(body)
+        let bytes = version.requestBody(body)
         add("POST", try DataService.target(set).name, headers: [:], body: bytes)
     }
 

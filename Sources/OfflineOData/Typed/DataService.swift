@@ -236,7 +236,7 @@ public struct DataService: Sendable {
     ) async throws(DataServiceError) -> E {
         let target = try Self.target(set).name
         let body = Self.createBody(entity, keyGeneratedByBackend: keyGeneratedByBackend)
-        let response = try await send("POST", target, headers: headers, body: encode(body))
+        let response = try await send("POST", target, headers: headers, body: version.requestBody(body))
         guard case .entity(let created?)? = response.result else {
             // No entity in the answer (`Prefer: return=minimal`): read it from its Location.
             if let location = response.headers.first(where: { $0.key.lowercased() == "location" })?.value,
@@ -319,7 +319,7 @@ public struct DataService: Sendable {
         _ = try await send(
             "PUT", target.path(entity.key).text(for: version),
             headers: Self.ifMatch(entity.odataETag).merging(headers) { $1 },
-            body: encode(body))
+            body: version.requestBody(body))
     }
 
     /// Deletes `entity`, with `If-Match` when it has an ETag.
@@ -413,10 +413,6 @@ public struct DataService: Sendable {
 
     // MARK: Sending
 
-    func encode(_ entity: Entity) -> [UInt8] {
-        version.isLegacy ? V2JSONWriter().writeRequestBody(entity) : V4JSONWriter().write(entity)
-    }
-
     /// Sends one request; throws for an answer of 400 or more.
     func send(
         _ method: String, _ url: String, headers: [String: String], body: [UInt8]
@@ -507,7 +503,7 @@ public struct DataService: Sendable {
         }
         guard !changed.isEmpty else { return nil }
         let body = Entity(properties: changed)
-        let bytes = version.isLegacy ? V2JSONWriter().writeRequestBody(body) : V4JSONWriter().write(body)
+        let bytes = version.requestBody(body)
         return (
             version.isLegacy ? "MERGE" : "PATCH", target.path(entity.key).text(for: version),
             ifMatch(original.odataETag).merging(["Content-Type": "application/json"]) { $1 }, bytes
