@@ -231,12 +231,18 @@ import Testing
 
     @Test func anUnreachableBackendFailsAtOnceAndKeepsTheQueue() async throws {
         let fixture = try await Fixture.start()
-        let provider = try await fixture.provider()
+        defer { Task { await fixture.stop() } }
+        var provider = try await fixture.provider()
         try await provider.open()
         _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"+1 000"}"#.utf8))
         let port = fixture.server.port
         await fixture.server.stop()
-        defer { try? FileManager.default.removeItem(at: fixture.directory) }
+        // The provider of the open keeps an idle connection to the stopped server; a request on
+        // it fails with "connection reset" when the client has not yet seen the close (it raced
+        // in 2 of 6 runs). The app of this test starts again: a new provider on the same store.
+        await provider.close()
+        provider = try await fixture.provider()
+        try await provider.open()
         // The port is closed now: refused, named, and well inside the 60 s default timeout.
         let clock = ContinuousClock()
         var elapsed: [Duration] = []
