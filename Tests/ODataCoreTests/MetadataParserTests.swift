@@ -98,6 +98,18 @@ import Testing
 
     /// Found by the `csdl` and `error` fuzz targets: Foundation's XMLParser on Linux crashes
     /// (strlen of NULL) on a processing instruction without data, such as a broken declaration.
+    /// A comment with `--` inside, then a processing instruction: libxml2 ends the comment
+    /// elsewhere and reached the instruction, which crashed Foundation's parser (fuzzing).
+    @Test func commentsWithDoubleHyphensAreAnError() throws {
+        for text in ["<a><!-- a -- b --><?x?></a>", "<a><!------ x ---></a>", "<S!---<!----- --><!-- y -- z --><?xm--?>"] {
+            #expect(XMLTreeBuilder.malformedComment(Array(text.utf8)) != nil, "\(text)")
+            #expect(throws: MetadataError.self) { try MetadataParser().parse(text) }
+        }
+        for text in ["<a><!-- fine --><![CDATA[<!-- a -- b -->]]></a>", "<a/>", "<!---->"] {
+            #expect(XMLTreeBuilder.malformedComment(Array(text.utf8)) == nil, "\(text)")
+        }
+    }
+
     @Test func processingInstructionsAreAnErrorNotACrash() throws {
         for text in ["<?xm?>\n<a/>", "<a><?x?></a>", "<?xml version=\"1.0\"?><a><?pi?></a>", "<?x y?><a/>"] {
             #expect(throws: MetadataError.self, "\(text)") { try MetadataParser().parse(Data(text.utf8)) }

@@ -71,6 +71,10 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
             throw MetadataError(.malformedXML, "The document declares encoding \(declared); only UTF-8 is read",
                                 line: 1, column: 1, elementPath: "")
         }
+        if let offset = Self.malformedComment(bytes) {
+            throw MetadataError(.malformedXML, "A comment contains '--' before its end; XML does not allow that",
+                                line: 1 + bytes.prefix(offset).filter { $0 == 0x0A }.count, column: 1, elementPath: "")
+        }
         if let offset = Self.processingInstruction(bytes) {
             throw MetadataError(.malformedXML, "Processing instructions (<?…?>) other than the XML declaration are not read",
                                 line: 1 + bytes.prefix(offset).filter { $0 == 0x0A }.count, column: 1, elementPath: "")
@@ -122,6 +126,29 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
                     continue
                 }
                 if bytes[i + 1] == UInt8(ascii: "?") { return i }
+            }
+            i += 1
+        }
+        return nil
+    }
+
+    /// The offset of a comment that contains `--` before its end (outside CDATA), if any. XML
+    /// does not allow one, and libxml2 ends such a comment elsewhere than the pre-check of
+    /// processing instructions does: a `<?…?>` after it then reached Foundation's parser and
+    /// crashed it (found by fuzzing).
+    static func malformedComment(_ bytes: [UInt8]) -> Int? {
+        var i = 0
+        while i + 3 < bytes.count {
+            if bytes[i] == UInt8(ascii: "<"), bytes[(i + 1)...].starts(with: "![CDATA[".utf8) {
+                guard let end = bytes[(i + 9)...].firstRange(of: Array("]]>".utf8)) else { return nil }
+                i = end.upperBound
+                continue
+            }
+            if bytes[i] == UInt8(ascii: "<"), bytes[(i + 1)...].starts(with: "!--".utf8) {
+                guard let dashes = bytes[(i + 4)...].firstRange(of: Array("--".utf8)) else { return nil }
+                guard dashes.upperBound < bytes.count, bytes[dashes.upperBound] == UInt8(ascii: ">") else { return i }
+                i = dashes.upperBound + 1
+                continue
             }
             i += 1
         }
