@@ -19,6 +19,7 @@ struct DemoCommand: AsyncParsableCommand {
 
     func run() async throws {
         let started = Date()
+        print("OfflineOData \(PackageVersion.string) demo" + (typed ? " (typed API)" : ""))
         let folder = directory.map { URL(fileURLWithPath: $0) }
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("oodata-demo-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)

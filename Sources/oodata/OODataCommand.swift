@@ -1,11 +1,13 @@
 import ArgumentParser
 import Foundation
+import ODataCore
 
 @main
 struct OODataCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "oodata",
         abstract: "Offline OData tools: inspect metadata, URLs, payloads and batches; work with local stores.",
+        version: "oodata (OfflineOData) \(PackageVersion.string)",
         subcommands: [DemoCommand.self, OfflineCommand.self, ServeCommand.self, MetadataCommand.self, GenerateCommand.self, URLCommand.self, PayloadCommand.self, BatchCommand.self, StoreCommand.self]
     )
 
