@@ -1,5 +1,6 @@
 import Foundation
 import InteropSupport
+import ODataCore
 import Testing
 
 /// Runs the built `oodata` tool as a user would.
@@ -49,6 +50,7 @@ import Testing
     @Test func demoRunsTheOfflineRoundTrip() async throws {
         let result = try await run(["demo"])
         #expect(result.status == 0, "demo failed: \(result.err)")
+        #expect(result.out.split(separator: "\n").first == "OfflineOData \(PackageVersion.string) demo")
         #expect(result.out.contains("requestDidFail: request 4 PATCH SalesOrders('SO2') → HTTP 400 OrderLocked"))
         #expect(result.out.contains("ErrorArchive?$filter=HTTPStatusCode eq 400 → 1 row(s)"))
         #expect(result.out.contains("now reads the backend's ContactID="))
@@ -57,6 +59,14 @@ import Testing
         #expect(result.out.contains("now reads ProductPictures('PIC-DEMO'): 107 bytes, image/svg+xml"), "\(result.out)")
         #expect(result.out.contains("Type=Upload  Details=5 requests applied, 1 failed, 0 not sent"), "\(result.out)")
         #expect(result.out.contains("queue empty: true"))
+    }
+
+    /// `oodata --version` names the tool and the package's version.
+    @Test func versionIsPrinted() async throws {
+        let result = try await run(["--version"])
+        #expect(result.status == 0, "\(result.err)")
+        #expect(result.out == "oodata (OfflineOData) \(PackageVersion.string)\n")
+        #expect(PackageVersion.string.split(separator: ".").count == 3)
     }
 
     /// `demo --typed`: generated types, a live query that fires on a local change and on the
