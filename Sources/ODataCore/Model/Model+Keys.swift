@@ -13,10 +13,19 @@ extension Model {
     /// The key values of `parts` for an entity of `type`; see
     /// ``keyValues(_:ofEntitySet:aliases:input:)``. With `skipUnknownAliases`, a part whose value
     /// is an alias not in `aliases` is checked by name only and left out of the result.
+    ///
+    /// `implied` names key properties whose values a navigation's referential constraint supplies
+    /// (`SalesOrders('SO0')/Items(10)`): they may be left out, and when one key property is
+    /// left, its value may be given without its name.
     public func keyValues(_ parts: [KeyValue], of type: EntityType, aliases: [String: CommonExpression] = [:],
-                          input: String = "", skipUnknownAliases: Bool = false) throws(BindingError) -> [String: PrimitiveValue] {
+                          input: String = "", skipUnknownAliases: Bool = false,
+                          implied: Set<String> = []) throws(BindingError) -> [String: PrimitiveValue] {
         let names = key(of: type).map(\.name)
-        let keyText = "The key of \(type.qualifiedName) is \(names.joined(separator: ", "))"
+        let open = names.filter { !implied.contains($0) }
+        var keyText = "The key of \(type.qualifiedName) is \(names.joined(separator: ", "))"
+        if !implied.isEmpty {
+            keyText += " (\(names.filter { implied.contains($0) }.joined(separator: ", ")) taken from the navigation)"
+        }
         func fail(_ message: String, _ offset: Int = 0) -> BindingError {
             BindingError(.invalidKey, keyText + "; " + message, input: input, offset: offset)
         }
@@ -26,7 +35,7 @@ extension Model {
         var values: [String: PrimitiveValue] = [:]
         var given: Set<String> = []
         for part in parts {
-            guard let name = part.name ?? (names.count == 1 ? names[0] : nil) else {
+            guard let name = part.name ?? (names.count == 1 ? names[0] : open.count == 1 && parts.count == 1 ? open[0] : nil) else {
                 throw fail("a compound key names each part (Name=value)", part.value.offset)
             }
             guard names.contains(name) else { throw fail("\(name) is not a key property", part.value.offset) }
@@ -46,16 +55,17 @@ extension Model {
                 }
             default: break
             }
-            guard let literal, case .primitive(let value)? = Literal.convert(literal, to: primitive) else {
+            if case .null? = literal { throw fail("a key value may not be null (\(name))", part.value.offset) }
+            guard let literal, case .primitive(let value)? = Literal.convertURLLiteral(literal, to: primitive) else {
                 let shown = literal.map { Literal.format($0) } ?? "the value"
                 throw fail("\(shown) is not an \(primitive.rawValue) for \(name)", part.value.offset)
             }
             values[name] = value
         }
-        if let missing = names.first(where: { !given.contains($0) }) {
+        let absent = open.filter { !given.contains($0) }
+        if let missing = absent.first {
             let offset = parts.last.map { $0.value.offset } ?? 0
-            throw fail(names.count - given.count == 1 ? "\(missing) is missing"
-                       : names.filter { !given.contains($0) }.joined(separator: ", ") + " are missing", offset)
+            throw fail(absent.count == 1 ? "\(missing) is missing" : absent.joined(separator: ", ") + " are missing", offset)
         }
         return values
     }

@@ -54,8 +54,9 @@ public struct DecimalValue: Sendable, Hashable, Comparable, Codable, CustomStrin
             var value = 0
             var any = false
             while let d = bytes.first, isDigit(d) {
-                guard value < 100_000_000 else { return nil }
                 value = value * 10 + Int(d - 48)
+                // Beyond any Edm type's range, and its plain text would take that many bytes.
+                guard value <= Self.maximumExponent else { return nil }
                 any = true
                 bytes = bytes.dropFirst()
             }
@@ -65,6 +66,10 @@ public struct DecimalValue: Sendable, Hashable, Comparable, Codable, CustomStrin
         guard bytes.isEmpty else { return nil }
         self.init(negative: negative, digitBytes: digits, exponent: exponent)
     }
+
+    /// The largest exponent written after `e` that is accepted (IEEE 754 decimal128's): a
+    /// larger one fits no Edm type, and expanding `1e99999999` would take 100 MB.
+    public static let maximumExponent = 6144
 
     /// A decimal from an integer.
     public init(_ value: Int64) {

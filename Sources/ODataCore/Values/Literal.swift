@@ -287,6 +287,14 @@ public enum Literal {
         }
     }
 
+    /// ``convert(_:to:)`` for a literal written in a URL (a key, a function parameter): a quoted
+    /// string is a string and nothing else, as in `$filter` (`ItemPosition='10'` is not an
+    /// Int32). Payload values, where V2 writes Int64 and Decimal as strings, use `convert`.
+    public static func convertURLLiteral(_ value: Value, to type: PrimitiveType) -> Value? {
+        if case .primitive(.string) = value, type != .string { return nil }
+        return convert(value, to: type)
+    }
+
     static func convertNumber(_ p: PrimitiveValue, to type: PrimitiveType) -> PrimitiveValue? {
         if let d = p.decimalValue, d.exponent >= 0 || type == .decimal || type == .double || type == .single {
             let text = d.description

@@ -16,7 +16,7 @@ extension ODataService {
                 }
                 throw ServiceFailure(404, "NotFound", "\(n) is not a function import of this service")
             }
-            try model.checkArguments(args, ofFunction: n, isImport: true, input: request.target,
+            try model.checkArguments(args, ofFunction: n, isImport: true, aliases: parsed.query.aliases, input: request.target,
                                      offset: parsed.path.segments.first?.offset ?? 0)
             for argument in args {
                 switch argument.value.node {
@@ -34,7 +34,8 @@ extension ODataService {
                 guard named.count == parts.count else {
                     throw ServiceFailure(400, "BadParameter", "The parameters of \(n) need names (Name=value)")
                 }
-                try model.checkArguments(named, ofFunction: n, isImport: true, input: request.target,
+                try model.checkArguments(named, ofFunction: n, isImport: true, aliases: parsed.query.aliases,
+                                         input: request.target,
                                          offset: parsed.path.segments[1].offset)
                 for part in parts {
                     guard let partName = part.name else { continue }
@@ -45,10 +46,29 @@ extension ODataService {
                     }
                 }
             }
-            for option in parsed.query.custom {
-                if let text = option.value, let value = try? Literal.parse(text, version: request.version.grammar) {
-                    arguments[option.name] = value
+            // Query options named like the import's parameters are its arguments, parsed as
+            // literals and checked against the parameters' types like arguments in parentheses.
+            let item = model.functionImport(n)
+            let parameters = item.map { item in item.function.flatMap { model.functions($0).first?.parameters } ?? item.parameters }
+            let parameterNames = Set((parameters ?? []).map(\.name))
+            var queryArguments: [NamedArgument] = []
+            for option in parsed.query.custom where parameterNames.contains(option.name) {
+                guard let text = option.value, !text.isEmpty else {
+                    throw ServiceFailure(400, "BadParameter", "\(n): the parameter \(option.name) has no value")
                 }
+                let value: Value
+                do {
+                    value = try Literal.parse(text, version: request.version.grammar)
+                } catch {
+                    throw ServiceFailure(400, "BadParameter", "\(n): \(option.name)=\(text) is not a literal: \(error)")
+                }
+                queryArguments.append(NamedArgument(name: option.name, value: CommonExpression(.literal(value), at: 0)))
+                arguments[option.name] = value
+            }
+            var inParentheses = false
+            if parsed.path.segments.count > 1, case .key = parsed.path.segments[1].kind { inParentheses = true }
+            if request.version.isLegacy, !inParentheses {
+                try model.checkArguments(queryArguments, ofFunction: n, isImport: true, input: request.target, offset: 0)
             }
             for (alias, expression) in parsed.query.aliases { if case .literal(let value) = expression.node { arguments[alias] = value } }
         default:

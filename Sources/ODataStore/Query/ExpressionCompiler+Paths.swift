@@ -35,8 +35,13 @@ extension ExpressionCompiler {
         }
         var location: Location
         switch path.root {
-        case .implicit, .it, .this:
+        case .implicit, .this:
             location = .row(scope.table, alias: scope.alias, prefix: [])
+        case .it:
+            guard let root = scope.rootTable else {
+                throw Self.unsupported("$it in the options of an $expand nested inside another $expand")
+            }
+            location = .row(root, alias: scope.rootAlias, prefix: [])
         case .variable(let name):
             guard let variable = scope.variables[name] else { throw StoreError(.unknownProperty, "Lambda variable \(name) is not in scope") }
             switch variable {
@@ -160,9 +165,8 @@ extension ExpressionCompiler {
             guard let target = schema.table(forEntitySet: nav.targetEntitySet) else { throw Self.unsupported("this lambda") }
             from = "\(q(target.name)) \(alias)"
             condition = join(nav, from: owner, to: alias)
+            // Names without the variable's prefix still refer to the instance outside the lambda.
             if !step.name.isEmpty { inner.variables[step.name] = .entity(target, alias: alias) }
-            inner.table = target
-            inner.alias = alias
         case .propertyCollection(let collection, let owner):
             from = "\(q(collection.name)) \(alias)"
             condition = "\(alias).owner = \(owner)._rowid"

@@ -23,7 +23,9 @@ struct ExpressionCompiler {
         var table: StoreSchema.EntityTable
         var alias: String
         var variables: [String: Variable] = [:]
-        var rootTable: StoreSchema.EntityTable
+        /// The row `$it` refers to: the resource the request addresses. Nil where it is not in
+        /// the query (a `$filter` of an `$expand` nested in another).
+        var rootTable: StoreSchema.EntityTable?
         var rootAlias: String
     }
 

@@ -86,7 +86,8 @@ extension QueryExecutor {
         let placeholders = Array(repeating: "?", count: parents.count).joined(separator: ", ")
         var sql = SQLFragment("SELECT s._rowid, t0._rowid FROM \(q(table.name)) s JOIN \(q(target.name)) t0 ON \(compiler.join(nav, from: "s", to: "t0")) "
                               + "WHERE s._rowid IN (\(placeholders))", parents.map { .integer($0) })
-        let scope = ExpressionCompiler.Scope(table: target, alias: "t0", rootTable: target, rootAlias: "t0")
+        // `$it` is the resource the request addresses: the parent row `s` at the first level only.
+        let scope = ExpressionCompiler.Scope(table: target, alias: "t0", rootTable: depth == 0 ? table : nil, rootAlias: "s")
         if let filter = expand.filter { sql = sql + " AND " + (try compiler.predicate(filter, scope)) }
         var order: [SQLFragment] = [SQLFragment("s._rowid")]
         for item in expand.orderBy {

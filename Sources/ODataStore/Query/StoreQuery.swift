@@ -23,10 +23,23 @@ extension Store {
         let schema = self.schema
         let version = requestVersion(requested)
         let parsed = try URLParser(version: version).parse(url)
-        let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
-        return try await read { reader in
-            var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
-            return try executor.run(pageSize: pageSize)
+        let bound = try RequestBinder(model: schema.model, version: version).bind(parsed, input: url)
+        return try await Self.boundingSQLDepth {
+            try await read { reader in
+                var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+                return try executor.run(pageSize: pageSize)
+            }
+        }
+    }
+
+    /// Runs a query, turning SQLite's "parser stack overflow" (its parser takes about 40 levels
+    /// of parentheses; the URL grammar allows 100) into a client error that says so.
+    static func boundingSQLDepth<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as DatabaseError where error.message.contains("parser stack overflow") {
+            throw StoreError(.badRequest, "The query nests too deeply for the store: its SQL exceeds SQLite's parser "
+                                 + "stack; use fewer levels of parentheses or nested functions")
         }
     }
 }
@@ -337,11 +350,31 @@ struct QueryExecutor {
             let parts = columns.map { SQLFragment("instr(lower(t0.\(StoreSchema.quote($0.name))), lower(?)) > 0", [.text(text)]) }
             return "(" + SQLFragment.joined(parts, " OR ") + ")"
         }
+        // SQLite 3.15's parser takes about 40 levels of parentheses: a chain of NOTs becomes one
+        // NOT or none (NOT NOT x is x, also for NULL), a chain of ANDs or ORs one flat group.
         switch search {
         case .term(let text), .phrase(let text): return term(text)
-        case .not(let inner): return "(NOT " + (try searchCondition(inner, table)) + ")"
-        case .and(let a, let b): return .binary(try searchCondition(a, table), "AND", try searchCondition(b, table))
-        case .or(let a, let b): return .binary(try searchCondition(a, table), "OR", try searchCondition(b, table))
+        case .not:
+            var inner = search
+            var negated = false
+            while case .not(let next) = inner {
+                negated.toggle()
+                inner = next
+            }
+            let condition = try searchCondition(inner, table)
+            return negated ? "(NOT " + condition + ")" : condition
+        case .and, .or:
+            let isAnd: Bool = { if case .and = search { true } else { false } }()
+            var operands: [SearchExpression] = []
+            var pending = [search]
+            while let next = pending.popLast() {
+                switch (next, isAnd) {
+                case (.and(let a, let b), true), (.or(let a, let b), false): pending += [b, a]
+                default: operands.append(next)
+                }
+            }
+            let parts = try operands.map { try searchCondition($0, table) }
+            return "(" + SQLFragment.joined(parts, isAnd ? " AND " : " OR ") + ")"
         }
     }
 
@@ -413,16 +446,18 @@ extension Store {
         let schema = self.schema
         let version = requestVersion(requested)
         let parsed = try URLParser(version: version).parse(url)
-        let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
+        let bound = try RequestBinder(model: schema.model, version: version).bind(parsed, input: url)
         let query = parsed.query
         let rowsPossible = !version.isLegacy && query.select == nil && query.expand == nil && query.compute == nil && query.apply == nil
-        return try await read { reader in
-            if rowsPossible {
+        return try await Self.boundingSQLDepth {
+            try await read { reader in
+                if rowsPossible {
+                    var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+                    if let page = try executor.runRows(pageSize: pageSize, format: format, context: context) { return .rows(page) }
+                }
                 var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
-                if let page = try executor.runRows(pageSize: pageSize, format: format, context: context) { return .rows(page) }
+                return .result(try executor.run(pageSize: pageSize))
             }
-            var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
-            return .result(try executor.run(pageSize: pageSize))
         }
     }
 }

@@ -14,14 +14,21 @@ public struct ExpressionBinder: Sendable {
 
     /// Binds `expression`, evaluated on instances of the structured type `itType`.
     /// `input` is the option text the expression was parsed from (for error positions).
-    public func bind(_ expression: CommonExpression, itType: String, input: String) throws(BindingError) -> BoundExpression {
-        var context = Context(input: input, itType: itType, variables: [:], depth: 0)
+    ///
+    /// `thisType` is the type of the instances names without a prefix (and `$this`) refer to,
+    /// when it differs from `$it`'s: inside `$expand=Nav($filter=…)`, names refer to the
+    /// related entities and `$it` to the resource the request addresses (OData 4.01 Part 2,
+    /// `$it`).
+    public func bind(_ expression: CommonExpression, itType: String, thisType: String? = nil,
+                     input: String) throws(BindingError) -> BoundExpression {
+        var context = Context(input: input, itType: itType, thisType: thisType ?? itType, variables: [:], depth: 0)
         return try bind(expression, &context)
     }
 
     /// Binds a `$filter`: the result must be Boolean.
-    public func bindFilter(_ expression: CommonExpression, itType: String, input: String) throws(BindingError) -> BoundExpression {
-        let bound = try bind(expression, itType: itType, input: input)
+    public func bindFilter(_ expression: CommonExpression, itType: String, thisType: String? = nil,
+                           input: String) throws(BindingError) -> BoundExpression {
+        let bound = try bind(expression, itType: itType, thisType: thisType, input: input)
         guard bound.type.canBeBoolean else {
             throw BindingError(.typeMismatch, "$filter must be a Boolean expression, not \(bound.type)", input: input, offset: expression.offset)
         }
@@ -30,7 +37,10 @@ public struct ExpressionBinder: Sendable {
 
     struct Context {
         var input: String
+        /// The type `$it` refers to.
         var itType: String
+        /// The type names without a prefix and `$this` refer to.
+        var thisType: String
         var variables: [String: ExpressionType]
         var depth: Int
     }
@@ -329,8 +339,10 @@ public struct ExpressionBinder: Sendable {
         var operands: [BoundExpression] = []
         var remaining = path.steps[...]
         switch path.root {
-        case .implicit, .it, .this:
+        case .it:
             current = structuredType(context.itType)
+        case .implicit, .this:
+            current = structuredType(context.thisType)
         case .variable(let name):
             guard let type = context.variables[name] else {
                 throw fail(.unknownName, "Lambda variable \(name) is not in scope", expression, context)
@@ -399,7 +411,7 @@ public struct ExpressionBinder: Sendable {
                 }
                 if let filter {
                     var inner = context
-                    inner.itType = element.structuredName ?? context.itType
+                    inner.thisType = element.structuredName ?? context.thisType
                     operands.append(try bind(filter, &inner))
                 }
                 current = .primitive(.int64)
@@ -409,7 +421,7 @@ public struct ExpressionBinder: Sendable {
                     throw fail(.invalidSegment, "$filter needs a collection", expression, context)
                 }
                 var inner = context
-                inner.itType = element.structuredName ?? context.itType
+                inner.thisType = element.structuredName ?? context.thisType
                 operands.append(try bind(condition, &inner))
                 steps.append(BoundStep(kind: .filter, name: "$filter", type: current))
             case .lambda(let kind, let variable, let predicate):

@@ -63,19 +63,36 @@ public protocol NameLookup: Sendable {
     /// Throws when a key predicate does not fit the key of entity type `type`: a missing, extra,
     /// repeated or wrongly typed part. `input` is the URL, for the error's position.
     func checkKey(_ parts: [KeyValue], of type: String?, input: String) throws(BindingError)
+    /// Throws like ``checkKey(_:of:input:)`` for a key after the navigation property
+    /// `navigation` of `sourceType`, whose referential constraints may supply key parts
+    /// (`SalesOrders('SO0')/Items(10)`); returns the parts with every name given.
+    func checkKey(_ parts: [KeyValue], of type: String?, afterNavigation navigation: String, of sourceType: String?,
+                  aliases: [String: CommonExpression], input: String) throws(BindingError) -> [KeyValue]
     /// Throws when the arguments in a function's parentheses fit none of its overloads: an
     /// unknown, repeated, missing (not nullable) or wrongly typed parameter. `isImport` says
     /// `name` is a function import at the root.
     func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
                         input: String, offset: Int) throws(BindingError)
+    /// ``checkArguments(_:ofFunction:isImport:input:offset:)`` where parameter aliases
+    /// (`F(P=@p)?@p=5`) are checked by their values.
+    func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
+                        aliases: [String: CommonExpression], input: String, offset: Int) throws(BindingError)
 }
 
 extension NameLookup {
     /// Lookups without key definitions accept every key predicate.
     public func checkKey(_ parts: [KeyValue], of type: String?, input: String) throws(BindingError) {}
+    /// Lookups without key definitions accept every key predicate.
+    public func checkKey(_ parts: [KeyValue], of type: String?, afterNavigation navigation: String, of sourceType: String?,
+                         aliases: [String: CommonExpression], input: String) throws(BindingError) -> [KeyValue] { parts }
     /// Lookups without operation signatures accept every argument list.
     public func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
                                input: String, offset: Int) throws(BindingError) {}
+    /// Without alias support of its own, a lookup checks the arguments as they are written.
+    public func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
+                               aliases: [String: CommonExpression], input: String, offset: Int) throws(BindingError) {
+        try checkArguments(arguments, ofFunction: name, isImport: isImport, input: input, offset: offset)
+    }
 }
 
 extension Model: NameLookup {
@@ -151,8 +168,38 @@ extension Model: NameLookup {
         _ = try keyValues(parts, of: entity, input: input, skipUnknownAliases: true)
     }
 
+    public func checkKey(_ parts: [KeyValue], of type: String?, afterNavigation navigation: String, of sourceType: String?,
+                         aliases: [String: CommonExpression], input: String) throws(BindingError) -> [KeyValue] {
+        guard let type, let entity = entityType(type), !key(of: entity).contains(where: { $0.alias != nil }) else { return parts }
+        let implied = keyPropertiesImplied(byNavigation: navigation, of: sourceType)
+        _ = try keyValues(parts, of: entity, aliases: aliases, input: input, skipUnknownAliases: true, implied: implied)
+        let open = key(of: entity).map(\.name).filter { !implied.contains($0) }
+        if parts.count == 1, parts[0].name == nil, key(of: entity).count > 1, open.count == 1 {
+            return [KeyValue(name: open[0], value: parts[0].value)]
+        }
+        return parts
+    }
+
+    /// The key properties of the navigation's target that its partner's referential constraints
+    /// tie to the source entity's properties (OData 4.01 Part 2, key predicates after a
+    /// navigation). V2 has no shortened key predicates: none.
+    func keyPropertiesImplied(byNavigation name: String, of sourceType: String?) -> Set<String> {
+        guard !version.isLegacy, let sourceType, let nav = navigationProperty(name, ofStructuredType: sourceType),
+              let target = entityType(nav.type.name) else { return [] }
+        let partner = nav.partner.flatMap { navigationProperty($0, ofStructuredType: target.qualifiedName) }
+            ?? entityTypeChain(target).flatMap(\.navigationProperties).first { $0.partner == name }
+        guard let partner else { return [] }
+        let keyNames = Set(key(of: target).map(\.name))
+        return Set(partner.referentialConstraints.map(\.property).filter { keyNames.contains($0) })
+    }
+
     public func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
                                input: String, offset: Int) throws(BindingError) {
+        try checkArguments(arguments, ofFunction: name, isImport: isImport, aliases: [:], input: input, offset: offset)
+    }
+
+    public func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
+                               aliases: [String: CommonExpression], input: String, offset: Int) throws(BindingError) {
         // The overloads and their non-binding parameters.
         var signatures: [[Parameter]] = []
         if isImport {
@@ -193,15 +240,17 @@ extension Model: NameLookup {
             throw fail("\(name) needs the parameter \(missing.name) (\(missing.type.name)); \(describe(signature))")
         }
         for argument in arguments {
+            var node = argument.value.node
+            if case .alias(let alias) = node, let value = aliases[alias] { node = value.node }
             guard let parameter = signature.first(where: { $0.name == argument.name }),
-                  case .literal(let literal) = argument.value.node, !parameter.type.isCollection else { continue }
+                  case .literal(let literal) = node, !parameter.type.isCollection else { continue }
             let typeName = typeDefinition(parameter.type.name)?.underlyingType ?? parameter.type.name
             if case .null = literal {
                 guard parameter.facets.nullable else { throw fail("\(name): the parameter \(parameter.name) may not be null") }
                 continue
             }
             if let primitive = PrimitiveType(rawValue: typeName) {
-                guard case .primitive? = Literal.convert(literal, to: primitive) else {
+                guard case .primitive? = Literal.convertURLLiteral(literal, to: primitive) else {
                     throw fail("\(name): \(Literal.format(literal)) is not an \(primitive.rawValue) for \(parameter.name)")
                 }
             } else if let enumType = enumType(typeName) {

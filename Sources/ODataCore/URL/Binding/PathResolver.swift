@@ -2,9 +2,17 @@
 /// checks that each segment may follow the previous one, and computes the shape addressed.
 public struct PathResolver: Sendable {
     public var lookup: any NameLookup
+    /// The request's parameter aliases, whose values keys and function parameters are checked by.
+    public var aliases: [String: CommonExpression]
+    /// Whether a key after a navigation may leave out the parts a referential constraint
+    /// supplies (V4 and later; V2 needs every key part).
+    public var allowsShortenedKeys = true
 
     /// Creates a value from its parts.
-    public init(lookup: any NameLookup) { self.lookup = lookup }
+    public init(lookup: any NameLookup, aliases: [String: CommonExpression] = [:]) {
+        self.lookup = lookup
+        self.aliases = aliases
+    }
 
     /// The resolved path and the shape of what it addresses.
     public struct Resolution: Sendable, Hashable {
@@ -19,6 +27,8 @@ public struct PathResolver: Sendable {
         var finished = false
         var lastWasCast = false
         var canHaveKey = false
+        /// The navigation just followed and the type it started from.
+        var lastNavigation: (name: String, sourceType: String?)?
         func fail(_ code: BindingError.Code, _ message: String, _ segment: PathSegment) -> BindingError {
             BindingError(code, message, input: input, offset: segment.offset)
         }
@@ -41,6 +51,8 @@ public struct PathResolver: Sendable {
             lastWasCast = false
             let hadKey = canHaveKey
             canHaveKey = false
+            let navigation = lastNavigation
+            lastNavigation = nil
             if case .query = segment.kind {
                 guard index > 0 else { throw fail(.invalidSegment, "$query needs a resource before it", segment) }
                 segments.append(resolved)
@@ -78,7 +90,7 @@ public struct PathResolver: Sendable {
                     case .functionImport(let returns)?:
                         // Parameters may be in parentheses or, in 4.01, all passed as aliases.
                         if let arguments = takeArguments(after: index) {
-                            try lookup.checkArguments(arguments, ofFunction: name, isImport: true, input: input,
+                            try lookup.checkArguments(arguments, ofFunction: name, isImport: true, aliases: aliases, input: input,
                                                       offset: inputSegments[index + 1].offset)
                             index += 1
                             resolved.kind = .functionImport(name, arguments)
@@ -109,9 +121,18 @@ public struct PathResolver: Sendable {
                 guard hadKey, case .entityCollection(let type) = shape else {
                     throw fail(.invalidKey, "A key may only follow an entity collection", segment)
                 }
-                // After a navigation a referential constraint may supply key parts (V4 allows
-                // leaving them out): only keys of entity sets are checked here.
-                if case .entitySet? = segments.last?.kind { try lookup.checkKey(parts, of: type, input: input) }
+                if let navigation, case .navigation? = segments.last?.kind {
+                    // A referential constraint of the partner may supply key parts (V4).
+                    if allowsShortenedKeys {
+                        let named = try lookup.checkKey(parts, of: type, afterNavigation: navigation.name,
+                                                        of: navigation.sourceType, aliases: aliases, input: input)
+                        resolved.kind = .key(named)
+                    } else {
+                        try lookup.checkKey(parts, of: type, input: input)
+                    }
+                } else if case .entitySet? = segments.last?.kind {
+                    try lookup.checkKey(parts, of: type, input: input)
+                }
                 shape = .entity(type: type)
             case .keySegment(let text):
                 try resolveKeySegment(text, &resolved, &shape, segment, fail)
@@ -145,6 +166,7 @@ public struct PathResolver: Sendable {
                         shape = memberShape
                     case .navigation(let memberShape):
                         resolved.kind = .navigation(name)
+                        lastNavigation = (name, shape.typeName)
                         shape = memberShape
                         canHaveKey = memberShape.isCollection
                     }
@@ -152,7 +174,7 @@ public struct PathResolver: Sendable {
                     // 4.01: names in the default namespace may be used unqualified.
                     try applyQualified(kind, name, wasCast, hadKey, &resolved, &shape, &finished, &lastWasCast, &canHaveKey, segment, fail)
                     if case .function = kind, let arguments = takeArguments(after: index) {
-                        try lookup.checkArguments(arguments, ofFunction: name, isImport: false, input: input,
+                        try lookup.checkArguments(arguments, ofFunction: name, isImport: false, aliases: aliases, input: input,
                                                   offset: inputSegments[index + 1].offset)
                         index += 1
                         resolved.kind = .function(name, arguments)
@@ -168,7 +190,7 @@ public struct PathResolver: Sendable {
                 }
                 try applyQualified(kind, name, wasCast, hadKey, &resolved, &shape, &finished, &lastWasCast, &canHaveKey, segment, fail)
                 if case .function = kind, let arguments = takeArguments(after: index) {
-                    try lookup.checkArguments(arguments, ofFunction: name, isImport: false, input: input,
+                    try lookup.checkArguments(arguments, ofFunction: name, isImport: false, aliases: aliases, input: input,
                                               offset: inputSegments[index + 1].offset)
                     index += 1
                     resolved.kind = .function(name, arguments)
@@ -181,7 +203,7 @@ public struct PathResolver: Sendable {
                     throw fail(.unknownName, "\(name) is not a bound function here", segment)
                 }
                 try lookup.checkArguments(arguments, ofFunction: name, isImport: { if case .functionImport = segment.kind { true } else { false } }(),
-                                          input: input, offset: segment.offset)
+                                          aliases: aliases, input: input, offset: segment.offset)
                 resolved.kind = .function(name, arguments)
                 shape = returns
                 canHaveKey = returns.isCollection

@@ -39,19 +39,32 @@ public struct BoundRequest: Sendable, Hashable {
 /// Binds a ``ParsedURL`` to a ``Model``.
 public struct RequestBinder: Sendable {
     public var model: Model
+    /// The protocol version the request is written in, when it differs from the model's (the
+    /// reference server serves one model at a V4 and a V2 root): V2 has no shortened key
+    /// predicates after a navigation.
+    public var version: ODataVersion?
     /// The most `$orderby` items a request may have.
     public static let maxOrderByItems = 100
 
     /// Creates a value from its parts.
-    public init(model: Model) { self.model = model }
+    public init(model: Model, version: ODataVersion? = nil) {
+        self.model = model
+        self.version = version
+    }
+
+    private func resolver(_ url: ParsedURL) -> PathResolver {
+        var resolver = PathResolver(lookup: model, aliases: url.query.aliases)
+        resolver.allowsShortenedKeys = !(version ?? model.version).isLegacy
+        return resolver
+    }
 
     /// Resolves the path and binds every query option that refers to the model.
     public func bind(_ url: ParsedURL, input: String) throws(BindingError) -> BoundRequest {
-        let resolution = try PathResolver(lookup: model).resolve(url.path, input: input)
+        let resolution = try resolver(url).resolve(url.path, input: input)
         // Options of `/$count` and `/$ref` apply to the collection before them.
         var optionsShape = resolution.shape
         if let last = url.path.segments.last, last.kind == .count || last.kind == .ref, url.path.segments.count > 1 {
-            optionsShape = try PathResolver(lookup: model).resolve(ResourcePath(segments: Array(url.path.segments.dropLast())), input: input).shape
+            optionsShape = try resolver(url).resolve(ResourcePath(segments: Array(url.path.segments.dropLast())), input: input).shape
         }
         let elementType = optionsShape.typeName.flatMap { name -> String? in
             model.entityType(name) != nil || model.complexType(name) != nil ? name : nil
@@ -72,11 +85,12 @@ public struct RequestBinder: Sendable {
             try binder.bind(item.expression, itType: type, input: text("compute"))
         }
         try checkSelect(url.query.select ?? [], type)
-        request.expand = try bindExpand(url.query.expand ?? [], binder, type)
+        request.expand = try bindExpand(url.query.expand ?? [], binder, type, resourceType: type)
         return request
     }
 
-    private func bindOrderBy(_ items: [OrderByItem], _ binder: ExpressionBinder, _ type: String, input: String = "$orderby") throws(BindingError) -> [BoundRequest.BoundOrderBy] {
+    private func bindOrderBy(_ items: [OrderByItem], _ binder: ExpressionBinder, _ type: String, resourceType: String? = nil,
+                             input: String = "$orderby") throws(BindingError) -> [BoundRequest.BoundOrderBy] {
         // SQLite orders by at most 2,000 terms; far fewer make sense.
         guard items.count <= Self.maxOrderByItems else {
             throw BindingError(.unsupported, "$orderby has \(items.count) items; at most \(Self.maxOrderByItems) are accepted",
@@ -84,7 +98,7 @@ public struct RequestBinder: Sendable {
         }
         var result: [BoundRequest.BoundOrderBy] = []
         for item in items {
-            let bound = try binder.bind(item.expression, itType: type, input: input)
+            let bound = try binder.bind(item.expression, itType: resourceType ?? type, thisType: type, input: input)
             if case .collection = bound.type {
                 throw BindingError(.typeMismatch, "$orderby needs a single value, not \(bound.type)", input: "$orderby", offset: item.expression.offset)
             }
@@ -118,7 +132,10 @@ public struct RequestBinder: Sendable {
         }
     }
 
-    private func bindExpand(_ items: [ExpandItem], _ binder: ExpressionBinder, _ type: String) throws(BindingError) -> [BoundRequest.BoundExpand] {
+    /// Binds `$expand` items of `type`; `resourceType` is the type of what the request addresses,
+    /// which `$it` means in nested options at every level.
+    private func bindExpand(_ items: [ExpandItem], _ binder: ExpressionBinder, _ type: String,
+                            resourceType: String) throws(BindingError) -> [BoundRequest.BoundExpand] {
         var result: [BoundRequest.BoundExpand] = []
         for item in items {
             if item.path == ["*"] || item.path == ["$value"] || item.path.first?.hasPrefix("@") == true {
@@ -150,10 +167,12 @@ public struct RequestBinder: Sendable {
             let options = item.options ?? QueryOptions()
             let nestedBinder = ExpressionBinder(model: model, aliases: binder.aliases.merging(options.aliases) { $1 })
             var bound = BoundRequest.BoundExpand(item: item, targetType: owner, isCollection: nav.type.isCollection, filter: nil, orderBy: [], expand: [])
-            bound.filter = try options.filter.map { (f) throws(BindingError) in try nestedBinder.bindFilter(f, itType: owner, input: "$filter") }
-            bound.orderBy = try bindOrderBy(options.orderBy ?? [], nestedBinder, owner)
+            bound.filter = try options.filter.map { (f) throws(BindingError) in
+                try nestedBinder.bindFilter(f, itType: resourceType, thisType: owner, input: "$filter")
+            }
+            bound.orderBy = try bindOrderBy(options.orderBy ?? [], nestedBinder, owner, resourceType: resourceType)
             try checkSelect(options.select ?? [], owner)
-            bound.expand = try bindExpand(options.expand ?? [], nestedBinder, owner)
+            bound.expand = try bindExpand(options.expand ?? [], nestedBinder, owner, resourceType: resourceType)
             result.append(bound)
         }
         return result

@@ -179,24 +179,41 @@ struct SearchParser {
         return operandStarts(at: k) ? k : nil
     }
 
-    mutating func parseOr() throws(SyntaxError) -> SearchExpression {
+    /// The deepest tree a `$search` may make (parentheses, `NOT` and every operand of an
+    /// `AND`/`OR` chain count), so that what compiles and prints it recurses as little.
+    static let maxDepth = 100
+
+    /// Enters one level of the tree; throws past ``maxDepth``.
+    private mutating func enter() throws(SyntaxError) {
         depth += 1
-        defer { depth -= 1 }
-        guard depth < 100 else { throw SyntaxError(.tooDeep, "$search nested too deeply", input: text, offset: i) }
+        guard depth < Self.maxDepth else {
+            throw SyntaxError(.tooDeep, "$search nested too deeply (at most \(Self.maxDepth) levels of parentheses, NOT and terms)",
+                              input: text, offset: i)
+        }
+    }
+
+    mutating func parseOr() throws(SyntaxError) -> SearchExpression {
+        let entry = depth
+        defer { depth = entry }
+        try enter()
         var left = try parseAnd()
         while let next = binaryOperator("OR") {
             i = next
+            try enter()
             left = .or(left, try parseAnd())
         }
         return left
     }
 
     mutating func parseAnd() throws(SyntaxError) -> SearchExpression {
+        let entry = depth
+        defer { depth = entry }
         var left = try parseUnary()
         while true {
             if binaryOperator("OR") != nil { break }
             if let next = binaryOperator("AND") {
                 i = next
+                try enter()
                 left = .and(left, try parseUnary())
                 continue
             }
@@ -206,6 +223,7 @@ struct SearchParser {
             while isSpace(j) { j += 1 }
             guard operandStarts(at: j) else { break }
             i = j
+            try enter()
             left = .and(left, try parseUnary())
         }
         return left
@@ -217,6 +235,9 @@ struct SearchParser {
             while isSpace(j) { j += 1 }
             if operandStarts(at: j) {
                 i = j
+                let entry = depth
+                defer { depth = entry }
+                try enter()
                 return .not(try parseUnary())
             }
         }
