@@ -146,6 +146,66 @@ import Testing
 }
 
 @Suite struct JSONBatchTests {
+    /// OData JSON Format 4.01 §19.1: each rule a JSON batch request can break is refused with a
+    /// message that names it (issue 34, item 9).
+    @Test func jsonBatchRulesAreEnforced() throws {
+        func refusal(_ requests: String, root: String? = nil) -> String {
+            let text = root ?? #"{"requests":[\#(requests)]}"#
+            do {
+                _ = try JSONBatchRequest.read(Array(text.utf8))
+                return ""
+            } catch {
+                return String(describing: error)
+            }
+        }
+        let get = #"{"id":"r","method":"GET","url":"Products"}"#
+        let cases: [(String, String)] = [
+            (#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},\#(get),{"id":"2","method":"POST","url":"A","atomicityGroup":"g"}"#,
+             "The requests of atomicity group g must be adjacent"),
+            (#"{"id":"g","method":"POST","url":"A"},{"id":"1","method":"POST","url":"A","atomicityGroup":"g"}"#,
+             "g is both a request id and an atomicity group"),
+            (#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},{"id":"2","method":"GET","url":"A","dependsOn":["1"]}"#,
+             "1 is a member of atomicity group g: depend on the group"),
+            (#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},{"id":"2","method":"POST","url":"A","atomicityGroup":"g","dependsOn":["g"]}"#,
+             "cannot depend on its own atomicity group g"),
+            (#"{"id":"1","method":"MERGE","url":"A"}"#, "MERGE is not a method of a batch request"),
+            (#"{"id":"1","method":"GET","url":"A","body":{"x":1}}"#, "A GET request has no body"),
+            (#"{"id":"1","method":"DELETE","url":"A(1)","body":"x"}"#, "A DELETE request has no body"),
+            (#"{"id":"1","method":"POST","url":"$batch"}"#, "A batch cannot contain another $batch"),
+            (#"{"id":"1","method":"POST","url":"/odata/$batch?x=1"}"#, "A batch cannot contain another $batch"),
+            (#"{"id":"1","method":"GET","url":"A","id":"2"}"#, "'id' is given twice"),
+            (#"{"id":"1","method":"GET","url":"A","verb":"x"}"#, "A request has no member 'verb'"),
+            (#"{"id":"1","method":"GET","url":"A","if":"$1"}"#, "'if' (a condition on an earlier request) is not supported"),
+            (#"{"id":1,"method":"GET","url":"A"}"#, "'id' must be a string"),
+            (#"{"id":"1","method":"GET","url":"A","dependsOn":"x"}"#, "'dependsOn' must be an array"),
+            (#"{"id":"1","method":"GET","url":"A","atomicityGroup":7}"#, "'atomicityGroup' must be a string"),
+            (#"{"id":"1","method":"GET","url":"A","headers":[]}"#, "'headers' must be an object"),
+            (#"{"id":"1","method":"GET","url":"A","dependsOn":["1"]}"#, "dependsOn must name an earlier request or atomicity group"),
+        ]
+        for (requests, message) in cases {
+            let error = refusal(requests)
+            #expect(error.contains(message), "\(requests): \(error)")
+        }
+        #expect(refusal("", root: #"{"requests":[],"extra":1}"#).contains("A JSON batch has no member 'extra'"))
+        #expect(refusal("", root: #"{"requests":[],"requests":[]}"#).contains("'requests' is given twice"))
+        // Within one group a member may depend on another; afterwards, on the group.
+        #expect(refusal(#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},"#
+                        + #"{"id":"2","method":"PATCH","url":"$1","atomicityGroup":"g","dependsOn":["1"]},"#
+                        + #"{"id":"3","method":"get","url":"A","dependsOn":["g"]}"#) == "")
+    }
+
+    /// A multipart change set holds changes only.
+    @Test func aGetInAChangeSetIsRefused() {
+        let body = "--b\r\nContent-Type: multipart/mixed;boundary=c\r\n\r\n--c\r\nContent-Type: application/http\r\n\r\n"
+            + "GET Products HTTP/1.1\r\n\r\n\r\n--c--\r\n--b--\r\n"
+        #expect(throws: PayloadError.self) { try MultipartBatch.read(Array(body.utf8), boundary: "b") }
+        do {
+            _ = try MultipartBatch.read(Array(body.utf8), boundary: "b")
+        } catch {
+            #expect(String(describing: error).contains("A change set may not hold a GET request"), "\(error)")
+        }
+    }
+
     @Test func requestsRoundTripAndValidate() throws {
         let text = #"""
         {"requests":[

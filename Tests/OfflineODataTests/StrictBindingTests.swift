@@ -173,6 +173,71 @@ extension StrictBindingTests {
         return (response.status, String(decoding: response.body, as: UTF8.self))
     }
 
+    /// A `$batch` that breaks the batch rules is a 400 for the whole batch, and nothing in it
+    /// runs: JSON (V4) with an atomicity group split by another request, multipart (V4 and V2)
+    /// with a GET inside a change set.
+    @Test(arguments: [false, true])
+    func aBatchBreakingTheRulesIsRefusedWhole(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let root = (v2 ? fixture.server.v2Root : fixture.server.v4Root).absoluteString
+        if !v2 {
+            let json = #"{"requests":[{"id":"1","method":"POST","url":"Contacts","atomicityGroup":"g","#
+                + #""body":{"PartnerID":"BP0","FirstName":"SPLIT"}},{"id":"2","method":"GET","url":"Products"},"#
+                + #"{"id":"3","method":"POST","url":"Contacts","atomicityGroup":"g","body":{"PartnerID":"BP0","FirstName":"SPLIT"}}]}"#
+            let served = try await Self.post(fixture, v2: false, "$batch", json)
+            #expect(served.status == 400, "\(served.status) \(served.body)")
+            #expect(served.body.contains("must be adjacent"), "\(served.body)")
+        }
+        let multipart = "--b\r\nContent-Type: multipart/mixed;boundary=c\r\n\r\n--c\r\nContent-Type: application/http\r\n\r\n"
+            + "POST Contacts HTTP/1.1\r\nContent-Type: application/json\r\n\r\n{\"PartnerID\":\"BP0\",\"FirstName\":\"SPLIT\"}\r\n"
+            + "--c\r\nContent-Type: application/http\r\n\r\nGET Products HTTP/1.1\r\n\r\n\r\n--c--\r\n--b--\r\n"
+        var headers = ODataCore.HTTPHeaders()
+        headers["Content-Type"] = "multipart/mixed;boundary=b"
+        let response = try await DefaultTransport.make().send(
+            TransportRequest(method: "POST", url: root + "$batch", headers: headers, body: Array(multipart.utf8)), timeout: 10)
+        let text = String(decoding: response.body, as: UTF8.self)
+        #expect(response.status == 400, "\(response.status) \(text)")
+        #expect(text.contains("A change set may not hold a GET request"), "\(text)")
+        #expect(try await fixture.backend("Contacts?$filter=FirstName eq 'SPLIT'")["value"]?.arrayValue?.isEmpty == true)
+    }
+
+    /// Casts in expressions stay in the type hierarchy (4); enum values written as strings
+    /// name members (5); `$compute` is refused whole, not half-bound (6); `$levels` needs a
+    /// navigation that leads on from its target (7). Server and local reads, V4 (V2 has no
+    /// casts, enums, `$compute` or `$levels`).
+    @Test func castsEnumsComputeAndLevelsAreCheckedOrRefusedWhole() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        let refused: [(String, Int, String)] = [
+            ("SalesOrders?$filter=Sales.Product/Name eq 'x'", 400, "Sales.Product is not in the type hierarchy of Sales.SalesOrder"),
+            ("SalesOrders?$filter=isof(Sales.Product)", 400, "Sales.Product is not in the type hierarchy of Sales.SalesOrder"),
+            ("SalesOrders?$filter=isof(Partner,Sales.Product)", 400, "not in the type hierarchy of Sales.BusinessPartner"),
+            ("SalesOrders?$filter=cast(Partner,Edm.String) eq 'x'", 400, "cannot be cast to"),
+            ("SalesOrders?$filter=Status eq 'Nope'", 400, "Sales.OrderStatus has no member Nope"),
+            ("SalesOrders?$filter=Status in ('New','Nope')", 400, "Sales.OrderStatus has no member Nope"),
+            ("SalesOrders?$compute=GrossAmount mul 2 as Twice&$select=Twice", 501, "$compute is not supported"),
+            ("BusinessPartners?$expand=Contacts($levels=2)", 400, "$levels needs a navigation that can be followed again"),
+        ]
+        for (url, status, message) in refused {
+            let served = try await Self.get(fixture, v2: false, url)
+            #expect(served.status == status, "\(url): \(served.status) \(served.body)")
+            #expect(served.body.contains(message), "\(url): \(served.body)")
+            let local = await Self.localError(provider, url)
+            #expect(local.contains(message), "\(url) locally: \(local)")
+        }
+        let newOrders = try await fixture.backend("SalesOrders?$filter=Status eq Sales.OrderStatus'New'&$count=true")
+        let expected = newOrders["value"]?.arrayValue?.count ?? -1
+        for url in ["SalesOrders?$filter=Status eq 'New'", "SalesOrders?$filter=Sales.SalesOrder/Status eq 'New'"] {
+            let served = try await Self.get(fixture, v2: false, url)
+            #expect(served.status == 200, "\(url): \(served.body)")
+            #expect(try JSONValue.parse(Array(served.body.utf8))["value"]?.arrayValue?.count == expected, "\(url)")
+            #expect(try await provider.readEntities(url).count == expected, "\(url)")
+        }
+    }
+
     /// A number that fits no type (`1e99999999`, 40 bytes of body) is refused at once with a
     /// short message, in a body and in a URL, on the server and offline.
     @Test(arguments: [false, true])

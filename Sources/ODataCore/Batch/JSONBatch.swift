@@ -28,39 +28,122 @@ public struct JSONBatchRequest: Sendable, Hashable {
     /// Creates a value from its parts.
     public init(requests: [Request]) { self.requests = requests }
 
-    /// Reads a JSON batch request body; checks ids are unique and `dependsOn` refers back.
+    /// The methods a request of a batch may have.
+    public static let methods: Set<String> = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+    /// The members a request object may have (OData JSON Format 4.01, §19.1).
+    static let requestMembers: Set<String> = ["id", "method", "url", "headers", "body", "atomicityGroup", "dependsOn"]
+
+    /// Reads a JSON batch request body and checks the rules of OData JSON Format 4.01 §19.1:
+    /// unique ids; known members only, each once and of its type; known methods; no body on GET
+    /// or DELETE; no nested `$batch`; the members of an atomicity group adjacent; group names
+    /// distinct from ids; `dependsOn` naming an earlier request or group, a group rather than a
+    /// member of another group, and never its own group.
     public static func read(_ bytes: [UInt8]) throws(PayloadError) -> JSONBatchRequest {
         let root = try JSONValue.parse(bytes)
+        guard let rootMembers = root.objectMembers else {
+            throw PayloadError(.wrongType, "A JSON batch is an object with a 'requests' array", offset: 0)
+        }
+        for member in rootMembers where member.name != "requests" && !member.name.hasPrefix("@") {
+            throw PayloadError(.unexpectedValue, "A JSON batch has no member '\(member.name)'", offset: 0)
+        }
+        guard rootMembers.filter({ $0.name == "requests" }).count <= 1 else {
+            throw PayloadError(.unexpectedValue, "'requests' is given twice", offset: 0)
+        }
         guard let items = root["requests"]?.arrayValue else {
             throw PayloadError(.unexpectedValue, "A JSON batch needs a 'requests' array", offset: 0)
         }
         var requests: [Request] = []
         var seen: Set<String> = []
         var groups: Set<String> = []
+        /// The group of each request id that has one.
+        var groupOf: [String: String] = [:]
         for (index, item) in items.enumerated() {
             let path = "requests[\(index)]"
-            guard case .object = item else { throw PayloadError(.unexpectedValue, "A request must be an object", offset: 0, path: path) }
-            guard let id = item["id"]?.stringValue, !id.isEmpty else { throw PayloadError(.missingValue, "A request needs an 'id'", offset: 0, path: path) }
-            guard let method = item["method"]?.stringValue else { throw PayloadError(.missingValue, "A request needs a 'method'", offset: 0, path: path) }
-            guard let url = item["url"]?.stringValue else { throw PayloadError(.missingValue, "A request needs a 'url'", offset: 0, path: path) }
-            guard seen.insert(id).inserted else { throw PayloadError(.unexpectedValue, "Request id \(id) is used twice", offset: 0, path: path) }
-            var request = Request(id: id, method: method.uppercased(), url: url)
-            for member in item["headers"]?.objectMembers ?? [] {
-                guard let value = member.value.stringValue else {
-                    throw PayloadError(.wrongType, "Header \(member.name) must be a string", offset: 0, path: path + ".headers")
+            func fail(_ message: String, _ member: String? = nil) -> PayloadError {
+                PayloadError(.unexpectedValue, message, offset: 0, path: path + (member.map { "." + $0 } ?? ""))
+            }
+            func string(_ name: String) throws(PayloadError) -> String? {
+                guard let value = item[name] else { return nil }
+                guard let text = value.stringValue else {
+                    throw PayloadError(.wrongType, "'\(name)' must be a string", offset: 0, path: path + "." + name)
                 }
-                request.headers[member.name.lowercased()] = value
+                return text
+            }
+            guard let members = item.objectMembers else { throw fail("A request must be an object") }
+            var names: Set<String> = []
+            for member in members {
+                guard Self.requestMembers.contains(member.name) || member.name.hasPrefix("@") else {
+                    throw fail(member.name == "if" ? "'if' (a condition on an earlier request) is not supported"
+                               : "A request has no member '\(member.name)'", member.name)
+                }
+                guard names.insert(member.name).inserted else { throw fail("'\(member.name)' is given twice", member.name) }
+            }
+            guard let id = try string("id"), !id.isEmpty else {
+                throw PayloadError(.missingValue, "A request needs an 'id'", offset: 0, path: path)
+            }
+            guard let method = try string("method") else {
+                throw PayloadError(.missingValue, "A request needs a 'method'", offset: 0, path: path)
+            }
+            guard let url = try string("url") else {
+                throw PayloadError(.missingValue, "A request needs a 'url'", offset: 0, path: path)
+            }
+            guard seen.insert(id).inserted else { throw fail("Request id \(id) is used twice") }
+            let verb = method.uppercased()
+            guard Self.methods.contains(verb) else {
+                throw fail("\(method) is not a method of a batch request (GET, POST, PUT, PATCH or DELETE)", "method")
+            }
+            if let body = item["body"], body != .null, verb == "GET" || verb == "DELETE" {
+                throw fail("A \(verb) request has no body", "body")
+            }
+            let target = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+            if target == "$batch" || target.hasSuffix("/$batch") {
+                throw fail("A batch cannot contain another $batch", "url")
+            }
+            var request = Request(id: id, method: verb, url: url)
+            if let headers = item["headers"] {
+                guard let headerMembers = headers.objectMembers else {
+                    throw PayloadError(.wrongType, "'headers' must be an object", offset: 0, path: path + ".headers")
+                }
+                for member in headerMembers {
+                    guard let value = member.value.stringValue else {
+                        throw PayloadError(.wrongType, "Header \(member.name) must be a string", offset: 0, path: path + ".headers")
+                    }
+                    request.headers[member.name.lowercased()] = value
+                }
             }
             request.body = item["body"]
-            request.atomicityGroup = item["atomicityGroup"]?.stringValue
-            if let group = request.atomicityGroup { groups.insert(group) }
-            for dependency in item["dependsOn"]?.arrayValue ?? [] {
-                guard let name = dependency.stringValue, seen.contains(name) || groups.contains(name), name != id else {
-                    throw PayloadError(.unexpectedValue, "dependsOn must name an earlier request or atomicity group", offset: 0, path: path + ".dependsOn")
+            request.atomicityGroup = try string("atomicityGroup")
+            if let group = request.atomicityGroup {
+                if groups.contains(group) && requests.last?.atomicityGroup != group {
+                    throw fail("The requests of atomicity group \(group) must be adjacent", "atomicityGroup")
                 }
-                request.dependsOn.append(name)
+                groups.insert(group)
+                groupOf[id] = group
+            }
+            if let dependsOn = item["dependsOn"] {
+                guard let dependencies = dependsOn.arrayValue else {
+                    throw PayloadError(.wrongType, "'dependsOn' must be an array", offset: 0, path: path + ".dependsOn")
+                }
+                for dependency in dependencies {
+                    guard let name = dependency.stringValue else {
+                        throw PayloadError(.wrongType, "'dependsOn' holds strings", offset: 0, path: path + ".dependsOn")
+                    }
+                    guard name != id, seen.contains(name) || groups.contains(name) else {
+                        throw fail("dependsOn must name an earlier request or atomicity group; \(name) is none", "dependsOn")
+                    }
+                    if let own = request.atomicityGroup, name == own {
+                        throw fail("A request cannot depend on its own atomicity group \(own)", "dependsOn")
+                    }
+                    if let other = groupOf[name], other != request.atomicityGroup {
+                        throw fail("\(name) is a member of atomicity group \(other): depend on the group", "dependsOn")
+                    }
+                    request.dependsOn.append(name)
+                }
             }
             requests.append(request)
+        }
+        if let clash = groups.first(where: { seen.contains($0) }) {
+            throw PayloadError(.unexpectedValue, "\(clash) is both a request id and an atomicity group", offset: 0, path: "requests")
         }
         return JSONBatchRequest(requests: requests)
     }

@@ -289,6 +289,11 @@ public struct MultipartBatch: Sendable, Hashable {
                 guard case .operation(let operation) = try readPart(body, inner, path: innerPath, allowChangeSet: false) else {
                     throw PayloadError(.malformedBatch, "A change set may only hold operations", offset: inner.lowerBound, path: innerPath)
                 }
+                // Requests only (a response has no method): reads do not belong in a change set.
+                if let method = operation.message.method?.uppercased(), method == "GET" || method == "HEAD" {
+                    throw PayloadError(.malformedBatch, "A change set may not hold a \(method) request: put reads outside change sets",
+                                       offset: inner.lowerBound, path: innerPath)
+                }
                 operations.append(operation)
             }
             return .changeSet(ChangeSet(boundary: boundary, partHeaders: headers, operations: operations))

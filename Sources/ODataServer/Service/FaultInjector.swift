@@ -23,10 +23,14 @@ public struct FaultRule: Sendable, Hashable, Codable {
     public var trickleMilliseconds: Int?
     /// How many times the rule fires; nil for always.
     public var times: Int?
+    /// Answer with this JSON body and status 200 instead of handling the request: a backend
+    /// that misbehaves (next links that loop, a row on two pages) as tests need it.
+    public var answer: String?
 
     /// Creates a rule.
     public init(method: String? = nil, urlContains: String? = nil, bodyContains: String? = nil, status: Int? = nil, code: String? = nil,
-                message: String? = nil, dropAfterCommit: Bool = false, delayMilliseconds: Int? = nil, trickleMilliseconds: Int? = nil, times: Int? = nil) {
+                message: String? = nil, dropAfterCommit: Bool = false, delayMilliseconds: Int? = nil, trickleMilliseconds: Int? = nil, times: Int? = nil,
+                answer: String? = nil) {
         self.method = method
         self.urlContains = urlContains
         self.bodyContains = bodyContains
@@ -37,9 +41,10 @@ public struct FaultRule: Sendable, Hashable, Codable {
         self.delayMilliseconds = delayMilliseconds
         self.trickleMilliseconds = trickleMilliseconds
         self.times = times
+        self.answer = answer
     }
 
-    enum CodingKeys: String, CodingKey { case method, urlContains, bodyContains, status, code, message, dropAfterCommit, delayMilliseconds, trickleMilliseconds, times }
+    enum CodingKeys: String, CodingKey { case method, urlContains, bodyContains, status, code, message, dropAfterCommit, delayMilliseconds, trickleMilliseconds, times, answer }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -48,7 +53,8 @@ public struct FaultRule: Sendable, Hashable, Codable {
                   code: try c.decodeIfPresent(String.self, forKey: .code), message: try c.decodeIfPresent(String.self, forKey: .message),
                   dropAfterCommit: try c.decodeIfPresent(Bool.self, forKey: .dropAfterCommit) ?? false,
                   delayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .delayMilliseconds),
-                  trickleMilliseconds: try c.decodeIfPresent(Int.self, forKey: .trickleMilliseconds), times: try c.decodeIfPresent(Int.self, forKey: .times))
+                  trickleMilliseconds: try c.decodeIfPresent(Int.self, forKey: .trickleMilliseconds), times: try c.decodeIfPresent(Int.self, forKey: .times),
+                  answer: try c.decodeIfPresent(String.self, forKey: .answer))
     }
 
     func matches(_ request: ServiceRequest) -> Bool {

@@ -90,6 +90,11 @@ public final class ODataService: Sendable {
             if let status = fault.status {
                 return .error(status, code: fault.code ?? "InjectedFault", fault.message ?? "Injected failure", version: request.version)
             }
+            if let answer = fault.answer {
+                var headers = HTTPHeaders()
+                headers["Content-Type"] = "application/json"
+                return ServiceResponse(status: 200, headers: headers, body: Array(answer.utf8))
+            }
             if fault.dropAfterCommit || fault.trickleMilliseconds != nil {
                 var response = await handleUnfaulted(request)
                 response.dropConnection = fault.dropAfterCommit

@@ -23,6 +23,9 @@ extension Store {
         let schema = self.schema
         let version = requestVersion(requested)
         let parsed = try URLParser(version: version).parse(url)
+        // What the store does not implement is refused first: binding `$select=alias` of a
+        // `$compute` would otherwise fail with a misleading "has no property".
+        try QueryExecutor.refuseUnimplemented(parsed.query)
         let bound = try RequestBinder(model: schema.model, version: version).bind(parsed, input: url)
         return try await Self.boundingSQLDepth {
             try await read { reader in
@@ -446,6 +449,9 @@ extension Store {
         let schema = self.schema
         let version = requestVersion(requested)
         let parsed = try URLParser(version: version).parse(url)
+        // What the store does not implement is refused first: binding `$select=alias` of a
+        // `$compute` would otherwise fail with a misleading "has no property".
+        try QueryExecutor.refuseUnimplemented(parsed.query)
         let bound = try RequestBinder(model: schema.model, version: version).bind(parsed, input: url)
         let query = parsed.query
         let rowsPossible = !version.isLegacy && query.select == nil && query.expand == nil && query.compute == nil && query.apply == nil

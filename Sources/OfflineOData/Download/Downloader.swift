@@ -92,6 +92,11 @@ struct Downloader: Sendable {
                 && !model.version.isLegacy
                 && (try? URLParser(version: model.version.grammar).parse(query.query))?.query.expand == nil
             var pages = 0
+            // Next links already read in this query's read, and the empty pages in a row.
+            var readLinks: Set<String> = []
+            var emptyRun = 0
+            let maximumPages = provider.parameters.maximumPagesPerQuery
+            let maximumEmpty = provider.parameters.maximumEmptyPagesInARow
             // While a page is handed to `onPage`, the next one is already being fetched and
             // parsed, so the backend and the store work at the same time (at most two pages
             // are in memory).
@@ -102,9 +107,11 @@ struct Downloader: Sendable {
                     throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied")
                 }
                 pages += 1
-                guard pages <= 100_000 else {
+                guard pages <= maximumPages else {
                     throw OfflineODataError(
-                        .backend, "\(query.name): more than 100000 pages; the backend's next links loop")
+                        .backend,
+                        "Defining query \(query.name): more than \(maximumPages) pages (maximumPagesPerQuery); "
+                            + "the backend's next links do not end")
                 }
                 let fetched: FetchedPage
                 if let pending = prefetched {
@@ -123,8 +130,24 @@ struct Downloader: Sendable {
                 }
                 provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
                 result.pages += 1
-                result.received += rows?.entityCount ?? page.entities.count
+                let received = rows?.entityCount ?? page.entities.count
+                result.received += received
                 next = page.nextLink
+                if let link = next {
+                    guard readLinks.insert(link).inserted else {
+                        throw OfflineODataError(
+                            .backend,
+                            "Defining query \(query.name): the backend's next link \(provider.absoluteURL(link)) was "
+                                + "already read in this download (its next links loop); nothing was applied")
+                    }
+                    emptyRun = received == 0 && page.deleted.isEmpty ? emptyRun + 1 : 0
+                    guard emptyRun < maximumEmpty else {
+                        throw OfflineODataError(
+                            .backend,
+                            "Defining query \(query.name): \(maximumEmpty) pages in a row without an entity still "
+                                + "link to a next page (maximumEmptyPagesInARow); nothing was applied")
+                    }
+                }
                 if let onPage {
                     if let link = next {
                         let isDelta = result.isDelta

@@ -56,19 +56,32 @@ struct PageApplier: Sendable {
         // The first fill of an empty set: plain entities go in with one prepared statement
         // (no per-row lookups); expanded ones take the general path.
         let bulk = bulkSets.contains(set)
+        // A row that comes again (on a later page of the same read, or twice in one page) is
+        // taken once, the last copy winning: the bulk insert stops at it, and the page is
+        // applied again row by row (the rows inserted before are merged with themselves).
+        var bulkFailed = false
         if let rows = query.flat {
             if bulk {
-                try writer.bulkInsert(rows, into: set)
-                upserted += rows.entityCount
+                do {
+                    try writer.bulkInsert(rows, into: set)
+                    upserted += rows.entityCount
+                } catch let error as StoreError where error.code == .conflict {
+                    try applyRows(rows, in: set, recordSeen: full, writer: writer)
+                }
             } else {
                 try applyRows(rows, in: set, recordSeen: full, writer: writer)
             }
         } else if bulk {
             let plain = query.entities.filter { entity in !entity.navigation.contains { $0.inline != nil } }
-            try writer.bulkInsert(plain, into: set)
-            upserted += plain.count
+            do {
+                try writer.bulkInsert(plain, into: set)
+                upserted += plain.count
+            } catch let error as StoreError where error.code == .conflict {
+                bulkFailed = true
+            }
         }
-        for entity in query.entities where !bulk || entity.navigation.contains(where: { $0.inline != nil }) {
+        for entity in query.entities
+        where !bulk || bulkFailed || entity.navigation.contains(where: { $0.inline != nil }) {
             upserted += try applyEntity(entity, in: set, writer: writer, recordSeen: full)
         }
         for removed in query.deleted {

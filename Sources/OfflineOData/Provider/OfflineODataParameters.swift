@@ -58,6 +58,12 @@ public struct OfflineODataParameters: Sendable {
     public var backendSupportsBatch = true
     /// Most requests in one `$batch` request.
     public var maxRequestsPerBatch = 100
+    /// Most pages one defining query may take in one download (its next links): a backend
+    /// whose links never end fails the download with a clear error instead of running on.
+    public var maximumPagesPerQuery = 100_000
+    /// Most pages in a row without a single entity that still link to a next page; past it the
+    /// download fails (a backend that pages through nothing).
+    public var maximumEmptyPagesInARow = 100
     /// Credentials for the backend, asked for before the first request and refreshed once
     /// after a `401` (see ``ODataAuthenticator``). Nil: no `Authorization` header.
     public var authenticator: (any ODataAuthenticator)?

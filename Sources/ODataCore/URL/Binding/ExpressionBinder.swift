@@ -189,6 +189,8 @@ public struct ExpressionBinder: Sendable {
             return .primitive(.boolean)
         case .eq, .ne, .gt, .ge, .lt, .le:
             guard comparable(a, b) else { throw mismatch("Cannot compare \(a) with \(b)") }
+            try checkEnumStrings(left, right, context)
+            try checkEnumStrings(right, left, context)
             if op != .eq && op != .ne {
                 for t in [a, b] {
                     if case .primitive(let p) = t, p == .boolean || p.isSpatial || p == .binary || p == .stream {
@@ -204,11 +206,13 @@ public struct ExpressionBinder: Sendable {
                 throw BindingError(.typeMismatch, "'has' needs an enum on its left, not \(a)", input: context.input, offset: left.expression.offset)
             }
             guard comparable(a, b) else { throw mismatch("'has' compares \(a) with \(b)") }
+            try checkEnumStrings(left, right, context)
             return .primitive(.boolean)
         case .in:
             switch b {
             case .collection(let element):
                 guard comparable(a, element) else { throw mismatch("Cannot look for \(a) in a collection of \(element)") }
+                for item in right.operands { try checkEnumStrings(left, item, context) }
             case .untyped, .null: break
             default: throw mismatch("The right side of 'in' must be a collection, not \(b)")
             }
@@ -315,12 +319,52 @@ public struct ExpressionBinder: Sendable {
             return .primitive(.boolean)
         case "isof":
             try checkTypeArgument(args, name, context)
+            try checkCast(from: args.count == 1 ? structuredType(context.thisType) : args[0].type, to: args.last?.type,
+                          name, args.last?.expression.offset ?? 0, context)
             return .primitive(.boolean)
         case "cast":
             try checkTypeArgument(args, name, context)
+            try checkCast(from: args.count == 1 ? structuredType(context.thisType) : args[0].type, to: args.last?.type,
+                          name, args.last?.expression.offset ?? 0, context)
             return args.last?.type ?? .untyped
         default:
             return .untyped
+        }
+    }
+
+    /// An enum value written as a plain string (`Color eq 'Red'`, 4.01) names members of the
+    /// enum type on the other side: checked here, as enum literals are.
+    private func checkEnumStrings(_ enumSide: BoundExpression, _ other: BoundExpression, _ context: Context) throws(BindingError) {
+        guard case .enumeration(let name) = enumSide.type, let enumType = model.enumType(name),
+              case .literal(.primitive(.string(let text))) = other.expression.node else { return }
+        let members = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+        try model.checkEnumMembers(EnumValue(typeName: nil, members: members), of: enumType, input: context.input,
+                                   offset: other.expression.offset)
+    }
+
+    /// A cast of a structured value stays in its type hierarchy (to a derived type, or to a
+    /// base type), as path segments do; structured and primitive values do not cast into each
+    /// other. `what` names the cast for the message.
+    private func checkCast(from source: ExpressionType, to target: ExpressionType?, _ what: String, _ offset: Int,
+                           _ context: Context) throws(BindingError) {
+        guard let target else { return }
+        var from = source
+        if case .collection(let element) = from { from = element }
+        func fail(_ message: String) -> BindingError {
+            BindingError(.typeMismatch, message, input: context.input, offset: offset)
+        }
+        switch (from, target) {
+        case (.entity(let a), .entity(let b)), (.complex(let a), .complex(let b)):
+            guard model.isType(b, derivedFrom: a) || model.isType(a, derivedFrom: b) else {
+                throw fail("\(what): \(b) is not in the type hierarchy of \(a) (neither derived from it nor its base)")
+            }
+        case (.entity(let a), _), (.complex(let a), _):
+            throw fail("\(what): a value of \(a) cannot be cast to \(target)")
+        case (.primitive, .entity(let b)), (.primitive, .complex(let b)), (.enumeration, .entity(let b)),
+             (.enumeration, .complex(let b)):
+            throw fail("\(what): a value of \(from) cannot be cast to the structured type \(b)")
+        default:
+            break
         }
     }
 
@@ -397,6 +441,7 @@ public struct ExpressionBinder: Sendable {
                     throw fail(.unknownName, "Unknown type \(name)", expression, context)
                 }
                 let target = expressionType(name, kind)
+                try checkCast(from: current, to: target, "The cast to \(name)", expression.offset, context)
                 if case .collection = current { current = .collection(target) } else { current = target }
                 steps.append(BoundStep(kind: .cast, name: name, type: current))
             case .key:

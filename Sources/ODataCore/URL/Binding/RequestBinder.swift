@@ -165,6 +165,20 @@ public struct RequestBinder: Sendable {
                 throw BindingError(.invalidSegment, "\(item.path.joined(separator: "/")) does not end in a navigation property", input: "$expand", offset: 0)
             }
             let options = item.options ?? QueryOptions()
+            if options.levels != nil {
+                // $levels repeats the expand on what it reaches: the path must lead on from there.
+                var again: String? = owner
+                for segment in item.path where !segment.contains(".") {
+                    guard let from = again else { break }
+                    again = model.navigationProperty(segment, ofStructuredType: from)?.type.name
+                        ?? model.property(segment, ofStructuredType: from).map(\.type.name)
+                }
+                guard again != nil else {
+                    let path = item.path.joined(separator: "/")
+                    throw BindingError(.invalidSegment, "$levels needs a navigation that can be followed again from its "
+                                       + "target: \(path) leads to \(owner), which has no \(path)", input: "$expand", offset: 0)
+                }
+            }
             let nestedBinder = ExpressionBinder(model: model, aliases: binder.aliases.merging(options.aliases) { $1 })
             var bound = BoundRequest.BoundExpand(item: item, targetType: owner, isCollection: nav.type.isCollection, filter: nil, orderBy: [], expand: [])
             bound.filter = try options.filter.map { (f) throws(BindingError) in
