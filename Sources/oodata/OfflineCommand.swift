@@ -446,7 +446,7 @@ struct OfflineCommand: AsyncParsableCommand {
     }
 
     struct Events: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show the EventLog (last 100 uploads and downloads).")
+        static let configuration = CommandConfiguration(abstract: "Show the EventLog: the last 100 opens, uploads, downloads and store sends.")
         @OptionGroup var options: OfflineStoreOptions
 
         func run() async throws {

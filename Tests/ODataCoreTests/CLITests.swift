@@ -61,6 +61,41 @@ import Testing
         #expect(result.out.contains("queue empty: true"))
     }
 
+    /// Issue 34, item 19: a plain ODataStore file, a keyless entity type under `--strict` and
+    /// the EventLog's help each say what they are.
+    @Test func plainStoresKeylessTypesAndTheEventLogAreExplained() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-cli-19-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = folder.appendingPathComponent("plain.db").path
+        let trippin = Conformance.url("metadata/v4/trippin-SampleService-Models-TripPin.xml").path
+        #expect(try await run(["store", "init", "--metadata", trippin, "--store", store]).status == 0)
+        let read = try await run(["offline", "read", "--store", store, "People"])
+        #expect(read.status == 1)
+        #expect(read.err.contains("is not an offline store"), "\(read.err)")
+        #expect(read.err.contains("oodata store query"), "\(read.err)")
+        #expect(!read.err.contains("oo_meta"), "\(read.err)")
+
+        let keyless = folder.appendingPathComponent("keyless.xml")
+        try Data("""
+            <edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.0"><edmx:DataServices>
+            <Schema xmlns="http://docs.oasis-open.org/odata/ns/edm" Namespace="K">
+            <EntityType Name="Base" Abstract="true"><Property Name="Name" Type="Edm.String"/></EntityType>
+            <EntityType Name="Thing"><Property Name="Name" Type="Edm.String"/></EntityType>
+            <EntityContainer Name="C"><EntitySet Name="Things" EntityType="K.Thing"/></EntityContainer>
+            </Schema></edmx:DataServices></edmx:Edmx>
+            """.utf8).write(to: keyless)
+        let strict = try await run(["metadata", "--strict", keyless.path])
+        #expect(strict.status == 1)
+        #expect(strict.err.contains("Entity type Thing has no key"), "\(strict.err)")
+        #expect(!strict.err.contains("Base"), "an abstract type may have no key: \(strict.err)")
+        #expect(try await run(["metadata", keyless.path]).status == 0, "without --strict it is read")
+
+        let help = try await run(["offline", "events", "--help"])
+        let overview = help.out.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        #expect(overview.contains("the last 100 opens, uploads, downloads and store sends"), "\(help.out)")
+    }
+
     /// `oodata --version` names the tool and the package's version.
     @Test func versionIsPrinted() async throws {
         let result = try await run(["--version"])

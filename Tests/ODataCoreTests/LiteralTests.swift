@@ -20,6 +20,43 @@ import Testing
         ("binary'Zm9vYmFy'", .binary(Data("foobar".utf8))),
     ]
 
+    /// Malformed dates, times and durations say what is wrong, in `$filter`, in keys and in
+    /// V2's prefixed forms (issue 34, item 8); good ones still parse.
+    @Test func malformedTemporalLiteralsSayWhatIsWrong() throws {
+        func message(_ url: String, _ version: ODataVersion = .v401) -> String {
+            do {
+                _ = try URLParser(version: version).parse(url)
+                return ""
+            } catch {
+                return String(describing: error)
+            }
+        }
+        let cases: [(String, ODataVersion, String)] = [
+            ("People?$filter=Birthday eq 2023-13-01", .v401, "month 13 does not exist: 2023-13-01 is not a date"),
+            ("People?$filter=Birthday eq 2023-02-30", .v401, "February 2023 has 28 days"),
+            ("People?$filter=Birthday eq 2023-00-10", .v401, "month 0 does not exist"),
+            ("People?$filter=Birthday eq 2023-01-32", .v401, "day 32 does not exist"),
+            ("People?$filter=At eq 2023-02-01T25:00:00Z", .v401, "hour 25 does not exist: 2023-02-01T25:00:00 is not a date-time"),
+            ("People?$filter=At eq 2023-02-01T10:61Z", .v401, "minute 61 does not exist"),
+            ("People?$filter=D eq duration'P1X'", .v401, "'P1X' is not a duration"),
+            ("Orders(2023-13-01)", .v401, "month 13 does not exist"),
+            ("Orders(OrderDate=2023-02-30)", .v401, "February 2023 has 28 days"),
+            ("F(d=2023-13-01)", .v401, "month 13 does not exist"),
+            ("Orders(datetime'2023-13-01T00:00')", .v2, "month 13 does not exist"),
+            ("Orders(time'PT25X')", .v2, "'PT25X' is not a duration"),
+            ("Orders?$filter=At eq datetime'2023-01-01T24:30'", .v2, "hour 24 does not exist"),
+        ]
+        for (url, version, expected) in cases {
+            let text = message(url, version)
+            #expect(text.contains(expected), "\(url): \(text)")
+        }
+        for good in ["People?$filter=Birthday eq 2024-02-29", "People?$filter=At eq 2023-02-01T23:59:60Z",
+                     "People?$filter=D eq duration'P1DT2H'", "Orders(2023-12-31)"] {
+            #expect(message(good) == "", "\(good)")
+        }
+        #expect(message("Orders(datetime'2023-12-31T23:00')", .v2) == "")
+    }
+
     @Test func v4LiteralsParseToTheirValues() throws {
         for (text, expected) in Self.v4Samples {
             let value = try Literal.parse(text)

@@ -311,7 +311,7 @@ import ODataServer
         let cases: [(method: String, url: String, headers: [String: String], expected: String)] = [
             ("PATCH", "ProductPictures('PIC0')/$value", ["Content-Type": "image/png"], "replaced with PUT"),
             ("DELETE", "ProductPictures('PIC0')/$value", [:], "delete the media entity"),
-            ("PUT", "Products('P1')/$value", ["Content-Type": "image/png"], "no media stream"),
+            ("PUT", "Products('P1')/$value", ["Content-Type": "image/png"], "is not a media entity"),
             ("PUT", "ProductPictures('NOPE')/$value", ["Content-Type": "image/png"], "not in the offline store"),
             ("PUT", "ProductPictures/$value", ["Content-Type": "image/png"], "$value needs a primitive property or a media entity"),
             ("PUT", "Products('P1')/Name/$value", ["Content-Type": "text/plain"], "cannot be modified offline"),

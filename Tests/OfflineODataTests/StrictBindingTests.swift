@@ -238,6 +238,81 @@ extension StrictBindingTests {
         }
     }
 
+    /// One request straight to the server with any method, headers and body.
+    static func send(_ fixture: Fixture, v2: Bool, _ method: String, _ url: String, headers: [String: String] = [:],
+                     body: String = "") async throws -> (status: Int, body: String) {
+        let root = (v2 ? fixture.server.v2Root : fixture.server.v4Root).absoluteString
+        var all = ODataCore.HTTPHeaders()
+        all["Accept"] = "application/json"
+        for (name, value) in headers { all[name] = value }
+        let response = try await DefaultTransport.make().send(
+            TransportRequest(method: method, url: root + url, headers: all, body: Array(body.utf8)), timeout: 10)
+        return (response.status, String(decoding: response.body, as: UTF8.self))
+    }
+
+    /// Item 14: client errors are 4xx with an OData error body, never a 501 or a silent 200.
+    @Test(arguments: [false, true])
+    func clientErrorsAreFourHundredsWithAnODataError(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        func isODataError(_ body: String) -> Bool { (try? ODataError.parse(Array(body.utf8))) != nil }
+
+        // Integer division by a literal zero has no result (SQLite would answer NULL: no rows).
+        let divided = "SalesOrderItems?$filter=Quantity div 0 gt 1"
+        let served = try await Self.get(fixture, v2: v2, divided)
+        #expect(served.status == 400 && served.body.contains("Division by zero"), "\(served.body)")
+        #expect(await Self.localError(provider, divided).contains("Division by zero"))
+        #expect(try await Self.get(fixture, v2: v2, "SalesOrderItems?$filter=Quantity div 2 gt 1").status == 200)
+        // $value of an entity without a stream.
+        let value = try await Self.get(fixture, v2: v2, "SalesOrders('SO1')/$value")
+        #expect(value.status == 400 && value.body.contains("is not a media entity"), "\(value.body)")
+        #expect(await Self.localError(provider, "SalesOrders('SO1')/$value").contains("is not a media entity"))
+        // A body without a Content-Type.
+        let untyped = try await Self.send(fixture, v2: v2, "POST", "Contacts", body: #"{"PartnerID":"BP0","FirstName":"NOTYPE"}"#)
+        #expect(untyped.status == 415 && isODataError(untyped.body), "\(untyped.status) \(untyped.body)")
+        #expect(try await fixture.backend("Contacts?$filter=FirstName eq 'NOTYPE'")["value"]?.arrayValue?.isEmpty == true)
+        // A $batch part addressed to another host.
+        let batch = "--b\r\nContent-Type: application/http\r\n\r\nGET http://elsewhere.example/odata/v4/Products HTTP/1.1\r\n\r\n\r\n--b--\r\n"
+        let other = try await Self.send(fixture, v2: v2, "POST", "$batch", headers: ["Content-Type": "multipart/mixed;boundary=b"],
+                                        body: batch)
+        #expect(other.status == 400 && other.body.contains("addressed to another service"), "\(other.status) \(other.body)")
+        if v2 {
+            // MERGE is V2's update.
+            let merged = try await Self.send(fixture, v2: true, "MERGE", "SalesOrders('SO1')",
+                                             headers: ["Content-Type": "application/json", "If-Match": "*"], body: #"{"Note":"merged"}"#)
+            #expect(merged.status == 204, "\(merged.body)")
+        } else {
+            let merged = try await Self.send(fixture, v2: false, "MERGE", "SalesOrders('SO1')",
+                                             headers: ["Content-Type": "application/json", "If-Match": "*"], body: #"{"Note":"merged"}"#)
+            #expect(merged.status == 405 && merged.body.contains("V4 service updates with PATCH"), "\(merged.body)")
+            let action = try await Self.get(fixture, v2: false, "ConfirmOrder")
+            #expect(action.status == 405 && action.body.contains("ConfirmOrder is an action: call it with POST"), "\(action.body)")
+        }
+    }
+
+    /// Item 14: `dropAfterCommit` fires on a request that committed; a refused one gets its
+    /// answer and leaves the rule's use for the next.
+    @Test func dropAfterCommitSparesARefusedRequest() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        await fixture.server.service.faults.set([FaultRule(method: "POST", urlContains: "Contacts", dropAfterCommit: true, times: 1)])
+        let json = ["Content-Type": "application/json"]
+        let refused = try await Self.send(fixture, v2: false, "POST", "Contacts", headers: json, body: #"{"PartnerID":"BP0","Bogus":1}"#)
+        #expect(refused.status == 400, "\(refused.body)")
+        do {
+            let lost = try await Self.send(fixture, v2: false, "POST", "Contacts", headers: json,
+                                           body: #"{"PartnerID":"BP0","FirstName":"DROPPED"}"#)
+            Issue.record("the committed POST's answer must be lost: \(lost.status)")
+        } catch {
+            #expect(error is TransportError, "\(error)")
+        }
+        #expect(try await fixture.backend("Contacts?$filter=FirstName eq 'DROPPED'")["value"]?.arrayValue?.count == 1)
+        let after = try await Self.send(fixture, v2: false, "POST", "Contacts", headers: json, body: #"{"PartnerID":"BP0","FirstName":"AFTER"}"#)
+        #expect(after.status == 201, "the rule fired once")
+    }
+
     /// A number that fits no type (`1e99999999`, 40 bytes of body) is refused at once with a
     /// short message, in a body and in a URL, on the server and offline.
     @Test(arguments: [false, true])

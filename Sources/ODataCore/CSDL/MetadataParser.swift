@@ -841,6 +841,13 @@ struct CSDLReader {
                 if chain.count > 1, chain.dropFirst().contains(where: { $0.qualifiedName == type.qualifiedName }) {
                     throw positioned(.schemaViolation, "Entity type \(type.name) inherits from itself", node)
                 }
+                // A non-abstract entity type needs a key, its own or its base type's (CSDL 4.01
+                // §8.3). A base type outside this document may carry it.
+                if strict, !type.isAbstract, model.key(of: type).isEmpty,
+                   !chain.contains(where: { $0.baseType.map(isExternal) ?? false }) {
+                    throw positioned(.schemaViolation, "Entity type \(type.name) has no key: a non-abstract entity type "
+                                     + "needs one, declared on it or on a base type", node)
+                }
                 for ref in type.key {
                     if resolvePropertyPath(ref.name, in: type.qualifiedName, model) == nil {
                         try report(positioned(.brokenReference, "Key property \(ref.name) is not a property of \(type.name)", node))

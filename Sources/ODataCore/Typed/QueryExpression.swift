@@ -54,11 +54,13 @@ public struct ExpressionNode: Sendable, Hashable {
             case "or": 1
             case "and": 2
             case "eq", "ne": 3
-            case "lt", "le", "gt", "ge", "has": 4
+            case "lt", "le", "gt", "ge": 4
             case "add", "sub": 5
+            // `has` and `in` are primary operators (4.01 Part 2, §5.1.1.16): tighter than unary.
+            case "has": 8
             default: 6  // mul, div, mod
             }
-        case .within: 4
+        case .within: 8
         case .not, .negate: 7
         default: 8
         }
@@ -84,7 +86,13 @@ public struct ExpressionNode: Sendable, Hashable {
             let sameChain =
                 (op == "and" || op == "or") && right.precedence == precedence
                 && { if case .binary(op, _, _) = right.kind { return true } else { return false } }()
-            if right.precedence < precedence || (right.precedence == precedence && !sameChain) {
+            // An atom (a path, a literal, a call) binds as tightly as `has` and needs none.
+            let rightIsOperation: Bool
+            switch right.kind {
+            case .binary, .within: rightIsOperation = true
+            default: rightIsOperation = false
+            }
+            if right.precedence < precedence || (right.precedence == precedence && rightIsOperation && !sameChain) {
                 rhs = "(" + rhs + ")"
             }
             return lhs + " " + op + " " + rhs
@@ -109,7 +117,8 @@ public struct ExpressionNode: Sendable, Hashable {
             return path + "/" + kind + "(" + variable + ":" + (try body.render(version)) + ")"
         case .within(let operand, let values):
             if version == .v401, !values.isEmpty {
-                let left = try operand.render(version)
+                var left = try operand.render(version)
+                if operand.precedence < 8 { left = "(" + left + ")" }
                 return left + " in ("
                     + (try values.map { (node) throws(QueryError) in try node.render(version) })
                     .joined(separator: ",") + ")"

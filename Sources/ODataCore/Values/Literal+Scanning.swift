@@ -44,12 +44,61 @@ extension Literal {
         var i = start
         // A prefixed form: skip the prefix and the quote.
         while i < b.count, isIdentifierByte(b[i]), !isDigit(b[i]) { i += 1 }
+        let prefix = String(decoding: b[start..<i], as: UTF8.self).lowercased()
         if i > start {
             guard i < b.count, b[i] == UInt8(ascii: "'") else { return nil }
             i += 1
+            // `duration'…'` (V4) and `time'…'` (V2) hold an ISO 8601 duration.
+            if prefix == "duration" || prefix == "time", scanDuration(b, i) == nil {
+                let end = b[i...].firstIndex(of: UInt8(ascii: "'")) ?? b.count
+                let text = String(decoding: b[i..<min(end, i + 40)], as: UTF8.self)
+                return "'\(text)' is not a duration (the form is P[n]DT[n]H[n]M[n]S, as in P1DT2H30M)"
+            }
         }
+        if let problem = dateShapeProblem(b, i) { return problem }
         guard let (date, _) = scanDate(b, i, checkCalendar: false), let problem = date.calendarProblem else { return nil }
         return "\(problem): \(date) is not a date"
+    }
+
+    /// A date of the shape `YYYY-MM-DD[Thh:mm[:ss]]` with a month, day, hour, minute or second
+    /// that does not exist (`2023-13-01`, `2023-01-01T25:00Z`): which part, in words.
+    static func dateShapeProblem(_ b: [UInt8], _ start: Int) -> String? {
+        var i = start
+        if i < b.count, b[i] == UInt8(ascii: "-") { i += 1 }
+        guard let (_, afterYear) = digits(b, i, min: 4, max: 4), afterYear < b.count, b[afterYear] == UInt8(ascii: "-"),
+              let (month, afterMonth) = digits(b, afterYear + 1, min: 2, max: 2), afterMonth < b.count,
+              b[afterMonth] == UInt8(ascii: "-"), let (day, afterDay) = digits(b, afterMonth + 1, min: 2, max: 2),
+              afterDay == b.count || !isDigit(b[afterDay]) else { return nil }
+        var end = afterDay
+        var problem: String?
+        if !(1...12).contains(month) {
+            problem = "month \(month) does not exist"
+        } else if !(1...31).contains(day) {
+            problem = "day \(day) does not exist"
+        }
+        var kind = "date"
+        if end < b.count, b[end] == UInt8(ascii: "T") || b[end] == UInt8(ascii: "t"),
+           let (hour, afterHour) = digits(b, end + 1, min: 2, max: 2), afterHour < b.count, b[afterHour] == UInt8(ascii: ":"),
+           let (minute, afterMinute) = digits(b, afterHour + 1, min: 2, max: 2) {
+            kind = "date-time"
+            end = afterMinute
+            var second = 0
+            if end < b.count, b[end] == UInt8(ascii: ":"), let (s, afterSecond) = digits(b, end + 1, min: 2, max: 2) {
+                second = s
+                end = afterSecond
+            }
+            if problem == nil {
+                if hour > 23 {
+                    problem = "hour \(hour) does not exist"
+                } else if minute > 59 {
+                    problem = "minute \(minute) does not exist"
+                } else if second > 60 {
+                    problem = "second \(second) does not exist"
+                }
+            }
+        }
+        guard let problem else { return nil }
+        return "\(problem): \(String(decoding: b[start..<end], as: UTF8.self)) is not a \(kind)"
     }
 
     /// `hour ":" minute [ ":" second [ "." fractionalSeconds ] ]`. Second 60 (a leap second) is

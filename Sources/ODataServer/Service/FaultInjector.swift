@@ -83,6 +83,21 @@ public actor FaultInjector {
         try JSONDecoder().decode([FaultRule].self, from: Data(contentsOf: URL(fileURLWithPath: path)))
     }
 
+    /// Puts back one use of `rule` (a rule with `times` that fired on a request it should not
+    /// have counted: a refused request under `dropAfterCommit`).
+    func giveBack(_ rule: FaultRule) {
+        guard rule.times != nil else { return }
+        var unused = rule
+        unused.times = nil
+        if let index = rules.firstIndex(where: { var other = $0; other.times = nil; return other == unused }) {
+            rules[index].times = (rules[index].times ?? 0) + 1
+        } else {
+            var restored = rule
+            restored.times = 1
+            rules.insert(restored, at: 0)
+        }
+    }
+
     func match(_ request: ServiceRequest) -> FaultRule? {
         guard let index = rules.firstIndex(where: { $0.matches(request) }) else { return nil }
         let rule = rules[index]

@@ -17,6 +17,16 @@ extension ODataService {
         return request
     }
 
+    /// Throws when a part's URL is absolute and not under this service's root: a batch is
+    /// answered by one service, and a part for another host must not run here as if it were
+    /// ours.
+    func checkPartURL(_ url: String, _ outer: ServiceRequest, part: String) throws {
+        guard url.contains("://") else { return }
+        if let root = outer.serviceRoot, url.hasPrefix(root) { return }
+        throw ServiceFailure(400, "BadBatch", "\(part) of the $batch request is addressed to another service (\(url)); "
+                             + "a part's URL is relative to this service's root, or starts with it")
+    }
+
     static func batchMessage(_ response: ServiceResponse) -> BatchMessage {
         var headers = response.headers
         if !response.body.isEmpty { headers["Content-Length"] = String(response.body.count) }
@@ -67,6 +77,13 @@ extension ODataService {
             where partHeaders["Content-Type"]?.lowercased().hasPrefix("application/http") != true {
                 throw ServiceFailure(
                     400, "BadBatch", "Part \(index + 1) of the $batch request needs Content-Type application/http")
+            }
+        }
+        for (index, part) in batch.parts.enumerated() {
+            switch part {
+            case .operation(let operation): try checkPartURL(operation.message.url ?? "", request, part: "Part \(index + 1)")
+            case .changeSet(let set):
+                for operation in set.operations { try checkPartURL(operation.message.url ?? "", request, part: "Part \(index + 1)") }
             }
         }
         let continueOnError = request.isV2 || Preferences(request.headers["Prefer"]).continueOnError
@@ -164,6 +181,7 @@ extension ODataService {
     /// A 4.01 JSON batch: requests in order, each atomicity group in one transaction.
     private func jsonBatch(_ request: ServiceRequest) async throws -> ServiceResponse {
         let batch = try JSONBatchRequest.read(request.body)
+        for item in batch.requests { try checkPartURL(item.url, request, part: "Request \(item.id)") }
         var responses: [JSONBatchResponse.Response] = []
         var locations: [String: String] = [:]
         var failed: Set<String> = []

@@ -5,6 +5,7 @@ extension ODataService {
     /// The repeatability ID of a modification: `Repeatability-Request-ID` (with
     /// `Repeatability-First-Sent`) or the legacy `RequestID` (with `RepeatabilityCreation`).
     func repeatabilityID(_ request: ServiceRequest) -> String? {
+        guard options.honorsRepeatableRequests else { return nil }
         guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(request.method) else { return nil }
         if let id = request.headers["Repeatability-Request-ID"], !id.isEmpty { return id }
         if let id = request.headers["RequestID"], !id.isEmpty { return "legacy:" + id }

@@ -31,6 +31,10 @@ public final class ODataService: Sendable {
         /// concurrency token. Every entity of this service has an ETag. Off only for tests and
         /// clients that must write unconditionally.
         public var requireIfMatch = true
+        /// Whether repeatable requests (`Repeatability-Request-ID`, or V2's `RequestID`) are
+        /// recognized: a repeat gets the first answer. False plays a backend that ignores the
+        /// headers (many do): a repeat is applied again, answered without `Repeatability-Result`.
+        public var honorsRepeatableRequests = true
         /// Where the service logs: each HTTP request at `debug` (method, URL without query
         /// values or keys, status, duration), `$batch` part and change-set counts at `debug`,
         /// internal errors at `error`. Logs nothing by default.
@@ -97,7 +101,11 @@ public final class ODataService: Sendable {
             }
             if fault.dropAfterCommit || fault.trickleMilliseconds != nil {
                 var response = await handleUnfaulted(request)
-                response.dropConnection = fault.dropAfterCommit
+                // A refused request committed nothing: its answer is not lost, and the rule
+                // keeps its use for a request that commits.
+                let committed = response.status < 400
+                if fault.dropAfterCommit && !committed { await faults.giveBack(fault) }
+                response.dropConnection = fault.dropAfterCommit && committed
                 response.trickleMilliseconds = fault.trickleMilliseconds
                 return response
             }
@@ -154,6 +162,21 @@ public final class ODataService: Sendable {
             request.method = tunnelled.uppercased()
         }
         let path = request.path
+        if request.method == "MERGE" && !request.isV2 {
+            throw ServiceFailure(405, "MethodNotAllowed", "MERGE is OData V2's method; a V4 service updates with PATCH")
+        }
+        if ["POST", "PUT", "PATCH", "MERGE"].contains(request.method), !request.body.isEmpty,
+           (request.headers["Content-Type"] ?? "").trimmingCharacters(in: .whitespaces).isEmpty {
+            throw ServiceFailure(415, "UnsupportedMediaType",
+                                 "A \(request.method) with a body needs a Content-Type (application/json for entities)")
+        }
+        if request.method == "GET" || request.method == "HEAD" {
+            let first = path.split(separator: "/", maxSplits: 1).first.map(String.init) ?? ""
+            let name = first.split(separator: "(", maxSplits: 1).first.map(String.init) ?? first
+            if model.actionImport(name) != nil {
+                throw ServiceFailure(405, "MethodNotAllowed", "\(name) is an action: call it with POST")
+            }
+        }
         switch (request.method, path) {
         case ("GET", ""): return serviceDocument(request)
         case ("GET", "$metadata"):

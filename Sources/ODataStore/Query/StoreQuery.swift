@@ -14,6 +14,35 @@ public enum QueryResult: Sendable, Hashable {
     case references([String])
 }
 
+extension QueryResult: CustomStringConvertible {
+    /// The result as a person reads it: a collection as its size (with `$count` and the next
+    /// link when there are) and one entity a line, an entity, a value, a count.
+    public var description: String {
+        switch self {
+        case .collection(let collection):
+            var head = collection.entities.count == 1 ? "1 entity" : "\(collection.entities.count) entities"
+            if let count = collection.count { head += ", $count \(count)" }
+            if let next = collection.nextLink { head += ", next link \(next)" }
+            return ([head + (collection.entities.isEmpty ? "" : ":")] + collection.entities.map { "  \($0)" })
+                .joined(separator: "\n")
+        case .entity(let entity?): return entity.description
+        case .entity(nil): return "no entity (not found, or outside the store's scope)"
+        case .value(let value): return value.description
+        case .count(let count): return String(count)
+        case .references(let references): return references.joined(separator: "\n")
+        }
+    }
+
+    /// The entities of a collection, or the one entity; empty for other results.
+    public var entities: [Entity] {
+        switch self {
+        case .collection(let collection): collection.entities
+        case .entity(let entity?): [entity]
+        default: []
+        }
+    }
+}
+
 extension Store {
     /// Answers a read request (a URL relative to the service root) from the store.
     ///

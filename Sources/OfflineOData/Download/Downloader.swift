@@ -192,7 +192,17 @@ struct Downloader: Sendable {
             method: "GET", url: try provider.withStreamParameters(url), headers: ["Prefer": "odata.track-changes"])
         if response.status == 410 && isDelta { return .expired }
         guard response.status < 400 else {
-            throw OfflineODataProvider.backendError(response, method: "GET", url: provider.absoluteURL(url))
+            let absolute = provider.absoluteURL(url)
+            var error = OfflineODataProvider.backendError(response, method: "GET", url: absolute)
+            if response.status == 401, BackendSession.origin(of: absolute) != BackendSession.origin(of: serviceRoot) {
+                // A next link to another host went without the session's credentials.
+                error = OfflineODataError(
+                    .unauthorized,
+                    error.message + "; the next link is on another host than the service root ("
+                        + (BackendSession.origin(of: serviceRoot) ?? serviceRoot) + "), and credentials, cookies and "
+                        + "CSRF tokens are never sent across hosts: that host must accept the request without them")
+            }
+            throw error
         }
         let entityType = model.entitySet(set)?.entityType
         do {

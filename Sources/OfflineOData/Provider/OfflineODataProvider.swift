@@ -463,6 +463,12 @@ extension OfflineODataProvider {
         parameters: OfflineODataParameters
     ) async throws -> (serviceRoot: URL?, definingQueryNames: [String])? {
         let path = parameters.storeFile
+        if FileManager.default.fileExists(atPath: StoreFiles.fillingMarker(path)) {
+            throw OfflineODataError(
+                .store,
+                "The first open of \(path) was stopped before the store was filled; open it again with its defining "
+                    + "queries (`oodata offline open … --define …`) to fill it: no local change was made before, so nothing is lost")
+        }
         guard FileManager.default.fileExists(atPath: path) else { return nil }
         let store: Store
         do {
@@ -473,6 +479,13 @@ extension OfflineODataProvider {
             throw OfflineODataError(.store, "The store \(path) cannot be opened: \(error)")
         }
         defer { store.close() }
+        let state = try await store.read { reader in try LocalSchema.state(reader.connection) }
+        guard state.isOfflineStore else {
+            throw OfflineODataError(
+                .store,
+                "\(path) is not an offline store: it has no request queue or defining queries (a store made by "
+                    + "`oodata store init` is read with `oodata store query`), or its first open ended before it was set up")
+        }
         let (root, names) = try await store.read { reader in
             (try LocalSchema.serviceRoot(reader.connection), try DefiningQueries.load(reader.connection).map(\.name))
         }

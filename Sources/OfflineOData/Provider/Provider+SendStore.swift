@@ -21,6 +21,11 @@ extension OfflineODataProvider {
             )
         }
         if supportKey?.isEmpty == true { throw OfflineODataError(.invalidRequest, "The support key must not be empty") }
+        if let supportKey, supportKey == parameters.storeEncryptionKey {
+            throw OfflineODataError(
+                .invalidRequest,
+                "The support key is the store's own key: the copy would open with the app's key; give a key of its own")
+        }
         guard chunkSize > 0 else { throw OfflineODataError(.invalidRequest, "chunkSize must be positive") }
         let sender = StoreSender(
             store: store, storeFile: parameters.storeFile, progress: reporter(.sendStore, [.sendingEntityStoreDatabase])

@@ -50,6 +50,9 @@ public final class AsyncHTTPClientTransport: Transport {
     }
 
     private func perform(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
+        // A task cancelled before it sends does not send: AsyncHTTPClient may start the request
+        // on its event loop before it sees the cancellation.
+        try Task.checkCancellation()
         let idle = max(timeout ?? Self.defaultTimeout, 0.01)
         let activity = Activity()
         var http = HTTPClientRequest(url: request.url)

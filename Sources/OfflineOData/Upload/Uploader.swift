@@ -196,7 +196,13 @@ struct Uploader {
         provider.report(progress, .sendingDataToServer, ["sentBytes": "\(provider.bytesSent)"])
         provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
         guard response.status < 400 else {
-            throw OfflineODataProvider.backendError(response, method: "POST", url: provider.absoluteURL("$batch"))
+            var error = OfflineODataProvider.backendError(response, method: "POST", url: provider.absoluteURL("$batch"))
+            if [404, 405, 501].contains(response.status) {
+                // A backend without $batch: the requests can go one by one.
+                error.message += "; the backend seems to have no $batch: set backendSupportsBatch = false "
+                    + "(oodata: --no-batch) to upload request by request. The requests stay queued"
+            }
+            throw error
         }
         let answer: MultipartBatch
         do {
@@ -208,7 +214,30 @@ struct Uploader {
             throw OfflineODataError(
                 .backend, "The $batch response is not valid multipart: \(error); the requests stay queued")
         }
-        return planner.results(of: answer, for: batch)
+        let results = planner.results(of: answer, for: batch)
+        warnIfRepeatsAreNotRecognized(results, on: provider)
+        return results
+    }
+
+    /// A request sent again (its first answer was lost) relies on the backend recognizing the
+    /// repeat; an answer without `Repeatability-Result` suggests it did not, and the change may
+    /// have been applied twice. Said in the log, once per resent request.
+    func warnIfRepeatsAreNotRecognized(_ results: [SentResult], on provider: isolated OfflineODataProvider) {
+        guard parameters.enableRepeatableRequests else { return }
+        for result in results where result.request.firstSent != nil && result.dependencyOf == nil
+            && result.headers["Repeatability-Result"] == nil
+        {
+            provider.logger.warning(
+                """
+                A resent request was answered without Repeatability-Result: the backend may not recognize repeated \
+                requests, so a change whose first answer was lost may have been applied twice
+                """,
+                metadata: [
+                    "queue-id": .stringConvertible(result.request.id), "method": .string(result.request.method),
+                    "url": .string(OfflineODataLogging.redacted(result.request.url)),
+                    "status": .stringConvertible(result.status),
+                ])
+        }
     }
 
     /// A backend without `$batch`: each request on its own, Content-ID references replaced by
@@ -238,6 +267,7 @@ struct Uploader {
                 SentResult(request: request, status: response.status, headers: response.headers, body: response.body))
         }
         provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
+        warnIfRepeatsAreNotRecognized(results, on: provider)
         return results
     }
 

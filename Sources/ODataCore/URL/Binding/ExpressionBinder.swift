@@ -223,6 +223,11 @@ public struct ExpressionBinder: Sendable {
             if b.isLoose { return a }
             guard let x = a.primitive, let y = b.primitive else { throw mismatch("'\(op.rawValue)' needs primitive operands, not \(a) and \(b)") }
             if x.isNumeric && y.isNumeric, let promoted = PrimitiveType.promoted(x, y) {
+                // Integers and decimals have no result for a division by zero (doubles give INF).
+                if op == .div || op == .mod || op == .divby, promoted != .double, promoted != .single,
+                   case .literal(.primitive(let divisor)) = right.expression.node, divisor.decimalValue?.isZero == true {
+                    throw mismatch("Division by zero ('\(op.rawValue) 0') has no \(promoted.rawValue) result")
+                }
                 if op == .divby { return .primitive(promoted == .double || promoted == .single ? .double : .decimal) }
                 return .primitive(promoted)
             }

@@ -60,6 +60,8 @@ public protocol NameLookup: Sendable {
     func qualified(_ name: String, on shape: ResourceShape) -> QualifiedKind?
     /// Whether a bare segment after a collection may be read as its key (key-as-segment).
     func acceptsKeySegment(_ text: String, of type: String?) -> Bool
+    /// Whether entities of `type` are media entities (a stream `$value` addresses).
+    func isMediaEntity(_ type: String?) -> Bool
     /// Throws when a key predicate does not fit the key of entity type `type`: a missing, extra,
     /// repeated or wrongly typed part. `input` is the URL, for the error's position.
     func checkKey(_ parts: [KeyValue], of type: String?, input: String) throws(BindingError)
@@ -82,6 +84,8 @@ public protocol NameLookup: Sendable {
 extension NameLookup {
     /// Lookups without key definitions accept every key predicate.
     public func checkKey(_ parts: [KeyValue], of type: String?, input: String) throws(BindingError) {}
+    /// Lookups without type definitions take every entity for a media entity.
+    public func isMediaEntity(_ type: String?) -> Bool { true }
     /// Lookups without key definitions accept every key predicate.
     public func checkKey(_ parts: [KeyValue], of type: String?, afterNavigation navigation: String, of sourceType: String?,
                          aliases: [String: CommonExpression], input: String) throws(BindingError) -> [KeyValue] { parts }
@@ -281,6 +285,13 @@ extension Model: NameLookup {
             throw BindingError(.unknownName, "\(type.qualifiedName) has no member \(part); its members are \(names)",
                                input: input, offset: offset)
         }
+    }
+
+    public func isMediaEntity(_ type: String?) -> Bool {
+        guard let type, let entity = entityType(type) else { return true }
+        // A derived type may add the stream: a cast decides.
+        return entityTypeChain(entity).contains { $0.hasStream }
+            || schemas.flatMap(\.entityTypes).contains { $0.hasStream && isType($0.qualifiedName, derivedFrom: type) }
     }
 
     public func acceptsKeySegment(_ text: String, of type: String?) -> Bool {

@@ -142,7 +142,11 @@ public struct PathResolver: Sendable {
                 finished = true
             case .value:
                 switch shape {
-                case .primitive, .entity: break
+                case .primitive: break
+                case .entity(let type):
+                    guard lookup.isMediaEntity(type) else {
+                        throw fail(.invalidSegment, "\(type ?? "The entity") is not a media entity: it has no stream for $value", segment)
+                    }
                 default: throw fail(.invalidSegment, "$value needs a primitive property or a media entity", segment)
                 }
                 shape = .stream

@@ -718,6 +718,8 @@ struct ExpressionParser {
             } else if let (literal, end) = Literal.scan(b, i, version: version) {
                 i = end
                 value = CommonExpression(.literal(literal), at: valueStart)
+            } else if let problem = Literal.temporalProblem(b, i) {
+                throw fail(problem, at: valueStart, code: .invalidLiteral)
             } else {
                 throw fail("A key value must be a literal or a parameter alias", at: valueStart, code: .invalidLiteral)
             }

@@ -1,0 +1,107 @@
+import Foundation
+import ODataCore
+import ODataServer
+import Testing
+@testable import OfflineOData
+
+/// Issue 34, items 22–25: behaviours of the sync engine that a one-line change could break with
+/// the rest of the suite still passing (each has a mutant in scripts/mutants.txt). V4 and V2.
+@Suite struct SyncGuardTests {
+    static let lostBatch = FaultRule(method: "POST", urlContains: "$batch", dropAfterCommit: true, times: 1)
+
+    static func phone(_ fixture: Fixture, _ partner: String) async throws -> String? {
+        try await fixture.backend("BusinessPartners('\(partner)')")["Phone"]?.stringValue
+    }
+
+    /// 22: a request already sent (its answer lost) is never merged with a later change: the
+    /// backend answers the repeat with the first answer, so a merged change would be lost.
+    @Test(arguments: [false, true])
+    func aSentRequestTakesNoLaterChange(v2: Bool) async throws {
+        let fixture = try await Fixture.start(faults: [Self.lostBatch])
+        defer { Task { await fixture.stop() } }
+        var parameters = fixture.parameters()
+        parameters.enableRequestQueueOptimization = true
+        let provider = try await fixture.provider(v2: v2, parameters: parameters)
+        try await provider.open()
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"first"}"#.utf8))
+        await #expect(throws: (any Error).self) { try await provider.upload() }
+        #expect(try await Self.phone(fixture, "BP1") == "first", "the lost batch was applied")
+        _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"second"}"#.utf8))
+        try await provider.upload()
+        #expect(try await Self.phone(fixture, "BP1") == "second")
+        #expect(count(try await provider.read("RequestQueue")) == 0)
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+    }
+
+    /// 23: a DELETE resent after its answer was lost is answered with the backend's first
+    /// answer: not archived as a failure, and the entity stays deleted.
+    @Test(arguments: [false, true])
+    func aResentDeleteIsNotAFailure(v2: Bool) async throws {
+        let fixture = try await Fixture.start(faults: [Self.lostBatch])
+        defer { Task { await fixture.stop() } }
+        let contacts = try await fixture.backend("Contacts?$filter=PartnerID eq 'BP2'&$orderby=ContactID")
+        let id = try #require(contacts["value"]?.arrayValue?.first?["ContactID"]).serialized
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        _ = try await provider.execute(method: "DELETE", url: v2 ? "Contacts(\(id)L)" : "Contacts(\(id))")
+        await #expect(throws: (any Error).self) { try await provider.upload() }
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        #expect(count(try await provider.read("RequestQueue")) == 0)
+        #expect(try await fixture.backend("Contacts?$filter=ContactID eq \(id)")["value"]?.arrayValue?.isEmpty == true)
+    }
+
+    /// 24: a full read (a backend without delta links) never deletes a local row with pending
+    /// changes, even when the backend no longer has it: the change goes up and is archived.
+    @Test(arguments: [false, true])
+    func aFullReadKeepsRowsWithPendingChanges(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let contacts = try await fixture.backend("Contacts?$filter=PartnerID eq 'BP0'&$orderby=ContactID")
+        let id = try #require(contacts["value"]?.arrayValue?.first?["ContactID"]).serialized
+        let other = try #require(contacts["value"]?.arrayValue?.last?["ContactID"]).serialized
+        let key = v2 ? "Contacts(\(id)L)" : "Contacts(\(id))"
+        let otherKey = v2 ? "Contacts(\(other)L)" : "Contacts(\(other))"
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        _ = try await provider.execute(method: "PATCH", url: key, body: Array(#"{"FirstName":"Mine"}"#.utf8))
+        // Another user deletes both contacts on the backend.
+        #expect(try await fixture.backendSend("DELETE", "Contacts(\(id))", "") < 300)
+        #expect(try await fixture.backendSend("DELETE", "Contacts(\(other))", "") < 300)
+        try await EngineGuardTests.downloadInFull(provider)
+        // The one without local changes goes; the changed one stays until its upload says.
+        #expect(try await provider.readEntities(otherKey).isEmpty)
+        let kept = try await provider.readEntities(key)
+        #expect(kept.first?.string("FirstName") == "Mine")
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 1)
+    }
+
+    /// 25: one refused request of a change set archives every request of the change set; none
+    /// stays queued to go out alone in the next upload.
+    @Test(arguments: [false, true])
+    func aRefusedChangeSetIsArchivedWhole(v2: Bool) async throws {
+        let fixture = try await Fixture.start(faults: [
+            FaultRule(urlContains: "BusinessPartners('BP2')", bodyContains: "REFUSED", status: 400, code: "Refused", message: "No")
+        ])
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        let together = OfflineODataRequestOptions(transactionID: "t1")
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"together"}"#.utf8), options: together)
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"REFUSED"}"#.utf8), options: together)
+        try await provider.upload()
+        let archived = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+        #expect(archived.count == 2)
+        #expect(archived.compactMap { $0.string("RequestURL") } == ["BusinessPartners('BP1')", "BusinessPartners('BP2')"])
+        // Nothing of the change set reached the backend, and nothing goes out later.
+        #expect(try await Self.phone(fixture, "BP1") != "together")
+        await fixture.server.service.journal.clear()
+        try await provider.upload()
+        #expect(try await Self.phone(fixture, "BP1") != "together")
+        let sent = await fixture.server.service.journal.requests().filter { $0.contains("$batch") }
+        #expect(sent.isEmpty, "\(sent)")
+    }
+}
