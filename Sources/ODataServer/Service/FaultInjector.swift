@@ -23,6 +23,9 @@ public struct FaultRule: Sendable, Hashable, Codable {
     public var trickleMilliseconds: Int?
     /// How many times the rule fires; nil for always.
     public var times: Int?
+    /// Handle the request as if it carried `Prefer: return=minimal`: a create is answered 204
+    /// with a `Location`, without the entity (a backend whose answers omit what it created).
+    public var minimal: Bool
     /// Answer with this JSON body and status 200 instead of handling the request: a backend
     /// that misbehaves (next links that loop, a row on two pages) as tests need it.
     public var answer: String?
@@ -30,7 +33,7 @@ public struct FaultRule: Sendable, Hashable, Codable {
     /// Creates a rule.
     public init(method: String? = nil, urlContains: String? = nil, bodyContains: String? = nil, status: Int? = nil, code: String? = nil,
                 message: String? = nil, dropAfterCommit: Bool = false, delayMilliseconds: Int? = nil, trickleMilliseconds: Int? = nil, times: Int? = nil,
-                answer: String? = nil) {
+                answer: String? = nil, minimal: Bool = false) {
         self.method = method
         self.urlContains = urlContains
         self.bodyContains = bodyContains
@@ -42,9 +45,10 @@ public struct FaultRule: Sendable, Hashable, Codable {
         self.trickleMilliseconds = trickleMilliseconds
         self.times = times
         self.answer = answer
+        self.minimal = minimal
     }
 
-    enum CodingKeys: String, CodingKey { case method, urlContains, bodyContains, status, code, message, dropAfterCommit, delayMilliseconds, trickleMilliseconds, times, answer }
+    enum CodingKeys: String, CodingKey { case method, urlContains, bodyContains, status, code, message, dropAfterCommit, delayMilliseconds, trickleMilliseconds, times, answer, minimal }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -54,7 +58,8 @@ public struct FaultRule: Sendable, Hashable, Codable {
                   dropAfterCommit: try c.decodeIfPresent(Bool.self, forKey: .dropAfterCommit) ?? false,
                   delayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .delayMilliseconds),
                   trickleMilliseconds: try c.decodeIfPresent(Int.self, forKey: .trickleMilliseconds), times: try c.decodeIfPresent(Int.self, forKey: .times),
-                  answer: try c.decodeIfPresent(String.self, forKey: .answer))
+                  answer: try c.decodeIfPresent(String.self, forKey: .answer),
+                  minimal: try c.decodeIfPresent(Bool.self, forKey: .minimal) ?? false)
     }
 
     func matches(_ request: ServiceRequest) -> Bool {

@@ -123,9 +123,12 @@ extension ODataService {
         let known = contentIDs
         // Injected faults apply to the requests inside a change set too.
         var injected: [ServiceResponse?] = []
-        for operation in set.operations {
+        var minimalAnswers: Set<Int> = []
+        for (index, operation) in set.operations.enumerated() {
             let sub = subrequest(operation.message, outer, contentIDs: known)
-            if let fault = await faults.match(sub), let status = fault.status {
+            let fault = await faults.match(sub)
+            if fault?.minimal == true { minimalAnswers.insert(index) }
+            if let fault, let status = fault.status {
                 injected.append(
                     .error(
                         status, code: fault.code ?? "InjectedFault", fault.message ?? "Injected failure",
@@ -135,12 +138,14 @@ extension ODataService {
             }
         }
         let faultResponses = injected
+        let minimal = minimalAnswers
         do {
             let (responses, ids) = try await store.write { writer -> ([BatchOperation], [String: String]) in
                 var ids = known
                 var operations: [BatchOperation] = []
                 for (index, operation) in set.operations.enumerated() {
-                    let sub = self.subrequest(operation.message, outer, contentIDs: ids)
+                    var sub = self.subrequest(operation.message, outer, contentIDs: ids)
+                    if minimal.contains(index) { sub.headers["Prefer"] = "return=minimal" }
                     var response: ServiceResponse
                     if let failure = faultResponses[index] {
                         throw Failed(response: failure)

@@ -94,6 +94,11 @@ public final class ODataService: Sendable {
             if let status = fault.status {
                 return .error(status, code: fault.code ?? "InjectedFault", fault.message ?? "Injected failure", version: request.version)
             }
+            if fault.minimal {
+                var minimal = request
+                minimal.headers["Prefer"] = "return=minimal"
+                return await handleUnfaulted(minimal)
+            }
             if let answer = fault.answer {
                 var headers = HTTPHeaders()
                 headers["Content-Type"] = "application/json"

@@ -273,6 +273,62 @@ struct UploadRecorder {
         return touched
     }
 
+    /// Nested entities read back after a deep insert (see `Uploader.readBackNestedCreates`):
+    /// each takes over the read child at its path whose primitive values are those it was sent
+    /// with, when exactly one child has them.
+    func takeOverNested(_ pending: [NestedCreate], sent: Entity, readBack: Entity) throws {
+        var used: Set<String> = []
+        for created in pending {
+            guard let (nestedSet, localKey) = Keys.parse(created.entity, model: model, serviceRoot: ""),
+                let answered = Self.matching(created.path, sent: sent, in: readBack, used: used),
+                let serverKey = Keys.key(of: answered, in: nestedSet, model: model)
+            else { continue }
+            let serverReference = nestedSet + Keys.predicate(serverKey, in: nestedSet, model: model)
+            guard used.insert(serverReference).inserted else { continue }
+            try takeOverCreated(
+                answered, removeAfterUpload: false, set: nestedSet,
+                localPredicate: String(created.entity.dropFirst(nestedSet.count)), localKey: localKey)
+        }
+    }
+
+    /// The child of `readBack` at `path` whose primitive values are those sent at `path`: the
+    /// navigation names must match, the position need not (a read answers in its own order).
+    /// Nil unless exactly one unused child matches at each step.
+    static func matching(_ path: String, sent: Entity, in readBack: Entity, used: Set<String>) -> Entity? {
+        var sentCurrent = sent
+        var readCurrent = readBack
+        var parts = path.split(separator: "/")[...]
+        while let name = parts.popFirst().map(String.init) {
+            switch (sentCurrent.navigation(name)?.inline, readCurrent.navigation(name)?.inline) {
+            case (.entity(let mine?)?, .entity(let theirs?)?):
+                guard sameValues(mine, theirs) else { return nil }
+                sentCurrent = mine
+                readCurrent = theirs
+            case (.collection(let mine)?, .collection(let theirs)?):
+                guard let text = parts.popFirst(), let index = Int(text), mine.entities.indices.contains(index) else {
+                    return nil
+                }
+                let wanted = mine.entities[index]
+                let candidates = theirs.entities.filter { sameValues(wanted, $0) }
+                guard candidates.count == 1, let found = candidates.first else { return nil }
+                sentCurrent = wanted
+                readCurrent = found
+            default:
+                return nil
+            }
+        }
+        return readCurrent
+    }
+
+    /// Whether every primitive value sent has the same value in `answered`.
+    static func sameValues(_ sent: Entity, _ answered: Entity) -> Bool {
+        sent.properties.allSatisfy { property in
+            guard case .primitive(let mine) = property.value else { return true }
+            guard case .primitive(let theirs)? = answered[property.name] else { return false }
+            return mine == theirs || Literal.convert(.primitive(theirs), to: mine.type) == .primitive(mine)
+        }
+    }
+
     /// Whether `answered` has the inline entities of `sent` at the same places (as many, in the
     /// same order), each with the primitive values sent.
     static func answersInOrder(sent: Entity, answered: Entity, depth: Int = 0) -> Bool {

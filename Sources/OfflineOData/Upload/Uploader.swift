@@ -91,6 +91,7 @@ struct Uploader {
                 try UploadRecorder(writer, model: model, serviceRoot: root).record(answered)
             }
             provider.keyMapCache = nil
+            try await readBackNestedCreates(in: results, on: provider)
             try await refreshETags(afterLinkChangesIn: results, on: provider)
             // One call per ErrorArchive row, dependants too, in queue order.
             for failure in failures.sorted(by: { $0.requestID < $1.requestID }) {
@@ -269,6 +270,69 @@ struct Uploader {
         provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
         warnIfRepeatsAreNotRecognized(results, on: provider)
         return results
+    }
+
+    /// A deep insert whose answer did not carry its nested entities (a `204`, or a `201` with
+    /// the parent only) leaves the nested entities the backend keyed with their temporary
+    /// local keys. They are read back now: the created entity with `$expand` of the
+    /// navigations the request created through; each nested entity takes the key, ETag and
+    /// values of the read child whose values are the ones it sent (a child that is not
+    /// matched exactly once keeps its local key, as before, until a download).
+    func readBackNestedCreates(in results: [SentResult], on provider: isolated OfflineODataProvider) async throws {
+        let model = self.model
+        let root = serviceRoot
+        for result in results where result.status < 300 && result.request.isCreate
+            && !result.request.options.removeAfterUpload && result.request.nested.contains(where: { $0.localKey })
+        {
+            guard let set = result.request.entitySet, let localPredicate = result.request.entityKey else { continue }
+            let request = result.request
+            let (pending, parent) = try await store.read { reader -> ([NestedCreate], String) in
+                let waiting = try request.nested.filter { created in
+                    guard created.localKey, let (nestedSet, key) = Keys.parse(created.entity, model: model, serviceRoot: "")
+                    else { return false }
+                    return try reader.entity(in: nestedSet, key: key) != nil
+                }
+                let map = try RequestQueue.keyMap(reader.connection)
+                return (waiting, map[set + localPredicate] ?? set + localPredicate)
+            }
+            guard !pending.isEmpty, Keys.parse(parent, model: model, serviceRoot: "") != nil else { continue }
+            let expand = Self.expandOption(for: pending.map { (created: NestedCreate) in created.path })
+            let response: TransportResponse
+            do {
+                response = try await provider.send(method: "GET", url: parent + "?$expand=" + expand)
+            } catch {
+                provider.logger.notice(
+                    "The nested entities of a deep insert could not be read back; they keep their local keys until a download",
+                    metadata: ["url": .string(OfflineODataLogging.redacted(parent)), "error": .string("\(error)")])
+                continue
+            }
+            guard response.status < 300,
+                let readBack = try? model.readEntity(response.body, entityType: model.entitySet(set)?.entityType),
+                let sent = try? model.readEntity(request.body, entityType: model.entitySet(set)?.entityType)
+            else { continue }
+            try await store.write { writer in
+                try UploadRecorder(writer, model: model, serviceRoot: root).takeOverNested(
+                    pending, sent: sent, readBack: readBack)
+            }
+            provider.keyMapCache = nil
+        }
+    }
+
+    /// `$expand` for nested paths (`Contacts/0`, `Items/1/Notes/0`): `Contacts,Items($expand=Notes)`.
+    static func expandOption(for paths: [String]) -> String {
+        var children: [String: [String]] = [:]
+        var order: [String] = []
+        for path in paths {
+            let names = path.split(separator: "/").filter { Int($0) == nil }.map(String.init)
+            guard let first = names.first else { continue }
+            if children[first] == nil { order.append(first) }
+            let rest = names.dropFirst().joined(separator: "/")
+            children[first, default: []] += rest.isEmpty ? [] : [rest]
+        }
+        return order.map { name in
+            let inner = children[name] ?? []
+            return inner.isEmpty ? name : name + "($expand=" + expandOption(for: inner) + ")"
+        }.joined(separator: ",")
     }
 
     /// A link change gave the entity holding the foreign key a new ETag on backends that renew
