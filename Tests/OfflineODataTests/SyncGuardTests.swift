@@ -104,4 +104,24 @@ import Testing
         let sent = await fixture.server.service.journal.requests().filter { $0.contains("$batch") }
         #expect(sent.isEmpty, "\(sent)")
     }
+
+    /// A local delete of an entity the backend then deletes too (the delta says so): undoing
+    /// the local delete does not bring back what the backend no longer has.
+    @Test(arguments: [false, true])
+    func undoingALocalDeleteDoesNotReviveWhatTheBackendDeleted(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let contacts = try await fixture.backend("Contacts?$filter=PartnerID eq 'BP1'&$orderby=ContactID")
+        let id = try #require(contacts["value"]?.arrayValue?.first?["ContactID"]).serialized
+        let key = v2 ? "Contacts(\(id)L)" : "Contacts(\(id))"
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        _ = try await provider.execute(method: "DELETE", url: key)
+        #expect(try await fixture.backendSend("DELETE", "Contacts(\(id))", "") < 300)
+        try await provider.download()
+        try await provider.undoPendingChanges(forURL: key)
+        #expect(try await provider.readEntities(key).isEmpty, "the backend deleted it")
+        #expect(count(try await provider.read("RequestQueue")) == 0)
+    }
 }
+
