@@ -150,6 +150,8 @@ extension OfflineODataProvider {
             }
         } catch let error as OfflineODataError {
             throw error
+        } catch let error as DatabaseError where OfflineODataProvider.isDiskFull(error) {
+            throw error  // reported as diskFull, naming the store, by `execute`
         } catch {
             throw OfflineODataError(.store, "The change set could not be applied locally (nothing of it was): \(error)")
         }

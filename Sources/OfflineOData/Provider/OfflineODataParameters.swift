@@ -166,7 +166,10 @@ public struct OfflineODataError: Error, Sendable, CustomStringConvertible {
             storeDamaged,
             /// The backend answered `401` again after the credentials were refreshed (or no
             /// ``ODataAuthenticator`` is set); nothing of the operation was lost.
-            unauthorized
+            unauthorized,
+            /// The disk that holds the store is full: the write was not made (nothing was
+            /// queued or applied); reads, the RequestQueue and the ErrorArchive still work.
+            diskFull
     }
 
     /// The kind of failure.

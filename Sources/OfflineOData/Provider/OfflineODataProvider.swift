@@ -337,7 +337,15 @@ public actor OfflineODataProvider {
             return
         }
         let stored = try await opened.read { reader in try DefiningQueries.load(reader.connection) }
-        try await opened.write { writer in try LocalSchema.upgrade(writer) }
+        do {
+            try await opened.write { writer in try LocalSchema.upgrade(writer) }
+        } catch let error as DatabaseError where Self.isDiskFull(error) {
+            // A full disk must not lock the user out of the data: the store opens for reading
+            // (the upgrade is made at the next open with space; writes report `diskFull`).
+            logger.warning(
+                "The disk that holds the store is full: opened without its upgrade step; writes will fail",
+                metadata: ["store": .string(path)])
+        }
         let added = definingQueries.filter { query in !stored.contains { $0.name == query.name } }
         for (offset, query) in added.enumerated() {
             let ordinal = stored.count + offset + 1

@@ -8,7 +8,9 @@ extension OfflineODataProvider {
     /// cancelling the `Task` (it ends with `CancellationError`).
     public func download(definingQueries names: [String]? = nil) async throws {
         try await tracked(.download) {
-            try await logged("download") { try await cancellable { try await runDownload(definingQueries: names) } }
+            try await logged("download") {
+                try await cancellable { try await reportingDiskFull { try await runDownload(definingQueries: names) } }
+            }
         }
     }
 

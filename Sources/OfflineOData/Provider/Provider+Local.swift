@@ -66,6 +66,31 @@ extension OfflineODataProvider {
         method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [],
         options: OfflineODataRequestOptions = OfflineODataRequestOptions()
     ) async throws -> OfflineODataResponse {
+        try await reportingDiskFull {
+            try await executeLocally(method: method, url: url, headers: headers, body: body, options: options)
+        }
+    }
+
+    /// A store write that failed because the disk is full, as ``OfflineODataError/Code/diskFull``
+    /// naming the store (SQLite rolled the write back: nothing was made or queued).
+    func reportingDiskFull<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as DatabaseError where Self.isDiskFull(error) {
+            throw OfflineODataError(
+                .diskFull,
+                "The disk that holds the store \(parameters.storeFile) is full: the change was not made and nothing "
+                    + "was queued; reads, the RequestQueue and the ErrorArchive still work. Free space and try again")
+        }
+    }
+
+    /// SQLITE_FULL (13), with or without an extended code.
+    static func isDiskFull(_ error: DatabaseError) -> Bool { error.resultCode & 0xff == 13 }
+
+    private func executeLocally(
+        method: String, url: String, headers: [String: String], body: [UInt8],
+        options: OfflineODataRequestOptions
+    ) async throws -> OfflineODataResponse {
         let store = try openStore()
         let model = store.model
         let verb = method.uppercased()

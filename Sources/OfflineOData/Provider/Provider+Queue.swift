@@ -24,6 +24,8 @@ extension OfflineODataProvider {
             }
         } catch let error as OfflineODataError {
             throw error
+        } catch let error as DatabaseError where Self.isDiskFull(error) {
+            throw error  // reported as diskFull, naming the store, by `execute`
         } catch {
             throw OfflineODataError(.store, "\(change.method) \(change.url) could not be applied locally: \(error)")
         }

@@ -11,7 +11,9 @@ extension OfflineODataProvider {
     /// the same repeatability IDs (so the backend applies it once).
     public func upload(categories: [String]? = nil) async throws {
         try await tracked(.upload) {
-            try await logged("upload") { try await cancellable { try await runUpload(categories: categories) } }
+            try await logged("upload") {
+                try await cancellable { try await reportingDiskFull { try await runUpload(categories: categories) } }
+            }
         }
     }
 
