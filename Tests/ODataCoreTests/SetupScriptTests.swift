@@ -108,6 +108,11 @@ import Testing
         #expect(refused.err.contains("YES=1"), "\(refused.err)")
         #expect(path.recorded.isEmpty)
 
+        // Only 1, true or yes say yes.
+        for no in [["YES": "0"], ["CI": "false"], ["YES": ""]] {
+            let refusedAgain = try await setup(["demo"], path: path, environment: no)
+            #expect(refusedAgain.status == 1 && path.recorded.isEmpty, "\(no): \(refusedAgain.err)")
+        }
         let allowed = try await setup(["demo"], path: path, environment: ["YES": "1"])
         #expect(path.recorded == """
             apt-get update [noninteractive]
@@ -132,6 +137,10 @@ import Testing
         #expect(result.out.contains("setup: would run: brew install pkgconf sqlcipher\n"), "\(result.out)")
         #expect(path.recorded.isEmpty, "a dry run installs nothing")
 
+        // Only curl missing: macOS has it; nothing to brew.
+        let onlyCurl = try FakePath(hiding: ["curl"], fakes: ["uname": "echo Darwin", "brew": brew])
+        let nothing = try await setup(["--dry-run", "test"], path: onlyCurl)
+        #expect(nothing.status == 0 && nothing.out.contains("nothing to install"), "\(nothing.out) \(nothing.err)")
         let noBrew = try FakePath(hiding: ["pkg-config", "brew"], fakes: ["uname": "echo Darwin"])
         let stopped = try await setup(["--dry-run", "demo"], path: noBrew)
         #expect(stopped.status == 1)

@@ -44,5 +44,6 @@ import Testing
         #expect(Uploader.expandOption(for: ["Contacts/0", "Contacts/1"]) == "Contacts")
         #expect(Uploader.expandOption(for: ["Items/0", "Items/1/Notes/0", "Partner", "Items/0/Notes/1/Tags/0"])
                 == "Items($expand=Notes($expand=Tags)),Partner")
+        #expect(Uploader.legacyExpandOption(for: ["Items/0", "Items/1/Notes/0", "Partner"]) == "Items,Items/Notes,Partner")
     }
 }

@@ -65,7 +65,7 @@ import Testing
         parameters.maximumEmptyPagesInARow = 5
         let provider = try await fixture.provider(v2: v2, parameters: parameters, queries: Self.contactsOnly)
         let error = await Self.openError(provider)
-        #expect(error.contains("5 pages in a row without an entity still link to a next page"), "\(error)")
+        #expect(error.contains("more than 5 pages in a row without an entity link to a next page"), "\(error)")
     }
 
     /// `maximumPagesPerQuery` bounds a read that pages normally.

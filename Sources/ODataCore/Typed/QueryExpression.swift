@@ -66,6 +66,14 @@ public struct ExpressionNode: Sendable, Hashable {
         }
     }
 
+    /// A `has` or an `in` (4.01) node.
+    var isHasOrIn: Bool {
+        switch kind {
+        case .binary("has", _, _), .within: true
+        default: false
+        }
+    }
+
     func render(_ version: ODataVersion) throws(QueryError) -> String {
         switch kind {
         case .path(let path): return path
@@ -81,7 +89,9 @@ public struct ExpressionNode: Sendable, Hashable {
             let precedence = self.precedence
             // Left-associative: a right operand of the same strength needs parentheses.
             var lhs = try left.render(version)
-            if left.precedence < precedence { lhs = "(" + lhs + ")" }
+            // `has` and `in` inside another operator keep their parentheses: 4.01 binds them
+            // tightest, some 4.0 parsers bind `has` like a comparison.
+            if left.precedence < precedence || (op != "has" && left.isHasOrIn) { lhs = "(" + lhs + ")" }
             var rhs = try right.render(version)
             let sameChain =
                 (op == "and" || op == "or") && right.precedence == precedence
@@ -92,7 +102,9 @@ public struct ExpressionNode: Sendable, Hashable {
             case .binary, .within: rightIsOperation = true
             default: rightIsOperation = false
             }
-            if right.precedence < precedence || (right.precedence == precedence && rightIsOperation && !sameChain) {
+            if right.precedence < precedence || (right.precedence == precedence && rightIsOperation && !sameChain)
+                || right.isHasOrIn
+            {
                 rhs = "(" + rhs + ")"
             }
             return lhs + " " + op + " " + rhs

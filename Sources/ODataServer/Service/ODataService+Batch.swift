@@ -21,8 +21,16 @@ extension ODataService {
     /// answered by one service, and a part for another host must not run here as if it were
     /// ours.
     func checkPartURL(_ url: String, _ outer: ServiceRequest, part: String) throws {
-        guard url.contains("://") else { return }
-        if let root = outer.serviceRoot, url.hasPrefix(root) { return }
+        // Absolute: a scheme before anything else (`https://a.example` in a filter is not one).
+        let target = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+        guard let schemeEnd = target.range(of: "://"),
+              target[..<schemeEnd.lowerBound].allSatisfy({ $0.isLetter || $0.isNumber || "+-.".contains($0) }),
+              !target[..<schemeEnd.lowerBound].isEmpty else { return }
+        // The same host and root whatever the scheme (a TLS proxy in front of the server).
+        func withoutScheme(_ text: String) -> String {
+            text.range(of: "://").map { String(text[$0.upperBound...]) } ?? text
+        }
+        if let root = outer.serviceRoot, withoutScheme(url).hasPrefix(withoutScheme(root)) { return }
         throw ServiceFailure(400, "BadBatch", "\(part) of the $batch request is addressed to another service (\(url)); "
                              + "a part's URL is relative to this service's root, or starts with it")
     }

@@ -28,6 +28,12 @@ extension ExpressionCompiler {
 
     mutating func path(_ expression: BoundExpression, _ scope: Scope) throws -> Operand {
         guard case .path(let path) = expression.expression.node else { throw Self.unsupported("this path") }
+        // The count step compiles without options: with them it would count every related row.
+        for step in path.steps {
+            if case .count(let filter, let search) = step, filter != nil || search != nil {
+                throw Self.unsupported("$count with $filter or $search inside an expression")
+            }
+        }
         var steps = expression.steps[...]
         lambdaPredicate = nil
         if case .lambda(_, _, let predicate)? = path.steps.last, predicate != nil {

@@ -95,8 +95,8 @@ struct Downloader: Sendable {
             // Next links already read in this query's read, and the empty pages in a row.
             var readLinks: Set<String> = []
             var emptyRun = 0
-            let maximumPages = provider.parameters.maximumPagesPerQuery
-            let maximumEmpty = provider.parameters.maximumEmptyPagesInARow
+            let maximumPages = max(1, provider.parameters.maximumPagesPerQuery)
+            let maximumEmpty = max(1, provider.parameters.maximumEmptyPagesInARow)
             // While a page is handed to `onPage`, the next one is already being fetched and
             // parsed, so the backend and the store work at the same time (at most two pages
             // are in memory).
@@ -141,10 +141,10 @@ struct Downloader: Sendable {
                                 + "already read in this download (its next links loop); nothing was applied")
                     }
                     emptyRun = received == 0 && page.deleted.isEmpty ? emptyRun + 1 : 0
-                    guard emptyRun < maximumEmpty else {
+                    guard emptyRun <= maximumEmpty else {
                         throw OfflineODataError(
                             .backend,
-                            "Defining query \(query.name): \(maximumEmpty) pages in a row without an entity still "
+                            "Defining query \(query.name): more than \(maximumEmpty) pages in a row without an entity "
                                 + "link to a next page (maximumEmptyPagesInARow); nothing was applied")
                     }
                 }

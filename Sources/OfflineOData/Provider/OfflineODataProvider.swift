@@ -466,12 +466,16 @@ extension OfflineODataProvider {
 
     /// What an existing store says of itself, read in one transaction without opening it as a
     /// provider (nothing is changed, fetched or filled): the service root it was made for and
-    /// the names of its defining queries. Nil when there is no store yet.
+    /// the names of its defining queries. Nil when there is no store yet. Throws when the first
+    /// open of the store was stopped before it was filled (open it again with its defining
+    /// queries), or when the file is not an offline store.
     public static func storedSummary(
         parameters: OfflineODataParameters
     ) async throws -> (serviceRoot: URL?, definingQueryNames: [String])? {
         let path = parameters.storeFile
-        if FileManager.default.fileExists(atPath: StoreFiles.fillingMarker(path)) {
+        if let marker = FileManager.default.contents(atPath: StoreFiles.fillingMarker(path)) {
+            // A fill that had no defining queries is made again by `open` without them: no store yet.
+            if String(decoding: marker, as: UTF8.self) == "0" { return nil }
             throw OfflineODataError(
                 .store,
                 "The first open of \(path) was stopped before the store was filled; open it again with its defining "

@@ -280,7 +280,7 @@ struct UploadRecorder {
         var used: Set<String> = []
         for created in pending {
             guard let (nestedSet, localKey) = Keys.parse(created.entity, model: model, serviceRoot: ""),
-                let answered = Self.matching(created.path, sent: sent, in: readBack, used: used),
+                let answered = Self.matching(created.path, sent: sent, in: readBack),
                 let serverKey = Keys.key(of: answered, in: nestedSet, model: model)
             else { continue }
             let serverReference = nestedSet + Keys.predicate(serverKey, in: nestedSet, model: model)
@@ -293,8 +293,9 @@ struct UploadRecorder {
 
     /// The child of `readBack` at `path` whose primitive values are those sent at `path`: the
     /// navigation names must match, the position need not (a read answers in its own order).
-    /// Nil unless exactly one unused child matches at each step.
-    static func matching(_ path: String, sent: Entity, in readBack: Entity, used: Set<String>) -> Entity? {
+    /// Nil unless exactly one child matches at each step (a child two nested entities match is
+    /// taken by the first only: see `used` in `takeOverNested`).
+    static func matching(_ path: String, sent: Entity, in readBack: Entity) -> Entity? {
         var sentCurrent = sent
         var readCurrent = readBack
         var parts = path.split(separator: "/")[...]

@@ -221,12 +221,13 @@ struct Uploader {
     }
 
     /// A request sent again (its first answer was lost) relies on the backend recognizing the
-    /// repeat; an answer without `Repeatability-Result` suggests it did not, and the change may
-    /// have been applied twice. Said in the log, once per resent request.
+    /// repeat; an answer without `Repeatability-Result` (or SAP Gateway's `RepeatabilityResult`)
+    /// suggests it did not, and the change may have been applied twice. Said in the log, once
+    /// per resent request.
     func warnIfRepeatsAreNotRecognized(_ results: [SentResult], on provider: isolated OfflineODataProvider) {
         guard parameters.enableRepeatableRequests else { return }
         for result in results where result.request.firstSent != nil && result.dependencyOf == nil
-            && result.headers["Repeatability-Result"] == nil
+            && result.headers["Repeatability-Result"] == nil && result.headers["RepeatabilityResult"] == nil
         {
             provider.logger.warning(
                 """
@@ -296,7 +297,8 @@ struct Uploader {
                 return (waiting, map[set + localPredicate] ?? set + localPredicate)
             }
             guard !pending.isEmpty, Keys.parse(parent, model: model, serviceRoot: "") != nil else { continue }
-            let expand = Self.expandOption(for: pending.map { (created: NestedCreate) in created.path })
+            let paths = pending.map { (created: NestedCreate) in created.path }
+            let expand = model.version.isLegacy ? Self.legacyExpandOption(for: paths) : Self.expandOption(for: paths)
             let response: TransportResponse
             do {
                 response = try await provider.send(method: "GET", url: parent + "?$expand=" + expand)
@@ -309,13 +311,38 @@ struct Uploader {
             guard response.status < 300,
                 let readBack = try? model.readEntity(response.body, entityType: model.entitySet(set)?.entityType),
                 let sent = try? model.readEntity(request.body, entityType: model.entitySet(set)?.entityType)
-            else { continue }
-            try await store.write { writer in
-                try UploadRecorder(writer, model: model, serviceRoot: root).takeOverNested(
-                    pending, sent: sent, readBack: readBack)
+            else {
+                provider.logger.notice(
+                    "The nested entities of a deep insert could not be read back; they keep their local keys until a download",
+                    metadata: ["url": .string(OfflineODataLogging.redacted(parent)), "status": .stringConvertible(response.status)])
+                continue
+            }
+            // Best effort: the batch is recorded already; a failure here only leaves local keys.
+            do {
+                try await store.write { writer in
+                    try UploadRecorder(writer, model: model, serviceRoot: root).takeOverNested(
+                        pending, sent: sent, readBack: readBack)
+                }
+            } catch {
+                provider.logger.notice(
+                    "The nested entities of a deep insert were read back but not taken over; they keep their local keys",
+                    metadata: ["url": .string(OfflineODataLogging.redacted(parent)), "error": .string("\(error)")])
             }
             provider.keyMapCache = nil
         }
+    }
+
+    /// V2's `$expand` for nested paths: every navigation path in full, `Items,Items/Notes`.
+    static func legacyExpandOption(for paths: [String]) -> String {
+        var seen: [String] = []
+        for path in paths {
+            let names = path.split(separator: "/").filter { Int($0) == nil }.map(String.init)
+            for depth in names.indices {
+                let prefix = names[...depth].joined(separator: "/")
+                if !seen.contains(prefix) { seen.append(prefix) }
+            }
+        }
+        return seen.joined(separator: ",")
     }
 
     /// `$expand` for nested paths (`Contacts/0`, `Items/1/Notes/0`): `Contacts,Items($expand=Notes)`.

@@ -223,8 +223,9 @@ public struct ExpressionBinder: Sendable {
             if b.isLoose { return a }
             guard let x = a.primitive, let y = b.primitive else { throw mismatch("'\(op.rawValue)' needs primitive operands, not \(a) and \(b)") }
             if x.isNumeric && y.isNumeric, let promoted = PrimitiveType.promoted(x, y) {
-                // Integers and decimals have no result for a division by zero (doubles give INF).
-                if op == .div || op == .mod || op == .divby, promoted != .double, promoted != .single,
+                // No result for a division by zero: integers and decimals have none, and the
+                // store's SQL would answer NULL (no rows) where OData's doubles give INF.
+                if op == .div || op == .mod || op == .divby,
                    case .literal(.primitive(let divisor)) = right.expression.node, divisor.decimalValue?.isZero == true {
                     throw mismatch("Division by zero ('\(op.rawValue) 0') has no \(promoted.rawValue) result")
                 }

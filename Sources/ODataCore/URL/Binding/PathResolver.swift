@@ -131,7 +131,13 @@ public struct PathResolver: Sendable {
                         try lookup.checkKey(parts, of: type, input: input)
                     }
                 } else if case .entitySet? = segments.last?.kind {
-                    try lookup.checkKey(parts, of: type, input: input)
+                    // An alias is checked by its value, as the value written in place would be.
+                    let valued = parts.map { part -> KeyValue in
+                        guard case .alias(let name) = part.value.node, let value = aliases[name],
+                              case .literal = value.node else { return part }
+                        return KeyValue(name: part.name, value: CommonExpression(value.node, at: part.value.offset))
+                    }
+                    try lookup.checkKey(valued, of: type, input: input)
                 }
                 shape = .entity(type: type)
             case .keySegment(let text):
