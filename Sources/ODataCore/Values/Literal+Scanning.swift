@@ -44,9 +44,9 @@ extension Literal {
         var i = start
         // A prefixed form: skip the prefix and the quote.
         while i < b.count, isIdentifierByte(b[i]), !isDigit(b[i]) { i += 1 }
-        let prefix = String(decoding: b[start..<i], as: UTF8.self).lowercased()
         if i > start {
             guard i < b.count, b[i] == UInt8(ascii: "'") else { return nil }
+            let prefix = String(decoding: b[start..<i], as: UTF8.self).lowercased()
             i += 1
             // `duration'…'` (V4) and `time'…'` (V2) hold an ISO 8601 duration.
             if prefix == "duration" || prefix == "time", scanDuration(b, i) == nil {

@@ -50,18 +50,22 @@ extension Store {
     /// next link with `$skiptoken` that resumes where this page stopped.
     public func query(_ url: String, version requested: ODataVersion? = nil, pageSize: Int? = nil) async throws -> QueryResult {
         let schema = self.schema
-        let version = requestVersion(requested)
-        let parsed = try URLParser(version: version).parse(url)
-        // What the store does not implement is refused first: binding `$select=alias` of a
-        // `$compute` would otherwise fail with a misleading "has no property".
-        try QueryExecutor.refuseUnimplemented(parsed.query)
-        let bound = try RequestBinder(model: schema.model, version: version).bind(parsed, input: url)
+        let (parsed, bound) = try prepare(url, version: requestVersion(requested))
         return try await Self.boundingSQLDepth {
             try await read { reader in
                 var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
                 return try executor.run(pageSize: pageSize)
             }
         }
+    }
+
+    /// A read URL parsed and bound for `version`. What the store does not implement is refused
+    /// before binding: binding `$select=alias` of a `$compute` would fail with a misleading
+    /// "has no property".
+    func prepare(_ url: String, version: ODataVersion) throws -> (ParsedURL, BoundRequest) {
+        let parsed = try URLParser(version: version).parse(url)
+        try QueryExecutor.refuseUnimplemented(parsed.query)
+        return (parsed, try RequestBinder(model: schema.model, version: version).bind(parsed, input: url))
     }
 
     /// Runs a query, turning SQLite's "parser stack overflow" (its parser takes about 40 levels
@@ -85,9 +89,7 @@ extension Store {
     /// Like `query`, also returning the SQL statements it ran (for tests).
     func queryTracingSQL(_ url: String, pageSize: Int? = nil) async throws -> (QueryResult, [String]) {
         let schema = self.schema
-        let version = schema.model.version.grammar
-        let parsed = try URLParser(version: version).parse(url)
-        let bound = try RequestBinder(model: schema.model).bind(parsed, input: url)
+        let (parsed, bound) = try prepare(url, version: schema.model.version.grammar)
         return try await read { reader in
             reader.db.statementLog = []
             defer { reader.db.statementLog = nil }
@@ -227,8 +229,8 @@ struct QueryExecutor {
         }
     }
 
+    /// Runs the request; `Store.prepare` refused what the store does not implement.
     mutating func run(pageSize: Int?) throws -> QueryResult {
-        try Self.refuseUnimplemented(parsed.query)
         let (source, rest) = try source()
         let whereClause = try condition(for: source)
         let fromClause = "\(StoreSchema.quote(source.table.name)) t0"
@@ -477,11 +479,7 @@ extension Store {
                           context: String?) async throws -> RowQueryAnswer {
         let schema = self.schema
         let version = requestVersion(requested)
-        let parsed = try URLParser(version: version).parse(url)
-        // What the store does not implement is refused first: binding `$select=alias` of a
-        // `$compute` would otherwise fail with a misleading "has no property".
-        try QueryExecutor.refuseUnimplemented(parsed.query)
-        let bound = try RequestBinder(model: schema.model, version: version).bind(parsed, input: url)
+        let (parsed, bound) = try prepare(url, version: version)
         let query = parsed.query
         let rowsPossible = !version.isLegacy && query.select == nil && query.expand == nil && query.compute == nil && query.apply == nil
         return try await Self.boundingSQLDepth {

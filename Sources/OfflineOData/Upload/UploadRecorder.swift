@@ -321,11 +321,13 @@ struct UploadRecorder {
         return readCurrent
     }
 
-    /// Whether every primitive value sent has the same value in `answered`.
-    static func sameValues(_ sent: Entity, _ answered: Entity) -> Bool {
+    /// Whether every primitive value sent has the same value in `answered`. With
+    /// `absentMatches`, a value the answer leaves out (or gives as non-primitive) counts as the
+    /// same (a create's answer may select fewer properties); a read-back must have them all.
+    static func sameValues(_ sent: Entity, _ answered: Entity, absentMatches: Bool = false) -> Bool {
         sent.properties.allSatisfy { property in
             guard case .primitive(let mine) = property.value else { return true }
-            guard case .primitive(let theirs)? = answered[property.name] else { return false }
+            guard case .primitive(let theirs)? = answered[property.name] else { return absentMatches }
             return mine == theirs || Literal.convert(.primitive(theirs), to: mine.type) == .primitive(mine)
         }
     }
@@ -349,14 +351,7 @@ struct UploadRecorder {
                 return false
             }
             for (child, other) in pairs {
-                for property in child.properties {
-                    guard case .primitive(let mine) = property.value,
-                        case .primitive(let theirs)? = other[property.name]
-                    else { continue }
-                    if mine != theirs, Literal.convert(.primitive(theirs), to: mine.type) != .primitive(mine) {
-                        return false
-                    }
-                }
+                guard sameValues(child, other, absentMatches: true) else { return false }
                 guard answersInOrder(sent: child, answered: other, depth: depth + 1) else { return false }
             }
         }

@@ -323,16 +323,12 @@ public struct ExpressionBinder: Sendable {
             return .primitive(.boolean)
         case "hassubset", "hassubsequence":
             return .primitive(.boolean)
-        case "isof":
+        case "isof", "cast":
             try checkTypeArgument(args, name, context)
+            // With one argument the current instance is what is tested or cast.
             try checkCast(from: args.count == 1 ? structuredType(context.thisType) : args[0].type, to: args.last?.type,
                           name, args.last?.expression.offset ?? 0, context)
-            return .primitive(.boolean)
-        case "cast":
-            try checkTypeArgument(args, name, context)
-            try checkCast(from: args.count == 1 ? structuredType(context.thisType) : args[0].type, to: args.last?.type,
-                          name, args.last?.expression.offset ?? 0, context)
-            return args.last?.type ?? .untyped
+            return name == "isof" ? .primitive(.boolean) : args.last?.type ?? .untyped
         default:
             return .untyped
         }

@@ -69,7 +69,7 @@ public protocol NameLookup: Sendable {
     /// `navigation` of `sourceType`, whose referential constraints may supply key parts
     /// (`SalesOrders('SO0')/Items(10)`); returns the parts with every name given.
     func checkKey(_ parts: [KeyValue], of type: String?, afterNavigation navigation: String, of sourceType: String?,
-                  aliases: [String: CommonExpression], input: String) throws(BindingError) -> [KeyValue]
+                  input: String) throws(BindingError) -> [KeyValue]
     /// Throws when the arguments in a function's parentheses fit none of its overloads: an
     /// unknown, repeated, missing (not nullable) or wrongly typed parameter. `isImport` says
     /// `name` is a function import at the root.
@@ -88,7 +88,7 @@ extension NameLookup {
     public func isMediaEntity(_ type: String?) -> Bool { true }
     /// Lookups without key definitions accept every key predicate.
     public func checkKey(_ parts: [KeyValue], of type: String?, afterNavigation navigation: String, of sourceType: String?,
-                         aliases: [String: CommonExpression], input: String) throws(BindingError) -> [KeyValue] { parts }
+                         input: String) throws(BindingError) -> [KeyValue] { parts }
     /// Lookups without operation signatures accept every argument list.
     public func checkArguments(_ arguments: [NamedArgument], ofFunction name: String, isImport: Bool,
                                input: String, offset: Int) throws(BindingError) {}
@@ -173,12 +173,14 @@ extension Model: NameLookup {
     }
 
     public func checkKey(_ parts: [KeyValue], of type: String?, afterNavigation navigation: String, of sourceType: String?,
-                         aliases: [String: CommonExpression], input: String) throws(BindingError) -> [KeyValue] {
-        guard let type, let entity = entityType(type), !key(of: entity).contains(where: { $0.alias != nil }) else { return parts }
+                         input: String) throws(BindingError) -> [KeyValue] {
+        guard let type, let entity = entityType(type) else { return parts }
+        let keyNames = key(of: entity)
+        guard !keyNames.contains(where: { $0.alias != nil }) else { return parts }
         let implied = keyPropertiesImplied(byNavigation: navigation, of: sourceType)
-        _ = try keyValues(parts, of: entity, aliases: aliases, input: input, skipUnknownAliases: true, implied: implied)
-        let open = key(of: entity).map(\.name).filter { !implied.contains($0) }
-        if parts.count == 1, parts[0].name == nil, key(of: entity).count > 1, open.count == 1 {
+        _ = try keyValues(parts, of: entity, input: input, skipUnknownAliases: true, implied: implied)
+        let open = keyNames.map(\.name).filter { !implied.contains($0) }
+        if parts.count == 1, parts[0].name == nil, keyNames.count > 1, open.count == 1 {
             return [KeyValue(name: open[0], value: parts[0].value)]
         }
         return parts

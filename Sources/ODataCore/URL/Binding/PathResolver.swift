@@ -121,22 +121,17 @@ public struct PathResolver: Sendable {
                 guard hadKey, case .entityCollection(let type) = shape else {
                     throw fail(.invalidKey, "A key may only follow an entity collection", segment)
                 }
-                if let navigation, case .navigation? = segments.last?.kind {
+                // An alias is checked by its value, as the value written in place would be.
+                let valued = parts.map { part -> KeyValue in
+                    guard case .alias(let name) = part.value.node, let value = aliases[name],
+                          case .literal = value.node else { return part }
+                    return KeyValue(name: part.name, value: CommonExpression(value.node, at: part.value.offset))
+                }
+                if let navigation, allowsShortenedKeys {
                     // A referential constraint of the partner may supply key parts (V4).
-                    if allowsShortenedKeys {
-                        let named = try lookup.checkKey(parts, of: type, afterNavigation: navigation.name,
-                                                        of: navigation.sourceType, aliases: aliases, input: input)
-                        resolved.kind = .key(named)
-                    } else {
-                        try lookup.checkKey(parts, of: type, input: input)
-                    }
-                } else if case .entitySet? = segments.last?.kind {
-                    // An alias is checked by its value, as the value written in place would be.
-                    let valued = parts.map { part -> KeyValue in
-                        guard case .alias(let name) = part.value.node, let value = aliases[name],
-                              case .literal = value.node else { return part }
-                        return KeyValue(name: part.name, value: CommonExpression(value.node, at: part.value.offset))
-                    }
+                    resolved.kind = .key(try lookup.checkKey(valued, of: type, afterNavigation: navigation.name,
+                                                             of: navigation.sourceType, input: input))
+                } else if navigation != nil || { if case .entitySet? = segments.last?.kind { true } else { false } }() {
                     try lookup.checkKey(valued, of: type, input: input)
                 }
                 shape = .entity(type: type)
