@@ -123,5 +123,38 @@ import Testing
         #expect(try await provider.readEntities(key).isEmpty, "the backend deleted it")
         #expect(count(try await provider.read("RequestQueue")) == 0)
     }
+    /// 27: a deep insert and a later delete of its parent cancel out only when the delete takes
+    /// the nested entities too (an `OnDelete` cascade). Contacts do not go with their partner:
+    /// both requests go up and the backend keeps the contacts, as the store does. Items go with
+    /// their order: nothing goes up. With the optimizer and with undo of local creation.
+    @Test(arguments: [(false, false), (true, false), (false, true), (true, true)])
+    func aDeepInsertGoesWithADeleteOnlyWhenTheDeleteTakesItsNestedEntities(v2: Bool, undo: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        var parameters = fixture.parameters()
+        if undo { parameters.enableUndoLocalCreation = true } else { parameters.enableRequestQueueOptimization = true }
+        let provider = try await fixture.provider(v2: v2, parameters: parameters)
+        try await provider.open()
+        let partner = #"{"PartnerID":"BPDI","CompanyName":"Deep","Contacts":[{"PartnerID":"BPDI","FirstName":"Ada"},"#
+            + #"{"PartnerID":"BPDI","FirstName":"Bob"}]}"#
+        _ = try await provider.execute(method: "POST", url: "BusinessPartners", body: Array(partner.utf8))
+        _ = try await provider.execute(method: "DELETE", url: "BusinessPartners('BPDI')")
+        let order = #"{"OrderID":"SODI","PartnerID":"BP0","Items":[{"OrderID":"SODI","ItemPosition":10,"Quantity":1}]}"#
+        _ = try await provider.execute(method: "POST", url: "SalesOrders", body: Array(order.utf8))
+        _ = try await provider.execute(method: "DELETE", url: "SalesOrders('SODI')")
+        #expect(try await provider.readEntities("Contacts?$filter=PartnerID eq 'BPDI'").count == 2)
+        #expect(try await provider.readEntities("SalesOrderItems?$filter=OrderID eq 'SODI'").isEmpty)
+        await fixture.server.service.journal.clear()
+        try await provider.upload()
+        #expect(count(try await provider.read("ErrorArchive")) == 0)
+        #expect(count(try await provider.read("RequestQueue")) == 0)
+        let received = await fixture.server.service.journal.requests().joined(separator: "\n")
+        #expect(received.contains("POST BusinessPartners") && received.contains("DELETE BusinessPartners('BPDI')"))
+        #expect(!received.contains("SODI"), "the order and its items cancel out")
+        let contacts = try await fixture.backend("Contacts?$filter=PartnerID eq 'BPDI'&$orderby=FirstName")
+        #expect((contacts["value"]?.arrayValue ?? []).compactMap { $0["FirstName"]?.stringValue } == ["Ada", "Bob"])
+        #expect(try await fixture.backend("BusinessPartners?$filter=PartnerID eq 'BPDI'")["value"]?.arrayValue?.isEmpty == true)
+        let after = try await provider.readEntities("Contacts?$filter=PartnerID eq 'BPDI'&$orderby=FirstName")
+        #expect(after.compactMap { $0.string("FirstName") } == ["Ada", "Bob"])
+    }
 }
-

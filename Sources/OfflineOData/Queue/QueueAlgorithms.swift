@@ -157,14 +157,16 @@ enum QueueAlgorithms {
     /// Drops the requests of entities created locally and deleted again before upload: the
     /// create, its updates, links and the delete, and the same for children the delete
     /// cascaded to. Nothing is dropped when the cascade reaches an entity that came from the
-    /// backend, when a request of another entity still refers to one of them, or when one of
-    /// the requests was sent already.
+    /// backend, when a request of another entity still refers to one of them, when one of
+    /// the requests was sent already, or when a deep insert nests an entity the delete leaves.
     static func undoLocalCreations(_ entries: [QueueEntry]) -> (entries: [QueueEntry], rewrite: QueueRewrite) {
         var rewrite = QueueRewrite()
-        // Each entity's unsent create.
+        // Each entity's unsent create; a deep insert creates its nested entities too.
         var creates: [String: Int64] = [:]
         for entry in entries where entry.kind == .create && !entry.isSent {
-            if let entity = entry.entity, creates[entity] == nil { creates[entity] = entry.id }
+            for member in [entry.entity].compactMap({ $0 }) + entry.nested where creates[member] == nil {
+                creates[member] = entry.id
+            }
         }
         for delete in entries where delete.kind == .delete && !rewrite.removed.contains(delete.id) {
             guard let entity = delete.entity else { continue }
@@ -178,7 +180,9 @@ enum QueueAlgorithms {
             for entry in entries where !rewrite.removed.contains(entry.id) && !entry.touched.isDisjoint(with: doomed) {
                 let own = entry.entity.map(doomed.contains) ?? false
                 let isLink = if case .link = entry.kind { true } else { false }
-                guard entry.id <= delete.id, !entry.isSent, own || isLink else { safe = false; break }
+                // A deep insert goes only when the delete takes every entity it nests.
+                let nestedStay = entry.kind == .create && !Set(entry.nested).isSubset(of: doomed)
+                guard entry.id <= delete.id, !entry.isSent, own || isLink, !nestedStay else { safe = false; break }
                 drop.insert(entry.id)
             }
             if safe { rewrite.removed.formUnion(drop) }
