@@ -284,6 +284,15 @@ import Darwin
         cases.append(Case("batch: JSON unknown dependsOn", "POST", v4 + "$batch", body: #"{"requests":[{"id":"1","method":"GET","url":"Products","dependsOn":["9"]}]}"#))
         cases.append(Case("batch: JSON duplicate ids", "POST", v4 + "$batch", body: #"{"requests":[{"id":"1","method":"GET","url":"Products"},{"id":"1","method":"GET","url":"Products"}]}"#))
         cases.append(Case("batch: JSON deep", "POST", v4 + "$batch", body: String(repeating: "[", count: 100_000)))
+        // Issue 34, item 19: what the HTTP parser refuses still gets an OData error body.
+        let long = String(repeating: "x", count: 300 * 1024)
+        cases.append(Case("URL: over the service's limit (414)", "GET", v4 + "Products?$filter=Name%20eq%20%27\(long)%27"))
+        cases.append(Case("URL: over the parser's limit (431)", "GET", v4 + "Products?$filter=Name%20eq%20%27\(long + long)%27"))
+        cases.append(Case("URL: an unencoded space", "GET", v4 + "Products?$filter=Name eq 'x'"))
+        cases.append(Case("header: over the parser's limit (431)", "GET", v4 + "Products",
+                          headers: [("X-Long", long + long)]))
+        cases.append(Case("header: name with a space", "GET", v4 + "Products", headers: [("Bad Name", "1")]))
+        cases.append(Case("request line: no version", "GET", v4 + "Products HTTP/9.x"))
         return cases
     }()
 
@@ -333,6 +342,43 @@ import Darwin
         }
         await running.stop()
         #expect(failures.isEmpty, "\(failures.count) of \(Self.cases.count):\n\(failures.joined(separator: "\n"))")
+    }
+}
+
+/// Issue 34, item 19: a long URL the service can answer is answered; one over the limit gets a
+/// 414 that says what to do, and one the HTTP parser refuses a 431, each with an OData error.
+@Suite struct LongURLTests {
+    @Test func aSeventyThousandCharacterURLIsAnsweredAndLongerOnesAreRefusedWithAnODataError() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        let running = try await EmbeddedServer.start(service)
+        defer { Task { await running.stop() } }
+        for root in [MalformedRequestTests.v4, MalformedRequestTests.v2] {
+            let keys = (0..<7000).map { "%27P\($0)%27" }.joined(separator: ",")
+            let filter = root == MalformedRequestTests.v4 ? "ProductID%20in%20(\(keys))"
+                : "Name%20ne%20%27" + String(repeating: "z", count: 70_000) + "%27"
+            let target = root + "Products?$select=ProductID&$top=3&$orderby=ProductID&$filter=" + filter
+            #expect(target.utf8.count > 70_000)
+            let answer = try await MalformedRequestTests.exchangeOffPool(
+                port: running.port, MalformedRequestTests.Case("long", "GET", target, headers: [("Accept", "application/json")]).raw())
+            #expect(answer.status == 200, "\(String(decoding: answer.body.prefix(300), as: UTF8.self))")
+            let json = try JSONValue.parse(answer.body)
+            let rows = json["value"]?.arrayValue ?? json["d"]?["results"]?.arrayValue ?? []
+            #expect(rows.compactMap { $0["ProductID"]?.stringValue } == ["P0", "P1", "P10"])
+        }
+        let tooLong = MalformedRequestTests.v2 + "Products?$filter=Name%20eq%20%27" + String(repeating: "y", count: 270_000) + "%27"
+        let refused = try await MalformedRequestTests.exchangeOffPool(
+            port: running.port, MalformedRequestTests.Case("too long", "GET", tooLong).raw())
+        #expect(refused.status == 414, "\(String(decoding: refused.body.prefix(300), as: UTF8.self))")
+        let error = try ODataError.parse(refused.body)
+        #expect(error.code == "URLTooLong" && error.message.contains("$batch") && error.message.contains("262144"))
+        let overParser = MalformedRequestTests.v4 + "Products?$filter=Name%20eq%20%27" + String(repeating: "y", count: 400_000) + "%27"
+        let parserAnswer = try await MalformedRequestTests.exchangeOffPool(
+            port: running.port, MalformedRequestTests.Case("over the parser", "GET", overParser).raw())
+        #expect(parserAnswer.status == 431, "\(String(decoding: parserAnswer.body.prefix(300), as: UTF8.self))")
+        #expect(try ODataError.parse(parserAnswer.body).code == "RequestHeaderFieldsTooLarge")
+        #expect(parserAnswer.headers["connection"] == "close")
     }
 }
 

@@ -1,4 +1,5 @@
 public import Hummingbird
+import HummingbirdCore
 import Foundation
 public import Logging
 import HTTPTypes
@@ -17,7 +18,14 @@ public enum ODataHTTPServer {
         router.get("/health") { _, _ in "ok" }
         var log = logger ?? Logger(label: "oodata.server")
         if logger == nil { log.logLevel = .warning }
-        return Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: "oodata"),
+        // The parser takes the longest URL the service answers (with a 414 beyond it) and the usual
+        // 80 KiB of headers; what it refuses still gets an OData error body (ParserErrorAnswer).
+        let limit = service.options.maxURLBytes + 80 * 1024
+        let http1 = HTTP1Channel.Configuration(
+            additionalChannelHandlers: [ParserErrorAnswer(headerLimit: limit)],
+            httpDecoderConfiguration: .init(maxHeaderFieldSize: limit, maxHeaderListSize: limit))
+        return Application(router: router, server: .http1(configuration: http1),
+                           configuration: .init(address: .hostname(host, port: port), serverName: "oodata"),
                            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? port) }, logger: log)
     }
 
@@ -49,6 +57,11 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await SupportStores(directory: service.options.supportDirectory, maxBodyBytes: service.options.maxBodyBytes).handle(input)
         } else {
             return try await next(input, context)
+        }
+        let urlBytes = input.uri.string.utf8.count
+        if urlBytes > service.options.maxURLBytes {
+            return Self.response(.error(414, code: "URLTooLong", "The request URL has \(urlBytes) bytes; at most "
+                + "\(service.options.maxURLBytes) are accepted. Send a long query as a GET inside a $batch.", version: version))
         }
         var request = input
         let body: ByteBuffer

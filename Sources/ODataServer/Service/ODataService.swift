@@ -13,6 +13,10 @@ public final class ODataService: Sendable {
         public var pageSize = 100
         /// Largest request body accepted, in bytes.
         public var maxBodyBytes = 16 * 1024 * 1024
+        /// Longest request URL accepted, in bytes: a longer one is answered `414 URI Too Long`
+        /// with an OData error that says to send the query in a `$batch`. The HTTP parser takes
+        /// a request line and headers up to this much plus 80 KiB; beyond that it is a `431`.
+        public var maxURLBytes = 256 * 1024
         /// Entity sets whose key the server generates on POST (set → key property).
         public var serverGeneratedKeys: [String: String] = [:]
         /// How many changes the delta history keeps; older delta tokens get 410.
