@@ -379,6 +379,33 @@ extension StrictBindingTests {
         #expect(fine.status == 200, "\(fine.status) \(fine.body.prefix(300))")
         _ = try await provider.read("SalesOrders?$search=" + String(repeating: "NOT ", count: 40) + "zzz")
     }
+
+    /// Item 10: a number in a URL that cannot fit the type it meets is refused at once with a
+    /// short message naming the type, in `$filter`, in keys and in `$top`, on the server and in
+    /// local reads, V4 and V2; a number that fits is answered.
+    @Test(arguments: [false, true])
+    func numbersInURLsThatCannotFitTheirTypeAreRefused(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        let refused = [
+            ("SalesOrderItems?$filter=Quantity eq 99999999999999999999", "does not fit Edm.Int32"),
+            ("SalesOrderItems?$filter=NetAmount eq 1e99999999", "does not fit Edm.Decimal"),
+            ("SalesOrderItems(OrderID='SO0',ItemPosition=99999999999)", "is not an Edm.Int32 for ItemPosition"),
+            ("SalesOrderItems?$top=99999999999999999999", "$top needs a non-negative integer"),
+        ]
+        for (url, message) in refused {
+            let served = try await Self.get(fixture, v2: v2, url)
+            #expect(served.status == 400 && served.body.contains(message), "\(url): \(served.status) \(served.body)")
+            #expect(served.body.count < 1000)
+            let local = await Self.localError(provider, url)
+            #expect(local.contains(message), "\(url): \(local)")
+        }
+        let fits = "SalesOrderItems?$filter=Quantity lt 2147483647 and ItemPosition eq 10&$select=OrderID&$top=1"
+        #expect(try await Self.get(fixture, v2: v2, fits).status == 200)
+        #expect(try await provider.readEntities(fits).count == 1)
+    }
 }
 
 extension JSONValue {

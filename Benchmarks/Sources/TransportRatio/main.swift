@@ -5,7 +5,8 @@ import OfflineOData
 
 // The two transports against the reference server on loopback, AsyncHTTPClient as the
 // baseline: small requests one after another, the same with 16 at a time, a large stream up
-// and down, and a first open of the provider through each. Prints URLSession ÷ AsyncHTTPClient
+// and down, a first open of the provider through each, a request to a closed port (against a
+// raw connect() as the limit) and a cancelled request. Prints URLSession ÷ AsyncHTTPClient
 // (above 1: URLSession is slower).
 //
 //   swift build -c release --product TransportRatio && ./.build/release/TransportRatio [ROUNDS] [SCALE]
@@ -61,6 +62,22 @@ func measure(_ transport: any Transport) async throws -> [String: Double] {
         let back = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 60)
         guard back.body == stream else { throw Failure(description: "the stream came back different") }
     }
+    // Responsiveness (the timings issue 34 took out of the unit tests): a request to a closed
+    // port fails, and a cancelled request ends, long before any timeout.
+    result["request to a closed port fails"] = try await seconds {
+        do {
+            _ = try await transport.send(TransportRequest(method: "GET", url: "http://127.0.0.1:\(closedPort)/x"), timeout: 60)
+            throw Failure(description: "a closed port answered")
+        } catch is Failure { throw Failure(description: "a closed port answered") } catch {}
+    }
+    result["cancel ends a 5 s request (after 0.1 s)"] = try await seconds {
+        let task = Task { try await transport.send(TransportRequest(method: "GET", url: root + "Products?slow"), timeout: 60) }
+        try await Task.sleep(nanoseconds: 100_000_000)
+        task.cancel()
+        guard case .failure(let error) = await task.result, error is CancellationError else {
+            throw Failure(description: "the cancelled request did not end with a CancellationError")
+        }
+    }
     var parameters = OfflineODataParameters()
     parameters.storePath = folder
     parameters.storeName = "open-\(UUID().uuidString)"
@@ -74,6 +91,41 @@ func measure(_ transport: any Transport) async throws -> [String: Double] {
     }
     await provider.clear()
     return result
+}
+
+await server.service.faults.set([FaultRule(method: "GET", urlContains: "Products?slow", delayMilliseconds: 5000)])
+
+/// A port nothing listens on: bound, then closed.
+let closedPort: Int = {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(descriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+            bind(descriptor, pointer, length) == 0 ? getsockname(descriptor, pointer, &length) : -1
+        }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}()
+
+/// The physical limit for a refused connection: a plain connect() to the closed port.
+func rawConnectSeconds() -> Double {
+    let start = ContinuousClock.now
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(closedPort).bigEndian)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let refused = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    close(descriptor)
+    precondition(refused != 0, "the closed port accepted a connection")
+    let parts = (ContinuousClock.now - start).components
+    return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
 }
 
 print("TransportRatio: \(rounds) rounds, sales scale \(scale), server in process on loopback")
@@ -97,4 +149,9 @@ for key in baseline.keys.sorted() {
     let label = key.padding(toLength: 34, withPad: " ", startingAt: 0)
     print(label + String(format: "AsyncHTTPClient %8.3f s   URLSession %8.3f s   ratio %.2f×", base, other, other / base))
 }
+let raw = (0..<9).map { _ in rawConnectSeconds() }
+let closed = "request to a closed port fails"
+print(String(format: "raw connect() to the closed port: %.3f ms; the transports take %.1f× (AsyncHTTPClient) and %.1f× "
+    + "(URLSession) of it", median(raw) * 1000, median(baseline[closed] ?? [0]) / median(raw),
+    median(candidate[closed] ?? [0]) / median(raw)))
 await server.stop()
