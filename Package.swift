@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "ODataStore", targets: ["ODataStore"]),
         .library(name: "ODataServer", targets: ["ODataServer"]),
         .library(name: "OfflineOData", targets: ["OfflineOData"]),
+        .library(name: "ODataGateway", targets: ["ODataGateway"]),
         .library(name: "ODataCodeGen", targets: ["ODataCodeGen"]),
         .executable(name: "oodata", targets: ["oodata"]),
         .executable(name: "oodata-generate", targets: ["oodata-generate"]),
@@ -26,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
@@ -76,6 +78,20 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "ODataGateway",
+            dependencies: [
+                "ODataCore",
+                "OfflineOData",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "OfflineOData",
             dependencies: [
                 "ODataCore",
@@ -95,6 +111,7 @@ let package = Package(
                 "ODataServer",
                 "OfflineOData",
                 "ODataCodeGen",
+                "ODataGateway",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -125,6 +142,12 @@ let package = Package(
         .testTarget(
             name: "OfflineODataTests",
             dependencies: ["OfflineOData", "ODataServer", "ODataStore", "ODataCore", "ODataCodeGen", "InteropSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ODataGatewayTests",
+            dependencies: ["ODataGateway", "OfflineOData", "ODataServer", "ODataStore", "ODataCore",
+                           .product(name: "PostgresNIO", package: "postgres-nio")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

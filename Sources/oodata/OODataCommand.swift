@@ -8,7 +8,7 @@ struct OODataCommand: AsyncParsableCommand {
         commandName: "oodata",
         abstract: "Offline OData tools: inspect metadata, URLs, payloads and batches; work with local stores.",
         version: "oodata (OfflineOData) \(PackageVersion.string)",
-        subcommands: [DemoCommand.self, OfflineCommand.self, ServeCommand.self, MetadataCommand.self, GenerateCommand.self, URLCommand.self, PayloadCommand.self, BatchCommand.self, StoreCommand.self]
+        subcommands: [DemoCommand.self, OfflineCommand.self, ServeCommand.self, GatewayCommand.self, MetadataCommand.self, GenerateCommand.self, URLCommand.self, PayloadCommand.self, BatchCommand.self, StoreCommand.self]
     )
 
     /// Runs the tool, printing failures on stderr and exiting with 1.

@@ -27,6 +27,10 @@ struct ServeCommand: AsyncParsableCommand {
                                  + "MERGE and DELETE without a valid token and cookie get 403 with 'X-CSRF-Token: Required'."))
     var csrf = false
     @Option(help: "How long a CSRF token stays valid, in seconds.") var csrfLifetime = 1800
+    @Flag(help: "Play a backend without change tracking: no delta links, Prefer: odata.track-changes ignored.")
+    var noDelta = false
+    @Flag(help: "Play a backend that ignores repeatable-request headers: a resent request is applied again.")
+    var noRepeatability = false
     @Flag(help: "Accept PUT, PATCH, MERGE and DELETE without If-Match (428 Precondition Required otherwise).")
     var allowUnconditionalWrites = false
     @Option(help: ArgumentHelp("Require HTTP Basic authentication with USER:PASSWORD (401 otherwise).", valueName: "USER:PASSWORD"))
@@ -63,6 +67,8 @@ struct ServeCommand: AsyncParsableCommand {
         options.pageSize = pageSize
         options.supportDirectory = supportDir
         options.requireIfMatch = !allowUnconditionalWrites
+        options.tracksChanges = !noDelta
+        options.honorsRepeatableRequests = !noRepeatability
         if sample != nil { options.serverGeneratedKeys = SalesSample.serverGeneratedKeys }
         if csrf {
             guard csrfLifetime > 0 else { throw CLIFailure("--csrf-lifetime must be positive") }

@@ -70,7 +70,7 @@ func measure(_ transport: any Transport) async throws -> [String: Double] {
             throw Failure(description: "a closed port answered")
         } catch is Failure { throw Failure(description: "a closed port answered") } catch {}
     }
-    result["cancel ends a 5 s request (after 0.1 s)"] = try await seconds {
+    result["cancel at 0.1 s of a 5 s request"] = try await seconds {
         let task = Task { try await transport.send(TransportRequest(method: "GET", url: root + "Products?slow"), timeout: 60) }
         try await Task.sleep(nanoseconds: 100_000_000)
         task.cancel()

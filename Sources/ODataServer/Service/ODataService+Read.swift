@@ -143,7 +143,7 @@ extension ODataService {
             switch try await store.queryRows(request.target, version: request.version, pageSize: pageSize, context: table.map { request.contextURL($0.entitySet) }) {
             case .rows(var page):
                 var deltaLink: String?
-                if page.nextLink == nil, preferences.trackChanges, let table {
+                if page.nextLink == nil, preferences.trackChanges, options.tracksChanges, let table {
                     deltaLink = try await self.deltaLink(for: request, table: table)
                     headers["Preference-Applied"] = "odata.track-changes"
                 }
@@ -156,7 +156,7 @@ extension ODataService {
         }
         switch result {
         case .collection(var collection):
-            if collection.nextLink == nil, preferences.trackChanges, let table {
+            if collection.nextLink == nil, preferences.trackChanges, options.tracksChanges, let table {
                 collection.deltaLink = try await deltaLink(for: request, table: table)
                 headers["Preference-Applied"] = "odata.track-changes"
             }

@@ -39,6 +39,10 @@ public final class ODataService: Sendable {
         /// recognized: a repeat gets the first answer. False plays a backend that ignores the
         /// headers (many do): a repeat is applied again, answered without `Repeatability-Result`.
         public var honorsRepeatableRequests = true
+        /// Whether `Prefer: odata.track-changes` is honoured (delta links on the last page).
+        /// False plays a backend without change tracking, as most SAP Gateway services are: no
+        /// delta links, the preference ignored, so every download is a full read.
+        public var tracksChanges = true
         /// Where the service logs: each HTTP request at `debug` (method, URL without query
         /// values or keys, status, duration), `$batch` part and change-set counts at `debug`,
         /// internal errors at `error`. Logs nothing by default.

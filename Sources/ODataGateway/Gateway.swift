@@ -1,0 +1,389 @@
+import Foundation
+public import Logging
+public import ODataCore
+public import OfflineOData
+
+/// An answer of the gateway, independent of HTTP.
+public struct GatewayResponse: Sendable {
+    public var status: Int
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+
+    /// An answer with its parts.
+    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    static func error(_ error: GatewayError, legacy: Bool) -> GatewayResponse {
+        let odata = ODataError(code: error.code, message: error.message, httpStatus: error.status)
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        return GatewayResponse(status: error.status, headers: headers, body: legacy ? odata.v2JSON() : odata.v4JSON())
+    }
+}
+
+/// The sync gateway (SPEC §13): answers defining queries and their deltas from PostgreSQL,
+/// refreshing them from the backend once for every device of a scope, and forwards every other
+/// request to the backend with the device's credentials. Keeps nothing a device depends on in
+/// memory: any number of instances share one ``GatewayStore``.
+public final class Gateway: Sendable {
+    /// What the gateway serves.
+    public let configuration: GatewayConfiguration
+    let store: GatewayStore
+    let transport: any Transport
+    let logger: Logger
+    let models = ModelCache()
+
+    /// A gateway over `store`, reaching backends through `transport`.
+    public init(
+        configuration: GatewayConfiguration, store: GatewayStore, transport: any Transport = DefaultTransport.make(),
+        logger: Logger = Logger(label: "oodata.gateway")
+    ) {
+        self.configuration = configuration
+        self.store = store
+        self.transport = transport
+        self.logger = logger
+    }
+
+    /// The backend served at `path` (`/NAME/...` or the root) and the rest of the path.
+    public func route(path: String) -> (backend: GatewayBackend, rest: String)? {
+        let trimmed = path.hasPrefix("/") ? String(path.dropFirst()) : path
+        let first = String(trimmed.prefix { $0 != "/" })
+        if let named = configuration.backends.first(where: { !$0.name.isEmpty && $0.name == first }) {
+            return (named, String(trimmed.dropFirst(first.count).drop { $0 == "/" }))
+        }
+        if let root = configuration.backends.first(where: { $0.name.isEmpty }) { return (root, trimmed) }
+        return nil
+    }
+
+    /// Answers `request` for `backend`.
+    public func handle(_ request: GatewayRequest, backend: GatewayBackend) async -> GatewayResponse {
+        var legacy = false
+        do {
+            let model = try await models.model(for: backend, authorization: request.headers["Authorization"], gateway: self)
+            legacy = model.version.isLegacy
+            if let tracked = try trackedQuery(request, backend: backend, model: model) {
+                return try await answerTracked(tracked, request: request, backend: backend, model: model)
+            }
+            return try await forward(request, backend: backend)
+        } catch let answer as BackendAnswer {
+            return rewritten(answer.response, backend: backend, gatewayRoot: request.gatewayRoot)
+        } catch let error as GatewayError {
+            return .error(error, legacy: legacy)
+        } catch let error as TransportError {
+            return .error(GatewayError(status: 502, code: "BackendUnreachable", "The backend did not answer: \(error)"),
+                          legacy: legacy)
+        } catch {
+            let id = UUID().uuidString.prefix(8)
+            logger.error("Gateway request failed", metadata: ["error-id": .string(String(id)), "error": "\(error)"])
+            return .error(GatewayError(status: 503, code: "GatewayUnavailable",
+                                       "The gateway could not answer (error id \(id)); try again"), legacy: legacy)
+        }
+    }
+
+    /// The defining-query read `request` is, or nil when it is to be forwarded: a GET of an
+    /// entity set with `Prefer: odata.track-changes`, or one carrying a token of the gateway.
+    func trackedQuery(_ request: GatewayRequest, backend: GatewayBackend, model: Model) throws -> TrackedQuery? {
+        guard request.method == "GET" else { return nil }
+        let tracked = try TrackedQuery(target: request.target)
+        let set = tracked.path.removingPercentEncoding ?? tracked.path
+        guard model.entitySet(set) != nil else { return nil }
+        let asks = (request.headers["Prefer"] ?? "").lowercased().contains("track-changes")
+        guard tracked.token != nil || asks else { return nil }
+        guard backend.tracking(tracked.canonical) != .never else { return nil }
+        return tracked
+    }
+
+    // MARK: Tracked reads
+
+    func answerTracked(_ tracked: TrackedQuery, request: GatewayRequest, backend: GatewayBackend, model: Model)
+        async throws -> GatewayResponse
+    {
+        let canonical = tracked.canonical
+        let shared = backend.isShared(canonical)
+        let user = shared ? "" : request.user
+        let interval = backend.refreshInterval(canonical, default: configuration.refreshInterval)
+        var scope = try await store.scope(backend: backend.name, query: canonical, user: user, interval: interval)
+        let pageSize = Self.pageSize(request.headers["Prefer"], default: configuration.pageSize)
+        let legacy = model.version.isLegacy
+        let set = tracked.path.removingPercentEncoding ?? tracked.path
+        guard let type = model.entityType(ofEntitySet: set) else {
+            throw GatewayError(status: 404, code: "NotFound", "The backend has no entity set \(set)")
+        }
+        let keyNames = model.key(of: type).map(\.name)
+        func refreshIfDue() async throws {
+            guard scope.due else { return }
+            let authorization = shared ? backend.sharedAuthorization : request.headers["Authorization"]
+            let summary = try await refresh(
+                scope, query: tracked, backend: backend, keyNames: keyNames, legacy: legacy,
+                authorization: authorization, interval: interval)
+            if summary.ran {
+                logger.info(
+                    "Refreshed",
+                    metadata: [
+                        "query": .string(canonical), "rows": "\(summary.rows)", "changed": "\(summary.changed)",
+                        "removed": "\(summary.removed)",
+                    ])
+            }
+            guard let now = try await store.scope(id: scope.id) else {
+                throw GatewayError(status: 503, code: "GatewayState", "The scope of \(canonical) went away")
+            }
+            scope = now
+        }
+        switch tracked.token {
+        case nil:
+            try await refreshIfDue()
+            return try await fullPage(tracked, scope: scope.id, published: scope.published, after: "",
+                                      pageSize: pageSize, set: set, legacy: legacy, root: request.gatewayRoot,
+                                      backend: backend)
+        case .page(let id, let published, let after):
+            guard id == scope.id else { throw Self.foreignToken }
+            return try await fullPage(tracked, scope: id, published: published, after: after, pageSize: pageSize,
+                                      set: set, legacy: legacy, root: request.gatewayRoot, backend: backend)
+        case .delta(let id, let since, let upTo, let afterSeq, let afterKey):
+            guard id == scope.id else { throw Self.foreignToken }
+            if upTo == nil { try await refreshIfDue() }
+            guard since >= scope.floor else {
+                throw GatewayError(status: 410, code: "DeltaTokenExpired",
+                                   "The delta token is older than the gateway keeps deletions; read \(set) again")
+            }
+            guard since <= scope.published else { throw GatewayError(status: 400, code: "BadToken", "The delta token is not one the gateway gave") }
+            let end = upTo ?? scope.published
+            let rows = try await store.deltaPage(
+                scope: id, since: since, upTo: end, after: upTo == nil ? nil : (afterSeq, afterKey), limit: pageSize + 1)
+            let more = rows.count > pageSize
+            let slice = Array(rows.prefix(pageSize))
+            let link: String
+            var isNext = false
+            if more, let last = slice.last {
+                link = tracked.link(root: request.gatewayRoot,
+                                    token: .delta(scope: id, since: since, upTo: end, afterSeq: last.seq, afterKey: last.key),
+                                    legacy: legacy)
+                isNext = true
+            } else {
+                link = tracked.link(root: request.gatewayRoot,
+                                    token: .delta(scope: id, since: end, upTo: nil, afterSeq: 0, afterKey: ""), legacy: legacy)
+            }
+            return page(slice, set: set, legacy: legacy, delta: true, nextLink: isNext ? link : nil,
+                        deltaLink: isNext ? nil : link, root: request.gatewayRoot, backend: backend)
+        }
+    }
+
+    static let foreignToken = GatewayError(
+        status: 400, code: "BadToken", "The token belongs to another query or another user's data")
+
+    func fullPage(
+        _ tracked: TrackedQuery, scope: Int64, published: Int64, after: String, pageSize: Int, set: String,
+        legacy: Bool, root: String, backend: GatewayBackend
+    ) async throws -> GatewayResponse {
+        let rows = try await store.fullPage(scope: scope, after: after, limit: pageSize + 1)
+        let page = Array(rows.prefix(pageSize))
+        if rows.count > pageSize, let last = page.last {
+            let next = tracked.link(root: root, token: .page(scope: scope, published: published, after: last.key),
+                                    legacy: legacy)
+            return self.page(page, set: set, legacy: legacy, delta: false, nextLink: next, deltaLink: nil, root: root,
+                             backend: backend)
+        }
+        let delta = tracked.link(root: root, token: .delta(scope: scope, since: published, upTo: nil, afterSeq: 0, afterKey: ""),
+                                 legacy: legacy)
+        return self.page(page, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta, root: root,
+                         backend: backend)
+    }
+
+    /// A page in the backend's protocol: V4 `value` with `@removed` entries and
+    /// `@odata.nextLink`/`@odata.deltaLink`; V2 `d.results` with `__deleted` entries and
+    /// `__next`/`__delta`. Payloads name the gateway instead of the backend.
+    func page(
+        _ rows: [GatewayStore.Row], set: String, legacy: Bool, delta: Bool, nextLink: String?, deltaLink: String?,
+        root: String, backend: GatewayBackend
+    ) -> GatewayResponse {
+        var text = legacy ? #"{"d":{"results":["#
+            : #"{"@odata.context":"# + JSONValue.string(root + "$metadata#" + set + (delta ? "/$delta" : "")).serialized
+                + #","value":["#
+        for (index, row) in rows.enumerated() {
+            if index > 0 { text += "," }
+            if let payload = row.payload {
+                text += payload.replacingOccurrences(of: backend.url, with: root)
+            } else if legacy {
+                text += #"{"__deleted":true"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
+            } else {
+                text += #"{"@removed":{"reason":"deleted"}"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
+            }
+        }
+        text += "]"
+        if let nextLink { text += (legacy ? #","__next":"# : #","@odata.nextLink":"#) + JSONValue.string(nextLink).serialized }
+        if let deltaLink {
+            text += (legacy ? #","__delta":"# : #","@odata.deltaLink":"#) + JSONValue.string(deltaLink).serialized
+        }
+        text += legacy ? "}}" : "}"
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        headers[legacy ? "DataServiceVersion" : "OData-Version"] = legacy ? "2.0" : "4.0"
+        headers["Preference-Applied"] = "odata.track-changes"
+        return GatewayResponse(status: 200, headers: headers, body: Array(text.utf8))
+    }
+
+    static func pageSize(_ prefer: String?, default value: Int) -> Int {
+        for part in (prefer ?? "").split(separator: ",") {
+            let item = part.trimmingCharacters(in: .whitespaces).lowercased()
+            if item.hasPrefix("odata.maxpagesize=") || item.hasPrefix("maxpagesize=") {
+                if let size = Int(item.split(separator: "=").last ?? ""), size > 0 { return min(size, value) }
+            }
+        }
+        return value
+    }
+
+    // MARK: Refresh
+
+    /// The most pages one refresh follows: a backend whose next links never end is stopped.
+    static let maximumPages = 100_000
+
+    func refresh(
+        _ scope: GatewayStore.Scope, query: TrackedQuery, backend: GatewayBackend, keyNames: [String], legacy: Bool,
+        authorization: String?, interval: Double
+    ) async throws -> GatewayStore.RefreshSummary {
+        try await store.refresh(scope, interval: interval, retention: configuration.tombstoneRetention) { write in
+            var url: String? = backend.url + query.backendTarget
+            var seen: Set<String> = []
+            var pages = 0
+            while let current = url {
+                pages += 1
+                guard pages <= Self.maximumPages, seen.insert(current).inserted else {
+                    throw GatewayError(status: 502, code: "BackendPaging",
+                                       "The backend's next links for \(query.path) repeat or do not end (page \(pages))")
+                }
+                var headers = HTTPHeaders()
+                headers["Accept"] = "application/json"
+                if let authorization { headers["Authorization"] = authorization }
+                let response = try await transport.send(
+                    TransportRequest(method: "GET", url: current, headers: headers), timeout: configuration.backendTimeout)
+                guard response.status == 200 else { throw BackendAnswer(response: response) }
+                let (rows, next) = try Self.rows(of: response.body, keyNames: keyNames, legacy: legacy, set: query.path)
+                try await write(rows)
+                url = next.map { Self.resolve($0, against: current) }
+            }
+        }
+    }
+
+    /// The rows of a backend page, with their keys, and its next link.
+    static func rows(of body: [UInt8], keyNames: [String], legacy: Bool, set: String) throws
+        -> ([(key: String, keyMembers: String, payload: String)], String?)
+    {
+        let json: JSONValue
+        do {
+            json = try JSONValue.parse(body)
+        } catch {
+            throw GatewayError(status: 502, code: "BackendPayload", "The backend's page of \(set) is not JSON: \(error)")
+        }
+        let items: [JSONValue]
+        let next: String?
+        if legacy {
+            let d = json["d"]
+            items = d?["results"]?.arrayValue ?? d?.arrayValue ?? []
+            next = d?["__next"]?.stringValue
+        } else {
+            items = json["value"]?.arrayValue ?? []
+            next = json["@odata.nextLink"]?.stringValue ?? json["odata.nextLink"]?.stringValue
+        }
+        guard legacy ? (json["d"] != nil) : (json["value"] != nil) else {
+            throw GatewayError(status: 502, code: "BackendPayload", "The backend's page of \(set) holds no collection")
+        }
+        var rows: [(key: String, keyMembers: String, payload: String)] = []
+        rows.reserveCapacity(items.count)
+        for item in items {
+            var parts: [String] = []
+            var members: [String] = []
+            for name in keyNames {
+                guard let value = item[name] else {
+                    throw GatewayError(status: 502, code: "BackendPayload",
+                                       "A row of \(set) from the backend has no key property \(name)")
+                }
+                parts.append(value.serialized)
+                members.append(JSONValue.string(name).serialized + ":" + value.serialized)
+            }
+            rows.append((parts.joined(separator: ","), members.joined(separator: ","), item.serialized))
+        }
+        return (rows, next)
+    }
+
+    static func resolve(_ link: String, against base: String) -> String {
+        if link.hasPrefix("http://") || link.hasPrefix("https://") { return link }
+        return URL(string: link, relativeTo: URL(string: base))?.absoluteString ?? link
+    }
+
+    // MARK: Forwarding
+
+    /// Headers that belong to one connection, never forwarded.
+    static let hopByHop: Set<String> = [
+        "connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length",
+        "accept-encoding", "content-encoding", "proxy-authorization", "proxy-authenticate",
+    ]
+
+    func forward(_ request: GatewayRequest, backend: GatewayBackend) async throws -> GatewayResponse {
+        var headers = HTTPHeaders()
+        for field in request.headers where !Self.hopByHop.contains(field.name.lowercased()) {
+            headers.add(field.name, field.value)
+        }
+        var body = request.body
+        if Self.isText(request.headers["Content-Type"]) {
+            body = Array(String(decoding: body, as: UTF8.self)
+                .replacingOccurrences(of: request.gatewayRoot, with: backend.url).utf8)
+        }
+        let response = try await transport.send(
+            TransportRequest(method: request.method, url: backend.url + request.target, headers: headers, body: body),
+            timeout: configuration.backendTimeout)
+        return rewritten(response, backend: backend, gatewayRoot: request.gatewayRoot)
+    }
+
+    /// A backend answer as the device gets it: the backend's root replaced by the gateway's.
+    func rewritten(_ response: TransportResponse, backend: GatewayBackend, gatewayRoot: String) -> GatewayResponse {
+        var headers = HTTPHeaders()
+        for field in response.headers where !Self.hopByHop.contains(field.name.lowercased()) {
+            let value = field.name.lowercased() == "location" || field.name.lowercased() == "odata-entityid"
+                ? field.value.replacingOccurrences(of: backend.url, with: gatewayRoot) : field.value
+            headers.add(field.name, value)
+        }
+        var body = response.body
+        if Self.isText(response.headers["Content-Type"]) {
+            body = Array(String(decoding: body, as: UTF8.self).replacingOccurrences(of: backend.url, with: gatewayRoot).utf8)
+        }
+        return GatewayResponse(status: response.status, headers: headers, body: body)
+    }
+
+    static func isText(_ contentType: String?) -> Bool {
+        guard let type = contentType?.lowercased() else { return false }
+        return type.contains("json") || type.contains("xml") || type.hasPrefix("multipart/") || type.hasPrefix("text/")
+            || type.hasPrefix("application/http")
+    }
+}
+
+/// A backend's answer that goes to the device as it is (an error while refreshing).
+struct BackendAnswer: Error {
+    var response: TransportResponse
+}
+
+/// Each backend's model, read from its `$metadata` once per process.
+actor ModelCache {
+    private var models: [String: Model] = [:]
+
+    func model(for backend: GatewayBackend, authorization: String?, gateway: Gateway) async throws -> Model {
+        if let model = models[backend.url] { return model }
+        var headers = HTTPHeaders()
+        headers["Accept"] = "application/xml"
+        if let authorization = authorization ?? backend.sharedAuthorization { headers["Authorization"] = authorization }
+        let response = try await gateway.transport.send(
+            TransportRequest(method: "GET", url: backend.url + "$metadata", headers: headers),
+            timeout: gateway.configuration.backendTimeout)
+        guard response.status == 200 else { throw BackendAnswer(response: response) }
+        let model: Model
+        do {
+            model = try MetadataParser().parse(Data(response.body))
+        } catch {
+            throw GatewayError(status: 502, code: "BackendMetadata", "The backend's $metadata does not parse: \(error)")
+        }
+        models[backend.url] = model
+        return model
+    }
+}

@@ -1,0 +1,70 @@
+public import Hummingbird
+import HTTPTypes
+public import Logging
+import NIOCore
+import ODataCore
+
+/// Puts a ``Gateway`` on Hummingbird: each backend at its name (or the root), `/health` for
+/// load balancers.
+public enum GatewayHTTPServer {
+    /// Largest request body forwarded, in bytes.
+    public static let maxBodyBytes = 64 * 1024 * 1024
+
+    /// The application serving `gateway` on `host`:`port` (port 0 picks a free port).
+    public static func application(
+        gateway: Gateway, host: String = "127.0.0.1", port: Int = 8090, logger: Logger? = nil,
+        onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        let router = Router()
+        router.get("/health") { _, _ in "ok" }
+        router.add(middleware: GatewayMiddleware(gateway: gateway))
+        var log = logger ?? Logger(label: "oodata.gateway.http")
+        if logger == nil { log.logLevel = .warning }
+        return Application(
+            router: router, configuration: .init(address: .hostname(host, port: port), serverName: "oodata-gateway"),
+            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? port) }, logger: log)
+    }
+}
+
+struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
+    let gateway: Gateway
+
+    func handle(_ input: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        let path = input.uri.path
+        if path == "/health" { return try await next(input, context) }
+        guard let (backend, rest) = gateway.route(path: path) else {
+            return Self.response(.error(GatewayError(status: 404, code: "NotFound", "No backend is served at \(path)"),
+                                        legacy: false))
+        }
+        var request = input
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: GatewayHTTPServer.maxBodyBytes)
+        } catch {
+            return Self.response(.error(GatewayError(status: 413, code: "RequestTooLarge",
+                                                     "The request body is larger than \(GatewayHTTPServer.maxBodyBytes) bytes"),
+                                        legacy: false))
+        }
+        var headers = ODataCore.HTTPHeaders()
+        for field in input.headers { headers.add(field.name.rawName, field.value) }
+        let host = input.head.authority ?? "localhost"
+        let root = "http://\(host)/" + (backend.name.isEmpty ? "" : backend.name + "/")
+        let target = rest + (input.uri.query.map { "?" + $0 } ?? "")
+        let answer = await gateway.handle(
+            GatewayRequest(method: input.method.rawValue, target: target, headers: headers,
+                           body: Array(body.readableBytesView), gatewayRoot: root),
+            backend: backend)
+        return Self.response(answer)
+    }
+
+    static func response(_ answer: GatewayResponse) -> Response {
+        var fields = HTTPFields()
+        for field in answer.headers {
+            if let name = HTTPField.Name(field.name) { fields.append(HTTPField(name: name, value: field.value)) }
+        }
+        return Response(status: .init(code: answer.status), headers: fields,
+                        body: ResponseBody(byteBuffer: ByteBuffer(bytes: answer.body)))
+    }
+}

@@ -1,0 +1,198 @@
+import Foundation
+public import ODataCore
+
+/// The parts of a device's request the gateway looks at, independent of HTTP.
+public struct GatewayRequest: Sendable {
+    public var method: String
+    /// The path and query below the backend's place on the gateway (`SalesOrders?$top=5`).
+    public var target: String
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+    /// The gateway's URL of the backend's root as the device reached it, ending in `/`.
+    public var gatewayRoot: String
+
+    /// A request as a device sent it.
+    public init(method: String, target: String, headers: HTTPHeaders, body: [UInt8], gatewayRoot: String) {
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.gatewayRoot = gatewayRoot
+    }
+
+    /// The user a scope belongs to: the Basic user name, the `sub` claim of a JWT bearer token,
+    /// or a digest of another bearer token; "" without credentials. The credentials themselves
+    /// are never stored.
+    var user: String {
+        guard let authorization = headers["Authorization"] else { return "" }
+        let parts = authorization.split(separator: " ", maxSplits: 1).map(String.init)
+        guard parts.count == 2 else { return "other:" + Self.digest(authorization) }
+        switch parts[0].lowercased() {
+        case "basic":
+            guard let data = Data(base64Encoded: parts[1]), let text = String(data: data, encoding: .utf8) else {
+                return "other:" + Self.digest(authorization)
+            }
+            return "basic:" + String(text.prefix { $0 != ":" })
+        case "bearer":
+            if let sub = Self.jwtSubject(parts[1]) { return "jwt:" + sub }
+            return "bearer:" + Self.digest(parts[1])
+        default:
+            return "other:" + Self.digest(authorization)
+        }
+    }
+
+    /// The `sub` claim of a JWT (not verified: the backend checks the token; the claim only
+    /// names the scope the backend's answers are kept in).
+    static func jwtSubject(_ token: String) -> String? {
+        let parts = token.split(separator: ".")
+        guard parts.count == 3 else { return nil }
+        var payload = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while payload.count % 4 != 0 { payload += "=" }
+        guard let data = Data(base64Encoded: payload), let json = try? JSONValue.parse(Array(data)),
+            let sub = json["sub"]?.stringValue, !sub.isEmpty
+        else { return nil }
+        return sub
+    }
+
+    /// A stable 64-bit FNV-1a digest, as hex: names a credential without keeping it.
+    static func digest(_ text: String) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in text.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return String(hash, radix: 16)
+    }
+}
+
+/// A defining query as the gateway keys it, and the gateway's own paging and delta tokens.
+struct TrackedQuery: Equatable {
+    /// The path (`SalesOrders`), as sent.
+    var path: String
+    /// The query options other than the gateway's tokens, in the order sent (for the backend).
+    var options: [(name: String, value: String)]
+    /// The gateway's token, when the request carries one.
+    var token: Token?
+
+    static func == (a: TrackedQuery, b: TrackedQuery) -> Bool {
+        a.path == b.path && a.options.elementsEqual(b.options) { $0 == $1 } && a.token == b.token
+    }
+
+    /// Where a device is in a scope.
+    enum Token: Equatable {
+        /// The next page of a full read made at `published`, after `key`.
+        case page(scope: Int64, published: Int64, after: String)
+        /// A delta since `since` (a delta link); with `upTo` and a position, its next page.
+        case delta(scope: Int64, since: Int64, upTo: Int64?, afterSeq: Int64, afterKey: String)
+    }
+
+    static let tokenNames: Set<String> = ["$skiptoken", "$deltatoken", "!deltatoken"]
+
+    /// Splits `target` into path, options and the gateway's token. A `$skiptoken` or delta token
+    /// the gateway did not write is kept as an option (the backend's own).
+    init(target: String) throws(GatewayError) {
+        let question = target.firstIndex(of: "?")
+        path = String(target[..<(question ?? target.endIndex)])
+        options = []
+        token = nil
+        guard let question else { return }
+        for part in target[target.index(after: question)...].split(separator: "&", omittingEmptySubsequences: true) {
+            let pair = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let name = String(pair[0]).removingPercentEncoding ?? String(pair[0])
+            let value = pair.count > 1 ? String(pair[1]) : ""
+            if Self.tokenNames.contains(name), let parsed = try Self.parseToken(value) {
+                guard token == nil else { throw GatewayError(status: 400, code: "BadToken", "Two gateway tokens in one URL") }
+                token = parsed
+                continue
+            }
+            options.append((name, value))
+        }
+    }
+
+    /// The scope's name: the path and the options sorted by name, values percent-decoded and
+    /// re-encoded alike, so that spellings of one query share a scope.
+    var canonical: String {
+        var pairs: [(name: String, value: String)] = options.map { option in
+            (name: option.name, value: Self.normalized(option.value))
+        }
+        pairs.sort { (a: (name: String, value: String), b: (name: String, value: String)) -> Bool in
+            a.name == b.name ? a.value < b.value : a.name < b.name
+        }
+        let path = Self.normalized(self.path)
+        guard !pairs.isEmpty else { return path }
+        let parts: [String] = pairs.map { pair in pair.name + "=" + pair.value }
+        return path + "?" + parts.joined(separator: "&")
+    }
+
+    /// The query as sent to the backend.
+    var backendTarget: String {
+        guard !options.isEmpty else { return path }
+        let parts: [String] = options.map { option in
+            option.value.isEmpty ? option.name : option.name + "=" + option.value
+        }
+        return path + "?" + parts.joined(separator: "&")
+    }
+
+    /// The gateway's URL for this query with `token`.
+    func link(root: String, token: Token, legacy: Bool) -> String {
+        let name = if case .delta = token { legacy ? "!deltatoken" : "$deltatoken" } else { "$skiptoken" }
+        let text: String
+        switch token {
+        case .page(let scope, let published, let after):
+            text = "gp.\(scope).\(published).\(Self.base64URL(after))"
+        case .delta(let scope, let since, let upTo, let afterSeq, let afterKey):
+            text = upTo.map { "gd.\(scope).\(since).\($0).\(afterSeq).\(Self.base64URL(afterKey))" }
+                ?? "gd.\(scope).\(since)"
+        }
+        let value = legacy && name == "!deltatoken" ? "'\(text)'" : text
+        return root + backendTarget + (options.isEmpty ? "?" : "&") + name + "=" + value
+    }
+
+    static func parseToken(_ raw: String) throws(GatewayError) -> Token? {
+        var text = raw.removingPercentEncoding ?? raw
+        if text.hasPrefix("'"), text.hasSuffix("'"), text.count >= 2 { text = String(text.dropFirst().dropLast()) }
+        guard text.hasPrefix("gp.") || text.hasPrefix("gd.") else { return nil }
+        let fields = text.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        let bad = GatewayError(status: 400, code: "BadToken", "The gateway token '\(text.prefix(80))' is malformed")
+        func number(_ index: Int) throws(GatewayError) -> Int64 {
+            guard index < fields.count, let value = Int64(fields[index]), value >= 0 else { throw bad }
+            return value
+        }
+        func key(_ index: Int) throws(GatewayError) -> String {
+            guard index < fields.count, let value = unbase64URL(fields[index]) else { throw bad }
+            return value
+        }
+        if fields[0] == "gp" {
+            guard fields.count == 4 else { throw bad }
+            return .page(scope: try number(1), published: try number(2), after: try key(3))
+        }
+        switch fields.count {
+        case 3: return .delta(scope: try number(1), since: try number(2), upTo: nil, afterSeq: 0, afterKey: "")
+        case 6:
+            return .delta(
+                scope: try number(1), since: try number(2), upTo: try number(3), afterSeq: try number(4),
+                afterKey: try key(5))
+        default: throw bad
+        }
+    }
+
+    static func base64URL(_ text: String) -> String {
+        Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    static func unbase64URL(_ text: String) -> String? {
+        var base = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base.count % 4 != 0 { base += "=" }
+        guard let data = Data(base64Encoded: base) else { return nil }
+        return String(data: data, encoding: .utf8)
+    }
+
+    /// Percent-decoded (with `+` as written) and encoded again where a URL needs it.
+    static func normalized(_ text: String) -> String {
+        let decoded = text.removingPercentEncoding ?? text
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "&=+#%")
+        return decoded.addingPercentEncoding(withAllowedCharacters: allowed) ?? decoded
+    }
+}

@@ -1,0 +1,267 @@
+public import Foundation
+public import Logging
+public import PostgresNIO
+
+/// The gateway's state in PostgreSQL (SPEC §13): scopes, the rows each refresh read, tombstones
+/// for rows that went away, and the refreshes that published them. Nothing else is kept:
+/// any number of gateway instances share one database and any of them answers any request.
+///
+/// Visibility: a refresh runs in one transaction under an advisory lock on its scope, so a
+/// device sees either the previous refresh or the whole new one, never a part; a refresh killed
+/// half way (`kill -9`) is rolled back by PostgreSQL and the next one starts over.
+public struct GatewayStore: Sendable {
+    let client: PostgresClient
+    let logger: Logger
+
+    /// One scope: a defining query of one backend, for one user (empty for shared data and for
+    /// anonymous devices).
+    public struct Scope: Sendable, Equatable {
+        public var id: Int64
+        /// The sequence number of the last complete refresh: what a delta link carries.
+        public var published: Int64
+        /// Tokens below this were given before tombstones were purged: they get 410.
+        public var floor: Int64
+        /// Whether the scope needs a refresh for a request that arrived now.
+        public var due: Bool
+        /// When the request arrived, by PostgreSQL's clock (the same clock for every instance).
+        public var arrival: Date
+    }
+
+    /// One stored row of a page answered to a device.
+    public struct Row: Sendable {
+        public var seq: Int64
+        public var key: String
+        /// The key properties as a JSON object's members (`"ID":5`), for tombstones.
+        public var keyMembers: String
+        /// The entity as the backend sent it; nil for a tombstone.
+        public var payload: String?
+    }
+
+    /// A store on `client`, which the caller runs (`client.run()`).
+    public init(client: PostgresClient, logger: Logger) {
+        self.client = client
+        self.logger = logger
+    }
+
+    /// Creates the tables when they are missing; safe when several instances start at once.
+    public func migrate() async throws {
+        try await client.withConnection { connection in
+            // One instance at a time: CREATE ... IF NOT EXISTS races on the catalog otherwise.
+            try await connection.query("SELECT pg_advisory_lock(72620013)", logger: logger)
+            do {
+                for statement in Self.schema {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(72620013)", logger: logger)
+                throw error
+            }
+            try await connection.query("SELECT pg_advisory_unlock(72620013)", logger: logger)
+        }
+    }
+
+    static let schema = [
+        """
+        CREATE TABLE IF NOT EXISTS oodata_scope (
+          id BIGSERIAL PRIMARY KEY,
+          backend TEXT NOT NULL,
+          query TEXT NOT NULL,
+          user_name TEXT NOT NULL,
+          published BIGINT NOT NULL DEFAULT 0,
+          floor BIGINT NOT NULL DEFAULT 0,
+          refreshed_at TIMESTAMPTZ,
+          UNIQUE (backend, query, user_name))
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS oodata_row (
+          scope_id BIGINT NOT NULL REFERENCES oodata_scope (id) ON DELETE CASCADE,
+          key TEXT COLLATE "C" NOT NULL,
+          key_members TEXT NOT NULL,
+          hash TEXT,
+          payload TEXT,
+          seq BIGINT NOT NULL,
+          PRIMARY KEY (scope_id, key))
+        """,
+        "CREATE INDEX IF NOT EXISTS oodata_row_seq ON oodata_row (scope_id, seq, key)",
+        """
+        CREATE TABLE IF NOT EXISTS oodata_refresh (
+          scope_id BIGINT NOT NULL REFERENCES oodata_scope (id) ON DELETE CASCADE,
+          seq BIGINT NOT NULL,
+          finished_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+          PRIMARY KEY (scope_id, seq))
+        """,
+        "CREATE SEQUENCE IF NOT EXISTS oodata_seq",
+    ]
+
+    /// The scope of `query` on `backend` for `user`, created when new, with whether a request
+    /// arriving now needs a refresh (none within `interval` seconds of the last one).
+    public func scope(backend: String, query: String, user: String, interval: Double) async throws -> Scope {
+        let rows = try await client.query(
+            """
+            WITH made AS (
+              INSERT INTO oodata_scope (backend, query, user_name) VALUES (\(backend), \(query), \(user))
+              ON CONFLICT (backend, query, user_name) DO NOTHING
+              RETURNING id, published, floor, refreshed_at)
+            SELECT id, published, floor,
+                   (refreshed_at IS NULL OR refreshed_at < clock_timestamp() - make_interval(secs => \(interval))),
+                   clock_timestamp()
+            FROM (SELECT * FROM made UNION ALL
+                  SELECT id, published, floor, refreshed_at FROM oodata_scope
+                  WHERE backend = \(backend) AND query = \(query) AND user_name = \(user)) AS found
+            LIMIT 1
+            """, logger: logger)
+        for try await (id, published, floor, due, arrival) in rows.decode((Int64, Int64, Int64, Bool, Date).self) {
+            return Scope(id: id, published: published, floor: floor, due: due, arrival: arrival)
+        }
+        throw GatewayError(status: 500, code: "GatewayState", "The scope of \(query) could not be made")
+    }
+
+    /// The scope `id` as it is now.
+    public func scope(id: Int64) async throws -> Scope? {
+        let rows = try await client.query(
+            "SELECT id, published, floor, clock_timestamp() FROM oodata_scope WHERE id = \(id)", logger: logger)
+        for try await (id, published, floor, now) in rows.decode((Int64, Int64, Int64, Date).self) {
+            return Scope(id: id, published: published, floor: floor, due: false, arrival: now)
+        }
+        return nil
+    }
+
+    /// What a refresh did.
+    public struct RefreshSummary: Sendable, Equatable {
+        /// False when another refresh (of any instance) that finished after the request arrived
+        /// made this one unnecessary: the request is answered from it.
+        public var ran: Bool
+        public var rows = 0
+        public var changed = 0
+        public var removed = 0
+        public var published: Int64 = 0
+    }
+
+    /// Refreshes `scope`: takes the scope's lock (waiting for a refresh under way elsewhere),
+    /// skips when a refresh finished within `interval` seconds before `arrival`, otherwise reads
+    /// every page through `pages` and publishes a new sequence number with what changed.
+    /// `pages` calls its argument once per page with `(key, keyMembers, payload)` triples.
+    public func refresh(
+        _ scope: Scope, interval: Double, retention: Double,
+        pages: (_ write: ([(key: String, keyMembers: String, payload: String)]) async throws -> Void) async throws -> Void
+    ) async throws -> RefreshSummary {
+        try await client.withTransaction(logger: logger) { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(\(scope.id))", logger: logger)
+            let fresh = try await connection.query(
+                """
+                SELECT refreshed_at IS NOT NULL
+                       AND refreshed_at >= \(scope.arrival)::timestamptz - make_interval(secs => \(interval))
+                FROM oodata_scope WHERE id = \(scope.id)
+                """, logger: logger)
+            for try await skip in fresh.decode(Bool.self) where skip {
+                return RefreshSummary(ran: false)
+            }
+            var summary = RefreshSummary(ran: true)
+            var seq: Int64 = 0
+            for try await value in try await connection.query("SELECT nextval('oodata_seq')", logger: logger)
+                .decode(Int64.self)
+            {
+                seq = value
+            }
+            summary.published = seq
+            try await connection.query(
+                "CREATE TEMPORARY TABLE IF NOT EXISTS oodata_seen (key TEXT COLLATE \"C\" PRIMARY KEY) ON COMMIT DROP",
+                logger: logger)
+            try await pages { rows in
+                guard !rows.isEmpty else { return }
+                // A key twice on one page (or across pages): the last one wins.
+                var latest: [String: Int] = [:]
+                for (index, row) in rows.enumerated() { latest[row.key] = index }
+                let kept = rows.indices.filter { latest[rows[$0].key] == $0 }.map { rows[$0] }
+                let keys = kept.map(\.key)
+                let members = kept.map(\.keyMembers)
+                let payloads = kept.map(\.payload)
+                let changed = try await connection.query(
+                    """
+                    INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
+                    SELECT \(scope.id), k, m, md5(p), p, \(seq) FROM unnest(\(keys)::text[], \(members)::text[], \
+                    \(payloads)::text[]) AS t(k, m, p)
+                    ON CONFLICT (scope_id, key) DO UPDATE
+                      SET hash = EXCLUDED.hash, payload = EXCLUDED.payload, key_members = EXCLUDED.key_members,
+                          seq = EXCLUDED.seq
+                      WHERE oodata_row.hash IS DISTINCT FROM EXCLUDED.hash
+                    RETURNING 1
+                    """, logger: logger)
+                for try await _ in changed.decode(Int.self) { summary.changed += 1 }
+                try await connection.query(
+                    "INSERT INTO oodata_seen SELECT unnest(\(keys)::text[]) ON CONFLICT DO NOTHING", logger: logger)
+                summary.rows += kept.count
+            }
+            let gone = try await connection.query(
+                """
+                UPDATE oodata_row AS r SET payload = NULL, hash = NULL, seq = \(seq)
+                WHERE r.scope_id = \(scope.id) AND r.payload IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM oodata_seen AS s WHERE s.key = r.key)
+                RETURNING 1
+                """, logger: logger)
+            for try await _ in gone.decode(Int.self) { summary.removed += 1 }
+            try await connection.query(
+                """
+                UPDATE oodata_scope SET published = \(seq), refreshed_at = clock_timestamp() WHERE id = \(scope.id)
+                """, logger: logger)
+            try await connection.query(
+                "INSERT INTO oodata_refresh (scope_id, seq) VALUES (\(scope.id), \(seq))", logger: logger)
+            // Tombstones older than the retention go; tokens from before them get 410.
+            var cut: Int64?
+            for try await value in try await connection.query(
+                """
+                SELECT max(seq) FROM oodata_refresh
+                WHERE scope_id = \(scope.id) AND finished_at < clock_timestamp() - make_interval(secs => \(retention))
+                """, logger: logger
+            ).decode(Int64?.self) {
+                cut = value
+            }
+            if let cut {
+                try await connection.query(
+                    "DELETE FROM oodata_row WHERE scope_id = \(scope.id) AND payload IS NULL AND seq <= \(cut)",
+                    logger: logger)
+                try await connection.query(
+                    "DELETE FROM oodata_refresh WHERE scope_id = \(scope.id) AND seq < \(cut)", logger: logger)
+                try await connection.query(
+                    "UPDATE oodata_scope SET floor = \(cut) WHERE id = \(scope.id) AND floor < \(cut)", logger: logger)
+            }
+            return summary
+        }
+    }
+
+    /// A page of a full read: live rows with keys after `after`, in key order.
+    public func fullPage(scope: Int64, after: String, limit: Int) async throws -> [Row] {
+        let rows = try await client.query(
+            """
+            SELECT seq, key, key_members, payload FROM oodata_row
+            WHERE scope_id = \(scope) AND payload IS NOT NULL AND key > \(after)
+            ORDER BY key LIMIT \(limit)
+            """, logger: logger)
+        var result: [Row] = []
+        for try await (seq, key, members, payload) in rows.decode((Int64, String, String, String?).self) {
+            result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload))
+        }
+        return result
+    }
+
+    /// A page of a delta: rows (tombstones too) changed after `since` up to `upTo`, in
+    /// (sequence, key) order, after the position `(seq, key)` when a previous page ended there.
+    public func deltaPage(scope: Int64, since: Int64, upTo: Int64, after: (seq: Int64, key: String)?, limit: Int)
+        async throws -> [Row]
+    {
+        let start = after ?? (since, "")
+        let inclusive = after == nil
+        let rows = try await client.query(
+            """
+            SELECT seq, key, key_members, payload FROM oodata_row
+            WHERE scope_id = \(scope) AND seq > \(since) AND seq <= \(upTo)
+              AND (seq > \(start.seq) OR (seq = \(start.seq) AND key > \(start.key) AND NOT \(inclusive)))
+            ORDER BY seq, key LIMIT \(limit)
+            """, logger: logger)
+        var result: [Row] = []
+        for try await (seq, key, members, payload) in rows.decode((Int64, String, String, String?).self) {
+            result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload))
+        }
+        return result
+    }
+}

@@ -1,0 +1,169 @@
+public import Foundation
+import Hummingbird
+public import Logging
+public import OfflineOData
+public import PostgresNIO
+import ServiceLifecycle
+
+/// A gateway running in this process: its PostgreSQL connections and its HTTP server, for
+/// `oodata gateway`, tests and app servers that embed it.
+public final class RunningGateway: Sendable {
+    /// The port the gateway listens on.
+    public let port: Int
+    /// The gateway behind the server.
+    public let gateway: Gateway
+    private let task: Task<Void, any Error>
+    private let group: ServiceGroup
+
+    private init(port: Int, gateway: Gateway, task: Task<Void, any Error>, group: ServiceGroup) {
+        self.port = port
+        self.gateway = gateway
+        self.task = task
+        self.group = group
+    }
+
+    /// The gateway's URL of the backend served at the root.
+    public var root: URL { URL(string: "http://127.0.0.1:\(port)/") ?? URL(fileURLWithPath: "/") }
+
+    /// Connects to PostgreSQL, creates the gateway's tables when missing, and serves
+    /// `configuration` on `host`:`port` (0: a free port).
+    public static func start(
+        configuration: GatewayConfiguration, postgres: PostgresClient.Configuration, host: String = "127.0.0.1",
+        port: Int = 0, transport: any Transport = DefaultTransport.make(), logger: Logger = Logger(label: "oodata.gateway"),
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) async throws -> RunningGateway {
+        let quiet = {
+            var logger = Logger(label: "oodata.gateway.lifecycle")
+            logger.logLevel = .critical
+            return logger
+        }()
+        let client = PostgresClient(configuration: postgres, backgroundLogger: quiet)
+        let store = GatewayStore(client: client, logger: quiet)
+        let gateway = Gateway(configuration: configuration, store: store, transport: transport, logger: logger)
+        let waiter = PortWaiter()
+        let migrated = MigrationGate()
+        var group = ServiceGroupConfiguration(services: [client], logger: quiet)
+        group.maximumGracefulShutdownDuration = .seconds(2)
+        let clients = ServiceGroup(configuration: group)
+        // PostgreSQL first: the tables must exist before the first request.
+        let task = Task {
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await clients.run() }
+                tasks.addTask {
+                    do {
+                        try await store.migrate()
+                        await migrated.open(nil)
+                    } catch {
+                        await migrated.open(error)
+                        throw error
+                    }
+                    let app = GatewayHTTPServer.application(gateway: gateway, host: host, port: port, logger: quiet) {
+                        port in await waiter.set(port)
+                    }
+                    var configuration = ServiceGroupConfiguration(services: [app], logger: quiet)
+                    configuration.maximumGracefulShutdownDuration = .seconds(2)
+                    try await ServiceGroup(configuration: configuration).run()
+                }
+                // The server ends first (a shutdown); then the connections go.
+                try await tasks.next()
+                await clients.triggerGracefulShutdown()
+                try await tasks.waitForAll()
+            }
+        }
+        if let error = await migrated.wait() {
+            task.cancel()
+            throw GatewayError(status: 503, code: "PostgreSQL", "PostgreSQL cannot be used: \(String(reflecting: error))")
+        }
+        let bound = await waiter.wait()
+        await onListening(bound)
+        return RunningGateway(port: bound, gateway: gateway, task: task, group: clients)
+    }
+
+    /// ``start(configuration:postgres:host:port:transport:logger:onListening:)`` with PostgreSQL
+    /// named by a URL (see ``PostgresURL``).
+    public static func start(
+        configuration: GatewayConfiguration, postgresURL: String, host: String = "127.0.0.1", port: Int = 0,
+        logger: Logger = Logger(label: "oodata.gateway"), onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) async throws -> RunningGateway {
+        try await start(configuration: configuration, postgres: try PostgresURL.configuration(postgresURL), host: host,
+                        port: port, logger: logger, onListening: onListening)
+    }
+
+    /// Stops serving and closes the connections.
+    public func stop() async {
+        task.cancel()
+        _ = await task.result
+    }
+
+    /// Waits until the gateway stops (a signal, or a failure it throws).
+    public func wait() async throws {
+        try await task.value
+    }
+}
+
+/// Waits for the port the server bound.
+actor PortWaiter {
+    private var port: Int?
+    private var waiting: [CheckedContinuation<Int, Never>] = []
+
+    func set(_ value: Int) {
+        port = value
+        for continuation in waiting { continuation.resume(returning: value) }
+        waiting = []
+    }
+
+    func wait() async -> Int {
+        if let port { return port }
+        return await withCheckedContinuation { waiting.append($0) }
+    }
+}
+
+/// Opens once the tables exist (or creating them failed).
+actor MigrationGate {
+    private var result: (any Error)??
+    private var waiting: [CheckedContinuation<(any Error)?, Never>] = []
+
+    func open(_ error: (any Error)?) {
+        result = .some(error)
+        for continuation in waiting { continuation.resume(returning: error) }
+        waiting = []
+    }
+
+    func wait() async -> (any Error)? {
+        if let result { return result }
+        return await withCheckedContinuation { waiting.append($0) }
+    }
+}
+
+/// PostgreSQL connection settings from a URL.
+public enum PostgresURL {
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`, or with `?host=/socket/folder` for a
+    /// Unix socket. TLS is not offered yet: `sslmode` other than `disable` is refused.
+    public static func configuration(_ text: String) throws -> PostgresClient.Configuration {
+        guard let components = URLComponents(string: text),
+            components.scheme == "postgres" || components.scheme == "postgresql"
+        else {
+            throw GatewayError(status: 400, code: "BadPostgresURL",
+                               "'\(text)' is not a postgres://USER@HOST:PORT/DATABASE URL")
+        }
+        let user = components.user ?? "postgres"
+        let password = components.password
+        let database = components.path.isEmpty || components.path == "/" ? user : String(components.path.dropFirst())
+        let items = components.queryItems ?? []
+        if let mode = items.first(where: { $0.name == "sslmode" })?.value, mode != "disable" {
+            throw GatewayError(status: 400, code: "BadPostgresURL",
+                               "sslmode=\(mode): TLS to PostgreSQL is not supported yet; use sslmode=disable")
+        }
+        var configuration: PostgresClient.Configuration
+        if let socketFolder = items.first(where: { $0.name == "host" })?.value, socketFolder.hasPrefix("/") {
+            let port = components.port ?? 5432
+            configuration = .init(unixSocketPath: socketFolder + "/.s.PGSQL.\(port)", username: user, password: password,
+                                  database: database)
+        } else {
+            configuration = .init(host: components.host ?? "127.0.0.1", port: components.port ?? 5432, username: user,
+                                  password: password, database: database, tls: .disable)
+        }
+        configuration.options.maximumConnections = 40
+        return configuration
+    }
+}
