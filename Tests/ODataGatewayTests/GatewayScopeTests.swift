@@ -1,0 +1,119 @@
+import Foundation
+import ODataCore
+import ODataGateway
+import ODataServer
+import OfflineOData
+import Testing
+
+/// Issue 35: one backend read serves every device of a scope; users' scopes are apart. Real
+/// PostgreSQL, the reference server without change tracking as the backend, V4 and V2.
+@Suite(.serialized) struct GatewayScopeTests {
+    static func get(_ url: String, authorization: String? = nil) async throws -> TransportResponse {
+        var headers = HTTPHeaders()
+        headers["Accept"] = "application/json"
+        headers["Prefer"] = "odata.track-changes"
+        if let authorization { headers["Authorization"] = authorization }
+        return try await DefaultTransport.make().send(TransportRequest(method: "GET", url: url, headers: headers), timeout: 30)
+    }
+
+    /// Reads of `set` the backend began: first pages, not the next links a read follows.
+    static func backendReads(_ setup: GatewayDeltaTests.Setup, of set: String) async -> Int {
+        await setup.backend.service.journal.requests().filter {
+            $0.hasPrefix("GET \(set)") && !$0.contains("skiptoken")
+        }.count
+    }
+
+    /// Eight devices asking for a shared scope at once, over two instances, while the backend is
+    /// slow: one backend read. Then, inside the refresh interval, more devices: no read at all.
+    @Test(arguments: [false, true])
+    func devicesOfASharedScopeCauseOneBackendRead(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(v2: v2) { configuration in
+            configuration.backends[0].sharedQueries = ["Products"]
+            configuration.backends[0].queryRefreshInterval = ["Contacts": 600]
+        }
+        do {
+            await setup.backend.service.faults.set([FaultRule(method: "GET", urlContains: "Products", delayMilliseconds: 600)])
+            await setup.backend.service.journal.clear()
+            let roots = setup.gateways.map(\.root.absoluteString)
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for index in 0..<8 {
+                    group.addTask { try await Self.get(roots[index % 2] + "Products", authorization: "Bearer device\(index)").status }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses == Array(repeating: 200, count: 8))
+            let journal = await setup.backend.service.journal.requests().filter { $0.hasPrefix("GET") }
+            #expect(await Self.backendReads(setup, of: "Products") == 1, "\(journal)")
+            // A refresh interval: devices inside it are answered without a backend read.
+            await setup.backend.service.journal.clear()
+            for index in 0..<4 { #expect(try await Self.get(roots[index % 2] + "Contacts").status == 200) }
+            #expect(await Self.backendReads(setup, of: "Contacts") == 1)
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    /// Two users (bearer tokens) have a scope each for the same query; one user's delta link
+    /// is refused to the other (400, not the other's rows).
+    @Test(arguments: [false, true])
+    func usersHaveScopesOfTheirOwn(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(v2: v2, instances: 1)
+        do {
+            let root = setup.gateways[0].root.absoluteString
+            await setup.backend.service.journal.clear()
+            let alice = try await Self.get(root + "BusinessPartners", authorization: "Bearer alice")
+            let bob = try await Self.get(root + "BusinessPartners", authorization: "Bearer bob")
+            #expect(alice.status == 200 && bob.status == 200)
+            #expect(await Self.backendReads(setup, of: "BusinessPartners") == 2, "one refresh per user")
+            func link(_ response: TransportResponse) throws -> String {
+                let json = try JSONValue.parse(response.body)
+                return (v2 ? json["d"]?["__delta"]?.stringValue : json["@odata.deltaLink"]?.stringValue) ?? ""
+            }
+            let aliceLink = try link(alice)
+            #expect(aliceLink != (try link(bob)), "each scope gives its own tokens")
+            let stolen = try await Self.get(aliceLink, authorization: "Bearer bob")
+            #expect(stolen.status == 400, "\(String(decoding: stolen.body, as: UTF8.self))")
+            #expect(try ODataError.parse(stolen.body).code == "BadToken")
+            #expect(try await Self.get(aliceLink, authorization: "Bearer alice").status == 200)
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    /// A delta token older than the retention gets 410, and a device recovers by reading the
+    /// scope again: its store equals the backend afterwards.
+    @Test(arguments: [false, true])
+    func aTokenPastRetentionIs410AndTheDeviceRecovers(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(v2: v2, instances: 1) { $0.tombstoneRetention = 0.000_001 }
+        do {
+            let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "retention")
+            let contacts = try await GatewayDeltaTests.truth(setup).filter { !$0.hasPrefix("BP") }
+            let victim = try #require(contacts.first?.split(separator: " ").first)
+            #expect(try await GatewayDeltaTests.backendSend(setup, "DELETE", "Contacts(\(victim))") < 300)
+            // The device's delta token is from before a refresh whose deletions are already purged.
+            let root = setup.gateways[0].root.absoluteString
+            let first = try await Self.get(root + "Contacts")
+            let json = try JSONValue.parse(first.body)
+            var next = v2 ? json["d"]?["__next"]?.stringValue : json["@odata.nextLink"]?.stringValue
+            var last = json
+            while let current = next {
+                last = try JSONValue.parse(try await Self.get(current).body)
+                next = v2 ? last["d"]?["__next"]?.stringValue : last["@odata.nextLink"]?.stringValue
+            }
+            let oldLink = try #require(v2 ? last["d"]?["__delta"]?.stringValue : last["@odata.deltaLink"]?.stringValue)
+            #expect(try await GatewayDeltaTests.backendSend(setup, "PATCH", "BusinessPartners('BP0')", #"{"Phone":"x"}"#) < 300)
+            #expect(try await GatewayDeltaTests.backendSend(setup, "DELETE", "Contacts(\(contacts[1].split(separator: " ")[0]))") < 300)
+            _ = try await Self.get(root + "Contacts")  // a refresh that tombstones and purges at once
+            let expired = try await Self.get(oldLink)
+            #expect(expired.status == 410, "\(String(decoding: expired.body, as: UTF8.self))")
+            try await device.download()
+            #expect(try await GatewayDeltaTests.held(device) == (try await GatewayDeltaTests.truth(setup)))
+            await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+}
