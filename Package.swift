@@ -146,7 +146,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ODataGatewayTests",
-            dependencies: ["ODataGateway", "OfflineOData", "ODataServer", "ODataStore", "ODataCore",
+            dependencies: ["ODataGateway", "OfflineOData", "ODataServer", "ODataStore", "ODataCore", "InteropSupport",
                            .product(name: "PostgresNIO", package: "postgres-nio")],
             swiftSettings: swiftSettings
         ),

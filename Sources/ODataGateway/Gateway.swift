@@ -105,7 +105,7 @@ public final class Gateway: Sendable {
         let shared = backend.isShared(canonical)
         let user = shared ? "" : request.user
         let interval = backend.refreshInterval(canonical, default: configuration.refreshInterval)
-        var scope = try await store.scope(backend: backend.name, query: canonical, user: user, interval: interval)
+        var scope = try await store.scope(backend: backend.url, query: canonical, user: user, interval: interval)
         let pageSize = Self.pageSize(request.headers["Prefer"], default: configuration.pageSize)
         let legacy = model.version.isLegacy
         let set = tracked.path.removingPercentEncoding ?? tracked.path

@@ -91,3 +91,176 @@ public struct GatewayConfiguration: Sendable {
         self.backends = backends
     }
 }
+
+/// A line of a configuration file the gateway refuses, with what is wrong.
+public struct GatewayConfigurationError: Error, Sendable, CustomStringConvertible {
+    /// The 1-based line number (0: the file as a whole).
+    public var line: Int
+    /// What is wrong there.
+    public var message: String
+
+    public var description: String { line > 0 ? "line \(line): \(message)" : message }
+}
+
+extension GatewayConfiguration {
+    /// Endpoint keys of SAP's application configuration file that the gateway reads but does
+    /// not act on yet; they are accepted so that SAP's files load, and reported as warnings.
+    static let ignoredEndpointKeys: Set<String> = [
+        "prepopulate_offline_db", "prepopulate_offline_db_interval", "indexed_type", "defining_query_format",
+        "delta_query_format", "offline_db_collation", "case_sensitive_offline_db", "json_datetimeoffset_in_utc",
+        "local_change_expiry", "allow_omitting_max_length_facet", "content_id_header_location", "max_delta_resends",
+        "allow_defining_query_removal", "early_populate_backend_generated_values",
+    ]
+
+    /// Reads an INI file shaped like SAP's application configuration:
+    ///
+    /// ```ini
+    /// [endpoint]
+    /// name=sales                      ; served at /sales/ (the root when it is the only one)
+    /// url=http://backend/odata/v4/    ; the backend's service root
+    /// track_deltas=AUTO               ; AUTO, ALWAYS or NEVER, for its defining queries
+    /// shared_authorization=Basic …    ; what the gateway sends for shared data
+    /// tombstone_retention=10080       ; minutes deletions are kept (delta tokens older get 410)
+    ///
+    /// [defining_query]
+    /// name=Products
+    /// endpoint_name=sales             ; default: the endpoint above it
+    /// query=Products                  ; an entity set, or a relative URL with options
+    /// is_shared_data=Y
+    /// refresh_interval=5              ; minutes, as SAP counts them
+    /// track_deltas=NEVER
+    /// ```
+    ///
+    /// Comments start with `;` or `#`. An unknown section, key or value, a missing `name` or
+    /// `url`, or a defining query of an endpoint not defined is refused with its line. Endpoint
+    /// keys of SAP's format that the gateway does not act on yet go to `warnings`.
+    public static func parse(ini text: String) throws(GatewayConfigurationError)
+        -> (configuration: GatewayConfiguration, warnings: [String])
+    {
+        struct Section {
+            var kind: String
+            var line: Int
+            var values: [String: (value: String, line: Int)] = [:]
+        }
+        var sections: [Section] = []
+        var warnings: [String] = []
+        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let number = index + 1
+            let line = raw.trimmingCharacters(in: .whitespaces.union(CharacterSet(charactersIn: "\r")))
+            if line.isEmpty || line.hasPrefix(";") || line.hasPrefix("#") { continue }
+            if line.hasPrefix("[") {
+                guard line.hasSuffix("]") else { throw .init(line: number, message: "'\(line)' is not a [section]") }
+                let kind = String(line.dropFirst().dropLast()).trimmingCharacters(in: .whitespaces)
+                guard kind == "endpoint" || kind == "defining_query" else {
+                    throw .init(line: number, message: "unknown section [\(kind)]: use [endpoint] or [defining_query]")
+                }
+                sections.append(Section(kind: kind, line: number))
+                continue
+            }
+            guard let equals = line.firstIndex(of: "=") else {
+                throw .init(line: number, message: "'\(line.prefix(60))' is not key=value")
+            }
+            guard !sections.isEmpty else {
+                throw .init(line: number, message: "a setting before any [endpoint] or [defining_query]")
+            }
+            let key = line[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
+            var value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            if let comment = value.range(of: " ;") { value = value[..<comment.lowerBound].trimmingCharacters(in: .whitespaces) }
+            let kind = sections[sections.count - 1].kind
+            let known: Set<String> = kind == "endpoint"
+                ? ["name", "url", "track_deltas", "shared_authorization", "tombstone_retention"]
+                : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
+            if kind == "endpoint", ignoredEndpointKeys.contains(key) {
+                warnings.append("line \(number): \(key) is not used by this gateway yet")
+                continue
+            }
+            guard known.contains(key) else {
+                throw .init(line: number, message: "unknown key \(key) in [\(kind)]; known: \(known.sorted().joined(separator: ", "))")
+            }
+            guard sections[sections.count - 1].values[key] == nil else {
+                throw .init(line: number, message: "\(key) appears twice in this [\(kind)]")
+            }
+            sections[sections.count - 1].values[key] = (value, number)
+        }
+        func tracking(_ entry: (value: String, line: Int)) throws(GatewayConfigurationError) -> DeltaTracking {
+            guard let mode = DeltaTracking(rawValue: entry.value.uppercased()) else {
+                throw .init(line: entry.line, message: "track_deltas=\(entry.value): use AUTO, ALWAYS or NEVER")
+            }
+            return mode
+        }
+        func minutes(_ entry: (value: String, line: Int), _ key: String) throws(GatewayConfigurationError) -> Double {
+            guard let value = Double(entry.value), value >= 0, value.isFinite else {
+                throw .init(line: entry.line, message: "\(key)=\(entry.value): give a number of minutes, 0 or more")
+            }
+            return value * 60
+        }
+        var backends: [GatewayBackend] = []
+        var retention: Double?
+        var current: Int?
+        for section in sections {
+            if section.kind == "endpoint" {
+                guard let name = section.values["name"], !name.value.isEmpty else {
+                    throw .init(line: section.line, message: "an [endpoint] needs name=")
+                }
+                guard let url = section.values["url"] else {
+                    throw .init(line: section.line, message: "[endpoint] \(name.value) needs url= (the backend's service root)")
+                }
+                guard let parsed = URL(string: url.value), parsed.scheme == "http" || parsed.scheme == "https",
+                    parsed.host != nil
+                else {
+                    throw .init(line: url.line, message: "url=\(url.value) is not an http(s) URL")
+                }
+                guard !name.value.contains("/"), !backends.contains(where: { $0.name == name.value }) else {
+                    throw .init(line: name.line, message: "endpoint name \(name.value) is taken or contains '/'")
+                }
+                var backend = GatewayBackend(name: name.value, url: url.value)
+                if let mode = section.values["track_deltas"] { backend.trackDeltas = try tracking(mode) }
+                backend.sharedAuthorization = section.values["shared_authorization"]?.value
+                if let entry = section.values["tombstone_retention"] {
+                    let value = try minutes(entry, "tombstone_retention")
+                    guard value > 0 else { throw .init(line: entry.line, message: "tombstone_retention must be more than 0") }
+                    retention = value
+                }
+                backends.append(backend)
+                current = backends.count - 1
+                continue
+            }
+            guard let name = section.values["name"], !name.value.isEmpty else {
+                throw .init(line: section.line, message: "a [defining_query] needs name=")
+            }
+            var target = current
+            if let endpoint = section.values["endpoint_name"] {
+                guard let found = backends.firstIndex(where: { $0.name == endpoint.value }) else {
+                    throw .init(line: endpoint.line, message: "endpoint_name=\(endpoint.value) names no [endpoint] above")
+                }
+                target = found
+            }
+            guard let index = target else {
+                throw .init(line: section.line, message: "[defining_query] \(name.value) comes before any [endpoint]")
+            }
+            let query = section.values["query"]?.value ?? name.value
+            let key = (try? TrackedQuery(target: query))?.canonical ?? query
+            if let shared = section.values["is_shared_data"] {
+                switch shared.value.uppercased() {
+                case "Y": backends[index].sharedQueries.insert(key)
+                case "N": break
+                default: throw .init(line: shared.line, message: "is_shared_data=\(shared.value): use Y or N")
+                }
+            }
+            if let interval = section.values["refresh_interval"] {
+                backends[index].queryRefreshInterval[key] = try minutes(interval, "refresh_interval")
+            }
+            if let mode = section.values["track_deltas"] { backends[index].queryTracking[key] = try tracking(mode) }
+        }
+        guard !backends.isEmpty else { throw .init(line: 0, message: "the file defines no [endpoint]") }
+        // A single endpoint is served at the root as well as at its name.
+        var configuration = GatewayConfiguration(backends: backends)
+        if backends.count == 1 {
+            var root = backends[0]
+            root.name = ""
+            configuration.backends.append(root)
+        }
+        if let retention { configuration.tombstoneRetention = retention }
+        return (configuration, warnings)
+    }
+}

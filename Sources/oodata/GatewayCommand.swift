@@ -15,58 +15,87 @@ struct GatewayCommand: AsyncParsableCommand {
             Any number of gateways may share one PostgreSQL database.
             """)
 
-    @Option(help: "The backend's service root, served at the gateway's root.") var backend: String
+    @Option(help: "The backend's service root, served at the gateway's root (or give --config).") var backend: String?
+    @Option(help: ArgumentHelp("An INI file shaped like SAP's application configuration: [endpoint] and "
+                               + "[defining_query] sections (docs/gateway.md). Flags override it.", valueName: "FILE"))
+    var config: String?
     @Option(help: ArgumentHelp("PostgreSQL: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (or ?host=/socket/dir).",
                                valueName: "URL")) var postgres: String
     @Option(help: "Port to listen on.") var port = 8090
     @Option(help: "Address to listen on (loopback unless you say otherwise).") var host = "127.0.0.1"
-    @Option(help: ArgumentHelp("Seconds within which devices are answered from the last refresh; 0 refreshes at "
-                               + "each request (requests arriving together share one backend read).",
-                               valueName: "SECONDS")) var refreshInterval: Double = 0
+    @Option(help: ArgumentHelp("Seconds within which devices are answered from the last refresh; 0 (the default) "
+                               + "refreshes at each request (requests arriving together share one backend read).",
+                               valueName: "SECONDS")) var refreshInterval: Double?
     @Option(help: ArgumentHelp("A defining query whose data is the same for every user (an entity set); repeatable.",
                                valueName: "QUERY")) var shared: [String] = []
     @Option(help: ArgumentHelp("The Authorization header value the gateway sends for shared data.", valueName: "VALUE"))
     var sharedAuthorization: String?
-    @Option(help: ArgumentHelp("Delta tracking: AUTO, ALWAYS or NEVER (pass the backend's delta links through).",
-                               valueName: "MODE")) var trackDeltas = "AUTO"
+    @Option(help: ArgumentHelp("Delta tracking: AUTO (the default), ALWAYS or NEVER (pass the backend's delta links "
+                               + "through).", valueName: "MODE")) var trackDeltas: String?
     @Option(help: "Rows per page answered to devices.") var pageSize = 1000
-    @Option(help: ArgumentHelp("Seconds deletions are kept; older delta tokens get 410.", valueName: "SECONDS"))
-    var retention: Double = 7 * 24 * 3600
+    @Option(help: ArgumentHelp("Seconds deletions are kept; older delta tokens get 410 (default 7 days).",
+                               valueName: "SECONDS")) var retention: Double?
     @Option(help: ArgumentHelp("Log to standard error from this level (info logs each refresh).", valueName: "LEVEL"))
     var logLevel = "info"
 
     func run() async throws {
-        guard let url = URL(string: backend), url.scheme == "http" || url.scheme == "https", url.host != nil else {
-            throw CLIFailure("--backend \(backend): give the backend's service root as an http(s) URL")
+        var configuration: GatewayConfiguration
+        if let config {
+            let text: String
+            do {
+                text = try String(contentsOfFile: config, encoding: .utf8)
+            } catch {
+                throw CLIFailure("--config \(config): cannot read it (\(error.localizedDescription))")
+            }
+            do {
+                let (parsed, warnings) = try GatewayConfiguration.parse(ini: text)
+                for warning in warnings { FileHandle.standardError.write(Data("oodata: \(config): \(warning)\n".utf8)) }
+                configuration = parsed
+            } catch {
+                throw CLIFailure("--config \(config): \(error)")
+            }
+        } else {
+            configuration = GatewayConfiguration(backends: [])
         }
-        guard let tracking = DeltaTracking(rawValue: trackDeltas.uppercased()) else {
-            throw CLIFailure("--track-deltas \(trackDeltas): use AUTO, ALWAYS or NEVER")
+        if let backend {
+            guard let url = URL(string: backend), url.scheme == "http" || url.scheme == "https", url.host != nil else {
+                throw CLIFailure("--backend \(backend): give the backend's service root as an http(s) URL")
+            }
+            configuration.backends.removeAll { $0.name.isEmpty }
+            configuration.backends.append(GatewayBackend(url: backend))
         }
-        guard refreshInterval >= 0, retention > 0, pageSize > 0 else {
+        guard !configuration.backends.isEmpty else { throw CLIFailure("give --backend URL or --config FILE") }
+        if let trackDeltas {
+            guard let tracking = DeltaTracking(rawValue: trackDeltas.uppercased()) else {
+                throw CLIFailure("--track-deltas \(trackDeltas): use AUTO, ALWAYS or NEVER")
+            }
+            for index in configuration.backends.indices { configuration.backends[index].trackDeltas = tracking }
+        }
+        for index in configuration.backends.indices {
+            configuration.backends[index].sharedQueries.formUnion(shared)
+            if let sharedAuthorization { configuration.backends[index].sharedAuthorization = sharedAuthorization }
+        }
+        guard (refreshInterval ?? 0) >= 0, (retention ?? 1) > 0, pageSize > 0 else {
             throw CLIFailure("--refresh-interval must be 0 or more; --retention and --page-size more than 0")
         }
+        if let refreshInterval { configuration.refreshInterval = refreshInterval }
+        if let retention { configuration.tombstoneRetention = retention }
+        configuration.pageSize = pageSize
         do {
             _ = try PostgresURL.configuration(postgres)
         } catch {
             throw CLIFailure("--postgres: \(error)")
         }
-        var served = GatewayBackend(url: backend)
-        served.trackDeltas = tracking
-        served.sharedQueries = Set(shared)
-        served.sharedAuthorization = sharedAuthorization
-        var configuration = GatewayConfiguration(backends: [served])
-        configuration.refreshInterval = refreshInterval
-        configuration.tombstoneRetention = retention
-        configuration.pageSize = pageSize
         let logger = try standardErrorLogger(level: logLevel)
         let host = self.host
-        let backendURL = served.url
+        let served = configuration.backends.map { ($0.name.isEmpty ? "/" : "/\($0.name)/") + " → " + $0.url }
         let running: RunningGateway
         do {
             running = try await RunningGateway.start(
                 configuration: configuration, postgresURL: postgres, host: host, port: port, logger: logger
             ) { port in
-                FileHandle.standardOutput.write(Data("gateway: http://\(host):\(port)/ → \(backendURL)\n".utf8))
+                let lines = served.map { "gateway: http://\(host):\(port)\($0)\n" }.joined()
+                FileHandle.standardOutput.write(Data(lines.utf8))
             }
         } catch {
             throw CLIFailure("the gateway cannot start: \(error)")

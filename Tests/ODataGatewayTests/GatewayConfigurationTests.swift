@@ -1,0 +1,89 @@
+import Foundation
+import ODataGateway
+import Testing
+
+/// Issue 35, item 4: the INI configuration shaped like SAP's application configuration file; a
+/// wrong key or value is refused naming its line, at start.
+@Suite struct GatewayConfigurationTests {
+    static let good = """
+        ; the sales backend
+        [endpoint]
+        name=sales
+        url=http://127.0.0.1:8080/odata/v4/
+        track_deltas=ALWAYS
+        shared_authorization=Basic c2hhcmVkOnB3
+        tombstone_retention=60
+        prepopulate_offline_db=SHARED-ONLY
+
+        [defining_query]
+        name=Products
+        query=Products
+        is_shared_data=Y
+        refresh_interval=5
+
+        [defining_query]
+        name=Orders
+        query=SalesOrders?$expand=Items&$filter=Status eq 'open'
+        track_deltas=NEVER
+        """
+
+    @Test func aGoodFileGivesItsBackendsAndQueries() throws {
+        let (configuration, warnings) = try GatewayConfiguration.parse(ini: Self.good)
+        // One endpoint: at its name and at the root.
+        #expect(configuration.backends.map(\.name) == ["sales", ""])
+        let sales = try #require(configuration.backends.first)
+        #expect(sales.url == "http://127.0.0.1:8080/odata/v4/")
+        #expect(sales.trackDeltas == .always)
+        #expect(sales.sharedAuthorization == "Basic c2hhcmVkOnB3")
+        #expect(sales.sharedQueries == ["Products"])
+        #expect(sales.queryRefreshInterval == ["Products": 300])
+        #expect(sales.queryTracking.count == 1)
+        #expect(sales.queryTracking.first?.value == .never)
+        #expect(sales.queryTracking.first?.key.hasPrefix("SalesOrders?$expand=Items&$filter=") == true)
+        #expect(configuration.tombstoneRetention == 3600)
+        #expect(warnings == ["line 8: prepopulate_offline_db is not used by this gateway yet"])
+    }
+
+    @Test(arguments: [
+        ("[endpoint]\nname=a\nurl=http://h/\ncolour=blue", 4, "unknown key colour"),
+        ("[endpoint]\nname=a\nurl=http://h/\ntrack_deltas=SOMETIMES", 4, "use AUTO, ALWAYS or NEVER"),
+        ("[endpoint]\nname=a\n", 1, "needs url="),
+        ("[endpoint]\nname=a\nurl=ftp://h/", 3, "not an http(s) URL"),
+        ("[defining_query]\nname=Products", 1, "before any [endpoint]"),
+        ("[endpoint]\nname=a\nurl=http://h/\n[defining_query]\nname=P\nis_shared_data=maybe", 6, "use Y or N"),
+        ("[endpoint]\nname=a\nurl=http://h/\n[defining_query]\nname=P\nrefresh_interval=-1", 6, "minutes, 0 or more"),
+        ("[endpoint]\nname=a\nurl=http://h/\n[defining_query]\nname=P\nendpoint_name=b", 6, "names no [endpoint]"),
+        ("[backend]\nname=a", 1, "unknown section [backend]"),
+        ("name=a", 1, "before any [endpoint]"),
+        ("[endpoint]\nname=a\nname=b", 3, "appears twice"),
+        ("[endpoint]\njust text", 2, "is not key=value"),
+    ])
+    func aWrongLineIsRefusedByNumber(text: String, line: Int, message: String) {
+        do {
+            _ = try GatewayConfiguration.parse(ini: text)
+            Issue.record("accepted: \(text)")
+        } catch {
+            #expect(error.line == line, "\(error)")
+            #expect(error.message.contains(message), "\(error)")
+            #expect(error.description.hasPrefix("line \(line): "))
+        }
+    }
+
+    @Test func theCommandRefusesAWrongFileAtStart() throws {
+        let tool = try #require(GatewayCrashTests.binary, "oodata was not built next to the tests")
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("gateway-\(UUID().uuidString).ini")
+        try Data("[endpoint]\nname=a\nurl=http://127.0.0.1:9/\nrefresh=5\n".utf8).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let process = Process()
+        process.executableURL = tool
+        process.arguments = ["gateway", "--config", file.path, "--postgres", "postgres://postgres@127.0.0.1:9/x"]
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 1)
+        #expect(text.contains("line 4: unknown key refresh in [endpoint]"), "\(text)")
+    }
+}
