@@ -35,6 +35,7 @@ public final class Gateway: Sendable {
     let transport: any Transport
     let logger: Logger
     let models = ModelCache()
+    let credentials = CredentialCheck()
 
     /// A gateway over `store`, reaching backends through `transport`.
     public init(
@@ -101,6 +102,9 @@ public final class Gateway: Sendable {
     func answerTracked(_ tracked: TrackedQuery, request: GatewayRequest, backend: GatewayBackend, model: Model)
         async throws -> GatewayResponse
     {
+        // Rows kept in PostgreSQL go only to a device the backend accepts now, whatever scope
+        // they are in: its credentials are checked (the answer kept for a minute).
+        try await credentials.check(request.headers["Authorization"], backend: backend, gateway: self)
         let canonical = tracked.canonical
         let shared = backend.isShared(canonical)
         let user = shared ? "" : request.user
@@ -362,6 +366,35 @@ public final class Gateway: Sendable {
 /// A backend's answer that goes to the device as it is (an error while refreshing).
 struct BackendAnswer: Error {
     var response: TransportResponse
+}
+
+/// Which credentials the backend accepted lately, so that answers from PostgreSQL go only to
+/// devices the backend would answer. Kept in memory, by digest, for `lifetime` seconds; a
+/// refusal is never kept (the next request asks again).
+actor CredentialCheck {
+    private var accepted: [String: Date] = [:]
+    let lifetime: TimeInterval = 60
+
+    func check(_ authorization: String?, backend: GatewayBackend, gateway: Gateway) async throws {
+        let key = GatewayRequest.digest(backend.url + "\n" + (authorization ?? ""))
+        let now = Date()
+        if let until = accepted[key], until > now { return }
+        var headers = HTTPHeaders()
+        headers["Accept"] = "application/json"
+        if let authorization { headers["Authorization"] = authorization }
+        let response = try await gateway.transport.send(
+            TransportRequest(method: "GET", url: backend.url, headers: headers), timeout: gateway.configuration.backendTimeout)
+        switch response.status {
+        case 200..<300:
+            if accepted.count > 10_000 { accepted = accepted.filter { $0.value > now } }
+            accepted[key] = now.addingTimeInterval(lifetime)
+        case 401, 403:
+            throw BackendAnswer(response: response)
+        default:
+            throw GatewayError(status: 502, code: "BackendUnavailable",
+                               "The backend answered \(response.status) when the device's credentials were checked")
+        }
+    }
 }
 
 /// Each backend's model, read from its `$metadata` once per process.

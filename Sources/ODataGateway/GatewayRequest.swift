@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 public import ODataCore
 
@@ -54,14 +55,9 @@ public struct GatewayRequest: Sendable {
         return sub
     }
 
-    /// A stable 64-bit FNV-1a digest, as hex: names a credential without keeping it.
+    /// A SHA-256 digest, as hex: names a credential without keeping it.
     static func digest(_ text: String) -> String {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in text.utf8 {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x100_0000_01b3
-        }
-        return String(hash, radix: 16)
+        SHA256.hash(data: Array(text.utf8)).map { String(format: "%02x", $0) }.joined()
     }
 }
 

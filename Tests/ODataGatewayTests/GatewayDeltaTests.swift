@@ -24,14 +24,18 @@ import Testing
         }
     }
 
-    static func start(v2: Bool, instances: Int = 2, configure: (inout GatewayConfiguration) -> Void = { _ in })
-        async throws -> Setup
-    {
+    static func start(
+        v2: Bool, instances: Int = 2, backendOptions: (inout ODataService.Options) -> Void = { _ in },
+        configure: (inout GatewayConfiguration) -> Void = { _ in }
+    ) async throws -> Setup {
         let postgres = try PostgresServer.start()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gw-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let backend = try await EmbeddedServer.sales(at: folder.appendingPathComponent("backend.sqlite").path, scale: 3,
-                                                     pageSize: 7) { $0.tracksChanges = false }
+                                                     pageSize: 7) { options in
+            options.tracksChanges = false
+            backendOptions(&options)
+        }
         let root = (v2 ? backend.v2Root : backend.v4Root).absoluteString
         var configuration = GatewayConfiguration(backends: [GatewayBackend(url: root)])
         configuration.pageSize = 5

@@ -27,10 +27,10 @@ import Testing
     /// slow: one backend read. Then, inside the refresh interval, more devices: no read at all.
     @Test(arguments: [false, true])
     func devicesOfASharedScopeCauseOneBackendRead(v2: Bool) async throws {
-        let setup = try await GatewayDeltaTests.start(v2: v2) { configuration in
+        let setup = try await GatewayDeltaTests.start(v2: v2, configure: { configuration in
             configuration.backends[0].sharedQueries = ["Products"]
             configuration.backends[0].queryRefreshInterval = ["Contacts": 600]
-        }
+        })
         do {
             await setup.backend.service.faults.set([FaultRule(method: "GET", urlContains: "Products", delayMilliseconds: 600)])
             await setup.backend.service.journal.clear()
@@ -86,7 +86,7 @@ import Testing
     /// scope again: its store equals the backend afterwards.
     @Test(arguments: [false, true])
     func aTokenPastRetentionIs410AndTheDeviceRecovers(v2: Bool) async throws {
-        let setup = try await GatewayDeltaTests.start(v2: v2, instances: 1) { $0.tombstoneRetention = 0.000_001 }
+        let setup = try await GatewayDeltaTests.start(v2: v2, instances: 1, configure: { $0.tombstoneRetention = 0.000_001 })
         do {
             let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "retention")
             let contacts = try await GatewayDeltaTests.truth(setup).filter { !$0.hasPrefix("BP") }
@@ -111,6 +111,32 @@ import Testing
             try await device.download()
             #expect(try await GatewayDeltaTests.held(device) == (try await GatewayDeltaTests.truth(setup)))
             await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+    /// Rows kept in PostgreSQL go only to devices the backend accepts: a wrong password gets the
+    /// backend's 401 inside a refresh interval and on a paging or delta link, never rows.
+    @Test(arguments: [false, true])
+    func aWrongPasswordGetsNoRowsFromPostgreSQL(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 1, backendOptions: { $0.requiredCredentials = .basic(user: "alice", password: "secret") },
+            configure: { $0.refreshInterval = 600 })
+        do {
+            let root = setup.gateways[0].root.absoluteString
+            let good = "Basic " + Data("alice:secret".utf8).base64EncodedString()
+            let wrong = "Basic " + Data("alice:wrong".utf8).base64EncodedString()
+            let first = try await Self.get(root + "Contacts", authorization: good)
+            #expect(first.status == 200)
+            let json = try JSONValue.parse(first.body)
+            let next = try #require(v2 ? json["d"]?["__next"]?.stringValue : json["@odata.nextLink"]?.stringValue)
+            for (url, authorization) in [(root + "Contacts", wrong), (next, wrong), (root + "Contacts", nil)] {
+                let refused = try await Self.get(url, authorization: authorization)
+                #expect(refused.status == 401, "\(url): \(String(decoding: refused.body, as: UTF8.self))")
+                #expect(!String(decoding: refused.body, as: UTF8.self).contains("ContactID"))
+            }
+            #expect(try await Self.get(next, authorization: good).status == 200)
         } catch {
             Issue.record("\(error)")
         }
