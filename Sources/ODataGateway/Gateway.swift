@@ -286,7 +286,8 @@ public final class Gateway: Sendable {
         if legacy {
             let d = json["d"]
             items = d?["results"]?.arrayValue ?? d?.arrayValue ?? []
-            next = d?["__next"]?.stringValue
+            // `"__next": "…"`, or pyslet's `"__next": {"uri": "…"}`.
+            next = d?["__next"]?.stringValue ?? d?["__next"]?["uri"]?.stringValue
         } else {
             items = json["value"]?.arrayValue ?? []
             next = json["@odata.nextLink"]?.stringValue ?? json["odata.nextLink"]?.stringValue

@@ -1,0 +1,108 @@
+import Foundation
+import InteropSupport
+import ODataCore
+import ODataGateway
+import OfflineOData
+import Testing
+
+/// Issue 35: a third-party V2 backend without delta links or `$batch` behind the gateway:
+/// pyslet's in-memory server from PyPI (`Tests/Interop/pyslet_producer.py`, pages of 4). A
+/// device downloads through the gateway and gets deltas the backend cannot give.
+@Suite(.serialized) struct GatewayPysletTests {
+    static func send(_ root: String, _ method: String, _ url: String, _ body: String? = nil) async throws
+        -> TransportResponse
+    {
+        var headers = HTTPHeaders()
+        headers["Accept"] = "application/json"
+        if body != nil { headers["Content-Type"] = "application/json" }
+        return try await DefaultTransport.make().send(
+            TransportRequest(method: method, url: root + url, headers: headers, body: Array((body ?? "").utf8)),
+            timeout: 30)
+    }
+
+    /// Every entity of `set` from pyslet, following its `{"uri": …}` next links.
+    static func truth(_ root: String, _ set: String, key: String, field: String) async throws -> [String] {
+        var rows: [JSONValue] = []
+        var next: String? = root + set
+        while let current = next {
+            let response = try await DefaultTransport.make().send(
+                TransportRequest(method: "GET", url: current, headers: HTTPHeaders([("Accept", "application/json")])),
+                timeout: 30)
+            let json = try JSONValue.parse(response.body)
+            rows += json["d"]?["results"]?.arrayValue ?? []
+            next = (json["d"]?["__next"]?["uri"] ?? json["d"]?["__next"])?.stringValue
+        }
+        return rows.map { "\($0[key]?.serializedNumber ?? "?") \($0[field]?.serializedNumber ?? "-")" }.sorted()
+    }
+
+    static func held(_ provider: OfflineODataProvider, _ set: String, key: String, field: String) async throws -> [String] {
+        try await provider.readEntities(set).map { entity -> String in
+            let id = entity.string(key) ?? entity.int64(key).map(String.init) ?? "?"
+            let value = entity.string(field) ?? entity.decimal(field).map { "\($0)" } ?? "-"
+            return "\(id) \(value)"
+        }.sorted()
+    }
+
+    @Test func aDeviceGetsDeltasThroughTheGatewayFromPyslet() async throws {
+        let producer = try await Interop.Server.start(script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
+        let postgres = try PostgresServer.start()
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gw-pyslet-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        var gateway: RunningGateway?
+        var device: OfflineODataProvider?
+        do {
+            let backend = producer.serviceRoot.absoluteString
+            var configuration = GatewayConfiguration(backends: [GatewayBackend(url: backend)])
+            configuration.pageSize = 3
+            let running = try await RunningGateway.start(configuration: configuration, postgresURL: postgres.url)
+            gateway = running
+            var parameters = OfflineODataParameters()
+            parameters.storePath = folder
+            parameters.storeName = "pyslet"
+            let provider = OfflineODataProvider(serviceRoot: running.root, parameters: parameters)
+            device = provider
+            for set in ["Customers", "Orders"] {
+                try await provider.add(definingQuery: OfflineODataDefiningQuery(name: set, query: set))
+            }
+            try await provider.open()
+            func check(_ when: String) async throws {
+                #expect(try await Self.held(provider, "Customers", key: "CustomerID", field: "Name")
+                        == (try await Self.truth(backend, "Customers", key: "CustomerID", field: "Name")), "\(when)")
+                #expect(try await Self.held(provider, "Orders", key: "OrderID", field: "CustomerID")
+                        == (try await Self.truth(backend, "Orders", key: "OrderID", field: "CustomerID")), "\(when)")
+            }
+            try await check("after the open")
+            #expect(try await Self.truth(backend, "Orders", key: "OrderID", field: "CustomerID").count > 4, "pyslet pages")
+            // Changes on the backend, then a download through the gateway: a delta.
+            #expect(try await Self.send(backend, "MERGE", "Customers('C1')", #"{"Name":"Changed by the office"}"#).status < 300)
+            #expect(try await Self.send(backend, "POST", "Customers", #"{"CustomerID":"C8","Name":"Eight","Country":"Peru"}"#)
+                        .status < 300)
+            try await provider.download()
+            try await check("after the download")
+            // The device's next download is a delta of the gateway: nothing changed, nothing comes.
+            var headers = HTTPHeaders()
+            headers["Accept"] = "application/json"
+            headers["Prefer"] = "odata.track-changes"
+            let first = try await DefaultTransport.make().send(
+                TransportRequest(method: "GET", url: running.root.absoluteString + "Customers", headers: headers), timeout: 30)
+            var json = try JSONValue.parse(first.body)
+            while let next = json["d"]?["__next"]?.stringValue {
+                json = try JSONValue.parse(try await DefaultTransport.make().send(
+                    TransportRequest(method: "GET", url: next, headers: headers), timeout: 30).body)
+            }
+            let delta = try #require(json["d"]?["__delta"]?.stringValue)
+            #expect(try await Self.send(backend, "MERGE", "Customers('C2')", #"{"Name":"Two again"}"#).status < 300)
+            let changes = try JSONValue.parse(try await DefaultTransport.make().send(
+                TransportRequest(method: "GET", url: delta, headers: headers), timeout: 30).body)
+            let rows = changes["d"]?["results"]?.arrayValue ?? []
+            #expect(rows.map { $0["CustomerID"]?.stringValue } == ["C2"], "\(changes.serialized.prefix(500))")
+        } catch {
+            Issue.record("\(error)")
+        }
+        if let device { await device.close() }
+        if let gateway { await gateway.stop() }
+        producer.stop()
+        postgres.stop()
+        try? FileManager.default.removeItem(at: folder)
+    }
+}
