@@ -36,12 +36,14 @@ public final class Gateway: Sendable {
     let logger: Logger
     let models = ModelCache()
     let credentials = CredentialCheck()
+    let metrics: GatewayMetrics
 
     /// A gateway over `store`, reaching backends through `transport`.
     public init(
         configuration: GatewayConfiguration, store: GatewayStore, transport: any Transport = DefaultTransport.make(),
-        logger: Logger = Logger(label: "oodata.gateway")
+        logger: Logger = Logger(label: "oodata.gateway"), metrics: GatewayMetrics = GatewayMetrics()
     ) {
+        self.metrics = metrics
         self.configuration = configuration
         self.store = store
         self.transport = transport
@@ -102,9 +104,11 @@ public final class Gateway: Sendable {
     func answerTracked(_ tracked: TrackedQuery, request: GatewayRequest, backend: GatewayBackend, model: Model)
         async throws -> GatewayResponse
     {
-        // Rows kept in PostgreSQL go only to a device the backend accepts now, whatever scope
-        // they are in: its credentials are checked (the answer kept for a minute).
-        try await credentials.check(request.headers["Authorization"], backend: backend, gateway: self)
+        // Rows kept in PostgreSQL go only to a device the backend answers this very query now,
+        // whatever scope they are in: its credentials are checked with the query at `$top=0`
+        // (an acceptance kept for a minute).
+        try await credentials.check(
+            request.headers["Authorization"], url: backend.url + tracked.probeTarget, gateway: self)
         let canonical = tracked.canonical
         let shared = backend.isShared(canonical)
         let user = shared ? "" : request.user
@@ -120,9 +124,18 @@ public final class Gateway: Sendable {
         func refreshIfDue() async throws {
             guard scope.due else { return }
             let authorization = shared ? backend.sharedAuthorization : request.headers["Authorization"]
+            let started = ContinuousClock.now
             let summary = try await refresh(
                 scope, query: tracked, backend: backend, keyNames: keyNames, legacy: legacy,
                 authorization: authorization, interval: interval)
+            if summary.ran {
+                metrics.refreshes.increment()
+                metrics.rowsChanged.increment(by: summary.changed)
+                metrics.rowsRemoved.increment(by: summary.removed)
+                metrics.refreshTime.record(duration: ContinuousClock.now - started)
+            } else {
+                metrics.skippedRefreshes.increment()
+            }
             if summary.ran {
                 logger.info(
                     "Refreshed",
@@ -143,11 +156,11 @@ public final class Gateway: Sendable {
                                       pageSize: pageSize, set: set, legacy: legacy, root: request.gatewayRoot,
                                       backend: backend)
         case .page(let id, let published, let after):
-            guard id == scope.id else { throw Self.foreignToken }
+            guard id == scope.id else { throw try await foreignToken(id, canonical: canonical, set: set) }
             return try await fullPage(tracked, scope: id, published: published, after: after, pageSize: pageSize,
                                       set: set, legacy: legacy, root: request.gatewayRoot, backend: backend)
         case .delta(let id, let since, let upTo, let afterSeq, let afterKey):
-            guard id == scope.id else { throw Self.foreignToken }
+            guard id == scope.id else { throw try await foreignToken(id, canonical: canonical, set: set) }
             if upTo == nil { try await refreshIfDue() }
             guard since >= scope.floor else {
                 throw GatewayError(status: 410, code: "DeltaTokenExpired",
@@ -155,8 +168,15 @@ public final class Gateway: Sendable {
             }
             guard since <= scope.published else { throw GatewayError(status: 400, code: "BadToken", "The delta token is not one the gateway gave") }
             let end = upTo ?? scope.published
+            metrics.deltaPages.increment()
             let rows = try await store.deltaPage(
                 scope: id, since: since, upTo: end, after: upTo == nil ? nil : (afterSeq, afterKey), limit: pageSize + 1)
+            // A purge that committed before the page was read raised the floor: 410, not a
+            // delta without the tombstones it removed.
+            if let now = try await store.scope(id: id), since < now.floor {
+                throw GatewayError(status: 410, code: "DeltaTokenExpired",
+                                   "The delta token is older than the gateway keeps deletions; read \(set) again")
+            }
             let more = rows.count > pageSize
             let slice = Array(rows.prefix(pageSize))
             let link: String
@@ -175,14 +195,22 @@ public final class Gateway: Sendable {
         }
     }
 
-    static let foreignToken = GatewayError(
-        status: 400, code: "BadToken", "The token belongs to another query or another user's data")
+    /// The answer to a token of another scope: 410 when it is the same query under other
+    /// credentials (a rotated bearer token: the device reads again), 400 otherwise. Never rows.
+    func foreignToken(_ id: Int64, canonical: String, set: String) async throws -> GatewayError {
+        if try await store.query(ofScope: id) == canonical {
+            return GatewayError(status: 410, code: "DeltaTokenExpired",
+                                "The token was given under other credentials; read \(set) again")
+        }
+        return GatewayError(status: 400, code: "BadToken", "The token belongs to another query")
+    }
 
     func fullPage(
         _ tracked: TrackedQuery, scope: Int64, published: Int64, after: String, pageSize: Int, set: String,
         legacy: Bool, root: String, backend: GatewayBackend
     ) async throws -> GatewayResponse {
         let rows = try await store.fullPage(scope: scope, after: after, limit: pageSize + 1)
+        metrics.fullPages.increment()
         let page = Array(rows.prefix(pageSize))
         if rows.count > pageSize, let last = page.last {
             let next = tracked.link(root: root, token: .page(scope: scope, published: published, after: last.key),
@@ -261,6 +289,7 @@ public final class Gateway: Sendable {
                 var headers = HTTPHeaders()
                 headers["Accept"] = "application/json"
                 if let authorization { headers["Authorization"] = authorization }
+                metrics.backendRequests("refresh").increment()
                 let response = try await transport.send(
                     TransportRequest(method: "GET", url: current, headers: headers), timeout: configuration.backendTimeout)
                 guard response.status == 200 else { throw BackendAnswer(response: response) }
@@ -281,19 +310,22 @@ public final class Gateway: Sendable {
         } catch {
             throw GatewayError(status: 502, code: "BackendPayload", "The backend's page of \(set) is not JSON: \(error)")
         }
-        let items: [JSONValue]
+        let found: [JSONValue]?
         let next: String?
         if legacy {
             let d = json["d"]
-            items = d?["results"]?.arrayValue ?? d?.arrayValue ?? []
+            found = d?["results"]?.arrayValue ?? d?.arrayValue
             // `"__next": "…"`, or pyslet's `"__next": {"uri": "…"}`.
             next = d?["__next"]?.stringValue ?? d?["__next"]?["uri"]?.stringValue
         } else {
-            items = json["value"]?.arrayValue ?? []
+            found = json["value"]?.arrayValue
             next = json["@odata.nextLink"]?.stringValue ?? json["odata.nextLink"]?.stringValue
         }
-        guard legacy ? (json["d"] != nil) : (json["value"] != nil) else {
-            throw GatewayError(status: 502, code: "BackendPayload", "The backend's page of \(set) holds no collection")
+        // Without an array of entities the refresh stops: taking it as empty would tombstone
+        // every row of the scope.
+        guard let items = found else {
+            throw GatewayError(status: 502, code: "BackendPayload",
+                               "The backend's page of \(set) holds no array of entities (\(legacy ? "d.results" : "value"))")
         }
         var rows: [(key: String, keyMembers: String, payload: String)] = []
         rows.reserveCapacity(items.count)
@@ -327,15 +359,19 @@ public final class Gateway: Sendable {
     ]
 
     func forward(_ request: GatewayRequest, backend: GatewayBackend) async throws -> GatewayResponse {
+        let path = String(request.target.prefix { $0 != "?" })
+        let decoded = path.removingPercentEncoding ?? path
+        guard !decoded.split(separator: "/", omittingEmptySubsequences: false).contains("..") else {
+            throw GatewayError(status: 400, code: "BadPath", "'..' in a path would leave the backend's service root")
+        }
         var headers = HTTPHeaders()
         for field in request.headers where !Self.hopByHop.contains(field.name.lowercased()) {
             headers.add(field.name, field.value)
         }
-        var body = request.body
-        if Self.isText(request.headers["Content-Type"]) {
-            body = Array(String(decoding: body, as: UTF8.self)
-                .replacingOccurrences(of: request.gatewayRoot, with: backend.url).utf8)
-        }
+        if let encoding = request.headers["Content-Encoding"] { headers["Content-Encoding"] = encoding }
+        let body = Self.rewrite(request.body, contentType: request.headers["Content-Type"],
+                                encoded: request.headers["Content-Encoding"] != nil, from: request.gatewayRoot, to: backend.url)
+        metrics.backendRequests("forward").increment()
         let response = try await transport.send(
             TransportRequest(method: request.method, url: backend.url + request.target, headers: headers, body: body),
             timeout: configuration.backendTimeout)
@@ -345,16 +381,45 @@ public final class Gateway: Sendable {
     /// A backend answer as the device gets it: the backend's root replaced by the gateway's.
     func rewritten(_ response: TransportResponse, backend: GatewayBackend, gatewayRoot: String) -> GatewayResponse {
         var headers = HTTPHeaders()
+        let backendPath = URL(string: backend.url)?.path ?? "/"
+        let gatewayPath = URL(string: gatewayRoot)?.path ?? "/"
         for field in response.headers where !Self.hopByHop.contains(field.name.lowercased()) {
-            let value = field.name.lowercased() == "location" || field.name.lowercased() == "odata-entityid"
-                ? field.value.replacingOccurrences(of: backend.url, with: gatewayRoot) : field.value
+            var value = field.value
+            switch field.name.lowercased() {
+            case "location", "odata-entityid", "content-location":
+                value = value.replacingOccurrences(of: backend.url, with: gatewayRoot)
+            case "set-cookie":
+                // A session or CSRF cookie scoped to the backend's path must reach the gateway's.
+                value = Self.cookieOnGateway(value, backendPath: backendPath, gatewayPath: gatewayPath)
+            default: break
+            }
             headers.add(field.name, value)
         }
-        var body = response.body
-        if Self.isText(response.headers["Content-Type"]) {
-            body = Array(String(decoding: body, as: UTF8.self).replacingOccurrences(of: backend.url, with: gatewayRoot).utf8)
-        }
+        if let encoding = response.headers["Content-Encoding"] { headers["Content-Encoding"] = encoding }
+        let body = Self.rewrite(response.body, contentType: response.headers["Content-Type"],
+                                encoded: response.headers["Content-Encoding"] != nil, from: backend.url, to: gatewayRoot)
         return GatewayResponse(status: response.status, headers: headers, body: body)
+    }
+
+    /// A body with one root replaced by the other: only text (JSON, XML, multipart, plain) that
+    /// is valid UTF-8 and not compressed; anything else goes as it came.
+    static func rewrite(_ body: [UInt8], contentType: String?, encoded: Bool, from: String, to: String) -> [UInt8] {
+        guard !encoded, isText(contentType), !body.isEmpty, let text = String(validating: body, as: UTF8.self),
+            text.contains(from)
+        else { return body }
+        return Array(text.replacingOccurrences(of: from, with: to).utf8)
+    }
+
+    /// `Set-Cookie` with its `Path` moved from the backend's path to the gateway's.
+    static func cookieOnGateway(_ value: String, backendPath: String, gatewayPath: String) -> String {
+        value.split(separator: ";", omittingEmptySubsequences: false).map { part -> String in
+            let trimmed = part.trimmingCharacters(in: .whitespaces)
+            guard trimmed.lowercased().hasPrefix("path=") else { return String(part) }
+            let path = String(trimmed.dropFirst(5))
+            let base = backendPath.hasSuffix("/") ? String(backendPath.dropLast()) : backendPath
+            guard path == base || path.hasPrefix(base + "/") || base.hasPrefix(path) else { return String(part) }
+            return " Path=" + gatewayPath
+        }.joined(separator: ";")
     }
 
     static func isText(_ contentType: String?) -> Bool {
@@ -376,15 +441,16 @@ actor CredentialCheck {
     private var accepted: [String: Date] = [:]
     let lifetime: TimeInterval = 60
 
-    func check(_ authorization: String?, backend: GatewayBackend, gateway: Gateway) async throws {
-        let key = GatewayRequest.digest(backend.url + "\n" + (authorization ?? ""))
+    func check(_ authorization: String?, url: String, gateway: Gateway) async throws {
+        let key = GatewayRequest.digest(url + "\n" + (authorization ?? ""))
         let now = Date()
         if let until = accepted[key], until > now { return }
         var headers = HTTPHeaders()
         headers["Accept"] = "application/json"
         if let authorization { headers["Authorization"] = authorization }
+        gateway.metrics.backendRequests("credentials").increment()
         let response = try await gateway.transport.send(
-            TransportRequest(method: "GET", url: backend.url, headers: headers), timeout: gateway.configuration.backendTimeout)
+            TransportRequest(method: "GET", url: url, headers: headers), timeout: gateway.configuration.backendTimeout)
         switch response.status {
         case 200..<300:
             if accepted.count > 10_000 { accepted = accepted.filter { $0.value > now } }
@@ -407,6 +473,7 @@ actor ModelCache {
         var headers = HTTPHeaders()
         headers["Accept"] = "application/xml"
         if let authorization = authorization ?? backend.sharedAuthorization { headers["Authorization"] = authorization }
+        gateway.metrics.backendRequests("metadata").increment()
         let response = try await gateway.transport.send(
             TransportRequest(method: "GET", url: backend.url + "$metadata", headers: headers),
             timeout: gateway.configuration.backendTimeout)

@@ -3,6 +3,7 @@ import HTTPTypes
 public import Logging
 import NIOCore
 import ODataCore
+public import Prometheus
 
 /// Puts a ``Gateway`` on Hummingbird: each backend at its name (or the root), `/health` for
 /// load balancers.
@@ -10,13 +11,23 @@ public enum GatewayHTTPServer {
     /// Largest request body forwarded, in bytes.
     public static let maxBodyBytes = 64 * 1024 * 1024
 
-    /// The application serving `gateway` on `host`:`port` (port 0 picks a free port).
+    /// The application serving `gateway` on `host`:`port` (port 0 picks a free port), and
+    /// `registry`'s metrics at `/metrics` in Prometheus's text format when there is one.
     public static func application(
         gateway: Gateway, host: String = "127.0.0.1", port: Int = 8090, logger: Logger? = nil,
+        metrics registry: PrometheusCollectorRegistry? = nil,
         onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         let router = Router()
         router.get("/health") { _, _ in "ok" }
+        if let registry {
+            router.get("/metrics") { _, _ in
+                var headers = HTTPFields()
+                headers[.contentType] = "text/plain; version=0.0.4"
+                return Response(status: .ok, headers: headers,
+                                body: ResponseBody(byteBuffer: ByteBuffer(bytes: registry.emitToBuffer())))
+            }
+        }
         router.add(middleware: GatewayMiddleware(gateway: gateway))
         var log = logger ?? Logger(label: "oodata.gateway.http")
         if logger == nil { log.logLevel = .warning }
@@ -33,7 +44,7 @@ struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
         -> Response
     {
         let path = input.uri.path
-        if path == "/health" { return try await next(input, context) }
+        if path == "/health" || path == "/metrics" { return try await next(input, context) }
         guard let (backend, rest) = gateway.route(path: path) else {
             return Self.response(.error(GatewayError(status: 404, code: "NotFound", "No backend is served at \(path)"),
                                         legacy: false))

@@ -129,6 +129,14 @@ struct TrackedQuery: Equatable {
         return path + "?" + parts.joined(separator: "&")
     }
 
+    /// The query as sent to the backend to check a device's credentials: no rows (`$top=0`).
+    var probeTarget: String {
+        var probe = self
+        probe.options.removeAll { ["$top", "$skip", "$orderby", "$expand", "$select"].contains($0.name) }
+        probe.options.append(("$top", "0"))
+        return probe.backendTarget
+    }
+
     /// The gateway's URL for this query with `token`.
     func link(root: String, token: Token, legacy: Bool) -> String {
         let name = if case .delta = token { legacy ? "!deltatoken" : "$deltatoken" } else { "$skiptoken" }

@@ -47,16 +47,16 @@ public struct GatewayStore: Sendable {
     public func migrate() async throws {
         try await client.withConnection { connection in
             // One instance at a time: CREATE ... IF NOT EXISTS races on the catalog otherwise.
-            try await connection.query("SELECT pg_advisory_lock(72620013)", logger: logger)
+            try await connection.query("SELECT pg_advisory_lock(7262, 13)", logger: logger)
             do {
                 for statement in Self.schema {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
             } catch {
-                _ = try? await connection.query("SELECT pg_advisory_unlock(72620013)", logger: logger)
+                _ = try? await connection.query("SELECT pg_advisory_unlock(7262, 13)", logger: logger)
                 throw error
             }
-            try await connection.query("SELECT pg_advisory_unlock(72620013)", logger: logger)
+            try await connection.query("SELECT pg_advisory_unlock(7262, 13)", logger: logger)
         }
     }
 
@@ -70,6 +70,7 @@ public struct GatewayStore: Sendable {
           published BIGINT NOT NULL DEFAULT 0,
           floor BIGINT NOT NULL DEFAULT 0,
           refreshed_at TIMESTAMPTZ,
+          refreshed_from TIMESTAMPTZ,
           UNIQUE (backend, query, user_name))
         """,
         """
@@ -82,6 +83,7 @@ public struct GatewayStore: Sendable {
           seq BIGINT NOT NULL,
           PRIMARY KEY (scope_id, key))
         """,
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS refreshed_from TIMESTAMPTZ",
         "CREATE INDEX IF NOT EXISTS oodata_row_seq ON oodata_row (scope_id, seq, key)",
         """
         CREATE TABLE IF NOT EXISTS oodata_refresh (
@@ -96,24 +98,35 @@ public struct GatewayStore: Sendable {
     /// The scope of `query` on `backend` for `user`, created when new, with whether a request
     /// arriving now needs a refresh (none within `interval` seconds of the last one).
     public func scope(backend: String, query: String, user: String, interval: Double) async throws -> Scope {
-        let rows = try await client.query(
-            """
-            WITH made AS (
-              INSERT INTO oodata_scope (backend, query, user_name) VALUES (\(backend), \(query), \(user))
-              ON CONFLICT (backend, query, user_name) DO NOTHING
-              RETURNING id, published, floor, refreshed_at)
-            SELECT id, published, floor,
-                   (refreshed_at IS NULL OR refreshed_at < clock_timestamp() - make_interval(secs => \(interval))),
-                   clock_timestamp()
-            FROM (SELECT * FROM made UNION ALL
-                  SELECT id, published, floor, refreshed_at FROM oodata_scope
-                  WHERE backend = \(backend) AND query = \(query) AND user_name = \(user)) AS found
-            LIMIT 1
-            """, logger: logger)
-        for try await (id, published, floor, due, arrival) in rows.decode((Int64, Int64, Int64, Bool, Date).self) {
-            return Scope(id: id, published: published, floor: floor, due: due, arrival: arrival)
+        // Look first; create when missing; look again (a new statement sees a row another
+        // request created meanwhile, which one statement's snapshot would not).
+        for attempt in 0..<2 {
+            let rows = try await client.query(
+                """
+                SELECT id, published, floor,
+                       (refreshed_from IS NULL OR refreshed_from < clock_timestamp() - make_interval(secs => \(interval))),
+                       clock_timestamp()
+                FROM oodata_scope WHERE backend = \(backend) AND query = \(query) AND user_name = \(user)
+                """, logger: logger)
+            for try await (id, published, floor, due, arrival) in rows.decode((Int64, Int64, Int64, Bool, Date).self) {
+                return Scope(id: id, published: published, floor: floor, due: due, arrival: arrival)
+            }
+            if attempt == 0 {
+                try await client.query(
+                    """
+                    INSERT INTO oodata_scope (backend, query, user_name) VALUES (\(backend), \(query), \(user))
+                    ON CONFLICT (backend, query, user_name) DO NOTHING
+                    """, logger: logger)
+            }
         }
-        throw GatewayError(status: 500, code: "GatewayState", "The scope of \(query) could not be made")
+        throw GatewayError(status: 503, code: "GatewayState", "The scope of \(query) could not be made; try again")
+    }
+
+    /// The query a scope serves, or nil when there is no such scope.
+    public func query(ofScope id: Int64) async throws -> String? {
+        let rows = try await client.query("SELECT query FROM oodata_scope WHERE id = \(id)", logger: logger)
+        for try await query in rows.decode(String.self) { return query }
+        return nil
     }
 
     /// The scope `id` as it is now.
@@ -147,14 +160,20 @@ public struct GatewayStore: Sendable {
     ) async throws -> RefreshSummary {
         try await client.withTransaction(logger: logger) { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(\(scope.id))", logger: logger)
+            // Answered from another refresh only when that one began reading the backend at or
+            // after this request arrived (less the interval): it then holds every change the
+            // device could know of, its own uploads included.
             let fresh = try await connection.query(
                 """
-                SELECT refreshed_at IS NOT NULL
-                       AND refreshed_at >= \(scope.arrival)::timestamptz - make_interval(secs => \(interval))
+                SELECT refreshed_from IS NOT NULL
+                       AND refreshed_from >= \(scope.arrival)::timestamptz - make_interval(secs => \(interval)),
+                       clock_timestamp()
                 FROM oodata_scope WHERE id = \(scope.id)
                 """, logger: logger)
-            for try await skip in fresh.decode(Bool.self) where skip {
-                return RefreshSummary(ran: false)
+            var started = Date()
+            for try await (skip, now) in fresh.decode((Bool, Date).self) {
+                if skip { return RefreshSummary(ran: false) }
+                started = now
             }
             var summary = RefreshSummary(ran: true)
             var seq: Int64 = 0
@@ -202,7 +221,9 @@ public struct GatewayStore: Sendable {
             for try await _ in gone.decode(Int.self) { summary.removed += 1 }
             try await connection.query(
                 """
-                UPDATE oodata_scope SET published = \(seq), refreshed_at = clock_timestamp() WHERE id = \(scope.id)
+                UPDATE oodata_scope SET published = \(seq), refreshed_at = clock_timestamp(),
+                  refreshed_from = \(started)::timestamptz
+                WHERE id = \(scope.id)
                 """, logger: logger)
             try await connection.query(
                 "INSERT INTO oodata_refresh (scope_id, seq) VALUES (\(scope.id), \(seq))", logger: logger)
@@ -249,15 +270,23 @@ public struct GatewayStore: Sendable {
     public func deltaPage(scope: Int64, since: Int64, upTo: Int64, after: (seq: Int64, key: String)?, limit: Int)
         async throws -> [Row]
     {
-        let start = after ?? (since, "")
-        let inclusive = after == nil
-        let rows = try await client.query(
-            """
-            SELECT seq, key, key_members, payload FROM oodata_row
-            WHERE scope_id = \(scope) AND seq > \(since) AND seq <= \(upTo)
-              AND (seq > \(start.seq) OR (seq = \(start.seq) AND key > \(start.key) AND NOT \(inclusive)))
-            ORDER BY seq, key LIMIT \(limit)
-            """, logger: logger)
+        let query: PostgresQuery
+        if let after {
+            // A row comparison, so that the (scope_id, seq, key) index starts at the position.
+            query = """
+                SELECT seq, key, key_members, payload FROM oodata_row
+                WHERE scope_id = \(scope) AND (seq, key) > (\(after.seq), \(after.key)::text COLLATE "C")
+                  AND seq > \(since) AND seq <= \(upTo)
+                ORDER BY seq, key LIMIT \(limit)
+                """
+        } else {
+            query = """
+                SELECT seq, key, key_members, payload FROM oodata_row
+                WHERE scope_id = \(scope) AND seq > \(since) AND seq <= \(upTo)
+                ORDER BY seq, key LIMIT \(limit)
+                """
+        }
+        let rows = try await client.query(query, logger: logger)
         var result: [Row] = []
         for try await (seq, key, members, payload) in rows.decode((Int64, String, String, String?).self) {
             result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload))

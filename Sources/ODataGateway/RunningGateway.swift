@@ -3,6 +3,7 @@ import Hummingbird
 public import Logging
 public import OfflineOData
 public import PostgresNIO
+import Prometheus
 import ServiceLifecycle
 
 /// A gateway running in this process: its PostgreSQL connections and its HTTP server, for
@@ -39,7 +40,10 @@ public final class RunningGateway: Sendable {
         }()
         let client = PostgresClient(configuration: postgres, backgroundLogger: quiet)
         let store = GatewayStore(client: client, logger: quiet)
-        let gateway = Gateway(configuration: configuration, store: store, transport: transport, logger: logger)
+        // Its own registry (no process-wide bootstrap), served at /metrics.
+        let registry = PrometheusCollectorRegistry()
+        let gateway = Gateway(configuration: configuration, store: store, transport: transport, logger: logger,
+                              metrics: GatewayMetrics(factory: PrometheusMetricsFactory(registry: registry)))
         let waiter = PortWaiter()
         let migrated = MigrationGate()
         var group = ServiceGroupConfiguration(services: [client], logger: quiet)
@@ -57,12 +61,19 @@ public final class RunningGateway: Sendable {
                         await migrated.open(error)
                         throw error
                     }
-                    let app = GatewayHTTPServer.application(gateway: gateway, host: host, port: port, logger: quiet) {
+                    let app = GatewayHTTPServer.application(gateway: gateway, host: host, port: port, logger: quiet,
+                                                            metrics: registry) {
                         port in await waiter.set(port)
                     }
                     var configuration = ServiceGroupConfiguration(services: [app], logger: quiet)
                     configuration.maximumGracefulShutdownDuration = .seconds(2)
-                    try await ServiceGroup(configuration: configuration).run()
+                    do {
+                        try await ServiceGroup(configuration: configuration).run()
+                    } catch {
+                        // A port that cannot be bound: start() says so instead of waiting.
+                        await waiter.fail(error)
+                        throw error
+                    }
                 }
                 // The server ends first (a shutdown); then the connections go.
                 try await tasks.next()
@@ -74,7 +85,13 @@ public final class RunningGateway: Sendable {
             task.cancel()
             throw GatewayError(status: 503, code: "PostgreSQL", "PostgreSQL cannot be used: \(String(reflecting: error))")
         }
-        let bound = await waiter.wait()
+        let bound: Int
+        do {
+            bound = try await waiter.wait()
+        } catch {
+            task.cancel()
+            throw GatewayError(status: 503, code: "Listen", "cannot listen on \(host):\(port): \(error)")
+        }
         await onListening(bound)
         return RunningGateway(port: bound, gateway: gateway, task: task, group: clients)
     }
@@ -103,18 +120,23 @@ public final class RunningGateway: Sendable {
 
 /// Waits for the port the server bound.
 actor PortWaiter {
-    private var port: Int?
-    private var waiting: [CheckedContinuation<Int, Never>] = []
+    private var result: Result<Int, any Error>?
+    private var waiting: [CheckedContinuation<Int, any Error>] = []
 
-    func set(_ value: Int) {
-        port = value
-        for continuation in waiting { continuation.resume(returning: value) }
+    func set(_ value: Int) { finish(.success(value)) }
+
+    func fail(_ error: any Error) { finish(.failure(error)) }
+
+    private func finish(_ outcome: Result<Int, any Error>) {
+        guard result == nil else { return }
+        result = outcome
+        for continuation in waiting { continuation.resume(with: outcome) }
         waiting = []
     }
 
-    func wait() async -> Int {
-        if let port { return port }
-        return await withCheckedContinuation { waiting.append($0) }
+    func wait() async throws -> Int {
+        if let result { return try result.get() }
+        return try await withCheckedThrowingContinuation { waiting.append($0) }
     }
 }
 

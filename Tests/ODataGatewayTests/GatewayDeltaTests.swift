@@ -210,6 +210,26 @@ import Testing
             #expect(removed?["ContactID"]?.serializedNumber == ids[1])
             #expect(v2 ? removed?["__deleted"] == .bool(true) : removed?["@removed"] != nil)
             if v2 { #expect(changed?["__metadata"]?["uri"]?.stringValue?.hasPrefix(root) == true) }
+            // More changes than a page (5): the delta continues on a second page, each change once.
+            let following = try #require(v2 ? deltaJSON["d"]?["__delta"]?.stringValue : deltaJSON["@odata.deltaLink"]?.stringValue)
+            for index in 0..<6 {
+                #expect(try await Self.backendSend(setup, "POST", "Contacts",
+                                                   #"{"PartnerID":"BP0","FirstName":"P","LastName":"page\#(index)"}"#) < 300)
+            }
+            #expect(try await Self.backendSend(setup, "PATCH", "Contacts(\(ids[2]))", #"{"LastName":"Again"}"#) < 300)
+            var paged: [JSONValue] = []
+            var pageCount = 0
+            var current: String? = following
+            while let url = current {
+                let page = try JSONValue.parse(try await transport.send(
+                    TransportRequest(method: "GET", url: url, headers: headers), timeout: 30).body)
+                paged += (v2 ? page["d"]?["results"]?.arrayValue : page["value"]?.arrayValue) ?? []
+                current = v2 ? page["d"]?["__next"]?.stringValue : page["@odata.nextLink"]?.stringValue
+                pageCount += 1
+            }
+            #expect(pageCount == 2)
+            let names = paged.compactMap { $0["LastName"]?.stringValue }.sorted()
+            #expect(names == ["Again", "page0", "page1", "page2", "page3", "page4", "page5"], "\(names)")
             // A token of another query is refused, not answered with the wrong rows.
             let foreign = link.replacingOccurrences(of: root + "Contacts", with: root + "BusinessPartners")
             let refused = try await transport.send(TransportRequest(method: "GET", url: foreign, headers: headers), timeout: 30)

@@ -1,0 +1,35 @@
+public import CoreMetrics
+import Foundation
+
+/// What the gateway counts, through swift-metrics: backend requests by kind, refreshes and the
+/// rows they changed or removed, pages answered from PostgreSQL, and refresh time. The
+/// factory decides where they go (`oodata gateway` serves them in Prometheus's text format at
+/// `/metrics`); with swift-metrics' default factory they go nowhere.
+public struct GatewayMetrics: Sendable {
+    let backendRequests: @Sendable (String) -> Counter
+    let refreshes: Counter
+    let skippedRefreshes: Counter
+    let rowsChanged: Counter
+    let rowsRemoved: Counter
+    let fullPages: Counter
+    let deltaPages: Counter
+    let refreshTime: CoreMetrics.Timer
+
+    /// Metrics made by `factory`.
+    public init(factory: any MetricsFactory = MetricsSystem.factory) {
+        let requests = ["refresh", "forward", "credentials", "metadata"].reduce(into: [String: Counter]()) {
+            $0[$1] = Counter(label: "oodata_gateway_backend_requests_total", dimensions: [("kind", $1)], factory: factory)
+        }
+        let other = Counter(label: "oodata_gateway_backend_requests_total", dimensions: [("kind", "other")],
+                            factory: factory)
+        backendRequests = { kind in requests[kind] ?? other }
+        refreshes = Counter(label: "oodata_gateway_refreshes_total", factory: factory)
+        skippedRefreshes = Counter(label: "oodata_gateway_refreshes_shared_total", factory: factory)
+        rowsChanged = Counter(label: "oodata_gateway_rows_changed_total", factory: factory)
+        rowsRemoved = Counter(label: "oodata_gateway_rows_removed_total", factory: factory)
+        fullPages = Counter(label: "oodata_gateway_pages_total", dimensions: [("kind", "full")], factory: factory)
+        deltaPages = Counter(label: "oodata_gateway_pages_total", dimensions: [("kind", "delta")], factory: factory)
+        refreshTime = CoreMetrics.Timer(label: "oodata_gateway_refresh_seconds", preferredDisplayUnit: .seconds,
+                                        factory: factory)
+    }
+}
