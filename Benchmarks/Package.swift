@@ -67,6 +67,13 @@ let package = Package(
             plugins: [.plugin(name: "ODataGenerator", package: parent)]
         ),
         .executableTarget(
+            name: "GatewayRatio",
+            dependencies: [
+                .product(name: "ODataCore", package: parent), .product(name: "ODataServer", package: parent),
+                .product(name: "OfflineOData", package: parent), .product(name: "ODataGateway", package: parent),
+            ]
+        ),
+        .executableTarget(
             name: "ChainRatio",
             dependencies: [.product(name: "ODataCore", package: parent), .product(name: "ODataStore", package: parent)]
         ),
