@@ -133,16 +133,14 @@ public final class Gateway: Sendable {
                 metrics.rowsChanged.increment(by: summary.changed)
                 metrics.rowsRemoved.increment(by: summary.removed)
                 metrics.refreshTime.record(duration: ContinuousClock.now - started)
-            } else {
-                metrics.skippedRefreshes.increment()
-            }
-            if summary.ran {
                 logger.info(
                     "Refreshed",
                     metadata: [
                         "query": .string(canonical), "rows": "\(summary.rows)", "changed": "\(summary.changed)",
                         "removed": "\(summary.removed)",
                     ])
+            } else {
+                metrics.skippedRefreshes.increment()
             }
             guard let now = try await store.scope(id: scope.id) else {
                 throw GatewayError(status: 503, code: "GatewayState", "The scope of \(canonical) went away")
