@@ -152,8 +152,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ODataGatewayTests",
-            dependencies: ["ODataGateway", "OfflineOData", "ODataServer", "ODataStore", "ODataCore", "InteropSupport",
-                           .product(name: "PostgresNIO", package: "postgres-nio")],
+            dependencies: ["ODataGateway", "OfflineOData", "ODataServer", "ODataStore", "ODataCore", "InteropSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

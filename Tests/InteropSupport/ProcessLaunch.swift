@@ -13,4 +13,15 @@ public enum ProcessLaunch {
         defer { lock.unlock() }
         try process.run()
     }
+
+    /// A tool built beside the test bundle (`oodata`), or nil when it was not built.
+    public static func builtTool(_ name: String) -> URL? {
+        var url = Bundle.main.bundleURL
+        for _ in 0..<3 {
+            let candidate = url.appendingPathComponent(name)
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            url.deleteLastPathComponent()
+        }
+        return nil
+    }
 }

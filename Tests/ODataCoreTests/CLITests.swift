@@ -5,16 +5,7 @@ import Testing
 
 /// Runs the built `oodata` tool as a user would.
 @Suite struct CLITests {
-    static var binary: URL? {
-        // The test bundle sits in the same build folder as the tool.
-        var url = Bundle.main.bundleURL
-        for _ in 0..<3 {
-            let candidate = url.appendingPathComponent("oodata")
-            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-            url.deleteLastPathComponent()
-        }
-        return nil
-    }
+    static var binary: URL? { ProcessLaunch.builtTool("oodata") }
 
     /// Runs `oodata` to its end on a dispatch queue: a process waited for on the two-thread
     /// concurrency pool would starve the in-process servers of other tests running meanwhile.
