@@ -12,15 +12,7 @@ import Testing
 /// the scope's refresh completes. V4 and V2.
 @Suite(.serialized) struct GatewayCrashTests {
     /// `oodata`, built beside the tests.
-    static var binary: URL? {
-        var url = Bundle.main.bundleURL
-        for _ in 0..<3 {
-            let candidate = url.appendingPathComponent("oodata")
-            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-            url.deleteLastPathComponent()
-        }
-        return nil
-    }
+    static var binary: URL? { ProcessLaunch.builtTool("oodata") }
 
     /// Starts `oodata gateway` on `port` and waits until `/health` answers.
     static func spawn(backend: String, postgres: String, port: Int) async throws -> Process {
@@ -49,25 +41,39 @@ import Testing
         process.waitUntilExit()
     }
 
+    static func device(_ setup: GatewayDeltaTests.Setup, port: Int, name: String) async throws -> OfflineODataProvider {
+        var parameters = OfflineODataParameters()
+        parameters.storePath = setup.folder
+        parameters.storeName = name
+        let provider = OfflineODataProvider(
+            serviceRoot: try #require(URL(string: "http://127.0.0.1:\(port)/")), parameters: parameters)
+        for query in ["BusinessPartners", "Contacts"] {
+            try await provider.add(definingQuery: OfflineODataDefiningQuery(name: query, query: query))
+        }
+        try await provider.open()
+        return provider
+    }
+
+    /// Two gateway processes on one PostgreSQL, a device on each. At each round both download
+    /// at once and one process is killed at a different point (inside a refresh, or inside its
+    /// device's paging); the other goes on. A new process on the killed one's port takes over.
+    /// Both devices equal the backend after every round.
     @Test(arguments: [false, true])
     func killingTheGatewayDuringRefreshesAndDownloadsLosesNothing(v2: Bool) async throws {
         let setup = try await GatewayDeltaTests.start(v2: v2, instances: 0)
-        let port = PostgresServer.freePort()
-        var gateway: Process?
-        var device: OfflineODataProvider?
+        let ports = [PostgresServer.freePort(), PostgresServer.freePort()]
+        var gateways: [Process] = []
+        var devices: [OfflineODataProvider] = []
         do {
-            gateway = try await Self.spawn(backend: setup.backendRoot, postgres: setup.postgres.url, port: port)
-            var parameters = OfflineODataParameters()
-            parameters.storePath = setup.folder
-            parameters.storeName = "crash"
-            let provider = OfflineODataProvider(
-                serviceRoot: try #require(URL(string: "http://127.0.0.1:\(port)/")), parameters: parameters)
-            device = provider
-            for query in ["BusinessPartners", "Contacts"] {
-                try await provider.add(definingQuery: OfflineODataDefiningQuery(name: query, query: query))
+            for port in ports {
+                gateways.append(try await Self.spawn(backend: setup.backendRoot, postgres: setup.postgres.url, port: port))
             }
-            try await provider.open()
-            #expect(try await GatewayDeltaTests.held(provider) == (try await GatewayDeltaTests.truth(setup)))
+            for (index, port) in ports.enumerated() {
+                devices.append(try await Self.device(setup, port: port, name: "crash\(index)"))
+            }
+            for device in devices {
+                #expect(try await GatewayDeltaTests.held(device) == (try await GatewayDeltaTests.truth(setup)))
+            }
             // Each backend page takes a while, so kills land inside refreshes and inside the
             // device's paging alike.
             await setup.backend.service.faults.set([FaultRule(method: "GET", urlContains: "Contacts", delayMilliseconds: 150)])
@@ -76,20 +82,25 @@ import Testing
                     setup, "POST", "Contacts", #"{"PartnerID":"BP1","FirstName":"K","LastName":"kill\#(round)"}"#) < 300)
                 #expect(try await GatewayDeltaTests.backendSend(
                     setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"k\#(round)"}"#) < 300)
-                let download = Task { try await provider.download() }
+                let downloads = devices.map { device in Task { try await device.download() } }
                 try await Task.sleep(nanoseconds: UInt64(killAfter) * 1_000_000)
-                if let running = gateway { Self.killHard(running) }
-                _ = await download.result
-                gateway = try await Self.spawn(backend: setup.backendRoot, postgres: setup.postgres.url, port: port)
-                try await provider.download()
-                let held = try await GatewayDeltaTests.held(provider)
-                #expect(held == (try await GatewayDeltaTests.truth(setup)), "kill after \(killAfter) ms")
+                let victim = round % 2
+                Self.killHard(gateways[victim])
+                for download in downloads { _ = await download.result }
+                gateways[victim] = try await Self.spawn(
+                    backend: setup.backendRoot, postgres: setup.postgres.url, port: ports[victim])
+                let truth = try await GatewayDeltaTests.truth(setup)
+                for (index, device) in devices.enumerated() {
+                    try await device.download()
+                    #expect(try await GatewayDeltaTests.held(device) == truth,
+                            "round \(round): instance \(victim) killed after \(killAfter) ms, device \(index)")
+                }
             }
         } catch {
             Issue.record("\(error)")
         }
-        if let device { await device.close() }
-        if let gateway { Self.killHard(gateway) }
+        for device in devices { await device.close() }
+        for gateway in gateways { Self.killHard(gateway) }
         await setup.stop()
     }
 }
