@@ -69,7 +69,7 @@ let package = Package(
         .executableTarget(
             name: "GatewayRatio",
             dependencies: [
-                .product(name: "ODataCore", package: parent), .product(name: "ODataServer", package: parent),
+                "CRawSQLCipher", .product(name: "ODataCore", package: parent), .product(name: "ODataServer", package: parent),
                 .product(name: "OfflineOData", package: parent), .product(name: "ODataGateway", package: parent),
             ]
         ),

@@ -31,11 +31,13 @@ public struct GatewayResponse: Sendable {
 public final class Gateway: Sendable {
     /// What the gateway serves.
     public let configuration: GatewayConfiguration
-    let store: GatewayStore
+    /// Where scopes, rows and tokens are kept.
+    public let store: GatewayStore
     let transport: any Transport
     let logger: Logger
     let models = ModelCache()
     let credentials = CredentialCheck()
+    let housekeeping = Housekeeping()
     let metrics: GatewayMetrics
 
     /// A gateway over `store`, reaching backends through `transport`.
@@ -68,6 +70,18 @@ public final class Gateway: Sendable {
             let model = try await models.model(for: backend, authorization: request.headers["Authorization"], gateway: self)
             legacy = model.version.isLegacy
             if let tracked = try trackedQuery(request, backend: backend, model: model) {
+                // AUTO: a backend that gives delta links for this query keeps its own; the
+                // device's reads and delta links pass through (asked once a minute per query and
+                // credentials, with the credential check).
+                if tracked.token == nil, backend.tracking(tracked.canonical) == .auto {
+                    let offersDelta = try await credentials.check(
+                        request.headers["Authorization"], url: backend.url + tracked.probeTarget, askDelta: true,
+                        gateway: self)
+                    if offersDelta {
+                        metrics.passedThrough.increment()
+                        return try await forward(request, backend: backend)
+                    }
+                }
                 return try await answerTracked(tracked, request: request, backend: backend, model: model)
             }
             return try await forward(request, backend: backend)
@@ -95,7 +109,16 @@ public final class Gateway: Sendable {
         guard model.entitySet(set) != nil else { return nil }
         let asks = (request.headers["Prefer"] ?? "").lowercased().contains("track-changes")
         guard tracked.token != nil || asks else { return nil }
-        guard backend.tracking(tracked.canonical) != .never else { return nil }
+        let mode = backend.tracking(tracked.canonical)
+        guard mode != .never else { return nil }
+        // A delta link of the backend's own (given while the query passed through) goes to the
+        // backend; under ALWAYS the device reads again and joins the gateway's tracking.
+        if tracked.token == nil, tracked.options.contains(where: { TrackedQuery.deltaTokenNames.contains($0.name) }) {
+            guard mode == .always else { return nil }
+            throw GatewayError(status: 410, code: "DeltaTokenExpired",
+                               "The gateway tracks \(set)'s changes itself now; the backend's delta token is no longer "
+                                   + "followed: read \(set) again")
+        }
         return tracked
     }
 
@@ -107,8 +130,8 @@ public final class Gateway: Sendable {
         // Rows kept in PostgreSQL go only to a device the backend answers this very query now,
         // whatever scope they are in: its credentials are checked with the query at `$top=0`
         // (an acceptance kept for a minute).
-        try await credentials.check(
-            request.headers["Authorization"], url: backend.url + tracked.probeTarget, gateway: self)
+        _ = try await credentials.check(
+            request.headers["Authorization"], url: backend.url + tracked.probeTarget, askDelta: false, gateway: self)
         let canonical = tracked.canonical
         let shared = backend.isShared(canonical)
         let user = shared ? "" : request.user
@@ -129,6 +152,7 @@ public final class Gateway: Sendable {
                 scope, query: tracked, backend: backend, keyNames: keyNames, legacy: legacy,
                 authorization: authorization, interval: interval)
             if summary.ran {
+                await removeUnusedScopes()
                 metrics.refreshes.increment()
                 metrics.rowsChanged.increment(by: summary.changed)
                 metrics.rowsRemoved.increment(by: summary.removed)
@@ -193,12 +217,31 @@ public final class Gateway: Sendable {
         }
     }
 
+    /// Removes scopes no device read for the scope retention, at most every ten minutes per
+    /// instance (after a refresh). A failure is logged: it never fails a device's request.
+    func removeUnusedScopes() async {
+        let retention = configuration.scopeRetention
+        guard await housekeeping.due(every: min(600, retention)) else { return }
+        do {
+            let removed = try await store.removeUnusedScopes(unused: retention)
+            if removed > 0 { logger.info("Removed unused scopes", metadata: ["scopes": "\(removed)"]) }
+        } catch {
+            logger.warning("Removing unused scopes failed", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// The answer to a token of another scope: 410 when it is the same query under other
     /// credentials (a rotated bearer token: the device reads again), 400 otherwise. Never rows.
     func foreignToken(_ id: Int64, canonical: String, set: String) async throws -> GatewayError {
-        if try await store.query(ofScope: id) == canonical {
+        switch try await store.query(ofScope: id) {
+        case canonical?:
             return GatewayError(status: 410, code: "DeltaTokenExpired",
                                 "The token was given under other credentials; read \(set) again")
+        case nil:
+            return GatewayError(status: 410, code: "DeltaTokenExpired",
+                                "The gateway no longer keeps the changes this token follows (unread too long); "
+                                    + "read \(set) again")
+        default: break
         }
         return GatewayError(status: 400, code: "BadToken", "The token belongs to another query")
     }
@@ -269,6 +312,8 @@ public final class Gateway: Sendable {
 
     /// The most pages one refresh follows: a backend whose next links never end is stopped.
     static let maximumPages = 100_000
+    /// How often a running refresh logs how many rows it has read.
+    static let progressInterval = Duration.seconds(5)
 
     func refresh(
         _ scope: GatewayStore.Scope, query: TrackedQuery, backend: GatewayBackend, keyNames: [String], legacy: Bool,
@@ -278,6 +323,9 @@ public final class Gateway: Sendable {
             var url: String? = backend.url + query.backendTarget
             var seen: Set<String> = []
             var pages = 0
+            var read = 0
+            let started = ContinuousClock.now
+            var reported = started
             while let current = url {
                 pages += 1
                 guard pages <= Self.maximumPages, seen.insert(current).inserted else {
@@ -293,7 +341,19 @@ public final class Gateway: Sendable {
                 guard response.status == 200 else { throw BackendAnswer(response: response) }
                 let (rows, next) = try Self.rows(of: response.body, keyNames: keyNames, legacy: legacy, set: query.path)
                 try await write(rows)
+                read += rows.count
                 url = next.map { Self.resolve($0, against: current) }
+                // A long refresh (a first one of a large query) says how far it is.
+                let now = ContinuousClock.now
+                if url != nil, now - reported >= Self.progressInterval {
+                    reported = now
+                    logger.info(
+                        "Refreshing",
+                        metadata: [
+                            "query": .string(query.canonical), "rows": "\(read)", "pages": "\(pages)",
+                            "seconds": "\((now - started).components.seconds)",
+                        ])
+                }
             }
         }
     }
@@ -435,30 +495,47 @@ struct BackendAnswer: Error {
 /// Which credentials the backend accepted lately, so that answers from PostgreSQL go only to
 /// devices the backend would answer. Kept in memory, by digest, for `lifetime` seconds; a
 /// refusal is never kept (the next request asks again).
+///
+/// With `askDelta` the check also asks for change tracking (`Prefer: odata.track-changes`) and
+/// tells whether the backend gives delta links for the query: `Preference-Applied:
+/// odata.track-changes`, or a delta link in the answer (for AUTO, SPEC §13).
 actor CredentialCheck {
-    private var accepted: [String: Date] = [:]
+    private var accepted: [String: (until: Date, offersDelta: Bool)] = [:]
     let lifetime: TimeInterval = 60
 
-    func check(_ authorization: String?, url: String, gateway: Gateway) async throws {
-        let key = GatewayRequest.digest(url + "\n" + (authorization ?? ""))
+    func check(_ authorization: String?, url: String, askDelta: Bool, gateway: Gateway) async throws -> Bool {
+        let key = GatewayRequest.digest((askDelta ? "delta\n" : "\n") + url + "\n" + (authorization ?? ""))
         let now = Date()
-        if let until = accepted[key], until > now { return }
+        if let entry = accepted[key], entry.until > now { return entry.offersDelta }
         var headers = HTTPHeaders()
         headers["Accept"] = "application/json"
+        if askDelta { headers["Prefer"] = "odata.track-changes" }
         if let authorization { headers["Authorization"] = authorization }
         gateway.metrics.backendRequests("credentials").increment()
         let response = try await gateway.transport.send(
             TransportRequest(method: "GET", url: url, headers: headers), timeout: gateway.configuration.backendTimeout)
         switch response.status {
         case 200..<300:
-            if accepted.count > 10_000 { accepted = accepted.filter { $0.value > now } }
-            accepted[key] = now.addingTimeInterval(lifetime)
+            let offersDelta = askDelta && Self.offersDelta(response)
+            if accepted.count > 10_000 { accepted = accepted.filter { $0.value.until > now } }
+            accepted[key] = (now.addingTimeInterval(lifetime), offersDelta)
+            return offersDelta
         case 401, 403:
             throw BackendAnswer(response: response)
         default:
             throw GatewayError(status: 502, code: "BackendUnavailable",
                                "The backend answered \(response.status) when the device's credentials were checked")
         }
+    }
+
+    /// Whether a backend's answer to a read with `Prefer: odata.track-changes` tracks changes.
+    static func offersDelta(_ response: TransportResponse) -> Bool {
+        if (response.headers["Preference-Applied"] ?? "").lowercased().contains("track-changes") { return true }
+        guard response.headers["Content-Encoding"] == nil, let json = try? JSONValue.parse(response.body) else {
+            return false
+        }
+        return json["@odata.deltaLink"]?.stringValue != nil || json["odata.deltaLink"]?.stringValue != nil
+            || json["d"]?["__delta"]?.stringValue != nil
     }
 }
 
@@ -484,5 +561,18 @@ actor ModelCache {
         }
         models[backend.url] = model
         return model
+    }
+}
+
+/// When this instance last removed unused scopes.
+actor Housekeeping {
+    private var last: ContinuousClock.Instant?
+
+    /// Whether `seconds` have passed since the last time this answered true (true the first time).
+    func due(every seconds: Double) -> Bool {
+        let now = ContinuousClock.now
+        if let last, now - last < .milliseconds(Int64(seconds * 1000)) { return false }
+        last = now
+        return true
     }
 }

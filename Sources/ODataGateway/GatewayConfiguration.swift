@@ -21,8 +21,8 @@ public struct GatewayError: Error, Sendable, CustomStringConvertible {
 
 /// How the gateway tracks a defining query's changes (SAP's `track_deltas`).
 public enum DeltaTracking: String, Sendable, CaseIterable {
-    /// Tracked by the gateway. (The backend's own delta links are not used yet: the same as
-    /// `always`.)
+    /// The backend's own delta links where it gives them for the query (reads pass through);
+    /// tracked by the gateway otherwise.
     case auto = "AUTO"
     /// Tracked by the gateway, whatever the backend offers.
     case always = "ALWAYS"
@@ -81,6 +81,10 @@ public struct GatewayConfiguration: Sendable {
     public var refreshInterval: Double = 0
     /// Seconds tombstones are kept; a delta token older than that gets 410.
     public var tombstoneRetention: Double = 7 * 24 * 3600
+    /// Seconds a scope is kept after a device last read it; then it goes with its rows, and a
+    /// token of it gets 410 (the device reads the query again). Last reads are recorded to the
+    /// hour, so a scope may go up to an hour early.
+    public var scopeRetention: Double = 30 * 24 * 3600
     /// Rows per page the gateway answers unless a device asks for fewer.
     public var pageSize = 1000
     /// Seconds a backend request may take.

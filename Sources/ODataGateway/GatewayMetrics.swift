@@ -2,7 +2,8 @@ public import CoreMetrics
 import Foundation
 
 /// What the gateway counts, through swift-metrics: backend requests by kind, refreshes and the
-/// rows they changed or removed, pages answered from PostgreSQL, and refresh time. The
+/// rows they changed or removed, pages answered from PostgreSQL, defining-query reads passed through to a
+/// backend that tracks changes itself (AUTO), and refresh time. The
 /// factory decides where they go (`oodata gateway` serves them in Prometheus's text format at
 /// `/metrics`); with swift-metrics' default factory they go nowhere.
 public struct GatewayMetrics: Sendable {
@@ -13,6 +14,7 @@ public struct GatewayMetrics: Sendable {
     let rowsRemoved: Counter
     let fullPages: Counter
     let deltaPages: Counter
+    let passedThrough: Counter
     let refreshTime: CoreMetrics.Timer
 
     /// Metrics made by `factory`.
@@ -29,6 +31,7 @@ public struct GatewayMetrics: Sendable {
         rowsRemoved = Counter(label: "oodata_gateway_rows_removed_total", factory: factory)
         fullPages = Counter(label: "oodata_gateway_pages_total", dimensions: [("kind", "full")], factory: factory)
         deltaPages = Counter(label: "oodata_gateway_pages_total", dimensions: [("kind", "delta")], factory: factory)
+        passedThrough = Counter(label: "oodata_gateway_passed_through_total", factory: factory)
         refreshTime = CoreMetrics.Timer(label: "oodata_gateway_refresh_seconds", preferredDisplayUnit: .seconds,
                                         factory: factory)
     }

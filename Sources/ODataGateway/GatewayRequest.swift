@@ -83,6 +83,8 @@ struct TrackedQuery: Equatable {
     }
 
     static let tokenNames: Set<String> = ["$skiptoken", "$deltatoken", "!deltatoken"]
+    /// Delta tokens by name, the gateway's or the backend's.
+    static let deltaTokenNames: Set<String> = ["$deltatoken", "!deltatoken"]
 
     /// Splits `target` into path, options and the gateway's token. A `$skiptoken` or delta token
     /// the gateway did not write is kept as an option (the backend's own).
@@ -132,7 +134,9 @@ struct TrackedQuery: Equatable {
     /// The query as sent to the backend to check a device's credentials: no rows (`$top=0`).
     var probeTarget: String {
         var probe = self
-        probe.options.removeAll { ["$top", "$skip", "$orderby", "$expand", "$select"].contains($0.name) }
+        probe.options.removeAll {
+            ["$top", "$skip", "$orderby", "$expand", "$select", "$skiptoken"].contains($0.name)
+        }
         probe.options.append(("$top", "0"))
         return probe.backendTarget
     }

@@ -84,6 +84,8 @@ public struct GatewayStore: Sendable {
           PRIMARY KEY (scope_id, key))
         """,
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS refreshed_from TIMESTAMPTZ",
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS used_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()",
+        "CREATE INDEX IF NOT EXISTS oodata_scope_used ON oodata_scope (used_at)",
         "CREATE INDEX IF NOT EXISTS oodata_row_seq ON oodata_row (scope_id, seq, key)",
         """
         CREATE TABLE IF NOT EXISTS oodata_refresh (
@@ -105,10 +107,17 @@ public struct GatewayStore: Sendable {
                 """
                 SELECT id, published, floor,
                        (refreshed_from IS NULL OR refreshed_from < clock_timestamp() - make_interval(secs => \(interval))),
-                       clock_timestamp()
+                       clock_timestamp(), used_at < clock_timestamp() - make_interval(secs => \(Self.usedAtPrecision))
                 FROM oodata_scope WHERE backend = \(backend) AND query = \(query) AND user_name = \(user)
                 """, logger: logger)
-            for try await (id, published, floor, due, arrival) in rows.decode((Int64, Int64, Int64, Bool, Date).self) {
+            for try await (id, published, floor, due, arrival, stale)
+                in rows.decode((Int64, Int64, Int64, Bool, Date, Bool).self)
+            {
+                // When a device last read the scope, to the hour (a write per hour, not per read).
+                if stale {
+                    try await client.query(
+                        "UPDATE oodata_scope SET used_at = clock_timestamp() WHERE id = \(id)", logger: logger)
+                }
                 return Scope(id: id, published: published, floor: floor, due: due, arrival: arrival)
             }
             if attempt == 0 {
@@ -120,6 +129,31 @@ public struct GatewayStore: Sendable {
             }
         }
         throw GatewayError(status: 503, code: "GatewayState", "The scope of \(query) could not be made; try again")
+    }
+
+    /// How precisely a scope's last use is kept, in seconds (it is written when older).
+    static let usedAtPrecision: Double = 3600
+
+    /// Removes the scopes no device has read for `unused` seconds (more than
+    /// ``usedAtPrecision`` later than that at most), with their rows, skipping any whose refresh
+    /// is under way. Returns how many went.
+    public func removeUnusedScopes(unused: Double) async throws -> Int {
+        let rows = try await client.query(
+            """
+            DELETE FROM oodata_scope
+            WHERE used_at < clock_timestamp() - make_interval(secs => \(unused)) AND pg_try_advisory_xact_lock(id)
+            RETURNING id
+            """, logger: logger)
+        var removed = 0
+        for try await _ in rows.decode(Int64.self) { removed += 1 }
+        return removed
+    }
+
+    /// How many scopes PostgreSQL keeps, of every backend and user (for operators and tests).
+    public func scopeCount() async throws -> Int {
+        let rows = try await client.query("SELECT count(*) FROM oodata_scope", logger: logger)
+        for try await count in rows.decode(Int64.self) { return Int(count) }
+        return 0
     }
 
     /// The query a scope serves, or nil when there is no such scope.
@@ -195,11 +229,17 @@ public struct GatewayStore: Sendable {
                 let keys = kept.map(\.key)
                 let members = kept.map(\.keyMembers)
                 let payloads = kept.map(\.payload)
+                // Unchanged rows are left out before the upsert: an upsert whose update is
+                // skipped still locks (writes) the row, which at 1M rows dirtied every page.
+                // Only this refresh writes the scope's rows (it holds the scope's lock).
                 let changed = try await connection.query(
                     """
                     INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
-                    SELECT \(scope.id), k, m, md5(p), p, \(seq) FROM unnest(\(keys)::text[], \(members)::text[], \
-                    \(payloads)::text[]) AS t(k, m, p)
+                    SELECT \(scope.id), t.k, t.m, t.h, t.p, \(seq)
+                    FROM (SELECT k, m, p, md5(p) AS h FROM unnest(\(keys)::text[], \(members)::text[], \
+                    \(payloads)::text[]) AS u(k, m, p)) AS t
+                    LEFT JOIN oodata_row AS o ON o.scope_id = \(scope.id) AND o.key = t.k
+                    WHERE o.hash IS DISTINCT FROM t.h
                     ON CONFLICT (scope_id, key) DO UPDATE
                       SET hash = EXCLUDED.hash, payload = EXCLUDED.payload, key_members = EXCLUDED.key_members,
                           seq = EXCLUDED.seq

@@ -30,11 +30,14 @@ struct GatewayCommand: AsyncParsableCommand {
                                valueName: "QUERY")) var shared: [String] = []
     @Option(help: ArgumentHelp("The Authorization header value the gateway sends for shared data.", valueName: "VALUE"))
     var sharedAuthorization: String?
-    @Option(help: ArgumentHelp("Delta tracking: AUTO (the default), ALWAYS or NEVER (pass the backend's delta links "
-                               + "through).", valueName: "MODE")) var trackDeltas: String?
+    @Option(help: ArgumentHelp("Delta tracking: AUTO (the default: the backend's own delta links where it gives "
+                               + "them, the gateway's tracking otherwise), ALWAYS (the gateway's tracking) or NEVER (pass "
+                               + "reads and the backend's delta links through).", valueName: "MODE")) var trackDeltas: String?
     @Option(help: "Rows per page answered to devices.") var pageSize = 1000
     @Option(help: ArgumentHelp("Seconds deletions are kept; older delta tokens get 410 (default 7 days).",
                                valueName: "SECONDS")) var retention: Double?
+    @Option(help: ArgumentHelp("Seconds a scope no device reads is kept before it goes with its rows (default 30 "
+                               + "days).", valueName: "SECONDS")) var scopeRetention: Double?
     @Option(help: ArgumentHelp("Log to standard error from this level (info logs each refresh).", valueName: "LEVEL"))
     var logLevel = "info"
 
@@ -75,11 +78,12 @@ struct GatewayCommand: AsyncParsableCommand {
             configuration.backends[index].sharedQueries.formUnion(shared)
             if let sharedAuthorization { configuration.backends[index].sharedAuthorization = sharedAuthorization }
         }
-        guard (refreshInterval ?? 0) >= 0, (retention ?? 1) > 0, pageSize > 0 else {
+        guard (refreshInterval ?? 0) >= 0, (retention ?? 1) > 0, (scopeRetention ?? 1) > 0, pageSize > 0 else {
             throw CLIFailure("--refresh-interval must be 0 or more; --retention and --page-size more than 0")
         }
         if let refreshInterval { configuration.refreshInterval = refreshInterval }
         if let retention { configuration.tombstoneRetention = retention }
+        if let scopeRetention { configuration.scopeRetention = scopeRetention }
         configuration.pageSize = pageSize
         do {
             _ = try PostgresURL.configuration(postgres)

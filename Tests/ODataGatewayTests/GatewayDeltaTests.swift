@@ -238,6 +238,55 @@ import Testing
         }
         await setup.stop()
     }
+
+    /// `track_deltas` against a backend that tracks changes itself: AUTO and NEVER pass the
+    /// backend's delta links through (its deltas reach the device, PostgreSQL keeps no scope);
+    /// ALWAYS tracks in PostgreSQL and answers a backend's token with 410, so the device reads
+    /// again. In every mode each device's store equals the backend's rows after a change.
+    @Test(arguments: [DeltaTracking.auto, .always, .never], [false, true])
+    func trackDeltasDecidesWhoseDeltaLinksADeviceFollows(mode: DeltaTracking, v2: Bool) async throws {
+        let setup = try await Self.start(v2: v2, instances: 2, backendOptions: { $0.tracksChanges = true }) {
+            $0.backends[0].trackDeltas = mode
+        }
+        var devices: [OfflineODataProvider] = []
+        do {
+            for index in 0..<2 { devices.append(try await Self.device(setup, gateway: index, name: "device\(index)")) }
+            #expect(try await Self.backendSend(setup, "PATCH", "BusinessPartners('BP1')", #"{"Phone":"auto"}"#) < 300)
+            #expect(try await Self.backendSend(setup, "POST", "Contacts",
+                                               #"{"PartnerID":"BP2","FirstName":"N","LastName":"Added"}"#) < 300)
+            await setup.backend.service.journal.clear()
+            for device in devices { try await device.download() }
+            let expected = try await Self.truth(setup)
+            #expect(expected.contains { $0.hasSuffix(" auto") } && expected.contains { $0.contains(" Added ") })
+            for device in devices { #expect(try await Self.held(device) == expected) }
+            let reads = await setup.backend.service.journal.requests()
+            let backendDeltas = reads.filter { $0.contains("deltatoken") && !$0.contains("gd.") }
+            let scopes = try await setup.gateways[0].gateway.store.scopeCount()
+            if mode == .always {
+                #expect(backendDeltas.isEmpty, "\(reads)")
+                #expect(scopes == 2)
+                // A backend's delta token (from a time the query passed through) is answered 410.
+                var headers = HTTPHeaders()
+                headers["Accept"] = "application/json"
+                headers["Prefer"] = "odata.track-changes"
+                let token = v2 ? "!deltatoken='5'" : "$deltatoken=5"
+                let answer = try await DefaultTransport.make().send(
+                    TransportRequest(method: "GET", url: setup.gateways[0].root.absoluteString + "Contacts?" + token,
+                                     headers: headers), timeout: 30)
+                #expect(answer.status == 410, "\(String(decoding: answer.body, as: UTF8.self))")
+                #expect(try ODataError.parse(answer.body).code == "DeltaTokenExpired")
+            } else {
+                // Both devices, both queries: the backend's own delta links, followed through the gateway.
+                #expect(backendDeltas.count == 4, "\(reads)")
+                #expect(!reads.contains { $0.contains("gd.") })
+                #expect(scopes == 0)
+            }
+        } catch {
+            Issue.record("\(error)")
+        }
+        for device in devices { await device.close() }
+        await setup.stop()
+    }
 }
 
 extension JSONValue {

@@ -137,6 +137,34 @@ import Testing
         }
         await setup.stop()
     }
+    /// A scope no device read for the scope retention goes with its rows (after another
+    /// scope's refresh); a device that still holds its tokens gets 410, reads again and
+    /// equals the backend.
+    @Test(arguments: [false, true])
+    func unusedScopesGoAndTheirDevicesReadAgain(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(v2: v2, instances: 1, configure: { $0.scopeRetention = 1 })
+        do {
+            let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "unused")
+            let store = setup.gateways[0].gateway.store
+            #expect(try await store.scopeCount() == 2)
+            try await Task.sleep(nanoseconds: 1_500_000_000)
+            let other = try await Self.get(setup.gateways[0].root.absoluteString + "SalesOrders")
+            #expect(other.status == 200)
+            #expect(try await store.scopeCount() == 1)
+            #expect(try await GatewayDeltaTests.backendSend(setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"gc"}"#) < 300)
+            await setup.backend.service.journal.clear()
+            try await device.download()
+            let held = try await GatewayDeltaTests.held(device)
+            #expect(held == (try await GatewayDeltaTests.truth(setup)))
+            #expect(held.contains { $0.hasSuffix(" gc") })
+            #expect(try await store.scopeCount() >= 2)
+            await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
     /// Rows kept in PostgreSQL go only to devices the backend accepts: a wrong password gets the
     /// backend's 401 inside a refresh interval and on a paging or delta link, never rows.
     @Test(arguments: [false, true])

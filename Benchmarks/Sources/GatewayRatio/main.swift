@@ -1,3 +1,4 @@
+import CRawSQLCipher
 import Foundation
 import ODataCore
 import ODataGateway
@@ -7,7 +8,8 @@ import OfflineOData
 // A backend without delta links (the reference server with change tracking off, the sales
 // sample at SCALE: about 10 × SCALE orders), 1 % of its orders changed, then a download:
 //   - direct: a device talking to the backend (a full re-read and diff, as today);
-//   - gateway: a device through a gateway instance with a 5 s refresh interval, after another
+//   - gateway: a device through a gateway instance with a refresh interval (5 s; 60 s above
+//     scale 20,000), after another
 //     device's download ran the refresh (what every device but one pays);
 //   - gateway with refresh: the device whose download runs the refresh (the backend read).
 // Prints each against the direct download. Also: backend reads for DEVICES devices of one
@@ -17,8 +19,17 @@ import OfflineOData
 //   ./.build/release/GatewayRatio POSTGRES_URL [SCALE] [DEVICES]
 //
 // POSTGRES_URL names a database the gateway may create its tables in (docs/gateway.md).
+//
+// The gateway's memory during a first refresh (the backend in a child process, so that this
+// process holds the gateway alone; peak resident memory from Linux's VmHWM):
+//
+//   ./.build/release/GatewayRatio memory POSTGRES_URL SCALE
 
 let arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == "serve" || arguments.first == "memory" {
+    try await gatewayMemory(arguments)
+    exit(0)
+}
 guard let postgresURL = arguments.first else {
     FileHandle.standardError.write(Data("usage: GatewayRatio POSTGRES_URL [SCALE] [DEVICES]\n".utf8))
     exit(2)
@@ -47,8 +58,11 @@ configuration.pageSize = 1000
 configuration.refreshInterval = 0
 // Refreshes at each request.
 let gateway = try await RunningGateway.start(configuration: configuration, postgresURL: postgresURL)
-// A second instance on the same PostgreSQL whose devices accept data up to 5 s old.
-configuration.refreshInterval = 5
+// A second instance on the same PostgreSQL whose devices accept data up to `patience` seconds
+// old: longer than a refresh takes at this scale (one at 1M rows takes about 12 s here), so that
+// the second device is answered from the first one's refresh.
+let patience: Double = scale > 20_000 ? 60 : 5
+configuration.refreshInterval = patience
 let patient = try await RunningGateway.start(configuration: configuration, postgresURL: postgresURL)
 
 func device(_ name: String, through serviceRoot: URL) async throws -> OfflineODataProvider {
@@ -75,6 +89,9 @@ try await second.open()
 let orders = try await count(direct)
 print(String(format: "first open: direct %.3f s, through the gateway %.3f s (%d orders)", openDirect, openGateway, orders))
 
+// Where the scope stood before the changes: a delta link from there is what the devices follow.
+let before = try await patient.gateway.store.scope(backend: root, query: "SalesOrders", user: "", interval: 1e9)
+
 // 1 % of the orders change on the backend.
 let changed = max(1, orders / 100)
 var headers = HTTPHeaders()
@@ -93,9 +110,25 @@ let afterRefresh = try await seconds { try await second.download() }
 for provider in [direct, first, second] where try await count(provider) != orders {
     throw Failure(description: "a device lost or gained orders")
 }
+// The same delta as raw HTTP pages, without a client applying it: the gateway's share.
+var deltaRows = 0
+let raw = try await seconds {
+    var pageHeaders = HTTPHeaders()
+    pageHeaders["Accept"] = "application/json"
+    pageHeaders["Prefer"] = "odata.track-changes"
+    var next: String? = patient.root.absoluteString + "SalesOrders?$deltatoken=gd.\(before.id).\(before.published)"
+    while let url = next {
+        let page = try await transport.send(TransportRequest(method: "GET", url: url, headers: pageHeaders), timeout: 60)
+        let json = try JSONValue.parse(page.body)
+        deltaRows += json["value"]?.arrayValue?.count ?? 0
+        next = json["@odata.nextLink"]?.stringValue
+    }
+}
 print(String(format: "download after %d changed orders:", changed))
 print(String(format: "  direct (full re-read and diff)           %8.3f s", directDownload))
 print(String(format: "  gateway, refresh already run             %8.3f s   ratio %.3f×", afterRefresh, afterRefresh / directDownload))
+print(String(format: "  the same delta's pages fetched raw (%d rows, no client) %8.3f s   ratio %.3f×", deltaRows, raw,
+             raw / directDownload))
 print(String(format: "  gateway, this download runs the refresh  %8.3f s   ratio %.3f×", withRefresh, withRefresh / directDownload))
 
 // One sync round of many devices on one scope: backend reads.
@@ -109,7 +142,7 @@ for index in 0..<changed {
 }
 // The round starts after the refresh interval: the first device's request refreshes, the
 // others are answered from that refresh.
-try await Task.sleep(nanoseconds: 6_000_000_000)
+try await Task.sleep(nanoseconds: UInt64(patience + 1) * 1_000_000_000)
 await backend.service.journal.clear()
 let round = try await seconds {
     try await withThrowingTaskGroup(of: Void.self) { group in
@@ -120,8 +153,8 @@ let round = try await seconds {
 let reads = await backend.service.journal.requests().filter {
     $0.hasPrefix("GET SalesOrders") && !$0.contains("skiptoken") && !$0.contains("$top=0")
 }.count
-print(String(format: "%d devices downloading at once (5 s refresh interval): %d backend read(s) of SalesOrders, round %.3f s",
-             deviceCount, reads, round))
+print(String(format: "%d devices downloading at once (%.0f s refresh interval): %d backend read(s) of SalesOrders, round %.3f s",
+             deviceCount, patience, reads, round))
 for provider in fleet + [direct, first, second] { await provider.close() }
 await gateway.stop()
 await patient.stop()
