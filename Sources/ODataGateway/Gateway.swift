@@ -8,6 +8,10 @@ public struct GatewayResponse: Sendable {
     public var status: Int
     public var headers: HTTPHeaders
     public var body: [UInt8]
+    /// Whether the device gets no answer at all: its connection is cut, as when an answer is
+    /// lost, so that it keeps the request and sends it again (an answer of a request sent on
+    /// its own would land in the device's ErrorArchive).
+    public var dropsConnection = false
 
     /// An answer with its parts.
     public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
@@ -69,6 +73,7 @@ public final class Gateway: Sendable {
         do {
             let model = try await models.model(for: backend, authorization: request.headers["Authorization"], gateway: self)
             legacy = model.version.isLegacy
+            if let upload = try await upload(request, backend: backend, model: model) { return upload }
             if let tracked = try trackedQuery(request, backend: backend, model: model) {
                 // AUTO: a backend that gives delta links for this query keeps its own; the
                 // device's reads and delta links pass through (asked once a minute per query and
@@ -217,14 +222,16 @@ public final class Gateway: Sendable {
         }
     }
 
-    /// Removes scopes no device read for the scope retention, at most every ten minutes per
-    /// instance (after a refresh). A failure is logged: it never fails a device's request.
+    /// Removes scopes no device read for the scope retention, and the records of uploaded
+    /// requests past their retention, at most every ten minutes per instance (after a refresh). A failure is logged: it never fails a device's request.
     func removeUnusedScopes() async {
         let retention = configuration.scopeRetention
         guard await housekeeping.due(every: min(600, retention)) else { return }
         do {
             let removed = try await store.removeUnusedScopes(unused: retention)
             if removed > 0 { logger.info("Removed unused scopes", metadata: ["scopes": "\(removed)"]) }
+            let requests = try await store.removeRequestRecords(olderThan: configuration.requestRetention)
+            if requests > 0 { logger.info("Removed request records", metadata: ["requests": "\(requests)"]) }
         } catch {
             logger.warning("Removing unused scopes failed", metadata: ["error": "\(error)"])
         }

@@ -85,6 +85,9 @@ public struct GatewayConfiguration: Sendable {
     /// token of it gets 410 (the device reads the query again). Last reads are recorded to the
     /// hour, so a scope may go up to an hour early.
     public var scopeRetention: Double = 30 * 24 * 3600
+    /// Seconds the answers of uploaded requests are kept for repeats; a repeat of a request
+    /// first sent before that is refused (`RequestExpired`), never applied again.
+    public var requestRetention: Double = 7 * 24 * 3600
     /// Rows per page the gateway answers unless a device asks for fewer.
     public var pageSize = 1000
     /// Seconds a backend request may take.

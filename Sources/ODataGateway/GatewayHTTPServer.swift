@@ -71,6 +71,11 @@ struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 
     static func response(_ answer: GatewayResponse) -> Response {
+        if answer.dropsConnection {
+            // A body that fails before its first byte: the connection closes mid-answer, which
+            // the device reads as a lost answer.
+            return Response(status: .badGateway, body: ResponseBody(contentLength: 1) { _ in throw CutAnswer() })
+        }
         var fields = HTTPFields()
         for field in answer.headers {
             if let name = HTTPField.Name(field.name) { fields.append(HTTPField(name: name, value: field.value)) }
@@ -79,3 +84,6 @@ struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
                         body: ResponseBody(byteBuffer: ByteBuffer(bytes: answer.body)))
     }
 }
+
+/// Ends an answer the device must not get (``GatewayResponse/dropsConnection``).
+struct CutAnswer: Error {}

@@ -3,7 +3,9 @@ import Foundation
 
 /// What the gateway counts, through swift-metrics: backend requests by kind, refreshes and the
 /// rows they changed or removed, pages answered from PostgreSQL, defining-query reads passed through to a
-/// backend that tracks changes itself (AUTO), and refresh time. The
+/// backend that tracks changes itself (AUTO), uploads with the repeats answered from
+/// PostgreSQL and the requests found in doubt (and those resolved by reading the backend), and
+/// refresh time. The
 /// factory decides where they go (`oodata gateway` serves them in Prometheus's text format at
 /// `/metrics`); with swift-metrics' default factory they go nowhere.
 public struct GatewayMetrics: Sendable {
@@ -15,11 +17,15 @@ public struct GatewayMetrics: Sendable {
     let fullPages: Counter
     let deltaPages: Counter
     let passedThrough: Counter
+    let uploads: Counter
+    let repeatsAnswered: Counter
+    let inDoubt: Counter
+    let inDoubtResolved: Counter
     let refreshTime: CoreMetrics.Timer
 
     /// Metrics made by `factory`.
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
-        let requests = ["refresh", "forward", "credentials", "metadata"].reduce(into: [String: Counter]()) {
+        let requests = ["refresh", "forward", "credentials", "metadata", "upload", "in-doubt"].reduce(into: [String: Counter]()) {
             $0[$1] = Counter(label: "oodata_gateway_backend_requests_total", dimensions: [("kind", $1)], factory: factory)
         }
         let other = Counter(label: "oodata_gateway_backend_requests_total", dimensions: [("kind", "other")],
@@ -32,6 +38,10 @@ public struct GatewayMetrics: Sendable {
         fullPages = Counter(label: "oodata_gateway_pages_total", dimensions: [("kind", "full")], factory: factory)
         deltaPages = Counter(label: "oodata_gateway_pages_total", dimensions: [("kind", "delta")], factory: factory)
         passedThrough = Counter(label: "oodata_gateway_passed_through_total", factory: factory)
+        uploads = Counter(label: "oodata_gateway_uploads_total", factory: factory)
+        repeatsAnswered = Counter(label: "oodata_gateway_repeats_answered_total", factory: factory)
+        inDoubt = Counter(label: "oodata_gateway_in_doubt_total", factory: factory)
+        inDoubtResolved = Counter(label: "oodata_gateway_in_doubt_resolved_total", factory: factory)
         refreshTime = CoreMetrics.Timer(label: "oodata_gateway_refresh_seconds", preferredDisplayUnit: .seconds,
                                         factory: factory)
     }

@@ -1,3 +1,4 @@
+import Crypto
 public import Foundation
 public import Logging
 public import PostgresNIO
@@ -49,7 +50,7 @@ public struct GatewayStore: Sendable {
             // One instance at a time: CREATE ... IF NOT EXISTS races on the catalog otherwise.
             try await connection.query("SELECT pg_advisory_lock(7262, 13)", logger: logger)
             do {
-                for statement in Self.schema {
+                for statement in Self.schema + Self.requestSchema {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
             } catch {
@@ -129,6 +130,12 @@ public struct GatewayStore: Sendable {
             }
         }
         throw GatewayError(status: 503, code: "GatewayState", "The scope of \(query) could not be made; try again")
+    }
+
+    /// A payload's content hash, as hex (the same as PostgreSQL's `md5(text)`): it tells a
+    /// changed row from an unchanged one, nothing more.
+    static func md5(_ text: String) -> String {
+        Insecure.MD5.hash(data: Array(text.utf8)).map { String(format: "%02x", $0) }.joined()
     }
 
     /// How precisely a scope's last use is kept, in seconds (it is written when older).
@@ -227,26 +234,36 @@ public struct GatewayStore: Sendable {
                 for (index, row) in rows.enumerated() { latest[row.key] = index }
                 let kept = rows.indices.filter { latest[rows[$0].key] == $0 }.map { rows[$0] }
                 let keys = kept.map(\.key)
-                let members = kept.map(\.keyMembers)
-                let payloads = kept.map(\.payload)
-                // Unchanged rows are left out before the upsert: an upsert whose update is
-                // skipped still locks (writes) the row, which at 1M rows dirtied every page.
+                // Only new and changed rows are written: the stored hashes of the page's keys
+                // are read first (the primary key's index). Writing unchanged rows, even as an
+                // upsert that skips them, locks them: at 1M rows that dirtied every page.
                 // Only this refresh writes the scope's rows (it holds the scope's lock).
-                let changed = try await connection.query(
+                var stored: [String: String] = [:]
+                for try await (key, hash) in try await connection.query(
                     """
-                    INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
-                    SELECT \(scope.id), t.k, t.m, t.h, t.p, \(seq)
-                    FROM (SELECT k, m, p, md5(p) AS h FROM unnest(\(keys)::text[], \(members)::text[], \
-                    \(payloads)::text[]) AS u(k, m, p)) AS t
-                    LEFT JOIN oodata_row AS o ON o.scope_id = \(scope.id) AND o.key = t.k
-                    WHERE o.hash IS DISTINCT FROM t.h
-                    ON CONFLICT (scope_id, key) DO UPDATE
-                      SET hash = EXCLUDED.hash, payload = EXCLUDED.payload, key_members = EXCLUDED.key_members,
-                          seq = EXCLUDED.seq
-                      WHERE oodata_row.hash IS DISTINCT FROM EXCLUDED.hash
-                    RETURNING 1
-                    """, logger: logger)
-                for try await _ in changed.decode(Int.self) { summary.changed += 1 }
+                    SELECT key, hash FROM oodata_row WHERE scope_id = \(scope.id) AND key = ANY(\(keys)::text[])
+                    """, logger: logger
+                ).decode((String, String?).self) {
+                    if let hash { stored[key] = hash }
+                }
+                let hashes = kept.map { Self.md5($0.payload) }
+                let write = kept.indices.filter { stored[kept[$0].key] != hashes[$0] }
+                let writeKeys = write.map { kept[$0].key }
+                let members = write.map { kept[$0].keyMembers }
+                let payloads = write.map { kept[$0].payload }
+                let writeHashes = write.map { hashes[$0] }
+                if !write.isEmpty {
+                    try await connection.query(
+                        """
+                        INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
+                        SELECT \(scope.id), k, m, h, p, \(seq) FROM unnest(\(writeKeys)::text[], \(members)::text[], \
+                        \(writeHashes)::text[], \(payloads)::text[]) AS t(k, m, h, p)
+                        ON CONFLICT (scope_id, key) DO UPDATE
+                          SET hash = EXCLUDED.hash, payload = EXCLUDED.payload, key_members = EXCLUDED.key_members,
+                              seq = EXCLUDED.seq
+                        """, logger: logger)
+                    summary.changed += write.count
+                }
                 try await connection.query(
                     "INSERT INTO oodata_seen SELECT unnest(\(keys)::text[]) ON CONFLICT DO NOTHING", logger: logger)
                 summary.rows += kept.count

@@ -1,0 +1,182 @@
+import Foundation
+import ODataCore
+import PostgresNIO
+
+/// The record of one modification request a device sent through the gateway (SPEC §13,
+/// "Uploads"): kept under its repeatable-request ID before it is forwarded, with the backend's
+/// answer once the gateway has it.
+struct RequestRecord: Sendable {
+    /// `forwarding` until the answer is recorded; a record still `forwarding` that no live
+    /// gateway holds the lock of is *in doubt* (its forwarder died).
+    var answered: Bool
+    var answer: RecordedAnswer?
+}
+
+/// A backend's answer to one request, as the gateway keeps it (the backend's URLs, not the
+/// gateway's: the root a device sees is put in when it is answered).
+struct RecordedAnswer: Sendable, Equatable {
+    var status: Int
+    var headers: HTTPHeaders
+    var body: [UInt8]
+
+    /// The headers as text, one `Name: value` line each (values hold no line breaks).
+    var headerText: String {
+        headers.map { "\($0.name): \($0.value)" }.joined(separator: "\n")
+    }
+
+    static func headers(from text: String) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        for line in text.split(separator: "\n") {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers.add(String(line[..<colon]), String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces))
+        }
+        return headers
+    }
+}
+
+extension GatewayStore {
+    static let requestSchema = [
+        """
+        CREATE TABLE IF NOT EXISTS oodata_request (
+          backend TEXT NOT NULL,
+          user_name TEXT NOT NULL,
+          request_id TEXT NOT NULL,
+          answered BOOLEAN NOT NULL DEFAULT false,
+          status INTEGER,
+          headers TEXT,
+          answer BYTEA,
+          created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+          answered_at TIMESTAMPTZ,
+          PRIMARY KEY (backend, user_name, request_id))
+        """,
+        "CREATE INDEX IF NOT EXISTS oodata_request_created ON oodata_request (created_at)",
+    ]
+
+    /// The advisory-lock space of request IDs (a request being forwarded holds its lock).
+    static let requestLockSpace: Int32 = 7263
+
+    /// Takes the lock of every request in `ids` on `connection`, or none when another live
+    /// gateway holds one (it is forwarding that request): false then.
+    func tryLockRequests(_ ids: [String], backend: String, user: String, on connection: PostgresConnection)
+        async throws -> Bool
+    {
+        var taken = 0
+        for id in ids {
+            let name = backend + "\n" + user + "\n" + id
+            var locked = false
+            for try await value in try await connection.query(
+                "SELECT pg_try_advisory_lock(\(Self.requestLockSpace), hashtext(\(name)))", logger: logger
+            ).decode(Bool.self) {
+                locked = value
+            }
+            if !locked {
+                if taken > 0 { try await unlockRequests(on: connection) }
+                return false
+            }
+            taken += 1
+        }
+        return true
+    }
+
+    /// Releases every request lock `connection` holds.
+    func unlockRequests(on connection: PostgresConnection) async throws {
+        try await connection.query("SELECT pg_advisory_unlock_all()", logger: logger)
+    }
+
+    /// The records of `ids` that exist.
+    func requestRecords(_ ids: [String], backend: String, user: String, on connection: PostgresConnection)
+        async throws -> [String: RequestRecord]
+    {
+        let rows = try await connection.query(
+            """
+            SELECT request_id, answered, status, headers, answer FROM oodata_request
+            WHERE backend = \(backend) AND user_name = \(user) AND request_id = ANY(\(ids)::text[])
+            """, logger: logger)
+        var records: [String: RequestRecord] = [:]
+        for try await (id, answered, status, headers, answer)
+            in rows.decode((String, Bool, Int32?, String?, ByteBuffer?).self)
+        {
+            var recorded: RecordedAnswer?
+            if answered, let status {
+                recorded = RecordedAnswer(
+                    status: Int(status), headers: RecordedAnswer.headers(from: headers ?? ""),
+                    body: answer.map { Array($0.readableBytesView) } ?? [])
+            }
+            records[id] = RequestRecord(answered: answered, answer: recorded)
+        }
+        return records
+    }
+
+    /// Records `ids` as being forwarded (committed before the gateway sends them).
+    func recordForwarding(_ ids: [String], backend: String, user: String, on connection: PostgresConnection)
+        async throws
+    {
+        guard !ids.isEmpty else { return }
+        try await connection.query(
+            """
+            INSERT INTO oodata_request (backend, user_name, request_id)
+            SELECT \(backend), \(user), unnest(\(ids)::text[])
+            ON CONFLICT (backend, user_name, request_id) DO UPDATE SET created_at = clock_timestamp()
+            WHERE NOT oodata_request.answered
+            """, logger: logger)
+    }
+
+    /// Records each request's answer.
+    func recordAnswers(_ answers: [(id: String, answer: RecordedAnswer)], backend: String, user: String,
+                       on connection: PostgresConnection) async throws
+    {
+        for (id, answer) in answers {
+            var buffer = ByteBuffer()
+            buffer.writeBytes(answer.body)
+            try await connection.query(
+                """
+                INSERT INTO oodata_request (backend, user_name, request_id, answered, status, headers, answer, answered_at)
+                VALUES (\(backend), \(user), \(id), true, \(Int32(answer.status)), \(answer.headerText), \(buffer),
+                        clock_timestamp())
+                ON CONFLICT (backend, user_name, request_id) DO UPDATE
+                  SET answered = true, status = EXCLUDED.status, headers = EXCLUDED.headers, answer = EXCLUDED.answer,
+                      answered_at = EXCLUDED.answered_at
+                """, logger: logger)
+        }
+    }
+
+    /// Forgets `ids`: the backend did not apply them (it refused the whole batch, or stopped
+    /// before them), so a repeat is forwarded again.
+    func forgetRequests(_ ids: [String], backend: String, user: String, on connection: PostgresConnection)
+        async throws
+    {
+        guard !ids.isEmpty else { return }
+        try await connection.query(
+            """
+            DELETE FROM oodata_request
+            WHERE backend = \(backend) AND user_name = \(user) AND request_id = ANY(\(ids)::text[])
+            """, logger: logger)
+    }
+
+    /// Removes the records of requests first recorded more than `seconds` ago, and returns how
+    /// many went. A repeat sent first before that is refused, never applied again.
+    public func removeRequestRecords(olderThan seconds: Double) async throws -> Int {
+        let rows = try await client.query(
+            """
+            DELETE FROM oodata_request WHERE created_at < clock_timestamp() - make_interval(secs => \(seconds))
+            RETURNING 1
+            """, logger: logger)
+        var removed = 0
+        for try await _ in rows.decode(Int.self) { removed += 1 }
+        return removed
+    }
+
+    /// How many requests are recorded, and how many of them are answered (for operators and
+    /// tests).
+    public func requestCounts() async throws -> (recorded: Int, answered: Int) {
+        let rows = try await client.query(
+            "SELECT count(*), count(*) FILTER (WHERE answered) FROM oodata_request", logger: logger)
+        for try await (all, answered) in rows.decode((Int64, Int64).self) { return (Int(all), Int(answered)) }
+        return (0, 0)
+    }
+
+    /// Runs `body` with a connection of its own (the request locks are held on it).
+    func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await client.withConnection(body)
+    }
+}

@@ -1,0 +1,541 @@
+import Foundation
+import ODataCore
+import OfflineOData
+import PostgresNIO
+
+/// One modification request of a device's upload, as the gateway forwards and records it.
+struct UploadOperation: Sendable {
+    /// The repeatable-request ID (`Repeatability-Request-ID`, or the legacy `RequestID`).
+    var id: String?
+    /// When the device sent it first (`Repeatability-First-Sent` or `RepeatabilityCreation`).
+    var firstSent: Date?
+    var partHeaders: HTTPHeaders
+    var message: BatchMessage
+
+    /// The method, `X-HTTP-Method` of a tunnelled `POST` included.
+    var method: String {
+        let method = (message.method ?? "GET").uppercased()
+        if method == "POST", let tunnelled = message.headers["X-HTTP-Method"] { return tunnelled.uppercased() }
+        return method
+    }
+}
+
+/// What a backend applies at once: a change set, or one request on its own.
+struct UploadUnit: Sendable {
+    var isChangeSet: Bool
+    var operations: [UploadOperation]
+
+    /// The IDs of its requests when every one carries an ID (the unit is recorded), else none
+    /// (a read, or a device without repeatable requests: forwarded as it is).
+    var ids: [String] {
+        let ids = operations.compactMap(\.id)
+        return ids.count == operations.count && operations.allSatisfy({ $0.method != "GET" }) ? ids : []
+    }
+}
+
+/// What becomes of a unit of an upload.
+enum UnitOutcome: Sendable {
+    /// Answered without the backend: recorded earlier (`accepted`), or refused.
+    case answered([RecordedAnswer], accepted: Bool)
+    /// Sent to the backend now.
+    case forward
+}
+
+/// What reading the backend tells about a request whose forwarding was cut off.
+enum Evidence {
+    case applied(RecordedAnswer)
+    case notApplied
+    case unknown
+    /// The backend could not be read now: nothing is concluded.
+    case unreachable
+}
+
+/// A unit in doubt whose backend cannot be read now: its requests stay in doubt, and the
+/// device is told to send them again later (its request queue keeps them).
+struct Deferred: Error {}
+
+extension Gateway {
+    /// The methods of modification requests.
+    static let modifying: Set<String> = ["POST", "PUT", "PATCH", "MERGE", "DELETE"]
+
+    /// Answers an upload (a `$batch`, or a modification request) whose requests carry
+    /// repeatable-request IDs, applying each request exactly once (SPEC §13, "Uploads"); nil
+    /// when `request` is no such upload (it is forwarded as it is).
+    func upload(_ request: GatewayRequest, backend: GatewayBackend, model: Model) async throws -> GatewayResponse? {
+        guard let (units, boundary) = Self.units(of: request), units.contains(where: { !$0.ids.isEmpty }) else {
+            return nil
+        }
+        metrics.uploads.increment()
+        // Runs to its end even when the device goes away: the answers are recorded, and the
+        // device's repeat collects them.
+        let task = Task {
+            try await self.applyOnce(units, batchBoundary: boundary, request: request, backend: backend, model: model)
+        }
+        do {
+            return try await task.value
+        } catch is Deferred {
+            guard boundary != nil else {
+                // A request on its own: any answer would go to the device's ErrorArchive. Its
+                // connection is cut instead, as a lost answer, and the device sends it again.
+                var response = GatewayResponse(status: 502)
+                response.dropsConnection = true
+                return response
+            }
+            throw GatewayError(status: 503, code: "BackendAnswerLost",
+                               "The backend's answer was lost and the backend cannot be read now to tell what it "
+                                   + "applied; the requests stay queued on the device: upload again later")
+        }
+    }
+
+    /// The units of an upload and, for a `$batch`, its boundary; nil for other requests.
+    static func units(of request: GatewayRequest) -> ([UploadUnit], String?)? {
+        let method = request.method.uppercased()
+        let path = String(request.target.prefix { $0 != "?" })
+        guard request.headers["Content-Encoding"] == nil else { return nil }
+        if method == "POST", path == "$batch" {
+            guard let contentType = request.headers["Content-Type"], contentType.lowercased().hasPrefix("multipart/"),
+                let boundary = HTTPHeaders.parameter("boundary", in: contentType),
+                let batch = try? MultipartBatch.read(request.body, boundary: boundary)
+            else { return nil }
+            let units = batch.parts.map { part -> UploadUnit in
+                switch part {
+                case .operation(let operation): UploadUnit(isChangeSet: false, operations: [Self.operation(operation)])
+                case .changeSet(let set): UploadUnit(isChangeSet: true, operations: set.operations.map(Self.operation))
+                }
+            }
+            return (units, boundary)
+        }
+        guard modifying.contains(method) else { return nil }
+        var headers = HTTPHeaders()
+        for field in request.headers where !hopByHop.contains(field.name.lowercased()) { headers.add(field.name, field.value) }
+        let message = BatchMessage.request(method, request.target, headers: headers, body: request.body)
+        return ([UploadUnit(isChangeSet: false, operations: [Self.operation(BatchOperation(message: message))])], nil)
+    }
+
+    static func operation(_ operation: BatchOperation) -> UploadOperation {
+        let headers = operation.message.headers
+        let id = headers["Repeatability-Request-ID"] ?? headers["RequestID"]
+        let sent = (headers["Repeatability-First-Sent"] ?? headers["RepeatabilityCreation"]).flatMap(httpDate)
+        return UploadOperation(id: id?.isEmpty == false ? id : nil, firstSent: sent, partHeaders: operation.partHeaders,
+                               message: operation.message)
+    }
+
+    static func httpDate(_ text: String) -> Date? {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter.date(from: text)
+    }
+
+    /// Takes the locks of the upload's requests (waiting while another gateway forwards one of
+    /// them), then answers each unit from its record, resolves units in doubt, and forwards the
+    /// rest, recording them before they go and their answers when they come.
+    func applyOnce(_ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
+                   model: Model) async throws -> GatewayResponse
+    {
+        let user = request.user
+        let ids = units.flatMap(\.ids)
+        let deadline = ContinuousClock.now + .seconds(configuration.backendTimeout + 30)
+        return try await store.withConnection { connection in
+            while try await !store.tryLockRequests(ids, backend: backend.url, user: user, on: connection) {
+                guard ContinuousClock.now < deadline else {
+                    throw GatewayError(status: 503, code: "RequestBeingForwarded",
+                                       "Another gateway is still forwarding a request of this upload; try again later")
+                }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            do {
+                let response = try await applyLocked(
+                    units, batchBoundary: batchBoundary, request: request, backend: backend, model: model,
+                    connection: connection)
+                try await store.unlockRequests(on: connection)
+                return response
+            } catch {
+                try? await store.unlockRequests(on: connection)
+                throw error
+            }
+        }
+    }
+
+    func applyLocked(_ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
+                     model: Model, connection: PostgresConnection) async throws -> GatewayResponse
+    {
+        let user = request.user
+        let records = try await store.requestRecords(units.flatMap(\.ids), backend: backend.url, user: user,
+                                                     on: connection)
+        var outcomes: [UnitOutcome] = []
+        for unit in units {
+            let ids = unit.ids
+            guard !ids.isEmpty else {
+                outcomes.append(.forward)
+                continue
+            }
+            let found = ids.map { records[$0] }
+            if found.allSatisfy({ $0?.answered == true }) {
+                metrics.repeatsAnswered.increment()
+                outcomes.append(.answered(found.compactMap { $0?.answer }, accepted: true))
+                continue
+            }
+            if found.allSatisfy({ $0 == nil }) {
+                // A repeat of a request whose record is past the retention is refused: it may
+                // have been applied.
+                let cut = Date().addingTimeInterval(-configuration.requestRetention)
+                if let first = unit.operations.compactMap(\.firstSent).min(), first < cut {
+                    let answer = Self.errorAnswer(
+                        status: 409, code: "RequestExpired",
+                        "Request \(ids[0]) was first sent on \(first), longer ago than the gateway keeps answers "
+                            + "(\(Int(configuration.requestRetention)) s): it may have been applied, so it is not "
+                            + "sent again", legacy: model.version.isLegacy)
+                    outcomes.append(.answered(Array(repeating: answer, count: unit.operations.count), accepted: false))
+                } else {
+                    outcomes.append(.forward)
+                }
+                continue
+            }
+            // Recorded as being forwarded, but no live gateway holds its lock: the forwarder
+            // died, or the backend's answer was lost. Reading the backend may tell.
+            metrics.inDoubt.increment()
+            let resolved = try await resolve(unit, records: records, request: request, backend: backend, model: model)
+            if case .answered(let answers, _) = resolved {
+                try await store.recordAnswers(Array(zip(ids, answers)).map { ($0, $1) }, backend: backend.url,
+                                              user: user, on: connection)
+            }
+            outcomes.append(resolved)
+        }
+        let forwarded = outcomes.indices.filter { if case .forward = outcomes[$0] { true } else { false } }
+        var fresh: [Int: (part: BatchPart?, answers: [RecordedAnswer])] = [:]
+        var status = model.version.isLegacy ? 202 : 200
+        if !forwarded.isEmpty {
+            let sent = forwarded.flatMap { units[$0].ids }
+            // Recorded (committed) before anything reaches the backend.
+            try await store.recordForwarding(sent, backend: backend.url, user: user, on: connection)
+            metrics.backendRequests("upload").increment()
+            do {
+                if batchBoundary != nil {
+                    let answer = try await forwardBatch(forwarded.map { units[$0] }, request: request, backend: backend)
+                    switch answer {
+                    case .refused(let response):
+                        // The batch as a whole was refused: nothing of it was applied (a 4xx),
+                        // or nobody knows (a 5xx: the requests stay in doubt).
+                        if response.status < 500 {
+                            try await store.forgetRequests(sent, backend: backend.url, user: user, on: connection)
+                        }
+                        return rewritten(response, backend: backend, gatewayRoot: request.gatewayRoot)
+                    case .parts(let parts, let backendStatus):
+                        status = backendStatus
+                        for (position, index) in forwarded.enumerated() {
+                            let unit = units[index]
+                            guard position < parts.count else {
+                                // The backend stopped before this unit: not applied.
+                                try await store.forgetRequests(unit.ids, backend: backend.url, user: user, on: connection)
+                                continue
+                            }
+                            let answers = Self.answers(of: parts[position], count: unit.operations.count)
+                            fresh[index] = (parts[position], answers)
+                        }
+                    }
+                } else {
+                    let operation = units[0].operations[0]
+                    let response = try await forwardSingle(operation.message, request: request, backend: backend)
+                    fresh[0] = (nil, [RecordedAnswer(status: response.status, headers: response.headers,
+                                                     body: response.body)])
+                }
+            } catch is TransportError {
+                // The backend's answer was lost after the requests went: it may have applied
+                // them. What it holds is read back now; a unit it did not apply is forgotten
+                // (the device's repeat sends it again).
+                metrics.inDoubt.increment()
+                for index in forwarded where !units[index].ids.isEmpty {
+                    switch try await resolve(units[index], records: records, request: request, backend: backend,
+                                             model: model)
+                    {
+                    case .answered(let answers, _): fresh[index] = (nil, answers)
+                    case .forward:
+                        try await store.forgetRequests(units[index].ids, backend: backend.url, user: user, on: connection)
+                    }
+                }
+                guard !fresh.isEmpty else { throw Deferred() }
+            }
+            var toRecord: [(id: String, answer: RecordedAnswer)] = []
+            var toForget: [String] = []
+            for (index, result) in fresh {
+                let ids = units[index].ids
+                guard !ids.isEmpty else { continue }
+                if batchBoundary == nil, Self.notApplied(result.answers[0].status) {
+                    toForget += ids
+                } else {
+                    toRecord += zip(ids, result.answers).map { ($0, $1) }
+                }
+            }
+            try await store.recordAnswers(toRecord, backend: backend.url, user: user, on: connection)
+            try await store.forgetRequests(toForget, backend: backend.url, user: user, on: connection)
+        }
+        if batchBoundary == nil {
+            let answer: RecordedAnswer
+            var accepted = false
+            switch outcomes[0] {
+            case .answered(let answers, let wasRecorded):
+                answer = answers[0]
+                accepted = wasRecorded
+            case .forward:
+                guard let result = fresh[0] else {
+                    throw GatewayError(status: 502, code: "BackendAnswer", "The backend gave no answer")
+                }
+                answer = result.answers[0]
+            }
+            var headers = answer.headers
+            if accepted { headers["Repeatability-Result"] = "accepted" }
+            return rewritten(TransportResponse(status: answer.status, headers: headers, body: answer.body),
+                             backend: backend, gatewayRoot: request.gatewayRoot)
+        }
+        // The device's answer: each unit in order, until one the backend did not answer.
+        var parts: [BatchPart] = []
+        answering: for (index, unit) in units.enumerated() {
+            switch outcomes[index] {
+            case .answered(let answers, let accepted):
+                parts.append(Self.part(unit, answers: answers, accepted: accepted))
+            case .forward:
+                guard let result = fresh[index] else { break answering }
+                parts.append(result.part ?? Self.part(unit, answers: result.answers, accepted: false))
+            }
+        }
+        let batch = MultipartBatch(parts: parts)
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = batch.contentType
+        headers[model.version.isLegacy ? "DataServiceVersion" : "OData-Version"] = model.version.isLegacy ? "2.0" : "4.0"
+        return rewritten(TransportResponse(status: status, headers: headers, body: batch.write()), backend: backend,
+                         gatewayRoot: request.gatewayRoot)
+    }
+
+    /// Statuses of a single request that the backend answers without applying it and that a
+    /// resend may get past (credentials, CSRF token, throttling): not recorded.
+    static func notApplied(_ status: Int) -> Bool {
+        [401, 403, 407, 408, 429].contains(status)
+    }
+
+    /// The answer of a `$batch`: its parts, or the whole batch refused.
+    enum BatchAnswer {
+        case parts([BatchPart], status: Int)
+        case refused(TransportResponse)
+    }
+
+    /// Sends `units` to the backend as one `$batch`, each change set as a change set.
+    func forwardBatch(_ units: [UploadUnit], request: GatewayRequest, backend: GatewayBackend) async throws
+        -> BatchAnswer
+    {
+        let parts = units.map { unit -> BatchPart in
+            let operations = unit.operations.map { operation -> BatchOperation in
+                var message = operation.message
+                if case .request(let method, let url, let version) = message.startLine {
+                    let target = url.hasPrefix(request.gatewayRoot)
+                        ? backend.url + url.dropFirst(request.gatewayRoot.count) : url
+                    message.startLine = .request(method: method, url: target, version: version)
+                }
+                message.body = Self.rewrite(message.body, contentType: message.headers["Content-Type"], encoded: false,
+                                            from: request.gatewayRoot, to: backend.url)
+                return BatchOperation(partHeaders: operation.partHeaders, message: message)
+            }
+            return unit.isChangeSet ? .changeSet(ChangeSet(operations: operations)) : .operation(operations[0])
+        }
+        let batch = MultipartBatch(parts: parts)
+        var headers = HTTPHeaders()
+        for field in request.headers where !Self.hopByHop.contains(field.name.lowercased())
+            && field.name.lowercased() != "content-type"
+        {
+            headers.add(field.name, field.value)
+        }
+        headers["Content-Type"] = batch.contentType
+        let response = try await transport.send(
+            TransportRequest(method: "POST", url: backend.url + request.target, headers: headers, body: batch.write()),
+            timeout: configuration.backendTimeout)
+        guard response.status < 300 else { return .refused(response) }
+        let boundary = response.headers["Content-Type"].flatMap { HTTPHeaders.parameter("boundary", in: $0) }
+        guard let answer = try? MultipartBatch.read(response.body, boundary: boundary) else {
+            // An answer nobody can read: what was applied is unknown (the requests stay in doubt).
+            throw GatewayError(status: 502, code: "BackendPayload", "The backend's $batch answer is not valid multipart")
+        }
+        return .parts(answer.parts, status: response.status)
+    }
+
+    /// Sends one modification request to the backend as it came.
+    func forwardSingle(_ message: BatchMessage, request: GatewayRequest, backend: GatewayBackend) async throws
+        -> TransportResponse
+    {
+        var headers = HTTPHeaders()
+        for field in message.headers where !Self.hopByHop.contains(field.name.lowercased()) {
+            headers.add(field.name, field.value)
+        }
+        let body = Self.rewrite(message.body, contentType: message.headers["Content-Type"], encoded: false,
+                                from: request.gatewayRoot, to: backend.url)
+        let response = try await transport.send(
+            TransportRequest(method: message.method ?? request.method, url: backend.url + request.target,
+                             headers: headers, body: body),
+            timeout: configuration.backendTimeout)
+        var kept = HTTPHeaders()
+        for field in response.headers where !Self.hopByHop.contains(field.name.lowercased()) {
+            kept.add(field.name, field.value)
+        }
+        if let encoding = response.headers["Content-Encoding"] { kept["Content-Encoding"] = encoding }
+        return TransportResponse(status: response.status, headers: kept, body: response.body)
+    }
+
+    /// Each request's answer in a unit's part: a change set answers each, one operation (a
+    /// failed change set) answers all of them.
+    static func answers(of part: BatchPart, count: Int) -> [RecordedAnswer] {
+        func answer(_ message: BatchMessage) -> RecordedAnswer {
+            RecordedAnswer(status: message.status ?? 500, headers: message.headers, body: message.body)
+        }
+        switch part {
+        case .operation(let operation):
+            return Array(repeating: answer(operation.message), count: count)
+        case .changeSet(let set):
+            var answers = set.operations.map { answer($0.message) }
+            if answers.count < count, let last = answers.last {
+                answers += Array(repeating: last, count: count - answers.count)
+            }
+            return Array(answers.prefix(count))
+        }
+    }
+
+    /// A unit's part of the device's answer from its answers.
+    static func part(_ unit: UploadUnit, answers: [RecordedAnswer], accepted: Bool) -> BatchPart {
+        let operations = zip(unit.operations, answers).map { operation, answer -> BatchOperation in
+            var headers = answer.headers
+            if accepted { headers["Repeatability-Result"] = "accepted" }
+            var partHeaders = HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
+            if let contentID = operation.partHeaders["Content-ID"] { partHeaders["Content-ID"] = contentID }
+            return BatchOperation(
+                partHeaders: partHeaders, message: .response(answer.status, headers: headers, body: answer.body))
+        }
+        return unit.isChangeSet ? .changeSet(ChangeSet(operations: operations)) : .operation(operations[0])
+    }
+
+    static func errorAnswer(status: Int, code: String, _ message: String, legacy: Bool) -> RecordedAnswer {
+        let error = ODataError(code: code, message: message, httpStatus: status)
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        return RecordedAnswer(status: status, headers: headers, body: legacy ? error.v2JSON() : error.v4JSON())
+    }
+
+    // MARK: In doubt
+
+    /// A unit whose forwarding was cut off: answered as applied when reading the backend shows
+    /// every request applied, forwarded again when it shows none applied, and otherwise
+    /// answered `RequestInDoubt` (409), so that it lands in the device's ErrorArchive instead
+    /// of being applied twice.
+    func resolve(_ unit: UploadUnit, records: [String: RequestRecord], request: GatewayRequest,
+                 backend: GatewayBackend, model: Model) async throws -> UnitOutcome
+    {
+        var evidence: [Evidence] = []
+        for operation in unit.operations {
+            if let id = operation.id, let answer = records[id]?.answer {
+                evidence.append(.applied(answer))
+            } else {
+                let found = await self.evidence(operation, request: request, backend: backend, model: model)
+                if case .unreachable = found { throw Deferred() }
+                evidence.append(found)
+            }
+        }
+        let applied = evidence.compactMap { if case .applied(let answer) = $0 { answer } else { nil } }
+        if applied.count == evidence.count {
+            metrics.inDoubtResolved.increment()
+            return .answered(applied, accepted: true)
+        }
+        if evidence.allSatisfy({ if case .notApplied = $0 { true } else { false } }) {
+            metrics.inDoubtResolved.increment()
+            return .forward
+        }
+        let answers = unit.operations.map { operation in
+            Self.errorAnswer(
+                status: 409, code: "RequestInDoubt",
+                "The gateway cannot tell whether request \(operation.id ?? "?") (\(operation.method) "
+                    + "\(operation.message.url ?? "")) was applied: its forwarding was cut off (a gateway stopped or "
+                    + "the backend's answer was lost) and reading the backend does not tell. It was not sent again; "
+                    + "check the backend before repeating the change", legacy: model.version.isLegacy)
+        }
+        logger.warning("Request in doubt", metadata: ["requests": "\(unit.ids)"])
+        return .answered(answers, accepted: false)
+    }
+
+    /// What the backend's current entity says about one request.
+    func evidence(_ operation: UploadOperation, request: GatewayRequest, backend: GatewayBackend, model: Model) async
+        -> Evidence
+    {
+        var url = operation.message.url ?? ""
+        for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) { url = String(url.dropFirst(root.count)) }
+        if url.hasPrefix("/") { url = String(url.dropFirst()) }
+        guard !url.hasPrefix("$"), !url.contains("?") else { return .unknown }
+        let set = String(url.prefix { $0 != "(" && $0 != "/" })
+        guard let type = model.entityType(ofEntitySet: set.removingPercentEncoding ?? set) else { return .unknown }
+        let rest = url.dropFirst(set.count)
+        let legacy = model.version.isLegacy
+        func read(_ body: [UInt8]) -> Entity? {
+            legacy ? try? V2JSONReader(model: model).readEntity(body, entityType: type.qualifiedName)
+                : try? V4JSONReader(model: model).readEntity(body, entityType: type.qualifiedName)
+        }
+        func get(_ target: String) async -> TransportResponse? {
+            var headers = HTTPHeaders()
+            headers["Accept"] = "application/json"
+            for name in ["Authorization", "Cookie"] { if let value = request.headers[name] { headers[name] = value } }
+            metrics.backendRequests("in-doubt").increment()
+            return try? await transport.send(TransportRequest(method: "GET", url: backend.url + target, headers: headers),
+                                             timeout: configuration.backendTimeout)
+        }
+        /// The answer of a read that tells something: nil when the backend cannot be read now.
+        func readable(_ target: String) async -> TransportResponse? {
+            guard let response = await get(target), response.status < 500 else { return nil }
+            return response
+        }
+        switch operation.method {
+        case "POST" where rest.isEmpty:
+            // A create that names its key: the entity exists once it was applied.
+            guard let entity = read(operation.message.body) else { return .unknown }
+            var parts: [String] = []
+            for ref in model.key(of: type) {
+                guard let value = entity[ref.name], case .primitive = value else { return .unknown }
+                parts.append(ref.name + "=" + QueryText.pathLiteral(value, version: model.version))
+            }
+            let single = parts.count == 1 ? String(parts[0].drop { $0 != "=" }.dropFirst()) : parts.joined(separator: ",")
+            let target = set + "(" + single + ")"
+            guard let response = await readable(target) else { return .unreachable }
+            switch response.status {
+            case 200:
+                var headers = HTTPHeaders()
+                headers["Content-Type"] = response.headers["Content-Type"] ?? "application/json"
+                headers["Location"] = backend.url + target
+                if let etag = response.headers["ETag"] { headers["ETag"] = etag }
+                return .applied(RecordedAnswer(status: 201, headers: headers, body: response.body))
+            case 404: return .notApplied
+            default: return .unknown
+            }
+        case "PATCH", "MERGE", "PUT":
+            guard rest.hasPrefix("("), rest.hasSuffix(")"), let change = read(operation.message.body) else { return .unknown }
+            guard let response = await readable(set + rest) else { return .unreachable }
+            let ifMatch = operation.message.headers["If-Match"]
+            let guarded = ifMatch != nil && ifMatch != "*"
+            guard response.status == 200, let current = read(response.body) else {
+                return response.status == 404 && guarded ? .notApplied : .unknown
+            }
+            let same = change.properties.allSatisfy { property in current[property.name] == property.value }
+            if same {
+                var headers = HTTPHeaders()
+                if let etag = response.headers["ETag"] { headers["ETag"] = etag }
+                return .applied(RecordedAnswer(status: 204, headers: headers, body: []))
+            }
+            // Not as the request left it: not applied, or changed again since. Only an ETag
+            // check at the backend can tell which.
+            return guarded ? .notApplied : .unknown
+        case "DELETE":
+            guard rest.hasPrefix("("), rest.hasSuffix(")") else { return .unknown }
+            guard let response = await readable(set + rest) else { return .unreachable }
+            switch response.status {
+            case 404: return .applied(RecordedAnswer(status: 204, headers: HTTPHeaders(), body: []))
+            case 200: return .notApplied
+            default: return .unknown
+            }
+        default:
+            return .unknown
+        }
+    }
+}
