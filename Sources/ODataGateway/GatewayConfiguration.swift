@@ -88,6 +88,11 @@ public struct GatewayConfiguration: Sendable {
     /// Seconds the answers of uploaded requests are kept for repeats; a repeat of a request
     /// first sent before that is refused (`RequestExpired`), never applied again.
     public var requestRetention: Double = 7 * 24 * 3600
+    /// Seconds after a request was forwarded before reading the backend may conclude that it
+    /// was *not* applied (the backend may still be applying a request whose forwarder died).
+    /// Until then a repeat of a request in doubt that the backend does not show applied is
+    /// answered "try again later". At least as long as the backend may take on a request.
+    public var inDoubtAfter: Double = 120
     /// Rows per page the gateway answers unless a device asks for fewer.
     public var pageSize = 1000
     /// Seconds a backend request may take.

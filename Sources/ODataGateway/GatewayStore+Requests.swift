@@ -10,6 +10,8 @@ struct RequestRecord: Sendable {
     /// gateway holds the lock of is *in doubt* (its forwarder died).
     var answered: Bool
     var answer: RecordedAnswer?
+    /// Seconds since it was recorded as being forwarded.
+    var age: Double = 0
 }
 
 /// A backend's answer to one request, as the gateway keeps it (the backend's URLs, not the
@@ -89,12 +91,13 @@ extension GatewayStore {
     {
         let rows = try await connection.query(
             """
-            SELECT request_id, answered, status, headers, answer FROM oodata_request
+            SELECT request_id, answered, status, headers, answer,
+                   extract(epoch FROM clock_timestamp() - created_at)::float8 FROM oodata_request
             WHERE backend = \(backend) AND user_name = \(user) AND request_id = ANY(\(ids)::text[])
             """, logger: logger)
         var records: [String: RequestRecord] = [:]
-        for try await (id, answered, status, headers, answer)
-            in rows.decode((String, Bool, Int32?, String?, ByteBuffer?).self)
+        for try await (id, answered, status, headers, answer, age)
+            in rows.decode((String, Bool, Int32?, String?, ByteBuffer?, Double).self)
         {
             var recorded: RecordedAnswer?
             if answered, let status {
@@ -102,7 +105,7 @@ extension GatewayStore {
                     status: Int(status), headers: RecordedAnswer.headers(from: headers ?? ""),
                     body: answer.map { Array($0.readableBytesView) } ?? [])
             }
-            records[id] = RequestRecord(answered: answered, answer: recorded)
+            records[id] = RequestRecord(answered: answered, answer: recorded, age: age)
         }
         return records
     }

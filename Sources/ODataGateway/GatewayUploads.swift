@@ -424,6 +424,10 @@ extension Gateway {
     /// every request applied, forwarded again when it shows none applied, and otherwise
     /// answered `RequestInDoubt` (409), so that it lands in the device's ErrorArchive instead
     /// of being applied twice.
+    ///
+    /// "Not applied" is believed only once the requests were forwarded more than
+    /// `inDoubtAfter` seconds ago: until then the backend may still be applying them (a gateway
+    /// that died does not stop a backend's request), and the unit stays in doubt (``Deferred``).
     func resolve(_ unit: UploadUnit, records: [String: RequestRecord], request: GatewayRequest,
                  backend: GatewayBackend, model: Model) async throws -> UnitOutcome
     {
@@ -443,6 +447,8 @@ extension Gateway {
             return .answered(applied, accepted: true)
         }
         if evidence.allSatisfy({ if case .notApplied = $0 { true } else { false } }) {
+            let age = unit.ids.compactMap { records[$0]?.age }.min() ?? 0
+            guard age >= configuration.inDoubtAfter else { throw Deferred() }
             metrics.inDoubtResolved.increment()
             return .forward
         }
