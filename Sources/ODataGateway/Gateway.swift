@@ -157,7 +157,7 @@ public final class Gateway: Sendable {
                 scope, query: tracked, backend: backend, keyNames: keyNames, legacy: legacy,
                 authorization: authorization, interval: interval)
             if summary.ran {
-                await removeUnusedScopes()
+                await housekeep()
                 metrics.refreshes.increment()
                 metrics.rowsChanged.increment(by: summary.changed)
                 metrics.rowsRemoved.increment(by: summary.removed)
@@ -223,8 +223,9 @@ public final class Gateway: Sendable {
     }
 
     /// Removes scopes no device read for the scope retention, and the records of uploaded
-    /// requests past their retention, at most every ten minutes per instance (after a refresh). A failure is logged: it never fails a device's request.
-    func removeUnusedScopes() async {
+    /// requests past their retention, at most every ten minutes per instance (after a refresh
+    /// or an upload). A failure is logged: it never fails a device's request.
+    func housekeep() async {
         let retention = configuration.scopeRetention
         guard await housekeeping.due(every: min(600, retention)) else { return }
         do {

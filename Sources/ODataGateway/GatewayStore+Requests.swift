@@ -49,7 +49,7 @@ extension GatewayStore {
           answer BYTEA,
           created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
           answered_at TIMESTAMPTZ,
-          PRIMARY KEY (backend, user_name, request_id))
+          PRIMARY KEY (backend, request_id))
         """,
         "CREATE INDEX IF NOT EXISTS oodata_request_created ON oodata_request (created_at)",
     ]
@@ -59,12 +59,12 @@ extension GatewayStore {
 
     /// Takes the lock of every request in `ids` on `connection`, or none when another live
     /// gateway holds one (it is forwarding that request): false then.
-    func tryLockRequests(_ ids: [String], backend: String, user: String, on connection: PostgresConnection)
+    func tryLockRequests(_ ids: [String], backend: String, on connection: PostgresConnection)
         async throws -> Bool
     {
         var taken = 0
         for id in ids {
-            let name = backend + "\n" + user + "\n" + id
+            let name = backend + "\n" + id
             var locked = false
             for try await value in try await connection.query(
                 "SELECT pg_try_advisory_lock(\(Self.requestLockSpace), hashtext(\(name)))", logger: logger
@@ -86,14 +86,14 @@ extension GatewayStore {
     }
 
     /// The records of `ids` that exist.
-    func requestRecords(_ ids: [String], backend: String, user: String, on connection: PostgresConnection)
+    func requestRecords(_ ids: [String], backend: String, on connection: PostgresConnection)
         async throws -> [String: RequestRecord]
     {
         let rows = try await connection.query(
             """
             SELECT request_id, answered, status, headers, answer,
                    extract(epoch FROM clock_timestamp() - created_at)::float8 FROM oodata_request
-            WHERE backend = \(backend) AND user_name = \(user) AND request_id = ANY(\(ids)::text[])
+            WHERE backend = \(backend) AND request_id = ANY(\(ids)::text[])
             """, logger: logger)
         var records: [String: RequestRecord] = [:]
         for try await (id, answered, status, headers, answer, age)
@@ -119,40 +119,57 @@ extension GatewayStore {
             """
             INSERT INTO oodata_request (backend, user_name, request_id)
             SELECT \(backend), \(user), unnest(\(ids)::text[])
-            ON CONFLICT (backend, user_name, request_id) DO UPDATE SET created_at = clock_timestamp()
+            ON CONFLICT (backend, request_id) DO UPDATE SET created_at = clock_timestamp()
             WHERE NOT oodata_request.answered
             """, logger: logger)
     }
 
-    /// Records each request's answer.
+    /// Records each request's answer, all in one statement (a change set's answers are
+    /// recorded together or not at all). An answer already recorded is never replaced.
     func recordAnswers(_ answers: [(id: String, answer: RecordedAnswer)], backend: String, user: String,
                        on connection: PostgresConnection) async throws
     {
-        for (id, answer) in answers {
-            var buffer = ByteBuffer()
-            buffer.writeBytes(answer.body)
-            try await connection.query(
-                """
-                INSERT INTO oodata_request (backend, user_name, request_id, answered, status, headers, answer, answered_at)
-                VALUES (\(backend), \(user), \(id), true, \(Int32(answer.status)), \(answer.headerText), \(buffer),
-                        clock_timestamp())
-                ON CONFLICT (backend, user_name, request_id) DO UPDATE
-                  SET answered = true, status = EXCLUDED.status, headers = EXCLUDED.headers, answer = EXCLUDED.answer,
-                      answered_at = EXCLUDED.answered_at
-                """, logger: logger)
-        }
+        guard !answers.isEmpty else { return }
+        let ids = answers.map(\.id)
+        let statuses = answers.map { Int32($0.answer.status) }
+        let headers = answers.map(\.answer.headerText)
+        // Bodies as hex text, decoded by PostgreSQL.
+        let bodies = answers.map { $0.answer.body.map { Self.hex[Int($0)] }.joined() }
+        try await connection.query(
+            """
+            INSERT INTO oodata_request (backend, user_name, request_id, answered, status, headers, answer, answered_at)
+            SELECT \(backend), \(user), i, true, s, h, decode(b, 'hex'), clock_timestamp()
+            FROM unnest(\(ids)::text[], \(statuses)::int4[], \(headers)::text[], \(bodies)::text[]) AS t(i, s, h, b)
+            ON CONFLICT (backend, request_id) DO UPDATE
+              SET answered = true, status = EXCLUDED.status, headers = EXCLUDED.headers, answer = EXCLUDED.answer,
+                  answered_at = EXCLUDED.answered_at
+              WHERE NOT oodata_request.answered
+            """, logger: logger)
+    }
+
+    static let hex: [String] = (0..<256).map { String(format: "%02x", $0) }
+
+    /// Starts the wait of `ids` again: a forward whose answer was lost ended now, and the
+    /// backend may go on with it from here.
+    func touchRequests(_ ids: [String], backend: String, on connection: PostgresConnection) async throws {
+        guard !ids.isEmpty else { return }
+        try await connection.query(
+            """
+            UPDATE oodata_request SET created_at = clock_timestamp()
+            WHERE backend = \(backend) AND request_id = ANY(\(ids)::text[]) AND NOT answered
+            """, logger: logger)
     }
 
     /// Forgets `ids`: the backend did not apply them (it refused the whole batch, or stopped
     /// before them), so a repeat is forwarded again.
-    func forgetRequests(_ ids: [String], backend: String, user: String, on connection: PostgresConnection)
+    func forgetRequests(_ ids: [String], backend: String, on connection: PostgresConnection)
         async throws
     {
         guard !ids.isEmpty else { return }
         try await connection.query(
             """
             DELETE FROM oodata_request
-            WHERE backend = \(backend) AND user_name = \(user) AND request_id = ANY(\(ids)::text[])
+            WHERE backend = \(backend) AND request_id = ANY(\(ids)::text[]) AND NOT answered
             """, logger: logger)
     }
 

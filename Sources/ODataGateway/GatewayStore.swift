@@ -215,13 +215,16 @@ public struct GatewayStore: Sendable {
                 """
                 SELECT refreshed_from IS NOT NULL
                        AND refreshed_from >= \(scope.arrival)::timestamptz - make_interval(secs => \(interval)),
-                       clock_timestamp()
+                       clock_timestamp(), published
                 FROM oodata_scope WHERE id = \(scope.id)
                 """, logger: logger)
             var started = Date()
-            for try await (skip, now) in fresh.decode((Bool, Date).self) {
+            // A scope never published has no rows (a refresh killed half way left none).
+            var empty = false
+            for try await (skip, now, published) in fresh.decode((Bool, Date, Int64).self) {
                 if skip { return RefreshSummary(ran: false) }
                 started = now
+                empty = published == 0
             }
             var summary = RefreshSummary(ran: true)
             var seq: Int64 = 0
@@ -246,12 +249,14 @@ public struct GatewayStore: Sendable {
                 // upsert that skips them, locks them: at 1M rows that dirtied every page.
                 // Only this refresh writes the scope's rows (it holds the scope's lock).
                 var stored: [String: String] = [:]
-                for try await (key, hash) in try await connection.query(
-                    """
-                    SELECT key, hash FROM oodata_row WHERE scope_id = \(scope.id) AND key = ANY(\(keys)::text[])
-                    """, logger: logger
-                ).decode((String, String?).self) {
-                    if let hash { stored[key] = hash }
+                if !empty {
+                    for try await (key, hash) in try await connection.query(
+                        """
+                        SELECT key, hash FROM oodata_row WHERE scope_id = \(scope.id) AND key = ANY(\(keys)::text[])
+                        """, logger: logger
+                    ).decode((String, String?).self) {
+                        if let hash { stored[key] = hash }
+                    }
                 }
                 let hashes = kept.map { Self.md5($0.payload) }
                 let write = kept.indices.filter { stored[kept[$0].key] != hashes[$0] }

@@ -12,6 +12,9 @@ struct UploadOperation: Sendable {
     var partHeaders: HTTPHeaders
     var message: BatchMessage
 
+    /// Its `Content-ID`, which later requests of the batch may name as `$<id>`.
+    var contentID: String? { partHeaders["Content-ID"] ?? message.headers["Content-ID"] }
+
     /// The method, `X-HTTP-Method` of a tunnelled `POST` included.
     var method: String {
         let method = (message.method ?? "GET").uppercased()
@@ -62,7 +65,7 @@ extension Gateway {
     /// repeatable-request IDs, applying each request exactly once (SPEC §13, "Uploads"); nil
     /// when `request` is no such upload (it is forwarded as it is).
     func upload(_ request: GatewayRequest, backend: GatewayBackend, model: Model) async throws -> GatewayResponse? {
-        guard let (units, boundary) = Self.units(of: request), units.contains(where: { !$0.ids.isEmpty }) else {
+        guard let (units, boundary) = try Self.units(of: request), units.contains(where: { !$0.ids.isEmpty }) else {
             return nil
         }
         metrics.uploads.increment()
@@ -71,32 +74,46 @@ extension Gateway {
         let task = Task {
             try await self.applyOnce(units, batchBoundary: boundary, request: request, backend: backend, model: model)
         }
+        let result = await task.result
+        await housekeep()
         do {
-            return try await task.value
-        } catch is Deferred {
+            return try result.get()
+        } catch {
             guard boundary != nil else {
-                // A request on its own: any answer would go to the device's ErrorArchive. Its
-                // connection is cut instead, as a lost answer, and the device sends it again.
+                // A request on its own: any answer would land in the device's ErrorArchive,
+                // though the request may be applied later (by this gateway's repeat or another's).
+                // Its connection is cut instead, as a lost answer, and the device sends it again.
+                logger.notice("A request on its own is answered by a cut connection",
+                              metadata: ["error": "\(error)"])
                 var response = GatewayResponse(status: 502)
                 response.dropsConnection = true
                 return response
             }
-            throw GatewayError(status: 503, code: "BackendAnswerLost",
-                               "The backend's answer was lost and the backend cannot be read now to tell what it "
-                                   + "applied; the requests stay queued on the device: upload again later")
+            if error is Deferred {
+                throw GatewayError(status: 503, code: "BackendAnswerLost",
+                                   "The backend's answer was lost and the backend cannot tell yet what it applied; the "
+                                       + "requests stay queued on the device: upload again later")
+            }
+            throw error
         }
     }
 
     /// The units of an upload and, for a `$batch`, its boundary; nil for other requests.
-    static func units(of request: GatewayRequest) -> ([UploadUnit], String?)? {
+    static func units(of request: GatewayRequest) throws -> ([UploadUnit], String?)? {
         let method = request.method.uppercased()
         let path = String(request.target.prefix { $0 != "?" })
         guard request.headers["Content-Encoding"] == nil else { return nil }
         if method == "POST", path == "$batch" {
             guard let contentType = request.headers["Content-Type"], contentType.lowercased().hasPrefix("multipart/"),
-                let boundary = HTTPHeaders.parameter("boundary", in: contentType),
-                let batch = try? MultipartBatch.read(request.body, boundary: boundary)
+                let boundary = HTTPHeaders.parameter("boundary", in: contentType)
             else { return nil }
+            let batch: MultipartBatch
+            do {
+                batch = try MultipartBatch.read(request.body, boundary: boundary)
+            } catch {
+                // Not forwarded unread: its requests would go unrecorded.
+                throw GatewayError(status: 400, code: "BadBatch", "The $batch body cannot be read: \(error)")
+            }
             let units = batch.parts.map { part -> UploadUnit in
                 switch part {
                 case .operation(let operation): UploadUnit(isChangeSet: false, operations: [Self.operation(operation)])
@@ -134,27 +151,39 @@ extension Gateway {
     func applyOnce(_ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
                    model: Model) async throws -> GatewayResponse
     {
-        let user = request.user
         let ids = units.flatMap(\.ids)
         let deadline = ContinuousClock.now + .seconds(configuration.backendTimeout + 30)
-        return try await store.withConnection { connection in
-            while try await !store.tryLockRequests(ids, backend: backend.url, user: user, on: connection) {
-                guard ContinuousClock.now < deadline else {
-                    throw GatewayError(status: 503, code: "RequestBeingForwarded",
-                                       "Another gateway is still forwarding a request of this upload; try again later")
+        while true {
+            // The connection is held only while the locks are: a repeat waiting for another
+            // gateway's forward sleeps without one.
+            let answer: GatewayResponse? = try await store.withConnection { connection in
+                var locked = false
+                do {
+                    locked = try await store.tryLockRequests(ids, backend: backend.url, on: connection)
+                    guard locked else { return nil }
+                    let response = try await applyLocked(
+                        units, batchBoundary: batchBoundary, request: request, backend: backend, model: model,
+                        connection: connection)
+                    try await store.unlockRequests(on: connection)
+                    return response
+                } catch {
+                    if locked {
+                        do {
+                            try await store.unlockRequests(on: connection)
+                        } catch {
+                            // Locks that cannot be released go with the connection.
+                            try? await connection.close()
+                        }
+                    }
+                    throw error
                 }
-                try await Task.sleep(for: .milliseconds(100))
             }
-            do {
-                let response = try await applyLocked(
-                    units, batchBoundary: batchBoundary, request: request, backend: backend, model: model,
-                    connection: connection)
-                try await store.unlockRequests(on: connection)
-                return response
-            } catch {
-                try? await store.unlockRequests(on: connection)
-                throw error
+            if let answer { return answer }
+            guard ContinuousClock.now < deadline else {
+                throw GatewayError(status: 503, code: "RequestBeingForwarded",
+                                   "Another gateway is still forwarding a request of this upload; try again later")
             }
+            try await Task.sleep(for: .milliseconds(100))
         }
     }
 
@@ -162,8 +191,7 @@ extension Gateway {
                      model: Model, connection: PostgresConnection) async throws -> GatewayResponse
     {
         let user = request.user
-        let records = try await store.requestRecords(units.flatMap(\.ids), backend: backend.url, user: user,
-                                                     on: connection)
+        let records = try await store.requestRecords(units.flatMap(\.ids), backend: backend.url, on: connection)
         var outcomes: [UnitOutcome] = []
         for unit in units {
             let ids = unit.ids
@@ -213,13 +241,25 @@ extension Gateway {
             metrics.backendRequests("upload").increment()
             do {
                 if batchBoundary != nil {
-                    let answer = try await forwardBatch(forwarded.map { units[$0] }, request: request, backend: backend)
+                    // A later request may name a create answered without the backend (`$<id>`):
+                    // the reference becomes the created entity's URL.
+                    var locations: [String: String] = [:]
+                    for (index, unit) in units.enumerated() {
+                        guard case .answered(let answers, _) = outcomes[index] else { continue }
+                        for (operation, answer) in zip(unit.operations, answers) where answer.status < 300 {
+                            if let id = operation.contentID, let location = answer.headers["Location"] {
+                                locations[id] = location
+                            }
+                        }
+                    }
+                    let answer = try await forwardBatch(forwarded.map { units[$0] }, request: request, backend: backend,
+                                                        locations: locations)
                     switch answer {
                     case .refused(let response):
                         // The batch as a whole was refused: nothing of it was applied (a 4xx),
                         // or nobody knows (a 5xx: the requests stay in doubt).
                         if response.status < 500 {
-                            try await store.forgetRequests(sent, backend: backend.url, user: user, on: connection)
+                            try await store.forgetRequests(sent, backend: backend.url, on: connection)
                         }
                         return rewritten(response, backend: backend, gatewayRoot: request.gatewayRoot)
                     case .parts(let parts, let backendStatus):
@@ -228,10 +268,13 @@ extension Gateway {
                             let unit = units[index]
                             guard position < parts.count else {
                                 // The backend stopped before this unit: not applied.
-                                try await store.forgetRequests(unit.ids, backend: backend.url, user: user, on: connection)
+                                try await store.forgetRequests(unit.ids, backend: backend.url, on: connection)
                                 continue
                             }
-                            let answers = Self.answers(of: parts[position], count: unit.operations.count)
+                            // A change set answered for fewer requests than it had: what the
+                            // backend did is unknown, and the unit stays in doubt.
+                            guard let answers = Self.answers(of: parts[position], count: unit.operations.count)
+                            else { continue }
                             fresh[index] = (parts[position], answers)
                         }
                     }
@@ -243,16 +286,19 @@ extension Gateway {
                 }
             } catch is TransportError {
                 // The backend's answer was lost after the requests went: it may have applied
-                // them. What it holds is read back now; a unit it did not apply is forgotten
-                // (the device's repeat sends it again).
+                // them, or be applying them still. What it shows applied is answered now; the
+                // rest stays in doubt, waiting from now on (`inDoubtAfter`).
                 metrics.inDoubt.increment()
+                try await store.touchRequests(sent, backend: backend.url, on: connection)
                 for index in forwarded where !units[index].ids.isEmpty {
-                    switch try await resolve(units[index], records: records, request: request, backend: backend,
-                                             model: model)
-                    {
-                    case .answered(let answers, _): fresh[index] = (nil, answers)
-                    case .forward:
-                        try await store.forgetRequests(units[index].ids, backend: backend.url, user: user, on: connection)
+                    do {
+                        if case .answered(let answers, _) = try await resolve(
+                            units[index], records: [:], request: request, backend: backend, model: model)
+                        {
+                            fresh[index] = (nil, answers)
+                        }
+                    } catch is Deferred {
+                        continue
                     }
                 }
                 guard !fresh.isEmpty else { throw Deferred() }
@@ -269,7 +315,7 @@ extension Gateway {
                 }
             }
             try await store.recordAnswers(toRecord, backend: backend.url, user: user, on: connection)
-            try await store.forgetRequests(toForget, backend: backend.url, user: user, on: connection)
+            try await store.forgetRequests(toForget, backend: backend.url, on: connection)
         }
         if batchBoundary == nil {
             let answer: RecordedAnswer
@@ -300,6 +346,8 @@ extension Gateway {
                 parts.append(result.part ?? Self.part(unit, answers: result.answers, accepted: false))
             }
         }
+        // Not even the first unit answered: a batch-level failure says more than an empty batch.
+        guard !parts.isEmpty else { throw Deferred() }
         let batch = MultipartBatch(parts: parts)
         var headers = HTTPHeaders()
         headers["Content-Type"] = batch.contentType
@@ -321,16 +369,21 @@ extension Gateway {
     }
 
     /// Sends `units` to the backend as one `$batch`, each change set as a change set.
-    func forwardBatch(_ units: [UploadUnit], request: GatewayRequest, backend: GatewayBackend) async throws
-        -> BatchAnswer
+    func forwardBatch(_ units: [UploadUnit], request: GatewayRequest, backend: GatewayBackend,
+                      locations: [String: String]) async throws -> BatchAnswer
     {
         let parts = units.map { unit -> BatchPart in
             let operations = unit.operations.map { operation -> BatchOperation in
                 var message = operation.message
                 if case .request(let method, let url, let version) = message.startLine {
-                    let target = url.hasPrefix(request.gatewayRoot)
-                        ? backend.url + url.dropFirst(request.gatewayRoot.count) : url
+                    var target = ContentIDReferences.resolve(url: url, locations)
+                    for root in [request.gatewayRoot, backend.url] where target.hasPrefix(root) {
+                        target = String(target.dropFirst(root.count))
+                    }
                     message.startLine = .request(method: method, url: target, version: version)
+                }
+                if !locations.isEmpty, (message.headers["Content-Type"] ?? "").lowercased().contains("json") {
+                    message.body = ContentIDReferences.resolve(body: message.body, locations)
                 }
                 message.body = Self.rewrite(message.body, contentType: message.headers["Content-Type"], encoded: false,
                                             from: request.gatewayRoot, to: backend.url)
@@ -382,7 +435,7 @@ extension Gateway {
 
     /// Each request's answer in a unit's part: a change set answers each, one operation (a
     /// failed change set) answers all of them.
-    static func answers(of part: BatchPart, count: Int) -> [RecordedAnswer] {
+    static func answers(of part: BatchPart, count: Int) -> [RecordedAnswer]? {
         func answer(_ message: BatchMessage) -> RecordedAnswer {
             RecordedAnswer(status: message.status ?? 500, headers: message.headers, body: message.body)
         }
@@ -390,11 +443,8 @@ extension Gateway {
         case .operation(let operation):
             return Array(repeating: answer(operation.message), count: count)
         case .changeSet(let set):
-            var answers = set.operations.map { answer($0.message) }
-            if answers.count < count, let last = answers.last {
-                answers += Array(repeating: last, count: count - answers.count)
-            }
-            return Array(answers.prefix(count))
+            guard set.operations.count == count else { return nil }
+            return set.operations.map { answer($0.message) }
         }
     }
 
@@ -419,6 +469,17 @@ extension Gateway {
     }
 
     // MARK: In doubt
+
+    /// Headers of a device's modification request that its reads of the backend leave out.
+    static let notOnReads: Set<String> = [
+        "content-type", "if-match", "if-none-match", "x-http-method", "repeatability-request-id",
+        "repeatability-first-sent", "requestid", "repeatabilitycreation", "prefer", "x-csrf-token", "accept",
+    ]
+
+    /// Whether `current` holds every property value `sent` has.
+    static func holds(_ current: Entity, _ sent: Entity) -> Bool {
+        sent.properties.allSatisfy { property in current[property.name] == property.value }
+    }
 
     /// A unit whose forwarding was cut off: answered as applied when reading the backend shows
     /// every request applied, forwarded again when it shows none applied, and otherwise
@@ -481,9 +542,14 @@ extension Gateway {
                 : try? V4JSONReader(model: model).readEntity(body, entityType: type.qualifiedName)
         }
         func get(_ target: String) async -> TransportResponse? {
+            // The device's own headers (credentials, cookies, `sap-client`, …), as a read.
             var headers = HTTPHeaders()
+            for field in request.headers where !Self.hopByHop.contains(field.name.lowercased())
+                && !Self.notOnReads.contains(field.name.lowercased())
+            {
+                headers.add(field.name, field.value)
+            }
             headers["Accept"] = "application/json"
-            for name in ["Authorization", "Cookie"] { if let value = request.headers[name] { headers[name] = value } }
             metrics.backendRequests("in-doubt").increment()
             return try? await transport.send(TransportRequest(method: "GET", url: backend.url + target, headers: headers),
                                              timeout: configuration.backendTimeout)
@@ -507,6 +573,8 @@ extension Gateway {
             guard let response = await readable(target) else { return .unreachable }
             switch response.status {
             case 200:
+                // There, but with other values: created by someone else, or changed since.
+                guard let current = read(response.body), Self.holds(current, entity) else { return .unknown }
                 var headers = HTTPHeaders()
                 headers["Content-Type"] = response.headers["Content-Type"] ?? "application/json"
                 headers["Location"] = backend.url + target
@@ -523,8 +591,9 @@ extension Gateway {
             guard response.status == 200, let current = read(response.body) else {
                 return response.status == 404 && guarded ? .notApplied : .unknown
             }
-            let same = change.properties.allSatisfy { property in current[property.name] == property.value }
-            if same {
+            // Only a change of values can be seen in the entity (not one of links alone).
+            guard !change.properties.isEmpty, change.navigation.isEmpty else { return .unknown }
+            if Self.holds(current, change) {
                 var headers = HTTPHeaders()
                 if let etag = response.headers["ETag"] { headers["ETag"] = etag }
                 return .applied(RecordedAnswer(status: 204, headers: headers, body: []))

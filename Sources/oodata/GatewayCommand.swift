@@ -38,6 +38,9 @@ struct GatewayCommand: AsyncParsableCommand {
                                valueName: "SECONDS")) var retention: Double?
     @Option(help: ArgumentHelp("Seconds a scope no device reads is kept before it goes with its rows (default 30 "
                                + "days).", valueName: "SECONDS")) var scopeRetention: Double?
+    @Option(help: ArgumentHelp("Seconds the answers of uploaded requests are kept for repeats (default 7 days); an "
+                               + "older repeat is refused, never applied again.", valueName: "SECONDS"))
+    var requestRetention: Double?
     @Option(help: ArgumentHelp("Seconds after forwarding a request before reading the backend may conclude that it "
                                + "was not applied, when its answer was lost (default 120: as long as the backend may "
                                + "take on a request).", valueName: "SECONDS")) var inDoubtAfter: Double?
@@ -82,15 +85,16 @@ struct GatewayCommand: AsyncParsableCommand {
             if let sharedAuthorization { configuration.backends[index].sharedAuthorization = sharedAuthorization }
         }
         guard (refreshInterval ?? 0) >= 0, (inDoubtAfter ?? 0) >= 0, (retention ?? 1) > 0, (scopeRetention ?? 1) > 0,
-            pageSize > 0
+            (requestRetention ?? 1) > 0, pageSize > 0
         else {
-            throw CLIFailure("--refresh-interval and --in-doubt-after must be 0 or more; --retention, --scope-retention "
-                             + "and --page-size more than 0")
+            throw CLIFailure("--refresh-interval and --in-doubt-after must be 0 or more; --retention, --scope-retention, "
+                             + "--request-retention and --page-size more than 0")
         }
         if let refreshInterval { configuration.refreshInterval = refreshInterval }
         if let retention { configuration.tombstoneRetention = retention }
         if let scopeRetention { configuration.scopeRetention = scopeRetention }
         if let inDoubtAfter { configuration.inDoubtAfter = inDoubtAfter }
+        if let requestRetention { configuration.requestRetention = requestRetention }
         configuration.pageSize = pageSize
         do {
             _ = try PostgresURL.configuration(postgres)

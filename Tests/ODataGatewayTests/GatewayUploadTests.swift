@@ -53,7 +53,8 @@ import Testing
             ])
             await #expect(throws: (any Error).self) { try await device.upload() }
             #expect(try await device.readEntities("RequestQueue").count == 3)
-            #expect(try await setup.gateways[0].gateway.store.requestCounts().answered == 0)
+            // The update and the delete were read back as applied; the create stays in doubt.
+            #expect(try await setup.gateways[0].gateway.store.requestCounts().answered == 2)
             await setup.backend.service.journal.clear()
             // The device's repeat: the gateway reads the three entities instead of sending again.
             try await device.upload()
