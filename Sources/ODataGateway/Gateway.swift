@@ -217,7 +217,7 @@ public final class Gateway: Sendable {
                 link = tracked.link(root: request.gatewayRoot,
                                     token: .delta(scope: id, since: end, upTo: nil, afterSeq: 0, afterKey: ""), legacy: legacy)
             }
-            return page(slice, set: set, legacy: legacy, delta: true, nextLink: isNext ? link : nil,
+            return page(slice, scope: id, set: set, legacy: legacy, delta: true, nextLink: isNext ? link : nil,
                         deltaLink: isNext ? nil : link, root: request.gatewayRoot, backend: backend)
         }
     }
@@ -264,12 +264,14 @@ public final class Gateway: Sendable {
         if rows.count > pageSize, let last = page.last {
             let next = tracked.link(root: root, token: .page(scope: scope, published: published, after: last.key),
                                     legacy: legacy)
-            return self.page(page, set: set, legacy: legacy, delta: false, nextLink: next, deltaLink: nil, root: root,
+            return self.page(page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: next, deltaLink: nil,
+                             root: root,
                              backend: backend)
         }
         let delta = tracked.link(root: root, token: .delta(scope: scope, since: published, upTo: nil, afterSeq: 0, afterKey: ""),
                                  legacy: legacy)
-        return self.page(page, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta, root: root,
+        return self.page(page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta,
+                         root: root,
                          backend: backend)
     }
 
@@ -277,8 +279,8 @@ public final class Gateway: Sendable {
     /// `@odata.nextLink`/`@odata.deltaLink`; V2 `d.results` with `__deleted` entries and
     /// `__next`/`__delta`. Payloads name the gateway instead of the backend.
     func page(
-        _ rows: [GatewayStore.Row], set: String, legacy: Bool, delta: Bool, nextLink: String?, deltaLink: String?,
-        root: String, backend: GatewayBackend
+        _ rows: [GatewayStore.Row], scope: Int64, set: String, legacy: Bool, delta: Bool, nextLink: String?,
+        deltaLink: String?, root: String, backend: GatewayBackend
     ) -> GatewayResponse {
         var text = legacy ? #"{"d":{"results":["#
             : #"{"@odata.context":"# + JSONValue.string(root + "$metadata#" + set + (delta ? "/$delta" : "")).serialized
@@ -286,7 +288,9 @@ public final class Gateway: Sendable {
         for (index, row) in rows.enumerated() {
             if index > 0 { text += "," }
             if let payload = row.payload {
-                text += payload.replacingOccurrences(of: backend.url, with: root)
+                let named = payload.replacingOccurrences(of: backend.url, with: root)
+                text += configuration.gatewayETags
+                    ? Self.withETag(named, scope: scope, hash: row.hash, legacy: legacy) : named
             } else if legacy {
                 text += #"{"__deleted":true"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
             } else {
@@ -304,6 +308,36 @@ public final class Gateway: Sendable {
         headers[legacy ? "DataServiceVersion" : "OData-Version"] = legacy ? "2.0" : "4.0"
         headers["Preference-Applied"] = "odata.track-changes"
         return GatewayResponse(status: 200, headers: headers, body: Array(text.utf8))
+    }
+
+    /// The gateway's ETag of a row of `scope`: `W/"gw.<scope>.<hash>"`.
+    static func gatewayETag(scope: Int64, hash: String) -> String { "W/\"gw.\(scope).\(hash)\"" }
+
+    /// The scope and hash of one of the gateway's ETags, or nil for another ETag.
+    static func parseGatewayETag(_ etag: String) -> (scope: Int64, hash: String)? {
+        let text = etag.trimmingCharacters(in: .whitespaces)
+        guard text.hasPrefix("W/\"gw."), text.hasSuffix("\""), text.count > 8 else { return nil }
+        let fields = text.dropFirst(6).dropLast().split(separator: ".", omittingEmptySubsequences: false)
+        guard fields.count == 2, let scope = Int64(fields[0]), fields[1].count == 32,
+            fields[1].allSatisfy({ $0.isHexDigit })
+        else { return nil }
+        return (scope, String(fields[1]))
+    }
+
+    /// A row's payload with the gateway's ETag, when the backend gave it none (V4
+    /// `@odata.etag`, V2 `__metadata.etag`).
+    static func withETag(_ payload: String, scope: Int64, hash: String?, legacy: Bool) -> String {
+        guard let hash, payload.hasPrefix("{") else { return payload }
+        let etag = JSONValue.string(gatewayETag(scope: scope, hash: hash)).serialized
+        if legacy {
+            guard !payload.contains(#""etag":"#) else { return payload }
+            if let range = payload.range(of: #""__metadata":{"#) {
+                return payload.replacingCharacters(in: range, with: #""__metadata":{"etag":"# + etag + ",")
+            }
+            return #"{"__metadata":{"etag":"# + etag + "}," + payload.dropFirst()
+        }
+        guard !payload.contains(#""@odata.etag":"#) else { return payload }
+        return #"{"@odata.etag":"# + etag + (payload == "{}" ? "}" : "," + payload.dropFirst())
     }
 
     static func pageSize(_ prefer: String?, default value: Int) -> Int {

@@ -93,6 +93,10 @@ public struct GatewayConfiguration: Sendable {
     /// Until then a repeat of a request in doubt that the backend does not show applied is
     /// answered "try again later". At least as long as the backend may take on a request.
     public var inDoubtAfter: Double = 120
+    /// Whether rows the backend gives no ETag get the gateway's (made from their hash), and
+    /// updates and deletes carrying one are checked against the backend's current row before
+    /// they are forwarded (412 on a mismatch).
+    public var gatewayETags = true
     /// Rows per page the gateway answers unless a device asks for fewer.
     public var pageSize = 1000
     /// Seconds a backend request may take.

@@ -25,7 +25,7 @@ public struct GatewayMetrics: Sendable {
 
     /// Metrics made by `factory`.
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
-        let requests = ["refresh", "forward", "credentials", "metadata", "upload", "in-doubt"].reduce(into: [String: Counter]()) {
+        let requests = ["refresh", "forward", "credentials", "metadata", "upload", "in-doubt", "etag"].reduce(into: [String: Counter]()) {
             $0[$1] = Counter(label: "oodata_gateway_backend_requests_total", dimensions: [("kind", $1)], factory: factory)
         }
         let other = Counter(label: "oodata_gateway_backend_requests_total", dimensions: [("kind", "other")],

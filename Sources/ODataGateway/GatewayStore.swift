@@ -36,6 +36,8 @@ public struct GatewayStore: Sendable {
         public var keyMembers: String
         /// The entity as the backend sent it; nil for a tombstone.
         public var payload: String?
+        /// Its content hash (nil for a tombstone): the gateway's ETag where the backend gives none.
+        public var hash: String?
     }
 
     /// A store on `client`, which the caller runs (`client.run()`).
@@ -323,13 +325,13 @@ public struct GatewayStore: Sendable {
     public func fullPage(scope: Int64, after: String, limit: Int) async throws -> [Row] {
         let rows = try await client.query(
             """
-            SELECT seq, key, key_members, payload FROM oodata_row
+            SELECT seq, key, key_members, payload, hash FROM oodata_row
             WHERE scope_id = \(scope) AND payload IS NOT NULL AND key > \(after)
             ORDER BY key LIMIT \(limit)
             """, logger: logger)
         var result: [Row] = []
-        for try await (seq, key, members, payload) in rows.decode((Int64, String, String, String?).self) {
-            result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload))
+        for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self) {
+            result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload, hash: hash))
         }
         return result
     }
@@ -343,22 +345,22 @@ public struct GatewayStore: Sendable {
         if let after {
             // A row comparison, so that the (scope_id, seq, key) index starts at the position.
             query = """
-                SELECT seq, key, key_members, payload FROM oodata_row
+                SELECT seq, key, key_members, payload, hash FROM oodata_row
                 WHERE scope_id = \(scope) AND (seq, key) > (\(after.seq), \(after.key)::text COLLATE "C")
                   AND seq > \(since) AND seq <= \(upTo)
                 ORDER BY seq, key LIMIT \(limit)
                 """
         } else {
             query = """
-                SELECT seq, key, key_members, payload FROM oodata_row
+                SELECT seq, key, key_members, payload, hash FROM oodata_row
                 WHERE scope_id = \(scope) AND seq > \(since) AND seq <= \(upTo)
                 ORDER BY seq, key LIMIT \(limit)
                 """
         }
         let rows = try await client.query(query, logger: logger)
         var result: [Row] = []
-        for try await (seq, key, members, payload) in rows.decode((Int64, String, String, String?).self) {
-            result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload))
+        for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self) {
+            result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload, hash: hash))
         }
         return result
     }

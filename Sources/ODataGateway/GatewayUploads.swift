@@ -65,9 +65,13 @@ extension Gateway {
     /// repeatable-request IDs, applying each request exactly once (SPEC §13, "Uploads"); nil
     /// when `request` is no such upload (it is forwarded as it is).
     func upload(_ request: GatewayRequest, backend: GatewayBackend, model: Model) async throws -> GatewayResponse? {
-        guard let (units, boundary) = try Self.units(of: request), units.contains(where: { !$0.ids.isEmpty }) else {
-            return nil
-        }
+        guard let (units, boundary) = try Self.units(of: request),
+            units.contains(where: { unit in
+                !unit.ids.isEmpty
+                    || (configuration.gatewayETags
+                        && unit.operations.contains { Self.parseGatewayETag($0.message.headers["If-Match"] ?? "") != nil })
+            })
+        else { return nil }
         metrics.uploads.increment()
         // Runs to its end even when the device goes away: the answers are recorded, and the
         // device's repeat collects them.
@@ -190,6 +194,7 @@ extension Gateway {
     func applyLocked(_ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
                      model: Model, connection: PostgresConnection) async throws -> GatewayResponse
     {
+        var units = units
         let user = request.user
         let records = try await store.requestRecords(units.flatMap(\.ids), backend: backend.url, on: connection)
         var outcomes: [UnitOutcome] = []
@@ -230,6 +235,24 @@ extension Gateway {
                                               user: user, on: connection)
             }
             outcomes.append(resolved)
+        }
+        // The gateway's ETags (a backend without its own): checked against the backend's
+        // current row now; a unit with a stale one is answered 412 and not forwarded.
+        var checked: [Int: [Int: GatewayETagCheck]] = [:]
+        if configuration.gatewayETags {
+            for index in units.indices {
+                guard case .forward = outcomes[index] else { continue }
+                switch try await checkGatewayETags(&units[index], request: request, backend: backend, model: model) {
+                case .passed(let checks): if !checks.isEmpty { checked[index] = checks }
+                case .failed(let answer):
+                    let answers = Array(repeating: answer, count: units[index].operations.count)
+                    if !units[index].ids.isEmpty {
+                        try await store.recordAnswers(Array(zip(units[index].ids, answers)).map { ($0, $1) },
+                                                      backend: backend.url, user: user, on: connection)
+                    }
+                    outcomes[index] = .answered(answers, accepted: false)
+                }
+            }
         }
         let forwarded = outcomes.indices.filter { if case .forward = outcomes[$0] { true } else { false } }
         var fresh: [Int: (part: BatchPart?, answers: [RecordedAnswer])] = [:]
@@ -302,6 +325,20 @@ extension Gateway {
                     }
                 }
                 guard !fresh.isEmpty else { throw Deferred() }
+            }
+            // An update checked against the gateway's ETag is answered with the new one.
+            for (index, checks) in checked {
+                guard var result = fresh[index] else { continue }
+                var changed = false
+                for (position, check) in checks where position < result.answers.count
+                    && result.answers[position].status < 300 && check.method != "DELETE"
+                {
+                    if let hash = try await currentHash(check, request: request, backend: backend, model: model) {
+                        result.answers[position].headers["ETag"] = Self.gatewayETag(scope: check.scope, hash: hash)
+                        changed = true
+                    }
+                }
+                if changed { fresh[index] = (nil, result.answers) }
             }
             var toRecord: [(id: String, answer: RecordedAnswer)] = []
             var toForget: [String] = []
@@ -468,6 +505,74 @@ extension Gateway {
         return RecordedAnswer(status: status, headers: headers, body: legacy ? error.v2JSON() : error.v4JSON())
     }
 
+    // MARK: The gateway's ETags
+
+    /// What checking a unit's gateway ETags gave: each checked request's check (by its place
+    /// in the unit), or the 412 that answers the unit.
+    enum ETagOutcome {
+        case passed([Int: GatewayETagCheck])
+        case failed(RecordedAnswer)
+    }
+
+    /// Checks each update or delete of `unit` that carries one of the gateway's ETags against
+    /// the backend's current row, read with the query of the ETag's scope; a match sends the
+    /// request on with `If-Match: *` (the backend does not know the gateway's ETags).
+    func checkGatewayETags(_ unit: inout UploadUnit, request: GatewayRequest, backend: GatewayBackend, model: Model)
+        async throws -> ETagOutcome
+    {
+        var checks: [Int: GatewayETagCheck] = [:]
+        for (position, operation) in unit.operations.enumerated() {
+            guard ["PATCH", "PUT", "MERGE", "DELETE"].contains(operation.method),
+                let ifMatch = operation.message.headers["If-Match"], let (scope, hash) = Self.parseGatewayETag(ifMatch)
+            else { continue }
+            let legacy = model.version.isLegacy
+            func refused(_ why: String) -> ETagOutcome {
+                .failed(Self.errorAnswer(
+                    status: 412, code: "PreconditionFailed",
+                    "\(operation.method) \(operation.message.url ?? ""): \(why) (If-Match \(ifMatch)); read it again",
+                    legacy: legacy))
+            }
+            guard let query = try await store.query(ofScope: scope),
+                let check = GatewayETagCheck(operation: operation, scope: scope, query: query, request: request,
+                                             backend: backend, model: model)
+            else { return refused("the entity cannot be checked against the ETag the gateway gave") }
+            guard let current = try await currentHash(check, request: request, backend: backend, model: model) else {
+                return refused("the entity is gone from the backend")
+            }
+            guard current == hash else { return refused("the entity changed on the backend since it was read") }
+            unit.operations[position].message.headers["If-Match"] = "*"
+            checks[position] = check
+        }
+        return .passed(checks)
+    }
+
+    /// The hash the gateway keeps for the checked entity's row as the backend holds it now
+    /// (read with its scope's query narrowed to its key), or nil when the query holds no such
+    /// row. A backend that cannot be read fails the upload (the device sends it again).
+    func currentHash(_ check: GatewayETagCheck, request: GatewayRequest, backend: GatewayBackend, model: Model)
+        async throws -> String?
+    {
+        var headers = HTTPHeaders()
+        for field in request.headers where !Self.hopByHop.contains(field.name.lowercased())
+            && !Self.notOnReads.contains(field.name.lowercased())
+        {
+            headers.add(field.name, field.value)
+        }
+        headers["Accept"] = "application/json"
+        metrics.backendRequests("etag").increment()
+        let response = try await transport.send(
+            TransportRequest(method: "GET", url: backend.url + check.target, headers: headers),
+            timeout: configuration.backendTimeout)
+        guard response.status == 200 else {
+            if response.status == 404 { return nil }
+            throw GatewayError(status: 502, code: "BackendUnavailable",
+                               "The backend answered \(response.status) when the entity's ETag was checked")
+        }
+        let (rows, _) = try Self.rows(of: response.body, keyNames: check.keyNames, legacy: model.version.isLegacy,
+                                      set: check.set)
+        return rows.first.map { GatewayStore.md5($0.payload) }
+    }
+
     // MARK: In doubt
 
     /// Headers of a device's modification request that its reads of the backend leave out.
@@ -612,5 +717,76 @@ extension Gateway {
         default:
             return .unknown
         }
+    }
+}
+
+/// How an update or delete that carries one of the gateway's ETags is checked: its entity's
+/// row read with its scope's query narrowed to the entity's key.
+struct GatewayETagCheck: Sendable {
+    var method: String
+    var scope: Int64
+    var set: String
+    var keyNames: [String]
+    /// The scope's query with a `$filter` on the entity's key (relative to the backend's root).
+    var target: String
+
+    init?(operation: UploadOperation, scope: Int64, query: String, request: GatewayRequest, backend: GatewayBackend,
+          model: Model)
+    {
+        var url = operation.message.url ?? ""
+        for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) { url = String(url.dropFirst(root.count)) }
+        guard let open = url.firstIndex(of: "("), url.hasSuffix(")") else { return nil }
+        let set = String(url[..<open])
+        let predicate = String(url[url.index(after: open)..<url.index(before: url.endIndex)])
+        guard let scoped = try? TrackedQuery(target: query), scoped.path == set || scoped.path.removingPercentEncoding == set,
+            let type = model.entityType(ofEntitySet: set.removingPercentEncoding ?? set)
+        else { return nil }
+        let keyNames = model.key(of: type).map(\.name)
+        let parts = Self.split(predicate.removingPercentEncoding ?? predicate)
+        var terms: [String] = []
+        if parts.count == 1, keyNames.count == 1, !parts[0].contains("=") || parts[0].hasPrefix("'") {
+            terms = [keyNames[0] + " eq " + parts[0]]
+        } else {
+            for part in parts {
+                guard let equals = part.firstIndex(of: "=") else { return nil }
+                terms.append(part[..<equals].trimmingCharacters(in: .whitespaces) + " eq "
+                             + part[part.index(after: equals)...].trimmingCharacters(in: .whitespaces))
+            }
+        }
+        guard terms.count == keyNames.count else { return nil }
+        var filter = terms.joined(separator: " and ")
+        var options = scoped.options.filter { !["$top", "$skip", "$orderby", "$skiptoken", "$count", "$inlinecount"]
+            .contains($0.name) }
+        if let index = options.firstIndex(where: { $0.name == "$filter" }) {
+            filter = "(" + (options[index].value.removingPercentEncoding ?? options[index].value) + ") and (" + filter + ")"
+            options.remove(at: index)
+        }
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "&=+#%")
+        options.append(("$filter", filter.addingPercentEncoding(withAllowedCharacters: allowed) ?? filter))
+        self.method = operation.method
+        self.scope = scope
+        self.set = set
+        self.keyNames = keyNames
+        self.target = set + "?" + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }
+            .joined(separator: "&")
+    }
+
+    /// A key predicate's parts, split at commas outside quoted literals.
+    static func split(_ predicate: String) -> [String] {
+        var parts: [String] = []
+        var current = ""
+        var quoted = false
+        for character in predicate {
+            if character == "'" { quoted.toggle() }
+            if character == ",", !quoted {
+                parts.append(current)
+                current = ""
+            } else {
+                current.append(character)
+            }
+        }
+        parts.append(current)
+        return parts.map { $0.trimmingCharacters(in: .whitespaces) }
     }
 }

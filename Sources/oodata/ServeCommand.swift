@@ -31,6 +31,8 @@ struct ServeCommand: AsyncParsableCommand {
     var noDelta = false
     @Flag(help: "Play a backend that ignores repeatable-request headers: a resent request is applied again.")
     var noRepeatability = false
+    @Flag(help: "Play a backend without ETags: none in answers, If-Match and If-None-Match ignored.")
+    var noEtags = false
     @Flag(help: "Accept PUT, PATCH, MERGE and DELETE without If-Match (428 Precondition Required otherwise).")
     var allowUnconditionalWrites = false
     @Option(help: ArgumentHelp("Require HTTP Basic authentication with USER:PASSWORD (401 otherwise).", valueName: "USER:PASSWORD"))
@@ -69,6 +71,7 @@ struct ServeCommand: AsyncParsableCommand {
         options.requireIfMatch = !allowUnconditionalWrites
         options.tracksChanges = !noDelta
         options.honorsRepeatableRequests = !noRepeatability
+        options.sendsETags = !noEtags
         if sample != nil { options.serverGeneratedKeys = SalesSample.serverGeneratedKeys }
         if csrf {
             guard csrfLifetime > 0 else { throw CLIFailure("--csrf-lifetime must be positive") }

@@ -244,3 +244,52 @@ import Testing
         await setup.stop()
     }
 }
+
+/// Issue 36, item 2: a backend without ETags (the reference server with them off). The
+/// gateway gives rows ETags from their hashes and checks a device's update against the
+/// backend's current row: another user's change is not overwritten unseen.
+@Suite(.serialized) struct GatewayETagTests {
+    @Test(arguments: [false, true])
+    func aConcurrentChangeOnABackendWithoutETagsIs412(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(v2: v2, instances: 1, backendOptions: {
+            $0.sendsETags = false
+            $0.honorsRepeatableRequests = false
+        })
+        do {
+            // The backend gives no ETag; the gateway does.
+            var headers = HTTPHeaders()
+            headers["Accept"] = "application/json"
+            let direct = try await DefaultTransport.make().send(
+                TransportRequest(method: "GET", url: setup.backendRoot + "BusinessPartners('BP1')", headers: headers),
+                timeout: 30)
+            let directText = String(decoding: direct.body, as: UTF8.self)
+            #expect(direct.headers["ETag"] == nil && !directText.contains("etag"), "\(directText)")
+            let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "etags")
+            // Another user changes BP1's e-mail on the backend; the device changes its phone.
+            #expect(try await GatewayDeltaTests.backendSend(
+                setup, "PATCH", "BusinessPartners('BP1')", #"{"Email":"office@example.com"}"#) < 300)
+            _ = try await device.execute(method: "PATCH", url: "BusinessPartners('BP1')",
+                                         body: Array(#"{"Phone":"field"}"#.utf8))
+            // BP2 changed twice by the device alone, in two uploads without a download between.
+            _ = try await device.execute(method: "PATCH", url: "BusinessPartners('BP2')",
+                                         body: Array(#"{"Phone":"first"}"#.utf8))
+            try await device.upload()
+            _ = try await device.execute(method: "PATCH", url: "BusinessPartners('BP2')",
+                                         body: Array(#"{"Phone":"second"}"#.utf8))
+            try await device.upload()
+            let failures = try await device.readEntities("ErrorArchive")
+            #expect(failures.count == 1, "\(failures)")
+            #expect(failures.first?.int64("HTTPStatusCode") == 412)
+            #expect(failures.first?.string("RequestURL") == "BusinessPartners('BP1')")
+            let bp1 = try await GatewayUploadTests.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP1'").first
+            #expect(bp1?["Email"]?.stringValue == "office@example.com")
+            #expect(bp1?["Phone"]?.stringValue != "field")
+            let bp2 = try await GatewayUploadTests.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP2'").first
+            #expect(bp2?["Phone"]?.stringValue == "second")
+            await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+}

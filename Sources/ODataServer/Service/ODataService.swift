@@ -43,6 +43,10 @@ public final class ODataService: Sendable {
         /// False plays a backend without change tracking, as most SAP Gateway services are: no
         /// delta links, the preference ignored, so every download is a full read.
         public var tracksChanges = true
+        /// Whether entities carry ETags. False plays a backend without them, as many SAP
+        /// Gateway services are: no `@odata.etag`, `__metadata.etag` or `ETag` header in any
+        /// answer, and `If-Match`/`If-None-Match` ignored (every write is unconditional).
+        public var sendsETags = true
         /// Where the service logs: each HTTP request at `debug` (method, URL without query
         /// values or keys, status, duration), `$batch` part and change-set counts at `debug`,
         /// internal errors at `error`. Logs nothing by default.
@@ -127,6 +131,42 @@ public final class ODataService: Sendable {
     }
 
     func handleUnfaulted(_ request: ServiceRequest) async -> ServiceResponse {
+        guard options.sendsETags else {
+            var plain = request
+            plain.headers["If-Match"] = nil
+            plain.headers["If-None-Match"] = nil
+            return Self.withoutETags(await handleChecked(plain))
+        }
+        return await handleChecked(request)
+    }
+
+    /// `response` as a backend without ETags gives it: no `ETag` header, and no ETag in a
+    /// JSON body (V4 `@odata.etag`, V2 `__metadata.etag`). A `$batch` answer is made of parts
+    /// that already went through here.
+    static func withoutETags(_ response: ServiceResponse) -> ServiceResponse {
+        var plain = response
+        plain.headers["ETag"] = nil
+        guard (response.headers["Content-Type"] ?? "").lowercased().contains("json"),
+            let json = try? JSONValue.parse(response.body)
+        else { return plain }
+        func strip(_ value: JSONValue, inMetadata: Bool) -> JSONValue {
+            switch value {
+            case .object(let members):
+                return .object(members.compactMap { member in
+                    if member.name == "@odata.etag" || member.name == "odata.etag" || (inMetadata && member.name == "etag") {
+                        return nil
+                    }
+                    return JSONValue.Member(member.name, strip(member.value, inMetadata: member.name == "__metadata"))
+                })
+            case .array(let items): return .array(items.map { strip($0, inMetadata: false) })
+            default: return value
+            }
+        }
+        plain.body = Array(strip(json, inMetadata: false).serialized.utf8)
+        return plain
+    }
+
+    func handleChecked(_ request: ServiceRequest) async -> ServiceResponse {
         guard request.body.count <= options.maxBodyBytes else {
             return .error(413, code: "RequestTooLarge", "The request body is larger than \(options.maxBodyBytes) bytes", version: request.version)
         }

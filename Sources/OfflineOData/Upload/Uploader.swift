@@ -185,7 +185,8 @@ struct Uploader {
         }
         let context = UploadPlanner.MessageContext(
             keyMap: keyMap, etags: etags, firstSent: firstSent, now: now,
-            repeatable: parameters.enableRepeatableRequests, legacy: model.version.isLegacy)
+            repeatable: parameters.enableRepeatableRequests, legacy: model.version.isLegacy,
+            lastWriterWins: parameters.lastWriterWinsWithoutETag)
         let messages = planner.messages(for: batch, context: context)
         if !parameters.backendSupportsBatch {
             return try await sendOneByOne(requests, messages: messages, on: provider)
