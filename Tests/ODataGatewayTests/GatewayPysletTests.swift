@@ -105,4 +105,68 @@ import Testing
         postgres.stop()
         try? FileManager.default.removeItem(at: folder)
     }
+
+    /// Issue 36 with a third-party backend that ignores repeatable-request headers and has no
+    /// `$batch` or ETags: a device sends request by request through the gateway, each recorded;
+    /// the same create sent again (its answer lost) gets the recorded 201, not pyslet's 409;
+    /// another user's change under the device's update is caught with the gateway's ETag.
+    @Test func uploadsThroughTheGatewayToPysletAreAppliedOnce() async throws {
+        let producer = try await Interop.Server.start(script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
+        let postgres = try PostgresServer.start()
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gw-pyslet-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        var gateway: RunningGateway?
+        var device: OfflineODataProvider?
+        do {
+            let backend = producer.serviceRoot.absoluteString
+            let running = try await RunningGateway.start(
+                configuration: GatewayConfiguration(backends: [GatewayBackend(url: backend)]), postgresURL: postgres.url)
+            gateway = running
+            var parameters = OfflineODataParameters()
+            parameters.storePath = folder
+            parameters.storeName = "pyslet-upload"
+            parameters.backendSupportsBatch = false
+            let provider = OfflineODataProvider(serviceRoot: running.root, parameters: parameters)
+            device = provider
+            try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Customers", query: "Customers"))
+            try await provider.open()
+            // Another user renames C2 on pyslet; the device renames C2 and C3, and creates C9.
+            #expect(try await Self.send(backend, "MERGE", "Customers('C2')", #"{"Name":"By the office"}"#).status < 300)
+            _ = try await provider.execute(method: "PATCH", url: "Customers('C2')", body: Array(#"{"Name":"By the field"}"#.utf8))
+            _ = try await provider.execute(method: "PATCH", url: "Customers('C3')", body: Array(#"{"Name":"Three"}"#.utf8))
+            _ = try await provider.execute(
+                method: "POST", url: "Customers", body: Array(#"{"CustomerID":"C9","Name":"Nine","Country":"Chile"}"#.utf8))
+            try await provider.upload()
+            let failures = try await provider.readEntities("ErrorArchive")
+            #expect(failures.map { $0.int64("HTTPStatusCode") } == [412], "\(failures)")
+            let names = try await Self.truth(backend, "Customers", key: "CustomerID", field: "Name")
+            #expect(names.contains("C2 By the office") && names.contains("C3 Three") && names.contains("C9 Nine"), "\(names)")
+            // The create again, as a device whose answer was lost sends it: the recorded answer.
+            let id = UUID().uuidString
+            var headers = HTTPHeaders()
+            headers["Accept"] = "application/json"
+            headers["Content-Type"] = "application/json"
+            headers["RequestID"] = id
+            headers["RepeatabilityCreation"] = "Fri, 27 Nov 2026 10:00:00 GMT"
+            let body = Array(#"{"CustomerID":"C10","Name":"Ten","Country":"Chile"}"#.utf8)
+            let first = try await DefaultTransport.make().send(
+                TransportRequest(method: "POST", url: running.root.absoluteString + "Customers", headers: headers, body: body),
+                timeout: 30)
+            let again = try await DefaultTransport.make().send(
+                TransportRequest(method: "POST", url: running.root.absoluteString + "Customers", headers: headers, body: body),
+                timeout: 30)
+            #expect(first.status == 201)
+            #expect(again.status == 201, "\(String(decoding: again.body, as: UTF8.self))")
+            #expect(again.headers["Repeatability-Result"] == "accepted")
+            #expect(try await Self.truth(backend, "Customers", key: "CustomerID", field: "Name").filter { $0.hasPrefix("C10 ") }
+                        == ["C10 Ten"])
+        } catch {
+            Issue.record("\(error)")
+        }
+        if let device { await device.close() }
+        if let gateway { await gateway.stop() }
+        producer.stop()
+        postgres.stop()
+        try? FileManager.default.removeItem(at: folder)
+    }
 }

@@ -32,11 +32,6 @@ public struct OfflineODataParameters: Sendable {
     public var customCookies: [String: String] = [:]
     /// Send repeatable-request headers with every modification so each is applied exactly once.
     public var enableRepeatableRequests = true
-    /// Whether a change to an entity whose ETag the store does not know goes with
-    /// `If-Match: *` (last writer wins: another user's change is overwritten unseen). Off by
-    /// default: such a change goes without `If-Match`, and a backend that requires one answers
-    /// 428, which lands in the ErrorArchive.
-    public var lastWriterWinsWithoutETag = false
     /// Largest number of entities one local read returns; ``noPaging`` (nil) for no paging.
     public var pageSize: Int? = OfflineODataParameters.noPaging
     /// Network timeout in whole seconds, as SAP declares it: how long a request may go without

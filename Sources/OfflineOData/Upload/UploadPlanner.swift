@@ -73,9 +73,6 @@ struct UploadPlanner: Sendable {
         var repeatable: Bool
         /// V2 has no PATCH: partial updates go as MERGE.
         var legacy: Bool
-        /// `If-Match: *` for an entity whose ETag is unknown (last writer wins); otherwise
-        /// such a change goes without `If-Match`.
-        var lastWriterWins = false
     }
 
     private let units: [[QueueEntry]]
@@ -229,17 +226,14 @@ struct UploadPlanner: Sendable {
             }
             let reference = (request.entitySet ?? "") + (request.entityKey ?? "")
             // If-Match guards the first change of a downloaded entity in this batch with its ETag;
-            // later ones (the ETag is new by then) and entities created in this batch send `*`:
-            // services such as SAP Gateway answer 428 without it. An entity whose ETag is
-            // unknown goes without If-Match unless the app chose last-writer-wins: `*` would
-            // overwrite another user's change unseen, while a backend that needs If-Match
-            // answers 428 into the ErrorArchive.
+            // later ones (the ETag is new by then), entities created in this batch and entities
+            // whose ETag is unknown send `*`: services such as SAP Gateway answer 428 without it.
             if !request.isCreate, !request.url.hasSuffix("/$ref") {
                 if !createdHere.contains(reference), !matched.contains(reference), let etag = context.etags[reference] {
                     headers["If-Match"] = etag
                     // Later changes of this entity in the batch follow this checked one.
                     matched.insert(reference)
-                } else if createdHere.contains(reference) || matched.contains(reference) || context.lastWriterWins {
+                } else {
                     headers["If-Match"] = "*"
                 }
             }

@@ -185,8 +185,7 @@ struct Uploader {
         }
         let context = UploadPlanner.MessageContext(
             keyMap: keyMap, etags: etags, firstSent: firstSent, now: now,
-            repeatable: parameters.enableRepeatableRequests, legacy: model.version.isLegacy,
-            lastWriterWins: parameters.lastWriterWinsWithoutETag)
+            repeatable: parameters.enableRepeatableRequests, legacy: model.version.isLegacy)
         let messages = planner.messages(for: batch, context: context)
         if !parameters.backendSupportsBatch {
             return try await sendOneByOne(requests, messages: messages, on: provider)
