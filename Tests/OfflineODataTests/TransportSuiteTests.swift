@@ -132,11 +132,13 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
         defer { Task { await fixture.stop() } }
         let url = fixture.server.v4Root.absoluteString + "BusinessPartners"
         let transport = kind.make()
-        // 8 parts 400 ms apart: 3.2 s in all, never 2 s without a byte.
+        // 8 parts 600 ms apart: 4.8 s in all, longer than the 4 s timeout, but never 4 s
+        // without a byte (a margin that holds while the other suites load both cores: 400 ms
+        // gaps against a 2 s timeout once failed under URLSession in CI).
         await fixture.server.service.faults.set([
-            FaultRule(method: "GET", urlContains: "BusinessPartners", trickleMilliseconds: 400)
+            FaultRule(method: "GET", urlContains: "BusinessPartners", trickleMilliseconds: 600)
         ])
-        let slow = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 2)
+        let slow = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 4)
         #expect(slow.status == 200)
         #expect(try JSONValue.parse(slow.body)["value"]?.arrayValue?.isEmpty == false)
         // An answer that does not start for 5 s.
