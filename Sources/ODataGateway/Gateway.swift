@@ -71,7 +71,8 @@ public final class Gateway: Sendable {
     public func handle(_ request: GatewayRequest, backend: GatewayBackend) async -> GatewayResponse {
         var legacy = false
         do {
-            let model = try await models.model(for: backend, authorization: request.headers["Authorization"], gateway: self)
+            let model = try await models.model(
+                for: backend, authorization: request.headers["Authorization"], gateway: self)
             legacy = model.version.isLegacy
             if let upload = try await upload(request, backend: backend, model: model) { return upload }
             if let tracked = try trackedQuery(request, backend: backend, model: model) {
@@ -95,13 +96,16 @@ public final class Gateway: Sendable {
         } catch let error as GatewayError {
             return .error(error, legacy: legacy)
         } catch let error as TransportError {
-            return .error(GatewayError(status: 502, code: "BackendUnreachable", "The backend did not answer: \(error)"),
-                          legacy: legacy)
+            return .error(
+                GatewayError(status: 502, code: "BackendUnreachable", "The backend did not answer: \(error)"),
+                legacy: legacy)
         } catch {
             let id = UUID().uuidString.prefix(8)
             logger.error("Gateway request failed", metadata: ["error-id": .string(String(id)), "error": "\(error)"])
-            return .error(GatewayError(status: 503, code: "GatewayUnavailable",
-                                       "The gateway could not answer (error id \(id)); try again"), legacy: legacy)
+            return .error(
+                GatewayError(
+                    status: 503, code: "GatewayUnavailable",
+                    "The gateway could not answer (error id \(id)); try again"), legacy: legacy)
         }
     }
 
@@ -120,16 +124,19 @@ public final class Gateway: Sendable {
         // backend; under ALWAYS the device reads again and joins the gateway's tracking.
         if tracked.token == nil, tracked.options.contains(where: { TrackedQuery.deltaTokenNames.contains($0.name) }) {
             guard mode == .always else { return nil }
-            throw GatewayError(status: 410, code: "DeltaTokenExpired",
-                               "The gateway tracks \(set)'s changes itself now; the backend's delta token is no longer "
-                                   + "followed: read \(set) again")
+            throw GatewayError(
+                status: 410, code: "DeltaTokenExpired",
+                "The gateway tracks \(set)'s changes itself now; the backend's delta token is no longer "
+                    + "followed: read \(set) again")
         }
         return tracked
     }
 
     // MARK: Tracked reads
 
-    func answerTracked(_ tracked: TrackedQuery, request: GatewayRequest, backend: GatewayBackend, model: Model)
+    func answerTracked(
+        _ tracked: TrackedQuery, request: GatewayRequest, backend: GatewayBackend, model: Model
+    )
         async throws -> GatewayResponse
     {
         // Rows kept in PostgreSQL go only to a device the backend answers this very query now,
@@ -179,46 +186,56 @@ public final class Gateway: Sendable {
         switch tracked.token {
         case nil:
             try await refreshIfDue()
-            return try await fullPage(tracked, scope: scope.id, published: scope.published, after: "",
-                                      pageSize: pageSize, set: set, legacy: legacy, root: request.gatewayRoot,
-                                      backend: backend)
+            return try await fullPage(
+                tracked, scope: scope.id, published: scope.published, after: "",
+                pageSize: pageSize, set: set, legacy: legacy, root: request.gatewayRoot,
+                backend: backend)
         case .page(let id, let published, let after):
             guard id == scope.id else { throw try await foreignToken(id, canonical: canonical, set: set) }
-            return try await fullPage(tracked, scope: id, published: published, after: after, pageSize: pageSize,
-                                      set: set, legacy: legacy, root: request.gatewayRoot, backend: backend)
+            return try await fullPage(
+                tracked, scope: id, published: published, after: after, pageSize: pageSize,
+                set: set, legacy: legacy, root: request.gatewayRoot, backend: backend)
         case .delta(let id, let since, let upTo, let afterSeq, let afterKey):
             guard id == scope.id else { throw try await foreignToken(id, canonical: canonical, set: set) }
             if upTo == nil { try await refreshIfDue() }
             guard since >= scope.floor else {
-                throw GatewayError(status: 410, code: "DeltaTokenExpired",
-                                   "The delta token is older than the gateway keeps deletions; read \(set) again")
+                throw GatewayError(
+                    status: 410, code: "DeltaTokenExpired",
+                    "The delta token is older than the gateway keeps deletions; read \(set) again")
             }
-            guard since <= scope.published else { throw GatewayError(status: 400, code: "BadToken", "The delta token is not one the gateway gave") }
+            guard since <= scope.published else {
+                throw GatewayError(status: 400, code: "BadToken", "The delta token is not one the gateway gave")
+            }
             let end = upTo ?? scope.published
             metrics.deltaPages.increment()
             let rows = try await store.deltaPage(
-                scope: id, since: since, upTo: end, after: upTo == nil ? nil : (afterSeq, afterKey), limit: pageSize + 1)
+                scope: id, since: since, upTo: end, after: upTo == nil ? nil : (afterSeq, afterKey), limit: pageSize + 1
+            )
             // A purge that committed before the page was read raised the floor: 410, not a
             // delta without the tombstones it removed.
             if let now = try await store.scope(id: id), since < now.floor {
-                throw GatewayError(status: 410, code: "DeltaTokenExpired",
-                                   "The delta token is older than the gateway keeps deletions; read \(set) again")
+                throw GatewayError(
+                    status: 410, code: "DeltaTokenExpired",
+                    "The delta token is older than the gateway keeps deletions; read \(set) again")
             }
             let more = rows.count > pageSize
             let slice = Array(rows.prefix(pageSize))
             let link: String
             var isNext = false
             if more, let last = slice.last {
-                link = tracked.link(root: request.gatewayRoot,
-                                    token: .delta(scope: id, since: since, upTo: end, afterSeq: last.seq, afterKey: last.key),
-                                    legacy: legacy)
+                link = tracked.link(
+                    root: request.gatewayRoot,
+                    token: .delta(scope: id, since: since, upTo: end, afterSeq: last.seq, afterKey: last.key),
+                    legacy: legacy)
                 isNext = true
             } else {
-                link = tracked.link(root: request.gatewayRoot,
-                                    token: .delta(scope: id, since: end, upTo: nil, afterSeq: 0, afterKey: ""), legacy: legacy)
+                link = tracked.link(
+                    root: request.gatewayRoot,
+                    token: .delta(scope: id, since: end, upTo: nil, afterSeq: 0, afterKey: ""), legacy: legacy)
             }
-            return page(slice, scope: id, set: set, legacy: legacy, delta: true, nextLink: isNext ? link : nil,
-                        deltaLink: isNext ? nil : link, root: request.gatewayRoot, backend: backend)
+            return page(
+                slice, scope: id, set: set, legacy: legacy, delta: true, nextLink: isNext ? link : nil,
+                deltaLink: isNext ? nil : link, root: request.gatewayRoot, backend: backend)
         }
     }
 
@@ -243,12 +260,14 @@ public final class Gateway: Sendable {
     func foreignToken(_ id: Int64, canonical: String, set: String) async throws -> GatewayError {
         switch try await store.query(ofScope: id) {
         case canonical?:
-            return GatewayError(status: 410, code: "DeltaTokenExpired",
-                                "The token was given under other credentials; read \(set) again")
+            return GatewayError(
+                status: 410, code: "DeltaTokenExpired",
+                "The token was given under other credentials; read \(set) again")
         case nil:
-            return GatewayError(status: 410, code: "DeltaTokenExpired",
-                                "The gateway no longer keeps the changes this token follows (unread too long); "
-                                    + "read \(set) again")
+            return GatewayError(
+                status: 410, code: "DeltaTokenExpired",
+                "The gateway no longer keeps the changes this token follows (unread too long); "
+                    + "read \(set) again")
         default: break
         }
         return GatewayError(status: 400, code: "BadToken", "The token belongs to another query")
@@ -262,17 +281,21 @@ public final class Gateway: Sendable {
         metrics.fullPages.increment()
         let page = Array(rows.prefix(pageSize))
         if rows.count > pageSize, let last = page.last {
-            let next = tracked.link(root: root, token: .page(scope: scope, published: published, after: last.key),
-                                    legacy: legacy)
-            return self.page(page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: next, deltaLink: nil,
-                             root: root,
-                             backend: backend)
+            let next = tracked.link(
+                root: root, token: .page(scope: scope, published: published, after: last.key),
+                legacy: legacy)
+            return self.page(
+                page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: next, deltaLink: nil,
+                root: root,
+                backend: backend)
         }
-        let delta = tracked.link(root: root, token: .delta(scope: scope, since: published, upTo: nil, afterSeq: 0, afterKey: ""),
-                                 legacy: legacy)
-        return self.page(page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta,
-                         root: root,
-                         backend: backend)
+        let delta = tracked.link(
+            root: root, token: .delta(scope: scope, since: published, upTo: nil, afterSeq: 0, afterKey: ""),
+            legacy: legacy)
+        return self.page(
+            page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta,
+            root: root,
+            backend: backend)
     }
 
     /// A page in the backend's protocol: V4 `value` with `@removed` entries and
@@ -282,23 +305,29 @@ public final class Gateway: Sendable {
         _ rows: [GatewayStore.Row], scope: Int64, set: String, legacy: Bool, delta: Bool, nextLink: String?,
         deltaLink: String?, root: String, backend: GatewayBackend
     ) -> GatewayResponse {
-        var text = legacy ? #"{"d":{"results":["#
+        var text =
+            legacy
+            ? #"{"d":{"results":["#
             : #"{"@odata.context":"# + JSONValue.string(root + "$metadata#" + set + (delta ? "/$delta" : "")).serialized
                 + #","value":["#
         for (index, row) in rows.enumerated() {
             if index > 0 { text += "," }
             if let payload = row.payload {
                 let named = payload.replacingOccurrences(of: backend.url, with: root)
-                text += configuration.gatewayETags
+                text +=
+                    configuration.gatewayETags
                     ? Self.withETag(named, scope: scope, hash: row.hash, legacy: legacy) : named
             } else if legacy {
                 text += #"{"__deleted":true"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
             } else {
-                text += #"{"@removed":{"reason":"deleted"}"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
+                text +=
+                    #"{"@removed":{"reason":"deleted"}"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
             }
         }
         text += "]"
-        if let nextLink { text += (legacy ? #","__next":"# : #","@odata.nextLink":"#) + JSONValue.string(nextLink).serialized }
+        if let nextLink {
+            text += (legacy ? #","__next":"# : #","@odata.nextLink":"#) + JSONValue.string(nextLink).serialized
+        }
         if let deltaLink {
             text += (legacy ? #","__delta":"# : #","@odata.deltaLink":"#) + JSONValue.string(deltaLink).serialized
         }
@@ -371,15 +400,17 @@ public final class Gateway: Sendable {
             while let current = url {
                 pages += 1
                 guard pages <= Self.maximumPages, seen.insert(current).inserted else {
-                    throw GatewayError(status: 502, code: "BackendPaging",
-                                       "The backend's next links for \(query.path) repeat or do not end (page \(pages))")
+                    throw GatewayError(
+                        status: 502, code: "BackendPaging",
+                        "The backend's next links for \(query.path) repeat or do not end (page \(pages))")
                 }
                 var headers = HTTPHeaders()
                 headers["Accept"] = "application/json"
                 if let authorization { headers["Authorization"] = authorization }
                 metrics.backendRequests("refresh").increment()
                 let response = try await transport.send(
-                    TransportRequest(method: "GET", url: current, headers: headers), timeout: configuration.backendTimeout)
+                    TransportRequest(method: "GET", url: current, headers: headers),
+                    timeout: configuration.backendTimeout)
                 guard response.status == 200 else { throw BackendAnswer(response: response) }
                 let (rows, next) = try Self.rows(of: response.body, keyNames: keyNames, legacy: legacy, set: query.path)
                 try await write(rows)
@@ -401,14 +432,17 @@ public final class Gateway: Sendable {
     }
 
     /// The rows of a backend page, with their keys, and its next link.
-    static func rows(of body: [UInt8], keyNames: [String], legacy: Bool, set: String) throws
+    static func rows(
+        of body: [UInt8], keyNames: [String], legacy: Bool, set: String
+    ) throws
         -> ([(key: String, keyMembers: String, payload: String)], String?)
     {
         let json: JSONValue
         do {
             json = try JSONValue.parse(body)
         } catch {
-            throw GatewayError(status: 502, code: "BackendPayload", "The backend's page of \(set) is not JSON: \(error)")
+            throw GatewayError(
+                status: 502, code: "BackendPayload", "The backend's page of \(set) is not JSON: \(error)")
         }
         let found: [JSONValue]?
         let next: String?
@@ -424,8 +458,9 @@ public final class Gateway: Sendable {
         // Without an array of entities the refresh stops: taking it as empty would tombstone
         // every row of the scope.
         guard let items = found else {
-            throw GatewayError(status: 502, code: "BackendPayload",
-                               "The backend's page of \(set) holds no array of entities (\(legacy ? "d.results" : "value"))")
+            throw GatewayError(
+                status: 502, code: "BackendPayload",
+                "The backend's page of \(set) holds no array of entities (\(legacy ? "d.results" : "value"))")
         }
         var rows: [(key: String, keyMembers: String, payload: String)] = []
         rows.reserveCapacity(items.count)
@@ -434,8 +469,9 @@ public final class Gateway: Sendable {
             var members: [String] = []
             for name in keyNames {
                 guard let value = item[name] else {
-                    throw GatewayError(status: 502, code: "BackendPayload",
-                                       "A row of \(set) from the backend has no key property \(name)")
+                    throw GatewayError(
+                        status: 502, code: "BackendPayload",
+                        "A row of \(set) from the backend has no key property \(name)")
                 }
                 parts.append(value.serialized)
                 members.append(JSONValue.string(name).serialized + ":" + value.serialized)
@@ -469,8 +505,9 @@ public final class Gateway: Sendable {
             headers.add(field.name, field.value)
         }
         if let encoding = request.headers["Content-Encoding"] { headers["Content-Encoding"] = encoding }
-        let body = Self.rewrite(request.body, contentType: request.headers["Content-Type"],
-                                encoded: request.headers["Content-Encoding"] != nil, from: request.gatewayRoot, to: backend.url)
+        let body = Self.rewrite(
+            request.body, contentType: request.headers["Content-Type"],
+            encoded: request.headers["Content-Encoding"] != nil, from: request.gatewayRoot, to: backend.url)
         metrics.backendRequests("forward").increment()
         let response = try await transport.send(
             TransportRequest(method: request.method, url: backend.url + request.target, headers: headers, body: body),
@@ -496,8 +533,9 @@ public final class Gateway: Sendable {
             headers.add(field.name, value)
         }
         if let encoding = response.headers["Content-Encoding"] { headers["Content-Encoding"] = encoding }
-        let body = Self.rewrite(response.body, contentType: response.headers["Content-Type"],
-                                encoded: response.headers["Content-Encoding"] != nil, from: backend.url, to: gatewayRoot)
+        let body = Self.rewrite(
+            response.body, contentType: response.headers["Content-Type"],
+            encoded: response.headers["Content-Encoding"] != nil, from: backend.url, to: gatewayRoot)
         return GatewayResponse(status: response.status, headers: headers, body: body)
     }
 
@@ -565,8 +603,9 @@ actor CredentialCheck {
         case 401, 403:
             throw BackendAnswer(response: response)
         default:
-            throw GatewayError(status: 502, code: "BackendUnavailable",
-                               "The backend answered \(response.status) when the device's credentials were checked")
+            throw GatewayError(
+                status: 502, code: "BackendUnavailable",
+                "The backend answered \(response.status) when the device's credentials were checked")
         }
     }
 

@@ -150,7 +150,9 @@ extension GatewayConfiguration {
     /// Comments start with `;` or `#`. An unknown section, key or value, a missing `name` or
     /// `url`, or a defining query of an endpoint not defined is refused with its line. Endpoint
     /// keys of SAP's format that the gateway does not act on yet go to `warnings`.
-    public static func parse(ini text: String) throws(GatewayConfigurationError)
+    public static func parse(
+        ini text: String
+    ) throws(GatewayConfigurationError)
         -> (configuration: GatewayConfiguration, warnings: [String])
     {
         struct Section {
@@ -181,9 +183,12 @@ extension GatewayConfiguration {
             }
             let key = line[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
             var value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
-            if let comment = value.range(of: " ;") { value = value[..<comment.lowerBound].trimmingCharacters(in: .whitespaces) }
+            if let comment = value.range(of: " ;") {
+                value = value[..<comment.lowerBound].trimmingCharacters(in: .whitespaces)
+            }
             let kind = sections[sections.count - 1].kind
-            let known: Set<String> = kind == "endpoint"
+            let known: Set<String> =
+                kind == "endpoint"
                 ? ["name", "url", "track_deltas", "shared_authorization", "tombstone_retention"]
                 : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
             if kind == "endpoint", ignoredEndpointKeys.contains(key) {
@@ -191,7 +196,9 @@ extension GatewayConfiguration {
                 continue
             }
             guard known.contains(key) else {
-                throw .init(line: number, message: "unknown key \(key) in [\(kind)]; known: \(known.sorted().joined(separator: ", "))")
+                throw .init(
+                    line: number,
+                    message: "unknown key \(key) in [\(kind)]; known: \(known.sorted().joined(separator: ", "))")
             }
             guard sections[sections.count - 1].values[key] == nil else {
                 throw .init(line: number, message: "\(key) appears twice in this [\(kind)]")
@@ -219,7 +226,8 @@ extension GatewayConfiguration {
                     throw .init(line: section.line, message: "an [endpoint] needs name=")
                 }
                 guard let url = section.values["url"] else {
-                    throw .init(line: section.line, message: "[endpoint] \(name.value) needs url= (the backend's service root)")
+                    throw .init(
+                        line: section.line, message: "[endpoint] \(name.value) needs url= (the backend's service root)")
                 }
                 guard let parsed = URL(string: url.value), parsed.scheme == "http" || parsed.scheme == "https",
                     parsed.host != nil
@@ -234,7 +242,9 @@ extension GatewayConfiguration {
                 backend.sharedAuthorization = section.values["shared_authorization"]?.value
                 if let entry = section.values["tombstone_retention"] {
                     let value = try minutes(entry, "tombstone_retention")
-                    guard value > 0 else { throw .init(line: entry.line, message: "tombstone_retention must be more than 0") }
+                    guard value > 0 else {
+                        throw .init(line: entry.line, message: "tombstone_retention must be more than 0")
+                    }
                     retention = value
                 }
                 backends.append(backend)
@@ -247,7 +257,8 @@ extension GatewayConfiguration {
             var target = current
             if let endpoint = section.values["endpoint_name"] {
                 guard let found = backends.firstIndex(where: { $0.name == endpoint.value }) else {
-                    throw .init(line: endpoint.line, message: "endpoint_name=\(endpoint.value) names no [endpoint] above")
+                    throw .init(
+                        line: endpoint.line, message: "endpoint_name=\(endpoint.value) names no [endpoint] above")
                 }
                 target = found
             }

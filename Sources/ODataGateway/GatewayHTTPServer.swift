@@ -24,8 +24,9 @@ public enum GatewayHTTPServer {
             router.get("/metrics") { _, _ in
                 var headers = HTTPFields()
                 headers[.contentType] = "text/plain; version=0.0.4"
-                return Response(status: .ok, headers: headers,
-                                body: ResponseBody(byteBuffer: ByteBuffer(bytes: registry.emitToBuffer())))
+                return Response(
+                    status: .ok, headers: headers,
+                    body: ResponseBody(byteBuffer: ByteBuffer(bytes: registry.emitToBuffer())))
             }
         }
         router.add(middleware: GatewayMiddleware(gateway: gateway))
@@ -40,23 +41,30 @@ public enum GatewayHTTPServer {
 struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
     let gateway: Gateway
 
-    func handle(_ input: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    func handle(
+        _ input: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
         let path = input.uri.path
         if path == "/health" || path == "/metrics" { return try await next(input, context) }
         guard let (backend, rest) = gateway.route(path: path) else {
-            return Self.response(.error(GatewayError(status: 404, code: "NotFound", "No backend is served at \(path)"),
-                                        legacy: false))
+            return Self.response(
+                .error(
+                    GatewayError(status: 404, code: "NotFound", "No backend is served at \(path)"),
+                    legacy: false))
         }
         var request = input
         let body: ByteBuffer
         do {
             body = try await request.collectBody(upTo: GatewayHTTPServer.maxBodyBytes)
         } catch {
-            return Self.response(.error(GatewayError(status: 413, code: "RequestTooLarge",
-                                                     "The request body is larger than \(GatewayHTTPServer.maxBodyBytes) bytes"),
-                                        legacy: false))
+            return Self.response(
+                .error(
+                    GatewayError(
+                        status: 413, code: "RequestTooLarge",
+                        "The request body is larger than \(GatewayHTTPServer.maxBodyBytes) bytes"),
+                    legacy: false))
         }
         var headers = ODataCore.HTTPHeaders()
         for field in input.headers { headers.add(field.name.rawName, field.value) }
@@ -64,8 +72,9 @@ struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
         let root = "http://\(host)/" + (backend.name.isEmpty ? "" : backend.name + "/")
         let target = rest + (input.uri.query.map { "?" + $0 } ?? "")
         let answer = await gateway.handle(
-            GatewayRequest(method: input.method.rawValue, target: target, headers: headers,
-                           body: Array(body.readableBytesView), gatewayRoot: root),
+            GatewayRequest(
+                method: input.method.rawValue, target: target, headers: headers,
+                body: Array(body.readableBytesView), gatewayRoot: root),
             backend: backend)
         return Self.response(answer)
     }
@@ -80,8 +89,9 @@ struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
         for field in answer.headers {
             if let name = HTTPField.Name(field.name) { fields.append(HTTPField(name: name, value: field.value)) }
         }
-        return Response(status: .init(code: answer.status), headers: fields,
-                        body: ResponseBody(byteBuffer: ByteBuffer(bytes: answer.body)))
+        return Response(
+            status: .init(code: answer.status), headers: fields,
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: answer.body)))
     }
 }
 

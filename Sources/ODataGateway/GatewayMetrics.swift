@@ -25,11 +25,15 @@ public struct GatewayMetrics: Sendable {
 
     /// Metrics made by `factory`.
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
-        let requests = ["refresh", "forward", "credentials", "metadata", "upload", "in-doubt", "etag"].reduce(into: [String: Counter]()) {
-            $0[$1] = Counter(label: "oodata_gateway_backend_requests_total", dimensions: [("kind", $1)], factory: factory)
+        let requests = ["refresh", "forward", "credentials", "metadata", "upload", "in-doubt", "etag"].reduce(
+            into: [String: Counter]()
+        ) {
+            $0[$1] = Counter(
+                label: "oodata_gateway_backend_requests_total", dimensions: [("kind", $1)], factory: factory)
         }
-        let other = Counter(label: "oodata_gateway_backend_requests_total", dimensions: [("kind", "other")],
-                            factory: factory)
+        let other = Counter(
+            label: "oodata_gateway_backend_requests_total", dimensions: [("kind", "other")],
+            factory: factory)
         backendRequests = { kind in requests[kind] ?? other }
         refreshes = Counter(label: "oodata_gateway_refreshes_total", factory: factory)
         skippedRefreshes = Counter(label: "oodata_gateway_refreshes_shared_total", factory: factory)
@@ -42,7 +46,8 @@ public struct GatewayMetrics: Sendable {
         repeatsAnswered = Counter(label: "oodata_gateway_repeats_answered_total", factory: factory)
         inDoubt = Counter(label: "oodata_gateway_in_doubt_total", factory: factory)
         inDoubtResolved = Counter(label: "oodata_gateway_in_doubt_resolved_total", factory: factory)
-        refreshTime = CoreMetrics.Timer(label: "oodata_gateway_refresh_seconds", preferredDisplayUnit: .seconds,
-                                        factory: factory)
+        refreshTime = CoreMetrics.Timer(
+            label: "oodata_gateway_refresh_seconds", preferredDisplayUnit: .seconds,
+            factory: factory)
     }
 }

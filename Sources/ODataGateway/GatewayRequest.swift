@@ -99,7 +99,9 @@ struct TrackedQuery: Equatable {
             let name = String(pair[0]).removingPercentEncoding ?? String(pair[0])
             let value = pair.count > 1 ? String(pair[1]) : ""
             if Self.tokenNames.contains(name), let parsed = try Self.parseToken(value) {
-                guard token == nil else { throw GatewayError(status: 400, code: "BadToken", "Two gateway tokens in one URL") }
+                guard token == nil else {
+                    throw GatewayError(status: 400, code: "BadToken", "Two gateway tokens in one URL")
+                }
                 token = parsed
                 continue
             }
@@ -149,7 +151,8 @@ struct TrackedQuery: Equatable {
         case .page(let scope, let published, let after):
             text = "gp.\(scope).\(published).\(Self.base64URL(after))"
         case .delta(let scope, let since, let upTo, let afterSeq, let afterKey):
-            text = upTo.map { "gd.\(scope).\(since).\($0).\(afterSeq).\(Self.base64URL(afterKey))" }
+            text =
+                upTo.map { "gd.\(scope).\(since).\($0).\(afterSeq).\(Self.base64URL(afterKey))" }
                 ?? "gd.\(scope).\(since)"
         }
         let value = legacy && name == "!deltatoken" ? "'\(text)'" : text

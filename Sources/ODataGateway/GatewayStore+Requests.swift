@@ -30,7 +30,8 @@ struct RecordedAnswer: Sendable, Equatable {
         var headers = HTTPHeaders()
         for line in text.split(separator: "\n") {
             guard let colon = line.firstIndex(of: ":") else { continue }
-            headers.add(String(line[..<colon]), String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces))
+            headers.add(
+                String(line[..<colon]), String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces))
         }
         return headers
     }
@@ -59,7 +60,9 @@ extension GatewayStore {
 
     /// Takes the lock of every request in `ids` on `connection`, or none when another live
     /// gateway holds one (it is forwarding that request): false then.
-    func tryLockRequests(_ ids: [String], backend: String, on connection: PostgresConnection)
+    func tryLockRequests(
+        _ ids: [String], backend: String, on connection: PostgresConnection
+    )
         async throws -> Bool
     {
         var taken = 0
@@ -86,7 +89,9 @@ extension GatewayStore {
     }
 
     /// The records of `ids` that exist.
-    func requestRecords(_ ids: [String], backend: String, on connection: PostgresConnection)
+    func requestRecords(
+        _ ids: [String], backend: String, on connection: PostgresConnection
+    )
         async throws -> [String: RequestRecord]
     {
         let rows = try await connection.query(
@@ -111,7 +116,9 @@ extension GatewayStore {
     }
 
     /// Records `ids` as being forwarded (committed before the gateway sends them).
-    func recordForwarding(_ ids: [String], backend: String, user: String, on connection: PostgresConnection)
+    func recordForwarding(
+        _ ids: [String], backend: String, user: String, on connection: PostgresConnection
+    )
         async throws
     {
         guard !ids.isEmpty else { return }
@@ -126,9 +133,10 @@ extension GatewayStore {
 
     /// Records each request's answer, all in one statement (a change set's answers are
     /// recorded together or not at all). An answer already recorded is never replaced.
-    func recordAnswers(_ answers: [(id: String, answer: RecordedAnswer)], backend: String, user: String,
-                       on connection: PostgresConnection) async throws
-    {
+    func recordAnswers(
+        _ answers: [(id: String, answer: RecordedAnswer)], backend: String, user: String,
+        on connection: PostgresConnection
+    ) async throws {
         guard !answers.isEmpty else { return }
         let ids = answers.map(\.id)
         let statuses = answers.map { Int32($0.answer.status) }
@@ -162,7 +170,9 @@ extension GatewayStore {
 
     /// Forgets `ids`: the backend did not apply them (it refused the whole batch, or stopped
     /// before them), so a repeat is forwarded again.
-    func forgetRequests(_ ids: [String], backend: String, on connection: PostgresConnection)
+    func forgetRequests(
+        _ ids: [String], backend: String, on connection: PostgresConnection
+    )
         async throws
     {
         guard !ids.isEmpty else { return }

@@ -206,7 +206,8 @@ public struct GatewayStore: Sendable {
     /// `pages` calls its argument once per page with `(key, keyMembers, payload)` triples.
     public func refresh(
         _ scope: Scope, interval: Double, retention: Double,
-        pages: (_ write: ([(key: String, keyMembers: String, payload: String)]) async throws -> Void) async throws -> Void
+        pages: (_ write: ([(key: String, keyMembers: String, payload: String)]) async throws -> Void) async throws ->
+            Void
     ) async throws -> RefreshSummary {
         try await client.withTransaction(logger: logger) { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(\(scope.id))", logger: logger)
@@ -330,7 +331,8 @@ public struct GatewayStore: Sendable {
             ORDER BY key LIMIT \(limit)
             """, logger: logger)
         var result: [Row] = []
-        for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self) {
+        for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self)
+        {
             result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload, hash: hash))
         }
         return result
@@ -338,7 +340,9 @@ public struct GatewayStore: Sendable {
 
     /// A page of a delta: rows (tombstones too) changed after `since` up to `upTo`, in
     /// (sequence, key) order, after the position `(seq, key)` when a previous page ended there.
-    public func deltaPage(scope: Int64, since: Int64, upTo: Int64, after: (seq: Int64, key: String)?, limit: Int)
+    public func deltaPage(
+        scope: Int64, since: Int64, upTo: Int64, after: (seq: Int64, key: String)?, limit: Int
+    )
         async throws -> [Row]
     {
         let query: PostgresQuery
@@ -359,7 +363,8 @@ public struct GatewayStore: Sendable {
         }
         let rows = try await client.query(query, logger: logger)
         var result: [Row] = []
-        for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self) {
+        for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self)
+        {
             result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload, hash: hash))
         }
         return result

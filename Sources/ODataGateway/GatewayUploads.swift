@@ -69,7 +69,9 @@ extension Gateway {
             units.contains(where: { unit in
                 !unit.ids.isEmpty
                     || (configuration.gatewayETags
-                        && unit.operations.contains { Self.parseGatewayETag($0.message.headers["If-Match"] ?? "") != nil })
+                        && unit.operations.contains {
+                            Self.parseGatewayETag($0.message.headers["If-Match"] ?? "") != nil
+                        })
             })
         else { return nil }
         metrics.uploads.increment()
@@ -87,16 +89,18 @@ extension Gateway {
                 // A request on its own: any answer would land in the device's ErrorArchive,
                 // though the request may be applied later (by this gateway's repeat or another's).
                 // Its connection is cut instead, as a lost answer, and the device sends it again.
-                logger.notice("A request on its own is answered by a cut connection",
-                              metadata: ["error": "\(error)"])
+                logger.notice(
+                    "A request on its own is answered by a cut connection",
+                    metadata: ["error": "\(error)"])
                 var response = GatewayResponse(status: 502)
                 response.dropsConnection = true
                 return response
             }
             if error is Deferred {
-                throw GatewayError(status: 503, code: "BackendAnswerLost",
-                                   "The backend's answer was lost and the backend cannot tell yet what it applied; the "
-                                       + "requests stay queued on the device: upload again later")
+                throw GatewayError(
+                    status: 503, code: "BackendAnswerLost",
+                    "The backend's answer was lost and the backend cannot tell yet what it applied; the "
+                        + "requests stay queued on the device: upload again later")
             }
             throw error
         }
@@ -128,7 +132,9 @@ extension Gateway {
         }
         guard modifying.contains(method) else { return nil }
         var headers = HTTPHeaders()
-        for field in request.headers where !hopByHop.contains(field.name.lowercased()) { headers.add(field.name, field.value) }
+        for field in request.headers where !hopByHop.contains(field.name.lowercased()) {
+            headers.add(field.name, field.value)
+        }
         let message = BatchMessage.request(method, request.target, headers: headers, body: request.body)
         return ([UploadUnit(isChangeSet: false, operations: [Self.operation(BatchOperation(message: message))])], nil)
     }
@@ -137,8 +143,9 @@ extension Gateway {
         let headers = operation.message.headers
         let id = headers["Repeatability-Request-ID"] ?? headers["RequestID"]
         let sent = (headers["Repeatability-First-Sent"] ?? headers["RepeatabilityCreation"]).flatMap(httpDate)
-        return UploadOperation(id: id?.isEmpty == false ? id : nil, firstSent: sent, partHeaders: operation.partHeaders,
-                               message: operation.message)
+        return UploadOperation(
+            id: id?.isEmpty == false ? id : nil, firstSent: sent, partHeaders: operation.partHeaders,
+            message: operation.message)
     }
 
     static func httpDate(_ text: String) -> Date? {
@@ -152,9 +159,10 @@ extension Gateway {
     /// Takes the locks of the upload's requests (waiting while another gateway forwards one of
     /// them), then answers each unit from its record, resolves units in doubt, and forwards the
     /// rest, recording them before they go and their answers when they come.
-    func applyOnce(_ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
-                   model: Model) async throws -> GatewayResponse
-    {
+    func applyOnce(
+        _ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
+        model: Model
+    ) async throws -> GatewayResponse {
         let ids = units.flatMap(\.ids)
         let deadline = ContinuousClock.now + .seconds(configuration.backendTimeout + 30)
         while true {
@@ -184,16 +192,18 @@ extension Gateway {
             }
             if let answer { return answer }
             guard ContinuousClock.now < deadline else {
-                throw GatewayError(status: 503, code: "RequestBeingForwarded",
-                                   "Another gateway is still forwarding a request of this upload; try again later")
+                throw GatewayError(
+                    status: 503, code: "RequestBeingForwarded",
+                    "Another gateway is still forwarding a request of this upload; try again later")
             }
             try await Task.sleep(for: .milliseconds(100))
         }
     }
 
-    func applyLocked(_ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
-                     model: Model, connection: PostgresConnection) async throws -> GatewayResponse
-    {
+    func applyLocked(
+        _ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
+        model: Model, connection: PostgresConnection
+    ) async throws -> GatewayResponse {
         var units = units
         let user = request.user
         let records = try await store.requestRecords(units.flatMap(\.ids), backend: backend.url, on: connection)
@@ -231,8 +241,9 @@ extension Gateway {
             metrics.inDoubt.increment()
             let resolved = try await resolve(unit, records: records, request: request, backend: backend, model: model)
             if case .answered(let answers, _) = resolved {
-                try await store.recordAnswers(Array(zip(ids, answers)).map { ($0, $1) }, backend: backend.url,
-                                              user: user, on: connection)
+                try await store.recordAnswers(
+                    Array(zip(ids, answers)).map { ($0, $1) }, backend: backend.url,
+                    user: user, on: connection)
             }
             outcomes.append(resolved)
         }
@@ -247,8 +258,9 @@ extension Gateway {
                 case .failed(let answer):
                     let answers = Array(repeating: answer, count: units[index].operations.count)
                     if !units[index].ids.isEmpty {
-                        try await store.recordAnswers(Array(zip(units[index].ids, answers)).map { ($0, $1) },
-                                                      backend: backend.url, user: user, on: connection)
+                        try await store.recordAnswers(
+                            Array(zip(units[index].ids, answers)).map { ($0, $1) },
+                            backend: backend.url, user: user, on: connection)
                     }
                     outcomes[index] = .answered(answers, accepted: false)
                 }
@@ -275,8 +287,9 @@ extension Gateway {
                             }
                         }
                     }
-                    let answer = try await forwardBatch(forwarded.map { units[$0] }, request: request, backend: backend,
-                                                        locations: locations)
+                    let answer = try await forwardBatch(
+                        forwarded.map { units[$0] }, request: request, backend: backend,
+                        locations: locations)
                     switch answer {
                     case .refused(let response):
                         // The batch as a whole was refused: nothing of it was applied (a 4xx),
@@ -304,8 +317,14 @@ extension Gateway {
                 } else {
                     let operation = units[0].operations[0]
                     let response = try await forwardSingle(operation.message, request: request, backend: backend)
-                    fresh[0] = (nil, [RecordedAnswer(status: response.status, headers: response.headers,
-                                                     body: response.body)])
+                    fresh[0] = (
+                        nil,
+                        [
+                            RecordedAnswer(
+                                status: response.status, headers: response.headers,
+                                body: response.body)
+                        ]
+                    )
                 }
             } catch is TransportError {
                 // The backend's answer was lost after the requests went: it may have applied
@@ -330,7 +349,8 @@ extension Gateway {
             for (index, checks) in checked {
                 guard var result = fresh[index] else { continue }
                 var changed = false
-                for (position, check) in checks where position < result.answers.count
+                for (position, check) in checks
+                where position < result.answers.count
                     && result.answers[position].status < 300 && check.method != "DELETE"
                 {
                     if let hash = try await currentHash(check, request: request, backend: backend, model: model) {
@@ -369,8 +389,9 @@ extension Gateway {
             }
             var headers = answer.headers
             if accepted { headers["Repeatability-Result"] = "accepted" }
-            return rewritten(TransportResponse(status: answer.status, headers: headers, body: answer.body),
-                             backend: backend, gatewayRoot: request.gatewayRoot)
+            return rewritten(
+                TransportResponse(status: answer.status, headers: headers, body: answer.body),
+                backend: backend, gatewayRoot: request.gatewayRoot)
         }
         // The device's answer: each unit in order, until one the backend did not answer.
         var parts: [BatchPart] = []
@@ -388,9 +409,11 @@ extension Gateway {
         let batch = MultipartBatch(parts: parts)
         var headers = HTTPHeaders()
         headers["Content-Type"] = batch.contentType
-        headers[model.version.isLegacy ? "DataServiceVersion" : "OData-Version"] = model.version.isLegacy ? "2.0" : "4.0"
-        return rewritten(TransportResponse(status: status, headers: headers, body: batch.write()), backend: backend,
-                         gatewayRoot: request.gatewayRoot)
+        headers[model.version.isLegacy ? "DataServiceVersion" : "OData-Version"] =
+            model.version.isLegacy ? "2.0" : "4.0"
+        return rewritten(
+            TransportResponse(status: status, headers: headers, body: batch.write()), backend: backend,
+            gatewayRoot: request.gatewayRoot)
     }
 
     /// Statuses of a single request that the backend answers without applying it and that a
@@ -406,9 +429,10 @@ extension Gateway {
     }
 
     /// Sends `units` to the backend as one `$batch`, each change set as a change set.
-    func forwardBatch(_ units: [UploadUnit], request: GatewayRequest, backend: GatewayBackend,
-                      locations: [String: String]) async throws -> BatchAnswer
-    {
+    func forwardBatch(
+        _ units: [UploadUnit], request: GatewayRequest, backend: GatewayBackend,
+        locations: [String: String]
+    ) async throws -> BatchAnswer {
         let parts = units.map { unit -> BatchPart in
             let operations = unit.operations.map { operation -> BatchOperation in
                 var message = operation.message
@@ -422,15 +446,17 @@ extension Gateway {
                 if !locations.isEmpty, (message.headers["Content-Type"] ?? "").lowercased().contains("json") {
                     message.body = ContentIDReferences.resolve(body: message.body, locations)
                 }
-                message.body = Self.rewrite(message.body, contentType: message.headers["Content-Type"], encoded: false,
-                                            from: request.gatewayRoot, to: backend.url)
+                message.body = Self.rewrite(
+                    message.body, contentType: message.headers["Content-Type"], encoded: false,
+                    from: request.gatewayRoot, to: backend.url)
                 return BatchOperation(partHeaders: operation.partHeaders, message: message)
             }
             return unit.isChangeSet ? .changeSet(ChangeSet(operations: operations)) : .operation(operations[0])
         }
         let batch = MultipartBatch(parts: parts)
         var headers = HTTPHeaders()
-        for field in request.headers where !Self.hopByHop.contains(field.name.lowercased())
+        for field in request.headers
+        where !Self.hopByHop.contains(field.name.lowercased())
             && field.name.lowercased() != "content-type"
         {
             headers.add(field.name, field.value)
@@ -443,24 +469,29 @@ extension Gateway {
         let boundary = response.headers["Content-Type"].flatMap { HTTPHeaders.parameter("boundary", in: $0) }
         guard let answer = try? MultipartBatch.read(response.body, boundary: boundary) else {
             // An answer nobody can read: what was applied is unknown (the requests stay in doubt).
-            throw GatewayError(status: 502, code: "BackendPayload", "The backend's $batch answer is not valid multipart")
+            throw GatewayError(
+                status: 502, code: "BackendPayload", "The backend's $batch answer is not valid multipart")
         }
         return .parts(answer.parts, status: response.status)
     }
 
     /// Sends one modification request to the backend as it came.
-    func forwardSingle(_ message: BatchMessage, request: GatewayRequest, backend: GatewayBackend) async throws
+    func forwardSingle(
+        _ message: BatchMessage, request: GatewayRequest, backend: GatewayBackend
+    ) async throws
         -> TransportResponse
     {
         var headers = HTTPHeaders()
         for field in message.headers where !Self.hopByHop.contains(field.name.lowercased()) {
             headers.add(field.name, field.value)
         }
-        let body = Self.rewrite(message.body, contentType: message.headers["Content-Type"], encoded: false,
-                                from: request.gatewayRoot, to: backend.url)
+        let body = Self.rewrite(
+            message.body, contentType: message.headers["Content-Type"], encoded: false,
+            from: request.gatewayRoot, to: backend.url)
         let response = try await transport.send(
-            TransportRequest(method: message.method ?? request.method, url: backend.url + request.target,
-                             headers: headers, body: body),
+            TransportRequest(
+                method: message.method ?? request.method, url: backend.url + request.target,
+                headers: headers, body: body),
             timeout: configuration.backendTimeout)
         var kept = HTTPHeaders()
         for field in response.headers where !Self.hopByHop.contains(field.name.lowercased()) {
@@ -490,7 +521,9 @@ extension Gateway {
         let operations = zip(unit.operations, answers).map { operation, answer -> BatchOperation in
             var headers = answer.headers
             if accepted { headers["Repeatability-Result"] = "accepted" }
-            var partHeaders = HTTPHeaders([("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary")])
+            var partHeaders = HTTPHeaders([
+                ("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary"),
+            ])
             if let contentID = operation.partHeaders["Content-ID"] { partHeaders["Content-ID"] = contentID }
             return BatchOperation(
                 partHeaders: partHeaders, message: .response(answer.status, headers: headers, body: answer.body))
@@ -517,7 +550,9 @@ extension Gateway {
     /// Checks each update or delete of `unit` that carries one of the gateway's ETags against
     /// the backend's current row, read with the query of the ETag's scope; a match sends the
     /// request on with `If-Match: *` (the backend does not know the gateway's ETags).
-    func checkGatewayETags(_ unit: inout UploadUnit, request: GatewayRequest, backend: GatewayBackend, model: Model)
+    func checkGatewayETags(
+        _ unit: inout UploadUnit, request: GatewayRequest, backend: GatewayBackend, model: Model
+    )
         async throws -> ETagOutcome
     {
         var checks: [Int: GatewayETagCheck] = [:]
@@ -527,14 +562,16 @@ extension Gateway {
             else { continue }
             let legacy = model.version.isLegacy
             func refused(_ why: String) -> ETagOutcome {
-                .failed(Self.errorAnswer(
-                    status: 412, code: "PreconditionFailed",
-                    "\(operation.method) \(operation.message.url ?? ""): \(why) (If-Match \(ifMatch)); read it again",
-                    legacy: legacy))
+                .failed(
+                    Self.errorAnswer(
+                        status: 412, code: "PreconditionFailed",
+                        "\(operation.method) \(operation.message.url ?? ""): \(why) (If-Match \(ifMatch)); read it again",
+                        legacy: legacy))
             }
             guard let query = try await store.query(ofScope: scope),
-                let check = GatewayETagCheck(operation: operation, scope: scope, query: query, request: request,
-                                             backend: backend, model: model)
+                let check = GatewayETagCheck(
+                    operation: operation, scope: scope, query: query, request: request,
+                    backend: backend, model: model)
             else { return refused("the entity cannot be checked against the ETag the gateway gave") }
             guard let current = try await currentHash(check, request: request, backend: backend, model: model) else {
                 return refused("the entity is gone from the backend")
@@ -549,11 +586,14 @@ extension Gateway {
     /// The hash the gateway keeps for the checked entity's row as the backend holds it now
     /// (read with its scope's query narrowed to its key), or nil when the query holds no such
     /// row. A backend that cannot be read fails the upload (the device sends it again).
-    func currentHash(_ check: GatewayETagCheck, request: GatewayRequest, backend: GatewayBackend, model: Model)
+    func currentHash(
+        _ check: GatewayETagCheck, request: GatewayRequest, backend: GatewayBackend, model: Model
+    )
         async throws -> String?
     {
         var headers = HTTPHeaders()
-        for field in request.headers where !Self.hopByHop.contains(field.name.lowercased())
+        for field in request.headers
+        where !Self.hopByHop.contains(field.name.lowercased())
             && !Self.notOnReads.contains(field.name.lowercased())
         {
             headers.add(field.name, field.value)
@@ -565,11 +605,13 @@ extension Gateway {
             timeout: configuration.backendTimeout)
         guard response.status == 200 else {
             if response.status == 404 { return nil }
-            throw GatewayError(status: 502, code: "BackendUnavailable",
-                               "The backend answered \(response.status) when the entity's ETag was checked")
+            throw GatewayError(
+                status: 502, code: "BackendUnavailable",
+                "The backend answered \(response.status) when the entity's ETag was checked")
         }
-        let (rows, _) = try Self.rows(of: response.body, keyNames: check.keyNames, legacy: model.version.isLegacy,
-                                      set: check.set)
+        let (rows, _) = try Self.rows(
+            of: response.body, keyNames: check.keyNames, legacy: model.version.isLegacy,
+            set: check.set)
         return rows.first.map { GatewayStore.md5($0.payload) }
     }
 
@@ -594,9 +636,10 @@ extension Gateway {
     /// "Not applied" is believed only once the requests were forwarded more than
     /// `inDoubtAfter` seconds ago: until then the backend may still be applying them (a gateway
     /// that died does not stop a backend's request), and the unit stays in doubt (``Deferred``).
-    func resolve(_ unit: UploadUnit, records: [String: RequestRecord], request: GatewayRequest,
-                 backend: GatewayBackend, model: Model) async throws -> UnitOutcome
-    {
+    func resolve(
+        _ unit: UploadUnit, records: [String: RequestRecord], request: GatewayRequest,
+        backend: GatewayBackend, model: Model
+    ) async throws -> UnitOutcome {
         var evidence: [Evidence] = []
         for operation in unit.operations {
             if let id = operation.id, let answer = records[id]?.answer {
@@ -631,11 +674,15 @@ extension Gateway {
     }
 
     /// What the backend's current entity says about one request.
-    func evidence(_ operation: UploadOperation, request: GatewayRequest, backend: GatewayBackend, model: Model) async
+    func evidence(
+        _ operation: UploadOperation, request: GatewayRequest, backend: GatewayBackend, model: Model
+    ) async
         -> Evidence
     {
         var url = operation.message.url ?? ""
-        for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) { url = String(url.dropFirst(root.count)) }
+        for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) {
+            url = String(url.dropFirst(root.count))
+        }
         if url.hasPrefix("/") { url = String(url.dropFirst()) }
         guard !url.hasPrefix("$"), !url.contains("?") else { return .unknown }
         let set = String(url.prefix { $0 != "(" && $0 != "/" })
@@ -643,21 +690,24 @@ extension Gateway {
         let rest = url.dropFirst(set.count)
         let legacy = model.version.isLegacy
         func read(_ body: [UInt8]) -> Entity? {
-            legacy ? try? V2JSONReader(model: model).readEntity(body, entityType: type.qualifiedName)
+            legacy
+                ? try? V2JSONReader(model: model).readEntity(body, entityType: type.qualifiedName)
                 : try? V4JSONReader(model: model).readEntity(body, entityType: type.qualifiedName)
         }
         func get(_ target: String) async -> TransportResponse? {
             // The device's own headers (credentials, cookies, `sap-client`, …), as a read.
             var headers = HTTPHeaders()
-            for field in request.headers where !Self.hopByHop.contains(field.name.lowercased())
+            for field in request.headers
+            where !Self.hopByHop.contains(field.name.lowercased())
                 && !Self.notOnReads.contains(field.name.lowercased())
             {
                 headers.add(field.name, field.value)
             }
             headers["Accept"] = "application/json"
             metrics.backendRequests("in-doubt").increment()
-            return try? await transport.send(TransportRequest(method: "GET", url: backend.url + target, headers: headers),
-                                             timeout: configuration.backendTimeout)
+            return try? await transport.send(
+                TransportRequest(method: "GET", url: backend.url + target, headers: headers),
+                timeout: configuration.backendTimeout)
         }
         /// The answer of a read that tells something: nil when the backend cannot be read now.
         func readable(_ target: String) async -> TransportResponse? {
@@ -673,7 +723,8 @@ extension Gateway {
                 guard let value = entity[ref.name], case .primitive = value else { return .unknown }
                 parts.append(ref.name + "=" + QueryText.pathLiteral(value, version: model.version))
             }
-            let single = parts.count == 1 ? String(parts[0].drop { $0 != "=" }.dropFirst()) : parts.joined(separator: ",")
+            let single =
+                parts.count == 1 ? String(parts[0].drop { $0 != "=" }.dropFirst()) : parts.joined(separator: ",")
             let target = set + "(" + single + ")"
             guard let response = await readable(target) else { return .unreachable }
             switch response.status {
@@ -689,7 +740,9 @@ extension Gateway {
             default: return .unknown
             }
         case "PATCH", "MERGE", "PUT":
-            guard rest.hasPrefix("("), rest.hasSuffix(")"), let change = read(operation.message.body) else { return .unknown }
+            guard rest.hasPrefix("("), rest.hasSuffix(")"), let change = read(operation.message.body) else {
+                return .unknown
+            }
             guard let response = await readable(set + rest) else { return .unreachable }
             let ifMatch = operation.message.headers["If-Match"]
             let guarded = ifMatch != nil && ifMatch != "*"
@@ -730,15 +783,19 @@ struct GatewayETagCheck: Sendable {
     /// The scope's query with a `$filter` on the entity's key (relative to the backend's root).
     var target: String
 
-    init?(operation: UploadOperation, scope: Int64, query: String, request: GatewayRequest, backend: GatewayBackend,
-          model: Model)
-    {
+    init?(
+        operation: UploadOperation, scope: Int64, query: String, request: GatewayRequest, backend: GatewayBackend,
+        model: Model
+    ) {
         var url = operation.message.url ?? ""
-        for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) { url = String(url.dropFirst(root.count)) }
+        for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) {
+            url = String(url.dropFirst(root.count))
+        }
         guard let open = url.firstIndex(of: "("), url.hasSuffix(")") else { return nil }
         let set = String(url[..<open])
         let predicate = String(url[url.index(after: open)..<url.index(before: url.endIndex)])
-        guard let scoped = try? TrackedQuery(target: query), scoped.path == set || scoped.path.removingPercentEncoding == set,
+        guard let scoped = try? TrackedQuery(target: query),
+            scoped.path == set || scoped.path.removingPercentEncoding == set,
             let type = model.entityType(ofEntitySet: set.removingPercentEncoding ?? set)
         else { return nil }
         let keyNames = model.key(of: type).map(\.name)
@@ -749,16 +806,20 @@ struct GatewayETagCheck: Sendable {
         } else {
             for part in parts {
                 guard let equals = part.firstIndex(of: "=") else { return nil }
-                terms.append(part[..<equals].trimmingCharacters(in: .whitespaces) + " eq "
-                             + part[part.index(after: equals)...].trimmingCharacters(in: .whitespaces))
+                terms.append(
+                    part[..<equals].trimmingCharacters(in: .whitespaces) + " eq "
+                        + part[part.index(after: equals)...].trimmingCharacters(in: .whitespaces))
             }
         }
         guard terms.count == keyNames.count else { return nil }
         var filter = terms.joined(separator: " and ")
-        var options = scoped.options.filter { !["$top", "$skip", "$orderby", "$skiptoken", "$count", "$inlinecount"]
-            .contains($0.name) }
+        var options = scoped.options.filter {
+            !["$top", "$skip", "$orderby", "$skiptoken", "$count", "$inlinecount"]
+                .contains($0.name)
+        }
         if let index = options.firstIndex(where: { $0.name == "$filter" }) {
-            filter = "(" + (options[index].value.removingPercentEncoding ?? options[index].value) + ") and (" + filter + ")"
+            filter =
+                "(" + (options[index].value.removingPercentEncoding ?? options[index].value) + ") and (" + filter + ")"
             options.remove(at: index)
         }
         var allowed = CharacterSet.urlQueryAllowed
@@ -768,7 +829,9 @@ struct GatewayETagCheck: Sendable {
         self.scope = scope
         self.set = set
         self.keyNames = keyNames
-        self.target = set + "?" + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }
+        self.target =
+            set + "?"
+            + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }
             .joined(separator: "&")
     }
 

@@ -30,7 +30,8 @@ public final class RunningGateway: Sendable {
     /// `configuration` on `host`:`port` (0: a free port).
     public static func start(
         configuration: GatewayConfiguration, postgres: PostgresClient.Configuration, host: String = "127.0.0.1",
-        port: Int = 0, transport: any Transport = DefaultTransport.make(), logger: Logger = Logger(label: "oodata.gateway"),
+        port: Int = 0, transport: any Transport = DefaultTransport.make(),
+        logger: Logger = Logger(label: "oodata.gateway"),
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws -> RunningGateway {
         let quiet = {
@@ -42,8 +43,9 @@ public final class RunningGateway: Sendable {
         let store = GatewayStore(client: client, logger: quiet)
         // Its own registry (no process-wide bootstrap), served at /metrics.
         let registry = PrometheusCollectorRegistry()
-        let gateway = Gateway(configuration: configuration, store: store, transport: transport, logger: logger,
-                              metrics: GatewayMetrics(factory: PrometheusMetricsFactory(registry: registry)))
+        let gateway = Gateway(
+            configuration: configuration, store: store, transport: transport, logger: logger,
+            metrics: GatewayMetrics(factory: PrometheusMetricsFactory(registry: registry)))
         let waiter = PortWaiter()
         let migrated = MigrationGate()
         var group = ServiceGroupConfiguration(services: [client], logger: quiet)
@@ -61,8 +63,10 @@ public final class RunningGateway: Sendable {
                         await migrated.open(error)
                         throw error
                     }
-                    let app = GatewayHTTPServer.application(gateway: gateway, host: host, port: port, logger: quiet,
-                                                            metrics: registry) {
+                    let app = GatewayHTTPServer.application(
+                        gateway: gateway, host: host, port: port, logger: quiet,
+                        metrics: registry
+                    ) {
                         port in await waiter.set(port)
                     }
                     var configuration = ServiceGroupConfiguration(services: [app], logger: quiet)
@@ -83,7 +87,8 @@ public final class RunningGateway: Sendable {
         }
         if let error = await migrated.wait() {
             task.cancel()
-            throw GatewayError(status: 503, code: "PostgreSQL", "PostgreSQL cannot be used: \(String(reflecting: error))")
+            throw GatewayError(
+                status: 503, code: "PostgreSQL", "PostgreSQL cannot be used: \(String(reflecting: error))")
         }
         let bound: Int
         do {
@@ -100,10 +105,12 @@ public final class RunningGateway: Sendable {
     /// named by a URL (see ``PostgresURL``).
     public static func start(
         configuration: GatewayConfiguration, postgresURL: String, host: String = "127.0.0.1", port: Int = 0,
-        logger: Logger = Logger(label: "oodata.gateway"), onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+        logger: Logger = Logger(label: "oodata.gateway"),
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws -> RunningGateway {
-        try await start(configuration: configuration, postgres: try PostgresURL.configuration(postgresURL), host: host,
-                        port: port, logger: logger, onListening: onListening)
+        try await start(
+            configuration: configuration, postgres: try PostgresURL.configuration(postgresURL), host: host,
+            port: port, logger: logger, onListening: onListening)
     }
 
     /// Stops serving and closes the connections.
@@ -165,25 +172,29 @@ public enum PostgresURL {
         guard let components = URLComponents(string: text),
             components.scheme == "postgres" || components.scheme == "postgresql"
         else {
-            throw GatewayError(status: 400, code: "BadPostgresURL",
-                               "'\(text)' is not a postgres://USER@HOST:PORT/DATABASE URL")
+            throw GatewayError(
+                status: 400, code: "BadPostgresURL",
+                "'\(text)' is not a postgres://USER@HOST:PORT/DATABASE URL")
         }
         let user = components.user ?? "postgres"
         let password = components.password
         let database = components.path.isEmpty || components.path == "/" ? user : String(components.path.dropFirst())
         let items = components.queryItems ?? []
         if let mode = items.first(where: { $0.name == "sslmode" })?.value, mode != "disable" {
-            throw GatewayError(status: 400, code: "BadPostgresURL",
-                               "sslmode=\(mode): TLS to PostgreSQL is not supported yet; use sslmode=disable")
+            throw GatewayError(
+                status: 400, code: "BadPostgresURL",
+                "sslmode=\(mode): TLS to PostgreSQL is not supported yet; use sslmode=disable")
         }
         var configuration: PostgresClient.Configuration
         if let socketFolder = items.first(where: { $0.name == "host" })?.value, socketFolder.hasPrefix("/") {
             let port = components.port ?? 5432
-            configuration = .init(unixSocketPath: socketFolder + "/.s.PGSQL.\(port)", username: user, password: password,
-                                  database: database)
+            configuration = .init(
+                unixSocketPath: socketFolder + "/.s.PGSQL.\(port)", username: user, password: password,
+                database: database)
         } else {
-            configuration = .init(host: components.host ?? "127.0.0.1", port: components.port ?? 5432, username: user,
-                                  password: password, database: database, tls: .disable)
+            configuration = .init(
+                host: components.host ?? "127.0.0.1", port: components.port ?? 5432, username: user,
+                password: password, database: database, tls: .disable)
         }
         configuration.options.maximumConnections = 40
         return configuration

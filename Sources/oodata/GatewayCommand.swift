@@ -16,34 +16,52 @@ struct GatewayCommand: AsyncParsableCommand {
             """)
 
     @Option(help: "The backend's service root, served at the gateway's root (or give --config).") var backend: String?
-    @Option(help: ArgumentHelp("An INI file shaped like SAP's application configuration: [endpoint] and "
-                               + "[defining_query] sections (docs/gateway.md). Flags override it.", valueName: "FILE"))
+    @Option(
+        help: ArgumentHelp(
+            "An INI file shaped like SAP's application configuration: [endpoint] and "
+                + "[defining_query] sections (docs/gateway.md). Flags override it.", valueName: "FILE"))
     var config: String?
-    @Option(help: ArgumentHelp("PostgreSQL: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (or ?host=/socket/dir).",
-                               valueName: "URL")) var postgres: String
+    @Option(
+        help: ArgumentHelp(
+            "PostgreSQL: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (or ?host=/socket/dir).",
+            valueName: "URL")) var postgres: String
     @Option(help: "Port to listen on.") var port = 8090
     @Option(help: "Address to listen on (loopback unless you say otherwise).") var host = "127.0.0.1"
-    @Option(help: ArgumentHelp("Seconds within which devices are answered from the last refresh; 0 (the default) "
-                               + "refreshes at each request (requests arriving together share one backend read).",
-                               valueName: "SECONDS")) var refreshInterval: Double?
-    @Option(help: ArgumentHelp("A defining query whose data is the same for every user (an entity set); repeatable.",
-                               valueName: "QUERY")) var shared: [String] = []
+    @Option(
+        help: ArgumentHelp(
+            "Seconds within which devices are answered from the last refresh; 0 (the default) "
+                + "refreshes at each request (requests arriving together share one backend read).",
+            valueName: "SECONDS")) var refreshInterval: Double?
+    @Option(
+        help: ArgumentHelp(
+            "A defining query whose data is the same for every user (an entity set); repeatable.",
+            valueName: "QUERY")) var shared: [String] = []
     @Option(help: ArgumentHelp("The Authorization header value the gateway sends for shared data.", valueName: "VALUE"))
     var sharedAuthorization: String?
-    @Option(help: ArgumentHelp("Delta tracking: AUTO (the default: the backend's own delta links where it gives "
-                               + "them, the gateway's tracking otherwise), ALWAYS (the gateway's tracking) or NEVER (pass "
-                               + "reads and the backend's delta links through).", valueName: "MODE")) var trackDeltas: String?
+    @Option(
+        help: ArgumentHelp(
+            "Delta tracking: AUTO (the default: the backend's own delta links where it gives "
+                + "them, the gateway's tracking otherwise), ALWAYS (the gateway's tracking) or NEVER (pass "
+                + "reads and the backend's delta links through).", valueName: "MODE")) var trackDeltas: String?
     @Option(help: "Rows per page answered to devices.") var pageSize = 1000
-    @Option(help: ArgumentHelp("Seconds deletions are kept; older delta tokens get 410 (default 7 days).",
-                               valueName: "SECONDS")) var retention: Double?
-    @Option(help: ArgumentHelp("Seconds a scope no device reads is kept before it goes with its rows (default 30 "
-                               + "days).", valueName: "SECONDS")) var scopeRetention: Double?
-    @Option(help: ArgumentHelp("Seconds the answers of uploaded requests are kept for repeats (default 7 days); an "
-                               + "older repeat is refused, never applied again.", valueName: "SECONDS"))
+    @Option(
+        help: ArgumentHelp(
+            "Seconds deletions are kept; older delta tokens get 410 (default 7 days).",
+            valueName: "SECONDS")) var retention: Double?
+    @Option(
+        help: ArgumentHelp(
+            "Seconds a scope no device reads is kept before it goes with its rows (default 30 "
+                + "days).", valueName: "SECONDS")) var scopeRetention: Double?
+    @Option(
+        help: ArgumentHelp(
+            "Seconds the answers of uploaded requests are kept for repeats (default 7 days); an "
+                + "older repeat is refused, never applied again.", valueName: "SECONDS"))
     var requestRetention: Double?
-    @Option(help: ArgumentHelp("Seconds after forwarding a request before reading the backend may conclude that it "
-                               + "was not applied, when its answer was lost (default 120: as long as the backend may "
-                               + "take on a request).", valueName: "SECONDS")) var inDoubtAfter: Double?
+    @Option(
+        help: ArgumentHelp(
+            "Seconds after forwarding a request before reading the backend may conclude that it "
+                + "was not applied, when its answer was lost (default 120: as long as the backend may "
+                + "take on a request).", valueName: "SECONDS")) var inDoubtAfter: Double?
     @Option(help: ArgumentHelp("Log to standard error from this level (info logs each refresh).", valueName: "LEVEL"))
     var logLevel = "info"
 
@@ -87,8 +105,9 @@ struct GatewayCommand: AsyncParsableCommand {
         guard (refreshInterval ?? 0) >= 0, (inDoubtAfter ?? 0) >= 0, (retention ?? 1) > 0, (scopeRetention ?? 1) > 0,
             (requestRetention ?? 1) > 0, pageSize > 0
         else {
-            throw CLIFailure("--refresh-interval and --in-doubt-after must be 0 or more; --retention, --scope-retention, "
-                             + "--request-retention and --page-size more than 0")
+            throw CLIFailure(
+                "--refresh-interval and --in-doubt-after must be 0 or more; --retention, --scope-retention, "
+                    + "--request-retention and --page-size more than 0")
         }
         if let refreshInterval { configuration.refreshInterval = refreshInterval }
         if let retention { configuration.tombstoneRetention = retention }

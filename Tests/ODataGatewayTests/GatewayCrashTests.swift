@@ -19,14 +19,18 @@ import Testing
         let tool = try #require(Self.binary, "oodata was not built next to the tests")
         let process = Process()
         process.executableURL = tool
-        process.arguments = ["gateway", "--backend", backend, "--postgres", postgres, "--port", "\(port)",
-                             "--page-size", "4", "--log-level", "error"] + extra
+        process.arguments =
+            [
+                "gateway", "--backend", backend, "--postgres", postgres, "--port", "\(port)",
+                "--page-size", "4", "--log-level", "error",
+            ] + extra
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try ProcessLaunch.run(process)
         for _ in 0..<200 {
             if let answer = try? await DefaultTransport.make().send(
-                TransportRequest(method: "GET", url: "http://127.0.0.1:\(port)/health"), timeout: 2), answer.status == 200
+                TransportRequest(method: "GET", url: "http://127.0.0.1:\(port)/health"), timeout: 2),
+                answer.status == 200
             {
                 return process
             }
@@ -66,7 +70,8 @@ import Testing
         var devices: [OfflineODataProvider] = []
         do {
             for port in ports {
-                gateways.append(try await Self.spawn(backend: setup.backendRoot, postgres: setup.postgres.url, port: port))
+                gateways.append(
+                    try await Self.spawn(backend: setup.backendRoot, postgres: setup.postgres.url, port: port))
             }
             for (index, port) in ports.enumerated() {
                 devices.append(try await Self.device(setup, port: port, name: "crash\(index)"))
@@ -76,12 +81,17 @@ import Testing
             }
             // Each backend page takes a while, so kills land inside refreshes and inside the
             // device's paging alike.
-            await setup.backend.service.faults.set([FaultRule(method: "GET", urlContains: "Contacts", delayMilliseconds: 150)])
+            await setup.backend.service.faults.set([
+                FaultRule(method: "GET", urlContains: "Contacts", delayMilliseconds: 150)
+            ])
             for (round, killAfter) in [60, 250, 450, 700, 1000].enumerated() {
-                #expect(try await GatewayDeltaTests.backendSend(
-                    setup, "POST", "Contacts", #"{"PartnerID":"BP1","FirstName":"K","LastName":"kill\#(round)"}"#) < 300)
-                #expect(try await GatewayDeltaTests.backendSend(
-                    setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"k\#(round)"}"#) < 300)
+                #expect(
+                    try await GatewayDeltaTests.backendSend(
+                        setup, "POST", "Contacts", #"{"PartnerID":"BP1","FirstName":"K","LastName":"kill\#(round)"}"#)
+                        < 300)
+                #expect(
+                    try await GatewayDeltaTests.backendSend(
+                        setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"k\#(round)"}"#) < 300)
                 let downloads = devices.map { device in Task { try await device.download() } }
                 try await Task.sleep(nanoseconds: UInt64(killAfter) * 1_000_000)
                 let victim = round % 2
@@ -92,8 +102,9 @@ import Testing
                 let truth = try await GatewayDeltaTests.truth(setup)
                 for (index, device) in devices.enumerated() {
                     try await device.download()
-                    #expect(try await GatewayDeltaTests.held(device) == truth,
-                            "round \(round): instance \(victim) killed after \(killAfter) ms, device \(index)")
+                    #expect(
+                        try await GatewayDeltaTests.held(device) == truth,
+                        "round \(round): instance \(victim) killed after \(killAfter) ms, device \(index)")
                 }
             }
         } catch {
@@ -111,7 +122,8 @@ import Testing
 /// a server-keyed create is there once or in the ErrorArchive as `RequestInDoubt` (never
 /// twice), and the queue ends empty. The backend ignores repeatable-request headers. V4 and V2.
 @Suite(.serialized) struct GatewayUploadCrashTests {
-    static func provider(_ setup: GatewayDeltaTests.Setup, port: Int, fresh: Bool) async throws -> OfflineODataProvider {
+    static func provider(_ setup: GatewayDeltaTests.Setup, port: Int, fresh: Bool) async throws -> OfflineODataProvider
+    {
         var parameters = OfflineODataParameters()
         parameters.storePath = setup.folder
         parameters.storeName = "upload-crash"
@@ -143,20 +155,25 @@ import Testing
         var inDoubt = 0
         do {
             for port in ports {
-                gateways.append(try await GatewayCrashTests.spawn(
-                    backend: setup.backendRoot, postgres: setup.postgres.url, port: port, extra: Self.flags))
+                gateways.append(
+                    try await GatewayCrashTests.spawn(
+                        backend: setup.backendRoot, postgres: setup.postgres.url, port: port, extra: Self.flags))
             }
             var device = try await Self.provider(setup, port: ports[0], fresh: true)
-            await setup.backend.service.faults.set([FaultRule(method: "POST", urlContains: "$batch", delayMilliseconds: 400)])
+            await setup.backend.service.faults.set([
+                FaultRule(method: "POST", urlContains: "$batch", delayMilliseconds: 400)
+            ])
             for (round, killAfter) in [30, 200, 380, 450, 650, 900].enumerated() {
                 let through = round % 2
                 _ = try await device.execute(
                     method: "POST", url: "BusinessPartners",
                     body: Array(#"{"PartnerID":"K\#(round)","CompanyName":"kill \#(round)"}"#.utf8))
-                _ = try await device.execute(method: "PATCH", url: "BusinessPartners('BP1')",
-                                             body: Array(#"{"Phone":"round \#(round)"}"#.utf8))
-                _ = try await device.execute(method: "POST", url: "Contacts",
-                                             body: Array(#"{"PartnerID":"BP0","FirstName":"C\#(round)"}"#.utf8))
+                _ = try await device.execute(
+                    method: "PATCH", url: "BusinessPartners('BP1')",
+                    body: Array(#"{"Phone":"round \#(round)"}"#.utf8))
+                _ = try await device.execute(
+                    method: "POST", url: "Contacts",
+                    body: Array(#"{"PartnerID":"BP0","FirstName":"C\#(round)"}"#.utf8))
                 let uploading = device
                 let upload = Task { try await uploading.upload() }
                 try await Task.sleep(nanoseconds: UInt64(killAfter) * 1_000_000)
@@ -185,16 +202,19 @@ import Testing
                 let queued = try await device.readEntities("RequestQueue").filter { $0.string("Status") != "failed" }
                 let archive = try await device.readEntities("ErrorArchive")
                 #expect(queued.isEmpty, "round \(round): \(queued) archive: \(archive)")
-                #expect(try await Self.count(setup, "BusinessPartners?$filter=PartnerID eq 'K\(round)'") == 1,
-                        "round \(round), killed after \(killAfter) ms")
-                let phone = try await GatewayUploadTests.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP1'")
+                #expect(
+                    try await Self.count(setup, "BusinessPartners?$filter=PartnerID eq 'K\(round)'") == 1,
+                    "round \(round), killed after \(killAfter) ms")
+                let phone = try await GatewayUploadTests.backendRows(
+                    setup, "BusinessPartners?$filter=PartnerID eq 'BP1'")
                 #expect(phone.first?["Phone"]?.stringValue == "round \(round)")
                 let contacts = try await Self.count(setup, "Contacts?$filter=FirstName eq 'C\(round)'")
                 let archived = try await device.readEntities("ErrorArchive").filter {
                     $0.string("Code") == "RequestInDoubt" && $0.string("RequestBody")?.contains("C\(round)") == true
                 }
                 #expect(contacts <= 1, "round \(round): the contact was created \(contacts) times")
-                #expect(contacts == 1 || archived.count == 1, "round \(round): the contact is neither there nor archived")
+                #expect(
+                    contacts == 1 || archived.count == 1, "round \(round): the contact is neither there nor archived")
                 inDoubt += archived.count
             }
             print("GatewayUploadCrashTests (\(v2 ? "V2" : "V4")): \(inDoubt) of 6 server-keyed creates in doubt")

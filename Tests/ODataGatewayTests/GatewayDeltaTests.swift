@@ -31,8 +31,10 @@ import Testing
         let postgres = try PostgresServer.start()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gw-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        let backend = try await EmbeddedServer.sales(at: folder.appendingPathComponent("backend.sqlite").path, scale: 3,
-                                                     pageSize: 7) { options in
+        let backend = try await EmbeddedServer.sales(
+            at: folder.appendingPathComponent("backend.sqlite").path, scale: 3,
+            pageSize: 7
+        ) { options in
             options.tracksChanges = false
             backendOptions(&options)
         }
@@ -101,8 +103,9 @@ import Testing
         headers["Accept"] = "application/json"
         headers["If-Match"] = "*"
         let response = try await DefaultTransport.make().send(
-            TransportRequest(method: method, url: setup.backend.v4Root.absoluteString + url, headers: headers,
-                             body: Array(body.utf8)), timeout: 30)
+            TransportRequest(
+                method: method, url: setup.backend.v4Root.absoluteString + url, headers: headers,
+                body: Array(body.utf8)), timeout: 30)
         return response.status
     }
 
@@ -113,7 +116,9 @@ import Testing
         let setup = try await Self.start(v2: v2)
         var devices: [OfflineODataProvider] = []
         do {
-            for index in 0..<3 { devices.append(try await Self.device(setup, gateway: index % 2, name: "device\(index)")) }
+            for index in 0..<3 {
+                devices.append(try await Self.device(setup, gateway: index % 2, name: "device\(index)"))
+            }
             let truth = try await Self.truth(setup)
             #expect(truth.count > 8)
             for device in devices { #expect(try await Self.held(device) == truth) }
@@ -128,11 +133,16 @@ import Testing
                     switch next(3) {
                     case 0:
                         let partner = "BP\(next(3))"
-                        #expect(try await Self.backendSend(setup, "PATCH", "BusinessPartners('\(partner)')",
-                                                           #"{"Phone":"r\#(round)c\#(change)"}"#) < 300)
+                        #expect(
+                            try await Self.backendSend(
+                                setup, "PATCH", "BusinessPartners('\(partner)')",
+                                #"{"Phone":"r\#(round)c\#(change)"}"#) < 300)
                     case 1:
-                        #expect(try await Self.backendSend(setup, "POST", "Contacts",
-                                                           #"{"PartnerID":"BP\#(next(3))","FirstName":"N","LastName":"r\#(round)c\#(change)"}"#) < 300)
+                        #expect(
+                            try await Self.backendSend(
+                                setup, "POST", "Contacts",
+                                #"{"PartnerID":"BP\#(next(3))","FirstName":"N","LastName":"r\#(round)c\#(change)"}"#)
+                                < 300)
                     default:
                         if !contacts.isEmpty, let victim = contacts[next(contacts.count)].split(separator: " ").first {
                             #expect(try await Self.backendSend(setup, "DELETE", "Contacts(\(victim))") < 300)
@@ -177,7 +187,8 @@ import Testing
             var next: String? = root + "Contacts"
             var pages = 0
             while let current = next {
-                let page = try await transport.send(TransportRequest(method: "GET", url: current, headers: headers), timeout: 30)
+                let page = try await transport.send(
+                    TransportRequest(method: "GET", url: current, headers: headers), timeout: 30)
                 #expect(page.status == 200)
                 json = try JSONValue.parse(page.body)
                 rows += v2 ? json["d"]?["results"]?.arrayValue ?? [] : json["value"]?.arrayValue ?? []
@@ -190,14 +201,16 @@ import Testing
             #expect(link.hasPrefix(root + "Contacts?"), "\(link)")
             #expect(link.contains(v2 ? "!deltatoken='gd." : "$deltatoken=gd."), "\(link)")
             // Nothing changed: an empty delta.
-            let empty = try await transport.send(TransportRequest(method: "GET", url: link, headers: headers), timeout: 30)
+            let empty = try await transport.send(
+                TransportRequest(method: "GET", url: link, headers: headers), timeout: 30)
             let emptyJSON = try JSONValue.parse(empty.body)
             #expect((v2 ? emptyJSON["d"]?["results"]?.arrayValue : emptyJSON["value"]?.arrayValue)?.isEmpty == true)
             // One change, one deletion.
             let ids = rows.compactMap { $0["ContactID"]?.serializedNumber }
             #expect(try await Self.backendSend(setup, "PATCH", "Contacts(\(ids[0]))", #"{"LastName":"Changed"}"#) < 300)
             #expect(try await Self.backendSend(setup, "DELETE", "Contacts(\(ids[1]))") < 300)
-            let delta = try await transport.send(TransportRequest(method: "GET", url: link, headers: headers), timeout: 30)
+            let delta = try await transport.send(
+                TransportRequest(method: "GET", url: link, headers: headers), timeout: 30)
             #expect(delta.status == 200)
             let deltaJSON = try JSONValue.parse(delta.body)
             let changes = (v2 ? deltaJSON["d"]?["results"]?.arrayValue : deltaJSON["value"]?.arrayValue) ?? []
@@ -209,18 +222,23 @@ import Testing
             #expect(v2 ? removed?["__deleted"] == .bool(true) : removed?["@removed"] != nil)
             if v2 { #expect(changed?["__metadata"]?["uri"]?.stringValue?.hasPrefix(root) == true) }
             // More changes than a page (5): the delta continues on a second page, each change once.
-            let following = try #require(v2 ? deltaJSON["d"]?["__delta"]?.stringValue : deltaJSON["@odata.deltaLink"]?.stringValue)
+            let following = try #require(
+                v2 ? deltaJSON["d"]?["__delta"]?.stringValue : deltaJSON["@odata.deltaLink"]?.stringValue)
             for index in 0..<6 {
-                #expect(try await Self.backendSend(setup, "POST", "Contacts",
-                                                   #"{"PartnerID":"BP0","FirstName":"P","LastName":"page\#(index)"}"#) < 300)
+                #expect(
+                    try await Self.backendSend(
+                        setup, "POST", "Contacts",
+                        #"{"PartnerID":"BP0","FirstName":"P","LastName":"page\#(index)"}"#) < 300)
             }
             #expect(try await Self.backendSend(setup, "PATCH", "Contacts(\(ids[2]))", #"{"LastName":"Again"}"#) < 300)
             var paged: [JSONValue] = []
             var pageCount = 0
             var current: String? = following
             while let url = current {
-                let page = try JSONValue.parse(try await transport.send(
-                    TransportRequest(method: "GET", url: url, headers: headers), timeout: 30).body)
+                let page = try JSONValue.parse(
+                    try await transport.send(
+                        TransportRequest(method: "GET", url: url, headers: headers), timeout: 30
+                    ).body)
                 paged += (v2 ? page["d"]?["results"]?.arrayValue : page["value"]?.arrayValue) ?? []
                 current = v2 ? page["d"]?["__next"]?.stringValue : page["@odata.nextLink"]?.stringValue
                 pageCount += 1
@@ -230,7 +248,8 @@ import Testing
             #expect(names == ["Again", "page0", "page1", "page2", "page3", "page4", "page5"], "\(names)")
             // A token of another query is refused, not answered with the wrong rows.
             let foreign = link.replacingOccurrences(of: root + "Contacts", with: root + "BusinessPartners")
-            let refused = try await transport.send(TransportRequest(method: "GET", url: foreign, headers: headers), timeout: 30)
+            let refused = try await transport.send(
+                TransportRequest(method: "GET", url: foreign, headers: headers), timeout: 30)
             #expect(refused.status == 400, "\(String(decoding: refused.body, as: UTF8.self))")
             #expect(try ODataError.parse(refused.body).code == "BadToken")
         } catch {
@@ -252,8 +271,10 @@ import Testing
         do {
             for index in 0..<2 { devices.append(try await Self.device(setup, gateway: index, name: "device\(index)")) }
             #expect(try await Self.backendSend(setup, "PATCH", "BusinessPartners('BP1')", #"{"Phone":"auto"}"#) < 300)
-            #expect(try await Self.backendSend(setup, "POST", "Contacts",
-                                               #"{"PartnerID":"BP2","FirstName":"N","LastName":"Added"}"#) < 300)
+            #expect(
+                try await Self.backendSend(
+                    setup, "POST", "Contacts",
+                    #"{"PartnerID":"BP2","FirstName":"N","LastName":"Added"}"#) < 300)
             await setup.backend.service.journal.clear()
             for device in devices { try await device.download() }
             let expected = try await Self.truth(setup)
@@ -271,8 +292,9 @@ import Testing
                 headers["Prefer"] = "odata.track-changes"
                 let token = v2 ? "!deltatoken='5'" : "$deltatoken=5"
                 let answer = try await DefaultTransport.make().send(
-                    TransportRequest(method: "GET", url: setup.gateways[0].root.absoluteString + "Contacts?" + token,
-                                     headers: headers), timeout: 30)
+                    TransportRequest(
+                        method: "GET", url: setup.gateways[0].root.absoluteString + "Contacts?" + token,
+                        headers: headers), timeout: 30)
                 #expect(answer.status == 410, "\(String(decoding: answer.body, as: UTF8.self))")
                 #expect(try ODataError.parse(answer.body).code == "DeltaTokenExpired")
             } else {

@@ -9,7 +9,9 @@ import Testing
 /// pyslet's in-memory server from PyPI (`Tests/Interop/pyslet_producer.py`, pages of 4). A
 /// device downloads through the gateway and gets deltas the backend cannot give.
 @Suite(.serialized) struct GatewayPysletTests {
-    static func send(_ root: String, _ method: String, _ url: String, _ body: String? = nil) async throws
+    static func send(
+        _ root: String, _ method: String, _ url: String, _ body: String? = nil
+    ) async throws
         -> TransportResponse
     {
         var headers = HTTPHeaders()
@@ -35,7 +37,9 @@ import Testing
         return rows.map { "\($0[key]?.serializedNumber ?? "?") \($0[field]?.serializedNumber ?? "-")" }.sorted()
     }
 
-    static func held(_ provider: OfflineODataProvider, _ set: String, key: String, field: String) async throws -> [String] {
+    static func held(
+        _ provider: OfflineODataProvider, _ set: String, key: String, field: String
+    ) async throws -> [String] {
         try await provider.readEntities(set).map { entity -> String in
             let id = entity.string(key) ?? entity.int64(key).map(String.init) ?? "?"
             let value = entity.string(field) ?? entity.decimal(field).map { "\($0)" } ?? "-"
@@ -44,9 +48,11 @@ import Testing
     }
 
     @Test func aDeviceGetsDeltasThroughTheGatewayFromPyslet() async throws {
-        let producer = try await Interop.Server.start(script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
+        let producer = try await Interop.Server.start(
+            script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
         let postgres = try PostgresServer.start()
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gw-pyslet-\(UUID().uuidString)")
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "oodata-gw-pyslet-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         var gateway: RunningGateway?
         var device: OfflineODataProvider?
@@ -66,17 +72,25 @@ import Testing
             }
             try await provider.open()
             func check(_ when: String) async throws {
-                #expect(try await Self.held(provider, "Customers", key: "CustomerID", field: "Name")
+                #expect(
+                    try await Self.held(provider, "Customers", key: "CustomerID", field: "Name")
                         == (try await Self.truth(backend, "Customers", key: "CustomerID", field: "Name")), "\(when)")
-                #expect(try await Self.held(provider, "Orders", key: "OrderID", field: "CustomerID")
+                #expect(
+                    try await Self.held(provider, "Orders", key: "OrderID", field: "CustomerID")
                         == (try await Self.truth(backend, "Orders", key: "OrderID", field: "CustomerID")), "\(when)")
             }
             try await check("after the open")
-            #expect(try await Self.truth(backend, "Orders", key: "OrderID", field: "CustomerID").count > 4, "pyslet pages")
+            #expect(
+                try await Self.truth(backend, "Orders", key: "OrderID", field: "CustomerID").count > 4, "pyslet pages")
             // Changes on the backend, then a download through the gateway: a delta.
-            #expect(try await Self.send(backend, "MERGE", "Customers('C1')", #"{"Name":"Changed by the office"}"#).status < 300)
-            #expect(try await Self.send(backend, "POST", "Customers", #"{"CustomerID":"C8","Name":"Eight","Country":"Peru"}"#)
-                        .status < 300)
+            #expect(
+                try await Self.send(backend, "MERGE", "Customers('C1')", #"{"Name":"Changed by the office"}"#).status
+                    < 300)
+            #expect(
+                try await Self.send(
+                    backend, "POST", "Customers", #"{"CustomerID":"C8","Name":"Eight","Country":"Peru"}"#
+                )
+                .status < 300)
             try await provider.download()
             try await check("after the download")
             // The device's next download is a delta of the gateway: nothing changed, nothing comes.
@@ -84,16 +98,21 @@ import Testing
             headers["Accept"] = "application/json"
             headers["Prefer"] = "odata.track-changes"
             let first = try await DefaultTransport.make().send(
-                TransportRequest(method: "GET", url: running.root.absoluteString + "Customers", headers: headers), timeout: 30)
+                TransportRequest(method: "GET", url: running.root.absoluteString + "Customers", headers: headers),
+                timeout: 30)
             var json = try JSONValue.parse(first.body)
             while let next = json["d"]?["__next"]?.stringValue {
-                json = try JSONValue.parse(try await DefaultTransport.make().send(
-                    TransportRequest(method: "GET", url: next, headers: headers), timeout: 30).body)
+                json = try JSONValue.parse(
+                    try await DefaultTransport.make().send(
+                        TransportRequest(method: "GET", url: next, headers: headers), timeout: 30
+                    ).body)
             }
             let delta = try #require(json["d"]?["__delta"]?.stringValue)
             #expect(try await Self.send(backend, "MERGE", "Customers('C2')", #"{"Name":"Two again"}"#).status < 300)
-            let changes = try JSONValue.parse(try await DefaultTransport.make().send(
-                TransportRequest(method: "GET", url: delta, headers: headers), timeout: 30).body)
+            let changes = try JSONValue.parse(
+                try await DefaultTransport.make().send(
+                    TransportRequest(method: "GET", url: delta, headers: headers), timeout: 30
+                ).body)
             let rows = changes["d"]?["results"]?.arrayValue ?? []
             #expect(rows.map { $0["CustomerID"]?.stringValue } == ["C2"], "\(changes.serialized.prefix(500))")
         } catch {
@@ -111,16 +130,19 @@ import Testing
     /// the same create sent again (its answer lost) gets the recorded 201, not pyslet's 409;
     /// another user's change under the device's update is caught with the gateway's ETag.
     @Test func uploadsThroughTheGatewayToPysletAreAppliedOnce() async throws {
-        let producer = try await Interop.Server.start(script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
+        let producer = try await Interop.Server.start(
+            script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
         let postgres = try PostgresServer.start()
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gw-pyslet-\(UUID().uuidString)")
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "oodata-gw-pyslet-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         var gateway: RunningGateway?
         var device: OfflineODataProvider?
         do {
             let backend = producer.serviceRoot.absoluteString
             let running = try await RunningGateway.start(
-                configuration: GatewayConfiguration(backends: [GatewayBackend(url: backend)]), postgresURL: postgres.url)
+                configuration: GatewayConfiguration(backends: [GatewayBackend(url: backend)]), postgresURL: postgres.url
+            )
             gateway = running
             var parameters = OfflineODataParameters()
             parameters.storePath = folder
@@ -132,15 +154,20 @@ import Testing
             try await provider.open()
             // Another user renames C2 on pyslet; the device renames C2 and C3, and creates C9.
             #expect(try await Self.send(backend, "MERGE", "Customers('C2')", #"{"Name":"By the office"}"#).status < 300)
-            _ = try await provider.execute(method: "PATCH", url: "Customers('C2')", body: Array(#"{"Name":"By the field"}"#.utf8))
-            _ = try await provider.execute(method: "PATCH", url: "Customers('C3')", body: Array(#"{"Name":"Three"}"#.utf8))
             _ = try await provider.execute(
-                method: "POST", url: "Customers", body: Array(#"{"CustomerID":"C9","Name":"Nine","Country":"Chile"}"#.utf8))
+                method: "PATCH", url: "Customers('C2')", body: Array(#"{"Name":"By the field"}"#.utf8))
+            _ = try await provider.execute(
+                method: "PATCH", url: "Customers('C3')", body: Array(#"{"Name":"Three"}"#.utf8))
+            _ = try await provider.execute(
+                method: "POST", url: "Customers",
+                body: Array(#"{"CustomerID":"C9","Name":"Nine","Country":"Chile"}"#.utf8))
             try await provider.upload()
             let failures = try await provider.readEntities("ErrorArchive")
             #expect(failures.map { $0.int64("HTTPStatusCode") } == [412], "\(failures)")
             let names = try await Self.truth(backend, "Customers", key: "CustomerID", field: "Name")
-            #expect(names.contains("C2 By the office") && names.contains("C3 Three") && names.contains("C9 Nine"), "\(names)")
+            #expect(
+                names.contains("C2 By the office") && names.contains("C3 Three") && names.contains("C9 Nine"),
+                "\(names)")
             // The create again, as a device whose answer was lost sends it: the recorded answer.
             let id = UUID().uuidString
             var headers = HTTPHeaders()
@@ -150,16 +177,21 @@ import Testing
             headers["RepeatabilityCreation"] = "Fri, 27 Nov 2026 10:00:00 GMT"
             let body = Array(#"{"CustomerID":"C10","Name":"Ten","Country":"Chile"}"#.utf8)
             let first = try await DefaultTransport.make().send(
-                TransportRequest(method: "POST", url: running.root.absoluteString + "Customers", headers: headers, body: body),
+                TransportRequest(
+                    method: "POST", url: running.root.absoluteString + "Customers", headers: headers, body: body),
                 timeout: 30)
             let again = try await DefaultTransport.make().send(
-                TransportRequest(method: "POST", url: running.root.absoluteString + "Customers", headers: headers, body: body),
+                TransportRequest(
+                    method: "POST", url: running.root.absoluteString + "Customers", headers: headers, body: body),
                 timeout: 30)
             #expect(first.status == 201)
             #expect(again.status == 201, "\(String(decoding: again.body, as: UTF8.self))")
             #expect(again.headers["Repeatability-Result"] == "accepted")
-            #expect(try await Self.truth(backend, "Customers", key: "CustomerID", field: "Name").filter { $0.hasPrefix("C10 ") }
-                        == ["C10 Ten"])
+            #expect(
+                try await Self.truth(backend, "Customers", key: "CustomerID", field: "Name").filter {
+                    $0.hasPrefix("C10 ")
+                }
+                    == ["C10 Ten"])
         } catch {
             Issue.record("\(error)")
         }

@@ -13,7 +13,8 @@ import Testing
         headers["Accept"] = "application/json"
         headers["Prefer"] = "odata.track-changes"
         if let authorization { headers["Authorization"] = authorization }
-        return try await DefaultTransport.make().send(TransportRequest(method: "GET", url: url, headers: headers), timeout: 30)
+        return try await DefaultTransport.make().send(
+            TransportRequest(method: "GET", url: url, headers: headers), timeout: 30)
     }
 
     /// Reads of `set` the backend began: first pages, not the next links a read follows nor the
@@ -30,17 +31,23 @@ import Testing
     /// more devices: no read at all.
     @Test(arguments: [false, true])
     func devicesOfASharedScopeShareBackendReads(v2: Bool) async throws {
-        let setup = try await GatewayDeltaTests.start(v2: v2, configure: { configuration in
-            configuration.backends[0].sharedQueries = ["Products"]
-            configuration.backends[0].queryRefreshInterval = ["Contacts": 600]
-        })
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2,
+            configure: { configuration in
+                configuration.backends[0].sharedQueries = ["Products"]
+                configuration.backends[0].queryRefreshInterval = ["Contacts": 600]
+            })
         do {
-            await setup.backend.service.faults.set([FaultRule(method: "GET", urlContains: "Products", delayMilliseconds: 600)])
+            await setup.backend.service.faults.set([
+                FaultRule(method: "GET", urlContains: "Products", delayMilliseconds: 600)
+            ])
             await setup.backend.service.journal.clear()
             let roots = setup.gateways.map(\.root.absoluteString)
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
                 for index in 0..<8 {
-                    group.addTask { try await Self.get(roots[index % 2] + "Products", authorization: "Bearer device\(index)").status }
+                    group.addTask {
+                        try await Self.get(roots[index % 2] + "Products", authorization: "Bearer device\(index)").status
+                    }
                 }
                 return try await group.reduce(into: [Int]()) { $0.append($1) }
             }
@@ -52,8 +59,10 @@ import Testing
             var refreshes = 0
             var shared = 0
             for root in roots {
-                let text = String(decoding: try await DefaultTransport.make().send(
-                    TransportRequest(method: "GET", url: root + "metrics"), timeout: 10).body, as: UTF8.self)
+                let text = String(
+                    decoding: try await DefaultTransport.make().send(
+                        TransportRequest(method: "GET", url: root + "metrics"), timeout: 10
+                    ).body, as: UTF8.self)
                 #expect(text.contains("oodata_gateway_backend_requests_total"), "\(text.prefix(400))")
                 for line in text.split(separator: "\n") where !line.hasPrefix("#") {
                     let parts = line.split(separator: " ")
@@ -62,8 +71,9 @@ import Testing
                     if parts[0] == "oodata_gateway_refreshes_shared_total" { shared += value }
                 }
             }
-            #expect(refreshes == reads && refreshes + shared == 8,
-                    "refreshes \(refreshes), answered from another's refresh \(shared)")
+            #expect(
+                refreshes == reads && refreshes + shared == 8,
+                "refreshes \(refreshes), answered from another's refresh \(shared)")
             // A refresh interval: devices inside it are answered without a backend read.
             await setup.backend.service.journal.clear()
             for index in 0..<4 { #expect(try await Self.get(roots[index % 2] + "Contacts").status == 200) }
@@ -107,7 +117,8 @@ import Testing
     /// scope again: its store equals the backend afterwards.
     @Test(arguments: [false, true])
     func aTokenPastRetentionIs410AndTheDeviceRecovers(v2: Bool) async throws {
-        let setup = try await GatewayDeltaTests.start(v2: v2, instances: 1, configure: { $0.tombstoneRetention = 0.000_001 })
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 1, configure: { $0.tombstoneRetention = 0.000_001 })
         do {
             let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "retention")
             let contacts = try await GatewayDeltaTests.truth(setup).filter { !$0.hasPrefix("BP") }
@@ -124,8 +135,12 @@ import Testing
                 next = v2 ? last["d"]?["__next"]?.stringValue : last["@odata.nextLink"]?.stringValue
             }
             let oldLink = try #require(v2 ? last["d"]?["__delta"]?.stringValue : last["@odata.deltaLink"]?.stringValue)
-            #expect(try await GatewayDeltaTests.backendSend(setup, "PATCH", "BusinessPartners('BP0')", #"{"Phone":"x"}"#) < 300)
-            #expect(try await GatewayDeltaTests.backendSend(setup, "DELETE", "Contacts(\(contacts[1].split(separator: " ")[0]))") < 300)
+            #expect(
+                try await GatewayDeltaTests.backendSend(setup, "PATCH", "BusinessPartners('BP0')", #"{"Phone":"x"}"#)
+                    < 300)
+            #expect(
+                try await GatewayDeltaTests.backendSend(
+                    setup, "DELETE", "Contacts(\(contacts[1].split(separator: " ")[0]))") < 300)
             _ = try await Self.get(root + "Contacts")  // a refresh that tombstones and purges at once
             let expired = try await Self.get(oldLink)
             #expect(expired.status == 410, "\(String(decoding: expired.body, as: UTF8.self))")
@@ -151,7 +166,9 @@ import Testing
             let other = try await Self.get(setup.gateways[0].root.absoluteString + "SalesOrders")
             #expect(other.status == 200)
             #expect(try await store.scopeCount() == 1)
-            #expect(try await GatewayDeltaTests.backendSend(setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"gc"}"#) < 300)
+            #expect(
+                try await GatewayDeltaTests.backendSend(setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"gc"}"#)
+                    < 300)
             await setup.backend.service.journal.clear()
             try await device.download()
             let held = try await GatewayDeltaTests.held(device)
@@ -170,7 +187,8 @@ import Testing
     @Test(arguments: [false, true])
     func aWrongPasswordGetsNoRowsFromPostgreSQL(v2: Bool) async throws {
         let setup = try await GatewayDeltaTests.start(
-            v2: v2, instances: 1, backendOptions: { $0.requiredCredentials = .basic(user: "alice", password: "secret") },
+            v2: v2, instances: 1,
+            backendOptions: { $0.requiredCredentials = .basic(user: "alice", password: "secret") },
             configure: { $0.refreshInterval = 600 })
         do {
             let root = setup.gateways[0].root.absoluteString

@@ -9,9 +9,10 @@ import Testing
 /// repeatable-request headers (the reference server with them off, as most SAP Gateway
 /// services are). Real PostgreSQL, real providers, faults injected into the real backend.
 @Suite(.serialized) struct GatewayUploadTests {
-    static func start(v2: Bool, instances: Int = 1,
-                      configure: (inout GatewayConfiguration) -> Void = { _ in }) async throws -> GatewayDeltaTests.Setup
-    {
+    static func start(
+        v2: Bool, instances: Int = 1,
+        configure: (inout GatewayConfiguration) -> Void = { _ in }
+    ) async throws -> GatewayDeltaTests.Setup {
         try await GatewayDeltaTests.start(
             v2: v2, instances: instances, backendOptions: { $0.honorsRepeatableRequests = false }, configure: configure)
     }
@@ -40,10 +41,13 @@ import Testing
         let setup = try await Self.start(v2: v2)
         do {
             let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "lost")
-            let contact = try #require(try await device.readEntities("Contacts?$orderby=ContactID").first?.int64("ContactID"))
-            _ = try await device.execute(method: "POST", url: "BusinessPartners",
-                                         body: Self.body(#"{"PartnerID":"BPX","CompanyName":"Once"}"#))
-            _ = try await device.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: Self.body(#"{"Phone":"+1 once"}"#))
+            let contact = try #require(
+                try await device.readEntities("Contacts?$orderby=ContactID").first?.int64("ContactID"))
+            _ = try await device.execute(
+                method: "POST", url: "BusinessPartners",
+                body: Self.body(#"{"PartnerID":"BPX","CompanyName":"Once"}"#))
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP1')", body: Self.body(#"{"Phone":"+1 once"}"#))
             _ = try await device.execute(method: "DELETE", url: "Contacts(\(contact))")
             // The backend commits and its answer is lost; then the gateway's first read of the
             // entities fails too, so the device's upload fails and the requests stay in doubt.
@@ -86,9 +90,12 @@ import Testing
         let setup = try await Self.start(v2: v2)
         do {
             let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "doubt")
-            _ = try await device.execute(method: "POST", url: "Contacts",
-                                         body: Self.body(#"{"PartnerID":"BP0","FirstName":"Doubt","LastName":"Once"}"#))
-            await setup.backend.service.faults.set([FaultRule(method: "POST", urlContains: "$batch", dropAfterCommit: true, times: 1)])
+            _ = try await device.execute(
+                method: "POST", url: "Contacts",
+                body: Self.body(#"{"PartnerID":"BP0","FirstName":"Doubt","LastName":"Once"}"#))
+            await setup.backend.service.faults.set([
+                FaultRule(method: "POST", urlContains: "$batch", dropAfterCommit: true, times: 1)
+            ])
             // The gateway reads what it can at once: a contact by a key it does not know it
             // cannot, so the answer is RequestInDoubt in the same upload.
             try await device.upload()
@@ -123,7 +130,9 @@ import Testing
         part["Content-ID"] = "1"
         let message = BatchMessage.request(
             "POST", "Contacts", headers: headers, body: Self.body(#"{"PartnerID":"BP0","FirstName":"\#(name)"}"#))
-        return MultipartBatch(parts: [.changeSet(ChangeSet(operations: [BatchOperation(partHeaders: part, message: message)]))])
+        return MultipartBatch(parts: [
+            .changeSet(ChangeSet(operations: [BatchOperation(partHeaders: part, message: message)]))
+        ])
     }
 
     static func send(_ batch: MultipartBatch, to root: String) async throws -> (TransportResponse, MultipartBatch?) {
@@ -161,7 +170,9 @@ import Testing
             #expect(try await Self.backendRows(setup, "Contacts?$filter=FirstName eq 'Repeat'").count == 1)
 
             // A slow backend: three sends of one new batch at once, over both instances.
-            await setup.backend.service.faults.set([FaultRule(method: "POST", urlContains: "$batch", delayMilliseconds: 1500)])
+            await setup.backend.service.faults.set([
+                FaultRule(method: "POST", urlContains: "$batch", delayMilliseconds: 1500)
+            ])
             await setup.backend.service.journal.clear()
             let slow = Self.batch(id: UUID().uuidString, name: "Slow")
             let statuses = try await withThrowingTaskGroup(of: Int?.self) { group in
@@ -213,11 +224,14 @@ import Testing
             parameters.storeName = "single"
             parameters.backendSupportsBatch = false
             let device = OfflineODataProvider(serviceRoot: setup.gateways[0].root, parameters: parameters)
-            try await device.add(definingQuery: OfflineODataDefiningQuery(name: "BusinessPartners", query: "BusinessPartners"))
+            try await device.add(
+                definingQuery: OfflineODataDefiningQuery(name: "BusinessPartners", query: "BusinessPartners"))
             try await device.open()
-            _ = try await device.execute(method: "POST", url: "BusinessPartners",
-                                         body: Self.body(#"{"PartnerID":"BPY","CompanyName":"Single"}"#))
-            _ = try await device.execute(method: "PATCH", url: "BusinessPartners('BP2')", body: Self.body(#"{"Phone":"single"}"#))
+            _ = try await device.execute(
+                method: "POST", url: "BusinessPartners",
+                body: Self.body(#"{"PartnerID":"BPY","CompanyName":"Single"}"#))
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP2')", body: Self.body(#"{"Phone":"single"}"#))
             // The create's answer is lost and the backend cannot be read at once: the gateway
             // cuts the device's connection, and the device keeps both requests.
             await setup.backend.service.faults.set([
@@ -230,7 +244,8 @@ import Testing
             try await device.upload()
             let sent = await setup.backend.service.journal.requests()
             #expect(!sent.contains { $0.hasPrefix("POST BusinessPartners") }, "\(sent)")
-            #expect(sent.filter { $0.contains("BusinessPartners('BP2')") && !$0.hasPrefix("GET") }.count == 1, "\(sent)")
+            #expect(
+                sent.filter { $0.contains("BusinessPartners('BP2')") && !$0.hasPrefix("GET") }.count == 1, "\(sent)")
             #expect(try await device.readEntities("RequestQueue").isEmpty)
             #expect(try await device.readEntities("ErrorArchive").isEmpty)
             #expect(try await Self.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BPY'").count == 1)
@@ -251,10 +266,12 @@ import Testing
 @Suite(.serialized) struct GatewayETagTests {
     @Test(arguments: [false, true])
     func aConcurrentChangeOnABackendWithoutETagsIs412(v2: Bool) async throws {
-        let setup = try await GatewayDeltaTests.start(v2: v2, instances: 1, backendOptions: {
-            $0.sendsETags = false
-            $0.honorsRepeatableRequests = false
-        })
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 1,
+            backendOptions: {
+                $0.sendsETags = false
+                $0.honorsRepeatableRequests = false
+            })
         do {
             // The backend gives no ETag; the gateway does.
             var headers = HTTPHeaders()
@@ -266,25 +283,31 @@ import Testing
             #expect(direct.headers["ETag"] == nil && !directText.contains("etag"), "\(directText)")
             let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "etags")
             // Another user changes BP1's e-mail on the backend; the device changes its phone.
-            #expect(try await GatewayDeltaTests.backendSend(
-                setup, "PATCH", "BusinessPartners('BP1')", #"{"Email":"office@example.com"}"#) < 300)
-            _ = try await device.execute(method: "PATCH", url: "BusinessPartners('BP1')",
-                                         body: Array(#"{"Phone":"field"}"#.utf8))
+            #expect(
+                try await GatewayDeltaTests.backendSend(
+                    setup, "PATCH", "BusinessPartners('BP1')", #"{"Email":"office@example.com"}"#) < 300)
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP1')",
+                body: Array(#"{"Phone":"field"}"#.utf8))
             // BP2 changed twice by the device alone, in two uploads without a download between.
-            _ = try await device.execute(method: "PATCH", url: "BusinessPartners('BP2')",
-                                         body: Array(#"{"Phone":"first"}"#.utf8))
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP2')",
+                body: Array(#"{"Phone":"first"}"#.utf8))
             try await device.upload()
-            _ = try await device.execute(method: "PATCH", url: "BusinessPartners('BP2')",
-                                         body: Array(#"{"Phone":"second"}"#.utf8))
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP2')",
+                body: Array(#"{"Phone":"second"}"#.utf8))
             try await device.upload()
             let failures = try await device.readEntities("ErrorArchive")
             #expect(failures.count == 1, "\(failures)")
             #expect(failures.first?.int64("HTTPStatusCode") == 412)
             #expect(failures.first?.string("RequestURL") == "BusinessPartners('BP1')")
-            let bp1 = try await GatewayUploadTests.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP1'").first
+            let bp1 = try await GatewayUploadTests.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP1'")
+                .first
             #expect(bp1?["Email"]?.stringValue == "office@example.com")
             #expect(bp1?["Phone"]?.stringValue != "field")
-            let bp2 = try await GatewayUploadTests.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP2'").first
+            let bp2 = try await GatewayUploadTests.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP2'")
+                .first
             #expect(bp2?["Phone"]?.stringValue == "second")
             await device.close()
         } catch {

@@ -31,7 +31,9 @@ final class PostgresServer: Sendable {
         where FileManager.default.isExecutableFile(atPath: folder + "/initdb") {
             return folder
         }
-        throw Failure(description: "PostgreSQL's initdb is not installed: run `scripts/setup test` (Debian: apt-get install postgresql)")
+        throw Failure(
+            description:
+                "PostgreSQL's initdb is not installed: run `scripts/setup test` (Debian: apt-get install postgresql)")
     }
 
     static var isRoot: Bool { getuid() == 0 }
@@ -83,31 +85,37 @@ final class PostgresServer: Sendable {
     /// A new server, running.
     static func start() throws -> PostgresServer {
         let binaries = try findBinaries()
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-pg-\(UUID().uuidString)").path
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-pg-\(UUID().uuidString)")
+            .path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         if isRoot {
             guard let user = getpwnam("postgres") else {
-                throw Failure(description: "there is no postgres user: run `scripts/setup test` (apt-get install postgresql)")
+                throw Failure(
+                    description: "there is no postgres user: run `scripts/setup test` (apt-get install postgresql)")
             }
             guard chown(folder, user.pointee.pw_uid, user.pointee.pw_gid) == 0 else {
                 throw Failure(description: "chown postgres \(folder) failed (errno \(errno))")
             }
         }
-        try run(binaries + "/initdb", ["-D", folder + "/data", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
-                outputFile: folder + "/initdb.out")
+        try run(
+            binaries + "/initdb", ["-D", folder + "/data", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
+            outputFile: folder + "/initdb.out")
         let port = freePort()
-        try run(binaries + "/pg_ctl", [
-            "-D", folder + "/data", "-l", folder + "/log", "-w", "-t", "60",
-            "-o", "-p \(port) -k \(folder) -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
-            "start",
-        ], outputFile: folder + "/pg_ctl.out")
+        try run(
+            binaries + "/pg_ctl",
+            [
+                "-D", folder + "/data", "-l", folder + "/log", "-w", "-t", "60",
+                "-o", "-p \(port) -k \(folder) -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                "start",
+            ], outputFile: folder + "/pg_ctl.out")
         return PostgresServer(folder: folder, port: port, binaries: binaries)
     }
 
     /// Stops the server at once and removes its files.
     func stop() {
-        _ = try? Self.run(binaries + "/pg_ctl", ["-D", folder + "/data", "-m", "immediate", "-w", "stop"],
-                          outputFile: folder + "/pg_ctl.out")
+        _ = try? Self.run(
+            binaries + "/pg_ctl", ["-D", folder + "/data", "-m", "immediate", "-w", "stop"],
+            outputFile: folder + "/pg_ctl.out")
         try? FileManager.default.removeItem(atPath: folder)
     }
 }

@@ -20,7 +20,8 @@ func gatewayMemory(_ arguments: [String]) async throws {
         raw_end_with_parent()
         let backend = try await EmbeddedServer.sales(
             at: URL(fileURLWithPath: arguments[1]).appendingPathComponent("backend.sqlite").path, scale: scale,
-            pageSize: 1000) { $0.tracksChanges = false }
+            pageSize: 1000
+        ) { $0.tracksChanges = false }
         FileHandle.standardOutput.write(Data((backend.v4Root.absoluteString + "\n").utf8))
         while true { try await Task.sleep(nanoseconds: 1_000_000_000) }
     }
@@ -43,8 +44,9 @@ func gatewayMemory(_ arguments: [String]) async throws {
         line.append(byte)
     }
     let root = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-    print("GatewayRatio memory: sales scale \(scale), backend (no delta links) in a child process, "
-          + "loaded in \(ContinuousClock.now - loading)")
+    print(
+        "GatewayRatio memory: sales scale \(scale), backend (no delta links) in a child process, "
+            + "loaded in \(ContinuousClock.now - loading)")
 
     var configuration = GatewayConfiguration(backends: [GatewayBackend(url: root)])
     configuration.pageSize = 1000
@@ -71,8 +73,10 @@ func gatewayMemory(_ arguments: [String]) async throws {
         TransportRequest(method: "GET", url: root + "SalesOrders/$count", headers: HTTPHeaders()), timeout: 60)
     let orders = String(decoding: count.body, as: UTF8.self)
     print("first refresh of SalesOrders: \(orders) rows in \(elapsed)")
-    print(String(format: "gateway process: %.1f MiB resident before, peak %.1f MiB during the refresh (+%.1f MiB)",
-                 before, peak, peak - before))
+    print(
+        String(
+            format: "gateway process: %.1f MiB resident before, peak %.1f MiB during the refresh (+%.1f MiB)",
+            before, peak, peak - before))
     await gateway.stop()
 }
 

@@ -49,8 +49,10 @@ func seconds(_ body: () async throws -> Void) async throws -> Double {
 let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gwbench-\(UUID().uuidString)")
 try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
 defer { try? FileManager.default.removeItem(at: folder) }
-let backend = try await EmbeddedServer.sales(at: folder.appendingPathComponent("backend.sqlite").path, scale: scale,
-                                             pageSize: 1000) { $0.tracksChanges = false }
+let backend = try await EmbeddedServer.sales(
+    at: folder.appendingPathComponent("backend.sqlite").path, scale: scale,
+    pageSize: 1000
+) { $0.tracksChanges = false }
 let root = backend.v4Root.absoluteString
 // Scopes are keyed by the backend's URL, whose port is new each run: earlier runs' rows do not count.
 var configuration = GatewayConfiguration(backends: [GatewayBackend(url: root)])
@@ -75,7 +77,9 @@ func device(_ name: String, through serviceRoot: URL) async throws -> OfflineODa
 }
 
 func count(_ provider: OfflineODataProvider) async throws -> Int {
-    guard case .count(let n) = try await provider.read("SalesOrders/$count") else { throw Failure(description: "no count") }
+    guard case .count(let n) = try await provider.read("SalesOrders/$count") else {
+        throw Failure(description: "no count")
+    }
     return Int(n)
 }
 
@@ -87,7 +91,9 @@ let openDirect = try await seconds { try await direct.open() }
 let openGateway = try await seconds { try await first.open() }
 try await second.open()
 let orders = try await count(direct)
-print(String(format: "first open: direct %.3f s, through the gateway %.3f s (%d orders)", openDirect, openGateway, orders))
+print(
+    String(format: "first open: direct %.3f s, through the gateway %.3f s (%d orders)", openDirect, openGateway, orders)
+)
 
 // Where the scope stood before the changes: a delta link from there is what the devices follow.
 let before = try await patient.gateway.store.scope(backend: root, query: "SalesOrders", user: "", interval: 1e9)
@@ -99,9 +105,10 @@ headers["Content-Type"] = "application/json"
 headers["If-Match"] = "*"
 let transport = DefaultTransport.make()
 for index in 0..<changed {
-    let response = try await transport.send(TransportRequest(
-        method: "PATCH", url: root + "SalesOrders('SO\(index * 97 % orders)')", headers: headers,
-        body: Array(#"{"Note":"changed \#(index)"}"#.utf8)), timeout: 30)
+    let response = try await transport.send(
+        TransportRequest(
+            method: "PATCH", url: root + "SalesOrders('SO\(index * 97 % orders)')", headers: headers,
+            body: Array(#"{"Note":"changed \#(index)"}"#.utf8)), timeout: 30)
     guard response.status < 300 else { throw Failure(description: "PATCH: \(response.status)") }
 }
 let directDownload = try await seconds { try await direct.download() }
@@ -118,7 +125,8 @@ let raw = try await seconds {
     pageHeaders["Prefer"] = "odata.track-changes"
     var next: String? = patient.root.absoluteString + "SalesOrders?$deltatoken=gd.\(before.id).\(before.published)"
     while let url = next {
-        let page = try await transport.send(TransportRequest(method: "GET", url: url, headers: pageHeaders), timeout: 60)
+        let page = try await transport.send(
+            TransportRequest(method: "GET", url: url, headers: pageHeaders), timeout: 60)
         let json = try JSONValue.parse(page.body)
         deltaRows += json["value"]?.arrayValue?.count ?? 0
         next = json["@odata.nextLink"]?.stringValue
@@ -126,19 +134,28 @@ let raw = try await seconds {
 }
 print(String(format: "download after %d changed orders:", changed))
 print(String(format: "  direct (full re-read and diff)           %8.3f s", directDownload))
-print(String(format: "  gateway, refresh already run             %8.3f s   ratio %.3f×", afterRefresh, afterRefresh / directDownload))
-print(String(format: "  the same delta's pages fetched raw (%d rows, no client) %8.3f s   ratio %.3f×", deltaRows, raw,
-             raw / directDownload))
-print(String(format: "  gateway, this download runs the refresh  %8.3f s   ratio %.3f×", withRefresh, withRefresh / directDownload))
+print(
+    String(
+        format: "  gateway, refresh already run             %8.3f s   ratio %.3f×", afterRefresh,
+        afterRefresh / directDownload))
+print(
+    String(
+        format: "  the same delta's pages fetched raw (%d rows, no client) %8.3f s   ratio %.3f×", deltaRows, raw,
+        raw / directDownload))
+print(
+    String(
+        format: "  gateway, this download runs the refresh  %8.3f s   ratio %.3f×", withRefresh,
+        withRefresh / directDownload))
 
 // One sync round of many devices on one scope: backend reads.
 var fleet: [OfflineODataProvider] = []
 for index in 0..<deviceCount { fleet.append(try await device("fleet\(index)", through: patient.root)) }
 for provider in fleet { try await provider.open() }
 for index in 0..<changed {
-    _ = try await transport.send(TransportRequest(
-        method: "PATCH", url: root + "SalesOrders('SO\(index * 89 % orders)')", headers: headers,
-        body: Array(#"{"Note":"again \#(index)"}"#.utf8)), timeout: 30)
+    _ = try await transport.send(
+        TransportRequest(
+            method: "PATCH", url: root + "SalesOrders('SO\(index * 89 % orders)')", headers: headers,
+            body: Array(#"{"Note":"again \#(index)"}"#.utf8)), timeout: 30)
 }
 // The round starts after the refresh interval: the first device's request refreshes, the
 // others are answered from that refresh.
@@ -153,8 +170,11 @@ let round = try await seconds {
 let reads = await backend.service.journal.requests().filter {
     $0.hasPrefix("GET SalesOrders") && !$0.contains("skiptoken") && !$0.contains("$top=0")
 }.count
-print(String(format: "%d devices downloading at once (%.0f s refresh interval): %d backend read(s) of SalesOrders, round %.3f s",
-             deviceCount, patience, reads, round))
+print(
+    String(
+        format:
+            "%d devices downloading at once (%.0f s refresh interval): %d backend read(s) of SalesOrders, round %.3f s",
+        deviceCount, patience, reads, round))
 for provider in fleet + [direct, first, second] { await provider.close() }
 await gateway.stop()
 await patient.stop()
