@@ -70,6 +70,9 @@ public final class Gateway: Sendable {
     /// Answers `request` for `backend`.
     public func handle(_ request: GatewayRequest, backend: GatewayBackend) async -> GatewayResponse {
         var legacy = false
+        if request.method == "GET", request.target.hasPrefix("$oodata/progress/") {
+            return await progressAnswer(String(request.target.dropFirst("$oodata/progress/".count)))
+        }
         do {
             let model = try await models.model(
                 for: backend, authorization: request.headers["Authorization"], gateway: self)
@@ -162,7 +165,7 @@ public final class Gateway: Sendable {
             let started = ContinuousClock.now
             let summary = try await refresh(
                 scope, query: tracked, backend: backend, keyNames: keyNames, legacy: legacy,
-                authorization: authorization, interval: interval)
+                authorization: authorization, interval: interval, for: request)
             if summary.ran {
                 await housekeep()
                 metrics.refreshes.increment()
@@ -239,6 +242,41 @@ public final class Gateway: Sendable {
         }
     }
 
+    /// Where a device's operation is on the gateway: `{"step": …, "number": …, "count": …}`
+    /// (`step` null when the gateway has no word of it yet).
+    func progressAnswer(_ operation: String) async -> GatewayResponse {
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        headers["Cache-Control"] = "no-store"
+        guard let id = Self.operationID(operation) else {
+            return .error(
+                GatewayError(status: 400, code: "BadOperation", "The operation ID is not one a device sends"),
+                legacy: false)
+        }
+        let found = try? await store.progress(id)
+        var members: [JSONValue.Member] = [JSONValue.Member("step", found.map { .string($0.step) } ?? .null)]
+        if let number = found?.number { members.append(JSONValue.Member("number", .number(String(number)))) }
+        if let count = found?.count { members.append(JSONValue.Member("count", .number(String(count)))) }
+        return GatewayResponse(status: 200, headers: headers, body: Array(JSONValue.object(members).serialized.utf8))
+    }
+
+    /// A device's operation ID (`OOData-Operation`), when it has the shape one has: up to 64
+    /// letters, digits and dashes.
+    static func operationID(_ text: String?) -> String? {
+        guard let text, !text.isEmpty, text.count <= 64,
+            text.utf8.allSatisfy({ $0 < 128 }),
+            text.unicodeScalars.allSatisfy({ CharacterSet.alphanumerics.contains($0) || $0 == "-" })
+        else { return nil }
+        return text
+    }
+
+    /// Records a step of the device's operation that `request` belongs to, if it named one.
+    /// Progress is for showing: a failure to record it is ignored.
+    func report(_ request: GatewayRequest, _ step: String, number: Int? = nil, count: Int? = nil) async {
+        guard let operation = Self.operationID(request.headers["OOData-Operation"]) else { return }
+        try? await store.setProgress(operation, step: step, number: number, count: count)
+    }
+
     /// Removes scopes no device read for the scope retention, and the records of uploaded
     /// requests past their retention, at most every ten minutes per instance (after a refresh
     /// or an upload). A failure is logged: it never fails a device's request.
@@ -248,6 +286,7 @@ public final class Gateway: Sendable {
         do {
             let removed = try await store.removeUnusedScopes(unused: retention)
             if removed > 0 { logger.info("Removed unused scopes", metadata: ["scopes": "\(removed)"]) }
+            try await store.removeProgress(olderThan: 3600)
             let requests = try await store.removeRequestRecords(olderThan: configuration.requestRetention)
             if requests > 0 { logger.info("Removed request records", metadata: ["requests": "\(requests)"]) }
         } catch {
@@ -388,7 +427,7 @@ public final class Gateway: Sendable {
 
     func refresh(
         _ scope: GatewayStore.Scope, query: TrackedQuery, backend: GatewayBackend, keyNames: [String], legacy: Bool,
-        authorization: String?, interval: Double
+        authorization: String?, interval: Double, for request: GatewayRequest? = nil
     ) async throws -> GatewayStore.RefreshSummary {
         try await store.refresh(scope, interval: interval, retention: configuration.tombstoneRetention) { write in
             var url: String? = backend.url + query.backendTarget
@@ -397,6 +436,8 @@ public final class Gateway: Sendable {
             var read = 0
             let started = ContinuousClock.now
             var reported = started
+            var reportedToDevice = started
+            if let request { await report(request, "waitingForDownload", number: 0) }
             while let current = url {
                 pages += 1
                 guard pages <= Self.maximumPages, seen.insert(current).inserted else {
@@ -416,6 +457,11 @@ public final class Gateway: Sendable {
                 try await write(rows)
                 read += rows.count
                 url = next.map { Self.resolve($0, against: current) }
+                // The device waiting for it sees the rows read so far (pulled by its client).
+                if let request, ContinuousClock.now - reportedToDevice >= .milliseconds(500) {
+                    reportedToDevice = ContinuousClock.now
+                    await report(request, "waitingForDownload", number: read)
+                }
                 // A long refresh (a first one of a large query) says how far it is.
                 let now = ContinuousClock.now
                 if url != nil, now - reported >= Self.progressInterval {

@@ -86,6 +86,8 @@ struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
             return Response(status: .badGateway, body: ResponseBody(contentLength: 1) { _ in throw CutAnswer() })
         }
         var fields = HTTPFields()
+        // Tells a device it talks to a gateway (it then pulls the gateway's progress).
+        if let name = HTTPField.Name("OOData-Gateway") { fields.append(HTTPField(name: name, value: "1")) }
         for field in answer.headers {
             if let name = HTTPField.Name(field.name) { fields.append(HTTPField(name: name, value: field.value)) }
         }

@@ -53,7 +53,44 @@ extension GatewayStore {
           PRIMARY KEY (backend, request_id))
         """,
         "CREATE INDEX IF NOT EXISTS oodata_request_created ON oodata_request (created_at)",
+        """
+        CREATE TABLE IF NOT EXISTS oodata_progress (
+          operation TEXT PRIMARY KEY,
+          step TEXT NOT NULL,
+          number BIGINT,
+          count BIGINT,
+          updated_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())
+        """,
     ]
+
+    /// Records where a device's operation is on the gateway (any instance answers the device's
+    /// pulls). Best effort: a failure is left to the caller to ignore.
+    func setProgress(_ operation: String, step: String, number: Int?, count: Int?) async throws {
+        try await client.query(
+            """
+            INSERT INTO oodata_progress (operation, step, number, count) VALUES
+              (\(operation), \(step), \(number.map(Int64.init)), \(count.map(Int64.init)))
+            ON CONFLICT (operation) DO UPDATE SET step = EXCLUDED.step, number = EXCLUDED.number,
+              count = EXCLUDED.count, updated_at = clock_timestamp()
+            """, logger: logger)
+    }
+
+    /// Where `operation` is, or nil when the gateway has no word of it.
+    func progress(_ operation: String) async throws -> (step: String, number: Int64?, count: Int64?)? {
+        let rows = try await client.query(
+            "SELECT step, number, count FROM oodata_progress WHERE operation = \(operation)", logger: logger)
+        for try await (step, number, count) in rows.decode((String, Int64?, Int64?).self) {
+            return (step, number, count)
+        }
+        return nil
+    }
+
+    /// Removes the progress of operations not updated for `seconds`.
+    func removeProgress(olderThan seconds: Double) async throws {
+        try await client.query(
+            "DELETE FROM oodata_progress WHERE updated_at < clock_timestamp() - make_interval(secs => \(seconds))",
+            logger: logger)
+    }
 
     /// The advisory-lock space of request IDs (a request being forwarded holds its lock).
     static let requestLockSpace: Int32 = 7263

@@ -206,6 +206,8 @@ extension Gateway {
     ) async throws -> GatewayResponse {
         var units = units
         let user = request.user
+        let requestCount = units.reduce(0) { $0 + $1.operations.count }
+        await report(request, "analyzingReceivedData", number: 0, count: requestCount)
         let records = try await store.requestRecords(units.flatMap(\.ids), backend: backend.url, on: connection)
         var outcomes: [UnitOutcome] = []
         for unit in units {
@@ -269,6 +271,8 @@ extension Gateway {
         let forwarded = outcomes.indices.filter { if case .forward = outcomes[$0] { true } else { false } }
         var fresh: [Int: (part: BatchPart?, answers: [RecordedAnswer])] = [:]
         var status = model.version.isLegacy ? 202 : 200
+        let answeredHere = requestCount - forwarded.reduce(0) { $0 + units[$1].operations.count }
+        await report(request, "processingRequests", number: answeredHere, count: requestCount)
         if !forwarded.isEmpty {
             let sent = forwarded.flatMap { units[$0].ids }
             // Recorded (committed) before anything reaches the backend.
@@ -360,6 +364,7 @@ extension Gateway {
                 }
                 if changed { fresh[index] = (nil, result.answers) }
             }
+            await report(request, "processingRequests", number: requestCount, count: requestCount)
             var toRecord: [(id: String, answer: RecordedAnswer)] = []
             var toForget: [String] = []
             for (index, result) in fresh {

@@ -188,8 +188,12 @@ struct Downloader: Sendable {
         flat: Bool = false,
         on provider: isolated OfflineODataProvider
     ) async throws -> FetchedPage {
-        let response = try await provider.send(
-            method: "GET", url: try provider.withStreamParameters(url), headers: ["Prefer": "odata.track-changes"])
+        let target = try provider.withStreamParameters(url)
+        let response = try await provider.withServerProgress(progress) { operation in
+            var headers = ["Prefer": "odata.track-changes"]
+            if let operation { headers["OOData-Operation"] = operation }
+            return try await provider.send(method: "GET", url: target, headers: headers)
+        }
         if response.status == 410 && isDelta { return .expired }
         guard response.status < 400 else {
             let absolute = provider.absoluteURL(url)

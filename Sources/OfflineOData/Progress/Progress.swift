@@ -270,6 +270,19 @@ final class ProgressReporter: @unchecked Sendable {
             highest = max(highest, planned)
             return highest
         }
+        return event(step, parameters, number: number)
+    }
+
+    /// A step the gateway reports while the device waits on one of its requests: shown under
+    /// the step the device is at (its number neither moves nor goes back).
+    func serverEvent(_ step: OfflineODataProgressStep, _ parameters: [String: String]) -> OfflineODataEvent {
+        let number = lock.withLock { max(highest, 1) }
+        return event(step, parameters, number: number)
+    }
+
+    private func event(_ step: OfflineODataProgressStep, _ parameters: [String: String], number: Int)
+        -> OfflineODataEvent
+    {
         let message = ProgressMessages.shared.message(
             step: step, number: number, total: plan.count, parameters: parameters, language: language)
         return .progress(

@@ -32,6 +32,10 @@ public struct OfflineODataParameters: Sendable {
     public var customCookies: [String: String] = [:]
     /// Send repeatable-request headers with every modification so each is applied exactly once.
     public var enableRepeatableRequests = true
+    /// How often, in milliseconds, the status of an upload or download running on a sync
+    /// gateway is pulled and reported as the gateway's steps (SAP's `cloudProgressPullInterval`;
+    /// never below 500). Only through a gateway: a plain backend is never asked.
+    public var cloudProgressPullInterval = 2000
     /// Largest number of entities one local read returns; ``noPaging`` (nil) for no paging.
     public var pageSize: Int? = OfflineODataParameters.noPaging
     /// Network timeout in whole seconds, as SAP declares it: how long a request may go without

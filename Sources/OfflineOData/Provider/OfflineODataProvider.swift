@@ -51,6 +51,9 @@ public actor OfflineODataProvider {
     var logger: Logger { parameters.logger }
     /// Bytes sent and received during the current upload or download (for progress).
     var bytesSent: Int64 = 0
+    /// Whether the service root is a sync gateway (an answer carried `OOData-Gateway`): its
+    /// server-side steps are pulled during uploads and downloads.
+    var throughGateway = false
     var bytesReceived: Int64 = 0
     /// `Set(localKey)` → backend key predicate, loaded on first use and dropped after uploads.
     var keyMapCache: [String: String]?
@@ -140,6 +143,46 @@ public actor OfflineODataProvider {
     /// Sends a progress update now, so updates arrive in the order the operation passes its steps.
     func report(_ progress: ProgressReporter, _ step: OfflineODataProgressStep, _ parameters: [String: String] = [:]) {
         emit(progress.event(step, parameters))
+    }
+
+    /// Runs `body`, one request of `progress`'s operation, given the operation's ID for the
+    /// `OOData-Operation` header. Through a sync gateway, the gateway's status of that
+    /// operation is pulled every ``OfflineODataParameters/cloudProgressPullInterval`` ms while
+    /// the request runs, and reported as its steps (SPEC §13). Without a gateway, `body` runs
+    /// alone and nothing else is sent.
+    func withServerProgress<T: Sendable>(
+        _ progress: ProgressReporter, _ body: (_ operation: String?) async throws -> T
+    ) async throws -> T {
+        guard throughGateway else { return try await body(nil) }
+        let operation = UUID().uuidString
+        let interval = UInt64(max(500, parameters.cloudProgressPullInterval)) * 1_000_000
+        let defaults = requestDefaults
+        let poller = Task {
+            var last: [String: String]?
+            while !Task.isCancelled {
+                try? await Task.sleep(nanoseconds: interval)
+                guard !Task.isCancelled else { return }
+                let request = defaults.request(
+                    method: "GET", url: "$oodata/progress/" + operation, headers: ["Accept": "application/json"],
+                    body: [])
+                guard let response = try? await session.send(request, timeout: 10, tokenRequest: defaults.tokenRequest),
+                    response.status == 200, let json = try? JSONValue.parse(response.body),
+                    let name = json["step"]?.stringValue, let step = OfflineODataProgressStep(rawValue: name)
+                else { continue }
+                var parameters: [String: String] = [:]
+                for name in ["number", "count"] {
+                    if case .number(let text)? = json[name], let value = Int64(text) {
+                        parameters[name] = String(value)
+                    }
+                }
+                parameters["server"] = "true"
+                guard parameters != last || name != last?["step"] else { continue }
+                last = parameters.merging(["step": name]) { $1 }
+                emit(progress.serverEvent(step, parameters))
+            }
+        }
+        defer { poller.cancel() }
+        return try await body(operation)
     }
 
     // MARK: Defining queries
@@ -479,7 +522,8 @@ extension OfflineODataProvider {
             throw OfflineODataError(
                 .store,
                 "The first open of \(path) was stopped before the store was filled; open it again with its defining "
-                    + "queries (`oodata offline open … --define …`) to fill it: no local change was made before, so nothing is lost")
+                    + "queries (`oodata offline open … --define …`) to fill it: no local change was made before, so nothing is lost"
+            )
         }
         guard FileManager.default.fileExists(atPath: path) else { return nil }
         let store: Store
@@ -496,7 +540,8 @@ extension OfflineODataProvider {
             throw OfflineODataError(
                 .store,
                 "\(path) is not an offline store: it has no request queue or defining queries (a store made by "
-                    + "`oodata store init` is read with `oodata store query`), or its first open ended before it was set up")
+                    + "`oodata store init` is read with `oodata store query`), or its first open ended before it was set up"
+            )
         }
         let (root, names) = try await store.read { reader in
             (try LocalSchema.serviceRoot(reader.connection), try DefiningQueries.load(reader.connection).map(\.name))

@@ -52,6 +52,7 @@ extension OfflineODataProvider {
         }
         bytesSent += Int64(body.count)
         bytesReceived += Int64(response.body.count)
+        if response.headers["OOData-Gateway"] != nil { throughGateway = true }
         if expect != nil, response.status >= 400 {
             throw Self.backendError(response, method: method, url: request.url)
         }

@@ -193,7 +193,12 @@ struct Uploader {
         let multipart = planner.multipart(for: batch, messages: messages)
         var headers = ["Content-Type": multipart.contentType]
         if !model.version.isLegacy { headers["Prefer"] = "odata.continue-on-error" }
-        let response = try await provider.send(method: "POST", url: "$batch", headers: headers, body: multipart.write())
+        let body = multipart.write()
+        let response = try await provider.withServerProgress(progress) { operation in
+            var sent = headers
+            if let operation { sent["OOData-Operation"] = operation }
+            return try await provider.send(method: "POST", url: "$batch", headers: sent, body: body)
+        }
         provider.report(progress, .sendingDataToServer, ["sentBytes": "\(provider.bytesSent)"])
         provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
         guard response.status < 400 else {
