@@ -1,4 +1,5 @@
 import Foundation
+import PostgresNIO
 public import Logging
 public import ODataCore
 public import OfflineOData
@@ -71,7 +72,9 @@ public final class Gateway: Sendable {
     public func handle(_ request: GatewayRequest, backend: GatewayBackend) async -> GatewayResponse {
         var legacy = false
         if request.method == "GET", request.target.hasPrefix("$oodata/progress/") {
-            return await progressAnswer(String(request.target.dropFirst("$oodata/progress/".count)))
+            // The operation's ID, without the query a client's `urlSuffix` adds (`sap-client`).
+            let rest = request.target.dropFirst("$oodata/progress/".count)
+            return await progressAnswer(String(rest.prefix { $0 != "?" }), user: request.user)
         }
         do {
             let model = try await models.model(
@@ -244,7 +247,7 @@ public final class Gateway: Sendable {
 
     /// Where a device's operation is on the gateway: `{"step": …, "number": …, "count": …}`
     /// (`step` null when the gateway has no word of it yet).
-    func progressAnswer(_ operation: String) async -> GatewayResponse {
+    func progressAnswer(_ operation: String, user: String) async -> GatewayResponse {
         var headers = HTTPHeaders()
         headers["Content-Type"] = "application/json"
         headers["Cache-Control"] = "no-store"
@@ -253,7 +256,7 @@ public final class Gateway: Sendable {
                 GatewayError(status: 400, code: "BadOperation", "The operation ID is not one a device sends"),
                 legacy: false)
         }
-        let found = try? await store.progress(id)
+        let found = try? await store.progress(id, user: user)
         var members: [JSONValue.Member] = [JSONValue.Member("step", found.map { .string($0.step) } ?? .null)]
         if let number = found?.number { members.append(JSONValue.Member("number", .number(String(number)))) }
         if let count = found?.count { members.append(JSONValue.Member("count", .number(String(count)))) }
@@ -272,9 +275,27 @@ public final class Gateway: Sendable {
 
     /// Records a step of the device's operation that `request` belongs to, if it named one.
     /// Progress is for showing: a failure to record it is ignored.
-    func report(_ request: GatewayRequest, _ step: String, number: Int? = nil, count: Int? = nil) async {
+    /// On `connection` when the caller holds one (asking the pool for a second one while
+    /// holding the first could wait for ever when the pool runs dry); otherwise in a task of
+    /// its own, which nothing waits for (a refresh holds its transaction's connection).
+    func report(
+        _ request: GatewayRequest, _ step: String, number: Int? = nil, count: Int? = nil,
+        on connection: PostgresConnection? = nil
+    ) async {
         guard let operation = Self.operationID(request.headers["OOData-Operation"]) else { return }
-        try? await store.setProgress(operation, step: step, number: number, count: count)
+        let user = request.user
+        if let connection {
+            try? await store.setProgress(
+                operation, user: user, step: step, number: number, count: count, on: connection)
+            return
+        }
+        let store = self.store
+        Task {
+            try? await store.withConnection { connection in
+                try await store.setProgress(
+                    operation, user: user, step: step, number: number, count: count, on: connection)
+            }
+        }
     }
 
     /// Removes scopes no device read for the scope retention, and the records of uploaded
@@ -393,19 +414,43 @@ public final class Gateway: Sendable {
     }
 
     /// A row's payload with the gateway's ETag, when the backend gave it none (V4
-    /// `@odata.etag`, V2 `__metadata.etag`).
+    /// `@odata.etag` or V3's `odata.etag`, V2 `__metadata.etag`, at the entity's top level).
+    /// Payloads without the letters `etag` anywhere take the fast way: no parsing.
     static func withETag(_ payload: String, scope: Int64, hash: String?, legacy: Bool) -> String {
         guard let hash, payload.hasPrefix("{") else { return payload }
-        let etag = JSONValue.string(gatewayETag(scope: scope, hash: hash)).serialized
-        if legacy {
-            guard !payload.contains(#""etag":"#) else { return payload }
-            if let range = payload.range(of: #""__metadata":{"#) {
-                return payload.replacingCharacters(in: range, with: #""__metadata":{"etag":"# + etag + ",")
+        let etag = JSONValue.string(gatewayETag(scope: scope, hash: hash))
+        if !payload.contains("etag") {
+            let text = etag.serialized
+            if !legacy {
+                let body = payload.dropFirst()
+                return #"{"@odata.etag":"# + text + (body.hasPrefix("}") ? String(body) : "," + body)
             }
-            return #"{"__metadata":{"etag":"# + etag + "}," + payload.dropFirst()
+            // V2: the entity's own `__metadata` comes first as the backend writes it.
+            let opening = #"{"__metadata":{"#
+            if payload.hasPrefix(opening) {
+                let rest = payload.dropFirst(opening.count)
+                return opening + #""etag":"# + text + (rest.hasPrefix("}") ? String(rest) : "," + rest)
+            }
+            if !payload.contains("__metadata") {
+                let body = payload.dropFirst()
+                return #"{"__metadata":{"etag":"# + text + "}" + (body.hasPrefix("}") ? String(body) : "," + body)
+            }
         }
-        guard !payload.contains(#""@odata.etag":"#) else { return payload }
-        return #"{"@odata.etag":"# + etag + (payload == "{}" ? "}" : "," + payload.dropFirst())
+        guard case .object(var members)? = try? JSONValue.parse(Array(payload.utf8)) else { return payload }
+        if legacy {
+            if let index = members.firstIndex(where: { $0.name == "__metadata" }) {
+                guard case .object(var metadata) = members[index].value else { return payload }
+                if metadata.contains(where: { $0.name == "etag" }) { return payload }
+                metadata.insert(JSONValue.Member("etag", etag), at: 0)
+                members[index].value = .object(metadata)
+            } else {
+                members.insert(JSONValue.Member("__metadata", .object([JSONValue.Member("etag", etag)])), at: 0)
+            }
+        } else {
+            if members.contains(where: { $0.name == "@odata.etag" || $0.name == "odata.etag" }) { return payload }
+            members.insert(JSONValue.Member("@odata.etag", etag), at: 0)
+        }
+        return JSONValue.object(members).serialized
     }
 
     static func pageSize(_ prefer: String?, default value: Int) -> Int {

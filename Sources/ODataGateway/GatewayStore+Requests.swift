@@ -56,6 +56,7 @@ extension GatewayStore {
         """
         CREATE TABLE IF NOT EXISTS oodata_progress (
           operation TEXT PRIMARY KEY,
+          user_name TEXT NOT NULL,
           step TEXT NOT NULL,
           number BIGINT,
           count BIGINT,
@@ -65,23 +66,36 @@ extension GatewayStore {
 
     /// Records where a device's operation is on the gateway (any instance answers the device's
     /// pulls). Best effort: a failure is left to the caller to ignore.
-    func setProgress(_ operation: String, step: String, number: Int?, count: Int?) async throws {
-        try await client.query(
+    func setProgress(
+        _ operation: String, user: String, step: String, number: Int?, count: Int?, on connection: PostgresConnection
+    ) async throws {
+        try await connection.query(
             """
-            INSERT INTO oodata_progress (operation, step, number, count) VALUES
-              (\(operation), \(step), \(number.map(Int64.init)), \(count.map(Int64.init)))
+            INSERT INTO oodata_progress (operation, user_name, step, number, count) VALUES
+              (\(operation), \(user), \(step), \(number.map(Int64.init)), \(count.map(Int64.init)))
             ON CONFLICT (operation) DO UPDATE SET step = EXCLUDED.step, number = EXCLUDED.number,
               count = EXCLUDED.count, updated_at = clock_timestamp()
+              WHERE oodata_progress.user_name = EXCLUDED.user_name
             """, logger: logger)
     }
 
     /// Where `operation` is, or nil when the gateway has no word of it.
-    func progress(_ operation: String) async throws -> (step: String, number: Int64?, count: Int64?)? {
+    func progress(_ operation: String, user: String) async throws -> (step: String, number: Int64?, count: Int64?)? {
         let rows = try await client.query(
-            "SELECT step, number, count FROM oodata_progress WHERE operation = \(operation)", logger: logger)
+            """
+            SELECT step, number, count FROM oodata_progress WHERE operation = \(operation) AND user_name = \(user)
+            """, logger: logger)
         for try await (step, number, count) in rows.decode((String, Int64?, Int64?).self) {
             return (step, number, count)
         }
+        return nil
+    }
+
+    /// The query a scope serves, read on `connection` (a caller that holds one must not ask
+    /// the pool for another).
+    func query(ofScope id: Int64, on connection: PostgresConnection) async throws -> String? {
+        let rows = try await connection.query("SELECT query FROM oodata_scope WHERE id = \(id)", logger: logger)
+        for try await query in rows.decode(String.self) { return query }
         return nil
     }
 

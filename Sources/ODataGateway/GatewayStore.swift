@@ -151,13 +151,14 @@ public struct GatewayStore: Sendable {
     static let usedAtPrecision: Double = 3600
 
     /// Removes the scopes no device has read for `unused` seconds (more than
-    /// ``usedAtPrecision`` later than that at most), with their rows, skipping any whose refresh
-    /// is under way. Returns how many went.
+    /// ``usedAtPrecision`` later than that at most) and none refreshed in that time, with their
+    /// rows, skipping any whose refresh is under way. Returns how many went.
     public func removeUnusedScopes(unused: Double) async throws -> Int {
         let rows = try await client.query(
             """
             DELETE FROM oodata_scope
-            WHERE used_at < clock_timestamp() - make_interval(secs => \(unused)) AND pg_try_advisory_xact_lock(id)
+            WHERE GREATEST(used_at, refreshed_at) < clock_timestamp() - make_interval(secs => \(unused))
+              AND pg_try_advisory_xact_lock(id)
             RETURNING id
             """, logger: logger)
         var removed = 0

@@ -207,7 +207,7 @@ extension Gateway {
         var units = units
         let user = request.user
         let requestCount = units.reduce(0) { $0 + $1.operations.count }
-        await report(request, "analyzingReceivedData", number: 0, count: requestCount)
+        await report(request, "analyzingReceivedData", number: 0, count: requestCount, on: connection)
         let records = try await store.requestRecords(units.flatMap(\.ids), backend: backend.url, on: connection)
         var outcomes: [UnitOutcome] = []
         for unit in units {
@@ -255,7 +255,9 @@ extension Gateway {
         if configuration.gatewayETags {
             for index in units.indices {
                 guard case .forward = outcomes[index] else { continue }
-                switch try await checkGatewayETags(&units[index], request: request, backend: backend, model: model) {
+                switch try await checkGatewayETags(
+                    &units[index], request: request, backend: backend, model: model, connection: connection)
+                {
                 case .passed(let checks): if !checks.isEmpty { checked[index] = checks }
                 case .failed(let answer):
                     let answers = Array(repeating: answer, count: units[index].operations.count)
@@ -272,7 +274,7 @@ extension Gateway {
         var fresh: [Int: (part: BatchPart?, answers: [RecordedAnswer])] = [:]
         var status = model.version.isLegacy ? 202 : 200
         let answeredHere = requestCount - forwarded.reduce(0) { $0 + units[$1].operations.count }
-        await report(request, "processingRequests", number: answeredHere, count: requestCount)
+        await report(request, "processingRequests", number: answeredHere, count: requestCount, on: connection)
         if !forwarded.isEmpty {
             let sent = forwarded.flatMap { units[$0].ids }
             // Recorded (committed) before anything reaches the backend.
@@ -357,14 +359,17 @@ extension Gateway {
                 where position < result.answers.count
                     && result.answers[position].status < 300 && check.method != "DELETE"
                 {
-                    if let hash = try await currentHash(check, request: request, backend: backend, model: model) {
+                    // Best effort: the backend applied the request; a failed read only leaves
+                    // the answer without the new ETag (the next change of it then gets 412 and
+                    // the device reads it again).
+                    if let hash = try? await currentHash(check, request: request, backend: backend, model: model) {
                         result.answers[position].headers["ETag"] = Self.gatewayETag(scope: check.scope, hash: hash)
                         changed = true
                     }
                 }
                 if changed { fresh[index] = (nil, result.answers) }
             }
-            await report(request, "processingRequests", number: requestCount, count: requestCount)
+            await report(request, "processingRequests", number: requestCount, count: requestCount, on: connection)
             var toRecord: [(id: String, answer: RecordedAnswer)] = []
             var toForget: [String] = []
             for (index, result) in fresh {
@@ -556,10 +561,9 @@ extension Gateway {
     /// the backend's current row, read with the query of the ETag's scope; a match sends the
     /// request on with `If-Match: *` (the backend does not know the gateway's ETags).
     func checkGatewayETags(
-        _ unit: inout UploadUnit, request: GatewayRequest, backend: GatewayBackend, model: Model
-    )
-        async throws -> ETagOutcome
-    {
+        _ unit: inout UploadUnit, request: GatewayRequest, backend: GatewayBackend, model: Model,
+        connection: PostgresConnection
+    ) async throws -> ETagOutcome {
         var checks: [Int: GatewayETagCheck] = [:]
         for (position, operation) in unit.operations.enumerated() {
             guard ["PATCH", "PUT", "MERGE", "DELETE"].contains(operation.method),
@@ -573,7 +577,7 @@ extension Gateway {
                         "\(operation.method) \(operation.message.url ?? ""): \(why) (If-Match \(ifMatch)); read it again",
                         legacy: legacy))
             }
-            guard let query = try await store.query(ofScope: scope),
+            guard let query = try await store.query(ofScope: scope, on: connection),
                 let check = GatewayETagCheck(
                     operation: operation, scope: scope, query: query, request: request,
                     backend: backend, model: model)
@@ -591,19 +595,16 @@ extension Gateway {
     /// The hash the gateway keeps for the checked entity's row as the backend holds it now
     /// (read with its scope's query narrowed to its key), or nil when the query holds no such
     /// row. A backend that cannot be read fails the upload (the device sends it again).
+    /// The read is made as the scope's refresh makes it (the same headers and credentials),
+    /// so that an unchanged row hashes the same.
     func currentHash(
         _ check: GatewayETagCheck, request: GatewayRequest, backend: GatewayBackend, model: Model
-    )
-        async throws -> String?
-    {
+    ) async throws -> String? {
         var headers = HTTPHeaders()
-        for field in request.headers
-        where !Self.hopByHop.contains(field.name.lowercased())
-            && !Self.notOnReads.contains(field.name.lowercased())
-        {
-            headers.add(field.name, field.value)
-        }
         headers["Accept"] = "application/json"
+        let authorization =
+            backend.isShared(check.query) ? backend.sharedAuthorization : request.headers["Authorization"]
+        if let authorization { headers["Authorization"] = authorization }
         metrics.backendRequests("etag").increment()
         let response = try await transport.send(
             TransportRequest(method: "GET", url: backend.url + check.target, headers: headers),
@@ -783,6 +784,8 @@ extension Gateway {
 struct GatewayETagCheck: Sendable {
     var method: String
     var scope: Int64
+    /// The scope's query, canonical.
+    var query: String
     var set: String
     var keyNames: [String]
     /// The scope's query with a `$filter` on the entity's key (relative to the backend's root).
@@ -832,6 +835,7 @@ struct GatewayETagCheck: Sendable {
         options.append(("$filter", filter.addingPercentEncoding(withAllowedCharacters: allowed) ?? filter))
         self.method = operation.method
         self.scope = scope
+        self.query = query
         self.set = set
         self.keyNames = keyNames
         self.target =

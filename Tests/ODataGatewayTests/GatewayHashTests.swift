@@ -13,3 +13,41 @@ import Testing
 
     static let postgresMD5OfAccentedRow = "e580ef073d76126997c8e2a5eb93d15e"
 }
+
+/// The gateway's ETag goes into a row at its top level, V4 and V2, and never replaces the
+/// backend's own (SPEC §13, "ETags for backends without them").
+@Suite struct GatewayETagInjectionTests {
+    static let hash = "900150983cd24fb0d6963f7d28e17f72"
+    static let etag = #"W/\"gw.7.900150983cd24fb0d6963f7d28e17f72\""#
+
+    @Test func v4RowsGetAnETagUnlessTheyHaveOne() {
+        #expect(
+            Gateway.withETag(#"{"ID":1}"#, scope: 7, hash: Self.hash, legacy: false)
+                == #"{"@odata.etag":""# + Self.etag + #"","ID":1}"#)
+        #expect(
+            Gateway.withETag("{}", scope: 7, hash: Self.hash, legacy: false) == #"{"@odata.etag":""# + Self.etag
+                + #""}"#)
+        let own = #"{"@odata.etag":"W/\"1\"","ID":1}"#
+        #expect(Gateway.withETag(own, scope: 7, hash: Self.hash, legacy: false) == own)
+        let v3 = #"{"odata.etag":"W/\"1\"","ID":1}"#
+        #expect(Gateway.withETag(v3, scope: 7, hash: Self.hash, legacy: false) == v3)
+        // An expanded child's ETag is the child's: the row still gets one at its top level.
+        let nested = #"{"ID":1,"Items":[{"@odata.etag":"W/\"2\"","N":1}]}"#
+        let injected = Gateway.withETag(nested, scope: 7, hash: Self.hash, legacy: false)
+        #expect(injected.hasPrefix(#"{"@odata.etag":""# + Self.etag), "\(injected)")
+    }
+
+    @Test func v2RowsGetAnETagInTheirOwnMetadata() {
+        #expect(
+            Gateway.withETag(#"{"__metadata":{"uri":"u"},"ID":1}"#, scope: 7, hash: Self.hash, legacy: true)
+                == #"{"__metadata":{"etag":""# + Self.etag + #"","uri":"u"},"ID":1}"#)
+        #expect(
+            Gateway.withETag("{}", scope: 7, hash: Self.hash, legacy: true)
+                == #"{"__metadata":{"etag":""# + Self.etag + #""}}"#)
+        let own = #"{"__metadata":{"uri":"u","etag":"W/\"1\""},"ID":1}"#
+        #expect(Gateway.withETag(own, scope: 7, hash: Self.hash, legacy: true) == own)
+        let nested = #"{"ID":1,"__metadata":{"uri":"u"},"Items":{"results":[{"__metadata":{"etag":"W/\"2\""}}]}}"#
+        let injected = Gateway.withETag(nested, scope: 7, hash: Self.hash, legacy: true)
+        #expect(injected.contains(#""__metadata":{"etag":""# + Self.etag + #"","uri":"u"}"#), "\(injected)")
+    }
+}

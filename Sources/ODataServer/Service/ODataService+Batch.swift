@@ -168,6 +168,7 @@ extension ODataService {
                         if response.status >= 400 { throw Failed(response: response) }
                         try self.remember(sub, response, writer)
                     }
+                    response = self.configured(response)
                     var partHeaders = HTTPHeaders([
                         ("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary"),
                     ])
@@ -275,6 +276,7 @@ extension ODataService {
                             }
                             try self.remember(sub, response, writer)
                         }
+                        response = self.configured(response)
                         if let location = response.headers["Location"] { ids[member.id] = location }
                         results.append((member.id, response))
                     }

@@ -140,20 +140,29 @@ public final class ODataService: Sendable {
         return await handleChecked(request)
     }
 
+    /// A change set's answer as this service gives it (without ETags under `sendsETags` off:
+    /// change sets answer from inside their transaction, not through ``handleUnfaulted(_:)``).
+    func configured(_ response: ServiceResponse) -> ServiceResponse {
+        options.sendsETags ? response : Self.withoutETags(response)
+    }
+
     /// `response` as a backend without ETags gives it: no `ETag` header, and no ETag in a
     /// JSON body (V4 `@odata.etag`, V2 `__metadata.etag`). A `$batch` answer is made of parts
     /// that already went through here.
     static func withoutETags(_ response: ServiceResponse) -> ServiceResponse {
         var plain = response
         plain.headers["ETag"] = nil
-        guard (response.headers["Content-Type"] ?? "").lowercased().contains("json"),
+        // Only entity payloads: a media value that happens to be JSON is returned as stored.
+        guard (response.headers["Content-Type"] ?? "").lowercased().hasPrefix("application/json"),
+            response.headers["OData-Version"] != nil || response.headers["DataServiceVersion"] != nil,
             let json = try? JSONValue.parse(response.body)
         else { return plain }
         func strip(_ value: JSONValue, inMetadata: Bool) -> JSONValue {
             switch value {
             case .object(let members):
                 return .object(members.compactMap { member in
-                    if member.name == "@odata.etag" || member.name == "odata.etag" || (inMetadata && member.name == "etag") {
+                    let etags: Set<String> = ["@odata.etag", "odata.etag", "@odata.mediaEtag", "odata.mediaEtag"]
+                    if etags.contains(member.name) || (inMetadata && (member.name == "etag" || member.name == "media_etag")) {
                         return nil
                     }
                     return JSONValue.Member(member.name, strip(member.value, inMetadata: member.name == "__metadata"))

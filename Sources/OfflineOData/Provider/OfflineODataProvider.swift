@@ -155,7 +155,7 @@ public actor OfflineODataProvider {
     ) async throws -> T {
         guard throughGateway else { return try await body(nil) }
         let operation = UUID().uuidString
-        let interval = UInt64(max(500, parameters.cloudProgressPullInterval)) * 1_000_000
+        let interval = UInt64(min(max(500, parameters.cloudProgressPullInterval), 3_600_000)) * 1_000_000
         let defaults = requestDefaults
         let poller = Task {
             var last: [String: String]?
@@ -176,8 +176,10 @@ public actor OfflineODataProvider {
                     }
                 }
                 parameters["server"] = "true"
-                guard parameters != last || name != last?["step"] else { continue }
-                last = parameters.merging(["step": name]) { $1 }
+                let seen = parameters.merging(["step": name]) { $1 }
+                // Only news, and never after the request ended (the operation has moved on).
+                guard seen != last, !Task.isCancelled else { continue }
+                last = seen
                 emit(progress.serverEvent(step, parameters))
             }
         }
