@@ -147,9 +147,11 @@ public final class Gateway: Sendable {
     {
         // Rows kept in PostgreSQL go only to a device the backend answers this very query now,
         // whatever scope they are in: its credentials are checked with the query at `$top=0`
-        // (an acceptance kept for a minute).
+        // (an acceptance kept for a minute). Under AUTO it is the same probe that asked whether
+        // the backend tracks the query, so a fresh read costs one probe, not two.
         _ = try await credentials.check(
-            request.headers["Authorization"], url: backend.url + tracked.probeTarget, askDelta: false, gateway: self)
+            request.headers["Authorization"], url: backend.url + tracked.probeTarget,
+            askDelta: backend.tracking(tracked.canonical) == .auto, gateway: self)
         let canonical = tracked.canonical
         let shared = backend.isShared(canonical)
         let user = shared ? "" : request.user
