@@ -57,7 +57,7 @@ public struct GatewayRequest: Sendable {
 
     /// A SHA-256 digest, as hex: names a credential without keeping it.
     static func digest(_ text: String) -> String {
-        SHA256.hash(data: Array(text.utf8)).map { String(format: "%02x", $0) }.joined()
+        GatewayStore.hex(SHA256.hash(data: Array(text.utf8)))
     }
 }
 

@@ -193,7 +193,7 @@ extension GatewayStore {
         let statuses = answers.map { Int32($0.answer.status) }
         let headers = answers.map(\.answer.headerText)
         // Bodies as hex text, decoded by PostgreSQL.
-        let bodies = answers.map { $0.answer.body.map { Self.hex[Int($0)] }.joined() }
+        let bodies = answers.map { Self.hex($0.answer.body) }
         try await connection.query(
             """
             INSERT INTO oodata_request (backend, user_name, request_id, answered, status, headers, answer, answered_at)
@@ -205,8 +205,6 @@ extension GatewayStore {
               WHERE NOT oodata_request.answered
             """, logger: logger)
     }
-
-    static let hex: [String] = (0..<256).map { String(format: "%02x", $0) }
 
     /// Starts the wait of `ids` again: a forward whose answer was lost ended now, and the
     /// backend may go on with it from here.

@@ -137,14 +137,19 @@ public struct GatewayStore: Sendable {
     /// A payload's content hash, as hex (the same as PostgreSQL's `md5(text)`): it tells a
     /// changed row from an unchanged one, nothing more.
     static func md5(_ text: String) -> String {
+        hex(Insecure.MD5.hash(data: Array(text.utf8)))
+    }
+
+    /// Bytes as lowercase hex: row hashes, credential digests and answer bodies sent as text.
+    static func hex(_ bytes: some Sequence<UInt8>) -> String {
         let digits = Array("0123456789abcdef".utf8)
-        var hex: [UInt8] = []
-        hex.reserveCapacity(32)
-        for byte in Insecure.MD5.hash(data: Array(text.utf8)) {
-            hex.append(digits[Int(byte >> 4)])
-            hex.append(digits[Int(byte & 0x0f)])
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.underestimatedCount * 2)
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0f)])
         }
-        return String(decoding: hex, as: UTF8.self)
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// How precisely a scope's last use is kept, in seconds (it is written when older).
