@@ -152,6 +152,7 @@ import Testing
         }
         await setup.stop()
     }
+
     /// A scope no device read (nor refreshed) for the scope retention goes with its rows,
     /// removed by the housekeeping after another scope's refresh; a device that still holds
     /// its tokens gets 410, reads again and equals the backend. The device's instance keeps
