@@ -66,8 +66,14 @@ extension ODataService {
     /// Enforces `If-Match` against the stored ETag: 412 on a mismatch; `*` matches any entity;
     /// 428 when it is missing and the entity has an ETag (unless `requireIfMatch` is off).
     func checkIfMatch(_ request: ServiceRequest, _ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue]) throws {
-        // A backend without ETags writes unconditionally.
-        guard options.sendsETags else { return }
+        // A backend without ETags writes unconditionally (or, playing one that insists, after any If-Match).
+        guard options.sendsETags else {
+            if options.requiresIfMatchWithoutETags, request.headers["If-Match"] == nil {
+                throw ServiceFailure(428, "PreconditionRequired",
+                                     "\(request.method) \(request.path) needs If-Match (this service gives no ETags: *)")
+            }
+            return
+        }
         guard let ifMatch = request.headers["If-Match"]?.trimmingCharacters(in: .whitespaces) else {
             if options.requireIfMatch, let current = try writer.reader.entity(in: table.entitySet, key: key),
                let etag = current.control.etag {

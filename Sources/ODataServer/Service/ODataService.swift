@@ -47,6 +47,10 @@ public final class ODataService: Sendable {
         /// Gateway services are: no `@odata.etag`, `__metadata.etag` or `ETag` header in any
         /// answer, and `If-Match`/`If-None-Match` ignored (every write is unconditional).
         public var sendsETags = true
+        /// With `sendsETags` off: whether PUT, PATCH, MERGE and DELETE still need an `If-Match`
+        /// (`*`, the only value a client can know), `428 Precondition Required` without one. Plays
+        /// a backend that asks for a precondition it gives clients no means to state exactly.
+        public var requiresIfMatchWithoutETags = false
         /// Where the service logs: each HTTP request at `debug` (method, URL without query
         /// values or keys, status, duration), `$batch` part and change-set counts at `debug`,
         /// internal errors at `error`. Logs nothing by default.

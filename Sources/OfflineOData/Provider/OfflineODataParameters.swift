@@ -32,6 +32,11 @@ public struct OfflineODataParameters: Sendable {
     public var customCookies: [String: String] = [:]
     /// Send repeatable-request headers with every modification so each is applied exactly once.
     public var enableRepeatableRequests = true
+    /// Whether an upload may overwrite other users' changes of entities whose ETag the store
+    /// does not know (their backend gave none): with `true` such updates and deletes go with
+    /// `If-Match: *`. With `false` (the default) they go without `If-Match`, so a backend that
+    /// wants one answers 428 into the ErrorArchive. Entities with a known ETag are always checked.
+    public var lastWriterWins = false
     /// How often, in milliseconds, the status of an upload or download running on a sync
     /// gateway is pulled and reported as the gateway's steps (SAP's `cloudProgressPullInterval`;
     /// never below 500). Only through a gateway: a plain backend is never asked.

@@ -197,9 +197,15 @@ struct RequestQueue {
     func advanceKeptState(
         after request: QueuedRequest, etag: String?, server: Entity?, in entitySet: String, predicate: String
     ) throws {
-        // A link request changes links, which the kept values do not hold.
+        // A link request changes links, which the kept values do not hold; only the new ETag
+        // its answer may bring (the create of the same batch, advanced here after it, would
+        // otherwise put the create's older ETag back).
         let path = request.url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.url
-        guard !path.hasSuffix("/$ref"), let kept = try keptState(entitySet, predicate: predicate) else { return }
+        if path.hasSuffix("/$ref") || path.contains("/$links/") {
+            if let etag { try renewKeptETag(etag, in: entitySet, predicate: predicate) }
+            return
+        }
+        guard let kept = try keptState(entitySet, predicate: predicate) else { return }
         let entityType = model.entitySet(entitySet)?.entityType
         if request.method == "DELETE" {
             try refreshKeptState(nil, in: entitySet, predicate: predicate)
@@ -246,6 +252,28 @@ struct RequestQueue {
         }
         if let etag = etag ?? server?.control.etag { entity.control.etag = etag }
         try refreshKeptState(entity, in: entitySet, predicate: predicate)
+    }
+
+    /// The ETag in the state an entity had before its local changes (`oo_original`, else the
+    /// queue row of its earliest request that kept one). Nil: nothing kept, or no ETag.
+    static func keptETag(
+        _ connection: Connection, in entitySet: String, predicate: String, model: Model
+    ) throws -> String? {
+        let row =
+            try connection.query(
+                "SELECT existed, body FROM oo_original WHERE entity_set = ? AND entity_key = ?",
+                [.text(entitySet), .text(predicate)]
+            ).first
+            ?? connection.query(
+                """
+                SELECT original_existed, original FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND original_existed IS NOT NULL ORDER BY id LIMIT 1
+                """, [.text(entitySet), .text(predicate)]
+            ).first
+        guard let row, row[0] == .integer(1), case .blob(let body) = row[1],
+            let entity = try? V4JSONReader(model: model).readEntity(
+                body, entityType: model.entitySet(entitySet)?.entityType)
+        else { return nil }
+        return entity.control.etag
     }
 
     /// Whether `oo_original` keeps the state of an entity.

@@ -10,9 +10,9 @@ import ODataCore
 /// (with the transaction builder) a second transaction, starts the next batch; a unit that
 /// depends on a failed request is not sent at all but answered 424 on the spot. For a batch,
 /// ``messages(for:context:)`` writes each request (Content-ID references to creates of the
-/// same batch, the backend's keys for earlier ones, `If-Match` for the first change of a
-/// downloaded entity and `*` after it, repeatability headers, V2's MERGE), ``multipart(for:messages:)``
-/// the `$batch` body, and ``results(of:for:)`` reads the answer back per request. Then
+/// same batch, the backend's keys for earlier ones, `If-Match` for the first change of an
+/// entity whose ETag the store knows and `*` after it, repeatability headers, V2's MERGE),
+/// ``multipart(for:messages:)`` the `$batch` body, and ``results(of:for:)`` reads the answer back per request. Then
 /// ``received(_:for:)`` turns the answers into ``Action``s for ``UploadRecorder`` and
 /// remembers which entities now fail, so that their dependants in later batches are not sent
 /// either. ``cancel()`` stops it between batches. ``Uploader`` performs the plan.
@@ -73,6 +73,8 @@ struct UploadPlanner: Sendable {
         var repeatable: Bool
         /// V2 has no PATCH: partial updates go as MERGE.
         var legacy: Bool
+        /// An entity whose ETag is unknown is sent with `If-Match: *` (else without If-Match).
+        var lastWriterWins = false
     }
 
     private let units: [[QueueEntry]]
@@ -225,17 +227,26 @@ struct UploadPlanner: Sendable {
                 headers["RepeatabilityCreation"] = time
             }
             let reference = (request.entitySet ?? "") + (request.entityKey ?? "")
-            // If-Match guards the first change of a downloaded entity in this batch with its ETag;
-            // later ones (the ETag is new by then), entities created in this batch and entities
-            // whose ETag is unknown send `*`: services such as SAP Gateway answer 428 without it.
+            // If-Match guards the first change of an entity in this batch with the ETag the
+            // store knows. Later ones (the ETag is new by then, and the first one checked it) and
+            // entities created in this batch send `*`. An entity whose ETag is unknown (its
+            // backend gave none) goes without If-Match, so that a backend that wants one answers
+            // 428 rather than another user's change being overwritten unseen; `*` only when
+            // the app chose last-writer-wins.
             if !request.isCreate, !request.url.hasSuffix("/$ref") {
-                if !createdHere.contains(reference), !matched.contains(reference), let etag = context.etags[reference] {
+                if createdHere.contains(reference) || matched.contains(reference) {
+                    headers["If-Match"] = "*"
+                } else if let etag = context.etags[reference] {
                     headers["If-Match"] = etag
                     // Later changes of this entity in the batch follow this checked one.
                     matched.insert(reference)
-                } else {
+                } else if context.lastWriterWins {
                     headers["If-Match"] = "*"
                 }
+            } else if !request.isCreate {
+                // A link change renews the entity's ETag on backends that keep the foreign key
+                // in it: its later changes in this batch follow that change.
+                matched.insert(reference)
             }
             for (name, value) in request.headers { headers[name] = value }
             headers["Content-ID"] = "\(request.id)"

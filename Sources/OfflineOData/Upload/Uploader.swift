@@ -175,8 +175,14 @@ struct Uploader {
             for request in requests where !request.isCreate {
                 guard let set = request.entitySet, let key = request.entityKey else { continue }
                 let reference = map[set + key] ?? set + key
-                if let (mappedSet, parsed) = Keys.parse(reference, model: model, serviceRoot: ""),
-                    let etag = try reader.entity(in: mappedSet, key: parsed)?.control.etag
+                guard let (mappedSet, parsed) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
+                // The row's ETag; else (an entity deleted locally has no row) the one the state
+                // before its local changes kept, which each answer of the backend advances.
+                if let etag = try reader.entity(in: mappedSet, key: parsed)?.control.etag {
+                    etags[set + key] = etag
+                } else if let etag = try RequestQueue.keptETag(
+                    reader.connection, in: mappedSet, predicate: Keys.predicate(parsed, in: mappedSet, model: model),
+                    model: model)
                 {
                     etags[set + key] = etag
                 }
@@ -185,7 +191,8 @@ struct Uploader {
         }
         let context = UploadPlanner.MessageContext(
             keyMap: keyMap, etags: etags, firstSent: firstSent, now: now,
-            repeatable: parameters.enableRepeatableRequests, legacy: model.version.isLegacy)
+            repeatable: parameters.enableRepeatableRequests, legacy: model.version.isLegacy,
+            lastWriterWins: parameters.lastWriterWins)
         let messages = planner.messages(for: batch, context: context)
         if !parameters.backendSupportsBatch {
             return try await sendOneByOne(requests, messages: messages, on: provider)
