@@ -46,6 +46,9 @@ public struct GatewayBackend: Sendable {
     public var queryRefreshInterval: [String: Double] = [:]
     /// The `Authorization` header the gateway sends for shared data (nil: none).
     public var sharedAuthorization: String?
+    /// Whether the backend takes `$batch`. Without it, the requests of a device's `$batch` go to
+    /// it one by one, each recorded on its own, and the device gets them back as one answer.
+    public var supportsBatch = true
 
     /// A backend served at `name` ("" for the root).
     public init(name: String = "", url: String) {
@@ -137,6 +140,7 @@ extension GatewayConfiguration {
     /// track_deltas=AUTO               ; AUTO, ALWAYS or NEVER, for its defining queries
     /// shared_authorization=Basic …    ; what the gateway sends for shared data
     /// tombstone_retention=10080       ; minutes deletions are kept (delta tokens older get 410)
+    /// supports_batch=N                ; the backend has no $batch: requests go one by one
     ///
     /// [defining_query]
     /// name=Products
@@ -189,7 +193,7 @@ extension GatewayConfiguration {
             let kind = sections[sections.count - 1].kind
             let known: Set<String> =
                 kind == "endpoint"
-                ? ["name", "url", "track_deltas", "shared_authorization", "tombstone_retention"]
+                ? ["name", "url", "track_deltas", "shared_authorization", "tombstone_retention", "supports_batch"]
                 : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
             if kind == "endpoint", ignoredEndpointKeys.contains(key) {
                 warnings.append("line \(number): \(key) is not used by this gateway yet")
@@ -240,6 +244,13 @@ extension GatewayConfiguration {
                 var backend = GatewayBackend(name: name.value, url: url.value)
                 if let mode = section.values["track_deltas"] { backend.trackDeltas = try tracking(mode) }
                 backend.sharedAuthorization = section.values["shared_authorization"]?.value
+                if let batch = section.values["supports_batch"] {
+                    switch batch.value.uppercased() {
+                    case "Y": backend.supportsBatch = true
+                    case "N": backend.supportsBatch = false
+                    default: throw .init(line: batch.line, message: "supports_batch=\(batch.value): use Y or N")
+                    }
+                }
                 if let entry = section.values["tombstone_retention"] {
                     let value = try minutes(entry, "tombstone_retention")
                     guard value > 0 else {

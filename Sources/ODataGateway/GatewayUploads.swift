@@ -67,7 +67,7 @@ extension Gateway {
     func upload(_ request: GatewayRequest, backend: GatewayBackend, model: Model) async throws -> GatewayResponse? {
         guard let (units, boundary) = try Self.units(of: request),
             units.contains(where: { unit in
-                !unit.ids.isEmpty
+                !unit.ids.isEmpty || (boundary != nil && !backend.supportsBatch)
                     || (configuration.gatewayETags
                         && unit.operations.contains {
                             Self.parseGatewayETag($0.message.headers["If-Match"] ?? "") != nil
@@ -204,7 +204,20 @@ extension Gateway {
         _ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
         model: Model, connection: PostgresConnection
     ) async throws -> GatewayResponse {
+        // A backend without `$batch` gets the requests of a `$batch` one by one, each recorded
+        // on its own: here every request is a unit, and the answer puts them back into their
+        // change sets (`groups`: each request's unit of the device's batch).
+        let oneByOne = batchBoundary != nil && !backend.supportsBatch
+        let original = units
+        var groups: [Int] = []
         var units = units
+        if oneByOne {
+            groups = original.indices.flatMap { index in
+                Array(repeating: index, count: original[index].operations.count)
+            }
+            units = original.flatMap { unit in unit.operations.map { UploadUnit(isChangeSet: false, operations: [$0]) }
+            }
+        }
         let user = request.user
         let requestCount = units.reduce(0) { $0 + $1.operations.count }
         await report(request, "analyzingReceivedData", number: 0, count: requestCount, on: connection)
@@ -275,13 +288,21 @@ extension Gateway {
         var status = model.version.isLegacy ? 202 : 200
         let answeredHere = requestCount - forwarded.reduce(0) { $0 + units[$1].operations.count }
         await report(request, "processingRequests", number: answeredHere, count: requestCount, on: connection)
+        var refusedWith: TransportResponse?
         if !forwarded.isEmpty {
             let sent = forwarded.flatMap { units[$0].ids }
-            // Recorded (committed) before anything reaches the backend.
-            try await store.recordForwarding(sent, backend: backend.url, user: user, on: connection)
+            // Recorded (committed) before anything reaches the backend; one by one, each request
+            // just before it goes.
+            if !oneByOne { try await store.recordForwarding(sent, backend: backend.url, user: user, on: connection) }
             metrics.backendRequests("upload").increment()
             do {
-                if batchBoundary != nil {
+                if oneByOne {
+                    let result = try await forwardOneByOne(
+                        units, outcomes: outcomes, groups: groups, changeSets: original.map(\.isChangeSet),
+                        request: request, backend: backend, model: model, connection: connection)
+                    for (index, answer) in result.answers { fresh[index] = (nil, [answer]) }
+                    refusedWith = result.refused
+                } else if batchBoundary != nil {
                     // A later request may name a create answered without the backend (`$<id>`):
                     // the reference becomes the created entity's URL.
                     var locations: [String: String] = [:]
@@ -384,6 +405,15 @@ extension Gateway {
             try await store.recordAnswers(toRecord, backend: backend.url, user: user, on: connection)
             try await store.forgetRequests(toForget, backend: backend.url, on: connection)
         }
+        // One by one, the backend refused a request unapplied (credentials, throttling): the
+        // device gets that answer for its whole batch, as from a backend's `$batch`, and sends it
+        // again; the requests answered before are recorded and answered from their records then.
+        if let refusedWith { return rewritten(refusedWith, backend: backend, gatewayRoot: request.gatewayRoot) }
+        if oneByOne {
+            return try oneByOneAnswer(
+                original, singles: units, outcomes: outcomes, fresh: fresh.mapValues(\.answers), status: status,
+                request: request, backend: backend, model: model)
+        }
         if batchBoundary == nil {
             let answer: RecordedAnswer
             var accepted = false
@@ -413,6 +443,165 @@ extension Gateway {
                 guard let result = fresh[index] else { break answering }
                 parts.append(result.part ?? Self.part(unit, answers: result.answers, accepted: false))
             }
+        }
+        // Not even the first unit answered: a batch-level failure says more than an empty batch.
+        guard !parts.isEmpty else { throw Deferred() }
+        let batch = MultipartBatch(parts: parts)
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = batch.contentType
+        headers[model.version.isLegacy ? "DataServiceVersion" : "OData-Version"] =
+            model.version.isLegacy ? "2.0" : "4.0"
+        return rewritten(
+            TransportResponse(status: status, headers: headers, body: batch.write()), backend: backend,
+            gatewayRoot: request.gatewayRoot)
+    }
+
+    /// What forwarding a `$batch`'s requests one by one gave.
+    struct OneByOneResult {
+        /// Each forwarded request's answer, by its place among the requests.
+        var answers: [Int: RecordedAnswer] = [:]
+        /// The answer of a request the backend refused unapplied (credentials, throttling): no
+        /// request after it was sent.
+        var refused: TransportResponse?
+    }
+
+    /// Sends the forwarded requests of a `$batch` (each its own unit; `groups` gives each one's
+    /// unit in the device's batch) to a backend without `$batch`, in order, each recorded just
+    /// before it goes and its Content-ID's `Location` named by the requests after it. A request
+    /// of a change set with a failed request is not sent but answered 424 (the backend cannot undo
+    /// the ones applied before the failure). A lost answer is resolved by reading the backend; when that
+    /// cannot tell, the request stays in doubt and the requests after it are not sent.
+    func forwardOneByOne(
+        _ units: [UploadUnit], outcomes: [UnitOutcome], groups: [Int], changeSets: [Bool], request: GatewayRequest,
+        backend: GatewayBackend, model: Model, connection: PostgresConnection
+    ) async throws -> OneByOneResult {
+        var result = OneByOneResult()
+        var locations: [String: String] = [:]
+        var failed: Set<Int> = []
+        var answered = 0
+        func took(_ index: Int, _ answer: RecordedAnswer) {
+            if answer.status >= 400 {
+                failed.insert(groups[index])
+            } else if let id = units[index].operations[0].contentID, let location = answer.headers["Location"] {
+                locations[id] = location
+            }
+        }
+        // A change set with a request answered already with a failure (from its record, or a
+        // stale ETag) sends none of its other requests: nothing of it is applied yet, or (a
+        // repeat) what was is answered from the records.
+        for index in units.indices {
+            if case .answered(let answers, _) = outcomes[index], let answer = answers.first { took(index, answer) }
+        }
+        for index in units.indices {
+            let unit = units[index]
+            guard case .forward = outcomes[index] else {
+                answered += 1
+                continue
+            }
+            if changeSets[groups[index]], failed.contains(groups[index]) {
+                result.answers[index] = Self.errorAnswer(
+                    status: 424, code: "DependencyFailed",
+                    "Not sent: an earlier request of its change set failed, and the backend, which has no $batch, "
+                        + "cannot undo the ones applied before it", legacy: model.version.isLegacy)
+                answered += 1
+                continue
+            }
+            try await store.recordForwarding(unit.ids, backend: backend.url, user: request.user, on: connection)
+            let response: TransportResponse
+            do {
+                response = try await forwardOperation(
+                    unit.operations[0], request: request, backend: backend, locations: locations)
+            } catch is TransportError {
+                metrics.inDoubt.increment()
+                try await store.touchRequests(unit.ids, backend: backend.url, on: connection)
+                if !unit.ids.isEmpty,
+                    case .answered(let answers, _)? = try? await resolve(
+                        unit, records: [:], request: request, backend: backend, model: model),
+                    let answer = answers.first
+                {
+                    result.answers[index] = answer
+                    took(index, answer)
+                    continue
+                }
+                break
+            }
+            if Self.notApplied(response.status) {
+                try await store.forgetRequests(unit.ids, backend: backend.url, on: connection)
+                result.refused = response
+                break
+            }
+            let answer = RecordedAnswer(status: response.status, headers: response.headers, body: response.body)
+            result.answers[index] = answer
+            took(index, answer)
+            answered += 1
+            await report(request, "processingRequests", number: answered, count: units.count, on: connection)
+        }
+        return result
+    }
+
+    /// Sends one request of a `$batch` to the backend on its own: the `$batch`'s own headers
+    /// (credentials, cookies) with the request's over them, `$<Content-ID>` references resolved.
+    func forwardOperation(
+        _ operation: UploadOperation, request: GatewayRequest, backend: GatewayBackend, locations: [String: String]
+    ) async throws -> TransportResponse {
+        var message = operation.message
+        var target = ContentIDReferences.resolve(url: message.url ?? "", locations)
+        for root in [request.gatewayRoot, backend.url] where target.hasPrefix(root) {
+            target = String(target.dropFirst(root.count))
+        }
+        if !locations.isEmpty, (message.headers["Content-Type"] ?? "").lowercased().contains("json") {
+            message.body = ContentIDReferences.resolve(body: message.body, locations)
+        }
+        let body = Self.rewrite(
+            message.body, contentType: message.headers["Content-Type"], encoded: false,
+            from: request.gatewayRoot, to: backend.url)
+        let own = Set(message.headers.map { $0.name.lowercased() })
+        var headers = HTTPHeaders()
+        for field in request.headers {
+            let name = field.name.lowercased()
+            guard !Self.hopByHop.contains(name), !own.contains(name), name != "content-type", name != "prefer" else {
+                continue
+            }
+            headers.add(field.name, field.value)
+        }
+        for field in message.headers where !Self.hopByHop.contains(field.name.lowercased()) {
+            headers.add(field.name, field.value)
+        }
+        let response = try await transport.send(
+            TransportRequest(
+                method: message.method ?? "GET", url: backend.url + target, headers: headers, body: body),
+            timeout: configuration.backendTimeout)
+        var kept = HTTPHeaders()
+        for field in response.headers where !Self.hopByHop.contains(field.name.lowercased()) {
+            kept.add(field.name, field.value)
+        }
+        if let encoding = response.headers["Content-Encoding"] { kept["Content-Encoding"] = encoding }
+        return TransportResponse(status: response.status, headers: kept, body: response.body)
+    }
+
+    /// The device's answer to a `$batch` forwarded one by one: each of its units with the
+    /// answers of its requests, in order, until a unit with a request not answered (it stays
+    /// queued on the device, and its repeat collects what was answered).
+    func oneByOneAnswer(
+        _ original: [UploadUnit], singles: [UploadUnit], outcomes: [UnitOutcome], fresh: [Int: [RecordedAnswer]],
+        status: Int, request: GatewayRequest, backend: GatewayBackend, model: Model
+    ) throws -> GatewayResponse {
+        var parts: [BatchPart] = []
+        var index = 0
+        answering: for unit in original {
+            var answers: [(answer: RecordedAnswer, accepted: Bool)] = []
+            for _ in unit.operations {
+                defer { index += 1 }
+                switch outcomes[index] {
+                case .answered(let found, let accepted):
+                    guard let answer = found.first else { break answering }
+                    answers.append((answer, accepted))
+                case .forward:
+                    guard let answer = fresh[index]?.first else { break answering }
+                    answers.append((answer, false))
+                }
+            }
+            parts.append(Self.part(unit, answered: answers))
         }
         // Not even the first unit answered: a batch-level failure says more than an empty batch.
         guard !parts.isEmpty else { throw Deferred() }
@@ -528,7 +717,14 @@ extension Gateway {
 
     /// A unit's part of the device's answer from its answers.
     static func part(_ unit: UploadUnit, answers: [RecordedAnswer], accepted: Bool) -> BatchPart {
-        let operations = zip(unit.operations, answers).map { operation, answer -> BatchOperation in
+        part(unit, answered: answers.map { ($0, accepted) })
+    }
+
+    /// A unit's part of the device's answer from its answers, each marked `accepted` when it
+    /// comes from the request's record.
+    static func part(_ unit: UploadUnit, answered: [(answer: RecordedAnswer, accepted: Bool)]) -> BatchPart {
+        let operations = zip(unit.operations, answered).map { operation, pair -> BatchOperation in
+            let (answer, accepted) = pair
             var headers = answer.headers
             if accepted { headers["Repeatability-Result"] = "accepted" }
             var partHeaders = HTTPHeaders([

@@ -62,6 +62,9 @@ struct GatewayCommand: AsyncParsableCommand {
             "Seconds after forwarding a request before reading the backend may conclude that it "
                 + "was not applied, when its answer was lost (default 120: as long as the backend may "
                 + "take on a request).", valueName: "SECONDS")) var inDoubtAfter: Double?
+    @Flag(
+        help: "The backend has no $batch: the requests of a device's $batch go to it one by one, each recorded.")
+    var backendWithoutBatch = false
     @Option(help: ArgumentHelp("Log to standard error from this level (info logs each refresh).", valueName: "LEVEL"))
     var logLevel = "info"
 
@@ -101,6 +104,7 @@ struct GatewayCommand: AsyncParsableCommand {
         for index in configuration.backends.indices {
             configuration.backends[index].sharedQueries.formUnion(shared)
             if let sharedAuthorization { configuration.backends[index].sharedAuthorization = sharedAuthorization }
+            if backendWithoutBatch { configuration.backends[index].supportsBatch = false }
         }
         guard (refreshInterval ?? 0) >= 0, (inDoubtAfter ?? 0) >= 0, (retention ?? 1) > 0, (scopeRetention ?? 1) > 0,
             (requestRetention ?? 1) > 0, pageSize > 0

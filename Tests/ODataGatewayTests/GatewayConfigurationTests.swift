@@ -13,6 +13,7 @@ import Testing
         track_deltas=ALWAYS
         shared_authorization=Basic c2hhcmVkOnB3
         tombstone_retention=60
+        supports_batch=N
         prepopulate_offline_db=SHARED-ONLY
 
         [defining_query]
@@ -35,19 +36,21 @@ import Testing
         #expect(sales.url == "http://127.0.0.1:8080/odata/v4/")
         #expect(sales.trackDeltas == .always)
         #expect(sales.sharedAuthorization == "Basic c2hhcmVkOnB3")
+        #expect(!sales.supportsBatch)
         #expect(sales.sharedQueries == ["Products"])
         #expect(sales.queryRefreshInterval == ["Products": 300])
         #expect(sales.queryTracking.count == 1)
         #expect(sales.queryTracking.first?.value == .never)
         #expect(sales.queryTracking.first?.key.hasPrefix("SalesOrders?$expand=Items&$filter=") == true)
         #expect(configuration.tombstoneRetention == 3600)
-        #expect(warnings == ["line 8: prepopulate_offline_db is not used by this gateway yet"])
+        #expect(warnings == ["line 9: prepopulate_offline_db is not used by this gateway yet"])
     }
 
     @Test(arguments: [
         ("[endpoint]\nname=a\nurl=http://h/\ncolour=blue", 4, "unknown key colour"),
         ("[endpoint]\nname=a\nurl=http://h/\ntrack_deltas=SOMETIMES", 4, "use AUTO, ALWAYS or NEVER"),
         ("[endpoint]\nname=a\n", 1, "needs url="),
+        ("[endpoint]\nname=a\nurl=http://h/\nsupports_batch=sometimes", 4, "supports_batch=sometimes: use Y or N"),
         ("[endpoint]\nname=a\nurl=ftp://h/", 3, "not an http(s) URL"),
         ("[defining_query]\nname=Products", 1, "before any [endpoint]"),
         ("[endpoint]\nname=a\nurl=http://h/\n[defining_query]\nname=P\nis_shared_data=maybe", 6, "use Y or N"),

@@ -126,10 +126,13 @@ import Testing
     }
 
     /// Issue 36 with a third-party backend that ignores repeatable-request headers and has no
-    /// `$batch` or ETags: a device sends request by request through the gateway, each recorded;
-    /// the same create sent again (its answer lost) gets the recorded 201, not pyslet's 409;
-    /// another user's change under the device's update is caught with the gateway's ETag.
-    @Test func uploadsThroughTheGatewayToPysletAreAppliedOnce() async throws {
+    /// `$batch` or ETags: a device sends request by request through the gateway, or (`batches`)
+    /// a `$batch` that the gateway, told the backend has none, sends on request by request; each
+    /// request is recorded; the same create sent again (its answer lost) gets the recorded 201,
+    /// not pyslet's 409; another user's change under the device's update is caught with the
+    /// gateway's ETag.
+    @Test(arguments: [false, true])
+    func uploadsThroughTheGatewayToPysletAreAppliedOnce(batches: Bool) async throws {
         let producer = try await Interop.Server.start(
             script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
         let postgres = try PostgresServer.start()
@@ -140,14 +143,15 @@ import Testing
         var device: OfflineODataProvider?
         do {
             let backend = producer.serviceRoot.absoluteString
+            var served = GatewayBackend(url: backend)
+            served.supportsBatch = false
             let running = try await RunningGateway.start(
-                configuration: GatewayConfiguration(backends: [GatewayBackend(url: backend)]), postgresURL: postgres.url
-            )
+                configuration: GatewayConfiguration(backends: [served]), postgresURL: postgres.url)
             gateway = running
             var parameters = OfflineODataParameters()
             parameters.storePath = folder
             parameters.storeName = "pyslet-upload"
-            parameters.backendSupportsBatch = false
+            parameters.backendSupportsBatch = batches
             let provider = OfflineODataProvider(serviceRoot: running.root, parameters: parameters)
             device = provider
             try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Customers", query: "Customers"))

@@ -82,7 +82,8 @@ import Testing
             #expect(try await Self.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BPX'").count == 1)
             // (This read the single entity as if it were a collection, and so could not fail; it
             // now checks the entity itself.)
-            #expect(try await Self.backendEntity(setup, "BusinessPartners('BP1')?$select=Phone")["Phone"]?.stringValue
+            #expect(
+                try await Self.backendEntity(setup, "BusinessPartners('BP1')?$select=Phone")["Phone"]?.stringValue
                     == "+1 once")
             let phone = try await Self.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP1'").first?["Phone"]
             #expect(phone?.stringValue == "+1 once")
@@ -269,6 +270,95 @@ import Testing
             #expect(phone?.stringValue == "single")
             #expect(try await setup.gateways[0].gateway.store.requestCounts().answered == 2)
             await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    /// A backend without `$batch` (`supportsBatch` off; the reference server refuses every
+    /// `$batch` here): a device's `$batch` goes to it request by request, each recorded, with
+    /// `$<Content-ID>` references resolved from earlier answers. A change set whose request fails
+    /// keeps what was applied before the failure (the backend cannot undo it) and answers the
+    /// rest 424, unsent. A lost answer in the middle is resolved by reading the backend, and the
+    /// requests after it still go. A repeat of the whole batch reaches the backend no more.
+    @Test(arguments: [false, true])
+    func aBatchGoesRequestByRequestToABackendWithoutBatch(v2: Bool) async throws {
+        let setup = try await Self.start(v2: v2) { configuration in
+            for index in configuration.backends.indices { configuration.backends[index].supportsBatch = false }
+        }
+        do {
+            let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "nobatch")
+            func change(_ method: String, _ url: String, _ body: String, _ transaction: String?) async throws {
+                _ = try await device.execute(
+                    method: method, url: url, body: Self.body(body),
+                    options: OfflineODataRequestOptions(transactionID: transaction))
+            }
+            let ids = try await device.readEntities("Contacts?$orderby=ContactID&$top=3").compactMap {
+                $0.int64("ContactID")
+            }
+            try #require(ids.count == 3)
+            // One change set: a contact created and changed (`$<Content-ID>` in the second).
+            try await change("POST", "Contacts", #"{"PartnerID":"BP1","FirstName":"One","LastName":"By"}"#, "T1")
+            let local = try #require(
+                try await device.readEntities("Contacts?$filter=FirstName eq 'One'").first?.int64("ContactID"))
+            try await change("PATCH", "Contacts(\(local))", #"{"LastName":"One"}"#, "T1")
+            // Alone: BP2, whose answer is lost after the backend applied it.
+            try await change("PATCH", "BusinessPartners('BP2')", #"{"Phone":"lost"}"#, nil)
+            // One change set whose second request fails on the backend.
+            try await change("PATCH", "Contacts(\(ids[0]))", #"{"LastName":"applied"}"#, "T2")
+            try await change("PATCH", "Contacts(\(ids[1]))", #"{"LastName":"refused"}"#, "T2")
+            try await change("PATCH", "Contacts(\(ids[2]))", #"{"LastName":"unsent"}"#, "T2")
+            await setup.backend.service.journal.clear()
+            await setup.backend.service.faults.set([
+                FaultRule(method: "POST", urlContains: "$batch", status: 501, code: "NotImplemented"),
+                FaultRule(urlContains: "BusinessPartners('BP2')", dropAfterCommit: true, times: 1),
+                FaultRule(
+                    method: v2 ? "MERGE" : "PATCH", urlContains: "Contacts(\(ids[1])", status: 400,
+                    code: "Refused", message: "This contact may not change"),
+            ])
+            try await device.upload()
+            let sent = await setup.backend.service.journal.requests()
+            #expect(await Self.batches(setup) == 0, "\(sent)")
+            let changes = sent.filter { !$0.hasPrefix("GET") }
+            #expect(changes.count == 5, "\(sent)")
+            #expect(!changes.contains { $0.contains("Contacts(\(ids[2])") }, "\(sent)")
+            // Only the two failed requests stay queued, as failed.
+            let queue = try await device.readEntities("RequestQueue")
+            #expect(queue.map { $0.string("Status") } == ["failed", "failed"], "\(queue)")
+            let failures = try await device.readEntities("ErrorArchive?$orderby=RequestID")
+            #expect(failures.map { $0.int64("HTTPStatusCode") } == [400, 424], "\(failures)")
+            #expect(failures.map { $0.string("Code") } == ["Refused", "DependencyFailed"])
+            let contact = try await Self.backendRows(setup, "Contacts?$filter=FirstName eq 'One'")
+            #expect(contact.map { $0["LastName"]?.stringValue } == ["One"])
+            let bp2 = try await Self.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP2'")
+            #expect(bp2.map { $0["Phone"]?.stringValue } == ["lost"])
+            let names = try await Self.backendRows(
+                setup, "Contacts?$filter=ContactID le \(ids[2])&$orderby=ContactID"
+            ).map { $0["LastName"]?.stringValue ?? "-" }
+            #expect(names.count == 3 && names[0] == "applied" && names[1] != "refused" && names[2] != "unsent")
+            // With the failures dismissed, the device holds what the backend holds, the contact
+            // with the backend's key.
+            // (The change set's failures go together.)
+            let id = try #require(failures.first?.int64("RequestID"))
+            _ = try await device.execute(method: "DELETE", url: "ErrorArchive(\(id))")
+            #expect(try await device.readEntities("ErrorArchive").isEmpty)
+            try await device.download()
+            #expect(try await GatewayDeltaTests.held(device) == (try await GatewayDeltaTests.truth(setup)))
+            #expect(try await setup.gateways[0].gateway.store.requestCounts().answered == 6)
+            await device.close()
+            // The same batch twice (the device's answer lost): the repeat comes from the record.
+            await setup.backend.service.journal.clear()
+            let batch = Self.batch(id: UUID().uuidString, name: "Twice")
+            let root = setup.gateways[0].root.absoluteString
+            let (first, firstAnswer) = try await Self.send(batch, to: root)
+            let (second, secondAnswer) = try await Self.send(batch, to: root)
+            #expect(first.status < 300 && second.status < 300)
+            #expect(firstAnswer?.operations.first?.message.status == 201)
+            #expect(secondAnswer?.operations.first?.message.status == 201)
+            #expect(secondAnswer?.operations.first?.message.headers["Repeatability-Result"] == "accepted")
+            #expect(await setup.backend.service.journal.requests().filter { $0.hasPrefix("POST") }.count == 1)
+            #expect(try await Self.backendRows(setup, "Contacts?$filter=FirstName eq 'Twice'").count == 1)
         } catch {
             Issue.record("\(error)")
         }
