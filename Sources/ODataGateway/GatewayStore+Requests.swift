@@ -135,6 +135,23 @@ extension GatewayStore {
     }
 
     /// Releases every request lock `connection` holds.
+    /// The advisory-lock space of entities whose update is checked against a gateway ETag.
+    static let entityLockSpace: Int32 = 7264
+
+    /// Takes a lock per entity (`Set(key)` of `backend`), waiting for a gateway holding one,
+    /// all in one statement and in the order of their lock keys, so that two uploads never wait
+    /// for each other. Released with the requests' locks (``unlockRequests(on:)``).
+    func lockEntities(_ entities: [String], backend: String, on connection: PostgresConnection) async throws {
+        guard !entities.isEmpty else { return }
+        let names = Set(entities).map { backend + "\n" + $0 }
+        let rows = try await connection.query(
+            """
+            SELECT pg_advisory_lock(\(Self.entityLockSpace), key)
+            FROM (SELECT DISTINCT hashtext(name) AS key FROM unnest(\(names)::text[]) AS name ORDER BY 1) AS sorted
+            """, logger: logger)
+        for try await _ in rows {}
+    }
+
     func unlockRequests(on connection: PostgresConnection) async throws {
         try await connection.query("SELECT pg_advisory_unlock_all()", logger: logger)
     }

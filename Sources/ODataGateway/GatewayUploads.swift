@@ -266,6 +266,14 @@ extension Gateway {
         // current row now; a unit with a stale one is answered 412 and not forwarded.
         var checked: [Int: [Int: GatewayETagCheck]] = [:]
         if configuration.gatewayETags {
+            // Each checked entity is locked from its check until its answer is recorded: two
+            // devices' changes of one entity, through any instances, are checked one after the
+            // other, and the second sees the first's change (412).
+            let entities = units.indices.flatMap { index -> [String] in
+                guard case .forward = outcomes[index] else { return [] }
+                return units[index].operations.compactMap { Self.checkedEntity($0, request: request, backend: backend) }
+            }
+            try await store.lockEntities(entities, backend: backend.url, on: connection)
             for index in units.indices {
                 guard case .forward = outcomes[index] else { continue }
                 switch try await checkGatewayETags(
@@ -751,6 +759,20 @@ extension Gateway {
     enum ETagOutcome {
         case passed([Int: GatewayETagCheck])
         case failed(RecordedAnswer)
+    }
+
+    /// The entity (`Set(key)`, relative to the backend's root) of an update or delete that
+    /// carries one of the gateway's ETags; nil for other requests.
+    static func checkedEntity(_ operation: UploadOperation, request: GatewayRequest, backend: GatewayBackend) -> String?
+    {
+        guard ["PATCH", "PUT", "MERGE", "DELETE"].contains(operation.method),
+            parseGatewayETag(operation.message.headers["If-Match"] ?? "") != nil
+        else { return nil }
+        var url = String((operation.message.url ?? "").prefix { $0 != "?" })
+        for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) {
+            url = String(url.dropFirst(root.count))
+        }
+        return url.removingPercentEncoding ?? url
     }
 
     /// Checks each update or delete of `unit` that carries one of the gateway's ETags against

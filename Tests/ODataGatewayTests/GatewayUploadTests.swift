@@ -370,6 +370,53 @@ import Testing
 /// gateway gives rows ETags from their hashes and checks a device's update against the
 /// backend's current row: another user's change is not overwritten unseen.
 @Suite(.serialized) struct GatewayETagTests {
+    /// Two devices change one entity at the same moment, through two instances, with the same
+    /// gateway ETag, on a slow backend without ETags: the checks are made one after the other,
+    /// so one change applies and the other gets 412 (both passed their check before).
+    @Test(arguments: [false, true])
+    func twoDevicesChangingOneEntityAtOnceAreCheckedInTurn(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 2,
+            backendOptions: {
+                $0.sendsETags = false
+                $0.honorsRepeatableRequests = false
+            })
+        do {
+            let first = try await GatewayDeltaTests.device(setup, gateway: 0, name: "first")
+            let second = try await GatewayDeltaTests.device(setup, gateway: 1, name: "second")
+            let etags = [
+                try await first.readEntities("BusinessPartners('BP1')").first?.control.etag,
+                try await second.readEntities("BusinessPartners('BP1')").first?.control.etag,
+            ]
+            #expect(etags[0]?.hasPrefix("W/\"gw.") == true && etags[0] == etags[1], "\(etags)")
+            _ = try await first.execute(
+                method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"first"}"#.utf8))
+            _ = try await second.execute(
+                method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"second"}"#.utf8))
+            await setup.backend.service.faults.set([
+                FaultRule(method: "POST", urlContains: "$batch", delayMilliseconds: 1500)
+            ])
+            async let one: Void = first.upload()
+            async let other: Void = second.upload()
+            _ = try await (one, other)
+            let failures = [
+                try await first.readEntities("ErrorArchive"), try await second.readEntities("ErrorArchive"),
+            ]
+            #expect(failures.map(\.count).sorted() == [0, 1], "\(failures)")
+            let loser = failures[0].isEmpty ? failures[1] : failures[0]
+            #expect(loser.first?.int64("HTTPStatusCode") == 412)
+            let winner = failures[0].isEmpty ? "first" : "second"
+            let bp1 = try await GatewayUploadTests.backendRows(setup, "BusinessPartners?$filter=PartnerID eq 'BP1'")
+            #expect(bp1.first?["Phone"]?.stringValue == winner)
+            #expect(await GatewayUploadTests.batches(setup) == 1)
+            await first.close()
+            await second.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
     @Test(arguments: [false, true])
     func aConcurrentChangeOnABackendWithoutETagsIs412(v2: Bool) async throws {
         let setup = try await GatewayDeltaTests.start(
