@@ -105,6 +105,8 @@ let package = Package(
                 // Only Linux builds SwiftNIO: Apple platforms send through URLSession.
                 .product(name: "AsyncHTTPClient", package: "async-http-client", condition: .when(platforms: [.linux])),
                 .product(name: "Logging", package: "swift-log"),
+                // SHA-256 of store files a gateway builds (CryptoKit on Apple platforms).
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             resources: [.process("Resources")],
             swiftSettings: swiftSettings

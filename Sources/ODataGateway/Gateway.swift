@@ -77,6 +77,19 @@ public final class Gateway: Sendable {
             return await progressAnswer(String(rest.prefix { $0 != "?" }), user: request.user)
         }
         do {
+            // Stores built on the gateway for first opens (issue 37).
+            if request.target.hasPrefix("$oodata/store") {
+                let path = String(request.target.prefix { $0 != "?" })
+                if request.method == "POST", path == "$oodata/store" {
+                    return try await storeFileOffer(request, backend: backend)
+                }
+                if request.method == "GET", path.hasPrefix("$oodata/store/") {
+                    return try await storeFileContent(
+                        String(path.dropFirst("$oodata/store/".count)), request: request, backend: backend)
+                }
+                throw GatewayError(
+                    status: 405, code: "MethodNotAllowed", "POST $oodata/store, or GET $oodata/store/<id>")
+            }
             let model = try await models.model(
                 for: backend, authorization: request.headers["Authorization"], gateway: self)
             legacy = model.version.isLegacy
@@ -310,6 +323,9 @@ public final class Gateway: Sendable {
             let removed = try await store.removeUnusedScopes(unused: retention)
             if removed > 0 { logger.info("Removed unused scopes", metadata: ["scopes": "\(removed)"]) }
             try await store.removeProgress(olderThan: 3600)
+            // Store files outlive their reuse by a day, for devices still downloading them.
+            let reuse = configuration.backends.map(\.prepopulateInterval).max() ?? 0
+            try await store.removeStoreFiles(olderThan: reuse + 24 * 3600)
             let requests = try await store.removeRequestRecords(olderThan: configuration.requestRetention)
             if requests > 0 { logger.info("Removed request records", metadata: ["requests": "\(requests)"]) }
         } catch {

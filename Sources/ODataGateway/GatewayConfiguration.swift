@@ -30,6 +30,17 @@ public enum DeltaTracking: String, Sendable, CaseIterable {
     case never = "NEVER"
 }
 
+/// Which stores the gateway builds for a device's first open (SAP's `prepopulate_offline_db`).
+public enum Prepopulate: String, Sendable, CaseIterable {
+    /// A file with every defining query: the shared ones from the shared file, the user's built
+    /// on request.
+    case yes = "Y"
+    /// A file with the shared defining queries only; the user's come by the paged download.
+    case sharedOnly = "SHARED-ONLY"
+    /// No file: every first open is paged.
+    case no = "N"
+}
+
 /// One backend behind the gateway.
 public struct GatewayBackend: Sendable {
     /// Where the gateway serves it: "" for the root, otherwise `/NAME/`.
@@ -46,6 +57,11 @@ public struct GatewayBackend: Sendable {
     public var queryRefreshInterval: [String: Double] = [:]
     /// The `Authorization` header the gateway sends for shared data (nil: none).
     public var sharedAuthorization: String?
+    /// Which stores are built for first opens (`prepopulate_offline_db`).
+    public var prepopulate: Prepopulate = .no
+    /// Seconds a file of shared data is offered before it is built again
+    /// (`prepopulate_offline_db_interval`, in minutes in the file).
+    public var prepopulateInterval: Double = 24 * 3600
     /// Whether the backend takes `$batch`. Without it, the requests of a device's `$batch` go to
     /// it one by one, each recorded on its own, and the device gets them back as one answer.
     public var supportsBatch = true
@@ -125,7 +141,7 @@ extension GatewayConfiguration {
     /// Endpoint keys of SAP's application configuration file that the gateway reads but does
     /// not act on yet; they are accepted so that SAP's files load, and reported as warnings.
     static let ignoredEndpointKeys: Set<String> = [
-        "prepopulate_offline_db", "prepopulate_offline_db_interval", "indexed_type", "defining_query_format",
+        "indexed_type", "defining_query_format",
         "delta_query_format", "offline_db_collation", "case_sensitive_offline_db", "json_datetimeoffset_in_utc",
         "local_change_expiry", "allow_omitting_max_length_facet", "content_id_header_location", "max_delta_resends",
         "allow_defining_query_removal", "early_populate_backend_generated_values",
@@ -141,6 +157,8 @@ extension GatewayConfiguration {
     /// shared_authorization=Basic …    ; what the gateway sends for shared data
     /// tombstone_retention=10080       ; minutes deletions are kept (delta tokens older get 410)
     /// supports_batch=N                ; the backend has no $batch: requests go one by one
+    /// prepopulate_offline_db=Y        ; first opens get a store file: Y, SHARED-ONLY or N
+    /// prepopulate_offline_db_interval=1440 ; minutes a file of shared data is reused
     ///
     /// [defining_query]
     /// name=Products
@@ -193,7 +211,10 @@ extension GatewayConfiguration {
             let kind = sections[sections.count - 1].kind
             let known: Set<String> =
                 kind == "endpoint"
-                ? ["name", "url", "track_deltas", "shared_authorization", "tombstone_retention", "supports_batch"]
+                ? [
+                    "name", "url", "track_deltas", "shared_authorization", "tombstone_retention", "supports_batch",
+                    "prepopulate_offline_db", "prepopulate_offline_db_interval",
+                ]
                 : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
             if kind == "endpoint", ignoredEndpointKeys.contains(key) {
                 warnings.append("line \(number): \(key) is not used by this gateway yet")
@@ -244,6 +265,16 @@ extension GatewayConfiguration {
                 var backend = GatewayBackend(name: name.value, url: url.value)
                 if let mode = section.values["track_deltas"] { backend.trackDeltas = try tracking(mode) }
                 backend.sharedAuthorization = section.values["shared_authorization"]?.value
+                if let entry = section.values["prepopulate_offline_db"] {
+                    guard let mode = Prepopulate(rawValue: entry.value.uppercased()) else {
+                        throw .init(
+                            line: entry.line, message: "prepopulate_offline_db=\(entry.value): use Y, SHARED-ONLY or N")
+                    }
+                    backend.prepopulate = mode
+                }
+                if let entry = section.values["prepopulate_offline_db_interval"] {
+                    backend.prepopulateInterval = try minutes(entry, "prepopulate_offline_db_interval")
+                }
                 if let batch = section.values["supports_batch"] {
                     switch batch.value.uppercased() {
                     case "Y": backend.supportsBatch = true

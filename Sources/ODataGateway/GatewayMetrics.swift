@@ -22,6 +22,7 @@ public struct GatewayMetrics: Sendable {
     let inDoubt: Counter
     let inDoubtResolved: Counter
     let refreshTime: CoreMetrics.Timer
+    let storeBuilds: Counter
 
     /// Metrics made by `factory`.
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
@@ -46,6 +47,7 @@ public struct GatewayMetrics: Sendable {
         repeatsAnswered = Counter(label: "oodata_gateway_repeats_answered_total", factory: factory)
         inDoubt = Counter(label: "oodata_gateway_in_doubt_total", factory: factory)
         inDoubtResolved = Counter(label: "oodata_gateway_in_doubt_resolved_total", factory: factory)
+        storeBuilds = Counter(label: "oodata_gateway_store_builds_total", factory: factory)
         refreshTime = CoreMetrics.Timer(
             label: "oodata_gateway_refresh_seconds", preferredDisplayUnit: .seconds,
             factory: factory)

@@ -134,24 +134,46 @@ extension GatewayStore {
         return true
     }
 
-    /// Releases every request lock `connection` holds.
     /// The advisory-lock space of entities whose update is checked against a gateway ETag.
     static let entityLockSpace: Int32 = 7264
 
-    /// Takes a lock per entity (`Set(key)` of `backend`), waiting for a gateway holding one,
-    /// all in one statement and in the order of their lock keys, so that two uploads never wait
-    /// for each other. Released with the requests' locks (``unlockRequests(on:)``).
-    func lockEntities(_ entities: [String], backend: String, on connection: PostgresConnection) async throws {
+    /// Takes a lock per entity (`Set(key)` of `backend`), all or none at a time, trying again
+    /// every 100 ms while another gateway holds one (never waiting inside PostgreSQL, so two
+    /// uploads cannot deadlock), for up to `timeout` seconds; then 503. Released with the
+    /// requests' locks (``unlockRequests(on:)``).
+    func lockEntities(
+        _ entities: [String], backend: String, timeout: Double, on connection: PostgresConnection
+    ) async throws {
         guard !entities.isEmpty else { return }
         let names = Set(entities).map { backend + "\n" + $0 }
-        let rows = try await connection.query(
-            """
-            SELECT pg_advisory_lock(\(Self.entityLockSpace), key)
-            FROM (SELECT DISTINCT hashtext(name) AS key FROM unnest(\(names)::text[]) AS name ORDER BY 1) AS sorted
-            """, logger: logger)
-        for try await _ in rows {}
+        let deadline = ContinuousClock.now + .seconds(timeout)
+        while true {
+            let rows = try await connection.query(
+                """
+                SELECT key, pg_try_advisory_lock(\(Self.entityLockSpace), key)
+                FROM (SELECT DISTINCT hashtext(name) AS key FROM unnest(\(names)::text[]) AS name) AS keys
+                """, logger: logger)
+            var taken: [Int32] = []
+            var missed = false
+            for try await (key, locked) in rows.decode((Int32, Bool).self) {
+                if locked { taken.append(key) } else { missed = true }
+            }
+            guard missed else { return }
+            if !taken.isEmpty {
+                try await connection.query(
+                    "SELECT pg_advisory_unlock(\(Self.entityLockSpace), key) FROM unnest(\(taken)::int4[]) AS key",
+                    logger: logger)
+            }
+            guard ContinuousClock.now < deadline else {
+                throw GatewayError(
+                    status: 503, code: "EntityBeingChanged",
+                    "Another upload is still changing an entity this upload changes; try again later")
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
     }
 
+    /// Releases every advisory lock of this connection (the requests' and the entities').
     func unlockRequests(on connection: PostgresConnection) async throws {
         try await connection.query("SELECT pg_advisory_unlock_all()", logger: logger)
     }

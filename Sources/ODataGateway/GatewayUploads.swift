@@ -273,7 +273,8 @@ extension Gateway {
                 guard case .forward = outcomes[index] else { return [] }
                 return units[index].operations.compactMap { Self.checkedEntity($0, request: request, backend: backend) }
             }
-            try await store.lockEntities(entities, backend: backend.url, on: connection)
+            try await store.lockEntities(
+                entities, backend: backend.url, timeout: configuration.backendTimeout + 30, on: connection)
             for index in units.indices {
                 guard case .forward = outcomes[index] else { continue }
                 switch try await checkGatewayETags(
@@ -401,7 +402,7 @@ extension Gateway {
             await report(request, "processingRequests", number: requestCount, count: requestCount, on: connection)
             var toRecord: [(id: String, answer: RecordedAnswer)] = []
             var toForget: [String] = []
-            for (index, result) in fresh {
+            for (index, result) in fresh where !oneByOne {
                 let ids = units[index].ids
                 guard !ids.isEmpty else { continue }
                 if batchBoundary == nil, Self.notApplied(result.answers[0].status) {
@@ -475,10 +476,12 @@ extension Gateway {
 
     /// Sends the forwarded requests of a `$batch` (each its own unit; `groups` gives each one's
     /// unit in the device's batch) to a backend without `$batch`, in order, each recorded just
-    /// before it goes and its Content-ID's `Location` named by the requests after it. A request
-    /// of a change set with a failed request is not sent but answered 424 (the backend cannot undo
-    /// the ones applied before the failure). A lost answer is resolved by reading the backend; when that
-    /// cannot tell, the request stays in doubt and the requests after it are not sent.
+    /// before it goes and its answer as it comes, its Content-ID's `Location` named by the
+    /// requests after it. A request of a change set with a failed request is not sent but
+    /// answered 424 (the backend cannot undo the ones applied before the failure). A lost answer
+    /// is resolved by reading the backend (applied, or `409 RequestInDoubt` when reading cannot
+    /// tell); when the backend cannot be read or the request may still be being applied, it
+    /// stays in doubt and the requests after it are not sent.
     func forwardOneByOne(
         _ units: [UploadUnit], outcomes: [UnitOutcome], groups: [Int], changeSets: [Bool], request: GatewayRequest,
         backend: GatewayBackend, model: Model, connection: PostgresConnection
@@ -490,9 +493,21 @@ extension Gateway {
         func took(_ index: Int, _ answer: RecordedAnswer) {
             if answer.status >= 400 {
                 failed.insert(groups[index])
-            } else if let id = units[index].operations[0].contentID, let location = answer.headers["Location"] {
+            } else if let id = units[index].operations[0].contentID,
+                let location = answer.headers["Location"] ?? answer.headers["OData-EntityId"]
+            {
                 locations[id] = location
             }
+        }
+        // Each answer is recorded as it comes: a gateway that dies half way through the batch
+        // leaves in doubt only the request it was forwarding.
+        func record(_ index: Int, _ answer: RecordedAnswer) async throws {
+            result.answers[index] = answer
+            took(index, answer)
+            let ids = units[index].ids
+            guard !ids.isEmpty else { return }
+            try await store.recordAnswers(
+                [(ids[0], answer)], backend: backend.url, user: request.user, on: connection)
         }
         // A change set with a request answered already with a failure (from its record, or a
         // stale ETag) sends none of its other requests: nothing of it is applied yet, or (a
@@ -507,10 +522,12 @@ extension Gateway {
                 continue
             }
             if changeSets[groups[index]], failed.contains(groups[index]) {
-                result.answers[index] = Self.errorAnswer(
-                    status: 424, code: "DependencyFailed",
-                    "Not sent: an earlier request of its change set failed, and the backend, which has no $batch, "
-                        + "cannot undo the ones applied before it", legacy: model.version.isLegacy)
+                try await record(
+                    index,
+                    Self.errorAnswer(
+                        status: 424, code: "DependencyFailed",
+                        "Not sent: an earlier request of its change set failed, and the backend, which has no "
+                            + "$batch, cannot undo the ones applied before it", legacy: model.version.isLegacy))
                 answered += 1
                 continue
             }
@@ -527,8 +544,7 @@ extension Gateway {
                         unit, records: [:], request: request, backend: backend, model: model),
                     let answer = answers.first
                 {
-                    result.answers[index] = answer
-                    took(index, answer)
+                    try await record(index, answer)
                     continue
                 }
                 break
@@ -538,9 +554,8 @@ extension Gateway {
                 result.refused = response
                 break
             }
-            let answer = RecordedAnswer(status: response.status, headers: response.headers, body: response.body)
-            result.answers[index] = answer
-            took(index, answer)
+            try await record(
+                index, RecordedAnswer(status: response.status, headers: response.headers, body: response.body))
             answered += 1
             await report(request, "processingRequests", number: answered, count: units.count, on: connection)
         }
@@ -557,6 +572,11 @@ extension Gateway {
         for root in [request.gatewayRoot, backend.url] where target.hasPrefix(root) {
             target = String(target.dropFirst(root.count))
         }
+        // The `$batch`'s own query options (`sap-client`, an app's URL suffix) go with each request.
+        if let question = request.target.firstIndex(of: "?") {
+            let options = request.target[request.target.index(after: question)...]
+            if !options.isEmpty { target += (target.contains("?") ? "&" : "?") + options }
+        }
         if !locations.isEmpty, (message.headers["Content-Type"] ?? "").lowercased().contains("json") {
             message.body = ContentIDReferences.resolve(body: message.body, locations)
         }
@@ -567,9 +587,10 @@ extension Gateway {
         var headers = HTTPHeaders()
         for field in request.headers {
             let name = field.name.lowercased()
-            guard !Self.hopByHop.contains(name), !own.contains(name), name != "content-type", name != "prefer" else {
-                continue
-            }
+            // The `$batch`'s own content negotiation stays with it.
+            guard !Self.hopByHop.contains(name), !own.contains(name),
+                !["content-type", "prefer", "accept"].contains(name)
+            else { continue }
             headers.add(field.name, field.value)
         }
         for field in message.headers where !Self.hopByHop.contains(field.name.lowercased()) {

@@ -65,6 +65,15 @@ struct GatewayCommand: AsyncParsableCommand {
     @Flag(
         help: "The backend has no $batch: the requests of a device's $batch go to it one by one, each recorded.")
     var backendWithoutBatch = false
+    @Option(
+        help: ArgumentHelp(
+            "Store files for first opens (prepopulate_offline_db): Y (shared and user data), SHARED-ONLY, "
+                + "or N (none; the default). Overrides the configuration file.", valueName: "MODE"))
+    var prepopulate: String?
+    @Option(
+        help: ArgumentHelp(
+            "Seconds a store file of shared data is reused before it is built again (default a day).",
+            valueName: "SECONDS")) var prepopulateInterval: Double?
     @Option(help: ArgumentHelp("Log to standard error from this level (info logs each refresh).", valueName: "LEVEL"))
     var logLevel = "info"
 
@@ -95,6 +104,13 @@ struct GatewayCommand: AsyncParsableCommand {
             configuration.backends.append(GatewayBackend(url: backend))
         }
         guard !configuration.backends.isEmpty else { throw CLIFailure("give --backend URL or --config FILE") }
+        if let prepopulate {
+            guard let mode = Prepopulate(rawValue: prepopulate.uppercased()) else {
+                throw CLIFailure("--prepopulate \(prepopulate): use Y, SHARED-ONLY or N")
+            }
+            for index in configuration.backends.indices { configuration.backends[index].prepopulate = mode }
+        }
+        guard (prepopulateInterval ?? 0) >= 0 else { throw CLIFailure("--prepopulate-interval must be 0 or more") }
         if let trackDeltas {
             guard let tracking = DeltaTracking(rawValue: trackDeltas.uppercased()) else {
                 throw CLIFailure("--track-deltas \(trackDeltas): use AUTO, ALWAYS or NEVER")
@@ -105,6 +121,7 @@ struct GatewayCommand: AsyncParsableCommand {
             configuration.backends[index].sharedQueries.formUnion(shared)
             if let sharedAuthorization { configuration.backends[index].sharedAuthorization = sharedAuthorization }
             if backendWithoutBatch { configuration.backends[index].supportsBatch = false }
+            if let prepopulateInterval { configuration.backends[index].prepopulateInterval = prepopulateInterval }
         }
         guard (refreshInterval ?? 0) >= 0, (inDoubtAfter ?? 0) >= 0, (retention ?? 1) > 0, (scopeRetention ?? 1) > 0,
             (requestRetention ?? 1) > 0, pageSize > 0

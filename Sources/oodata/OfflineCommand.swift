@@ -52,6 +52,9 @@ struct OfflineStoreOptions: ParsableArguments {
     @Flag(name: .customLong("individual-error-deletion"), help: "Delete single ErrorArchive rows with their dependants (SPEC §7).") var individualErrorDeletion = false
     @Flag(name: .customLong("no-batch"), help: "The backend has no $batch: upload request by request, in queue order.") var noBatch = false
     @Flag(name: .customLong("no-csrf"), help: "Do not fetch or send SAP Gateway's X-CSRF-Token.") var noCSRF = false
+    @Flag(name: .customLong("no-server-store"),
+          help: "A first open through a sync gateway pages, even when the gateway offers a store file.")
+    var noServerStore = false
     @Option(help: ArgumentHelp("HTTP Basic user; the password comes from --password or $OODATA_PASSWORD.", valueName: "USER")) var user: String?
     @Option(help: "HTTP Basic password (prefer $OODATA_PASSWORD: a command line is visible to other users).") var password: String?
     @Option(help: ArgumentHelp("A bearer token to send (or $OODATA_BEARER_TOKEN).", valueName: "TOKEN")) var bearerToken: String?
@@ -81,6 +84,7 @@ struct OfflineStoreOptions: ParsableArguments {
         var parameters = OfflineODataParameters()
         parameters.backendSupportsBatch = !noBatch
         parameters.csrfProtection = !noCSRF
+        parameters.acceptsServerBuiltStore = !noServerStore
         parameters.urlSuffix = urlSuffix
         parameters.authenticator = try credentials().map { StaticCredentials($0) }
         for header in headers {

@@ -15,6 +15,8 @@ import Testing
         tombstone_retention=60
         supports_batch=N
         prepopulate_offline_db=SHARED-ONLY
+        prepopulate_offline_db_interval=30
+        indexed_type=Products
 
         [defining_query]
         name=Products
@@ -43,13 +45,16 @@ import Testing
         #expect(sales.queryTracking.first?.value == .never)
         #expect(sales.queryTracking.first?.key.hasPrefix("SalesOrders?$expand=Items&$filter=") == true)
         #expect(configuration.tombstoneRetention == 3600)
-        #expect(warnings == ["line 9: prepopulate_offline_db is not used by this gateway yet"])
+        #expect(sales.prepopulate == .sharedOnly)
+        #expect(sales.prepopulateInterval == 1800)
+        #expect(warnings == ["line 11: indexed_type is not used by this gateway yet"])
     }
 
     @Test(arguments: [
         ("[endpoint]\nname=a\nurl=http://h/\ncolour=blue", 4, "unknown key colour"),
         ("[endpoint]\nname=a\nurl=http://h/\ntrack_deltas=SOMETIMES", 4, "use AUTO, ALWAYS or NEVER"),
         ("[endpoint]\nname=a\n", 1, "needs url="),
+        ("[endpoint]\nname=a\nurl=http://h/\nprepopulate_offline_db=ALL", 4, "use Y, SHARED-ONLY or N"),
         ("[endpoint]\nname=a\nurl=http://h/\nsupports_batch=sometimes", 4, "supports_batch=sometimes: use Y or N"),
         ("[endpoint]\nname=a\nurl=ftp://h/", 3, "not an http(s) URL"),
         ("[defining_query]\nname=Products", 1, "before any [endpoint]"),

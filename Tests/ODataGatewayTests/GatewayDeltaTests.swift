@@ -25,14 +25,14 @@ import Testing
     }
 
     static func start(
-        v2: Bool, instances: Int = 2, backendOptions: (inout ODataService.Options) -> Void = { _ in },
+        v2: Bool, instances: Int = 2, scale: Int = 3, backendOptions: (inout ODataService.Options) -> Void = { _ in },
         configure: (inout GatewayConfiguration) -> Void = { _ in }
     ) async throws -> Setup {
         let postgres = try PostgresServer.start()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gw-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let backend = try await EmbeddedServer.sales(
-            at: folder.appendingPathComponent("backend.sqlite").path, scale: 3,
+            at: folder.appendingPathComponent("backend.sqlite").path, scale: scale,
             pageSize: 7
         ) { options in
             options.tracksChanges = false

@@ -181,10 +181,15 @@ import Testing
         ]
         var linkPlanner = Self.plan(linked, builder: true)
         guard let linkBatch = linkPlanner.nextBatch() else { Issue.record("no batch"); return }
+        var linkContext = Self.context(etags: ["Orders(1)": "W/\"4\""])
+        linkContext.linkHolders = [1: "Orders(1)"]
+        #expect(linkPlanner.messages(for: linkBatch, context: linkContext).map { $0.headers["If-Match"] } == [nil, "*"])
+        // A link kept in a link table (no holder) renews no ETag: the change is checked.
+        linkContext.linkHolders = [:]
         #expect(
-            linkPlanner.messages(for: linkBatch, context: Self.context(etags: ["Orders(1)": "W/\"4\""])).map {
-                $0.headers["If-Match"]
-            } == [nil, "*"])
+            linkPlanner.messages(for: linkBatch, context: linkContext).map { $0.headers["If-Match"] } == [
+                nil, "W/\"4\"",
+            ])
         // The create is named by its Content-ID in the URL and in bodies of the same batch.
         #expect(
             messages.map { $0.url } == [

@@ -24,8 +24,16 @@ import OfflineOData
 // process holds the gateway alone; peak resident memory from Linux's VmHWM):
 //
 //   ./.build/release/GatewayRatio memory POSTGRES_URL SCALE
+//
+// A first open through a store file the gateway built, against a paged one (StoreFile.swift):
+//
+//   ./.build/release/GatewayRatio file POSTGRES_URL SCALE
 
 let arguments = Array(CommandLine.arguments.dropFirst())
+if ["file", "gateway-serve", "client"].contains(arguments.first ?? "") {
+    try await storeFileBenchmark(arguments)
+    exit(0)
+}
 if arguments.first == "serve" || arguments.first == "memory" {
     try await gatewayMemory(arguments)
     exit(0)

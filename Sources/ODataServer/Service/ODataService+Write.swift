@@ -70,7 +70,7 @@ extension ODataService {
         guard options.sendsETags else {
             if options.requiresIfMatchWithoutETags, request.headers["If-Match"] == nil {
                 throw ServiceFailure(428, "PreconditionRequired",
-                                     "\(request.method) \(request.path) needs If-Match (this service gives no ETags: *)")
+                                     "\(request.method) \(request.path) needs If-Match (no ETags here: send *)")
             }
             return
         }

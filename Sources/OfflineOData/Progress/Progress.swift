@@ -258,11 +258,17 @@ final class ProgressReporter: @unchecked Sendable {
     private let lock = NSLock()
     private var highest = 0
 
-    init(operation: OfflineODataOperation, plan: [OfflineODataProgressStep], language: String) {
+    /// A reporter; `passed` steps are done already (an operation whose plan grew on the way
+    /// goes on from the number it reached).
+    init(operation: OfflineODataOperation, plan: [OfflineODataProgressStep], language: String, passed: Int = 0) {
         self.operation = operation
         self.plan = plan
         self.language = language
+        self.highest = passed
     }
+
+    /// The highest step number reported so far.
+    var passed: Int { lock.withLock { highest } }
 
     func event(_ step: OfflineODataProgressStep, _ parameters: [String: String]) -> OfflineODataEvent {
         let planned = (plan.firstIndex(of: step) ?? plan.count - 1) + 1

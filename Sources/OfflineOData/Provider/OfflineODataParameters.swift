@@ -35,8 +35,13 @@ public struct OfflineODataParameters: Sendable {
     /// Whether an upload may overwrite other users' changes of entities whose ETag the store
     /// does not know (their backend gave none): with `true` such updates and deletes go with
     /// `If-Match: *`. With `false` (the default) they go without `If-Match`, so a backend that
-    /// wants one answers 428 into the ErrorArchive. Entities with a known ETag are always checked.
+    /// wants one answers 428 into the ErrorArchive. The first change of an entity with a known
+    /// ETag is always checked with it.
     public var lastWriterWins = false
+    /// Whether a first open through a sync gateway takes the store file the gateway offers
+    /// (built on the server from the rows it keeps), checks it and encrypts it with
+    /// ``storeEncryptionKey``, instead of paging through every defining query. False always pages.
+    public var acceptsServerBuiltStore = true
     /// How often, in milliseconds, the status of an upload or download running on a sync
     /// gateway is pulled and reported as the gateway's steps (SAP's `cloudProgressPullInterval`;
     /// never below 500). Only through a gateway: a plain backend is never asked.

@@ -361,7 +361,7 @@ public actor OfflineODataProvider {
                 + "defining queries to fill it (no local change was made before, so nothing is lost)")
     }
 
-    private func openExisting(_ path: String) async throws {
+    func openExisting(_ path: String) async throws {
         var opened = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
         // A first open that never finished (the process ended while it filled the store) left
         // a store without all its data: it is made again from the backend. Nothing local is
@@ -416,7 +416,7 @@ public actor OfflineODataProvider {
     private func createAndFill(_ path: String) async throws {
         // Steps in the order they happen. Pages go into the new store as they arrive (memory
         // stays flat); any failure deletes the file, so a backend error leaves nothing behind.
-        let progress = reporter(
+        var progress = reporter(
             .open,
             [
                 .loadingMetadata, .creatingBootStrapDatabase, .creatingRequestQueueDatabase, .processingDefiningQueries,
@@ -436,10 +436,27 @@ public actor OfflineODataProvider {
         serviceVersion = backendModel.version
         let model = try LocalSchema.extend(backendModel)
         for query in definingQueries { _ = try DefiningQueries.entitySet(of: query.query, model: model) }
+        // Through a sync gateway, the store may come built (issue 37): the open's steps then
+        // include its download, and those of the download of what it lacks.
+        if throughGateway, parameters.acceptsServerBuiltStore, !definingQueries.isEmpty {
+            progress = ProgressReporter(
+                operation: .open, plan: Self.gatewayOpenPlan, language: messageLanguage, passed: progress.passed)
+            if try await fillFromServerBuiltStore(at: path, model: model, progress: progress) { return }
+        }
         report(progress, .creatingBootStrapDatabase)
         let downloader = Downloader(serviceRoot: serviceRoot, progress: progress)
         store = try await downloader.fillNewStore(at: path, model: model, key: parameters.storeEncryptionKey, on: self)
+        // A store file a gateway offered and that was not taken is of no use any more.
+        ServerBuiltStore.removeDownload(path)
     }
+
+    /// The steps of a first open through a sync gateway: those of a paged open, and those of a
+    /// store file built by the gateway followed by the download of what it lacks.
+    public static let gatewayOpenPlan: [OfflineODataProgressStep] = [
+        .loadingMetadata, .creatingBootStrapDatabase, .downloadingEntityStore, .creatingRequestQueueDatabase,
+        .processingDefiningQueries, .receivingDataFromServer, .buildingEntityStore, .analyzingReceivedData,
+        .removingDeletedRelationships, .reapplyingChanges,
+    ]
 
     /// Closes the store; a later `open()` reopens it.
     public func close() {
@@ -456,6 +473,7 @@ public actor OfflineODataProvider {
     public func clear() {
         close()
         StoreFiles.remove(parameters.storeFile)
+        ServerBuiltStore.removeDownload(parameters.storeFile)
     }
 
     func openStore() throws -> Store {

@@ -35,14 +35,15 @@ extension OfflineODataProvider {
     /// Every request to the backend passes here: custom headers and cookies, OData version
     /// headers, `urlSuffix` and `timeout` are applied in this one place.
     func send(
-        method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], expect: Int? = nil
+        method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], expect: Int? = nil,
+        timeout: TimeInterval? = nil
     ) async throws -> TransportResponse {
         let defaults = requestDefaults
         let request = defaults.request(method: method, url: url, headers: headers, body: body)
         let response: TransportResponse
         do {
             response = try await session.send(
-                request, timeout: parameters.effectiveTimeout, tokenRequest: defaults.tokenRequest)
+                request, timeout: timeout ?? parameters.effectiveTimeout, tokenRequest: defaults.tokenRequest)
         } catch let error as OfflineODataError {
             throw error
         } catch let error as TransportError {

@@ -266,7 +266,8 @@ struct RequestQueue {
             ).first
             ?? connection.query(
                 """
-                SELECT original_existed, original FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND original_existed IS NOT NULL ORDER BY id LIMIT 1
+                SELECT original_existed, original FROM oo_queue
+                WHERE entity_set = ? AND entity_key = ? AND original_existed IS NOT NULL ORDER BY id LIMIT 1
                 """, [.text(entitySet), .text(predicate)]
             ).first
         guard let row, row[0] == .integer(1), case .blob(let body) = row[1],

@@ -75,6 +75,9 @@ struct UploadPlanner: Sendable {
         var legacy: Bool
         /// An entity whose ETag is unknown is sent with `If-Match: *` (else without If-Match).
         var lastWriterWins = false
+        /// Link changes of the batch (request ID) → `Set(key)` (as queued) of the entity holding
+        /// the foreign key, whose ETag they renew.
+        var linkHolders: [Int64: String] = [:]
     }
 
     private let units: [[QueueEntry]]
@@ -243,11 +246,12 @@ struct UploadPlanner: Sendable {
                 } else if context.lastWriterWins {
                     headers["If-Match"] = "*"
                 }
-            } else if !request.isCreate {
-                // A link change renews the entity's ETag on backends that keep the foreign key
-                // in it: its later changes in this batch follow that change.
-                matched.insert(reference)
             }
+            // A link change renews the ETag of the entity holding the foreign key (on backends
+            // such as SAP Gateway and the reference server), unchecked: its later changes in
+            // this batch (the same change set) follow it with `*`, as a 412 against the ETag it
+            // had would be certain. Across batches, its new ETag is read first (see Uploader).
+            if let holder = context.linkHolders[request.id] { matched.insert(holder) }
             for (name, value) in request.headers { headers[name] = value }
             headers["Content-ID"] = "\(request.id)"
             if request.isCreate, request.localKey {

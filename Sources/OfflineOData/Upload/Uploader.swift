@@ -192,7 +192,14 @@ struct Uploader {
         let context = UploadPlanner.MessageContext(
             keyMap: keyMap, etags: etags, firstSent: firstSent, now: now,
             repeatable: parameters.enableRepeatableRequests, legacy: model.version.isLegacy,
-            lastWriterWins: parameters.lastWriterWins)
+            lastWriterWins: parameters.lastWriterWins,
+            linkHolders: requests.reduce(into: [Int64: String]()) { holders, request in
+                if let holder = LocalChange.linkHolder(
+                    of: request, schema: store.schema, serviceRoot: root, keyMap: [:])
+                {
+                    holders[request.id] = holder.reference
+                }
+            })
         let messages = planner.messages(for: batch, context: context)
         if !parameters.backendSupportsBatch {
             return try await sendOneByOne(requests, messages: messages, on: provider)

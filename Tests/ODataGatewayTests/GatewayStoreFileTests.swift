@@ -1,0 +1,344 @@
+import Foundation
+import InteropSupport
+import ODataCore
+import ODataGateway
+import ODataServer
+import ODataStore
+import OfflineOData
+import Testing
+
+/// Issue 37: a first open through the gateway takes a store file the gateway built with the
+/// client's own code from the rows PostgreSQL keeps, checks it, encrypts it with the app's key,
+/// and then downloads what the file lacks. Real PostgreSQL, gateways, providers and files.
+@Suite(.serialized) struct GatewayStoreFileTests {
+    final class Recorder: OfflineODataDelegate, @unchecked Sendable {
+        private let lock = NSLock()
+        private var updates: [OfflineODataProgress] = []
+        var progress: [OfflineODataProgress] { lock.withLock { updates } }
+        func offlineODataProvider(didUpdate progress: OfflineODataProgress) {
+            lock.withLock { updates.append(progress) }
+        }
+        func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {}
+    }
+
+    /// A gateway that builds files with BusinessPartners as shared data and Contacts as the
+    /// user's (prepopulate `mode`).
+    static func start(
+        v2: Bool, mode: Prepopulate = .yes, instances: Int = 2
+    ) async throws
+        -> GatewayDeltaTests.Setup
+    {
+        try await GatewayDeltaTests.start(
+            v2: v2, instances: instances,
+            configure: { configuration in
+                for index in configuration.backends.indices {
+                    configuration.backends[index].prepopulate = mode
+                    configuration.backends[index].sharedQueries = ["BusinessPartners"]
+                }
+            })
+    }
+
+    static func device(
+        _ root: URL, folder: URL, name: String, key: String? = "device-key", accepts: Bool = true,
+        recorder: Recorder? = nil, transport: (any Transport)? = nil
+    ) async throws -> OfflineODataProvider {
+        var parameters = OfflineODataParameters()
+        parameters.storePath = folder
+        parameters.storeName = name
+        parameters.storeEncryptionKey = key
+        parameters.acceptsServerBuiltStore = accepts
+        let provider =
+            if let transport {
+                OfflineODataProvider(
+                    serviceRoot: root, parameters: parameters, transport: transport, delegate: recorder)
+            } else {
+                OfflineODataProvider(serviceRoot: root, parameters: parameters, delegate: recorder)
+            }
+        for query in ["BusinessPartners", "Contacts"] {
+            try await provider.add(definingQuery: OfflineODataDefiningQuery(name: query, query: query))
+        }
+        try await provider.open()
+        return provider
+    }
+
+    /// Every row of the store's entity sets with every property and its ETag, in key order.
+    static func rows(_ provider: OfflineODataProvider) async throws -> [String] {
+        var rows: [String] = []
+        for (set, key) in [("BusinessPartners", "PartnerID"), ("Contacts", "ContactID")] {
+            for entity in try await provider.readEntities("\(set)?$orderby=\(key)") {
+                rows.append("\(set) \(entity) etag=\(entity.control.etag ?? "-")")
+            }
+        }
+        return rows
+    }
+
+    /// The open's progress: the file was downloaded (received = total > 0), and step numbers
+    /// never went back.
+    static func downloadedAFile(_ recorder: Recorder) -> Bool {
+        let open = recorder.progress.filter { $0.operation == .open }
+        let numbers = open.map(\.stepNumber)
+        guard zip(numbers, numbers.dropFirst()).allSatisfy({ $0 <= $1 }) else { return false }
+        return open.contains { update in
+            update.step == .downloadingEntityStore && update.parameters["totalBytes"] != "0"
+                && update.parameters["receivedBytes"] == update.parameters["totalBytes"]
+        }
+    }
+
+    /// V2 and V4: a first open through a built file holds exactly what a paged first open
+    /// holds (row by row, ETags included), encrypted with the device's key; a second device
+    /// reuses the files; then local writes, upload and a delta download behave alike.
+    @Test(arguments: [false, true])
+    func aFirstOpenFromABuiltStoreEqualsAPagedOne(v2: Bool) async throws {
+        let setup = try await Self.start(v2: v2)
+        var devices: [OfflineODataProvider] = []
+        do {
+            let recorder = Recorder()
+            let filed = try await Self.device(
+                setup.gateways[0].root, folder: setup.folder, name: "filed", recorder: recorder)
+            devices.append(filed)
+            #expect(Self.downloadedAFile(recorder), "\(recorder.progress.map { "\($0.stepNumber) \($0.step)" })")
+            let paged = try await Self.device(
+                setup.gateways[1].root, folder: setup.folder, name: "paged", accepts: false)
+            devices.append(paged)
+            let truth = try await GatewayDeltaTests.truth(setup)
+            #expect(try await GatewayDeltaTests.held(filed) == truth)
+            #expect(try await Self.rows(filed) == (try await Self.rows(paged)))
+            #expect(try await Self.rows(filed).count == truth.count)
+            // The file was encrypted with the device's key on the device.
+            var wrong = OfflineODataParameters()
+            wrong.storePath = setup.folder
+            wrong.storeName = "filed"
+            wrong.storeEncryptionKey = "another-key"
+            await #expect(throws: OfflineODataError.self) {
+                _ = try await OfflineODataProvider.storedSummary(parameters: wrong)
+            }
+            #expect(
+                !FileManager.default.fileExists(atPath: setup.folder.appendingPathComponent("filed.db-download").path))
+            // A second device of the same user: the shared file and the user's are reused. (A
+            // file is made for the root devices reach the gateway at, the root it holds; the
+            // instances here listen on two ports, so the other one would make its own.)
+            let again = Recorder()
+            let second = try await Self.device(
+                setup.gateways[0].root, folder: setup.folder, name: "second", recorder: again)
+            devices.append(second)
+            #expect(Self.downloadedAFile(again))
+            #expect(try await Self.rows(second) == (try await Self.rows(paged)))
+            let counts = try await setup.gateways[0].gateway.store.storeFileCounts()
+            #expect(counts.shared == 1 && counts.user == 1, "\(counts)")
+            // Writes, upload and a delta download behave as after a paged open.
+            for (device, phone) in [(filed, "filed"), (paged, "paged")] {
+                _ = try await device.execute(
+                    method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"\#(phone)"}"#.utf8))
+            }
+            try await filed.upload()
+            try await paged.upload()
+            #expect(try await filed.readEntities("ErrorArchive").isEmpty)
+            // The second upload of BP1 meets the first one's change: 412, as after any open.
+            #expect(try await paged.readEntities("ErrorArchive").count == 1)
+            _ = try await paged.execute(method: "DELETE", url: "ErrorArchive(1)")
+            #expect(
+                try await GatewayDeltaTests.backendSend(
+                    setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"office"}"#) < 300)
+            let contact = try #require(
+                try await paged.readEntities("Contacts?$orderby=ContactID&$top=1").first?.int64("ContactID"))
+            #expect(try await GatewayDeltaTests.backendSend(setup, "DELETE", "Contacts(\(contact))") < 300)
+            for device in devices { try await device.download() }
+            let after = try await GatewayDeltaTests.truth(setup)
+            #expect(after != truth)
+            for device in devices { #expect(try await GatewayDeltaTests.held(device) == after) }
+            #expect(try await Self.rows(filed) == (try await Self.rows(paged)))
+        } catch {
+            Issue.record("\(error)")
+        }
+        for device in devices { await device.close() }
+        await setup.stop()
+    }
+
+    /// `SHARED-ONLY`: the file holds the shared query; the user's comes by the paged download
+    /// of the same open. `N`: no file, the open pages.
+    @Test func sharedOnlyAndNoFiles() async throws {
+        for mode in [Prepopulate.sharedOnly, .no] {
+            let setup = try await Self.start(v2: false, mode: mode, instances: 1)
+            do {
+                let recorder = Recorder()
+                let device = try await Self.device(
+                    setup.gateways[0].root, folder: setup.folder, name: "device", recorder: recorder)
+                #expect(Self.downloadedAFile(recorder) == (mode == .sharedOnly), "\(mode)")
+                #expect(try await GatewayDeltaTests.held(device) == (try await GatewayDeltaTests.truth(setup)))
+                let counts = try await setup.gateways[0].gateway.store.storeFileCounts()
+                #expect(counts.shared == (mode == .sharedOnly ? 1 : 0) && counts.user == 0, "\(mode): \(counts)")
+                await device.close()
+            } catch {
+                Issue.record("\(mode): \(error)")
+            }
+            await setup.stop()
+        }
+    }
+
+    /// A transport that spoils the store file the gateway serves: a flipped byte, a short
+    /// answer, or another store's bytes (offered with that store's size and SHA-256).
+    final class Spoiler: Transport, @unchecked Sendable {
+        enum Mode { case corrupt, truncated, foreign([UInt8]) }
+        let mode: Mode
+        let inner = DefaultTransport.make()
+        init(_ mode: Mode) { self.mode = mode }
+
+        func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
+            var response = try await inner.send(request, timeout: timeout)
+            guard request.url.contains("$oodata/store") else { return response }
+            switch mode {
+            case .corrupt:
+                if request.method == "GET", response.body.count > 100 { response.body[response.body.count / 2] ^= 0xFF }
+            case .truncated:
+                if request.method == "GET" { response.body = Array(response.body.dropLast(100)) }
+            case .foreign(let bytes):
+                if request.method == "POST", var json = try? JSONValue.parse(response.body),
+                    case .object(var members) = json
+                {
+                    members.removeAll { $0.name == "size" || $0.name == "sha256" }
+                    members.append(.init("size", .number(String(bytes.count))))
+                    members.append(.init("sha256", .string(ServerBuiltStoreTesting.sha256(bytes))))
+                    json = .object(members)
+                    response.body = Array(json.serialized.utf8)
+                } else if request.method == "GET", let range = request.headers["Range"] {
+                    let parts = range.dropFirst("bytes=".count).split(separator: "-").compactMap { Int($0) }
+                    guard parts.count == 2 else { return response }
+                    let end = min(bytes.count - 1, parts[1])
+                    response.body = Array(bytes[parts[0]...end])
+                    response.headers["Content-Range"] = "bytes \(parts[0])-\(end)/\(bytes.count)"
+                }
+            }
+            return response
+        }
+    }
+
+    /// V2 and V4: a corrupt, a truncated and a foreign file (a store made straight against the
+    /// backend: another service root) are refused, and the open pages instead: the store
+    /// equals the backend, and nothing of the refused file is left (a part kept for a resume
+    /// goes once the paged open completes).
+    @Test(arguments: [false, true])
+    func aSpoiledFileIsRefusedAndTheOpenPages(v2: Bool) async throws {
+        let setup = try await Self.start(v2: v2, instances: 1)
+        do {
+            // A store of the same model made for the backend itself, without a key.
+            let direct = try await Self.device(
+                URL(string: setup.backendRoot) ?? setup.gateways[0].root, folder: setup.folder, name: "direct",
+                key: nil)
+            await direct.close()
+            let foreign = try #require(
+                FileManager.default.contents(atPath: setup.folder.appendingPathComponent("direct.db").path))
+            for (name, mode) in [
+                ("corrupt", Spoiler.Mode.corrupt), ("truncated", .truncated), ("foreign", .foreign(Array(foreign))),
+            ] {
+                let recorder = Recorder()
+                let device = try await Self.device(
+                    setup.gateways[0].root, folder: setup.folder, name: name, recorder: recorder,
+                    transport: Spoiler(mode))
+                let steps = recorder.progress.filter { $0.operation == .open }.map(\.step)
+                #expect(steps.contains(.downloadingEntityStore), "\(name)")
+                #expect(steps.contains(.creatingRequestQueueDatabase), "\(name): paged after the refusal")
+                #expect(
+                    try await GatewayDeltaTests.held(device) == (try await GatewayDeltaTests.truth(setup)), "\(name)")
+                for suffix in ["-download", "-download.json"] {
+                    #expect(
+                        !FileManager.default.fileExists(
+                            atPath: setup.folder.appendingPathComponent("\(name).db\(suffix)").path), "\(name)\(suffix)"
+                    )
+                }
+                await device.close()
+            }
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+}
+
+/// SHA-256 as the gateway writes it, for tests that make their own offers.
+enum ServerBuiltStoreTesting {
+    static func sha256(_ bytes: [UInt8]) -> String {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("sha-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        _ = FileManager.default.createFile(atPath: folder.path, contents: Data(bytes))
+        return (try? ServerBuiltStore.sha256(ofFile: folder.path)) ?? ""
+    }
+}
+
+/// Issue 37, crash safety: `kill -9` of a spawned `oodata offline open` while it downloads the
+/// store file, and while it encrypts it; the next open completes, and the store equals the
+/// backend. Never a store that reads as complete and is not.
+@Suite(.serialized) struct GatewayStoreFileCrashTests {
+    /// Spawns `oodata offline open` through `root` into `store`; with `killAt`, kills it as soon
+    /// as that file exists (polled every half millisecond). True when it was killed.
+    static func open(root: String, store: String, killAt marker: String?) throws -> Bool {
+        let tool = try #require(GatewayCrashTests.binary, "oodata was not built next to the tests")
+        let process = Process()
+        process.executableURL = tool
+        process.arguments = [
+            "offline", "open", "--service", root, "--store", store, "--key", "crash-key",
+            "--define", "BusinessPartners=BusinessPartners", "--define", "Contacts=Contacts",
+            "--define", "Orders=SalesOrders?$expand=Items",
+        ]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try ProcessLaunch.run(process)
+        guard let marker else {
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0, "the open after the kill failed")
+            return false
+        }
+        while process.isRunning {
+            if FileManager.default.fileExists(atPath: marker) {
+                GatewayCrashTests.killHard(process)
+                return true
+            }
+            usleep(500)
+        }
+        return false
+    }
+
+    @Test func killedWhileDownloadingOrEncryptingTheFileTheNextOpenCompletes() async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: false, instances: 1, scale: 150,
+            configure: { configuration in
+                configuration.pageSize = 500
+                for index in configuration.backends.indices {
+                    configuration.backends[index].prepopulate = .yes
+                    configuration.backends[index].sharedQueries = ["BusinessPartners"]
+                }
+            })
+        do {
+            let root = setup.gateways[0].root.absoluteString
+            var killed: [String: Int] = [:]
+            for (phase, suffix) in [("download", ".db-download"), ("encryption", ".db-download.encrypting")] {
+                for attempt in 0..<3 {
+                    let name = "\(phase)\(attempt)"
+                    let store = setup.folder.appendingPathComponent("\(name).db").path
+                    guard try Self.open(root: root, store: store, killAt: store.dropLast(3) + suffix) else { continue }
+                    killed[phase, default: 0] += 1
+                    #expect(!FileManager.default.fileExists(atPath: store), "\(name): a store after the kill")
+                    _ = try Self.open(root: root, store: store, killAt: nil)
+                    var parameters = OfflineODataParameters()
+                    parameters.storePath = setup.folder
+                    parameters.storeName = name
+                    parameters.storeEncryptionKey = "crash-key"
+                    let provider = OfflineODataProvider(serviceRoot: setup.gateways[0].root, parameters: parameters)
+                    try await provider.open()
+                    #expect(try await GatewayDeltaTests.held(provider) == (try await GatewayDeltaTests.truth(setup)))
+                    #expect(try await provider.readEntities("SalesOrders").count > 100)
+                    await provider.close()
+                    for leftover in [".db-download", ".db-download.json", ".db-filling"] {
+                        #expect(
+                            !FileManager.default.fileExists(
+                                atPath: setup.folder.appendingPathComponent(name + leftover).path))
+                    }
+                }
+            }
+            print("store file kills: \(killed)")
+            #expect(killed["download", default: 0] > 0 && killed["encryption", default: 0] > 0, "\(killed)")
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+}
