@@ -43,6 +43,7 @@ public final class Gateway: Sendable {
     let models = ModelCache()
     let credentials = CredentialCheck()
     let housekeeping = Housekeeping()
+    let buildSlots = BuildSlots()
     let metrics: GatewayMetrics
 
     /// A gateway over `store`, reaching backends through `transport`.
@@ -323,9 +324,10 @@ public final class Gateway: Sendable {
             let removed = try await store.removeUnusedScopes(unused: retention)
             if removed > 0 { logger.info("Removed unused scopes", metadata: ["scopes": "\(removed)"]) }
             try await store.removeProgress(olderThan: 3600)
-            // Store files outlive their reuse by a day, for devices still downloading them.
+            // Store files outlive their reuse by a day (shared ones) or an hour (a user's, reused
+            // ten minutes), for devices still downloading them.
             let reuse = configuration.backends.map(\.prepopulateInterval).max() ?? 0
-            try await store.removeStoreFiles(olderThan: reuse + 24 * 3600)
+            try await store.removeStoreFiles(sharedOlderThan: reuse + 24 * 3600, userOlderThan: 600 + 3600)
             let requests = try await store.removeRequestRecords(olderThan: configuration.requestRetention)
             if requests > 0 { logger.info("Removed request records", metadata: ["requests": "\(requests)"]) }
         } catch {
@@ -755,6 +757,21 @@ actor ModelCache {
 }
 
 /// When this instance last removed unused scopes.
+/// How many store builds run on this instance at once (each holds a PostgreSQL connection for
+/// its lock while it runs); beyond that, devices page instead of waiting.
+actor BuildSlots {
+    static let limit = 2
+    private var running = 0
+
+    func tryEnter() -> Bool {
+        guard running < Self.limit else { return false }
+        running += 1
+        return true
+    }
+
+    func leave() { running -= 1 }
+}
+
 actor Housekeeping {
     private var last: ContinuousClock.Instant?
 

@@ -154,17 +154,20 @@ extension GatewayStore {
         return (0, 0)
     }
 
-    /// Removes files built more than `olderThan` seconds ago, and chunks of builds that never
-    /// finished (a gateway that died while it kept a file) after an hour.
-    func removeStoreFiles(olderThan seconds: Double) async throws {
+    /// Removes shared files built more than `sharedOlderThan` seconds ago and users' files
+    /// built more than `userOlderThan` ago, and chunks without a file (a gateway that died while
+    /// it kept one, or a removed file's) after an hour.
+    func removeStoreFiles(sharedOlderThan shared: Double, userOlderThan user: Double) async throws {
         try await client.query(
             """
-            DELETE FROM oodata_store_file WHERE created_at < clock_timestamp() - make_interval(secs => \(seconds))
+            DELETE FROM oodata_store_file
+            WHERE created_at < clock_timestamp()
+              - make_interval(secs => CASE WHEN shared THEN \(shared) ELSE \(user) END)
             """, logger: logger)
         try await client.query(
             """
             DELETE FROM oodata_store_chunk c
-            WHERE c.created_at < clock_timestamp() - make_interval(secs => \(max(seconds, 3600)))
+            WHERE c.created_at < clock_timestamp() - make_interval(secs => 3600)
               AND NOT EXISTS (SELECT 1 FROM oodata_store_file f WHERE f.id = c.file_id)
             """, logger: logger)
     }

@@ -43,12 +43,15 @@ extension Gateway {
                 status: 400, code: "BadStoreRequest", "The store request needs 1 to 1000 defining queries, named once")
         }
         guard ask.format == ServerBuiltStore.format else { return GatewayResponse(status: 204) }
+        // The request's own query options (a device's `urlSuffix`, such as `sap-client`) go
+        // with every read of the build, as they go with the device's own reads.
+        let suffix = Self.querySuffix(request.target)
         // The device must be allowed to read every query, with its own credentials (the check
         // a tracked read makes; its refusal is the backend's answer).
         var shared: [OfflineODataDefiningQuery] = []
         var own: [OfflineODataDefiningQuery] = []
         for query in ask.definingQueries {
-            let tracked = try TrackedQuery(target: query.query)
+            let tracked = try TrackedQuery(target: Self.appending(suffix, to: query.query))
             guard tracked.token == nil else {
                 throw GatewayError(status: 400, code: "BadStoreRequest", "\(query.name) carries a token")
             }
@@ -59,9 +62,11 @@ extension Gateway {
                 name: query.name, query: query.query, automaticallyRetrievesStreams: query.streams ?? false)
             if backend.isShared(tracked.canonical) { shared.append(defining) } else { own.append(defining) }
         }
+        // Nil from a build: this instance builds as many files as it may now; the device pages.
         var file: StoreFileRecord?
         if !shared.isEmpty {
             file = try await sharedFile(shared, indexes: ask.indexes, request: request, backend: backend)
+            if file == nil { return GatewayResponse(status: 204) }
         }
         if backend.prepopulate == .yes, !own.isEmpty {
             file = try await userFile(
@@ -78,12 +83,23 @@ extension Gateway {
         return GatewayResponse(status: 200, headers: headers, body: Array(body.serialized.utf8))
     }
 
+    /// The query options of `target` (after `?`), as sent; "" without any.
+    static func querySuffix(_ target: String) -> String {
+        guard let question = target.firstIndex(of: "?") else { return "" }
+        return String(target[target.index(after: question)...])
+    }
+
+    /// `query` with the options `suffix` appended.
+    static func appending(_ suffix: String, to query: String) -> String {
+        suffix.isEmpty ? query : query + (query.contains("?") ? "&" : "?") + suffix
+    }
+
     /// The file of the shared queries: the one built within `prepopulate_offline_db_interval`,
     /// or a new one (one build at a time per file; requests arriving meanwhile wait for it).
     func sharedFile(
         _ queries: [OfflineODataDefiningQuery], indexes: [String: [[String]]]?, request: GatewayRequest,
         backend: GatewayBackend
-    ) async throws -> StoreFileRecord {
+    ) async throws -> StoreFileRecord? {
         let key = Self.fileKey("shared", queries: queries, indexes: indexes, request: request, backend: backend)
         return try await buildOnce(key: key, maxAge: backend.prepopulateInterval) {
             try await self.buildStore(
@@ -97,7 +113,7 @@ extension Gateway {
     func userFile(
         _ queries: [OfflineODataDefiningQuery], added: [OfflineODataDefiningQuery], base: StoreFileRecord?,
         indexes: [String: [[String]]]?, request: GatewayRequest, backend: GatewayBackend
-    ) async throws -> StoreFileRecord {
+    ) async throws -> StoreFileRecord? {
         let key = Self.fileKey(
             "user\n" + request.user + "\n" + (base?.id ?? ""), queries: queries, indexes: indexes, request: request,
             backend: backend)
@@ -115,7 +131,8 @@ extension Gateway {
         _ kind: String, queries: [OfflineODataDefiningQuery], indexes: [String: [[String]]]?, request: GatewayRequest,
         backend: GatewayBackend
     ) -> String {
-        var text = [kind, backend.url, request.gatewayRoot, ServerBuiltStore.format].joined(separator: "\n")
+        var text = [kind, backend.url, request.gatewayRoot, ServerBuiltStore.format, querySuffix(request.target)]
+            .joined(separator: "\n")
         for query in queries {
             text += "\nq\t\(query.name)\t\(query.query)\t\(query.automaticallyRetrievesStreams)"
         }
@@ -125,37 +142,56 @@ extension Gateway {
         return GatewayRequest.digest(text)
     }
 
-    /// The file kept for `key` within `maxAge`, or the one `build` makes: under an advisory
-    /// lock on the key, so that concurrent requests (on any instance) wait for one build. The
-    /// build runs to its end when the device goes away, so that its retry finds the file.
+    /// The file kept for `key` within `maxAge`, or the one `build` makes under an advisory lock
+    /// on the key, so that one gateway (of any instance) builds it while requests for it wait,
+    /// polling every 250 ms without holding a connection. The build runs to its end when the
+    /// device goes away, so that its retry finds the file. Nil when this instance runs as many
+    /// builds as it may (``BuildSlots``): the device pages instead.
     func buildOnce(
         key: String, maxAge: Double, build: @escaping @Sendable () async throws -> StoreFileRecord
-    ) async throws -> StoreFileRecord {
-        if let kept = try await store.storeFile(cacheKey: key, maxAge: maxAge) { return kept }
+    ) async throws -> StoreFileRecord? {
         let store = self.store
         let logger = self.logger
-        let task = Task {
-            try await store.withConnection { connection -> StoreFileRecord in
-                try await connection.query(
-                    "SELECT pg_advisory_lock(\(Self.buildLockSpace), hashtext(\(key)))", logger: logger)
-                do {
-                    let file: StoreFileRecord
-                    if let kept = try await store.storeFile(cacheKey: key, maxAge: maxAge) {
-                        file = kept
-                    } else {
-                        file = try await build()
+        let deadline = ContinuousClock.now + .seconds(1800)
+        while true {
+            if let kept = try await store.storeFile(cacheKey: key, maxAge: maxAge) { return kept }
+            guard await buildSlots.tryEnter() else { return nil }
+            let task = Task { () throws -> StoreFileRecord? in
+                try await store.withConnection { connection -> StoreFileRecord? in
+                    var locked = false
+                    for try await value in try await connection.query(
+                        "SELECT pg_try_advisory_lock(\(Self.buildLockSpace), hashtext(\(key)))", logger: logger
+                    ).decode(Bool.self) {
+                        locked = value
                     }
-                    try await connection.query(
-                        "SELECT pg_advisory_unlock(\(Self.buildLockSpace), hashtext(\(key)))", logger: logger)
-                    return file
-                } catch {
-                    _ = try? await connection.query(
-                        "SELECT pg_advisory_unlock(\(Self.buildLockSpace), hashtext(\(key)))", logger: logger)
-                    throw error
+                    // Another gateway builds it: wait for its file.
+                    guard locked else { return nil }
+                    do {
+                        let file: StoreFileRecord
+                        if let kept = try await store.storeFile(cacheKey: key, maxAge: maxAge) {
+                            file = kept
+                        } else {
+                            file = try await build()
+                        }
+                        try await connection.query(
+                            "SELECT pg_advisory_unlock(\(Self.buildLockSpace), hashtext(\(key)))", logger: logger)
+                        return file
+                    } catch {
+                        _ = try? await connection.query(
+                            "SELECT pg_advisory_unlock(\(Self.buildLockSpace), hashtext(\(key)))", logger: logger)
+                        throw error
+                    }
                 }
             }
+            let result = await task.result
+            await buildSlots.leave()
+            if let file = try result.get() { return file }
+            guard ContinuousClock.now < deadline else {
+                throw GatewayError(
+                    status: 503, code: "StoreBeingBuilt", "Another gateway is still building this store; try again")
+            }
+            try await Task.sleep(for: .milliseconds(250))
         }
-        return try await task.value
     }
 
     /// Builds a store as a device's first open makes it, with the client's own code: a provider
@@ -175,6 +211,9 @@ extension Gateway {
         parameters.storePath = folder
         parameters.storeName = "store"
         parameters.indexes = indexes
+        parameters.acceptsServerBuiltStore = false
+        let suffix = Self.querySuffix(request.target)
+        if !suffix.isEmpty { parameters.urlSuffix = suffix }
         let path = parameters.storeFile
         if let base { try await copyStoreFile(base, to: path) }
         guard let root = URL(string: request.gatewayRoot) else {
@@ -237,14 +276,15 @@ extension Gateway {
             throw GatewayError(
                 status: 404, code: "StoreFileGone", "The gateway keeps no store file \(id) for you; ask for one again")
         }
-        if file.shared {
-            for line in file.queries {
-                let query = String(line.drop { $0 != "\t" }.dropFirst())
-                let tracked = try TrackedQuery(target: query)
-                _ = try await credentials.check(
-                    request.headers["Authorization"], url: backend.url + tracked.probeTarget, askDelta: false,
-                    gateway: self)
-            }
+        // Only to a device the backend lets read every query of the file now (a user's file, to
+        // that user only): the check a tracked read makes, kept a minute.
+        let suffix = Self.querySuffix(request.target)
+        for line in file.queries {
+            let query = String(line.drop { $0 != "\t" }.dropFirst())
+            let tracked = try TrackedQuery(target: Self.appending(suffix, to: query))
+            _ = try await credentials.check(
+                request.headers["Authorization"], url: backend.url + tracked.probeTarget, askDelta: false,
+                gateway: self)
         }
         var range: Range<Int64> = 0..<file.size
         var partial = false
@@ -257,10 +297,10 @@ extension Gateway {
             range = parsed
             partial = true
         }
-        guard range.count <= 64 << 20 else {
+        guard range.count <= 8 << 20 else {
             throw GatewayError(
                 status: 400, code: "RangeTooLarge",
-                "Ask for the store file in ranges of at most 64 MiB (Range: bytes=…)")
+                "Ask for the store file in ranges of at most 8 MiB (Range: bytes=…)")
         }
         let bytes = try await store.storeFileBytes(id: file.id, range: range)
         var headers = HTTPHeaders()

@@ -30,6 +30,17 @@ public enum ServerBuiltStore {
         for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
     }
 
+    /// Marks the downloaded store at `path` unfinished (`oo_meta` `filling`), before it is
+    /// encrypted and moved into place: the mark goes when the download of what it lacks is in.
+    static func markUnfinished(_ path: String) throws {
+        var options = Connection.Options()
+        options.walMode = false
+        options.create = false
+        let connection = try Connection(path: path, options: options)
+        defer { connection.close() }
+        try connection.execute("INSERT OR REPLACE INTO oo_meta (key, value) VALUES ('filling', '1')")
+    }
+
     /// Bytes asked for per request while a file downloads. At 1M rows (a 150 MiB file), the
     /// open's peak memory was 61.8 MiB with 1 MiB ranges and 67.7 MiB with 2 MiB
     /// (docs/benchmarks.md); on loopback the time hardly differed.
@@ -142,6 +153,8 @@ extension OfflineODataProvider {
                 "The store file the gateway offered could not be downloaded; paging instead",
                 metadata: ["error": .string("\(error)")])
             operationSummary["server-store"] = "download failed"
+            // Its part is not encrypted: with a key, it does not stay for a later resume.
+            if parameters.storeEncryptionKey != nil { ServerBuiltStore.removeDownload(path) }
             return false
         }
         if let problem = ServerBuiltStore.problem(
@@ -154,11 +167,15 @@ extension OfflineODataProvider {
             ServerBuiltStore.removeDownload(path)
             return false
         }
+        // From here until the download below completes, the store is marked unfinished, in the
+        // file (`oo_meta` `filling`, committed) and beside it (the marker): an open that finds
+        // either starts again (nothing local exists yet). Once the file is being encrypted it no
+        // longer matches its SHA-256, so no later open resumes it: it starts over.
+        try? FileManager.default.removeItem(atPath: ServerBuiltStore.offerPath(path))
+        try ServerBuiltStore.markUnfinished(download)
         if let key = parameters.storeEncryptionKey {
             try Store.encrypt(path: download, key: key)
         }
-        // From here until the download below completes, the store is marked unfinished: an open
-        // that finds the mark starts again (nothing local exists yet).
         guard
             FileManager.default.createFile(
                 atPath: StoreFiles.fillingMarker(path), contents: Data("\(definingQueries.count)".utf8)),
@@ -167,12 +184,13 @@ extension OfflineODataProvider {
             throw OfflineODataError(.store, "The downloaded store cannot be moved to \(path)")
         }
         ServerBuiltStore.removeDownload(path)
-        operationSummary["server-store"] = .string(offer.id)
+        operationSummary["server-store"] = "file"
         do {
-            try await openExisting(path)
+            try await openExisting(path, installing: true)
             guard let store else { throw OfflineODataError(.store, "The downloaded store did not open") }
             let downloader = Downloader(serviceRoot: serviceRoot, progress: progress)
             try await downloader.run(definingQueries, store: store, on: self)
+            try await store.write { writer in try LocalSchema.markFilled(writer) }
             try? FileManager.default.removeItem(atPath: StoreFiles.fillingMarker(path))
         } catch {
             store?.close()
@@ -256,12 +274,14 @@ extension OfflineODataProvider {
         let download = ServerBuiltStore.downloadPath(path)
         let described = ServerBuiltStore.offerPath(path)
         var offset: Int64 = 0
+        var resumed = false
         if let data = FileManager.default.contents(atPath: described),
             let earlier = try? JSONDecoder().decode(ServerBuiltStore.Offer.self, from: data), earlier == offer,
             let attributes = try? FileManager.default.attributesOfItem(atPath: download),
             let size = (attributes[.size] as? NSNumber)?.int64Value, size <= offer.size
         {
             offset = size
+            resumed = size > 0
         } else {
             ServerBuiltStore.removeDownload(path)
             guard FileManager.default.createFile(atPath: download, contents: nil),
@@ -298,6 +318,11 @@ extension OfflineODataProvider {
         let sha256 = try ServerBuiltStore.sha256(ofFile: download)
         guard sha256 == offer.sha256 else {
             ServerBuiltStore.removeDownload(path)
+            // A resumed part that was not what it claimed: once more from the start.
+            if resumed {
+                try await downloadStoreFile(offer, to: path, progress: progress)
+                return
+            }
             throw OfflineODataError(
                 .store, "The downloaded store file has SHA-256 \(sha256), not the \(offer.sha256) the gateway gave")
         }

@@ -361,7 +361,9 @@ public actor OfflineODataProvider {
                 + "defining queries to fill it (no local change was made before, so nothing is lost)")
     }
 
-    func openExisting(_ path: String) async throws {
+    /// Opens the store at `path`. `installing`: a store file from a gateway, marked unfinished
+    /// until the download of what it lacks completes (see ``fillFromServerBuiltStore``).
+    func openExisting(_ path: String, installing: Bool = false) async throws {
         var opened = try await StoreFiles.open(path, key: parameters.storeEncryptionKey)
         // A first open that never finished (the process ended while it filled the store) left
         // a store without all its data: it is made again from the backend. Nothing local is
@@ -374,7 +376,7 @@ public actor OfflineODataProvider {
                 "\(path) is not an offline store, or its first open ended before the store was set up; clear() removes it"
             )
         }
-        if state.unfinished {
+        if state.unfinished, !installing {
             opened.close()
             try refuseUnfinishedWithoutDefiningQueries(path)
             StoreFiles.remove(path)

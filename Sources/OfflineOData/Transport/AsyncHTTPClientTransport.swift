@@ -35,6 +35,10 @@ public final class AsyncHTTPClientTransport: Transport {
     private static let failFast: HTTPClient = {
         var configuration = HTTPClient.Configuration.singletonConfiguration
         configuration.connectionPool.retryConnectionEstablishment = false
+        // The transport's own idle timeout applies (the caller's `timeout`); the client's read
+        // timeout (60 s) would cut an answer the caller allows longer, such as a store a sync
+        // gateway builds before it answers.
+        configuration.timeout.read = nil
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
     }()
 
