@@ -761,15 +761,24 @@ actor ModelCache {
 /// its lock while it runs); beyond that, devices page instead of waiting.
 actor BuildSlots {
     static let limit = 2
+    private var building: Set<String> = []
     private var running = 0
 
-    func tryEnter() -> Bool {
+    /// Takes a slot to build (or probe) the file named `key`; false when all are taken.
+    func tryEnter(_ key: String) -> Bool {
         guard running < Self.limit else { return false }
         running += 1
+        building.insert(key)
         return true
     }
 
-    func leave() { running -= 1 }
+    func leave(_ key: String) {
+        running -= 1
+        building.remove(key)
+    }
+
+    /// Whether this instance is building the file named `key` now.
+    func isBuilding(_ key: String) -> Bool { building.contains(key) }
 }
 
 actor Housekeeping {

@@ -145,6 +145,23 @@ extension GatewayStore {
         return bytes
     }
 
+    /// Whether a gateway holds the advisory lock `key` of `space` now (taken and let go at once
+    /// when free).
+    func isLocked(space: Int32, key: String) async throws -> Bool {
+        try await client.withConnection { connection in
+            var free = false
+            for try await value in try await connection.query(
+                "SELECT pg_try_advisory_lock(\(space), hashtext(\(key)))", logger: logger
+            ).decode(Bool.self) {
+                free = value
+            }
+            if free {
+                try await connection.query("SELECT pg_advisory_unlock(\(space), hashtext(\(key)))", logger: logger)
+            }
+            return !free
+        }
+    }
+
     /// How many store files are kept: shared ones and users'.
     public func storeFileCounts() async throws -> (shared: Int, user: Int) {
         let rows = try await client.query(

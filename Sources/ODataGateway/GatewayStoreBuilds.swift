@@ -155,7 +155,17 @@ extension Gateway {
         let deadline = ContinuousClock.now + .seconds(1800)
         while true {
             if let kept = try await store.storeFile(cacheKey: key, maxAge: maxAge) { return kept }
-            guard await buildSlots.tryEnter() else { return nil }
+            // This instance builds it: wait for it. No slot left here: wait when another
+            // instance builds it, otherwise page.
+            if await buildSlots.isBuilding(key) {
+                try await Task.sleep(for: .milliseconds(250))
+                continue
+            }
+            guard await buildSlots.tryEnter(key) else {
+                guard try await store.isLocked(space: Self.buildLockSpace, key: key) else { return nil }
+                try await Task.sleep(for: .milliseconds(250))
+                continue
+            }
             let task = Task { () throws -> StoreFileRecord? in
                 try await store.withConnection { connection -> StoreFileRecord? in
                     var locked = false
@@ -184,7 +194,7 @@ extension Gateway {
                 }
             }
             let result = await task.result
-            await buildSlots.leave()
+            await buildSlots.leave(key)
             if let file = try result.get() { return file }
             guard ContinuousClock.now < deadline else {
                 throw GatewayError(
@@ -289,13 +299,17 @@ extension Gateway {
         var range: Range<Int64> = 0..<file.size
         var partial = false
         if let asked = request.headers["Range"] {
-            guard let parsed = Self.byteRange(asked, size: file.size) else {
+            switch Self.byteRange(asked, size: file.size) {
+            case .range(let parsed):
+                range = parsed
+                partial = true
+            case .unsatisfiable:
                 var headers = HTTPHeaders()
                 headers["Content-Range"] = "bytes */\(file.size)"
                 return GatewayResponse(status: 416, headers: headers)
+            case .ignored:
+                break
             }
-            range = parsed
-            partial = true
         }
         guard range.count <= 8 << 20 else {
             throw GatewayError(
@@ -311,16 +325,34 @@ extension Gateway {
         return GatewayResponse(status: partial ? 206 : 200, headers: headers, body: bytes)
     }
 
-    /// `bytes=FIRST-LAST` or `bytes=FIRST-` within a file of `size` bytes; nil when it is not
-    /// one such range, or starts past the end.
-    static func byteRange(_ header: String, size: Int64) -> Range<Int64>? {
+    /// What a `Range` header asks of a file of `size` bytes.
+    enum RangeAsk: Equatable {
+        /// One range: `bytes=FIRST-LAST`, `bytes=FIRST-` or the last N bytes, `bytes=-N`.
+        case range(Range<Int64>)
+        /// One range that starts past the end, or asks for no bytes (416).
+        case unsatisfiable
+        /// Not a single byte range (HTTP then serves the whole file).
+        case ignored
+    }
+
+    static func byteRange(_ header: String, size: Int64) -> RangeAsk {
         let text = header.trimmingCharacters(in: .whitespaces)
-        guard text.hasPrefix("bytes="), !text.contains(",") else { return nil }
+        guard text.hasPrefix("bytes="), !text.contains(",") else { return .ignored }
         let parts = text.dropFirst("bytes=".count).split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
-        guard parts.count == 2, let first = Int64(parts[0]), first >= 0, first < size else { return nil }
-        if parts[1].isEmpty { return first..<size }
-        guard let last = Int64(parts[1]), last >= first else { return nil }
-        return first..<min(size, last + 1)
+        guard parts.count == 2 else { return .ignored }
+        if parts[0].isEmpty {
+            guard let count = Int64(parts[1]) else { return .ignored }
+            guard count > 0, size > 0 else { return .unsatisfiable }
+            return .range(max(0, size - count)..<size)
+        }
+        guard let first = Int64(parts[0]), first >= 0 else { return .ignored }
+        var last = size - 1
+        if !parts[1].isEmpty {
+            guard let given = Int64(parts[1]), given >= first else { return .ignored }
+            last = min(last, given)
+        }
+        guard first < size else { return .unsatisfiable }
+        return .range(first..<(last + 1))
     }
 }
 

@@ -40,9 +40,10 @@ import Testing
 
     static func device(
         _ root: URL, folder: URL, name: String, key: String? = "device-key", accepts: Bool = true,
-        recorder: Recorder? = nil, transport: (any Transport)? = nil
+        recorder: Recorder? = nil, transport: (any Transport)? = nil, urlSuffix: String? = nil
     ) async throws -> OfflineODataProvider {
         var parameters = OfflineODataParameters()
+        parameters.urlSuffix = urlSuffix
         parameters.storePath = folder
         parameters.storeName = name
         parameters.storeEncryptionKey = key
@@ -148,6 +149,39 @@ import Testing
             #expect(after != truth)
             for device in devices { #expect(try await GatewayDeltaTests.held(device) == after) }
             #expect(try await Self.rows(filed) == (try await Self.rows(paged)))
+        } catch {
+            Issue.record("\(error)")
+        }
+        for device in devices { await device.close() }
+        await setup.stop()
+    }
+
+    /// V2 and V4: a device's URL suffix (`sap-client`) goes with the file's build and with
+    /// every later read; the gateway's links carry it already, and the device does not add it
+    /// twice (a gateway token with it twice belonged to "another query").
+    @Test(arguments: [false, true])
+    func aURLSuffixGoesWithTheFileAndEveryDelta(v2: Bool) async throws {
+        let setup = try await Self.start(v2: v2, instances: 1)
+        var devices: [OfflineODataProvider] = []
+        do {
+            let recorder = Recorder()
+            let filed = try await Self.device(
+                setup.gateways[0].root, folder: setup.folder, name: "suffixed", recorder: recorder,
+                urlSuffix: "sap-client=100")
+            devices.append(filed)
+            #expect(Self.downloadedAFile(recorder))
+            let paged = try await Self.device(
+                setup.gateways[0].root, folder: setup.folder, name: "suffixed-paged", accepts: false,
+                urlSuffix: "sap-client=100")
+            devices.append(paged)
+            for round in 0..<2 {
+                #expect(
+                    try await GatewayDeltaTests.backendSend(
+                        setup, "PATCH", "BusinessPartners('BP1')", #"{"Phone":"round \#(round)"}"#) < 300)
+                for device in devices { try await device.download() }
+                let truth = try await GatewayDeltaTests.truth(setup)
+                for device in devices { #expect(try await GatewayDeltaTests.held(device) == truth, "round \(round)") }
+            }
         } catch {
             Issue.record("\(error)")
         }

@@ -12,11 +12,17 @@ struct RequestDefaults: Sendable {
     /// Known once `$metadata` has been read; that first request goes without version headers.
     var version: ODataVersion?
 
-    /// The absolute URL for a relative one, with `urlSuffix` applied.
+    /// The absolute URL for a relative one, with `urlSuffix` applied. Options of the suffix the
+    /// URL carries already (a next or delta link the service wrote with them, as SAP Gateway and
+    /// a sync gateway do) are not added again.
     func absoluteURL(_ url: String) -> String {
         var result = url.contains("://") ? url : serviceRoot + url
         if let suffix = urlSuffix?.trimmingCharacters(in: CharacterSet(charactersIn: "?&")), !suffix.isEmpty {
-            result += (result.contains("?") ? "&" : "?") + suffix
+            let present = Set(
+                (result.firstIndex(of: "?").map { result[result.index(after: $0)...] } ?? "").split(separator: "&")
+            )
+            let missing = suffix.split(separator: "&").filter { !present.contains($0) }
+            if !missing.isEmpty { result += (result.contains("?") ? "&" : "?") + missing.joined(separator: "&") }
         }
         return result
     }
