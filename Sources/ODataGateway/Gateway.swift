@@ -762,23 +762,20 @@ actor ModelCache {
 actor BuildSlots {
     static let limit = 2
     private var building: Set<String> = []
-    private var running = 0
 
-    /// Takes a slot to build (or probe) the file named `key`; false when all are taken.
-    func tryEnter(_ key: String) -> Bool {
-        guard running < Self.limit else { return false }
-        running += 1
+    /// What asking for a slot to build the file named `key` gave.
+    enum Entry { case entered, beingBuilt, full }
+
+    /// A slot to build `key` (the caller then calls ``leave(_:)``), unless this instance builds
+    /// it already or has no slot left.
+    func enter(_ key: String) -> Entry {
+        if building.contains(key) { return .beingBuilt }
+        guard building.count < Self.limit else { return .full }
         building.insert(key)
-        return true
+        return .entered
     }
 
-    func leave(_ key: String) {
-        running -= 1
-        building.remove(key)
-    }
-
-    /// Whether this instance is building the file named `key` now.
-    func isBuilding(_ key: String) -> Bool { building.contains(key) }
+    func leave(_ key: String) { building.remove(key) }
 }
 
 actor Housekeeping {

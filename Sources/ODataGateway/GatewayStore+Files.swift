@@ -145,21 +145,16 @@ extension GatewayStore {
         return bytes
     }
 
-    /// Whether a gateway holds the advisory lock `key` of `space` now (taken and let go at once
-    /// when free).
+    /// Whether a gateway holds the advisory lock `key` of `space` now (read from `pg_locks`,
+    /// without taking it).
     func isLocked(space: Int32, key: String) async throws -> Bool {
-        try await client.withConnection { connection in
-            var free = false
-            for try await value in try await connection.query(
-                "SELECT pg_try_advisory_lock(\(space), hashtext(\(key)))", logger: logger
-            ).decode(Bool.self) {
-                free = value
-            }
-            if free {
-                try await connection.query("SELECT pg_advisory_unlock(\(space), hashtext(\(key)))", logger: logger)
-            }
-            return !free
-        }
+        let rows = try await client.query(
+            """
+            SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = \(space)::int4::oid
+              AND objid = hashtext(\(key))::oid AND objsubid = 2 AND granted)
+            """, logger: logger)
+        for try await locked in rows.decode(Bool.self) { return locked }
+        return false
     }
 
     /// How many store files are kept: shared ones and users'.

@@ -155,13 +155,19 @@ extension Gateway {
         let deadline = ContinuousClock.now + .seconds(1800)
         while true {
             if let kept = try await store.storeFile(cacheKey: key, maxAge: maxAge) { return kept }
+            guard ContinuousClock.now < deadline else {
+                throw GatewayError(
+                    status: 503, code: "StoreBeingBuilt", "Another gateway is still building this store; try again")
+            }
             // This instance builds it: wait for it. No slot left here: wait when another
             // instance builds it, otherwise page.
-            if await buildSlots.isBuilding(key) {
+            switch await buildSlots.enter(key) {
+            case .entered:
+                break
+            case .beingBuilt:
                 try await Task.sleep(for: .milliseconds(250))
                 continue
-            }
-            guard await buildSlots.tryEnter(key) else {
+            case .full:
                 guard try await store.isLocked(space: Self.buildLockSpace, key: key) else { return nil }
                 try await Task.sleep(for: .milliseconds(250))
                 continue
@@ -196,10 +202,6 @@ extension Gateway {
             let result = await task.result
             await buildSlots.leave(key)
             if let file = try result.get() { return file }
-            guard ContinuousClock.now < deadline else {
-                throw GatewayError(
-                    status: 503, code: "StoreBeingBuilt", "Another gateway is still building this store; try again")
-            }
             try await Task.sleep(for: .milliseconds(250))
         }
     }
@@ -340,15 +342,20 @@ extension Gateway {
         guard text.hasPrefix("bytes="), !text.contains(",") else { return .ignored }
         let parts = text.dropFirst("bytes=".count).split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2 else { return .ignored }
+        /// A number of digits only; one too large for 64 bits is as large as can be.
+        func number(_ text: Substring) -> Int64? {
+            guard !text.isEmpty, text.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+            return Int64(text) ?? Int64.max
+        }
         if parts[0].isEmpty {
-            guard let count = Int64(parts[1]) else { return .ignored }
+            guard let count = number(parts[1]) else { return .ignored }
             guard count > 0, size > 0 else { return .unsatisfiable }
             return .range(max(0, size - count)..<size)
         }
-        guard let first = Int64(parts[0]), first >= 0 else { return .ignored }
+        guard let first = number(parts[0]) else { return .ignored }
         var last = size - 1
         if !parts[1].isEmpty {
-            guard let given = Int64(parts[1]), given >= first else { return .ignored }
+            guard let given = number(parts[1]), given >= first else { return .ignored }
             last = min(last, given)
         }
         guard first < size else { return .unsatisfiable }

@@ -7,7 +7,9 @@ public struct ModelChange: Sendable, Hashable, CustomStringConvertible {
         /// properties, operations).
         case additive
         /// The store's tables or rows no longer fit (a property removed or retyped, a key changed,
-        /// a set removed, a non-nullable property added, a constraint tightened).
+        /// a set removed, a non-nullable property added, a property's nullability changed, a
+        /// length, precision or scale lowered, an enumeration's values changed, a navigation
+        /// property's constraints changed).
         case breaking
         /// Nothing kept in a store changes (an operation removed): online calls to it fail.
         case neutral
@@ -16,8 +18,10 @@ public struct ModelChange: Sendable, Hashable, CustomStringConvertible {
     public var kind: Kind
     /// What changed, in a sentence.
     public var what: String
-    /// The qualified name of what it touches: an entity set (`Products`), a type
-    /// (`Sales.Product`), or a member of a type (`Sales.Product/Price`).
+    /// The qualified name of what it touches: an entity set (`Products`; `Container/Products`
+    /// when the model has several containers), a type (`Sales.Product`), or a member of the type
+    /// that declares it (`Sales.Product/Price`: derived types and the sets holding them are
+    /// touched too).
     public var subject: String
 
     /// A change of `kind` to `subject`.
@@ -56,15 +60,22 @@ extension Model {
     /// Entity sets, singletons and operation imports of every container, by name.
     static func containerChanges(old: Model, new: Model) -> [ModelChange] {
         var changes: [ModelChange] = []
+        // By name; with several containers (V2 allows them), by container and name.
+        let qualify = old.entityContainers.count > 1 || new.entityContainers.count > 1
+        func named(_ container: EntityContainer, _ name: String) -> String {
+            qualify ? container.name + "/" + name : name
+        }
         func sets(_ model: Model) -> [String: String] {
             Dictionary(
-                model.entityContainers.flatMap(\.entitySets).map { ($0.name, $0.entityType) },
-                uniquingKeysWith: { a, _ in a })
+                model.entityContainers.flatMap { container in
+                    container.entitySets.map { (named(container, $0.name), $0.entityType) }
+                }, uniquingKeysWith: { a, _ in a })
         }
         func singletons(_ model: Model) -> [String: String] {
             Dictionary(
-                model.entityContainers.flatMap(\.singletons).map { ($0.name, $0.type) },
-                uniquingKeysWith: { a, _ in a })
+                model.entityContainers.flatMap { container in
+                    container.singletons.map { (named(container, $0.name), $0.type) }
+                }, uniquingKeysWith: { a, _ in a })
         }
         for (kind, before, after) in [
             ("EntitySet", sets(old), sets(new)), ("Singleton", singletons(old), singletons(new)),
@@ -89,8 +100,18 @@ extension Model {
     struct Shape {
         var key: [String]
         var baseType: String?
+        var isOpen: Bool
         var properties: [String: Property]
-        var navigation: [String: TypeReference]
+        var navigation: [String: Navigation]
+    }
+
+    /// What of a navigation property decides how a store keeps it: its target, and its
+    /// constraints and partner (a foreign key, or a link table).
+    struct Navigation: Equatable, CustomStringConvertible {
+        var type: TypeReference
+        var constraints: [ReferentialConstraint]
+        var partner: String?
+        var description: String { type.description }
     }
 
     static func structuredChanges(old: [String: Shape], new: [String: Shape], what kind: String) -> [ModelChange] {
@@ -111,6 +132,10 @@ extension Model {
                         "Key of \(name) changed from (\(before.key.joined(separator: ", "))) to "
                             + "(\(after.key.joined(separator: ", ")))"))
             }
+            if before.isOpen != after.isOpen {
+                changes.append(
+                    ModelChange(.breaking, name, "\(name) \(after.isOpen ? "became" : "is no longer") an open type"))
+            }
             if before.baseType != after.baseType {
                 changes.append(
                     ModelChange(
@@ -129,8 +154,18 @@ extension Model {
                     changes.append(
                         ModelChange(.breaking, subject, "Property \(subject) retyped from \(was.type) to \(now.type)"))
                 }
-                if was.nullable, !now.nullable {
-                    changes.append(ModelChange(.breaking, subject, "Property \(subject) made non-nullable"))
+                // Either way a store's column changes (NOT NULL cannot be added or dropped in place).
+                if was.nullable != now.nullable {
+                    changes.append(
+                        ModelChange(
+                            .breaking, subject, "Property \(subject) made \(now.nullable ? "nullable" : "non-nullable")"
+                        ))
+                }
+                if let precision = now.facets.precision, precision < (was.facets.precision ?? Int.max) {
+                    changes.append(ModelChange(.breaking, subject, "Precision of \(subject) lowered to \(precision)"))
+                }
+                if let scale = now.facets.scale, scale < (was.facets.scale ?? Int.max) {
+                    changes.append(ModelChange(.breaking, subject, "Scale of \(subject) lowered to \(scale)"))
                 }
                 if let limit = now.facets.maxLength, limit < (was.facets.maxLength ?? Int.max) {
                     changes.append(
@@ -155,10 +190,14 @@ extension Model {
                     changes.append(ModelChange(.breaking, subject, "Navigation property \(subject) removed"))
                     continue
                 }
-                if was != now {
+                if was.type != now.type {
                     changes.append(
                         ModelChange(
                             .breaking, subject, "Navigation property \(subject) now leads to \(now), not \(was)"))
+                } else if was != now {
+                    changes.append(
+                        ModelChange(
+                            .breaking, subject, "Navigation property \(subject) changed its constraints or partner"))
                 }
             }
             for navigation in after.navigation.keys.sorted() where before.navigation[navigation] == nil {
@@ -169,34 +208,66 @@ extension Model {
         return changes
     }
 
-    /// Enumeration members: a removed one is breaking (stored values may name it).
+    /// Enumeration members, by value (a store keeps an enumeration as its member's number):
+    /// a member removed, or whose value changed, is breaking; so are a changed underlying type
+    /// and `IsFlags`; type definitions whose underlying type changed too.
     static func enumChanges(old: Model, new: Model) -> [ModelChange] {
-        func members(_ model: Model) -> [String: Set<String>] {
-            var result: [String: Set<String>] = [:]
-            for schema in model.schemas {
-                for type in schema.enumTypes {
-                    result[schema.namespace + "." + type.name] = Set(type.members.map(\.name))
-                }
-            }
-            return result
+        func enums(_ model: Model) -> [String: EnumType] {
+            Dictionary(
+                model.schemas.flatMap(\.enumTypes).map { ($0.qualifiedName, $0) }, uniquingKeysWith: { a, _ in a })
         }
-        let before = members(old)
-        let after = members(new)
+        let before = enums(old)
+        let after = enums(new)
         var changes: [ModelChange] = []
         for name in before.keys.sorted() {
-            guard let now = after[name] else {
+            guard let was = before[name], let now = after[name] else {
                 changes.append(ModelChange(.breaking, name, "EnumType \(name) removed"))
                 continue
             }
-            for member in (before[name] ?? []).subtracting(now).sorted() {
-                changes.append(ModelChange(.breaking, name + "/" + member, "Member \(member) of \(name) removed"))
+            if was.underlyingType != now.underlyingType || was.isFlags != now.isFlags {
+                changes.append(ModelChange(.breaking, name, "EnumType \(name) changed its underlying type or flags"))
             }
-            for member in now.subtracting(before[name] ?? []).sorted() {
-                changes.append(ModelChange(.additive, name + "/" + member, "Member \(member) of \(name) added"))
+            let values = Dictionary(now.members.map { ($0.name, $0.value) }, uniquingKeysWith: { a, _ in a })
+            let known = Set(was.members.map(\.name))
+            for member in was.members {
+                let subject = name + "/" + member.name
+                guard let value = values[member.name] else {
+                    changes.append(ModelChange(.breaking, subject, "Member \(member.name) of \(name) removed"))
+                    continue
+                }
+                if value != member.value {
+                    changes.append(
+                        ModelChange(
+                            .breaking, subject,
+                            "Member \(member.name) of \(name) now has the value \(value), not \(member.value)"))
+                }
+            }
+            for member in now.members where !known.contains(member.name) {
+                changes.append(
+                    ModelChange(.additive, name + "/" + member.name, "Member \(member.name) of \(name) added"))
             }
         }
         for name in after.keys.sorted() where before[name] == nil {
             changes.append(ModelChange(.additive, name, "EnumType \(name) added"))
+        }
+        func definitions(_ model: Model) -> [String: String] {
+            Dictionary(
+                model.schemas.flatMap(\.typeDefinitions).map { ($0.qualifiedName, $0.underlyingType) },
+                uniquingKeysWith: { a, _ in a })
+        }
+        let definedBefore = definitions(old)
+        let definedAfter = definitions(new)
+        for name in definedBefore.keys.sorted() {
+            guard let was = definedBefore[name], let now = definedAfter[name] else {
+                changes.append(ModelChange(.breaking, name, "TypeDefinition \(name) removed"))
+                continue
+            }
+            if was != now {
+                changes.append(ModelChange(.breaking, name, "TypeDefinition \(name) now stands for \(now), not \(was)"))
+            }
+        }
+        for name in definedAfter.keys.sorted() where definedBefore[name] == nil {
+            changes.append(ModelChange(.additive, name, "TypeDefinition \(name) added"))
         }
         return changes
     }
@@ -219,20 +290,27 @@ extension Model {
     }
 }
 
+extension NavigationProperty {
+    var shape: Model.Navigation {
+        Model.Navigation(type: type, constraints: referentialConstraints, partner: partner)
+    }
+}
+
 extension EntityType {
+    /// Members are those it declares: a change of a base type shows under the base type.
     var shape: Model.Shape {
         Model.Shape(
-            key: key.map(\.keyName), baseType: baseType,
+            key: key.map(\.keyName), baseType: baseType, isOpen: isOpenType,
             properties: Dictionary(properties.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }),
-            navigation: Dictionary(navigationProperties.map { ($0.name, $0.type) }, uniquingKeysWith: { a, _ in a }))
+            navigation: Dictionary(navigationProperties.map { ($0.name, $0.shape) }, uniquingKeysWith: { a, _ in a }))
     }
 }
 
 extension ComplexType {
     var shape: Model.Shape {
         Model.Shape(
-            key: [], baseType: baseType,
+            key: [], baseType: baseType, isOpen: isOpenType,
             properties: Dictionary(properties.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }),
-            navigation: Dictionary(navigationProperties.map { ($0.name, $0.type) }, uniquingKeysWith: { a, _ in a }))
+            navigation: Dictionary(navigationProperties.map { ($0.name, $0.shape) }, uniquingKeysWith: { a, _ in a }))
     }
 }

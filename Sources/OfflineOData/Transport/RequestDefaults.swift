@@ -12,16 +12,19 @@ struct RequestDefaults: Sendable {
     /// Known once `$metadata` has been read; that first request goes without version headers.
     var version: ODataVersion?
 
-    /// The absolute URL for a relative one, with `urlSuffix` applied. Options of the suffix the
-    /// URL carries already (a next or delta link the service wrote with them, as SAP Gateway and
-    /// a sync gateway do) are not added again.
+    /// The absolute URL for a relative one, with `urlSuffix` applied. An option of the suffix
+    /// the URL names already (a next or delta link the service wrote with it, as SAP Gateway and
+    /// a sync gateway do) keeps the URL's value and is not added again.
     func absoluteURL(_ url: String) -> String {
         var result = url.contains("://") ? url : serviceRoot + url
         if let suffix = urlSuffix?.trimmingCharacters(in: CharacterSet(charactersIn: "?&")), !suffix.isEmpty {
-            let present = Set(
-                (result.firstIndex(of: "?").map { result[result.index(after: $0)...] } ?? "").split(separator: "&")
-            )
-            let missing = suffix.split(separator: "&").filter { !present.contains($0) }
+            func name(_ option: Substring) -> String {
+                let raw = option.prefix { $0 != "=" }
+                return raw.removingPercentEncoding ?? String(raw)
+            }
+            let query = result.firstIndex(of: "?").map { result[result.index(after: $0)...] } ?? ""
+            let present = Set(query.split(separator: "&").map(name))
+            let missing = suffix.split(separator: "&").filter { !present.contains(name($0)) }
             if !missing.isEmpty { result += (result.contains("?") ? "&" : "?") + missing.joined(separator: "&") }
         }
         return result
