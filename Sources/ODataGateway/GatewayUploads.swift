@@ -453,7 +453,14 @@ extension Gateway {
                 parts.append(result.part ?? Self.part(unit, answers: result.answers, accepted: false))
             }
         }
-        // Not even the first unit answered: a batch-level failure says more than an empty batch.
+        return try batchAnswer(parts, status: status, request: request, backend: backend, model: model)
+    }
+
+    /// The device's `$batch` answer of `parts`; a batch-level failure when not even the first
+    /// unit was answered (it says more than an empty batch).
+    func batchAnswer(
+        _ parts: [BatchPart], status: Int, request: GatewayRequest, backend: GatewayBackend, model: Model
+    ) throws -> GatewayResponse {
         guard !parts.isEmpty else { throw Deferred() }
         let batch = MultipartBatch(parts: parts)
         var headers = HTTPHeaders()
@@ -600,12 +607,7 @@ extension Gateway {
             TransportRequest(
                 method: message.method ?? "GET", url: backend.url + target, headers: headers, body: body),
             timeout: configuration.backendTimeout)
-        var kept = HTTPHeaders()
-        for field in response.headers where !Self.hopByHop.contains(field.name.lowercased()) {
-            kept.add(field.name, field.value)
-        }
-        if let encoding = response.headers["Content-Encoding"] { kept["Content-Encoding"] = encoding }
-        return TransportResponse(status: response.status, headers: kept, body: response.body)
+        return Self.withoutHopByHop(response)
     }
 
     /// The device's answer to a `$batch` forwarded one by one: each of its units with the
@@ -632,16 +634,7 @@ extension Gateway {
             }
             parts.append(Self.part(unit, answered: answers))
         }
-        // Not even the first unit answered: a batch-level failure says more than an empty batch.
-        guard !parts.isEmpty else { throw Deferred() }
-        let batch = MultipartBatch(parts: parts)
-        var headers = HTTPHeaders()
-        headers["Content-Type"] = batch.contentType
-        headers[model.version.isLegacy ? "DataServiceVersion" : "OData-Version"] =
-            model.version.isLegacy ? "2.0" : "4.0"
-        return rewritten(
-            TransportResponse(status: status, headers: headers, body: batch.write()), backend: backend,
-            gatewayRoot: request.gatewayRoot)
+        return try batchAnswer(parts, status: status, request: request, backend: backend, model: model)
     }
 
     /// Statuses of a single request that the backend answers without applying it and that a
@@ -721,8 +714,14 @@ extension Gateway {
                 method: message.method ?? request.method, url: backend.url + request.target,
                 headers: headers, body: body),
             timeout: configuration.backendTimeout)
+        return Self.withoutHopByHop(response)
+    }
+
+    /// A backend's answer with its hop-by-hop headers left out (its content encoding kept: the
+    /// body is passed on as it came).
+    static func withoutHopByHop(_ response: TransportResponse) -> TransportResponse {
         var kept = HTTPHeaders()
-        for field in response.headers where !Self.hopByHop.contains(field.name.lowercased()) {
+        for field in response.headers where !hopByHop.contains(field.name.lowercased()) {
             kept.add(field.name, field.value)
         }
         if let encoding = response.headers["Content-Encoding"] { kept["Content-Encoding"] = encoding }

@@ -11,15 +11,7 @@ import Testing
 /// client's own code from the rows PostgreSQL keeps, checks it, encrypts it with the app's key,
 /// and then downloads what the file lacks. Real PostgreSQL, gateways, providers and files.
 @Suite(.serialized) struct GatewayStoreFileTests {
-    final class Recorder: OfflineODataDelegate, @unchecked Sendable {
-        private let lock = NSLock()
-        private var updates: [OfflineODataProgress] = []
-        var progress: [OfflineODataProgress] { lock.withLock { updates } }
-        func offlineODataProvider(didUpdate progress: OfflineODataProgress) {
-            lock.withLock { updates.append(progress) }
-        }
-        func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {}
-    }
+    typealias Recorder = GatewayProgressTests.Recorder
 
     /// A gateway that builds files with BusinessPartners as shared data and Contacts as the
     /// user's (prepopulate `mode`).
@@ -33,6 +25,20 @@ import Testing
             configure: { configuration in
                 for index in configuration.backends.indices {
                     configuration.backends[index].prepopulate = mode
+                    configuration.backends[index].sharedQueries = ["BusinessPartners"]
+                }
+            })
+    }
+
+    /// One instance over a larger backend (1,500 orders with items), pages of 500: a file of
+    /// more than one 1 MiB range.
+    static func startLarger() async throws -> GatewayDeltaTests.Setup {
+        try await GatewayDeltaTests.start(
+            v2: false, instances: 1, scale: 150,
+            configure: { configuration in
+                configuration.pageSize = 500
+                for index in configuration.backends.indices {
+                    configuration.backends[index].prepopulate = .yes
                     configuration.backends[index].sharedQueries = ["BusinessPartners"]
                 }
             })
@@ -340,15 +346,7 @@ import Testing
     }
 
     @Test func aCutDownloadResumesFromWhereItsPartEnds() async throws {
-        let setup = try await GatewayDeltaTests.start(
-            v2: false, instances: 1, scale: 150,
-            configure: { configuration in
-                configuration.pageSize = 500
-                for index in configuration.backends.indices {
-                    configuration.backends[index].prepopulate = .yes
-                    configuration.backends[index].sharedQueries = ["BusinessPartners"]
-                }
-            })
+        let setup = try await GatewayStoreFileTests.startLarger()
         let queries = [
             "BusinessPartners": "BusinessPartners", "Contacts": "Contacts", "Orders": "SalesOrders?$expand=Items",
         ]
@@ -430,15 +428,7 @@ enum ServerBuiltStoreTesting {
     }
 
     @Test func killedWhileDownloadingOrEncryptingTheFileTheNextOpenCompletes() async throws {
-        let setup = try await GatewayDeltaTests.start(
-            v2: false, instances: 1, scale: 150,
-            configure: { configuration in
-                configuration.pageSize = 500
-                for index in configuration.backends.indices {
-                    configuration.backends[index].prepopulate = .yes
-                    configuration.backends[index].sharedQueries = ["BusinessPartners"]
-                }
-            })
+        let setup = try await GatewayStoreFileTests.startLarger()
         do {
             let root = setup.gateways[0].root.absoluteString
             var killed: [String: Int] = [:]
