@@ -31,16 +31,17 @@ public final class EmbeddedServer: Sendable {
     /// The V2 service root, `http://127.0.0.1:PORT/odata/v2/`.
     public var v2Root: URL { URL(string: "http://127.0.0.1:\(port)/odata/v2/") ?? URL(fileURLWithPath: "/") }
 
-    /// Starts `service` on 127.0.0.1 with a port chosen by the system.
-    public static func start(_ service: ODataService) async throws -> EmbeddedServer {
-        try await start(service, ownsStore: false)
+    /// Starts `service` on 127.0.0.1 with a port chosen by the system, or on `port` (a
+    /// restarted backend keeps its service root).
+    public static func start(_ service: ODataService, port: Int = 0) async throws -> EmbeddedServer {
+        try await start(service, ownsStore: false, port: port)
     }
 
-    private static func start(_ service: ODataService, ownsStore: Bool) async throws -> EmbeddedServer {
+    private static func start(_ service: ODataService, ownsStore: Bool, port: Int = 0) async throws -> EmbeddedServer {
         let box = PortWaiter()
         var logger = Logger(label: "oodata.embedded")
         logger.logLevel = .critical
-        let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: 0, logger: logger) { port in await box.set(port) }
+        let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: port, logger: logger) { port in await box.set(port) }
         // Stopped by a graceful shutdown, not by cancelling the task: a connection accepted while
         // the serving task is cancelled is never closed and traps in SwiftNIO
         // (apple/swift-nio#3481). Requests still running after 2 s are cancelled.

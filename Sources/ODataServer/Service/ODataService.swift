@@ -59,7 +59,9 @@ public final class ODataService: Sendable {
         public init() {}
     }
 
-    public let store: Store
+    /// The store the service answers from (replaced by ``changeModel(to:)``).
+    public var store: Store { current.withLock { $0 } }
+    private let current: Locked<Store>
     public let options: Options
     public let faults: FaultInjector
     /// The last requests received over HTTP.
@@ -67,7 +69,7 @@ public final class ODataService: Sendable {
     var model: Model { store.model }
 
     private init(store: Store, options: Options, faults: FaultInjector) {
-        self.store = store
+        self.current = Locked(store)
         self.options = options
         self.faults = faults
         self.journal = RequestJournal(capacity: options.journalCapacity)
@@ -97,6 +99,18 @@ public final class ODataService: Sendable {
                 }
             }
         }
+    }
+
+    /// Changes the service's model while it runs, as a backend whose `$metadata` changes under
+    /// deployed apps (for tests and demos of SPEC §14). The store is migrated in place (see
+    /// ``ODataStore/Store/migratingInPlace(to:alsoWriting:)``): new sets, types and nullable
+    /// properties are added; sets and properties left out keep their tables and columns, which
+    /// the service no longer reads or writes; a changed key or column type is refused. Every
+    /// request answered afterwards follows `newModel`, `$metadata` included. Change history
+    /// and delta tokens stay valid.
+    public func changeModel(to newModel: Model) async throws {
+        let migrated = try await store.migratingInPlace(to: newModel)
+        current.withLock { $0 = migrated }
     }
 
     static func newETag() -> String { "W/\"\(GuidValue.random().description.prefix(18))\"" }

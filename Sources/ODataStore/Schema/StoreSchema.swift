@@ -308,34 +308,45 @@ public struct StoreSchema: Sendable {
 
     /// The tables with their unique indexes (entity keys, local IDs), which inserts need.
     public func tableStatements() -> [String] {
-        var statements: [String] = [
-            "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value BLOB)",
-        ]
-        for table in tables {
-            let q = Self.quote
-            var columns = ["_rowid INTEGER PRIMARY KEY"] + Self.bookkeepingColumns.map { "\($0.name) \($0.type)" }
-            columns += table.columns.map { column in "\(q(column.name)) \(column.sqlType)" + (column.nullable ? "" : " NOT NULL") }
-            statements.append("CREATE TABLE \(q(table.name)) (\(columns.joined(separator: ", ")))")
-            statements.append("CREATE UNIQUE INDEX \(q(table.name + "/$key")) ON \(q(table.name)) (\(table.keyColumns.map(q).joined(separator: ", ")))")
-            // Downloaded rows have no local ID: only local ones are indexed (one B-tree insert less per downloaded row).
-            statements.append("CREATE UNIQUE INDEX \(q(table.name + "/$localID")) ON \(q(table.name)) (_localID) WHERE _localID IS NOT NULL")
-            for collection in table.collections {
-                let valueColumns = collection.columns.map { "\(q($0.name)) \($0.sqlType)" }
-                statements.append("CREATE TABLE \(q(collection.name)) (owner INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
-                                  + "ordinal INTEGER NOT NULL, \(valueColumns.joined(separator: ", ")), PRIMARY KEY (owner, ordinal))")
-            }
-            if let dynamic = table.dynamicTable {
-                statements.append("CREATE TABLE \(q(dynamic)) (owner INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
-                                  + "name TEXT NOT NULL, type TEXT NOT NULL, value, PRIMARY KEY (owner, name))")
-            }
-            for nav in table.navigation {
-                guard case .linkTable(let link) = nav.relation, !link.reversed, let target = self.table(forEntitySet: nav.targetEntitySet) else { continue }
-                let name = link.name
-                statements.append("CREATE TABLE \(q(name)) (source INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
-                                  + "target INTEGER NOT NULL REFERENCES \(q(target.name))(_rowid) ON DELETE CASCADE, PRIMARY KEY (source, target))")
-            }
+        ["CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value BLOB)"]
+            + tables.flatMap { objects(of: $0).map(\.sql) }
+    }
+
+    /// One database object of an entity set: its table, a unique index, a table of a
+    /// collection-valued property, of dynamic properties or of links.
+    struct SchemaObject {
+        /// The table's name; for an index, the table it indexes.
+        var table: String
+        var isTable: Bool
+        var sql: String
+    }
+
+    /// The objects of one entity table, in creation order.
+    func objects(of table: EntityTable) -> [SchemaObject] {
+        let q = Self.quote
+        var objects: [SchemaObject] = []
+        var columns = ["_rowid INTEGER PRIMARY KEY"] + Self.bookkeepingColumns.map { "\($0.name) \($0.type)" }
+        columns += table.columns.map { column in "\(q(column.name)) \(column.sqlType)" + (column.nullable ? "" : " NOT NULL") }
+        objects.append(.init(table: table.name, isTable: true, sql: "CREATE TABLE \(q(table.name)) (\(columns.joined(separator: ", ")))"))
+        objects.append(.init(table: table.name, isTable: false, sql: "CREATE UNIQUE INDEX \(q(table.name + "/$key")) ON \(q(table.name)) (\(table.keyColumns.map(q).joined(separator: ", ")))"))
+        // Downloaded rows have no local ID: only local ones are indexed (one B-tree insert less per downloaded row).
+        objects.append(.init(table: table.name, isTable: false, sql: "CREATE UNIQUE INDEX \(q(table.name + "/$localID")) ON \(q(table.name)) (_localID) WHERE _localID IS NOT NULL"))
+        for collection in table.collections {
+            let valueColumns = collection.columns.map { "\(q($0.name)) \($0.sqlType)" }
+            objects.append(.init(table: collection.name, isTable: true, sql: "CREATE TABLE \(q(collection.name)) (owner INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
+                                 + "ordinal INTEGER NOT NULL, \(valueColumns.joined(separator: ", ")), PRIMARY KEY (owner, ordinal))"))
         }
-        return statements
+        if let dynamic = table.dynamicTable {
+            objects.append(.init(table: dynamic, isTable: true, sql: "CREATE TABLE \(q(dynamic)) (owner INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
+                                 + "name TEXT NOT NULL, type TEXT NOT NULL, value, PRIMARY KEY (owner, name))"))
+        }
+        for nav in table.navigation {
+            guard case .linkTable(let link) = nav.relation, !link.reversed, let target = self.table(forEntitySet: nav.targetEntitySet) else { continue }
+            let name = link.name
+            objects.append(.init(table: name, isTable: true, sql: "CREATE TABLE \(q(name)) (source INTEGER NOT NULL REFERENCES \(q(table.name))(_rowid) ON DELETE CASCADE, "
+                                 + "target INTEGER NOT NULL REFERENCES \(q(target.name))(_rowid) ON DELETE CASCADE, PRIMARY KEY (source, target))"))
+        }
+        return objects
     }
 
     /// The indexes that only speed up lookups (foreign keys, the target side of link tables,

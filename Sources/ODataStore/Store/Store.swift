@@ -10,7 +10,7 @@ public final class Store: Sendable {
     public var model: Model { schema.model }
     let pool: DatabasePool
 
-    private init(schema: StoreSchema, pool: DatabasePool) {
+    init(schema: StoreSchema, pool: DatabasePool) {
         self.schema = schema
         self.pool = pool
     }

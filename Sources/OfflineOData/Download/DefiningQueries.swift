@@ -60,6 +60,29 @@ enum DefiningQueries {
         return set
     }
 
+    /// Why a defining query does not bind to `model` (its set, a navigation property, or a
+    /// property its options name is not there), or nil when it does.
+    static func bindingProblem(of query: String, model: Model) -> String? {
+        do {
+            _ = try coveredSets(of: query, model: model)
+            let version = model.version.grammar
+            let parsed = try URLParser(version: version).parse(query)
+            _ = try RequestBinder(model: model, version: version).bind(parsed, input: query)
+            return nil
+        } catch let error as OfflineODataError {
+            return error.message
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    /// Forgets the delta links of the queries named: their next read is a full one.
+    static func forgetDeltaLinks(named names: [String], _ writer: StoreWriter) throws {
+        for name in names {
+            _ = try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL WHERE name = ?", [.text(name)])
+        }
+    }
+
     /// Entity sets whose rows a defining query brings: its own and those of its expands.
     static func coveredSets(of query: String, model: Model) throws -> Set<String> {
         let root = try entitySet(of: query, model: model)

@@ -171,6 +171,31 @@ enum LocalSchema {
         _ = try writer.connection.execute("DELETE FROM oo_staging")
     }
 
+    /// The SHA-256 of the backend's `$metadata` the store follows, and its ETag, as recorded
+    /// by ``recordMetadata(_:hash:etag:)`` (nil for a store made before they were kept).
+    static func metadataFingerprint(_ connection: Connection) throws -> (hash: String?, etag: String?) {
+        var hash: String?
+        var etag: String?
+        for row in try connection.query(
+            "SELECT key, value FROM oo_meta WHERE key IN ('metadataHash', 'metadataETag')")
+        {
+            guard case .text(let key) = row[0], case .text(let value) = row[1] else { continue }
+            if key == "metadataHash" { hash = value } else { etag = value }
+        }
+        return (hash, etag)
+    }
+
+    /// Records the `$metadata` the store follows now.
+    static func recordMetadata(_ writer: StoreWriter, hash: String, etag: String?) throws {
+        _ = try writer.connection.execute(
+            "INSERT OR REPLACE INTO oo_meta (key, value) VALUES ('metadataHash', ?)", [.text(hash)])
+        _ = try writer.connection.execute("DELETE FROM oo_meta WHERE key = 'metadataETag'")
+        if let etag {
+            _ = try writer.connection.execute(
+                "INSERT INTO oo_meta (key, value) VALUES ('metadataETag', ?)", [.text(etag)])
+        }
+    }
+
     /// Whether no request waits for upload (stops at the first one).
     static func isQueueEmpty(_ connection: Connection) throws -> Bool {
         try connection.query("SELECT EXISTS (SELECT 1 FROM oo_queue WHERE status = 'pending')").first?.first

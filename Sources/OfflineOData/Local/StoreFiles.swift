@@ -37,6 +37,13 @@ enum StoreFiles {
     /// The file that exists while a first open fills the store at `path`.
     static func fillingMarker(_ path: String) -> String { path + "-filling" }
 
+    /// Where a migration to a changed `$metadata` builds the new store (SPEC §14).
+    static func migratingStore(_ path: String) -> String { path + "-migrating" }
+
+    /// The file that exists while a migration may have a new store beside the store at `path`:
+    /// an open that finds it removes that new store (see `MetadataMigration`).
+    static func migrationMarker(_ path: String) -> String { path + "-migration" }
+
     /// Deletes the store at `path` with its journals and its filling marker.
     static func remove(_ path: String) {
         for suffix in ["", "-wal", "-shm", "-journal", "-filling"] {

@@ -122,6 +122,8 @@ public struct OfflineODataFailedRequest: Sendable, Hashable {
 public enum OfflineODataEvent: Sendable {
     case progress(OfflineODataProgress)
     case requestFailed(OfflineODataFailedRequest)
+    /// A download found that the backend's `$metadata` changed, and migrated the store (SPEC §14).
+    case metadataChanged(OfflineODataMetadataChange)
 }
 
 /// Receives progress and failures. Calls arrive on the provider's executor; do not block.
@@ -153,6 +155,11 @@ public protocol OfflineODataDelegate: AnyObject, Sendable {
         _ provider: OfflineODataProvider, didUpdateSendStoreProgress progress: OfflineODataOperationProgress)
     /// SAP's shape: the backend rejected a request during upload (once per ErrorArchive row).
     func offlineODataProvider(_ provider: OfflineODataProvider, requestDidFail request: OfflineODataFailedRequest)
+    /// A download found that the backend's `$metadata` changed and migrated the store: what
+    /// changed, which defining queries were read again or left out, and which queued requests
+    /// no longer fit (archived with code `MetadataChanged`). Called once, when the store
+    /// follows the new `$metadata`.
+    func offlineODataProvider(_ provider: OfflineODataProvider, didChangeMetadata change: OfflineODataMetadataChange)
 }
 
 extension OfflineODataDelegate {
@@ -179,6 +186,10 @@ extension OfflineODataDelegate {
     /// Does nothing by default.
     public func offlineODataProvider(
         _ provider: OfflineODataProvider, requestDidFail request: OfflineODataFailedRequest
+    ) {}
+    /// Does nothing by default.
+    public func offlineODataProvider(
+        _ provider: OfflineODataProvider, didChangeMetadata change: OfflineODataMetadataChange
     ) {}
 }
 

@@ -61,6 +61,11 @@ public actor OfflineODataProvider {
     var serviceVersion: ODataVersion?
     /// The store a first open is filling, once it exists (see `readyNewStore`).
     var newStore: Store?
+    /// Whether a migration to a changed `$metadata` is carrying the queue over to a new store:
+    /// local writes wait until it is done (see `MetadataMigration`).
+    var migrating = false
+    /// Local writes running now (a migration waits for them before it reads the queue).
+    var localWritesInFlight = 0
     /// Entity sets the defining queries cover; nil after they change.
     var coveredSetsCache: Set<String>? {
         didSet { if coveredSetsCache == nil { definingSetsCache = nil } }
@@ -133,6 +138,8 @@ public actor OfflineODataProvider {
         case .requestFailed(let failure):
             delegate.offlineODataProvider(requestDidFail: failure)
             delegate.offlineODataProvider(self, requestDidFail: failure)
+        case .metadataChanged(let change):
+            delegate.offlineODataProvider(self, didChangeMetadata: change)
         }
     }
 
@@ -326,6 +333,16 @@ public actor OfflineODataProvider {
                     .invalidParameter, "The store folder \(folder) cannot be created: \(error.localizedDescription)")
             }
         }
+        let migrationMarker = StoreFiles.migrationMarker(path)
+        if FileManager.default.fileExists(atPath: migrationMarker) {
+            // A migration to a changed $metadata ended before its new store replaced the old
+            // one (which then has its whole queue), or just after (the marker outlived it): what
+            // is left of the new store goes; the next download migrates again.
+            logger.notice(
+                "A store migration was interrupted; its new store is discarded", metadata: ["store": .string(path)])
+            StoreFiles.remove(StoreFiles.migratingStore(path))
+            try? FileManager.default.removeItem(atPath: migrationMarker)
+        }
         if FileManager.default.fileExists(atPath: StoreFiles.fillingMarker(path)) {
             // A first open that never finished: its store may even be damaged (it is filled
             // without a durable journal). It is made again from the backend; nothing local
@@ -428,6 +445,14 @@ public actor OfflineODataProvider {
         let metadata = try await send(
             method: "GET", url: try withStreamParameters("$metadata"), headers: ["Accept": "application/xml"],
             expect: 200)
+        // Downloads compare the backend's $metadata with this one (SPEC §14).
+        let metadataHash = MetadataMigration.hash(metadata.body)
+        let metadataETag = metadata.headers["ETag"]
+        func recordMetadata() async throws {
+            try await store?.write { writer in
+                try LocalSchema.recordMetadata(writer, hash: metadataHash, etag: metadataETag)
+            }
+        }
         let backendModel: Model
         do {
             backendModel = try MetadataParser().parse(Data(metadata.body))
@@ -443,11 +468,15 @@ public actor OfflineODataProvider {
         if throughGateway, parameters.acceptsServerBuiltStore, !definingQueries.isEmpty {
             progress = ProgressReporter(
                 operation: .open, plan: Self.gatewayOpenPlan, language: messageLanguage, passed: progress.passed)
-            if try await fillFromServerBuiltStore(at: path, model: model, progress: progress) { return }
+            if try await fillFromServerBuiltStore(at: path, model: model, progress: progress) {
+                try await recordMetadata()
+                return
+            }
         }
         report(progress, .creatingBootStrapDatabase)
         let downloader = Downloader(serviceRoot: serviceRoot, progress: progress)
         store = try await downloader.fillNewStore(at: path, model: model, key: parameters.storeEncryptionKey, on: self)
+        try await recordMetadata()
         // A store file a gateway offered and that was not taken is of no use any more.
         ServerBuiltStore.removeDownload(path)
     }
@@ -475,6 +504,8 @@ public actor OfflineODataProvider {
     public func clear() {
         close()
         StoreFiles.remove(parameters.storeFile)
+        StoreFiles.remove(StoreFiles.migratingStore(parameters.storeFile))
+        try? FileManager.default.removeItem(atPath: StoreFiles.migrationMarker(parameters.storeFile))
         ServerBuiltStore.removeDownload(parameters.storeFile)
     }
 

@@ -22,11 +22,12 @@ extension OfflineODataProvider {
         try coveredSets(model: openStore().model).union(LocalSchema.systemSets)
     }
 
-    /// Entity sets the defining queries fill (computed once per set of queries).
+    /// Entity sets the defining queries fill (computed once per set of queries). A query that
+    /// no longer binds to the backend's model (its set is gone, SPEC §14) fills nothing.
     func coveredSets(model: Model) throws -> Set<String> {
         if let cached = coveredSetsCache { return cached }
-        let covered = try definingQueries.reduce(into: Set<String>()) {
-            $0.formUnion(try DefiningQueries.coveredSets(of: $1.query, model: model))
+        let covered = definingQueries.reduce(into: Set<String>()) {
+            $0.formUnion((try? DefiningQueries.coveredSets(of: $1.query, model: model)) ?? [])
         }
         coveredSetsCache = covered
         return covered
@@ -84,6 +85,12 @@ extension OfflineODataProvider {
         }
     }
 
+    /// Waits while a migration to a changed `$metadata` carries the queue over to a new store
+    /// (a write now would go to the old store after its queue was read).
+    func waitWhileMigrating() async throws {
+        while migrating { try await Task.sleep(nanoseconds: 10_000_000) }
+    }
+
     /// SQLITE_FULL (13), with or without an extended code.
     static func isDiskFull(_ error: DatabaseError) -> Bool { error.resultCode & 0xff == 13 }
 
@@ -91,6 +98,10 @@ extension OfflineODataProvider {
         method: String, url: String, headers: [String: String], body: [UInt8],
         options: OfflineODataRequestOptions
     ) async throws -> OfflineODataResponse {
+        let writes = method.uppercased() != "GET"
+        if writes { try await waitWhileMigrating() }
+        if writes { localWritesInFlight += 1 }
+        defer { if writes { localWritesInFlight -= 1 } }
         let store = try openStore()
         let model = store.model
         let verb = method.uppercased()

@@ -1,0 +1,299 @@
+import Foundation
+import ODataCore
+import ODataServer
+import ODataStore
+import Testing
+
+@testable import OfflineOData
+
+/// A backend whose `$metadata` changes under a deployed app (SPEC §14): every download checks
+/// it, additive changes migrate the store in place, breaking ones build a new store and replay
+/// the queue, and no queued change is lost.
+@Suite(.serialized) struct MetadataChangeTests {
+    /// The sales sample's `$metadata` with `edits` applied (each `(old, new)` must match).
+    static func salesModel(_ edits: [(String, String)]) throws -> Model {
+        var text = SalesSample.metadata
+        for (old, new) in edits {
+            #expect(text.contains(old), "the sample has no \(old)")
+            text = text.replacingOccurrences(of: old, with: new)
+        }
+        return try MetadataParser().parse(Data(text.utf8))
+    }
+
+    static let partnerPhone = #"<Property Name="Phone" Type="Edm.String"/>"#
+    /// Business partners gain a nullable `Rating`; a new `Warehouses` set appears.
+    static let additive: [(String, String)] = [
+        (partnerPhone, partnerPhone + #"<Property Name="Rating" Type="Edm.Int32"/>"#),
+        (
+            #"<Function Name="GetProductsByCategory">"#,
+            #"<EntityType Name="Warehouse"><Key><PropertyRef Name="WarehouseID"/></Key>"#
+                + #"<Property Name="WarehouseID" Type="Edm.String" Nullable="false"/>"#
+                + #"<Property Name="City" Type="Edm.String"/></EntityType>"#
+                + #"<Function Name="GetProductsByCategory">"#
+        ),
+        (
+            #"<FunctionImport Name="GetProductsByCategory""#,
+            #"<EntitySet Name="Warehouses" EntityType="Sales.Warehouse"/><FunctionImport Name="GetProductsByCategory""#
+        ),
+    ]
+    /// Business partners lose `Email` (contacts keep theirs).
+    static let partnerEmailRemoved: [(String, String)] = [
+        (
+            #"<Property Name="CompanyName" Type="Edm.String"/><Property Name="Email" Type="Edm.String"/>"#,
+            #"<Property Name="CompanyName" Type="Edm.String"/>"#
+        )
+    ]
+    /// The `Contacts` set is gone (the type stays, unbound).
+    static let contactsRemoved: [(String, String)] = [
+        (#"<NavigationPropertyBinding Path="Contacts" Target="Contacts"/>"#, ""),
+        (
+            #"<EntitySet Name="Contacts" EntityType="Sales.Contact"><NavigationPropertyBinding Path="Partner" Target="BusinessPartners"/></EntitySet>"#,
+            ""
+        ),
+    ]
+
+    /// Collects what a provider reports.
+    final class Listener: OfflineODataDelegate, @unchecked Sendable {
+        private let lock = NSLock()
+        private var _progress: [OfflineODataProgress] = []
+        private var _failures: [OfflineODataFailedRequest] = []
+        private var _changes: [OfflineODataMetadataChange] = []
+        var progress: [OfflineODataProgress] { lock.withLock { _progress } }
+        var failures: [OfflineODataFailedRequest] { lock.withLock { _failures } }
+        var changes: [OfflineODataMetadataChange] { lock.withLock { _changes } }
+        func offlineODataProvider(didUpdate progress: OfflineODataProgress) {
+            lock.withLock { _progress.append(progress) }
+        }
+        func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {
+            lock.withLock { _failures.append(request) }
+        }
+        func offlineODataProvider(
+            _ provider: OfflineODataProvider, didChangeMetadata change: OfflineODataMetadataChange
+        ) {
+            lock.withLock { _changes.append(change) }
+        }
+        func reset() {
+            lock.withLock {
+                _progress = []
+                _failures = []
+                _changes = []
+            }
+        }
+    }
+
+    /// The download's progress: one total, step numbers that never go back, exact texts.
+    static func checkProgress(_ progress: [OfflineODataProgress], total: Int, first: OfflineODataProgressStep) {
+        let download = progress.filter { $0.operation == .download }
+        #expect(!download.isEmpty)
+        #expect(Set(download.map(\.totalSteps)) == [total], "\(download.map(\.totalSteps))")
+        let numbers = download.map(\.stepNumber)
+        #expect(numbers == numbers.sorted(), "\(numbers)")
+        #expect(download.first?.step == first)
+        #expect(download.first?.stepNumber == 1)
+        if first == .loadingMetadata {
+            #expect(download.first?.message == "Performing step 1 of \(total) : Loading metadata")
+        }
+        #expect(download.last?.stepNumber == total)
+    }
+
+    static func ids(_ entities: [Entity], _ name: String = "RequestID") -> [Int64] {
+        entities.compactMap { entity in
+            if case .primitive(.int64(let id))? = entity[name] { return id }
+            return nil
+        }
+    }
+
+    @Test(arguments: [false, true])
+    func anAdditiveChangeMigratesInPlaceAndReadsAgainOnlyTheQueriesWhoseTypesGrew(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await fixture.provider(v2: v2, delegate: listener)
+        try await provider.open()
+        // A change waits in the queue across the migration and the full read of its set.
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"+49 field"}"#.utf8))
+        // Nothing changed yet: a download reads $metadata and goes on as before.
+        try await provider.download()
+        #expect(listener.changes.isEmpty)
+        Self.checkProgress(listener.progress, total: Downloader.plan.count, first: .processingDefiningQueries)
+
+        try await fixture.server.service.changeModel(to: Self.salesModel(Self.additive))
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP1')", #"{"Rating":5}"#) < 300)
+        listener.reset()
+        await fixture.server.service.journal.clear()
+        try await provider.download()
+
+        #expect(listener.changes.count == 1)
+        let change = try #require(listener.changes.first)
+        #expect(change.kind == .additive)
+        #expect(change.reReadDefiningQueries == ["Partners"])
+        #expect(change.archivedRequests.isEmpty)
+        #expect(change.changes.contains { $0.subject == "Sales.BusinessPartner/Rating" && $0.kind == .additive })
+        // The provider's own sets make a second container: sets are named with theirs.
+        #expect(
+            change.changes.contains { $0.subject == "SalesService/Warehouses" && $0.kind == .additive },
+            "\(change.changes)")
+        Self.checkProgress(listener.progress, total: MetadataMigration.additivePlan.count, first: .loadingMetadata)
+        // Only the query whose type grew was read in full; the others went on from their delta links.
+        let reads = await fixture.server.service.journal.requestHeaders().map(\.request).filter {
+            $0.hasPrefix("GET ") && !$0.contains("$metadata")
+        }
+        let token = v2 ? "!deltatoken=" : "$deltatoken="
+        #expect(reads.contains { $0.contains("BusinessPartners") && !$0.contains(token) }, "\(reads)")
+        #expect(!reads.contains { $0.contains("BusinessPartners") && $0.contains(token) }, "\(reads)")
+        #expect(reads.contains { $0.contains("SalesOrders") && $0.contains(token) }, "\(reads)")
+        #expect(reads.contains { $0.contains("Contacts") && $0.contains(token) }, "\(reads)")
+
+        // The new property reads locally; the queued change is still there, and uploads.
+        let bp1 = try await provider.readEntities("BusinessPartners('BP1')").first
+        #expect(bp1?["Rating"] == .primitive(.int32(5)))
+        let filtered = try await provider.readEntities("BusinessPartners?$filter=Rating eq 5")
+        #expect(filtered.map { string($0, "PartnerID") } == ["BP1"])
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "Phone") == "+49 field")
+        #expect(try await provider.model.entitySet("Warehouses") != nil)
+        #expect(try await provider.isRequestQueueEmpty == false)
+        // A write may use the new property.
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Rating":2}"#.utf8))
+        try await provider.upload()
+        #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "+49 field")
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Rating"] == .number("2"))
+
+        // The next download finds the same $metadata: no change, the usual steps.
+        listener.reset()
+        try await provider.download()
+        #expect(listener.changes.isEmpty)
+        Self.checkProgress(listener.progress, total: Downloader.plan.count, first: .processingDefiningQueries)
+        // The store reopens with the new model.
+        await provider.close()
+        try await provider.open()
+        #expect(try await provider.readEntities("BusinessPartners('BP1')").first?["Rating"] == .primitive(.int32(2)))
+    }
+
+    @Test(arguments: [false, true])
+    func aRemovedPropertyArchivesTheRequestsThatUseItAndReplaysTheRest(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await fixture.provider(v2: v2, delegate: listener)
+        try await provider.open()
+        let contacts = try await provider.readEntities("Contacts?$orderby=ContactID&$top=1")
+        guard case .primitive(.int64(let contact))? = contacts.first?["ContactID"] else {
+            Issue.record("no contact")
+            return
+        }
+        let oldPhone = try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue
+        // 1 uses Email, which goes; 2 changes the same partner after it; 3 and 4 fit.
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Email":"gone@example.com"}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"+1 555"}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "Contacts(\(contact))", body: Array(#"{"FirstName":"Replayed"}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "SalesOrders('SO1')", body: Array(#"{"Note":"kept across the migration"}"#.utf8))
+        let queued = Self.ids(try await provider.readEntities("RequestQueue?$orderby=RequestID"))
+        #expect(queued.count == 4)
+
+        try await fixture.server.service.changeModel(to: Self.salesModel(Self.partnerEmailRemoved))
+        // Another user changes a row meanwhile: the new store has it.
+        #expect(try await fixture.backendSend("PATCH", "SalesOrders('SO2')", #"{"Note":"office"}"#) < 300)
+        listener.reset()
+        try await provider.download()
+
+        let change = try #require(listener.changes.first)
+        #expect(listener.changes.count == 1)
+        #expect(change.kind == .breaking)
+        #expect(change.changes.contains { $0.subject == "Sales.BusinessPartner/Email" && $0.kind == .breaking })
+        #expect(change.archivedRequests == Array(queued.prefix(2)))
+        #expect(change.leftOutDefiningQueries.isEmpty)
+        Self.checkProgress(listener.progress, total: MetadataMigration.breakingPlan.count, first: .loadingMetadata)
+        #expect(listener.failures.map(\.code) == ["MetadataChanged", "DependencyFailed"])
+        #expect(listener.failures.map(\.httpStatus) == [0, 424])
+
+        let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+        #expect(Self.ids(archive) == Array(queued.prefix(2)))
+        #expect(archive.map { string($0, "Code") } == ["MetadataChanged", "DependencyFailed"])
+        #expect(string(archive.first, "Message")?.contains("Email") == true, "\(string(archive.first, "Message") ?? "")")
+        #expect(archive.first?["HTTPStatusCode"] == .null)
+        #expect(archive.last?["HTTPStatusCode"] == .primitive(.int32(424)))
+        // The pending requests keep their IDs and their effect on the new store.
+        let pending = try await provider.readEntities("RequestQueue?$filter=Status eq 'pending'&$orderby=RequestID")
+        #expect(Self.ids(pending) == Array(queued.suffix(2)))
+        #expect(string(try await provider.readEntities("Contacts(\(contact))").first, "FirstName") == "Replayed")
+        #expect(
+            string(try await provider.readEntities("SalesOrders('SO1')").first, "Note") == "kept across the migration")
+        #expect(string(try await provider.readEntities("SalesOrders('SO2')").first, "Note") == "office")
+        #expect(try await provider.readEntities("BusinessPartners('BP1')").first?["Email"] == nil)
+        #expect(try await provider.model.entityType("Sales.BusinessPartner")?.properties.contains { $0.name == "Email" }
+            == false)
+        // Nothing is left of the migration beside the store.
+        let storeFile = fixture.parameters().storeFile
+        #expect(!FileManager.default.fileExists(atPath: StoreFiles.migratingStore(storeFile)))
+        #expect(!FileManager.default.fileExists(atPath: StoreFiles.migrationMarker(storeFile)))
+
+        try await provider.upload()
+        #expect(try await fixture.backend("Contacts(\(contact))")["FirstName"]?.stringValue == "Replayed")
+        #expect(try await fixture.backend("SalesOrders('SO1')")["Note"]?.stringValue == "kept across the migration")
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == oldPhone)
+        #expect(Self.ids(try await provider.readEntities("ErrorArchive")).count == 2)
+        // Deleting the archive rows reverts BP1 to the backend's state.
+        _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(queued[0]))")
+        #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == oldPhone)
+        // The key still opens the store, and later downloads are plain again.
+        await provider.close()
+        try await provider.open()
+        listener.reset()
+        try await provider.download()
+        #expect(listener.changes.isEmpty)
+    }
+
+    @Test(arguments: [false, true])
+    func aRemovedEntitySetLeavesItsQueryOutAndArchivesItsChanges(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await fixture.provider(v2: v2, delegate: listener)
+        try await provider.open()
+        let contacts = try await provider.readEntities("Contacts?$orderby=ContactID&$top=1")
+        guard case .primitive(.int64(let contact))? = contacts.first?["ContactID"] else {
+            Issue.record("no contact")
+            return
+        }
+        _ = try await provider.execute(
+            method: "PATCH", url: "Contacts(\(contact))", body: Array(#"{"FirstName":"Lost set"}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"+33 1"}"#.utf8))
+
+        try await fixture.server.service.changeModel(to: Self.salesModel(Self.contactsRemoved))
+        listener.reset()
+        try await provider.download()
+
+        let change = try #require(listener.changes.first)
+        #expect(change.kind == .breaking)
+        #expect(Array(change.leftOutDefiningQueries.keys) == ["Contacts"])
+        #expect(change.leftOutDefiningQueries["Contacts"]?.contains("Contacts") == true)
+        #expect(change.archivedRequests.count == 1)
+        let archive = try await provider.readEntities("ErrorArchive")
+        #expect(archive.map { string($0, "Code") } == ["MetadataChanged"])
+        #expect(string(archive.first, "Message")?.contains("Contacts") == true)
+        #expect(await provider.definingQueries.map(\.name) == ["Partners", "Orders"])
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "Phone") == "+33 1")
+        #expect(try await provider.readEntities("SalesOrders").count > 0)
+
+        try await provider.upload()
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "+33 1")
+        // The app still defines the query at its next start: it stays out, said so, and the
+        // rest of the store keeps downloading.
+        await provider.close()
+        let again = try await fixture.provider(v2: v2, delegate: listener)
+        try await again.open()
+        listener.reset()
+        try await again.download()
+        #expect(listener.changes.isEmpty)
+        #expect(string(try await again.readEntities("BusinessPartners('BP2')").first, "Phone") == "+33 1")
+    }
+}
