@@ -110,7 +110,12 @@ public final class Gateway: Sendable {
                 }
                 return try await answerTracked(tracked, request: request, backend: backend, model: model)
             }
-            return try await forward(request, backend: backend)
+            let answer = try await forward(request, backend: backend)
+            if request.method == "GET", request.target.hasPrefix("$metadata"), answer.status == 200 {
+                // A device checks $metadata at every download: a change reaches the gateway too.
+                _ = try? await models.learn(answer.body, for: backend.url)
+            }
+            return answer
         } catch let answer as BackendAnswer {
             return rewritten(answer.response, backend: backend, gatewayRoot: request.gatewayRoot)
         } catch let error as GatewayError {
@@ -731,12 +736,23 @@ actor CredentialCheck {
     }
 }
 
-/// Each backend's model, read from its `$metadata` once per process.
+/// Each backend's model, read from its `$metadata`. A backend's `$metadata` can change under
+/// the gateway (SPEC §14): every `$metadata` a device reads through this instance is compared
+/// with the one kept (by its bytes first), and a model older than `maximumAge` is read again.
 actor ModelCache {
-    private var models: [String: Model] = [:]
+    private struct Entry {
+        var model: Model
+        /// The bytes of the `$metadata` the model was read from, hashed.
+        var digest: Int
+        var read: ContinuousClock.Instant
+    }
+
+    private var models: [String: Entry] = [:]
+    /// How long a model is used before the backend's `$metadata` is read again.
+    static let maximumAge: Duration = .seconds(300)
 
     func model(for backend: GatewayBackend, authorization: String?, gateway: Gateway) async throws -> Model {
-        if let model = models[backend.url] { return model }
+        if let entry = models[backend.url], ContinuousClock.now - entry.read < Self.maximumAge { return entry.model }
         var headers = HTTPHeaders()
         headers["Accept"] = "application/xml"
         if let authorization = authorization ?? backend.sharedAuthorization { headers["Authorization"] = authorization }
@@ -745,13 +761,25 @@ actor ModelCache {
             TransportRequest(method: "GET", url: backend.url + "$metadata", headers: headers),
             timeout: gateway.configuration.backendTimeout)
         guard response.status == 200 else { throw BackendAnswer(response: response) }
+        return try learn(response.body, for: backend.url)
+    }
+
+    /// Takes the `$metadata` a device just read from the backend through the gateway: a model
+    /// that differs from the one kept replaces it. Returns the model now kept.
+    @discardableResult
+    func learn(_ body: [UInt8], for backend: String) throws -> Model {
+        let digest = body.hashValue
+        if let entry = models[backend], entry.digest == digest {
+            models[backend]?.read = .now
+            return entry.model
+        }
         let model: Model
         do {
-            model = try MetadataParser().parse(Data(response.body))
+            model = try MetadataParser().parse(Data(body))
         } catch {
             throw GatewayError(status: 502, code: "BackendMetadata", "The backend's $metadata does not parse: \(error)")
         }
-        models[backend.url] = model
+        models[backend] = Entry(model: model, digest: digest, read: .now)
         return model
     }
 }
