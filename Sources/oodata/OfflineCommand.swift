@@ -11,6 +11,7 @@ final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
     private let terminal = isatty(STDOUT_FILENO) == 1
     private var lastLine = ""
     private(set) var failures: [OfflineODataFailedRequest] = []
+    private(set) var metadataChanges: [OfflineODataMetadataChange] = []
 
     func offlineODataProvider(didUpdate progress: OfflineODataProgress) {
         lock.withLock {
@@ -31,6 +32,35 @@ final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
 
     func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {
         lock.withLock { failures.append(request) }
+    }
+
+    func offlineODataProvider(_ provider: OfflineODataProvider, didChangeMetadata change: OfflineODataMetadataChange) {
+        lock.withLock { metadataChanges.append(change) }
+    }
+
+    /// What a migration to a changed `$metadata` did, for people (SPEC §14).
+    static func describe(_ change: OfflineODataMetadataChange) -> [String] {
+        var lines: [String] = []
+        switch change.kind {
+        case .additive:
+            lines.append("the backend's $metadata changed (additive): the store was migrated in place")
+        case .breaking:
+            lines.append(
+                "the backend's $metadata changed (breaking): a new store was downloaded and the queue replayed onto it")
+        }
+        for item in change.changes { lines.append("  \(item.kind.rawValue): \(item.what)") }
+        if !change.reReadDefiningQueries.isEmpty {
+            lines.append("  read again in full: " + change.reReadDefiningQueries.joined(separator: ", "))
+        }
+        for (name, problem) in change.leftOutDefiningQueries.sorted(by: { $0.key < $1.key }) {
+            lines.append("  defining query \(name) left out: \(problem)")
+        }
+        if !change.archivedRequests.isEmpty {
+            lines.append(
+                "  \(change.archivedRequests.count) queued requests no longer fit and are in the ErrorArchive (requests "
+                    + change.archivedRequests.map(String.init).joined(separator: ", ") + "); see `oodata offline errors`")
+        }
+        return lines
     }
 
     /// Ends a progress bar line.
@@ -55,6 +85,9 @@ struct OfflineStoreOptions: ParsableArguments {
     @Flag(name: .customLong("no-server-store"),
           help: "A first open through a sync gateway pages, even when the gateway offers a store file.")
     var noServerStore = false
+    @Flag(name: .customLong("check-metadata"),
+          help: "Opening an existing store also checks the backend's $metadata and migrates the store (SPEC §14).")
+    var checkMetadata = false
     @Option(help: ArgumentHelp("HTTP Basic user; the password comes from --password or $OODATA_PASSWORD.", valueName: "USER")) var user: String?
     @Option(help: "HTTP Basic password (prefer $OODATA_PASSWORD: a command line is visible to other users).") var password: String?
     @Option(help: ArgumentHelp("A bearer token to send (or $OODATA_BEARER_TOKEN).", valueName: "TOKEN")) var bearerToken: String?
@@ -85,6 +118,7 @@ struct OfflineStoreOptions: ParsableArguments {
         parameters.backendSupportsBatch = !noBatch
         parameters.csrfProtection = !noCSRF
         parameters.acceptsServerBuiltStore = !noServerStore
+        parameters.checksMetadataAtOpen = checkMetadata
         parameters.urlSuffix = urlSuffix
         parameters.authenticator = try credentials().map { StaticCredentials($0) }
         for header in headers {
@@ -200,9 +234,15 @@ struct OfflineCommand: AsyncParsableCommand {
             }
             try await provider.open()
             printer.finish()
+            for change in printer.metadataChanges {
+                for line in ProgressPrinter.describe(change) { print(line) }
+            }
             for query in await provider.currentDefiningQueries {
                 let set = query.query.split(separator: "?").first.map(String.init) ?? query.query
-                let count = try await provider.read("\(set)/$count")
+                guard let count = try? await provider.read("\(set)/$count") else {
+                    print("\(query.name): left out (it does not bind to the backend's $metadata)")
+                    continue
+                }
                 if case .count(let n) = count { print("\(query.name): \(n) \(set)") }
                 if let known, !known.contains(query.name) {
                     FileHandle.standardError.write(Data(
@@ -366,6 +406,9 @@ struct OfflineCommand: AsyncParsableCommand {
             let provider = try await options.provider(printer)
             try await provider.download(definingQueries: queries.isEmpty ? nil : queries)
             printer.finish()
+            for change in printer.metadataChanges {
+                for line in ProgressPrinter.describe(change) { print(line) }
+            }
             let last = try await provider.readEntities("EventLog?$orderby=ID desc&$top=1").first
             if case .primitive(.string(let details))? = last?["Details"] { print("download done: \(details)") }
             await provider.close()

@@ -7,7 +7,9 @@ import NIOCore
 import ODataCore
 
 /// Puts an ``ODataService`` on Hummingbird: V4 at `/odata/v4/`, V2 at `/odata/v2/`, the
-/// fault-injection endpoint at `/_faults` (loopback only), and `/support/stores` for stores that
+/// fault-injection endpoint at `/_faults` and the model switch at `/_model` (loopback only, for
+/// tests: `PUT` a CSDL document and the service follows it, see ``ODataService/changeModel(to:)``),
+/// and `/support/stores` for stores that
 /// offline clients send for support (when the service has a support directory).
 public enum ODataHTTPServer {
     /// The application serving `service` on `host`:`port` (port 0 picks a free port).
@@ -53,6 +55,8 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
             rootPath = "/odata/v2/"
         } else if path == "/_faults" && allowFaultEndpoint {
             return try await faults(input)
+        } else if path == "/_model" && allowFaultEndpoint {
+            return try await changeModel(input)
         } else if path == "/support/stores" || path.hasPrefix("/support/stores/") {
             return try await SupportStores(directory: service.options.supportDirectory, maxBodyBytes: service.options.maxBodyBytes).handle(input)
         } else {
@@ -120,6 +124,28 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
             })
         }
         return Response(status: .init(code: response.status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: response.body)))
+    }
+
+    /// `PUT /_model` with a CSDL document: the service changes its model (SPEC §14 tests).
+    private func changeModel(_ input: Request) async throws -> Response {
+        guard input.method == .put || input.method == .post else { return Response(status: .methodNotAllowed) }
+        var request = input
+        let body = try await request.collectBody(upTo: service.options.maxBodyBytes)
+        func refusal(_ text: String) -> Response {
+            Response(status: .badRequest, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
+        }
+        let model: Model
+        do {
+            model = try MetadataParser().parse(Data(body.readableBytesView))
+        } catch {
+            return refusal("The body must be a CSDL document: \(error)")
+        }
+        do {
+            try await service.changeModel(to: model)
+        } catch {
+            return refusal("The service cannot change to that model in place: \(error)")
+        }
+        return Response(status: .noContent)
     }
 
     private func faults(_ input: Request) async throws -> Response {

@@ -42,6 +42,11 @@ public struct OfflineODataParameters: Sendable {
     /// (built on the server from the rows it keeps), checks it and encrypts it with
     /// ``storeEncryptionKey``, instead of paging through every defining query. False always pages.
     public var acceptsServerBuiltStore = true
+    /// Whether ``OfflineODataProvider/open()`` of an existing store also checks the backend's
+    /// `$metadata` and migrates the store when it changed, as every download does (SPEC §14).
+    /// An open that cannot reach the backend still opens the store (the check is logged as
+    /// failed and the next download makes it). False: only downloads check.
+    public var checksMetadataAtOpen = false
     /// How often, in milliseconds, the status of an upload or download running on a sync
     /// gateway is pulled and reported as the gateway's steps (SAP's `cloudProgressPullInterval`;
     /// never below 500). Only through a gateway: a plain backend is never asked.

@@ -353,11 +353,46 @@ public actor OfflineODataProvider {
         } else if FileManager.default.fileExists(atPath: path) {
             operationSummary["store"] = "opened"
             try await openExisting(path)
+            if parameters.checksMetadataAtOpen { await followMetadataAtOpen(path) }
         } else {
             operationSummary["store"] = "created"
             try await createAndFill(path)
         }
         operationSummary["defining-queries"] = .stringConvertible(definingQueries.count)
+    }
+
+    /// Checks the backend's `$metadata` when an existing store opens and migrates the store when
+    /// it changed (``OfflineODataParameters/checksMetadataAtOpen``). Any failure leaves the
+    /// store open as it was: it is logged, and the next download checks again.
+    private func followMetadataAtOpen(_ path: String) async {
+        do {
+            guard let opened = store, let fetched = try await MetadataMigration.check(store: opened, on: self) else {
+                return
+            }
+            let change: OfflineODataMetadataChange
+            if fetched.isBreaking {
+                let progress = reporter(.open, MetadataMigration.breakingPlan)
+                report(progress, .loadingMetadata)
+                change = try await MetadataMigration.rebuild(fetched, old: opened, progress: progress, on: self)
+            } else {
+                let progress = reporter(.open, [.loadingMetadata, .buildingEntityStore])
+                report(progress, .loadingMetadata)
+                report(progress, .buildingEntityStore)
+                let migrated: Store
+                (migrated, change) = try await MetadataMigration.migrateInPlace(
+                    fetched, store: opened, queries: definingQueries)
+                store = migrated
+                serviceVersion = migrated.model.version
+                coveredSetsCache = nil
+            }
+            operationSummary["metadata"] = .string(change.summary)
+            emit(.metadataChanged(change))
+        } catch {
+            logger.warning(
+                "Checking the backend's $metadata at open failed; the store opened as it was",
+                metadata: ["error": .string("\(error)")])
+            if store == nil { try? await openExisting(path) }
+        }
     }
 
     /// A store whose first fill never finished is made again from the defining queries; a
