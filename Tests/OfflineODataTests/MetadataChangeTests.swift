@@ -296,4 +296,122 @@ import Testing
         #expect(listener.changes.isEmpty)
         #expect(string(try await again.readEntities("BusinessPartners('BP2')").first, "Phone") == "+33 1")
     }
+
+    @Test(arguments: [false, true])
+    func aRetypedKeyBuildsANewStoreAndArchivesTheRequestsThatNameTheOldKey(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await fixture.provider(v2: v2, delegate: listener)
+        try await provider.open()
+        let contacts = try await provider.readEntities("Contacts?$orderby=ContactID&$top=1")
+        guard case .primitive(.int64(let contact))? = contacts.first?["ContactID"] else {
+            Issue.record("no contact")
+            return
+        }
+        _ = try await provider.execute(
+            method: "PATCH", url: "Contacts(\(contact))", body: Array(#"{"FirstName":"Old key"}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"+44 2"}"#.utf8))
+
+        // The backend restarts on the same port with contacts keyed by text, and the same data.
+        let port = fixture.server.port
+        await fixture.server.stop()
+        let model = try Self.salesModel([
+            (
+                #"<Property Name="ContactID" Type="Edm.Int64" Nullable="false"/>"#,
+                #"<Property Name="ContactID" Type="Edm.String" Nullable="false"/>"#
+            )
+        ])
+        let store = try await Store.create(
+            path: fixture.directory.appendingPathComponent("backend-retyped.sqlite").path, model: model)
+        var options = ODataService.Options()
+        options.pageSize = 20
+        let service = try await ODataService.open(store: store, options: options)
+        try await service.load(
+            SalesSample.data(scale: 3).map { set, entities in
+                guard set == "Contacts" else { return (set, entities) }
+                return (
+                    set,
+                    entities.map { entity in
+                        var entity = entity
+                        if case .primitive(.int64(let id))? = entity["ContactID"] {
+                            entity["ContactID"] = .primitive(.string("C\(id)"))
+                        }
+                        return entity
+                    }
+                )
+            })
+        // The port can stay taken for a moment after the old server stopped.
+        var started: EmbeddedServer?
+        for _ in 0..<50 where started == nil {
+            started = try? await EmbeddedServer.start(service, port: port)
+            if started == nil { try await Task.sleep(nanoseconds: 100_000_000) }
+        }
+        let restarted = try #require(started, "the backend could not listen on port \(port) again")
+        defer {
+            Task {
+                await restarted.stop()
+                store.close()
+            }
+        }
+        listener.reset()
+        try await provider.download()
+
+        let change = try #require(listener.changes.first)
+        #expect(change.kind == .breaking)
+        #expect(change.changes.contains { $0.subject.hasPrefix("Sales.Contact") && $0.kind == .breaking }, "\(change)")
+        let archive = try await provider.readEntities("ErrorArchive")
+        #expect(archive.map { string($0, "Code") } == ["MetadataChanged"])
+        // A V2 store keeps the URL with the key in V2's form.
+        #expect(string(archive.first, "RequestURL") == "Contacts(\(contact)\(v2 ? "L" : ""))")
+        #expect(string(try await provider.readEntities("Contacts('C\(contact)')").first, "FirstName") != nil)
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "Phone") == "+44 2")
+        try await provider.upload()
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "+44 2")
+        _ = try await provider.execute(
+            method: "PATCH", url: "Contacts('C\(contact)')", body: Array(#"{"FirstName":"New key"}"#.utf8))
+        try await provider.upload()
+        #expect(try await fixture.backend("Contacts('C\(contact)')")["FirstName"]?.stringValue == "New key")
+    }
+
+    @Test(arguments: [false, true])
+    func aNewRequiredPropertyArchivesTheCreatesMadeWithoutIt(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await fixture.provider(v2: v2, delegate: listener)
+        try await provider.open()
+        _ = try await provider.execute(
+            method: "POST", url: "BusinessPartners",
+            body: Array(#"{"PartnerID":"BPNEW","CompanyName":"Made offline"}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BPNEW')", body: Array(#"{"Phone":"+1 new"}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"+1 old"}"#.utf8))
+
+        try await fixture.server.service.changeModel(
+            to: Self.salesModel([
+                (Self.partnerPhone, Self.partnerPhone + #"<Property Name="Region" Type="Edm.String" Nullable="false"/>"#)
+            ]))
+        // The backend fills the new property of every partner it has.
+        let partners = try await fixture.backend("BusinessPartners?$select=PartnerID")["value"]?.arrayValue ?? []
+        #expect(!partners.isEmpty)
+        for partner in partners {
+            let id = partner["PartnerID"]?.stringValue ?? "?"
+            #expect(try await fixture.backendSend("PATCH", "BusinessPartners('\(id)')", #"{"Region":"EMEA"}"#) < 300)
+        }
+        listener.reset()
+        try await provider.download()
+
+        let change = try #require(listener.changes.first)
+        #expect(change.kind == .breaking)
+        let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+        #expect(archive.map { string($0, "Code") } == ["MetadataChanged", "DependencyFailed"])
+        #expect(string(archive.first, "Message")?.contains("Region") == true, "\(string(archive.first, "Message") ?? "")")
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Region") == "EMEA")
+        try await provider.upload()
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "+1 old")
+        #expect(try await fixture.backend("BusinessPartners?$filter=PartnerID eq 'BPNEW'")["value"]?.arrayValue?.count == 0)
+    }
 }

@@ -17,6 +17,8 @@ public final class EmbeddedServer: Sendable {
     /// Whether the server made its service's store (``sales(at:scale:pageSize:faults:supportDirectory:configure:)``)
     /// and closes it when it stops; a service passed to ``start(_:)`` stays open for its owner.
     private let ownsStore: Bool
+    /// Whether ``stop()`` was called (a second call returns at once).
+    private let stopped = Locked(false)
 
     private init(port: Int, service: ODataService, task: Task<Void, any Error>, group: ServiceGroup, ownsStore: Bool) {
         self.port = port
@@ -49,7 +51,12 @@ public final class EmbeddedServer: Sendable {
         configuration.maximumGracefulShutdownDuration = .seconds(2)
         let group = ServiceGroup(configuration: configuration)
         let task = Task { try await group.run() }
-        let port = await box.wait()
+        // A server that cannot start (its port is taken) ends without calling back.
+        Task {
+            let result = await task.result
+            await box.fail(result.failure ?? StartFailure(message: "The server stopped before it listened"))
+        }
+        let port = try await box.wait()
         return EmbeddedServer(port: port, service: service, task: task, group: group, ownsStore: ownsStore)
     }
 
@@ -73,25 +80,55 @@ public final class EmbeddedServer: Sendable {
     /// Stops the server and waits until it has. A server that made its store closes it (the
     /// files stay): its open files do not outlive it.
     public func stop() async {
+        let first = stopped.withLock { stopped in
+            defer { stopped = true }
+            return !stopped
+        }
+        guard first else { return }
         await group.triggerGracefulShutdown()
         _ = await task.result
         if ownsStore { service.store.close() }
     }
 }
 
-/// Hands the port from the start-up callback to `start`.
+/// Why an embedded server did not start.
+struct StartFailure: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}
+
+extension Result {
+    fileprivate var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+}
+
+/// Hands the port from the start-up callback to `start`, or the error that kept the server
+/// from starting.
 private actor PortWaiter {
     private var port: Int?
-    private var waiters: [CheckedContinuation<Int, Never>] = []
+    private var error: (any Error)?
+    private var waiters: [CheckedContinuation<Int, any Error>] = []
 
     func set(_ value: Int) {
+        guard port == nil, error == nil else { return }
         port = value
         for waiter in waiters { waiter.resume(returning: value) }
         waiters = []
     }
 
-    func wait() async -> Int {
+    /// The server ended (or failed to start); a start still waiting throws `error`.
+    func fail(_ error: any Error) {
+        guard port == nil, self.error == nil else { return }
+        self.error = error
+        for waiter in waiters { waiter.resume(throwing: error) }
+        waiters = []
+    }
+
+    func wait() async throws -> Int {
         if let port { return port }
-        return await withCheckedContinuation { waiters.append($0) }
+        if let error { throw error }
+        return try await withCheckedThrowingContinuation { waiters.append($0) }
     }
 }

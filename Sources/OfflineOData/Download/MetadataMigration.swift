@@ -332,7 +332,9 @@ struct CarriedState: Sendable {
         var requests = try RequestQueue.load(connection, statuses: ["pending", "failed"])
         var problems: [Int64: String] = [:]
         for request in requests where !request.failed {
-            if let problem = Self.problem(of: request, model: model, serviceRoot: serviceRoot, keyMap: keyMap) {
+            if let problem = Self.problem(
+                of: request, model: model, oldModel: oldModel, serviceRoot: serviceRoot, keyMap: keyMap)
+            {
                 problems[request.id] = problem
             }
         }
@@ -394,8 +396,10 @@ struct CarriedState: Sendable {
     }
 
     /// Why a queued request does not fit `model` (its set, key, a property or a value), or nil.
+    /// A create, or a PUT that replaces the entity, must also give every property that `model`
+    /// requires and `oldModel` did not (a non-nullable property added): it was made without it.
     static func problem(
-        of request: QueuedRequest, model: Model, serviceRoot: String, keyMap: [String: String]
+        of request: QueuedRequest, model: Model, oldModel: Model, serviceRoot: String, keyMap: [String: String]
     ) -> String? {
         if let set = request.entitySet, model.entitySet(set) == nil {
             return "the entity set \(set) is no longer in the backend's $metadata"
@@ -407,7 +411,22 @@ struct CarriedState: Sendable {
                     change.target.navigation.flatMap {
                         model.targetEntitySet(from: change.target.entitySet, navigationPath: $0)?.name
                     } ?? change.target.entitySet
-                if let type = model.entityType(ofEntitySet: set) { try model.checkWritable(entity, as: type.qualifiedName) }
+                if let type = model.entityType(ofEntitySet: set) {
+                    try model.checkWritable(entity, as: type.qualifiedName)
+                    if request.method == "POST" || request.method == "PUT" {
+                        let before = Set(
+                            oldModel.entityType(type.qualifiedName).map { old in
+                                oldModel.entityTypeChain(old).flatMap(\.properties).map(\.name)
+                            } ?? [])
+                        let required = model.entityTypeChain(type).flatMap(\.properties).filter { property in
+                            !property.nullable && !before.contains(property.name) && property.facets.defaultValue == nil
+                        }
+                        if let missing = required.first(where: { entity[$0.name] == nil }) {
+                            return "\(type.qualifiedName)/\(missing.name) is now required (not nullable) and the "
+                                + "request does not give it"
+                        }
+                    }
+                }
             }
             return nil
         } catch let error as OfflineODataError {
