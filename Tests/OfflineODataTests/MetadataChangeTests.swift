@@ -414,4 +414,61 @@ import Testing
         #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "+1 old")
         #expect(try await fixture.backend("BusinessPartners?$filter=PartnerID eq 'BPNEW'")["value"]?.arrayValue?.count == 0)
     }
+
+    @Test(arguments: [false, true])
+    func generatedTypesAndLiveQueriesKeepWorkingAcrossMigrations(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        let service = try await DataService(provider)
+        let live = Collector(service.observe(url: "BusinessPartners?$filter=PartnerID eq 'BP1'"))
+        try await live.wait(for: 1)
+        @Sendable func last() -> Entity? {
+            guard case .collection(let collection)? = live.all.last else { return nil }
+            return collection.entities.first
+        }
+        /// The generated types (made from the old $metadata) read BP1 and change its phone.
+        func typedUpdate(_ phone: String) async throws {
+            if v2 {
+                let set = SalesV2.SalesService.businessPartners
+                let read = try await service.get(set, key: .init(partnerID: "BP1"))
+                #expect(read?.partnerID == "BP1")
+                try await service.update(set, key: .init(partnerID: "BP1")) { $0.phone = phone }
+            } else {
+                let set = SalesV4.SalesService.businessPartners
+                let read = try await service.get(set, key: .init(partnerID: "BP1"))
+                #expect(read?.partnerID == "BP1")
+                try await service.update(set, key: .init(partnerID: "BP1")) { $0.phone = phone }
+            }
+        }
+
+        // Additive: the live query delivers the new property; the generated types ignore it on
+        // read, and their update keeps it (only what changed is sent).
+        try await fixture.server.service.changeModel(to: Self.salesModel(Self.additive))
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP1')", #"{"Rating":5}"#) < 300)
+        try await provider.download()
+        #expect(try await eventually { last()?["Rating"] == .primitive(.int32(5)) })
+        try await typedUpdate("typed")
+        #expect(try await eventually { string(last(), "Phone") == "typed" })
+        try await provider.upload()
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Rating"] == .number("5"))
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "typed")
+
+        // Breaking: the store is replaced; the same live query goes on delivering from the new
+        // one, and the generated types still read and write (their Email is now absent).
+        try await fixture.server.service.changeModel(
+            to: Self.salesModel(Self.additive + Self.partnerEmailRemoved))
+        let before = live.all.count
+        try await provider.download()
+        #expect(try await eventually { live.all.count > before })
+        #expect(last()?["Email"] == nil)
+        #expect(last()?["Rating"] == .primitive(.int32(5)))
+        try await typedUpdate("typed again")
+        #expect(try await eventually { string(last(), "Phone") == "typed again" })
+        #expect(live.error == nil)
+        try await provider.upload()
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "typed again")
+        live.cancel()
+    }
 }
