@@ -113,9 +113,14 @@ import Testing
         // A change waits in the queue across the migration and the full read of its set.
         _ = try await provider.execute(
             method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"+49 field"}"#.utf8))
-        // Nothing changed yet: a download reads $metadata and goes on as before.
+        // Nothing changed yet: a download asks for $metadata conditionally (the backend gave
+        // an ETag), gets 304, and goes on as before.
+        await fixture.server.service.journal.clear()
         try await provider.download()
         #expect(listener.changes.isEmpty)
+        let asked = await fixture.server.service.journal.requestHeaders().filter { $0.request.hasPrefix("GET $metadata") }
+        #expect(asked.count == 1)
+        #expect(asked.first?.headers["If-None-Match"]?.hasPrefix("\"md-") == true)
         Self.checkProgress(listener.progress, total: Downloader.plan.count, first: .processingDefiningQueries)
 
         try await fixture.server.service.changeModel(to: Self.salesModel(Self.additive))
@@ -470,5 +475,26 @@ import Testing
         try await provider.upload()
         #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "typed again")
         live.cancel()
+    }
+
+    @Test(arguments: [false, true])
+    func withoutAnETagTheDownloadComparesTheContentHash(v2: Bool) async throws {
+        let fixture = try await Fixture.start(configure: { $0.sendsETags = false })
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await fixture.provider(v2: v2, delegate: listener)
+        try await provider.open()
+        await fixture.server.service.journal.clear()
+        try await provider.download()
+        #expect(listener.changes.isEmpty)
+        let asked = await fixture.server.service.journal.requestHeaders().filter { $0.request.hasPrefix("GET $metadata") }
+        #expect(asked.count == 1)
+        #expect(asked.first?.headers["If-None-Match"] == nil)
+        try await fixture.server.service.changeModel(to: Self.salesModel(Self.additive))
+        try await provider.download()
+        #expect(listener.changes.map(\.kind) == [.additive])
+        listener.reset()
+        try await provider.download()
+        #expect(listener.changes.isEmpty)
     }
 }

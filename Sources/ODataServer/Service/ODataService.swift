@@ -113,6 +113,16 @@ public final class ODataService: Sendable {
         current.withLock { $0 = migrated }
     }
 
+    /// The ETag of a `$metadata` document: an FNV-1a hash of its bytes, the same in every process.
+    static func metadataETag(_ body: [UInt8]) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in body {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        return "\"md-" + String(hash, radix: 16) + "\""
+    }
+
     static func newETag() -> String { "W/\"\(GuidValue.random().description.prefix(18))\"" }
 
     // MARK: Handling
@@ -264,7 +274,17 @@ public final class ODataService: Sendable {
             headers["Content-Type"] = "application/xml"
             headers[request.isV2 ? "DataServiceVersion" : "OData-Version"] = request.isV2 ? "2.0" : "4.0"
             let writer = MetadataWriter()
-            return ServiceResponse(status: 200, headers: headers, body: Array((request.isV2 ? writer.v2(model) : writer.v4(model)).utf8))
+            let body = Array((request.isV2 ? writer.v2(model) : writer.v4(model)).utf8)
+            // A backend with ETags gives $metadata one too, so that clients can check it with
+            // a conditional request at every download (SPEC §14).
+            guard options.sendsETags else { return ServiceResponse(status: 200, headers: headers, body: body) }
+            let etag = Self.metadataETag(body)
+            headers["ETag"] = etag
+            if let asked = request.headers["If-None-Match"],
+               asked.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag || $0 == "*" }) {
+                return ServiceResponse(status: 304, headers: headers)
+            }
+            return ServiceResponse(status: 200, headers: headers, body: body)
         case ("POST", "$batch"):
             return try await batch(request)
         case (_, "$batch"), (_, "$metadata"):
