@@ -23,6 +23,30 @@ extension CLITests {
         #expect(status == 204, "PUT /_model: \(status) \(String(decoding: data, as: UTF8.self))")
     }
 
+    /// Runs `oodata arguments`, waits until `condition` holds (at most 30 s), then kills it with
+    /// SIGKILL after `milliseconds`. Returns whether the process was still running when the
+    /// condition held.
+    func runKilled(
+        _ arguments: [String], when condition: @escaping @Sendable () -> Bool, afterMilliseconds milliseconds: Int
+    ) async throws -> Bool {
+        let tool = try #require(Self.binary, "oodata was not built next to the tests")
+        return try await offPool {
+            let process = Process()
+            process.executableURL = tool
+            process.arguments = arguments
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try ProcessLaunch.run(process)
+            let deadline = Date().addingTimeInterval(30)
+            while !condition(), process.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
+            let held = condition() && process.isRunning
+            Thread.sleep(forTimeInterval: Double(milliseconds) / 1000)
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            return held
+        }
+    }
+
     @Test(arguments: [false, true])
     func killNineDuringAMetadataMigrationLosesNoQueuedChange(v2: Bool) async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-mdcrash-\(UUID().uuidString)")
@@ -51,9 +75,11 @@ extension CLITests {
             "--define", "C=Contacts",
         ]
         var timing: [Bool: Int] = [:]
-        // Kills cut the download at these fractions of its uncut time; breaking ones that left
-        // the migration marker were cut inside the migration.
+        // Additive kills cut the download at these fractions of its uncut time (the migration
+        // is one transaction inside it); breaking ones come once the migration's marker exists,
+        // after these delays (the new store's download, the carry-over, the rename).
         let fractions = [0.3, 0.45, 0.6, 0.75, 0.9]
+        let delays = [0, 40, 120, 250, 500]
         var insideBreakingMigration = 0
         for run in 0..<12 {
             let isBreaking = run % 2 == 1
@@ -75,11 +101,16 @@ extension CLITests {
             #expect(updated.status == 0, "\(updated.err)")
             try await switchModel(v4Root, isBreaking ? breaking : additive)
             if let time = timing[isBreaking] {
-                let fraction = fractions[(run / 2 - 1) % fractions.count]
-                try await runKilledOffPool(
-                    ["offline", "download"] + store, afterMilliseconds: max(1, Int(Double(time) * fraction)))
-                if isBreaking, FileManager.default.fileExists(atPath: path + "-migration") {
-                    insideBreakingMigration += 1
+                let round = (run / 2 - 1) % fractions.count
+                if isBreaking {
+                    let marker = path + "-migration"
+                    let inside = try await runKilled(
+                        ["offline", "download"] + store, when: { FileManager.default.fileExists(atPath: marker) },
+                        afterMilliseconds: min(delays[round], time))
+                    if inside { insideBreakingMigration += 1 }
+                } else {
+                    try await runKilledOffPool(
+                        ["offline", "download"] + store, afterMilliseconds: max(1, Int(Double(time) * fractions[round])))
                 }
                 let again = try await runOffPool(["offline", "download"] + store)
                 #expect(again.status == 0, "run \(run): \(again.err)")
@@ -117,6 +148,6 @@ extension CLITests {
                 #expect(first["Email"] as? String == "\(tag)@example.com", "run \(run): \(first)")
             }
         }
-        #expect(insideBreakingMigration > 0, "no kill landed inside a breaking migration")
+        #expect(insideBreakingMigration == delays.count, "kills inside a breaking migration: \(insideBreakingMigration)")
     }
 }
