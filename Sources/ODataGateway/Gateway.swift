@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import PostgresNIO
 public import Logging
@@ -742,8 +743,8 @@ actor CredentialCheck {
 actor ModelCache {
     private struct Entry {
         var model: Model
-        /// The bytes of the `$metadata` the model was read from, hashed.
-        var digest: Int
+        /// The SHA-256 of the `$metadata` the model was read from.
+        var digest: String
         var read: ContinuousClock.Instant
     }
 
@@ -752,23 +753,36 @@ actor ModelCache {
     static let maximumAge: Duration = .seconds(300)
 
     func model(for backend: GatewayBackend, authorization: String?, gateway: Gateway) async throws -> Model {
-        if let entry = models[backend.url], ContinuousClock.now - entry.read < Self.maximumAge { return entry.model }
-        var headers = HTTPHeaders()
-        headers["Accept"] = "application/xml"
-        if let authorization = authorization ?? backend.sharedAuthorization { headers["Authorization"] = authorization }
-        gateway.metrics.backendRequests("metadata").increment()
-        let response = try await gateway.transport.send(
-            TransportRequest(method: "GET", url: backend.url + "$metadata", headers: headers),
-            timeout: gateway.configuration.backendTimeout)
-        guard response.status == 200 else { throw BackendAnswer(response: response) }
-        return try learn(response.body, for: backend.url)
+        let kept = models[backend.url]
+        if let kept, ContinuousClock.now - kept.read < Self.maximumAge { return kept.model }
+        do {
+            var headers = HTTPHeaders()
+            headers["Accept"] = "application/xml"
+            if let authorization = authorization ?? backend.sharedAuthorization {
+                headers["Authorization"] = authorization
+            }
+            gateway.metrics.backendRequests("metadata").increment()
+            let response = try await gateway.transport.send(
+                TransportRequest(method: "GET", url: backend.url + "$metadata", headers: headers),
+                timeout: gateway.configuration.backendTimeout)
+            guard response.status == 200 else { throw BackendAnswer(response: response) }
+            return try learn(response.body, for: backend.url)
+        } catch {
+            // A model read before goes on serving while the backend's $metadata cannot be read
+            // again (it is tried again at the next request).
+            guard let kept else { throw error }
+            gateway.logger.warning(
+                "Reading the backend's $metadata again failed; the model read before is used",
+                metadata: ["backend": .string(backend.url), "error": .string("\(error)")])
+            return kept.model
+        }
     }
 
     /// Takes the `$metadata` a device just read from the backend through the gateway: a model
     /// that differs from the one kept replaces it. Returns the model now kept.
     @discardableResult
     func learn(_ body: [UInt8], for backend: String) throws -> Model {
-        let digest = body.hashValue
+        let digest = GatewayStore.hex(SHA256.hash(data: body))
         if let entry = models[backend], entry.digest == digest {
             models[backend]?.read = .now
             return entry.model

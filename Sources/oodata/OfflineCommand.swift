@@ -44,6 +44,8 @@ final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
         switch change.kind {
         case .additive:
             lines.append("the backend's $metadata changed (additive): the store was migrated in place")
+        case .neutral:
+            lines.append("the backend's $metadata changed, not in anything the store keeps: it follows the new model")
         case .breaking:
             lines.append(
                 "the backend's $metadata changed (breaking): a new store was downloaded and the queue replayed onto it")
@@ -56,9 +58,10 @@ final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
             lines.append("  defining query \(name) left out: \(problem)")
         }
         if !change.archivedRequests.isEmpty {
+            let ids = change.archivedRequests.map(String.init).joined(separator: ", ")
             lines.append(
-                "  \(change.archivedRequests.count) queued requests no longer fit and are in the ErrorArchive (requests "
-                    + change.archivedRequests.map(String.init).joined(separator: ", ") + "); see `oodata offline errors`")
+                "  \(change.archivedRequests.count) queued requests no longer fit and are in the ErrorArchive "
+                    + "(requests \(ids)); see `oodata offline errors`")
         }
         return lines
     }

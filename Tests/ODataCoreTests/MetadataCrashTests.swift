@@ -3,7 +3,7 @@ import InteropSupport
 import Testing
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// Issue 38: `kill -9` of `oodata offline download` while it migrates the store to a changed
@@ -23,33 +23,10 @@ extension CLITests {
         #expect(status == 204, "PUT /_model: \(status) \(String(decoding: data, as: UTF8.self))")
     }
 
-    /// Runs `oodata arguments`, waits until `condition` holds (at most 30 s), then kills it with
-    /// SIGKILL after `milliseconds`. Returns whether the process was still running when the
-    /// condition held.
-    func runKilled(
-        _ arguments: [String], when condition: @escaping @Sendable () -> Bool, afterMilliseconds milliseconds: Int
-    ) async throws -> Bool {
-        let tool = try #require(Self.binary, "oodata was not built next to the tests")
-        return try await offPool {
-            let process = Process()
-            process.executableURL = tool
-            process.arguments = arguments
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try ProcessLaunch.run(process)
-            let deadline = Date().addingTimeInterval(30)
-            while !condition(), process.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
-            let held = condition() && process.isRunning
-            Thread.sleep(forTimeInterval: Double(milliseconds) / 1000)
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            return held
-        }
-    }
-
     @Test(arguments: [false, true])
     func killNineDuringAMetadataMigrationLosesNoQueuedChange(v2: Bool) async throws {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-mdcrash-\(UUID().uuidString)")
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "oodata-mdcrash-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         // Reads of partners trickle, so that kills land inside the migration's download.
@@ -69,18 +46,21 @@ extension CLITests {
         #expect(original.contains(phone) && original.contains(email))
         let additive = original.replacingOccurrences(
             of: phone, with: phone + #"<Property Name="Rating" Type="Edm.Int32"/>"#)
-        let breaking = original.replacingOccurrences(of: email, with: #"<Property Name="CompanyName" Type="Edm.String"/>"#)
+        let breaking = original.replacingOccurrences(
+            of: email, with: #"<Property Name="CompanyName" Type="Edm.String"/>"#)
         let define = [
             "--service", root, "--define", "P=BusinessPartners", "--define", "O=SalesOrders?$expand=Items",
             "--define", "C=Contacts",
         ]
         var timing: [Bool: Int] = [:]
         // Additive kills cut the download at these fractions of its uncut time (the migration
-        // is one transaction inside it); breaking ones come once the migration's marker exists,
-        // after these delays (the new store's download, the carry-over, the rename).
+        // is one transaction inside it). Breaking ones happen at each window of the migration:
+        // the process kills itself there (`OODATA_CRASH_POINT`, `kill -9` of its own pid).
         let fractions = [0.3, 0.45, 0.6, 0.75, 0.9]
-        let delays = [0, 40, 120, 250, 500]
-        var insideBreakingMigration = 0
+        let points = [
+            "migration-filled", "migration-carried", "migration-checkpointed", "migration-old-closed",
+            "migration-renamed",
+        ]
         for run in 0..<12 {
             let isBreaking = run % 2 == 1
             let tag = "M\(v2 ? 2 : 4)x\(run)"
@@ -94,7 +74,9 @@ extension CLITests {
                 ["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Email":"\#(tag)@example.com"}"#])
             #expect(email.status == 0, "\(email.err)")
             let created = try await runOffPool(
-                ["offline", "create"] + store + ["Contacts", #"{"FirstName":"Crash","LastName":"\#(tag)","PartnerID":"BP2"}"#])
+                ["offline", "create"] + store + [
+                    "Contacts", #"{"FirstName":"Crash","LastName":"\#(tag)","PartnerID":"BP2"}"#,
+                ])
             #expect(created.status == 0, "\(created.err)")
             let updated = try await runOffPool(
                 ["offline", "update"] + store + ["BusinessPartners('BP2')", #"{"Phone":"\#(tag)"}"#])
@@ -103,14 +85,16 @@ extension CLITests {
             if let time = timing[isBreaking] {
                 let round = (run / 2 - 1) % fractions.count
                 if isBreaking {
-                    let marker = path + "-migration"
-                    let inside = try await runKilled(
-                        ["offline", "download"] + store, when: { FileManager.default.fileExists(atPath: marker) },
-                        afterMilliseconds: min(delays[round], time))
-                    if inside { insideBreakingMigration += 1 }
+                    let killed = try await self.run(
+                        ["offline", "download"] + store, environment: ["OODATA_CRASH_POINT": points[round]])
+                    #expect(killed.status != 0, "run \(run): the download was not killed at \(points[round])")
+                    #expect(
+                        FileManager.default.fileExists(atPath: path + "-migration"),
+                        "run \(run): killed at \(points[round]), the migration's marker must be there")
                 } else {
                     try await runKilledOffPool(
-                        ["offline", "download"] + store, afterMilliseconds: max(1, Int(Double(time) * fractions[round])))
+                        ["offline", "download"] + store, afterMilliseconds: max(1, Int(Double(time) * fractions[round]))
+                    )
                 }
                 let again = try await runOffPool(["offline", "download"] + store)
                 #expect(again.status == 0, "run \(run): \(again.err)")
@@ -136,7 +120,8 @@ extension CLITests {
                 #expect(!errors.out.contains("DependencyFailed"), "run \(run): \(errors.out)")
             } else {
                 #expect(errors.out.contains("the ErrorArchive is empty"), "run \(run): \(errors.out)")
-                let rating = try await runOffPool(["offline", "read"] + store + ["BusinessPartners('BP1')?$select=Rating"])
+                let rating = try await runOffPool(
+                    ["offline", "read"] + store + ["BusinessPartners('BP1')?$select=Rating"])
                 #expect(rating.status == 0 && rating.out.contains("Rating"), "run \(run): \(rating.out) \(rating.err)")
             }
             let count = try await backendCountOffPool(v4Root, "Contacts/$count?$filter=LastName eq '\(tag)'")
@@ -148,6 +133,5 @@ extension CLITests {
                 #expect(first["Email"] as? String == "\(tag)@example.com", "run \(run): \(first)")
             }
         }
-        #expect(insideBreakingMigration == delays.count, "kills inside a breaking migration: \(insideBreakingMigration)")
     }
 }

@@ -118,7 +118,9 @@ import Testing
         await fixture.server.service.journal.clear()
         try await provider.download()
         #expect(listener.changes.isEmpty)
-        let asked = await fixture.server.service.journal.requestHeaders().filter { $0.request.hasPrefix("GET $metadata") }
+        let asked = await fixture.server.service.journal.requestHeaders().filter {
+            $0.request.hasPrefix("GET $metadata")
+        }
         #expect(asked.count == 1)
         #expect(asked.first?.headers["If-None-Match"]?.hasPrefix("\"md-") == true)
         Self.checkProgress(listener.progress, total: Downloader.plan.count, first: .processingDefiningQueries)
@@ -221,7 +223,8 @@ import Testing
         let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
         #expect(Self.ids(archive) == Array(queued.prefix(2)))
         #expect(archive.map { string($0, "Code") } == ["MetadataChanged", "DependencyFailed"])
-        #expect(string(archive.first, "Message")?.contains("Email") == true, "\(string(archive.first, "Message") ?? "")")
+        #expect(
+            string(archive.first, "Message")?.contains("Email") == true, "\(string(archive.first, "Message") ?? "")")
         #expect(archive.first?["HTTPStatusCode"] == .null)
         #expect(archive.last?["HTTPStatusCode"] == .primitive(.int32(424)))
         // The pending requests keep their IDs and their effect on the new store.
@@ -232,8 +235,9 @@ import Testing
             string(try await provider.readEntities("SalesOrders('SO1')").first, "Note") == "kept across the migration")
         #expect(string(try await provider.readEntities("SalesOrders('SO2')").first, "Note") == "office")
         #expect(try await provider.readEntities("BusinessPartners('BP1')").first?["Email"] == nil)
-        #expect(try await provider.model.entityType("Sales.BusinessPartner")?.properties.contains { $0.name == "Email" }
-            == false)
+        #expect(
+            try await provider.model.entityType("Sales.BusinessPartner")?.properties.contains { $0.name == "Email" }
+                == false)
         // Nothing is left of the migration beside the store.
         let storeFile = fixture.parameters().storeFile
         #expect(!FileManager.default.fileExists(atPath: StoreFiles.migratingStore(storeFile)))
@@ -397,7 +401,10 @@ import Testing
 
         try await fixture.server.service.changeModel(
             to: Self.salesModel([
-                (Self.partnerPhone, Self.partnerPhone + #"<Property Name="Region" Type="Edm.String" Nullable="false"/>"#)
+                (
+                    Self.partnerPhone,
+                    Self.partnerPhone + #"<Property Name="Region" Type="Edm.String" Nullable="false"/>"#
+                )
             ]))
         // The backend fills the new property of every partner it has.
         let partners = try await fixture.backend("BusinessPartners?$select=PartnerID")["value"]?.arrayValue ?? []
@@ -413,11 +420,13 @@ import Testing
         #expect(change.kind == .breaking)
         let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
         #expect(archive.map { string($0, "Code") } == ["MetadataChanged", "DependencyFailed"])
-        #expect(string(archive.first, "Message")?.contains("Region") == true, "\(string(archive.first, "Message") ?? "")")
+        #expect(
+            string(archive.first, "Message")?.contains("Region") == true, "\(string(archive.first, "Message") ?? "")")
         #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Region") == "EMEA")
         try await provider.upload()
         #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "+1 old")
-        #expect(try await fixture.backend("BusinessPartners?$filter=PartnerID eq 'BPNEW'")["value"]?.arrayValue?.count == 0)
+        #expect(
+            try await fixture.backend("BusinessPartners?$filter=PartnerID eq 'BPNEW'")["value"]?.arrayValue?.count == 0)
     }
 
     @Test(arguments: [false, true])
@@ -487,7 +496,9 @@ import Testing
         await fixture.server.service.journal.clear()
         try await provider.download()
         #expect(listener.changes.isEmpty)
-        let asked = await fixture.server.service.journal.requestHeaders().filter { $0.request.hasPrefix("GET $metadata") }
+        let asked = await fixture.server.service.journal.requestHeaders().filter {
+            $0.request.hasPrefix("GET $metadata")
+        }
         #expect(asked.count == 1)
         #expect(asked.first?.headers["If-None-Match"] == nil)
         try await fixture.server.service.changeModel(to: Self.salesModel(Self.additive))
@@ -497,4 +508,147 @@ import Testing
         try await provider.download()
         #expect(listener.changes.isEmpty)
     }
+
+    @Test(arguments: [false, true])
+    func openChecksTheMetadataWhenAsked(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        var parameters = fixture.parameters()
+        parameters.checksMetadataAtOpen = true
+        let provider = try await fixture.provider(v2: v2, parameters: parameters, delegate: listener)
+        try await provider.open()
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Email":"open@example.com"}"#.utf8))
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"at open"}"#.utf8))
+        await provider.close()
+
+        // Additive at open: the model follows; the new values come with the next download.
+        try await fixture.server.service.changeModel(to: Self.salesModel(Self.additive))
+        // (BP0: an entity with pending changes keeps its local row until they are uploaded.)
+        #expect(try await fixture.backendSend("PATCH", "BusinessPartners('BP0')", #"{"Rating":3}"#) < 300)
+        listener.reset()
+        try await provider.open()
+        #expect(listener.changes.map(\.kind) == [.additive])
+        #expect(
+            listener.progress.filter { $0.operation == .open }.map(\.step) == [.loadingMetadata, .buildingEntityStore])
+        #expect(
+            try await provider.model.entityType("Sales.BusinessPartner")?.properties.contains { $0.name == "Rating" }
+                == true)
+        listener.reset()
+        try await provider.download()
+        #expect(listener.changes.isEmpty)
+        #expect(try await provider.readEntities("BusinessPartners('BP0')").first?["Rating"] == .primitive(.int32(3)))
+        await provider.close()
+
+        // Breaking at open: a new store, the queue replayed; the change that used Email archived.
+        try await fixture.server.service.changeModel(to: Self.salesModel(Self.additive + Self.partnerEmailRemoved))
+        listener.reset()
+        try await provider.open()
+        #expect(listener.changes.map(\.kind) == [.breaking])
+        let steps = listener.progress.filter { $0.operation == .open }
+        #expect(Set(steps.map(\.totalSteps)) == [MetadataMigration.breakingPlan.count])
+        #expect(steps.map(\.stepNumber) == steps.map(\.stepNumber).sorted())
+        #expect(try await provider.readEntities("ErrorArchive").map { string($0, "Code") } == ["MetadataChanged"])
+        try await provider.upload()
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "at open")
+
+        // An open that cannot reach the backend still opens the store.
+        await provider.close()
+        await fixture.server.stop()
+        try await provider.open()
+        #expect(string(try await provider.readEntities("BusinessPartners('BP2')").first, "Phone") == "at open")
+    }
+
+    @Test(arguments: [false, true])
+    func aChangeSetWithOneRequestThatNoLongerFitsIsArchivedWhole(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await fixture.provider(v2: v2, delegate: listener)
+        try await provider.open()
+        let note = try await fixture.backend("SalesOrders('SO1')")["Note"]?.stringValue
+        _ = try await provider.changeSet { set in
+            set.add("PATCH", "SalesOrders('SO1')", json: #"{"Note":"with the partner"}"#)
+            set.add("PATCH", "BusinessPartners('BP1')", json: #"{"Email":"set@example.com"}"#)
+        }
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"alone"}"#.utf8))
+        try await fixture.server.service.changeModel(to: Self.salesModel(Self.partnerEmailRemoved))
+        try await provider.download()
+        let archive = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
+        #expect(archive.map { string($0, "Code") } == ["DependencyFailed", "MetadataChanged"])
+        #expect(string(archive.first, "Message")?.contains("change set") == true)
+        try await provider.upload()
+        #expect(try await fixture.backend("SalesOrders('SO1')")["Note"]?.stringValue == note)
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "alone")
+    }
+
+    @Test(arguments: [false, true])
+    func writesDuringAMigrationGoToTheNewStore(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider(v2: v2)
+        try await provider.open()
+        try await fixture.server.service.changeModel(to: Self.salesModel(Self.partnerEmailRemoved))
+        // The new store's download is slow: the app goes on writing meanwhile, one request, a
+        // $batch of two and a change set.
+        await fixture.server.service.faults.set([
+            FaultRule(method: "GET", urlContains: "SalesOrders", delayMilliseconds: 400)
+        ])
+        let download = Task { try await provider.download() }
+        try await Task.sleep(nanoseconds: 150_000_000)
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"during 1"}"#.utf8))
+        let boundary = "batch_during"
+        let parts = [("BusinessPartners('BP2')", "during 2"), ("BusinessPartners('BP0')", "during 3")].map {
+            url, phone in
+            "--\(boundary)\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n"
+                + "PATCH \(url) HTTP/1.1\r\nContent-Type: application/json\r\n\r\n{\"Phone\":\"\(phone)\"}\r\n"
+        }
+        let batch = try await provider.execute(
+            method: "POST", url: "$batch", headers: ["Content-Type": "multipart/mixed; boundary=\(boundary)"],
+            body: Array((parts.joined() + "--\(boundary)--\r\n").utf8))
+        #expect(batch.status < 300)
+        _ = try await provider.changeSet { set in
+            set.add("PATCH", "SalesOrders('SO3')", json: #"{"Note":"during 4"}"#)
+        }
+        try await download.value
+        await fixture.server.service.faults.set([])
+        let queued = try await provider.readEntities("RequestQueue?$filter=Status eq 'pending'")
+        #expect(queued.count == 4, "\(queued.map { string($0, "RequestURL") ?? "" })")
+        try await provider.upload()
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "during 1")
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "during 2")
+        #expect(try await fixture.backend("BusinessPartners('BP0')")["Phone"]?.stringValue == "during 3")
+        #expect(try await fixture.backend("SalesOrders('SO3')")["Note"]?.stringValue == "during 4")
+    }
+
+    /// The parts of a local `$batch` run inside their batch's turn: a migration that waits for
+    /// the batch does not make them wait for it; a write outside waits.
+    @Test func aLocalWriteWaitsForTheCarryOverButNotInsideItsOwnTurn() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        await provider.setMigratingForTest(true)
+        let body = Array(#"{"Phone":"inside"}"#.utf8)
+        let inside = try await LocalWriteTurn.$held.withValue(true) {
+            try await provider.execute(method: "PATCH", url: "BusinessPartners('BP1')", body: body)
+        }
+        #expect(inside.status < 300)
+        let outside = Task {
+            try await provider.execute(method: "PATCH", url: "BusinessPartners('BP2')", body: body)
+        }
+        try await Task.sleep(nanoseconds: 200_000_000)
+        #expect(try await provider.readEntities("RequestQueue").count == 1, "the write outside waits")
+        await provider.setMigratingForTest(false)
+        #expect(try await outside.value.status < 300)
+        #expect(try await provider.readEntities("RequestQueue").count == 2)
+    }
+}
+
+extension OfflineODataProvider {
+    func setMigratingForTest(_ value: Bool) { migrating = value }
 }

@@ -43,7 +43,9 @@ public final class EmbeddedServer: Sendable {
         let box = PortWaiter()
         var logger = Logger(label: "oodata.embedded")
         logger.logLevel = .critical
-        let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: port, logger: logger) { port in await box.set(port) }
+        let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: port, logger: logger) {
+            port in await box.set(port)
+        }
         // Stopped by a graceful shutdown, not by cancelling the task: a connection accepted while
         // the serving task is cancelled is never closed and traps in SwiftNIO
         // (apple/swift-nio#3481). Requests still running after 2 s are cancelled.

@@ -280,8 +280,9 @@ public final class ODataService: Sendable {
             guard options.sendsETags else { return ServiceResponse(status: 200, headers: headers, body: body) }
             let etag = Self.metadataETag(body)
             headers["ETag"] = etag
-            if let asked = request.headers["If-None-Match"],
-               asked.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag || $0 == "*" }) {
+            let asked = (request.headers["If-None-Match"] ?? "").split(separator: ",")
+                .map { $0.trimmingCharacters(in: .whitespaces) }
+            if asked.contains(etag) || asked.contains("*") {
                 return ServiceResponse(status: 304, headers: headers)
             }
             return ServiceResponse(status: 200, headers: headers, body: body)

@@ -37,11 +37,12 @@ extension Store {
             return try StoreSchema(model: newModel, indexes: kept)
         }
         let modelData = try JSONEncoder().encode(newModel)
-        let indexData = try JSONEncoder().encode(newSchema.extraIndexes.map { entry in
-            StoreIndex(
-                entitySet: newSchema.tables.first { $0.name == entry.table }?.entitySet ?? entry.table,
-                properties: entry.columns)
-        })
+        let indexData = try JSONEncoder().encode(
+            newSchema.extraIndexes.map { entry in
+                StoreIndex(
+                    entitySet: newSchema.tables.first { $0.name == entry.table }?.entitySet ?? entry.table,
+                    properties: entry.columns)
+            })
         try await pool.write { db in
             var existing: [String: [String: (type: String, notNull: Bool)]] = [:]
             var views: Set<String> = []
@@ -126,7 +127,8 @@ extension Store {
             for collection in table.collections where existing[collection.name] != nil {
                 let present = existing[collection.name] ?? [:]
                 for column in collection.columns where present[column.name] == nil {
-                    statements.append("ALTER TABLE \(q(collection.name)) ADD COLUMN \(q(column.name)) \(column.sqlType)")
+                    statements.append(
+                        "ALTER TABLE \(q(collection.name)) ADD COLUMN \(q(column.name)) \(column.sqlType)")
                 }
             }
         }

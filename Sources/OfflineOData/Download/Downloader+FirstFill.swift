@@ -8,7 +8,8 @@ extension Downloader {
     /// file, so a backend error leaves nothing behind; a marker beside the store says the fill
     /// is unfinished until it is complete (see ``OfflineODataProvider/open()``).
     func fillNewStore(
-        at path: String, model: Model, key: String?, on provider: isolated OfflineODataProvider
+        at path: String, model: Model, key: String?, declaredIndexes: [String: [[String]]]? = nil,
+        on provider: isolated OfflineODataProvider
     ) async throws
         -> Store
     {
@@ -24,7 +25,7 @@ extension Downloader {
         // fill that had none either.
         let queries = provider.definingQueries
         let indexes = try DefiningQueries.indexes(
-            declared: provider.parameters.indexes ?? [:], queries: queries, model: model)
+            declared: declaredIndexes ?? provider.parameters.indexes ?? [:], queries: queries, model: model)
         guard
             FileManager.default.createFile(
                 atPath: StoreFiles.fillingMarker(path), contents: Data("\(provider.definingQueries.count)".utf8))

@@ -8,6 +8,9 @@ public struct OfflineODataMetadataChange: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable {
         /// Migrated in place: new tables and columns; the queue untouched.
         case additive
+        /// Nothing a store keeps changed (an operation removed, say): the store follows the new
+        /// model in place; calls to what is gone fail online.
+        case neutral
         /// A new store was downloaded beside the old one, every queued request replayed onto
         /// it in order, and the new store replaced the old in one step.
         case breaking

@@ -107,7 +107,8 @@ struct MetadataMigration: Sendable {
         let grown = Set(fetched.changes.filter { $0.kind == .additive }.map { String($0.subject.prefix { $0 != "/" }) })
         var grownSets: Set<String> = []
         for container in model.entityContainers {
-            for set in container.entitySets where !typesHeld(bySet: set.entityType, model: model).isDisjoint(with: grown) {
+            for set in container.entitySets
+            where !typesHeld(bySet: set.entityType, model: model).isDisjoint(with: grown) {
                 grownSets.insert(set.name)
             }
         }
@@ -121,7 +122,12 @@ struct MetadataMigration: Sendable {
             try DefiningQueries.forgetDeltaLinks(named: reRead, writer)
             try LocalSchema.recordMetadata(writer, hash: hash, etag: etag)
         }
-        return (migrated, OfflineODataMetadataChange(kind: .additive, changes: fetched.changes, reReadDefiningQueries: reRead))
+        let kind: OfflineODataMetadataChange.Kind =
+            fetched.changes.contains { $0.kind == .additive } ? .additive : .neutral
+        return (
+            migrated,
+            OfflineODataMetadataChange(kind: kind, changes: fetched.changes, reReadDefiningQueries: reRead)
+        )
     }
 
     /// The entity type of a set, its base types and the complex types its properties hold (and
@@ -129,17 +135,28 @@ struct MetadataMigration: Sendable {
     static func typesHeld(bySet entityType: String, model: Model) -> Set<String> {
         var names: Set<String> = []
         var pending: [String] = []
-        if let type = model.entityType(entityType) {
-            for link in model.entityTypeChain(type) {
+        let entityTypes = model.schemas.flatMap(\.entityTypes)
+        let complexTypes = model.schemas.flatMap(\.complexTypes)
+        // The set's type with its base types, and the types derived from it (a set holds them).
+        for type in entityTypes {
+            let chain = model.entityTypeChain(type)
+            guard chain.contains(where: { $0.qualifiedName == entityType }) else { continue }
+            for link in chain where !names.contains(link.qualifiedName) {
                 names.insert(link.qualifiedName)
                 pending += link.properties.map(\.type.name)
             }
         }
+        // The complex types their properties hold, with base and derived types, transitively.
+        var seen: Set<String> = []
         while let next = pending.popLast() {
-            guard let complex = model.complexType(next), !names.contains(next) else { continue }
-            for link in model.complexTypeChain(complex) {
-                names.insert(link.qualifiedName)
-                pending += link.properties.map(\.type.name)
+            guard model.complexType(next) != nil, seen.insert(next).inserted else { continue }
+            for complex in complexTypes {
+                let chain = model.complexTypeChain(complex)
+                guard chain.contains(where: { $0.qualifiedName == next }) else { continue }
+                for link in chain {
+                    names.insert(link.qualifiedName)
+                    pending += link.properties.map(\.type.name)
+                }
             }
         }
         return names
@@ -165,14 +182,32 @@ struct MetadataMigration: Sendable {
                 kept.append(query)
             }
         }
+        // Indexes the app declared on what the new model no longer has are left out too.
+        var indexes = provider.parameters.indexes ?? [:]
+        if let schema = try? StoreSchema(model: model) {
+            for (set, paths) in indexes {
+                let columns = Set(schema.table(forEntitySet: set)?.columns.map(\.name) ?? [])
+                let fitting = paths.filter { path in !path.isEmpty && columns.contains(path.joined(separator: "/")) }
+                if fitting.count != paths.count {
+                    provider.logger.warning(
+                        "An index the app declares no longer fits the backend's $metadata; the new store leaves it out",
+                        metadata: ["entity-set": .string(set)])
+                }
+                indexes[set] = fitting.isEmpty ? nil : fitting
+            }
+        }
         StoreFiles.remove(newPath)
         guard FileManager.default.createFile(atPath: marker, contents: Data("breaking".utf8)) else {
             throw OfflineODataError(.store, "Cannot create \(marker) beside the store to migrate it")
         }
         let allQueries = provider.definingQueries
+        let oldVersion = provider.serviceVersion
+        provider.rebuildingStore = true
+        defer { provider.rebuildingStore = false }
         func discard() {
             provider.definingQueries = allQueries
             provider.coveredSetsCache = nil
+            provider.serviceVersion = oldVersion
             StoreFiles.remove(newPath)
             try? FileManager.default.removeItem(atPath: marker)
         }
@@ -181,12 +216,16 @@ struct MetadataMigration: Sendable {
         do {
             provider.definingQueries = kept
             provider.coveredSetsCache = nil
+            // The new store is filled in the new model's version (V2 and V4 read differently).
+            provider.serviceVersion = model.version
             fresh = try await Downloader(serviceRoot: provider.serviceRoot, progress: progress).fillNewStore(
-                at: newPath, model: model, key: provider.parameters.storeEncryptionKey, on: provider)
+                at: newPath, model: model, key: provider.parameters.storeEncryptionKey, declaredIndexes: indexes,
+                on: provider)
         } catch {
             discard()
             throw error
         }
+        CrashPoint.reach("migration-filled")
         // From here until the new store is in place, local writes wait (they would go to the
         // old store after its queue was read).
         provider.migrating = true
@@ -200,27 +239,34 @@ struct MetadataMigration: Sendable {
             let root = provider.serviceRoot
             let hash = fetched.hash
             let etag = fetched.etag
+            let builder = provider.parameters.enableTransactionBuilder
             let summary = OfflineODataMetadataChange(
                 kind: .breaking, changes: fetched.changes, leftOutDefiningQueries: leftOut
             ).summary
             let time = OfflineODataProvider.timestamp()
             failures = try await fresh.write { writer in
-                let failures = try carried.replay(onto: writer, oldModel: oldModel, serviceRoot: root)
+                let failures = try carried.replay(
+                    onto: writer, oldModel: oldModel, serviceRoot: root, transactionBuilder: builder)
                 try LocalSchema.recordMetadata(writer, hash: hash, etag: etag)
                 try LocalSchema.logEvent(writer, type: "MetadataChanged", details: summary, time: time)
                 return failures
             }
+            CrashPoint.reach("migration-carried")
             // Both files alone hold their stores: the old one may then lose its log files, and
             // the new one moves without them.
-            try await fresh.checkpoint()
+            try await checkpoint(fresh)
             fresh.close()
-            try await old.checkpoint()
+            try await checkpoint(old)
         } catch {
             fresh.close()
             discard()
             throw error
         }
-        // The old store closes without telling live queries: they read the new one next.
+        CrashPoint.reach("migration-checkpointed")
+        // The old store closes without telling live queries: they read the new one next (local
+        // reads wait for the swap).
+        provider.swappingStores = true
+        defer { provider.swappingStores = false }
         provider.store?.close()
         provider.store = nil
         provider.keyMapCache = nil
@@ -236,18 +282,49 @@ struct MetadataMigration: Sendable {
             try? FileManager.default.removeItem(atPath: newPath + suffix)
             try? FileManager.default.removeItem(atPath: path + suffix)
         }
+        CrashPoint.reach("migration-old-closed")
         guard rename(newPath, path) == 0 else {
             let reason = String(cString: strerror(errno))
             discard()
             try await provider.openExisting(path)
             throw OfflineODataError(.store, "The migrated store \(newPath) could not replace \(path): \(reason)")
         }
+        CrashPoint.reach("migration-renamed")
         try? FileManager.default.removeItem(atPath: marker)
-        try await provider.openExisting(path)
-        for failure in failures { provider.emit(.requestFailed(failure)) }
-        return OfflineODataMetadataChange(
+        let change = OfflineODataMetadataChange(
             kind: .breaking, changes: fetched.changes, leftOutDefiningQueries: leftOut,
             archivedRequests: failures.map(\.requestID))
+        // The new store is in place whatever happens next: the app hears of its archive rows.
+        for failure in failures { provider.emit(.requestFailed(failure)) }
+        try await provider.openExisting(path)
+        return change
+    }
+
+    /// Copies the write-ahead log of `store` into its file, retrying for a while when a reader
+    /// holds it.
+    private static func checkpoint(_ store: Store) async throws {
+        var attempt = 0
+        while true {
+            do {
+                try await store.checkpoint()
+                return
+            } catch let error as StoreError where error.code == .conflict && attempt < 40 {
+                attempt += 1
+                try await Task.sleep(nanoseconds: 50_000_000)
+            }
+        }
+    }
+}
+
+/// Points of a migration where a test can have the process killed (`kill -9` of itself), so
+/// that crash tests reach each window of the migration exactly: set `OODATA_CRASH_POINT` to a
+/// point's name in the environment of a process to test. Nothing happens without it.
+enum CrashPoint {
+    static let armed = ProcessInfo.processInfo.environment["OODATA_CRASH_POINT"]
+
+    static func reach(_ name: String) {
+        guard let armed, armed == name else { return }
+        kill(getpid(), SIGKILL)
     }
 }
 
@@ -262,7 +339,10 @@ struct CarriedState: Sendable {
     }
 
     var tables: [Table] = []
-    var nextLocalKey: DatabaseValue = .null
+    /// `oo_meta` rows the new store takes from the old one (the next local key, the times of the
+    /// last upload and download, …): all but those that describe the new store itself.
+    var meta: [(key: DatabaseValue, value: DatabaseValue)] = []
+    static let ownMeta: Set<String> = ["serviceRoot", "filling", "metadataHash", "metadataETag"]
 
     init(_ reader: StoreReader) throws {
         let connection = reader.connection
@@ -280,13 +360,22 @@ struct CarriedState: Sendable {
                 "SELECT \(columns.map(StoreSchema.quote).joined(separator: ", ")) FROM \(StoreSchema.quote(name))")
             tables.append(Table(name: name, columns: columns, rows: rows))
         }
-        nextLocalKey = try connection.query("SELECT value FROM oo_meta WHERE key = 'nextLocalKey'").first?.first ?? .null
+        for row in try connection.query("SELECT key, value FROM oo_meta") where row.count == 2 {
+            guard case .text(let key) = row[0], !Self.ownMeta.contains(key) else { continue }
+            meta.append((row[0], row[1]))
+        }
     }
 
     /// Writes the carried state into a store just filled for a new model, then replays every
     /// queued request in order onto the downloaded rows. Returns the requests archived because
     /// they no longer fit (and their dependants), in queue order.
-    func replay(onto writer: StoreWriter, oldModel: Model, serviceRoot: String) throws -> [OfflineODataFailedRequest] {
+    ///
+    /// Requests uploaded together as one change set (a transaction) stay together: when one of
+    /// them no longer fits, all of them are archived (the others as depending on it), as an
+    /// upload never sends part of a change set.
+    func replay(
+        onto writer: StoreWriter, oldModel: Model, serviceRoot: String, transactionBuilder: Bool
+    ) throws -> [OfflineODataFailedRequest] {
         let model = writer.schema.model
         let connection = writer.connection
         // The new store's EventLog has its fill; the old one's history comes instead.
@@ -306,8 +395,8 @@ struct CarriedState: Sendable {
                 + indexes.map { _ in "?" }.joined(separator: ", ") + ")"
             for row in table.rows { _ = try connection.execute(sql, indexes.map { row[$0] }) }
         }
-        if nextLocalKey != .null {
-            _ = try connection.execute("UPDATE oo_meta SET value = ? WHERE key = 'nextLocalKey'", [nextLocalKey])
+        for (key, value) in meta {
+            _ = try connection.execute("INSERT OR REPLACE INTO oo_meta (key, value) VALUES (?, ?)", [key, value])
         }
         let queue = RequestQueue(writer, model: model, serviceRoot: serviceRoot)
         // The state kept for each changed entity becomes the backend's, as a download makes it:
@@ -329,7 +418,7 @@ struct CarriedState: Sendable {
             try queue.refreshKeptState(entity, in: set, predicate: predicate)
         }
         let keyMap = try RequestQueue.keyMap(connection)
-        var requests = try RequestQueue.load(connection, statuses: ["pending", "failed"])
+        let requests = try RequestQueue.load(connection, statuses: ["pending", "failed"])
         var problems: [Int64: String] = [:]
         for request in requests where !request.failed {
             if let problem = Self.problem(
@@ -339,25 +428,46 @@ struct CarriedState: Sendable {
             }
         }
         var entries = QueueEntry.analyse(requests, model: model, serviceRoot: serviceRoot, keyMap: keyMap)
+        var position: [Int64: Int] = [:]
+        for (index, entry) in entries.enumerated() { position[entry.id] = index }
+        // Why each request is archived: its own problem, or the request it depends on.
+        var archived: [Int64: (code: String, status: Int, message: String)] = [:]
         var failedEntities: [String: Int64] = [:]
-        var failures: [OfflineODataFailedRequest] = []
-        for index in entries.indices where !entries[index].request.failed {
-            let entry = entries[index]
-            var code = "MetadataChanged"
-            var message: String
-            var status = 0
-            if let problem = problems[entry.id] {
-                message = "The backend's $metadata changed and this request no longer fits it: \(problem)"
-            } else if let failedID = entry.touched.lazy.compactMap({ failedEntities[$0] }).first {
-                code = "DependencyFailed"
-                status = 424
-                message = "Not sent: it depends on request \(failedID), which no longer fits the backend's $metadata"
-            } else {
-                continue
+        let units = QueueAlgorithms.units(entries.filter { !$0.request.failed }, builder: transactionBuilder)
+        for unit in units {
+            var cause: Int64?
+            for entry in unit {
+                if let problem = problems[entry.id] {
+                    archived[entry.id] = (
+                        "MetadataChanged", 0,
+                        "The backend's $metadata changed and this request no longer fits it: \(problem)"
+                    )
+                    cause = cause ?? entry.id
+                } else if let failedID = entry.touched.lazy.compactMap({ failedEntities[$0] }).first {
+                    archived[entry.id] = (
+                        "DependencyFailed", 424,
+                        "Not sent: it depends on request \(failedID), which no longer fits the backend's $metadata"
+                    )
+                    cause = cause ?? failedID
+                }
             }
-            for reference in entry.produced { failedEntities[reference] = failedEntities[reference] ?? entry.id }
+            guard let cause else { continue }
+            // The rest of the change set goes with it.
+            for entry in unit where archived[entry.id] == nil {
+                archived[entry.id] = (
+                    "DependencyFailed", 424,
+                    "Not sent: it is in one change set with request \(cause), which no longer fits the backend's "
+                        + "$metadata"
+                )
+            }
+            for entry in unit {
+                for reference in entry.produced { failedEntities[reference] = failedEntities[reference] ?? entry.id }
+            }
+        }
+        var failures: [OfflineODataFailedRequest] = []
+        for entry in entries {
+            guard let (code, status, message) = archived[entry.id], let index = position[entry.id] else { continue }
             entries[index].request.failed = true
-            requests[index].failed = true
             _ = try connection.execute("UPDATE oo_queue SET status = 'failed' WHERE id = ?", [.integer(entry.id)])
             let request = entry.request
             let body =

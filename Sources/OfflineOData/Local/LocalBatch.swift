@@ -92,6 +92,14 @@ extension OfflineODataProvider {
     )
         async throws -> [OfflineODataResponse]
     {
+        try await gatedLocalWrite { try await executeNow(changeSet, options: options) }
+    }
+
+    private func executeNow(
+        _ changeSet: OfflineODataChangeSet, options: OfflineODataRequestOptions
+    )
+        async throws -> [OfflineODataResponse]
+    {
         let store = try openStore()
         let model = store.model
         let root = serviceRoot

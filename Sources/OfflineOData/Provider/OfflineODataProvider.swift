@@ -66,6 +66,12 @@ public actor OfflineODataProvider {
     var migrating = false
     /// Local writes running now (a migration waits for them before it reads the queue).
     var localWritesInFlight = 0
+    /// Whether a breaking migration runs (from its new store's download to the swap): the
+    /// defining queries wait.
+    var rebuildingStore = false
+    /// Whether a breaking migration is swapping the stores (no store is open meanwhile):
+    /// local reads wait.
+    var swappingStores = false
     /// Entity sets the defining queries cover; nil after they change.
     var coveredSetsCache: Set<String>? {
         didSet { if coveredSetsCache == nil { definingSetsCache = nil } }
@@ -199,6 +205,8 @@ public actor OfflineODataProvider {
     /// Adds a defining query. Before the first open it is part of the initial download;
     /// afterwards it needs a `download()` to fill it. The same name or query twice is an error.
     public func add(definingQuery: OfflineODataDefiningQuery) async throws {
+        // A breaking migration decides which queries its new store keeps: changes wait for it.
+        while rebuildingStore { try await Task.sleep(nanoseconds: 10_000_000) }
         guard !definingQueries.contains(where: { $0.name == definingQuery.name }) else {
             throw OfflineODataError(
                 .duplicateDefiningQuery, "A defining query named \(definingQuery.name) exists already")
@@ -219,6 +227,7 @@ public actor OfflineODataProvider {
     /// its expands) that no other defining query covers.
     /// Refused while changes are pending.
     public func remove(definingQueryNamed name: String) async throws {
+        while rebuildingStore { try await Task.sleep(nanoseconds: 10_000_000) }
         guard let index = definingQueries.firstIndex(where: { $0.name == name }) else {
             throw OfflineODataError(.unknownDefiningQuery, "No defining query named \(name)")
         }
@@ -229,12 +238,14 @@ public actor OfflineODataProvider {
                     .pendingChanges, "Defining query \(name) cannot be removed while changes are pending; upload first")
             }
             let model = store.model
-            let stillCovered = try definingQueries.filter { $0.name != name }
+            // A query that no longer binds to the backend's model (SPEC §14) covers nothing.
+            let stillCovered = definingQueries.filter { $0.name != name }
                 .reduce(into: Set<String>()) {
-                    $0.formUnion(try DefiningQueries.coveredSets(of: $1.query, model: model))
+                    $0.formUnion((try? DefiningQueries.coveredSets(of: $1.query, model: model)) ?? [])
                 }
             // The query's own set and the sets of its expands that no other query covers.
-            let orphaned = try DefiningQueries.coveredSets(of: removed.query, model: model).subtracting(stillCovered)
+            let orphaned = ((try? DefiningQueries.coveredSets(of: removed.query, model: model)) ?? [])
+                .subtracting(stillCovered)
             try await store.write { writer in
                 try DefiningQueries.delete(named: name, writer)
                 for set in orphaned {
@@ -353,7 +364,7 @@ public actor OfflineODataProvider {
         } else if FileManager.default.fileExists(atPath: path) {
             operationSummary["store"] = "opened"
             try await openExisting(path)
-            if parameters.checksMetadataAtOpen { await followMetadataAtOpen(path) }
+            if parameters.checksMetadataAtOpen { try await followMetadataAtOpen(path) }
         } else {
             operationSummary["store"] = "created"
             try await createAndFill(path)
@@ -364,11 +375,13 @@ public actor OfflineODataProvider {
     /// Checks the backend's `$metadata` when an existing store opens and migrates the store when
     /// it changed (``OfflineODataParameters/checksMetadataAtOpen``). Any failure leaves the
     /// store open as it was: it is logged, and the next download checks again.
-    private func followMetadataAtOpen(_ path: String) async {
+    private func followMetadataAtOpen(_ path: String) async throws {
+        // Uploads, downloads and queue rewrites wait for the check, as for a download.
+        guard let opened = store, !busy else { return }
+        busy = true
+        defer { busy = false }
         do {
-            guard let opened = store, let fetched = try await MetadataMigration.check(store: opened, on: self) else {
-                return
-            }
+            guard let fetched = try await MetadataMigration.check(store: opened, on: self) else { return }
             let change: OfflineODataMetadataChange
             if fetched.isBreaking {
                 let progress = reporter(.open, MetadataMigration.breakingPlan)
@@ -387,11 +400,15 @@ public actor OfflineODataProvider {
             }
             operationSummary["metadata"] = .string(change.summary)
             emit(.metadataChanged(change))
+        } catch is CancellationError {
+            throw CancellationError()
         } catch {
             logger.warning(
                 "Checking the backend's $metadata at open failed; the store opened as it was",
                 metadata: ["error": .string("\(error)")])
-            if store == nil { try? await openExisting(path) }
+            // A migration that failed after it closed the store reopens it; when even that
+            // fails, the open fails with the reason.
+            if store == nil { try await openExisting(path) }
         }
     }
 

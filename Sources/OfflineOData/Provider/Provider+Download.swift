@@ -32,20 +32,32 @@ extension OfflineODataProvider {
         // steps to the operation's total.
         var progress = reporter(.download, Downloader.plan)
         if let fetched = try await MetadataMigration.check(store: store, on: self) {
-            if fetched.isBreaking {
-                // A new store, downloaded whole and with the queue replayed: nothing else to read.
-                let rebuilding = reporter(.download, MetadataMigration.breakingPlan)
+            // A new store, downloaded whole and with the queue replayed: nothing else to read.
+            func rebuild(passed: Int) async throws {
+                let rebuilding = ProgressReporter(
+                    operation: .download, plan: MetadataMigration.breakingPlan, language: messageLanguage,
+                    passed: passed)
                 report(rebuilding, .loadingMetadata)
                 let change = try await MetadataMigration.rebuild(fetched, old: store, progress: rebuilding, on: self)
                 keyMapCache = nil
                 metadataChanged(change)
-                return
             }
+            if fetched.isBreaking { return try await rebuild(passed: 0) }
             progress = reporter(.download, MetadataMigration.additivePlan)
             report(progress, .loadingMetadata)
             report(progress, .buildingEntityStore)
-            let (migrated, change) = try await MetadataMigration.migrateInPlace(
-                fetched, store: store, queries: definingQueries)
+            let migrated: Store
+            let change: OfflineODataMetadataChange
+            do {
+                (migrated, change) = try await MetadataMigration.migrateInPlace(
+                    fetched, store: store, queries: definingQueries)
+            } catch let error as StoreError where error.code == .conflict {
+                // The store's file cannot take it in place after all: a new store, then.
+                logger.notice(
+                    "The store cannot take the $metadata change in place; building a new store",
+                    metadata: ["reason": .string(error.message)])
+                return try await rebuild(passed: progress.passed)
+            }
             store = migrated
             self.store = migrated
             serviceVersion = migrated.model.version
@@ -56,7 +68,9 @@ extension OfflineODataProvider {
         // Queries that no longer bind to the backend's model are left out, and said so.
         var leftOut: [String] = []
         selected.removeAll { query in
-            guard let problem = DefiningQueries.bindingProblem(of: query.query, model: store.model) else { return false }
+            guard let problem = DefiningQueries.bindingProblem(of: query.query, model: store.model) else {
+                return false
+            }
             logger.warning(
                 "A defining query no longer binds to the backend's $metadata; it is left out of the download",
                 metadata: ["defining-query": .string(query.name), "problem": .string(problem)])

@@ -43,7 +43,8 @@ extension OfflineODataProvider {
 
     /// A local read of `url`, with the content type when it is a media stream.
     func readLocally(_ url: String) async throws -> (result: QueryResult, contentType: String?) {
-        try await localReader(try openStore()).read(url)
+        try await waitWhileSwappingStores()
+        return try await localReader(try openStore()).read(url)
     }
 
     /// The reader of the open store, with the provider's scope and key map.
@@ -85,10 +86,23 @@ extension OfflineODataProvider {
         }
     }
 
-    /// Waits while a migration to a changed `$metadata` carries the queue over to a new store
-    /// (a write now would go to the old store after its queue was read).
-    func waitWhileMigrating() async throws {
-        while migrating { try await Task.sleep(nanoseconds: 10_000_000) }
+    /// Runs a local write (anything that changes the store or the queue outside an upload or
+    /// download). While a migration to a changed `$metadata` carries the queue over to a new
+    /// store, it waits (it would go to the old store after its queue was read); the migration in
+    /// turn waits for the writes running. The parts of a local `$batch` run inside their batch's
+    /// turn (a task-local flag), so they never wait for a migration that waits for their batch.
+    func gatedLocalWrite<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        if LocalWriteTurn.held { return try await body() }
+        while migrating { try await Task.sleep(nanoseconds: 5_000_000) }
+        localWritesInFlight += 1
+        defer { localWritesInFlight -= 1 }
+        return try await LocalWriteTurn.$held.withValue(true) { try await body() }
+    }
+
+    /// Waits while a breaking migration swaps the old store for the new one (the store is
+    /// closed for that moment).
+    func waitWhileSwappingStores() async throws {
+        while swappingStores { try await Task.sleep(nanoseconds: 5_000_000) }
     }
 
     /// SQLITE_FULL (13), with or without an extended code.
@@ -98,23 +112,32 @@ extension OfflineODataProvider {
         method: String, url: String, headers: [String: String], body: [UInt8],
         options: OfflineODataRequestOptions
     ) async throws -> OfflineODataResponse {
-        let writes = method.uppercased() != "GET"
-        if writes { try await waitWhileMigrating() }
-        if writes { localWritesInFlight += 1 }
-        defer { if writes { localWritesInFlight -= 1 } }
+        if method.uppercased() != "GET" {
+            return try await gatedLocalWrite {
+                try await executeWrite(method: method, url: url, headers: headers, body: body, options: options)
+            }
+        }
+        try await waitWhileSwappingStores()
+        let store = try openStore()
+        let model = store.model
+        let (result, contentType) = try await readLocally(url)
+        // A media entity's `$value`: the stream itself, with its content type.
+        if let contentType, case .value(.primitive(.binary(let bytes))) = result {
+            return OfflineODataResponse(
+                status: 200, body: Array(bytes), result: result, headers: ["Content-Type": contentType])
+        }
+        return OfflineODataResponse(
+            status: result == .entity(nil) ? 404 : 200, body: Self.encode(result, model: model), result: result)
+    }
+
+    /// A local write (or a `$batch` of them) through ``gatedLocalWrite(_:)``.
+    private func executeWrite(
+        method: String, url: String, headers: [String: String], body: [UInt8],
+        options: OfflineODataRequestOptions
+    ) async throws -> OfflineODataResponse {
         let store = try openStore()
         let model = store.model
         let verb = method.uppercased()
-        if verb == "GET" {
-            let (result, contentType) = try await readLocally(url)
-            // A media entity's `$value`: the stream itself, with its content type.
-            if let contentType, case .value(.primitive(.binary(let bytes))) = result {
-                return OfflineODataResponse(
-                    status: 200, body: Array(bytes), result: result, headers: ["Content-Type": contentType])
-            }
-            return OfflineODataResponse(
-                status: result == .entity(nil) ? 404 : 200, body: Self.encode(result, model: model), result: result)
-        }
         guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(verb) else {
             throw OfflineODataError(.invalidRequest, "\(method) is not an OData method")
         }
@@ -300,4 +323,9 @@ extension OfflineODataProvider {
     static func requestBody(_ entity: Entity, model: Model) -> [UInt8] {
         model.version.requestBody(entity)
     }
+}
+
+/// Whether the current task runs inside a local write's turn (see `gatedLocalWrite`).
+enum LocalWriteTurn {
+    @TaskLocal static var held = false
 }

@@ -43,9 +43,12 @@ extension OfflineODataProvider {
     /// Undoes the pending changes of several entities at once (see
     /// ``undoPendingChanges(for:key:)``).
     public func undoPendingChanges(for entities: [(entitySet: String, key: [String: PrimitiveValue])]) async throws {
-        try await waitWhileMigrating()
-        localWritesInFlight += 1
-        defer { localWritesInFlight -= 1 }
+        try await gatedLocalWrite { try await undoPendingChangesNow(for: entities) }
+    }
+
+    private func undoPendingChangesNow(
+        for entities: [(entitySet: String, key: [String: PrimitiveValue])]
+    ) async throws {
         let store = try openStore()
         let model = store.model
         let root = serviceRoot
