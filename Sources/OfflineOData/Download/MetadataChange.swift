@@ -18,7 +18,7 @@ public struct OfflineODataMetadataChange: Sendable, Hashable {
 
     /// How the store took the change.
     public var kind: Kind
-    /// Every difference between the two models (``ODataCore/Model/changes(since:)``).
+    /// Every difference between the two models (`Model.changes(since:)`).
     public var changes: [ModelChange]
     /// Defining queries read again in full (their types gained properties), by name.
     public var reReadDefiningQueries: [String]
