@@ -12,6 +12,7 @@ final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
     private var lastLine = ""
     private(set) var failures: [OfflineODataFailedRequest] = []
     private(set) var metadataChanges: [OfflineODataMetadataChange] = []
+    private(set) var resolvedConflicts: [OfflineODataConflictResolved] = []
 
     func offlineODataProvider(didUpdate progress: OfflineODataProgress) {
         lock.withLock {
@@ -36,6 +37,12 @@ final class ProgressPrinter: OfflineODataDelegate, @unchecked Sendable {
 
     func offlineODataProvider(_ provider: OfflineODataProvider, didChangeMetadata change: OfflineODataMetadataChange) {
         lock.withLock { metadataChanges.append(change) }
+    }
+
+    func offlineODataProvider(
+        _ provider: OfflineODataProvider, didResolveConflict resolution: OfflineODataConflictResolved
+    ) {
+        lock.withLock { resolvedConflicts.append(resolution) }
     }
 
     /// What a migration to a changed `$metadata` did, for people (SPEC §14).
@@ -88,6 +95,12 @@ struct OfflineStoreOptions: ParsableArguments {
     @Flag(name: .customLong("no-server-store"),
           help: "A first open through a sync gateway pages, even when the gateway offers a store file.")
     var noServerStore = false
+    @Option(
+        name: .customLong("conflicts"),
+        help: ArgumentHelp(
+            "How an upload resolves a 412 or 428 (SPEC §15): archive (default), merge-disjoint, client-wins, "
+                + "backend-wins.", valueName: "POLICY"))
+    var conflicts: String?
     @Flag(name: .customLong("check-metadata"),
           help: "Opening an existing store also checks the backend's $metadata and migrates the store (SPEC §14).")
     var checkMetadata = false
@@ -122,6 +135,15 @@ struct OfflineStoreOptions: ParsableArguments {
         parameters.csrfProtection = !noCSRF
         parameters.acceptsServerBuiltStore = !noServerStore
         parameters.checksMetadataAtOpen = checkMetadata
+        switch conflicts {
+        case nil, "archive": parameters.conflictPolicy = .archive
+        case "merge-disjoint": parameters.conflictPolicy = .mergeDisjoint
+        case "client-wins": parameters.conflictPolicy = .clientWins
+        case "backend-wins": parameters.conflictPolicy = .backendWins
+        case let other?:
+            throw ValidationError(
+                "--conflicts \(other): give archive, merge-disjoint, client-wins or backend-wins")
+        }
         parameters.urlSuffix = urlSuffix
         parameters.authenticator = try credentials().map { StaticCredentials($0) }
         for header in headers {
@@ -389,6 +411,11 @@ struct OfflineCommand: AsyncParsableCommand {
             let provider = try await options.provider(printer)
             try await provider.upload(categories: categories.isEmpty ? nil : categories)
             printer.finish()
+            for resolved in printer.resolvedConflicts {
+                print(
+                    "conflict resolved: request \(resolved.requestID) \(resolved.method) \(resolved.url) → "
+                        + "\(resolved.outcome.rawValue) (\(resolved.policy))")
+            }
             for failure in printer.failures {
                 print("failed: request \(failure.requestID) \(failure.method) \(failure.url) → HTTP \(failure.httpStatus) \(failure.code): \(failure.message)")
             }
@@ -433,7 +460,15 @@ struct OfflineCommand: AsyncParsableCommand {
         func run() async throws {
             let provider = try await options.provider()
             let rows = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
-            for row in rows { print(describe(row, ["RequestID", "HTTPStatusCode", "Code", "Message", "RequestMethod", "RequestURL", "CustomTag"])) }
+            for row in rows {
+                print(describe(row, ["RequestID", "HTTPStatusCode", "Code", "Message", "RequestMethod", "RequestURL", "CustomTag"]))
+                // A conflict: the properties in which the three copies differ, side by side.
+                guard case .primitive(.int64(let id))? = row["RequestID"],
+                      let copies = try await provider.conflictCopies(forRequest: id),
+                      copies.backend != nil || copies.original != nil
+                else { continue }
+                for line in conflictLines(copies) { print(line) }
+            }
             if rows.isEmpty { print("the ErrorArchive is empty") }
             if let delete {
                 _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(delete))")
@@ -523,6 +558,28 @@ struct OfflineCommand: AsyncParsableCommand {
 }
 
 /// `Name=value` pairs of an entity's properties, for listings.
+/// The properties in which the three copies of a conflict differ: one line each, with the
+/// original, local and backend values.
+func conflictLines(_ copies: OfflineODataConflictCopies) -> [String] {
+    var names: [String] = []
+    for entity in [copies.original, copies.local, copies.backend].compactMap({ $0 }) {
+        for property in entity.properties where !names.contains(property.name) { names.append(property.name) }
+    }
+    func text(_ entity: Entity?, _ name: String) -> String {
+        guard let entity else { return "(none)" }
+        guard let value = entity[name], value != .null else { return "null" }
+        return Literal.format(value)
+    }
+    var lines: [String] = ["  conflict: property | original | local | backend"]
+    for name in names {
+        let values = [copies.original, copies.local, copies.backend].map { text($0, name) }
+        guard Set(values).count > 1 else { continue }
+        lines.append("    \(name) | " + values.joined(separator: " | "))
+    }
+    if let etag = copies.backend?.control.etag { lines.append("    backend ETag \(etag)") }
+    return lines
+}
+
 func describe(_ entity: Entity, _ names: [String]) -> String {
     names.compactMap { name -> String? in
         guard let value = entity[name], value != .null else { return nil }

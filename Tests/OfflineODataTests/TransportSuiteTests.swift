@@ -213,12 +213,38 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
         #expect(!(await fixture.server.service.journal.requests()).contains { $0.contains("?early") })
     }
 
+    /// A loopback port bound by a socket that does not listen: connections to it are refused
+    /// for as long as the socket is open, and no other test's server can take the port
+    /// meanwhile (a port freed by a stopped server could be).
+    static func refusingPort() throws -> (port: Int, socket: Int32) {
+        #if canImport(Glibc)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+            let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { throw TransportError("socket() failed", url: "127.0.0.1") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
+                bind(fd, generic, length) == 0 && getsockname(fd, generic, &length) == 0
+            }
+        }
+        guard bound else {
+            close(fd)
+            throw TransportError("bind() failed", url: "127.0.0.1")
+        }
+        return (Int(UInt16(bigEndian: address.sin_port)), fd)
+    }
+
     @Test(arguments: TransportKind.available)
     func nothingListeningFailsAtOnceAndIsNamed(kind: TransportKind) async throws {
-        let fixture = try await Fixture.start()
-        let port = fixture.server.port
-        let root = fixture.server.v4Root.absoluteString
-        await fixture.stop()
+        let (port, socket) = try Self.refusingPort()
+        defer { close(socket) }
+        let root = "http://127.0.0.1:\(port)/odata/v4/"
         let transport = kind.make()
         let clock = ContinuousClock()
         let start = clock.now

@@ -346,7 +346,7 @@ struct CarriedState: Sendable {
 
     init(_ reader: StoreReader) throws {
         let connection = reader.connection
-        var names = ["oo_queue", "oo_original", "oo_key_map", "oo_stream_original"]
+        var names = ["oo_queue", "oo_original", "oo_key_map", "oo_stream_original", "oo_conflict"]
         for set in [LocalSchema.errorArchive, LocalSchema.eventLog] {
             if let table = reader.schema.table(forEntitySet: set) { names.append(table.name) }
         }

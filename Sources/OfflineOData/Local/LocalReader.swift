@@ -44,6 +44,10 @@ struct LocalReader {
         case .missing?: return (.entity(nil), nil)
         case nil: break
         }
+        if let copy = try await conflictCopy(url) { return (.entity(copy.entity), nil) }
+        if let (plain, copies) = Self.conflictExpands(url) {
+            return (try await withConflictCopies(try await read(plain).result, copies), nil)
+        }
         if let affected = try await affectedEntityURL(url) { url = affected }
         let (_, resolved) = try Keys.resolve(url, model: model, what: "read request")
         for segment in resolved.path.segments {
@@ -96,6 +100,91 @@ struct LocalReader {
             }
         }
         return set
+    }
+
+    /// The navigations of an ErrorArchive row to the copies a conflict keeps (SPEC §15).
+    static let conflictNavigations = ["AffectedEntity", "BackendEntity", "OriginalEntity"]
+
+    /// `ErrorArchive(n)/BackendEntity` or `ErrorArchive(n)/OriginalEntity`: the copy kept for
+    /// that request (`entity` nil when none is). Nil when `url` names neither.
+    func conflictCopy(_ url: String) async throws -> ConflictCopyRead? {
+        let path = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+        guard path.hasPrefix(LocalSchema.errorArchive + "("), let close = path.firstIndex(of: ")") else { return nil }
+        let idText = path[path.index(path.startIndex, offsetBy: LocalSchema.errorArchive.count + 1)..<close]
+        let tail = path[path.index(after: close)...]
+        guard let id = Int64(idText), tail == "/BackendEntity" || tail == "/OriginalEntity" else { return nil }
+        let model = store.model
+        let entity = try await store.read { reader in
+            try ConflictCopies.copy(
+                requestID: id, backend: tail == "/BackendEntity", connection: reader.connection, model: model)
+        }
+        return ConflictCopyRead(entity: entity)
+    }
+
+    /// A copy kept with an ErrorArchive row, as read: nil when that copy does not exist.
+    struct ConflictCopyRead {
+        var entity: Entity?
+    }
+
+    /// A read of ErrorArchive that expands `AffectedEntity`, `BackendEntity` or
+    /// `OriginalEntity`: the URL without them, and the ones asked for. Nil otherwise.
+    static func conflictExpands(_ url: String) -> (String, [String])? {
+        guard url.hasPrefix(LocalSchema.errorArchive) else { return nil }
+        let parts = url.split(separator: "?", maxSplits: 1).map(String.init)
+        guard parts.count == 2 else { return nil }
+        var asked: [String] = []
+        var options: [String] = []
+        for option in parts[1].split(separator: "&").map(String.init) {
+            let decoded = option.removingPercentEncoding ?? option
+            guard decoded.hasPrefix("$expand=") else {
+                options.append(option)
+                continue
+            }
+            var kept: [String] = []
+            for item in decoded.dropFirst("$expand=".count).split(separator: ",").map({
+                $0.trimmingCharacters(in: .whitespaces)
+            }) {
+                if conflictNavigations.contains(item) { asked.append(item) } else { kept.append(item) }
+            }
+            if !kept.isEmpty { options.append("$expand=" + kept.joined(separator: ",")) }
+        }
+        guard !asked.isEmpty else { return nil }
+        return (parts[0] + (options.isEmpty ? "" : "?" + options.joined(separator: "&")), asked)
+    }
+
+    /// `result` (ErrorArchive rows) with the copies `names` inline on each row.
+    func withConflictCopies(_ result: QueryResult, _ names: [String]) async throws -> QueryResult {
+        func expanded(_ row: Entity) async throws -> Entity {
+            guard case .primitive(.int64(let id))? = row["RequestID"] else { return row }
+            var row = row
+            for name in names {
+                var value = NavigationValue(name: name)
+                switch name {
+                case "AffectedEntity":
+                    let target = try await store.read { reader in
+                        try LocalSchema.affectedEntity(ofRequest: id, reader.connection)
+                    }
+                    var entity: Entity?
+                    if let target, case .entity(let found) = try await read(try await rewriteLocalKeys(target)).result {
+                        entity = found
+                    }
+                    value.inline = .entity(entity)
+                default:
+                    value.inline = .entity(try await conflictCopy("ErrorArchive(\(id))/\(name)")?.entity)
+                }
+                row.navigation.append(value)
+            }
+            return row
+        }
+        switch result {
+        case .entity(let row?): return .entity(try await expanded(row))
+        case .collection(var collection):
+            var rows: [Entity] = []
+            for row in collection.entities { rows.append(try await expanded(row)) }
+            collection.entities = rows
+            return .collection(collection)
+        default: return result
+        }
     }
 
     /// `ErrorArchive(n)/AffectedEntity…` and `RequestQueue(n)/AffectedEntity…` → the entity's own URL.

@@ -94,6 +94,7 @@ enum LocalSchema {
             "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key)) WITHOUT ROWID",
             "CREATE TABLE oo_key_map (entity_set TEXT NOT NULL, local_key TEXT NOT NULL, server_key TEXT NOT NULL, PRIMARY KEY (entity_set, local_key))",
             staging,
+            conflicts,
         ] + streams
 
     /// Media streams of entities whose defining query retrieves them (`oo_streams`), and those
@@ -105,6 +106,13 @@ enum LocalSchema {
         // The stream of an entity before its first local media change (a NULL body: none).
         "CREATE TABLE IF NOT EXISTS oo_stream_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, content_type TEXT, body BLOB, PRIMARY KEY (entity_set, entity_key))",
     ]
+
+    /// The backend's copy of the entity of a request that failed with 412 or 428, and the state
+    /// the local change started from, kept with the ErrorArchive row (SPEC §15): `backend` and
+    /// `original` are V4 JSON bodies (NULL: the entity did not exist there).
+    static let conflicts =
+        "CREATE TABLE IF NOT EXISTS oo_conflict (request_id INTEGER PRIMARY KEY, entity_set TEXT NOT NULL, "
+        + "backend BLOB, backend_etag TEXT, original BLOB)"
 
     /// Pages of a download waiting to be applied together.
     static let staging =
@@ -166,6 +174,8 @@ enum LocalSchema {
         try makeRequestQueueView(writer)
         // Stores made before downloads were staged; pages left by an interrupted download go.
         try writer.connection.execute(staging)
+        // Stores made before conflicts kept the backend's copy.
+        try writer.connection.execute(conflicts)
         // Stores made before media streams were kept.
         for statement in streams { try writer.connection.execute(statement) }
         _ = try writer.connection.execute("DELETE FROM oo_staging")
@@ -194,6 +204,37 @@ enum LocalSchema {
             _ = try writer.connection.execute(
                 "INSERT INTO oo_meta (key, value) VALUES ('metadataETag', ?)", [.text(etag)])
         }
+    }
+
+    /// What the sync status counts: requests pending and failed, and when the last upload and
+    /// download succeeded.
+    static func syncCounts(
+        _ connection: Connection
+    ) throws -> (pending: Int, failed: Int, lastUpload: Date?, lastDownload: Date?) {
+        let rows = try connection.query("SELECT SUM(status = 'pending'), SUM(status = 'failed') FROM oo_queue")
+        func number(_ value: DatabaseValue?) -> Int {
+            if case .integer(let n)? = value { return Int(n) }
+            return 0
+        }
+        var upload: Date?
+        var download: Date?
+        for row in try connection.query(
+            "SELECT key, value FROM oo_meta WHERE key IN ('lastUpload', 'lastDownload')") where row.count == 2
+        {
+            guard case .text(let key) = row[0], case .text(let value) = row[1], let seconds = Double(value) else {
+                continue
+            }
+            let date = Date(timeIntervalSince1970: seconds)
+            if key == "lastUpload" { upload = date } else { download = date }
+        }
+        return (number(rows.first?[0]), number(rows.first?[1]), upload, download)
+    }
+
+    /// Records that an upload (`upload` true) or a download succeeded at `time`.
+    static func recordSync(_ writer: StoreWriter, upload: Bool, at time: Date) throws {
+        _ = try writer.connection.execute(
+            "INSERT OR REPLACE INTO oo_meta (key, value) VALUES (?, ?)",
+            [.text(upload ? "lastUpload" : "lastDownload"), .text(String(time.timeIntervalSince1970))])
     }
 
     /// Whether no request waits for upload (stops at the first one).

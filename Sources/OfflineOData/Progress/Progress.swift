@@ -124,6 +124,8 @@ public enum OfflineODataEvent: Sendable {
     case requestFailed(OfflineODataFailedRequest)
     /// A download found that the backend's `$metadata` changed, and migrated the store (SPEC §14).
     case metadataChanged(OfflineODataMetadataChange)
+    /// An upload resolved a 412 or 428 without the ErrorArchive, by its conflict policy (SPEC §15).
+    case conflictResolved(OfflineODataConflictResolved)
 }
 
 /// Receives progress and failures. Calls arrive on the provider's executor; do not block.
@@ -160,6 +162,9 @@ public protocol OfflineODataDelegate: AnyObject, Sendable {
     /// no longer fit (archived with code `MetadataChanged`). Called once, when the store
     /// follows the new `$metadata`.
     func offlineODataProvider(_ provider: OfflineODataProvider, didChangeMetadata change: OfflineODataMetadataChange)
+    /// An upload resolved a conflict (412 or 428) by its policy instead of archiving it: sent
+    /// again with the backend's ETag, merged, or dropped for the backend's copy.
+    func offlineODataProvider(_ provider: OfflineODataProvider, didResolveConflict resolution: OfflineODataConflictResolved)
 }
 
 extension OfflineODataDelegate {
@@ -190,6 +195,10 @@ extension OfflineODataDelegate {
     /// Does nothing by default.
     public func offlineODataProvider(
         _ provider: OfflineODataProvider, didChangeMetadata change: OfflineODataMetadataChange
+    ) {}
+    /// Does nothing by default.
+    public func offlineODataProvider(
+        _ provider: OfflineODataProvider, didResolveConflict resolution: OfflineODataConflictResolved
     ) {}
 }
 

@@ -47,6 +47,12 @@ public struct OfflineODataParameters: Sendable {
     /// An open that cannot reach the backend still opens the store (the check is logged as
     /// failed and the next download makes it). False: only downloads check.
     public var checksMetadataAtOpen = false
+    /// How an upload resolves a request the backend refuses with 412 or 428 (another user
+    /// changed the entity first; SPEC §15). ``OfflineODataConflictPolicy/archive``, the default,
+    /// archives it with the backend's copy; the others resolve it and report the resolution.
+    public var conflictPolicy: OfflineODataConflictPolicy = .archive
+    /// Conflict policies for single entity sets, by name, over ``conflictPolicy``.
+    public var conflictPolicies: [String: OfflineODataConflictPolicy] = [:]
     /// How often, in milliseconds, the status of an upload or download running on a sync
     /// gateway is pulled and reported as the gateway's steps (SAP's `cloudProgressPullInterval`;
     /// never below 500). Only through a gateway: a plain backend is never asked.

@@ -146,6 +146,8 @@ public actor OfflineODataProvider {
             delegate.offlineODataProvider(self, requestDidFail: failure)
         case .metadataChanged(let change):
             delegate.offlineODataProvider(self, didChangeMetadata: change)
+        case .conflictResolved(let resolution):
+            delegate.offlineODataProvider(self, didResolveConflict: resolution)
         }
     }
 

@@ -217,27 +217,11 @@ extension OfflineODataProvider {
             runningOperation: syncState.running, progressStep: syncState.progressStep,
             progressMessage: syncState.progressMessage, lastError: syncState.lastError)
         guard let store else { return status }
-        let counts = try await store.read { reader in
-            let rows = try reader.connection.query(
-                "SELECT SUM(status = 'pending'), SUM(status = 'failed') FROM oo_queue")
-            func number(_ value: DatabaseValue?) -> Int {
-                if case .integer(let n)? = value { return Int(n) }
-                return 0
-            }
-            let times = try reader.connection.query(
-                "SELECT key, value FROM oo_meta WHERE key IN ('lastUpload', 'lastDownload')")
-            var upload: Double?
-            var download: Double?
-            for row in times where row.count == 2 {
-                guard case .text(let key) = row[0], case .text(let value) = row[1] else { continue }
-                if key == "lastUpload" { upload = Double(value) } else { download = Double(value) }
-            }
-            return (number(rows.first?[0]), number(rows.first?[1]), upload, download)
-        }
-        status.pendingRequests = counts.0
-        status.failedRequests = counts.1
-        status.lastUpload = counts.2.map { Date(timeIntervalSince1970: $0) }
-        status.lastDownload = counts.3.map { Date(timeIntervalSince1970: $0) }
+        let counts = try await store.read { reader in try LocalSchema.syncCounts(reader.connection) }
+        status.pendingRequests = counts.pending
+        status.failedRequests = counts.failed
+        status.lastUpload = counts.lastUpload
+        status.lastDownload = counts.lastDownload
         return status
     }
 
@@ -318,12 +302,9 @@ extension OfflineODataProvider {
             syncState = SyncState(
                 lastError: nil, sequence: syncState.sequence, delivered: syncState.delivered)
             if operation != .open || firstOpen, let store {
-                let key = operation == .upload ? "lastUpload" : "lastDownload"
-                let now = String(Date().timeIntervalSince1970)
-                try? await store.write { writer in
-                    _ = try writer.connection.execute(
-                        "INSERT OR REPLACE INTO oo_meta (key, value) VALUES (?, ?)", [.text(key), .text(now)])
-                }
+                let upload = operation == .upload
+                let now = Date()
+                try? await store.write { writer in try LocalSchema.recordSync(writer, upload: upload, at: now) }
             }
             publishChange(OfflineODataStoreChange(origin: origin, entitySets: nil))
         } catch {

@@ -132,6 +132,7 @@ struct RequestQueue {
     /// the entity's later requests (or a revert) still find it; what no request needs any more
     /// is removed by the caller's clean-up.
     func remove(_ id: Int64) throws {
+        _ = try writer.connection.execute("DELETE FROM oo_conflict WHERE request_id = ?", [.integer(id)])
         _ = try writer.connection.execute(
             """
             INSERT OR IGNORE INTO oo_original (entity_set, entity_key, existed, body)
@@ -259,6 +260,14 @@ struct RequestQueue {
     static func keptETag(
         _ connection: Connection, in entitySet: String, predicate: String, model: Model
     ) throws -> String? {
+        try keptEntity(connection, in: entitySet, predicate: predicate, model: model)?.entity?.control.etag
+    }
+
+    /// The state an entity had before its local changes, as ``keptETag(_:in:predicate:model:)``
+    /// finds it: whether it existed, and its values then. Nil: nothing kept.
+    static func keptEntity(
+        _ connection: Connection, in entitySet: String, predicate: String, model: Model
+    ) throws -> (existed: Bool, entity: Entity?)? {
         let row =
             try connection.query(
                 "SELECT existed, body FROM oo_original WHERE entity_set = ? AND entity_key = ?",
@@ -270,11 +279,9 @@ struct RequestQueue {
                 WHERE entity_set = ? AND entity_key = ? AND original_existed IS NOT NULL ORDER BY id LIMIT 1
                 """, [.text(entitySet), .text(predicate)]
             ).first
-        guard let row, row[0] == .integer(1), case .blob(let body) = row[1],
-            let entity = try? V4JSONReader(model: model).readEntity(
-                body, entityType: model.entitySet(entitySet)?.entityType)
-        else { return nil }
-        return entity.control.etag
+        guard let row else { return nil }
+        guard row[0] == .integer(1), case .blob(let body) = row[1] else { return (false, nil) }
+        return (true, try? V4JSONReader(model: model).readEntity(body, entityType: model.entitySet(entitySet)?.entityType))
     }
 
     /// Whether `oo_original` keeps the state of an entity.

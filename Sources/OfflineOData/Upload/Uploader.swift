@@ -85,10 +85,34 @@ struct Uploader {
                     interruption = partial.failure
                 }
             }
+            // A 412 or 428: the backend's copy is read and the conflict policy applied (SPEC §15).
+            let conflicts = try await resolveConflicts(results, batch: batch, on: provider)
+            results = conflicts.results
             let actions = planner.received(results, for: batch)
             let answered = zip(results, actions).map { ($0, $1) }
             let failures = try await store.write { writer in
-                try UploadRecorder(writer, model: model, serviceRoot: root).record(answered)
+                let failures = try UploadRecorder(writer, model: model, serviceRoot: root).record(answered)
+                for failure in failures {
+                    guard let copy = conflicts.copies[failure.requestID] else { continue }
+                    try ConflictCopies.keep(
+                        requestID: failure.requestID, entitySet: copy.entitySet, backend: copy.backend,
+                        original: copy.original, writer: writer)
+                }
+                try ConflictCopies.takeBackend(conflicts.backendWon, writer: writer, model: model, serviceRoot: root)
+                return failures
+            }
+            for resolution in conflicts.resolved {
+                provider.logger.notice(
+                    "A conflict was resolved without the ErrorArchive",
+                    metadata: [
+                        "queue-id": .stringConvertible(resolution.requestID), "outcome": .string(resolution.outcome.rawValue),
+                        "policy": .string(resolution.policy),
+                    ])
+                try await provider.logEvent(
+                    in: store, type: "ConflictResolved",
+                    details: "request \(resolution.requestID) \(resolution.method) \(resolution.url): "
+                        + "\(resolution.outcome.rawValue) (\(resolution.policy))")
+                provider.emit(.conflictResolved(resolution))
             }
             provider.keyMapCache = nil
             try await readBackNestedCreates(in: results, on: provider)

@@ -1,0 +1,202 @@
+import Foundation
+import ODataCore
+import ODataServer
+import ODataStore
+import Testing
+
+@testable import OfflineOData
+
+/// Another user changed an entity first (SPEC §15): the ErrorArchive keeps the three copies,
+/// and a conflict policy can resolve the 412 instead. Against the reference server, whose
+/// entities have ETags and which needs `If-Match`.
+@Suite(.serialized) struct ConflictTests {
+    final class Listener: OfflineODataDelegate, @unchecked Sendable {
+        private let lock = NSLock()
+        private var _resolved: [OfflineODataConflictResolved] = []
+        private var _failures: [OfflineODataFailedRequest] = []
+        var resolved: [OfflineODataConflictResolved] { lock.withLock { _resolved } }
+        var failures: [OfflineODataFailedRequest] { lock.withLock { _failures } }
+        func offlineODataProvider(
+            _ provider: OfflineODataProvider, didResolveConflict resolution: OfflineODataConflictResolved
+        ) {
+            lock.withLock { _resolved.append(resolution) }
+        }
+        func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {
+            lock.withLock { _failures.append(request) }
+        }
+    }
+
+    /// A provider with `policy`, opened, with BP1's phone changed locally and BP1's `field`
+    /// changed on the backend by another user meanwhile.
+    static func conflicted(
+        _ fixture: Fixture, v2: Bool, policy: OfflineODataConflictPolicy, backendField: String = "CompanyName",
+        listener: Listener
+    ) async throws -> OfflineODataProvider {
+        var parameters = fixture.parameters()
+        parameters.conflictPolicy = policy
+        let provider = try await fixture.provider(v2: v2, parameters: parameters, delegate: listener)
+        try await provider.open()
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"+1 local"}"#.utf8))
+        let status = try await fixture.backendSend(
+            "PATCH", "BusinessPartners('BP1')", #"{"\#(backendField)":"from the office"}"#)
+        #expect(status < 300)
+        return provider
+    }
+
+    @Test(arguments: [false, true])
+    func theArchiveKeepsTheThreeCopies(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let originalName = try await fixture.backend("BusinessPartners('BP1')")["CompanyName"]?.stringValue
+        let provider = try await Self.conflicted(fixture, v2: v2, policy: .archive, listener: listener)
+        try await provider.upload()
+        #expect(listener.failures.map(\.httpStatus) == [412])
+        #expect(listener.resolved.isEmpty)
+        let id = try #require(listener.failures.first?.requestID)
+        let copies = try #require(try await provider.conflictCopies(forRequest: id))
+        #expect(string(copies.local, "Phone") == "+1 local")
+        #expect(string(copies.backend, "CompanyName") == "from the office")
+        #expect(string(copies.backend, "Phone") != "+1 local")
+        #expect(copies.backend?.control.etag != nil)
+        #expect(string(copies.original, "CompanyName") == originalName)
+        #expect(string(copies.original, "Phone") != "+1 local")
+        // As OData: navigation paths and $expand.
+        let backend = try await provider.readEntities("ErrorArchive(\(id))/BackendEntity")
+        #expect(backend.map { string($0, "CompanyName") } == ["from the office"])
+        let rows = try await provider.readEntities(
+            "ErrorArchive?$expand=BackendEntity,OriginalEntity,AffectedEntity&$filter=HTTPStatusCode eq 412")
+        #expect(rows.count == 1)
+        #expect(rows.first?.navigation.map(\.name) == ["BackendEntity", "OriginalEntity", "AffectedEntity"])
+        // The typed API reads them as generated types.
+        let service = try await DataService(provider)
+        if v2 {
+            let typed = try await service.conflictCopies(of: SalesV2.BusinessPartner.self, requestID: id)
+            #expect(typed.local?.phone == "+1 local" && typed.backend?.companyName == "from the office")
+            #expect(typed.original?.companyName == originalName)
+        } else {
+            let typed = try await service.conflictCopies(of: SalesV4.BusinessPartner.self, requestID: id)
+            #expect(typed.local?.phone == "+1 local" && typed.backend?.companyName == "from the office")
+            #expect(typed.original?.companyName == originalName)
+        }
+        // Deleting the row removes its copies too.
+        _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
+        #expect(try await provider.conflictCopies(forRequest: id) == nil)
+        #expect(try await provider.readEntities("ErrorArchive(\(id))/BackendEntity").isEmpty)
+    }
+
+    @Test(arguments: [false, true])
+    func mergeDisjointResendsWhenTheChangesTouchDifferentProperties(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await Self.conflicted(fixture, v2: v2, policy: .mergeDisjoint, listener: listener)
+        try await provider.upload()
+        #expect(listener.failures.isEmpty)
+        #expect(listener.resolved.map(\.outcome) == [.resent])
+        #expect(listener.resolved.first?.localChanges == ["Phone"])
+        #expect(listener.resolved.first?.backendChanges == ["CompanyName"])
+        let backend = try await fixture.backend("BusinessPartners('BP1')")
+        #expect(backend["Phone"]?.stringValue == "+1 local")
+        #expect(backend["CompanyName"]?.stringValue == "from the office")
+        let log = try await provider.readEntities("EventLog?$filter=Type eq 'ConflictResolved'")
+        #expect(log.count == 1)
+        try await provider.download()
+        #expect(
+            string(try await provider.readEntities("BusinessPartners('BP1')").first, "CompanyName") == "from the office"
+        )
+
+    }
+
+    @Test(arguments: [false, true])
+    func mergeDisjointArchivesOverlappingChanges(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await Self.conflicted(
+            fixture, v2: v2, policy: .mergeDisjoint, backendField: "Phone", listener: listener)
+        try await provider.upload()
+        #expect(listener.resolved.isEmpty)
+        #expect(listener.failures.map(\.httpStatus) == [412])
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "from the office")
+    }
+
+    @Test(arguments: [false, true])
+    func clientWinsResendsUpdatesAndDeletes(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await Self.conflicted(
+            fixture, v2: v2, policy: .clientWins, backendField: "Phone", listener: listener)
+        // A delete of another entity changed on the backend meanwhile.
+        _ = try await provider.execute(method: "DELETE", url: "SalesOrders('SO4')")
+        #expect(try await fixture.backendSend("PATCH", "SalesOrders('SO4')", #"{"Note":"office"}"#) < 300)
+        try await provider.upload()
+        #expect(listener.failures.isEmpty, "\(listener.failures)")
+        #expect(listener.resolved.map(\.outcome) == [.resent, .resent])
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "+1 local")
+        let order = try await fixture.backend("SalesOrders('SO4')")
+        #expect(order["error"] != nil, "the order is deleted: \(order)")
+    }
+
+    @Test(arguments: [false, true])
+    func backendWinsDropsTheLocalChangeAndTakesTheBackendsCopy(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await Self.conflicted(
+            fixture, v2: v2, policy: .backendWins, backendField: "Phone", listener: listener)
+        try await provider.upload()
+        #expect(listener.failures.isEmpty)
+        #expect(listener.resolved.map(\.outcome) == [.backendWins])
+        #expect(try await provider.isRequestQueueEmpty)
+        let local = try await provider.readEntities("BusinessPartners('BP1')").first
+        #expect(string(local, "Phone") == "from the office")
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "from the office")
+        // The next change of the entity goes with the backend's ETag and is taken.
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Email":"after@example.com"}"#.utf8))
+        try await provider.upload()
+        #expect(listener.failures.isEmpty)
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Email"]?.stringValue == "after@example.com")
+    }
+
+    @Test(arguments: [false, true])
+    func aCustomResolverMerges(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let seen = Locked<[OfflineODataConflict]>([])
+        let provider = try await Self.conflicted(
+            fixture, v2: v2,
+            policy: .custom { conflict in
+                seen.withLock { $0.append(conflict) }
+                guard var merged = conflict.backend else { return .archive }
+                // Both phones, the office's first.
+                let office = merged["Phone"].flatMap { if case .primitive(.string(let s)) = $0 { s } else { nil } }
+                let local = conflict.local?["Phone"].flatMap {
+                    if case .primitive(.string(let s)) = $0 { s } else { nil }
+                }
+                merged["Phone"] = .primitive(.string([office, local].compactMap { $0 }.joined(separator: " / ")))
+                return .merged(merged)
+            }, backendField: "Phone", listener: listener)
+        try await provider.upload()
+        #expect(listener.failures.isEmpty)
+        #expect(listener.resolved.map(\.outcome) == [.merged])
+        #expect(seen.withLock { $0.count } == 1)
+        #expect(seen.withLock { $0.first?.localChanges } == ["Phone"])
+        #expect(seen.withLock { $0.first?.backendChanges } == ["Phone"])
+        #expect(
+            try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue
+                == "from the office / +1 local")
+    }
+}
+
+/// A value behind a lock, for closures that must be `Sendable`.
+final class Locked<Value: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLock<T>(_ body: (inout Value) -> T) -> T { lock.withLock { body(&value) } }
+}
