@@ -30,10 +30,11 @@ import Testing
     /// changed on the backend by another user meanwhile.
     static func conflicted(
         _ fixture: Fixture, v2: Bool, policy: OfflineODataConflictPolicy, backendField: String = "CompanyName",
-        listener: Listener
+        listener: Listener, configure: (inout OfflineODataParameters) -> Void = { _ in }
     ) async throws -> OfflineODataProvider {
         var parameters = fixture.parameters()
         parameters.conflictPolicy = policy
+        configure(&parameters)
         let provider = try await fixture.provider(v2: v2, parameters: parameters, delegate: listener)
         try await provider.open()
         _ = try await provider.execute(
@@ -190,6 +191,89 @@ import Testing
         #expect(
             try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue
                 == "from the office / +1 local")
+    }
+
+    @Test(arguments: [false, true])
+    func aCreateWhoseKeyTheBackendHasIsArchivedWithTheBackendsCopy(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        var parameters = fixture.parameters()
+        parameters.conflictPolicy = .clientWins
+        let provider = try await fixture.provider(v2: v2, parameters: parameters, delegate: listener)
+        try await provider.open()
+        _ = try await provider.execute(
+            method: "POST", url: "BusinessPartners",
+            body: Array(#"{"PartnerID":"BPDUP","CompanyName":"Made in the field"}"#.utf8))
+        #expect(
+            try await fixture.backendSend("POST", "BusinessPartners", #"{"PartnerID":"BPDUP","CompanyName":"Office"}"#)
+                < 300)
+        try await provider.upload()
+        #expect(listener.resolved.isEmpty, "a create is never resolved automatically")
+        #expect(listener.failures.map(\.httpStatus) == [409])
+        let id = try #require(listener.failures.first?.requestID)
+        let copies = try #require(try await provider.conflictCopies(forRequest: id))
+        #expect(string(copies.local, "CompanyName") == "Made in the field")
+        #expect(string(copies.backend, "CompanyName") == "Office")
+        #expect(copies.original == nil)
+    }
+
+    @Test(arguments: [false, true])
+    func aResendWhoseAnswerIsLostIsAppliedOnce(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await Self.conflicted(
+            fixture, v2: v2, policy: .clientWins, backendField: "Phone", listener: listener
+        ) { $0.timeoutInterval = 1 }
+        // The resend (a request of its own, not a $batch) is answered after the client gave up
+        // waiting: it is applied, and its answer lost.
+        await fixture.server.service.faults.set([
+            FaultRule(
+                urlContains: "BusinessPartners('BP1')", bodyContains: "+1 local", delayMilliseconds: 2500, times: 10)
+        ])
+        let changes = {
+            try await fixture.server.service.store.read { reader in
+                try reader.connection.query(
+                    "SELECT count(*) FROM server_changes WHERE entity_set = 'BusinessPartners' AND key LIKE '%BP1%'")
+            }.first?.first
+        }
+        let before = try await changes()
+        // Every answer to the resend is lost (the session's own retries too): the upload fails
+        // and the request stays queued. The next upload sends it again: the $batch gets its 412
+        // again, and the new resend is recognized as the same request as the first.
+        await #expect(throws: (any Error).self) { try await provider.upload() }
+        await fixture.server.service.faults.set([])
+        // The delayed requests are applied meanwhile.
+        try await Task.sleep(nanoseconds: 3_000_000_000)
+        try await provider.upload()
+        guard case .integer(let first)? = before, case .integer(let after)? = try await changes() else {
+            Issue.record("no change history")
+            return
+        }
+        #expect(after == first + 1, "the resend was applied \(after - first) times")
+        #expect(try await provider.isRequestQueueEmpty)
+        #expect(listener.failures.isEmpty)
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "+1 local")
+    }
+
+    @Test(arguments: [false, true])
+    func dependantsGoAfterTheResolutionInTheSameUpload(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await Self.conflicted(fixture, v2: v2, policy: .mergeDisjoint, listener: listener)
+        // A later change of the same entity waits for the first one's resolution.
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Email":"later@example.com"}"#.utf8))
+        try await provider.upload()
+        #expect(listener.failures.isEmpty, "\(listener.failures)")
+        #expect(listener.resolved.map(\.outcome) == [.resent])
+        #expect(try await provider.isRequestQueueEmpty)
+        let backend = try await fixture.backend("BusinessPartners('BP1')")
+        #expect(backend["Phone"]?.stringValue == "+1 local")
+        #expect(backend["Email"]?.stringValue == "later@example.com")
+        #expect(backend["CompanyName"]?.stringValue == "from the office")
     }
 }
 

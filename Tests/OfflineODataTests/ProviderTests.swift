@@ -530,14 +530,15 @@ func string(_ entity: Entity?, _ name: String) -> String? {
         try await provider.upload()
         let sent = await fixture.server.service.journal.requests()
         // A batch never changes one entity twice: the second change of ids[0] would start the
-        // next batch, but it depends on the rejected one and is not sent.
+        // next batch, but it depends on the rejected one and is not sent. The 412 of ids[1]
+        // reads the backend's copy to keep it with the ErrorArchive row (SPEC §15).
         #expect(sent == ["""
             POST $batch
               changeset
                 MERGE BusinessPartners('\(ids[0])') {"Phone":"REJECT"}
               changeset
                 MERGE BusinessPartners('\(ids[1])') {"Phone":"2"}
-            """, """
+            """, "GET BusinessPartners('\(ids[1])')", """
             POST $batch
               changeset
                 MERGE BusinessPartners('\(ids[2])') {"Phone":"fine"}

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import ODataCore
 import ODataStore
@@ -28,9 +29,11 @@ extension Uploader {
         for index in results.indices {
             let result = results[index]
             let request = result.request
-            guard result.status == 412 || result.status == 428, result.dependencyOf == nil, !request.isCreate,
-                request.mediaType == nil, let set = request.entitySet, let localKey = request.entityKey,
-                !request.url.contains("/$ref"), !request.url.contains("/$links")
+            // An update or delete refused for its ETag, or a create whose key the backend has.
+            let isConflict =
+                request.isCreate ? result.status == 409 && !request.localKey : [412, 428].contains(result.status)
+            guard isConflict, result.dependencyOf == nil, request.mediaType == nil, let set = request.entitySet,
+                let localKey = request.entityKey, !request.url.contains("/$ref"), !request.url.contains("/$links")
             else { continue }
             let read = try await store.read { reader -> (Entity?, Entity?, String)? in
                 let keyMap = try RequestQueue.keyMap(reader.connection)
@@ -44,7 +47,9 @@ extension Uploader {
             let backend = try await backendCopy(of: set + predicate, entitySet: set, on: provider)
             outcome.copies[request.id] = (set, backend, original)
             let policy = parameters.conflictPolicy(for: set)
-            guard single.contains(request.id) else { continue }
+            // A create is archived with the copies (which entity it should have been is the
+            // app's call); so is a request inside a change set of several.
+            guard single.contains(request.id), !request.isCreate else { continue }
             if case .archive = policy { continue }
             let localChanges = Self.localChanges(of: request, local: local, original: original, model: model)
             var backendChanges = ConflictCopies.differences(backend?.entity, from: original)
@@ -98,7 +103,9 @@ extension Uploader {
                 if !body.isEmpty { headers["Content-Type"] = "application/json" }
                 if let etag = backend?.etag { headers["If-Match"] = etag }
                 if parameters.enableRepeatableRequests {
-                    let id = GuidValue.random().description
+                    // Derived from the request's own ID: sent again after a lost answer (the
+                    // request is still queued), the resend is recognized as the same request.
+                    let id = request.repeatID.map(Self.resendID) ?? GuidValue.random().description
                     let time = UploadPlanner.httpDate()
                     headers["Repeatability-Request-ID"] = id
                     headers["Repeatability-First-Sent"] = time
@@ -123,6 +130,17 @@ extension Uploader {
             }
         }
         return outcome
+    }
+
+    /// The repeatability ID of the resend of the request whose ID is `id`: the same every time.
+    static func resendID(_ id: String) -> String {
+        let bytes = Array(SHA256.hash(data: Array((id + "/conflict-resend").utf8)).prefix(16))
+        let hex = bytes.map { byte in (byte < 16 ? "0" : "") + String(byte, radix: 16) }.joined()
+        let parts = [
+            hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4),
+            hex.dropFirst(20),
+        ]
+        return parts.joined(separator: "-")
     }
 
     /// The backend's entity at `url` now: nil when it could not be read (its copy is then
