@@ -461,7 +461,10 @@ struct OfflineCommand: AsyncParsableCommand {
             let provider = try await options.provider()
             let rows = try await provider.readEntities("ErrorArchive?$orderby=RequestID")
             for row in rows {
-                print(describe(row, ["RequestID", "HTTPStatusCode", "Code", "Message", "RequestMethod", "RequestURL", "CustomTag"]))
+                let fields = [
+                    "RequestID", "HTTPStatusCode", "Code", "Message", "RequestMethod", "RequestURL", "CustomTag",
+                ]
+                print(describe(row, fields))
                 // A conflict: the properties in which the three copies differ, side by side.
                 guard case .primitive(.int64(let id))? = row["RequestID"],
                       let copies = try await provider.conflictCopies(forRequest: id),
@@ -557,7 +560,6 @@ struct OfflineCommand: AsyncParsableCommand {
     }
 }
 
-/// `Name=value` pairs of an entity's properties, for listings.
 /// The properties in which the three copies of a conflict differ: one line each, with the
 /// original, local and backend values.
 func conflictLines(_ copies: OfflineODataConflictCopies) -> [String] {
@@ -580,6 +582,7 @@ func conflictLines(_ copies: OfflineODataConflictCopies) -> [String] {
     return lines
 }
 
+/// `Name=value` pairs of an entity's properties, for listings.
 func describe(_ entity: Entity, _ names: [String]) -> String {
     names.compactMap { name -> String? in
         guard let value = entity[name], value != .null else { return nil }

@@ -103,6 +103,18 @@ import Testing
         #expect(backend["CompanyName"]?.stringValue == "from the office")
         let log = try await provider.readEntities("EventLog?$filter=Type eq 'ConflictResolved'")
         #expect(log.count == 1)
+        // The entity took the backend's state at once, with its ETag: no download needed, and
+        // its next change goes through.
+        let local = try await provider.readEntities("BusinessPartners('BP1')").first
+        #expect(string(local, "CompanyName") == "from the office")
+        #expect(string(local, "Phone") == "+1 local")
+        #expect(
+            local?.control.etag == (try await fixture.backend("BusinessPartners('BP1')")["@odata.etag"]?.stringValue))
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Email":"next@example.com"}"#.utf8))
+        try await provider.upload()
+        #expect(listener.failures.isEmpty)
+        #expect(listener.resolved.count == 1, "the next change needed no resolution")
         try await provider.download()
         #expect(
             string(try await provider.readEntities("BusinessPartners('BP1')").first, "CompanyName") == "from the office"
@@ -191,6 +203,10 @@ import Testing
         #expect(
             try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue
                 == "from the office / +1 local")
+        // The store holds the merged entity too.
+        #expect(
+            string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone")
+                == "from the office / +1 local")
     }
 
     @Test(arguments: [false, true])
@@ -255,6 +271,68 @@ import Testing
         #expect(try await provider.isRequestQueueEmpty)
         #expect(listener.failures.isEmpty)
         #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "+1 local")
+    }
+
+    @Test(arguments: [false, true])
+    func aBackendCopyThatCannotBeReadLosesNothingOfTheBatch(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await Self.conflicted(
+            fixture, v2: v2, policy: .clientWins, listener: listener
+        ) { $0.timeoutInterval = 1 }
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"same batch"}"#.utf8))
+        // Reading the backend's copy times out.
+        await fixture.server.service.faults.set([
+            FaultRule(method: "GET", urlContains: "BusinessPartners('BP1')", delayMilliseconds: 2500)
+        ])
+        try await provider.upload()
+        await fixture.server.service.faults.set([])
+        #expect(listener.failures.map(\.httpStatus) == [412])
+        #expect(listener.resolved.isEmpty)
+        #expect(try await provider.isRequestQueueEmpty)
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "same batch")
+        let id = try #require(listener.failures.first?.requestID)
+        let copies = try #require(try await provider.conflictCopies(forRequest: id))
+        #expect(copies.backend == nil)
+        #expect(copies.original != nil)
+    }
+
+    @Test(arguments: [false, true])
+    func backendWinsArchivesWhenTheBackendsCopyCannotBeRead(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await Self.conflicted(
+            fixture, v2: v2, policy: .backendWins, backendField: "Phone", listener: listener)
+        await fixture.server.service.faults.set([
+            FaultRule(method: "GET", urlContains: "BusinessPartners('BP1')", status: 503, code: "Down")
+        ])
+        try await provider.upload()
+        await fixture.server.service.faults.set([])
+        #expect(listener.resolved.isEmpty)
+        #expect(listener.failures.map(\.httpStatus) == [412])
+        // The local change is kept (in the archive), not dropped for a copy nobody read.
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") == "+1 local")
+    }
+
+    @Test(arguments: [false, true])
+    func aPolicyPerEntitySetOverridesTheProvidersOne(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await Self.conflicted(
+            fixture, v2: v2, policy: .archive, backendField: "Phone", listener: listener
+        ) { $0.conflictPolicies = ["BusinessPartners": .clientWins] }
+        _ = try await provider.execute(
+            method: "PATCH", url: "SalesOrders('SO2')", body: Array(#"{"Note":"field"}"#.utf8))
+        #expect(try await fixture.backendSend("PATCH", "SalesOrders('SO2')", #"{"Note":"office"}"#) < 300)
+        try await provider.upload()
+        #expect(listener.resolved.map(\.entitySet) == ["BusinessPartners"])
+        #expect(listener.failures.map(\.url) == ["SalesOrders('SO2')"])
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "+1 local")
+        #expect(try await fixture.backend("SalesOrders('SO2')")["Note"]?.stringValue == "office")
     }
 
     @Test(arguments: [false, true])

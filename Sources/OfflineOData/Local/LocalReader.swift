@@ -112,7 +112,9 @@ struct LocalReader {
         guard path.hasPrefix(LocalSchema.errorArchive + "("), let close = path.firstIndex(of: ")") else { return nil }
         let idText = path[path.index(path.startIndex, offsetBy: LocalSchema.errorArchive.count + 1)..<close]
         let tail = path[path.index(after: close)...]
-        guard let id = Int64(idText), tail == "/BackendEntity" || tail == "/OriginalEntity" else { return nil }
+        // V2 writes an Int64 key with its suffix: `ErrorArchive(5L)`.
+        let digits = idText.hasSuffix("L") || idText.hasSuffix("l") ? idText.dropLast() : idText[...]
+        guard let id = Int64(digits), tail == "/BackendEntity" || tail == "/OriginalEntity" else { return nil }
         let model = store.model
         let entity = try await store.read { reader in
             try ConflictCopies.copy(

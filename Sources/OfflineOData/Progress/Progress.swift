@@ -164,7 +164,8 @@ public protocol OfflineODataDelegate: AnyObject, Sendable {
     func offlineODataProvider(_ provider: OfflineODataProvider, didChangeMetadata change: OfflineODataMetadataChange)
     /// An upload resolved a conflict (412 or 428) by its policy instead of archiving it: sent
     /// again with the backend's ETag, merged, or dropped for the backend's copy.
-    func offlineODataProvider(_ provider: OfflineODataProvider, didResolveConflict resolution: OfflineODataConflictResolved)
+    func offlineODataProvider(
+        _ provider: OfflineODataProvider, didResolveConflict resolution: OfflineODataConflictResolved)
 }
 
 extension OfflineODataDelegate {

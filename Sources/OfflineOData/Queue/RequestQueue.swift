@@ -281,7 +281,8 @@ struct RequestQueue {
             ).first
         guard let row else { return nil }
         guard row[0] == .integer(1), case .blob(let body) = row[1] else { return (false, nil) }
-        return (true, try? V4JSONReader(model: model).readEntity(body, entityType: model.entitySet(entitySet)?.entityType))
+        let type = model.entitySet(entitySet)?.entityType
+        return (true, try? V4JSONReader(model: model).readEntity(body, entityType: type))
     }
 
     /// Whether `oo_original` keeps the state of an entity.

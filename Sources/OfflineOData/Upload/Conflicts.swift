@@ -37,16 +37,22 @@ public enum OfflineODataConflictResolution: Sendable {
 public struct OfflineODataConflict: Sendable {
     /// The queue's request ID (the ErrorArchive key if it ends there).
     public var requestID: Int64
+    /// The request's method, as queued.
     public var method: String
+    /// The request's URL, as queued.
     public var url: String
+    /// The entity set of its entity.
     public var entitySet: String
     /// The HTTP status of the refusal: 412 or 428.
     public var httpStatus: Int
     /// The entity as the store holds it (nil: deleted locally).
     public var local: Entity?
     /// The backend's copy, read after the refusal, with its ETag (nil: gone on the backend, or
-    /// it could not be read).
+    /// it could not be read; see ``backendRead``).
     public var backend: Entity?
+    /// Whether the backend's copy was read (then a nil ``backend`` means the entity is gone
+    /// there). When it was not, every resolution but `archive` archives.
+    public var backendRead: Bool
     /// What the local change started from (nil: not known, or created locally).
     public var original: Entity?
     /// The properties the local request sets.
@@ -57,7 +63,8 @@ public struct OfflineODataConflict: Sendable {
     /// Creates a value from its parts.
     public init(
         requestID: Int64, method: String, url: String, entitySet: String, httpStatus: Int, local: Entity?,
-        backend: Entity?, original: Entity?, localChanges: Set<String>, backendChanges: Set<String>
+        backend: Entity?, backendRead: Bool = true, original: Entity?, localChanges: Set<String>,
+        backendChanges: Set<String>
     ) {
         self.requestID = requestID
         self.method = method
@@ -66,6 +73,7 @@ public struct OfflineODataConflict: Sendable {
         self.httpStatus = httpStatus
         self.local = local
         self.backend = backend
+        self.backendRead = backendRead
         self.original = original
         self.localChanges = localChanges
         self.backendChanges = backendChanges
@@ -85,15 +93,21 @@ public struct OfflineODataConflictResolved: Sendable, Hashable {
         case backendWins
     }
 
+    /// The queue's request ID.
     public var requestID: Int64
+    /// The request's method, as queued.
     public var method: String
+    /// The request's URL, as queued.
     public var url: String
+    /// The entity set of its entity.
     public var entitySet: String
+    /// How it was resolved.
     public var outcome: Outcome
     /// The policy that decided (`mergeDisjoint`, `clientWins`, `backendWins`, `custom`).
     public var policy: String
-    /// The properties the local change set, and those the backend had changed.
+    /// The properties the local change set.
     public var localChanges: Set<String>
+    /// The properties the backend had changed (to other values than the local ones).
     public var backendChanges: Set<String>
 }
 
@@ -158,8 +172,8 @@ enum ConflictCopies {
     /// The entities of requests dropped for the backend's copy take it: it becomes their kept
     /// state, and their remaining queued requests are applied on top again.
     static func takeBackend(
-        _ won: [Int64: (entitySet: String, predicate: String, backend: Entity?)], writer: StoreWriter, model: Model,
-        serviceRoot: String
+        _ won: [Int64: (entitySet: String, predicate: String, backend: Entity?, changed: Set<String>)],
+        writer: StoreWriter, model: Model, serviceRoot: String
     ) throws {
         guard !won.isEmpty else { return }
         for (_, entity) in won {
@@ -173,8 +187,11 @@ enum ConflictCopies {
         let keyMap = try RequestQueue.keyMap(writer.connection)
         let requests = try RequestQueue.load(writer.connection, statuses: ["pending", "failed"])
         let entries = QueueEntry.analyse(requests, model: model, serviceRoot: serviceRoot, keyMap: keyMap)
+        // With the entity, what its request changed besides (what a delete cascaded to).
+        var entities = Set(won.values.map { $0.entitySet + $0.predicate })
+        for entity in won.values { entities.formUnion(entity.changed) }
         try RequestQueue(writer, model: model, serviceRoot: serviceRoot).rebuild(
-            Set(won.values.map { $0.entitySet + $0.predicate }), remaining: entries, keyMap: keyMap)
+            entities, remaining: entries, keyMap: keyMap)
     }
 
     /// The properties in which `entity` differs from `base` (both as read from the store:

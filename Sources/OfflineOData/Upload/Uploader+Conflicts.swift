@@ -11,9 +11,13 @@ extension Uploader {
         var results: [SentResult]
         /// The copies kept with each request that may end in the ErrorArchive.
         var copies: [Int64: (entitySet: String, backend: BackendCopy?, original: Entity?)] = [:]
-        /// Requests dropped for the backend's copy: their entity takes it.
-        var backendWon: [Int64: (entitySet: String, predicate: String, backend: Entity?)] = [:]
+        /// Requests resolved: their entity takes the backend's copy (read after a resend), and
+        /// the other entities they changed are rebuilt too.
+        var backendWon: [Int64: (entitySet: String, predicate: String, backend: Entity?, changed: Set<String>)] = [:]
         var resolved: [OfflineODataConflictResolved] = []
+        /// A resend whose answer did not come: its request stays queued (it is not in
+        /// `results`), and the upload ends with this error once the batch's answers are recorded.
+        var interruption: (any Error)?
     }
 
     /// Reads the backend's copy of the entity of every request of the batch refused with 412 or
@@ -24,6 +28,7 @@ extension Uploader {
         _ results: [SentResult], batch: UploadPlanner.Batch, on provider: isolated OfflineODataProvider
     ) async throws -> ConflictOutcome {
         var outcome = ConflictOutcome(results: results)
+        var unanswered: Set<Int64> = []
         let single = Set(batch.units.filter { $0.count == 1 }.flatMap { $0.map(\.id) })
         let model = self.model
         for index in results.indices {
@@ -35,32 +40,40 @@ extension Uploader {
             guard isConflict, result.dependencyOf == nil, request.mediaType == nil, let set = request.entitySet,
                 let localKey = request.entityKey, !request.url.contains("/$ref"), !request.url.contains("/$links")
             else { continue }
-            let read = try await store.read { reader -> (Entity?, Entity?, String)? in
+            let root = serviceRoot
+            let read = try await store.read { reader -> (Entity?, Entity?, String, [String: String], Set<String>)? in
                 let keyMap = try RequestQueue.keyMap(reader.connection)
                 let reference = keyMap[set + localKey] ?? set + localKey
                 guard let (_, key) = Keys.parse(reference, model: model, serviceRoot: "") else { return nil }
                 let predicate = Keys.predicate(key, in: set, model: model)
                 let kept = try RequestQueue.keptEntity(reader.connection, in: set, predicate: predicate, model: model)
-                return (try reader.entity(in: set, key: key), kept?.entity, predicate)
+                let changed = QueueEntry.analyse(request, model: model, serviceRoot: root, keyMap: keyMap).changed
+                return (try reader.entity(in: set, key: key), kept?.entity, predicate, keyMap, changed)
             }
-            guard let (local, original, predicate) = read else { continue }
+            guard let (local, original, predicate, keyMap, changed) = read else { continue }
             let backend = try await backendCopy(of: set + predicate, entitySet: set, on: provider)
             outcome.copies[request.id] = (set, backend, original)
             let policy = parameters.conflictPolicy(for: set)
             // A create is archived with the copies (which entity it should have been is the
-            // app's call); so is a request inside a change set of several.
-            guard single.contains(request.id), !request.isCreate else { continue }
+            // app's call); so is a request inside a change set of several. So is every conflict
+            // after the upload was asked to stop.
+            guard single.contains(request.id), !request.isCreate, !provider.cancelUploadRequested,
+                !Task.isCancelled
+            else { continue }
             if case .archive = policy { continue }
             let localChanges = Self.localChanges(of: request, local: local, original: original, model: model)
             var backendChanges = ConflictCopies.differences(backend?.entity, from: original)
             if let type = model.entityType(ofEntitySet: set) {
                 backendChanges.subtract(model.key(of: type).map(\.name))
             }
+            // A property the backend already holds with the local value is no conflict (the
+            // other user set the same, or an earlier resend of this request got through).
+            backendChanges = backendChanges.filter { name in backend?.entity?[name] != local?[name] }
             let conflict = OfflineODataConflict(
                 requestID: request.id, method: request.method, url: request.url, entitySet: set,
-                httpStatus: result.status, local: local, backend: backend?.entity, original: original,
-                localChanges: localChanges, backendChanges: backendChanges)
-            let decision: OfflineODataConflictResolution
+                httpStatus: result.status, local: local, backend: backend?.entity, backendRead: backend != nil,
+                original: original, localChanges: localChanges, backendChanges: backendChanges)
+            var decision: OfflineODataConflictResolution
             switch policy {
             case .archive: continue
             case .mergeDisjoint:
@@ -73,6 +86,10 @@ extension Uploader {
             case .backendWins: decision = .takeBackend
             case .custom(let resolve): decision = await resolve(conflict)
             }
+            // The backend's copy decides the outcome: without it (it could not be read), the
+            // request is archived rather than dropped or sent blind.
+            guard backend != nil else { continue }
+            if case .merged = decision, request.method.uppercased() == "DELETE" { decision = .resend }
             func resolved(_ outcomeKind: OfflineODataConflictResolved.Outcome) -> OfflineODataConflictResolved {
                 OfflineODataConflictResolved(
                     requestID: request.id, method: request.method, url: request.url, entitySet: set,
@@ -83,25 +100,33 @@ extension Uploader {
             case .archive:
                 continue
             case .resend, .merged:
-                // Without the backend's copy there is no ETag to send it with.
+                // Without the backend's entity there is nothing to send it against.
                 guard let backendEntity = backend?.entity else { continue }
-                var method = request.method
-                var body = request.body
+                var method = request.method.uppercased()
+                // V2 backends merge with MERGE, as the planner sends it.
+                if method == "PATCH", model.version.isLegacy { method = "MERGE" }
+                var body = String(decoding: request.body, as: UTF8.self)
                 var kind = OfflineODataConflictResolved.Outcome.resent
                 if case .merged(let values) = decision {
-                    var changed = Entity()
+                    var changedValues = Entity()
                     let keys = Set(model.entityType(ofEntitySet: set).map { model.key(of: $0).map(\.name) } ?? [])
                     for property in values.properties
                     where !keys.contains(property.name) && backendEntity[property.name] != property.value {
-                        changed.properties.append(property)
+                        changedValues.properties.append(property)
                     }
                     method = model.version.isLegacy ? "MERGE" : "PATCH"
-                    body = model.version.requestBody(changed)
+                    body = String(decoding: model.version.requestBody(changedValues), as: UTF8.self)
                     kind = .merged
+                }
+                // Entities re-keyed by the backend are named by their backend keys, as the
+                // planner names them.
+                for (local, server) in keyMap {
+                    body = body.replacingOccurrences(of: "\"\(local)\"", with: "\"\(server)\"")
                 }
                 var headers = ["Accept": "application/json"]
                 if !body.isEmpty { headers["Content-Type"] = "application/json" }
-                if let etag = backend?.etag { headers["If-Match"] = etag }
+                // The backend's ETag; `*` where it gives none (a 428 from a backend without ETags).
+                headers["If-Match"] = backend?.etag ?? "*"
                 if parameters.enableRepeatableRequests {
                     // Derived from the request's own ID: sent again after a lost answer (the
                     // request is still queued), the resend is recognized as the same request.
@@ -113,22 +138,44 @@ extension Uploader {
                     headers["RepeatabilityCreation"] = time
                 }
                 for (name, value) in request.headers { headers[name] = value }
-                let answer = try await provider.send(method: method, url: set + predicate, headers: headers, body: body)
+                let answer: TransportResponse
+                do {
+                    answer = try await provider.send(
+                        method: method, url: set + predicate, headers: headers, body: Array(body.utf8))
+                } catch is CancellationError {
+                    throw CancellationError()
+                } catch {
+                    // Applied or not, nobody knows: the request stays queued and is sent again by
+                    // the next upload (its resend then carries the same repeatability ID).
+                    unanswered.insert(request.id)
+                    outcome.interruption = outcome.interruption ?? error
+                    continue
+                }
+                CrashPoint.reach("conflict-resent")
                 outcome.results[index] = SentResult(
                     request: request, status: answer.status, headers: answer.headers, body: answer.body)
-                if answer.status < 400 {
-                    outcome.copies[request.id] = nil
-                    outcome.resolved.append(resolved(kind))
+                guard answer.status < 400 else { continue }
+                outcome.copies[request.id] = nil
+                outcome.resolved.append(resolved(kind))
+                // The entity takes what the backend holds now (its values and ETag, which the
+                // answer may lack); a delete leaves nothing.
+                let now =
+                    method == "DELETE"
+                    ? BackendCopy(entity: nil, etag: nil)
+                    : try await backendCopy(of: set + predicate, entitySet: set, on: provider)
+                if let now {
+                    outcome.backendWon[request.id] = (set, predicate, now.entity, changed)
                 }
             case .takeBackend:
                 var headers = ODataCore.HTTPHeaders()
                 if let etag = backend?.etag { headers["ETag"] = etag }
                 outcome.results[index] = SentResult(request: request, status: 204, headers: headers, body: [])
-                outcome.backendWon[request.id] = (set, predicate, backend?.entity)
+                outcome.backendWon[request.id] = (set, predicate, backend?.entity, changed)
                 outcome.copies[request.id] = nil
                 outcome.resolved.append(resolved(.backendWins))
             }
         }
+        outcome.results.removeAll { unanswered.contains($0.request.id) }
         return outcome
     }
 
@@ -148,7 +195,16 @@ extension Uploader {
     func backendCopy(
         of url: String, entitySet: String, on provider: isolated OfflineODataProvider
     ) async throws -> BackendCopy? {
-        let response = try await provider.send(method: "GET", url: url, headers: ["Accept": "application/json"])
+        let response: TransportResponse
+        do {
+            response = try await provider.send(method: "GET", url: url, headers: ["Accept": "application/json"])
+        } catch {
+            // The batch's answers are recorded all the same; this conflict is archived without
+            // the backend's copy.
+            provider.logger.warning(
+                "The backend's copy of a conflicting entity could not be read", metadata: ["error": "\(error)"])
+            return nil
+        }
         if response.status == 404 { return BackendCopy(entity: nil, etag: nil) }
         guard response.status == 200 else {
             provider.logger.warning(
@@ -165,15 +221,17 @@ extension Uploader {
         return BackendCopy(entity: entity, etag: etag)
     }
 
-    /// The properties a queued request sets: a PATCH's or MERGE's body; for a PUT, those in
-    /// which its body differs from the original; for a delete, every property.
+    /// The properties a queued request changes: those in which its body differs from the
+    /// original (every property of the body when there is none); for a delete, every property.
     static func localChanges(of request: QueuedRequest, local: Entity?, original: Entity?, model: Model) -> Set<String>
     {
         let type = request.entitySet.flatMap { model.entitySet($0)?.entityType }
         guard request.method.uppercased() != "DELETE",
             let body = try? model.readEntity(request.body, entityType: type)
         else { return Set((original ?? local)?.properties.map(\.name) ?? []) }
-        if request.method.uppercased() == "PUT" { return ConflictCopies.differences(body, from: original) }
-        return Set(body.properties.map(\.name))
+        // What the request sets to another value than the original had (an app that merges the
+        // whole entity sets only what it changed).
+        guard let original else { return Set(body.properties.map(\.name)) }
+        return ConflictCopies.differences(body, from: original)
     }
 }

@@ -88,10 +88,21 @@ struct Uploader {
             // A 412 or 428: the backend's copy is read and the conflict policy applied (SPEC §15).
             let conflicts = try await resolveConflicts(results, batch: batch, on: provider)
             results = conflicts.results
+            if let stopped = conflicts.interruption { interruption = interruption ?? stopped }
             let actions = planner.received(results, for: batch)
             let answered = zip(results, actions).map { ($0, $1) }
+            let resolvedNow = conflicts.resolved
+            let time = OfflineODataProvider.timestamp()
             let failures = try await store.write { writer in
                 let failures = try UploadRecorder(writer, model: model, serviceRoot: root).record(answered)
+                // One EventLog row for the conflicts of the batch, with their answers.
+                if !resolvedNow.isEmpty {
+                    let details = resolvedNow.map { resolution in
+                        "request \(resolution.requestID) \(resolution.method) \(resolution.url): "
+                            + "\(resolution.outcome.rawValue) (\(resolution.policy))"
+                    }.joined(separator: "; ")
+                    try LocalSchema.logEvent(writer, type: "ConflictResolved", details: details, time: time)
+                }
                 for failure in failures {
                     guard let copy = conflicts.copies[failure.requestID] else { continue }
                     try ConflictCopies.keep(
@@ -101,17 +112,13 @@ struct Uploader {
                 try ConflictCopies.takeBackend(conflicts.backendWon, writer: writer, model: model, serviceRoot: root)
                 return failures
             }
-            for resolution in conflicts.resolved {
+            for resolution in resolvedNow {
                 provider.logger.notice(
                     "A conflict was resolved without the ErrorArchive",
                     metadata: [
-                        "queue-id": .stringConvertible(resolution.requestID), "outcome": .string(resolution.outcome.rawValue),
-                        "policy": .string(resolution.policy),
+                        "queue-id": .stringConvertible(resolution.requestID),
+                        "outcome": .string(resolution.outcome.rawValue), "policy": .string(resolution.policy),
                     ])
-                try await provider.logEvent(
-                    in: store, type: "ConflictResolved",
-                    details: "request \(resolution.requestID) \(resolution.method) \(resolution.url): "
-                        + "\(resolution.outcome.rawValue) (\(resolution.policy))")
                 provider.emit(.conflictResolved(resolution))
             }
             provider.keyMapCache = nil
