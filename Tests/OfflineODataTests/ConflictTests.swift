@@ -336,6 +336,53 @@ import Testing
     }
 
     @Test(arguments: [false, true])
+    func backendWinsOnADeleteBringsTheEntityAndItsCascadeBack(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        var parameters = fixture.parameters()
+        parameters.conflictPolicy = .backendWins
+        let provider = try await fixture.provider(v2: v2, parameters: parameters, delegate: listener)
+        try await provider.open()
+        let items = try await provider.readEntities("SalesOrders('SO4')/Items").count
+        #expect(items > 0)
+        _ = try await provider.execute(method: "DELETE", url: "SalesOrders('SO4')")
+        #expect(try await provider.readEntities("SalesOrders('SO4')").isEmpty)
+        #expect(try await fixture.backendSend("PATCH", "SalesOrders('SO4')", #"{"Note":"keep it"}"#) < 300)
+        try await provider.upload()
+        #expect(listener.resolved.map(\.outcome) == [.backendWins])
+        #expect(listener.failures.isEmpty)
+        #expect(try await provider.isRequestQueueEmpty)
+        #expect(string(try await provider.readEntities("SalesOrders('SO4')").first, "Note") == "keep it")
+        #expect(try await provider.readEntities("SalesOrders('SO4')/Items").count == items)
+        #expect(try await fixture.backend("SalesOrders('SO4')")["Note"]?.stringValue == "keep it")
+    }
+
+    @Test(arguments: [false, true])
+    func a428FromABackendWithoutETagsIsResolvedWithAStar(v2: Bool) async throws {
+        let fixture = try await Fixture.start(configure: {
+            $0.sendsETags = false
+            $0.requiresIfMatchWithoutETags = true
+        })
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        var parameters = fixture.parameters()
+        parameters.conflictPolicy = .clientWins
+        let provider = try await fixture.provider(v2: v2, parameters: parameters, delegate: listener)
+        try await provider.open()
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"no etag"}"#.utf8))
+        await fixture.server.service.journal.clear()
+        try await provider.upload()
+        #expect(listener.failures.isEmpty, "\(listener.failures)")
+        #expect(listener.resolved.map(\.outcome) == [.resent])
+        let headers = await fixture.server.service.journal.requestHeaders()
+        let resend = headers.first { $0.request.hasPrefix("PATCH") || $0.request.hasPrefix("MERGE") }
+        #expect(resend?.headers["If-Match"] == "*")
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "no etag")
+    }
+
+    @Test(arguments: [false, true])
     func dependantsGoAfterTheResolutionInTheSameUpload(v2: Bool) async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }

@@ -161,7 +161,9 @@ public final class ODataService: Sendable {
     func handleUnfaulted(_ request: ServiceRequest) async -> ServiceResponse {
         guard options.sendsETags else {
             var plain = request
-            plain.headers["If-Match"] = nil
+            // Ignored, except that a backend insisting on one sees whether it came (a request
+            // of its own, as a change set's part does).
+            if !options.requiresIfMatchWithoutETags { plain.headers["If-Match"] = nil }
             plain.headers["If-None-Match"] = nil
             return Self.withoutETags(await handleChecked(plain))
         }
