@@ -316,18 +316,6 @@ struct MetadataMigration: Sendable {
     }
 }
 
-/// Points of a migration where a test can have the process killed (`kill -9` of itself), so
-/// that crash tests reach each window of the migration exactly: set `OODATA_CRASH_POINT` to a
-/// point's name in the environment of a process to test. Nothing happens without it.
-enum CrashPoint {
-    static let armed = ProcessInfo.processInfo.environment["OODATA_CRASH_POINT"]
-
-    static func reach(_ name: String) {
-        guard let armed, armed == name else { return }
-        kill(getpid(), SIGKILL)
-    }
-}
-
 /// What a store keeps beside its entities and carries over to a store built for a new model:
 /// the queue, the state kept for undo, the key map, the streams kept before media changes,
 /// the ErrorArchive, the EventLog, and the next local key.
@@ -472,24 +460,11 @@ struct CarriedState: Sendable {
             let request = entry.request
             let body =
                 request.body.isEmpty || request.mediaType != nil ? nil : String(decoding: request.body, as: UTF8.self)
-            func text(_ value: String?) -> Value { value.map { .primitive(.string($0)) } ?? .null }
-            try writer.insert(
-                Entity(properties: [
-                    NamedValue(name: "RequestID", value: .primitive(.int64(request.id))),
-                    NamedValue(name: "CustomTag", value: text(request.options.customTag)),
-                    NamedValue(name: "HTTPStatusCode", value: status == 0 ? .null : .primitive(.int32(Int32(status)))),
-                    NamedValue(name: "Code", value: text(code)),
-                    NamedValue(name: "Message", value: text(message)),
-                    NamedValue(name: "InnerError", value: .null),
-                    NamedValue(name: "Domain", value: text("OfflineOData")),
-                    NamedValue(name: "RequestMethod", value: text(request.method)),
-                    NamedValue(name: "RequestURL", value: text(request.url)),
-                    NamedValue(name: "RequestBody", value: text(body)),
-                ]), into: LocalSchema.errorArchive)
-            failures.append(
-                OfflineODataFailedRequest(
-                    httpStatus: status, requestID: request.id, customTag: request.options.customTag, code: code,
-                    message: message, innerError: nil, method: request.method, url: request.url, body: body))
+            let failure = OfflineODataFailedRequest(
+                httpStatus: status, requestID: request.id, customTag: request.options.customTag, code: code,
+                message: message, innerError: nil, method: request.method, url: request.url, body: body)
+            try LocalSchema.archive(failure, domain: "OfflineOData", writer)
+            failures.append(failure)
         }
         // Every changed entity goes back to its downloaded state, with the requests applied
         // again on top (a request that cannot be applied any more changes nothing).

@@ -237,6 +237,26 @@ enum LocalSchema {
             [.text(upload ? "lastUpload" : "lastDownload"), .text(String(time.timeIntervalSince1970))])
     }
 
+    /// Adds the ErrorArchive row of a failed request (an `httpStatus` of 0: none, as for a
+    /// request that was never sent).
+    static func archive(_ failure: OfflineODataFailedRequest, domain: String, _ writer: StoreWriter) throws {
+        func text(_ value: String?) -> Value { value.map { .primitive(.string($0)) } ?? .null }
+        let status: Value = failure.httpStatus == 0 ? .null : .primitive(.int32(Int32(failure.httpStatus)))
+        try writer.insert(
+            Entity(properties: [
+                NamedValue(name: "RequestID", value: .primitive(.int64(failure.requestID))),
+                NamedValue(name: "CustomTag", value: text(failure.customTag)),
+                NamedValue(name: "HTTPStatusCode", value: status),
+                NamedValue(name: "Code", value: text(failure.code)),
+                NamedValue(name: "Message", value: text(failure.message)),
+                NamedValue(name: "InnerError", value: text(failure.innerError)),
+                NamedValue(name: "Domain", value: text(domain)),
+                NamedValue(name: "RequestMethod", value: text(failure.method)),
+                NamedValue(name: "RequestURL", value: text(failure.url)),
+                NamedValue(name: "RequestBody", value: text(failure.body)),
+            ]), into: errorArchive)
+    }
+
     /// Whether no request waits for upload (stops at the first one).
     static func isQueueEmpty(_ connection: Connection) throws -> Bool {
         try connection.query("SELECT EXISTS (SELECT 1 FROM oo_queue WHERE status = 'pending')").first?.first

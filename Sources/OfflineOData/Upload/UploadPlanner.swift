@@ -224,10 +224,7 @@ struct UploadPlanner: Sendable {
             }
             if context.repeatable, let id = request.repeatID {
                 let time = context.firstSent[request.id] ?? context.now
-                headers["Repeatability-Request-ID"] = id
-                headers["Repeatability-First-Sent"] = time
-                headers["RequestID"] = id
-                headers["RepeatabilityCreation"] = time
+                for (name, value) in Self.repeatability(id: id, firstSent: time) { headers[name] = value }
             }
             let reference = (request.entitySet ?? "") + (request.entityKey ?? "")
             // If-Match guards the first change of an entity in this batch with the ETag the
@@ -319,6 +316,14 @@ struct UploadPlanner: Sendable {
             }
         }
         return results
+    }
+
+    /// The headers that make a request repeatable: OData's, and SAP Gateway's names for them.
+    static func repeatability(id: String, firstSent: String) -> [(name: String, value: String)] {
+        [
+            ("Repeatability-Request-ID", id), ("Repeatability-First-Sent", firstSent), ("RequestID", id),
+            ("RepeatabilityCreation", firstSent),
+        ]
     }
 
     /// Now as an HTTP date (the form of `Repeatability-First-Sent`).

@@ -129,20 +129,7 @@ struct UploadRecorder {
             let failure = OfflineODataFailedRequest(
                 httpStatus: result.status, requestID: request.id, customTag: request.options.customTag, code: code,
                 message: message, innerError: inner, method: request.method, url: request.url, body: body)
-            func text(_ value: String?) -> Value { value.map { .primitive(.string($0)) } ?? .null }
-            try writer.insert(
-                Entity(properties: [
-                    NamedValue(name: "RequestID", value: .primitive(.int64(request.id))),
-                    NamedValue(name: "CustomTag", value: text(request.options.customTag)),
-                    NamedValue(name: "HTTPStatusCode", value: .primitive(.int32(Int32(result.status)))),
-                    NamedValue(name: "Code", value: text(code)),
-                    NamedValue(name: "Message", value: text(message)),
-                    NamedValue(name: "InnerError", value: text(inner)),
-                    NamedValue(name: "Domain", value: text(dependsOn == nil ? "Backend" : "OfflineOData")),
-                    NamedValue(name: "RequestMethod", value: text(request.method)),
-                    NamedValue(name: "RequestURL", value: text(request.url)),
-                    NamedValue(name: "RequestBody", value: text(body)),
-                ]), into: LocalSchema.errorArchive)
+            try LocalSchema.archive(failure, domain: dependsOn == nil ? "Backend" : "OfflineOData", writer)
             if let set, let localKey = request.entityKey,
                 let (_, key) = Keys.parse(set + localKey, model: model, serviceRoot: "")
             {

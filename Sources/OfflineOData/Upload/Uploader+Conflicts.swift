@@ -131,11 +131,9 @@ extension Uploader {
                     // Derived from the request's own ID: sent again after a lost answer (the
                     // request is still queued), the resend is recognized as the same request.
                     let id = request.repeatID.map(Self.resendID) ?? GuidValue.random().description
-                    let time = UploadPlanner.httpDate()
-                    headers["Repeatability-Request-ID"] = id
-                    headers["Repeatability-First-Sent"] = time
-                    headers["RequestID"] = id
-                    headers["RepeatabilityCreation"] = time
+                    for (name, value) in UploadPlanner.repeatability(id: id, firstSent: UploadPlanner.httpDate()) {
+                        headers[name] = value
+                    }
                 }
                 for (name, value) in request.headers { headers[name] = value }
                 let answer: TransportResponse
