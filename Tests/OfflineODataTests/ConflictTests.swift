@@ -70,6 +70,15 @@ import Testing
             "ErrorArchive?$expand=BackendEntity,OriginalEntity,AffectedEntity&$filter=HTTPStatusCode eq 412")
         #expect(rows.count == 1)
         #expect(rows.first?.navigation.map(\.name) == ["BackendEntity", "OriginalEntity", "AffectedEntity"])
+        // A $select without the key still expands (the store returns key properties).
+        let selected = try await provider.readEntities("ErrorArchive?$expand=BackendEntity&$select=Code")
+        #expect(selected.first?.navigation.map(\.name) == ["BackendEntity"])
+        #expect(
+            string(
+                selected.first?.navigation.first?.inline.flatMap { inline -> Entity? in
+                    if case .entity(let entity) = inline { return entity }
+                    return nil
+                }, "CompanyName") == "from the office")
         // The typed API reads them as generated types.
         let service = try await DataService(provider)
         if v2 {

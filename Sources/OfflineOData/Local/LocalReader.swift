@@ -157,7 +157,13 @@ struct LocalReader {
     /// `result` (ErrorArchive rows) with the copies `names` inline on each row.
     func withConflictCopies(_ result: QueryResult, _ names: [String]) async throws -> QueryResult {
         func expanded(_ row: Entity) async throws -> Entity {
-            guard case .primitive(.int64(let id))? = row["RequestID"] else { return row }
+            guard case .primitive(.int64(let id))? = row["RequestID"] else {
+                // A $select without the key leaves nothing to find the copies by: said, not
+                // answered without them.
+                throw OfflineODataError(
+                    .invalidRequest,
+                    "ErrorArchive: $expand of \(names.joined(separator: ", ")) needs RequestID in $select")
+            }
             var row = row
             for name in names {
                 var value = NavigationValue(name: name)
