@@ -111,7 +111,11 @@ import Testing
     }
 
     @Test func processingInstructionsAreAnErrorNotACrash() throws {
-        for text in ["<?xm?>\n<a/>", "<a><?x?></a>", "<?xml version=\"1.0\"?><a><?pi?></a>", "<?x y?><a/>"] {
+        for text in [
+            "<?xm?>\n<a/>", "<a><?x?></a>", "<?xml version=\"1.0\"?><a><?pi?></a>", "<?x y?><a/>",
+            // A declaration broken by a `>` that hides the next instruction (the fuzzer's).
+            "<?xml\t><?xl?>>~",
+        ] {
             #expect(throws: MetadataError.self, "\(text)") { try MetadataParser().parse(Data(text.utf8)) }
             #expect(throws: (any Error).self) { try ODataError.parse(Array(text.utf8), httpStatus: 500) }
         }

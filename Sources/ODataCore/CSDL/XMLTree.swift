@@ -108,10 +108,14 @@ final class XMLTreeBuilder: NSObject, XMLParserDelegate {
     static func processingInstruction(_ bytes: [UInt8]) -> Int? {
         var i = bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0
         func starts(_ text: String, at index: Int) -> Bool { bytes[index...].starts(with: text.utf8) }
-        // The declaration: `<?xml` and whitespace, only at the very start.
+        // The declaration: `<?xml` and whitespace, only at the very start. It ends at its first
+        // `>`, which must follow `?` (no value in it may hold a `>`): `<?xml\t><?x?>` is a
+        // broken declaration, not one that ends after the next instruction (found by fuzzing).
         if starts("<?xml", at: i), i + 5 < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[i + 5]) {
-            while i + 1 < bytes.count, !(bytes[i] == UInt8(ascii: "?") && bytes[i + 1] == UInt8(ascii: ">")) { i += 1 }
-            i += 2
+            let start = i
+            while i < bytes.count, bytes[i] != UInt8(ascii: ">") { i += 1 }
+            guard i < bytes.count, bytes[i - 1] == UInt8(ascii: "?") else { return start }
+            i += 1
         }
         while i + 1 < bytes.count {
             if bytes[i] == UInt8(ascii: "<") {
