@@ -123,10 +123,19 @@ public enum Interop {
 
         /// Ends the server. With SIGKILL: a process started from a Swift concurrency thread
         /// inherits that thread's signal mask, in which SIGTERM is blocked.
+        ///
+        /// Waits at most 10 s: Foundation's `waitUntilExit` on Linux can miss the exit of a
+        /// killed child and wait for ever (seen once in CI, the child a zombie). The child is
+        /// reaped here if Foundation has not done it.
         public func stop() {
-            if process.isRunning {
-                kill(process.processIdentifier, SIGKILL)
-                process.waitUntilExit()
+            guard process.isRunning else { return }
+            let pid = process.processIdentifier
+            kill(pid, SIGKILL)
+            let deadline = Date().addingTimeInterval(10)
+            while process.isRunning, Date() < deadline {
+                var status: Int32 = 0
+                if waitpid(pid, &status, WNOHANG) == pid { return }
+                Thread.sleep(forTimeInterval: 0.02)
             }
         }
 
