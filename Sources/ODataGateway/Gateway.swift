@@ -111,6 +111,9 @@ public final class Gateway: Sendable {
                 }
                 return try await answerTracked(tracked, request: request, backend: backend, model: model)
             }
+            if let (scope, hash) = conditionalEntityRead(request, model: model) {
+                return try await readWithGatewayETag(request, scope: scope, hash: hash, backend: backend, model: model)
+            }
             let answer = try await forward(request, backend: backend)
             if request.method == "GET", request.target.hasPrefix("$metadata"), answer.status == 200 {
                 // A device checks $metadata at every download: a change reaches the gateway too.

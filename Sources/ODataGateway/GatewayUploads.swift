@@ -838,6 +838,14 @@ extension Gateway {
     func currentHash(
         _ check: GatewayETagCheck, request: GatewayRequest, backend: GatewayBackend, model: Model
     ) async throws -> String? {
+        try await currentRow(check, request: request, backend: backend, model: model)?.hash
+    }
+
+    /// The checked entity's row as the backend holds it now (its payload as the scope keeps
+    /// it, and its hash), or nil when the scope's query holds no such row.
+    func currentRow(
+        _ check: GatewayETagCheck, request: GatewayRequest, backend: GatewayBackend, model: Model
+    ) async throws -> (payload: String, hash: String)? {
         var headers = HTTPHeaders()
         headers["Accept"] = "application/json"
         let authorization =
@@ -856,7 +864,7 @@ extension Gateway {
         let (rows, _) = try Self.rows(
             of: response.body, keyNames: check.keyNames, legacy: model.version.isLegacy,
             set: check.set)
-        return rows.first.map { GatewayStore.md5($0.payload) }
+        return rows.first.map { ($0.payload, GatewayStore.md5($0.payload)) }
     }
 
     // MARK: In doubt
@@ -1033,7 +1041,17 @@ struct GatewayETagCheck: Sendable {
         operation: UploadOperation, scope: Int64, query: String, request: GatewayRequest, backend: GatewayBackend,
         model: Model
     ) {
-        var url = operation.message.url ?? ""
+        self.init(
+            method: operation.method, url: operation.message.url ?? "", scope: scope, query: query, request: request,
+            backend: backend, model: model)
+    }
+
+    /// The check of the entity at `url` (`Set(key)`, absolute or relative to either root).
+    init?(
+        method: String, url: String, scope: Int64, query: String, request: GatewayRequest, backend: GatewayBackend,
+        model: Model
+    ) {
+        var url = url
         for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) {
             url = String(url.dropFirst(root.count))
         }
@@ -1071,7 +1089,7 @@ struct GatewayETagCheck: Sendable {
         var allowed = CharacterSet.urlQueryAllowed
         allowed.remove(charactersIn: "&=+#%")
         options.append(("$filter", filter.addingPercentEncoding(withAllowedCharacters: allowed) ?? filter))
-        self.method = operation.method
+        self.method = method
         self.scope = scope
         self.query = query
         self.set = set

@@ -49,11 +49,16 @@ import Testing
         return Setup(postgres: postgres, folder: folder, backend: backend, backendRoot: root, gateways: gateways)
     }
 
-    static func device(_ setup: Setup, gateway: Int, name: String) async throws -> OfflineODataProvider {
+    static func device(
+        _ setup: Setup, gateway: Int, name: String, delegate: (any OfflineODataDelegate)? = nil,
+        configure: (inout OfflineODataParameters) -> Void = { _ in }
+    ) async throws -> OfflineODataProvider {
         var parameters = OfflineODataParameters()
         parameters.storePath = setup.folder
         parameters.storeName = name
-        let provider = OfflineODataProvider(serviceRoot: setup.gateways[gateway].root, parameters: parameters)
+        configure(&parameters)
+        let provider = OfflineODataProvider(
+            serviceRoot: setup.gateways[gateway].root, parameters: parameters, delegate: delegate)
         for query in ["BusinessPartners", "Contacts"] {
             try await provider.add(definingQuery: OfflineODataDefiningQuery(name: query, query: query))
         }

@@ -41,17 +41,24 @@ extension Uploader {
                 let localKey = request.entityKey, !request.url.contains("/$ref"), !request.url.contains("/$links")
             else { continue }
             let root = serviceRoot
-            let read = try await store.read { reader -> (Entity?, Entity?, String, [String: String], Set<String>)? in
+            let read = try await store.read {
+                reader -> (Entity?, Entity?, String, [String: String], Set<String>, String?)? in
                 let keyMap = try RequestQueue.keyMap(reader.connection)
                 let reference = keyMap[set + localKey] ?? set + localKey
                 guard let (_, key) = Keys.parse(reference, model: model, serviceRoot: "") else { return nil }
                 let predicate = Keys.predicate(key, in: set, model: model)
                 let kept = try RequestQueue.keptEntity(reader.connection, in: set, predicate: predicate, model: model)
                 let changed = QueueEntry.analyse(request, model: model, serviceRoot: root, keyMap: keyMap).changed
-                return (try reader.entity(in: set, key: key), kept?.entity, predicate, keyMap, changed)
+                let local = try reader.entity(in: set, key: key)
+                // The ETag the request was sent with, as the planner chose it.
+                let sentETag =
+                    try local?.control.etag
+                    ?? RequestQueue.keptETag(reader.connection, in: set, predicate: predicate, model: model)
+                return (local, kept?.entity, predicate, keyMap, changed, sentETag)
             }
-            guard let (local, original, predicate, keyMap, changed) = read else { continue }
-            let backend = try await backendCopy(of: set + predicate, entitySet: set, on: provider)
+            guard let (local, original, predicate, keyMap, changed, sentETag) = read else { continue }
+            let backend = try await backendCopy(
+                of: set + predicate, entitySet: set, unlessStill: sentETag, on: provider)
             outcome.copies[request.id] = (set, backend, original)
             let policy = parameters.conflictPolicy(for: set)
             // A create is archived with the copies (which entity it should have been is the
@@ -157,10 +164,16 @@ extension Uploader {
                 outcome.resolved.append(resolved(kind))
                 // The entity takes what the backend holds now (its values and ETag, which the
                 // answer may lack); a delete leaves nothing.
-                let now =
+                var now =
                     method == "DELETE"
                     ? BackendCopy(entity: nil, etag: nil)
                     : try await backendCopy(of: set + predicate, entitySet: set, on: provider)
+                // A read without an ETag (a gateway gives its own only to a conditional read)
+                // keeps the one the resend's answer gave.
+                if method != "DELETE", now?.etag == nil, let etag = answer.headers["ETag"] {
+                    now?.etag = etag
+                    now?.entity?.control.etag = etag
+                }
                 if let now {
                     outcome.backendWon[request.id] = (set, predicate, now.entity, changed)
                 }
@@ -190,12 +203,19 @@ extension Uploader {
 
     /// The backend's entity at `url` now: nil when it could not be read (its copy is then
     /// unknown), a copy without entity when the backend has none (404).
+    ///
+    /// `etag`, the ETag the refused request was sent with, goes in `If-None-Match`: a sync
+    /// gateway that gives ETags of its own for a backend without them answers such a read with
+    /// its ETag of the entity (SPEC §13, §15). A `304` (the entity still has that ETag) is read
+    /// again without the condition.
     func backendCopy(
-        of url: String, entitySet: String, on provider: isolated OfflineODataProvider
+        of url: String, entitySet: String, unlessStill etag: String? = nil, on provider: isolated OfflineODataProvider
     ) async throws -> BackendCopy? {
         let response: TransportResponse
+        var headers = ["Accept": "application/json"]
+        if let etag, etag != "*" { headers["If-None-Match"] = etag }
         do {
-            response = try await provider.send(method: "GET", url: url, headers: ["Accept": "application/json"])
+            response = try await provider.send(method: "GET", url: url, headers: headers)
         } catch {
             // The batch's answers are recorded all the same; this conflict is archived without
             // the backend's copy.
@@ -204,6 +224,9 @@ extension Uploader {
             return nil
         }
         if response.status == 404 { return BackendCopy(entity: nil, etag: nil) }
+        if response.status == 304, etag != nil {
+            return try await backendCopy(of: url, entitySet: entitySet, on: provider)
+        }
         guard response.status == 200 else {
             provider.logger.warning(
                 "The backend's copy of a conflicting entity could not be read",

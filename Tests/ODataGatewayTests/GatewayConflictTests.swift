@@ -1,0 +1,219 @@
+import Foundation
+import ODataCore
+import ODataServer
+import OfflineOData
+import Testing
+
+/// Conflicts through the gateway (SPEC §13, §15): the device reads the backend's copy through
+/// the gateway, which gives its own ETag for a backend without ETags, so that a resend is
+/// checked as every change is and the entity's next change goes through.
+@Suite(.serialized) struct GatewayConflictTests {
+    final class Listener: OfflineODataDelegate, @unchecked Sendable {
+        private let lock = NSLock()
+        private var _resolved: [OfflineODataConflictResolved] = []
+        private var _failures: [OfflineODataFailedRequest] = []
+        var resolved: [OfflineODataConflictResolved] { lock.withLock { _resolved } }
+        var failures: [OfflineODataFailedRequest] { lock.withLock { _failures } }
+        func offlineODataProvider(
+            _ provider: OfflineODataProvider, didResolveConflict resolution: OfflineODataConflictResolved
+        ) {
+            lock.withLock { _resolved.append(resolution) }
+        }
+        func offlineODataProvider(requestDidFail request: OfflineODataFailedRequest) {
+            lock.withLock { _failures.append(request) }
+        }
+    }
+
+    static func backend(_ setup: GatewayDeltaTests.Setup, _ key: String) async throws -> JSONValue? {
+        try await GatewayUploadTests.backendRows(setup, "BusinessPartners?$filter=PartnerID eq '\(key)'").first
+    }
+
+    static func phone(_ provider: OfflineODataProvider, _ key: String) async throws -> Entity? {
+        try await provider.readEntities("BusinessPartners('\(key)')").first
+    }
+
+    /// Disjoint changes merge through the gateway, on a backend without ETags (the gateway's)
+    /// and on one with its own: the resend carries the ETag the copy came with, the entity
+    /// takes an ETag its next change passes with, and overlapping changes are archived with
+    /// the backend's copy and its ETag.
+    @Test(arguments: [(false, false), (true, false), (false, true), (true, true)])
+    func mergeDisjointThroughTheGateway(v2: Bool, backendETags: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 1,
+            backendOptions: {
+                $0.sendsETags = backendETags
+                $0.honorsRepeatableRequests = false
+            })
+        let listener = Listener()
+        do {
+            let device = try await GatewayDeltaTests.device(
+                setup, gateway: 0, name: "merge", delegate: listener, configure: { $0.conflictPolicy = .mergeDisjoint })
+            let first = try await Self.phone(device, "BP1")?.control.etag
+            #expect(first?.hasPrefix("W/\"gw.") == !backendETags, "\(first ?? "nil")")
+            // Another user changes the e-mail; the device the phone: disjoint.
+            #expect(
+                try await GatewayDeltaTests.backendSend(
+                    setup, "PATCH", "BusinessPartners('BP1')", #"{"Email":"office@example.com"}"#) < 300)
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"field"}"#.utf8))
+            try await device.upload()
+            #expect(listener.failures.isEmpty, "\(listener.failures)")
+            #expect(listener.resolved.map(\.outcome) == [.resent])
+            #expect(listener.resolved.first?.backendChanges == ["Email"])
+            var bp1 = try await Self.backend(setup, "BP1")
+            #expect(bp1?["Email"]?.stringValue == "office@example.com")
+            #expect(bp1?["Phone"]?.stringValue == "field")
+            let local = try await Self.phone(device, "BP1")
+            #expect(local?.string("Email") == "office@example.com" && local?.string("Phone") == "field")
+            let merged = local?.control.etag
+            #expect(merged != nil && merged != first, "\(merged ?? "nil")")
+            #expect(merged?.hasPrefix("W/\"gw.") == !backendETags, "\(merged ?? "nil")")
+            // The entity's next change goes through with the ETag it took: no conflict.
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"second"}"#.utf8))
+            try await device.upload()
+            #expect(listener.failures.isEmpty, "\(listener.failures)")
+            #expect(listener.resolved.count == 1)
+            bp1 = try await Self.backend(setup, "BP1")
+            #expect(bp1?["Phone"]?.stringValue == "second")
+            // Overlapping changes are archived, with the backend's copy and its ETag.
+            #expect(
+                try await GatewayDeltaTests.backendSend(
+                    setup, "PATCH", "BusinessPartners('BP1')", #"{"Phone":"office"}"#) < 300)
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"third"}"#.utf8))
+            try await device.upload()
+            #expect(listener.failures.map(\.httpStatus) == [412])
+            let id = try #require(listener.failures.first?.requestID)
+            let copies = try #require(try await device.conflictCopies(forRequest: id))
+            #expect(copies.backend?.string("Phone") == "office")
+            #expect(copies.original?.string("Phone") == "second")
+            #expect(copies.local?.string("Phone") == "third")
+            #expect(copies.backend?.control.etag?.hasPrefix("W/\"gw.") == !backendETags)
+            #expect(copies.backend?.control.etag != merged)
+            bp1 = try await Self.backend(setup, "BP1")
+            #expect(bp1?["Phone"]?.stringValue == "office")
+            await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    /// A third user's change made while the device resolves is caught: the resend carries the
+    /// gateway's ETag of the copy the resolver saw, and the gateway refuses it (412, archived).
+    /// Then `backendWins`: the entity takes the backend's copy with the gateway's ETag, and its
+    /// next change goes through.
+    @Test(arguments: [false, true])
+    func aResendIsCheckedAndBackendWinsKeepsTheGatewaysETag(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 1,
+            backendOptions: {
+                $0.sendsETags = false
+                $0.honorsRepeatableRequests = false
+            })
+        let listener = Listener()
+        let root = setup.backendRoot
+        do {
+            let device = try await GatewayDeltaTests.device(
+                setup, gateway: 0, name: "resend", delegate: listener,
+                configure: { parameters in
+                    parameters.conflictPolicies["BusinessPartners"] = .custom { conflict in
+                        guard conflict.url == "BusinessPartners('BP1')" else { return .takeBackend }
+                        // A third user changes the entity while the device decides.
+                        var headers = HTTPHeaders()
+                        headers["Content-Type"] = "application/json"
+                        headers["If-Match"] = "*"
+                        _ = try? await DefaultTransport.make().send(
+                            TransportRequest(
+                                method: "PATCH", url: root + "BusinessPartners('BP1')", headers: headers,
+                                body: Array(#"{"CompanyName":"third user"}"#.utf8)),
+                            timeout: 30)
+                        return .resend
+                    }
+                })
+            #expect(
+                try await GatewayDeltaTests.backendSend(
+                    setup, "PATCH", "BusinessPartners('BP1')", #"{"Email":"office@example.com"}"#) < 300)
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"field"}"#.utf8))
+            try await device.upload()
+            #expect(listener.resolved.isEmpty, "\(listener.resolved)")
+            #expect(listener.failures.map(\.httpStatus) == [412])
+            var bp1 = try await Self.backend(setup, "BP1")
+            #expect(bp1?["CompanyName"]?.stringValue == "third user")
+            #expect(bp1?["Phone"]?.stringValue != "field")
+
+            // backendWins on BP2: the local change is dropped, the entity takes the backend's
+            // copy and the gateway's ETag of it.
+            #expect(
+                try await GatewayDeltaTests.backendSend(
+                    setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"office"}"#) < 300)
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"field"}"#.utf8))
+            try await device.upload()
+            #expect(listener.resolved.map(\.outcome) == [.backendWins])
+            #expect(listener.failures.count == 1)
+            let bp2 = try await Self.phone(device, "BP2")
+            #expect(bp2?.string("Phone") == "office")
+            #expect(bp2?.control.etag?.hasPrefix("W/\"gw.") == true, "\(bp2?.control.etag ?? "nil")")
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"after"}"#.utf8))
+            try await device.upload()
+            #expect(listener.failures.count == 1, "\(listener.failures)")
+            bp1 = try await Self.backend(setup, "BP2")
+            #expect(bp1?["Phone"]?.stringValue == "after")
+            await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    /// The gateway's conditional read of one entity, as any client sees it: `304` while the
+    /// row still has the named ETag, the entity with the gateway's new ETag once it changed.
+    @Test(arguments: [false, true])
+    func aConditionalReadNamesTheGatewaysETag(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 1, backendOptions: { $0.sendsETags = false })
+        do {
+            let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "read")
+            let etag = try #require(try await Self.phone(device, "BP1")?.control.etag)
+            await device.close()
+            func read(_ condition: String?) async throws -> TransportResponse {
+                var headers = HTTPHeaders()
+                headers["Accept"] = "application/json"
+                if let condition { headers["If-None-Match"] = condition }
+                return try await DefaultTransport.make().send(
+                    TransportRequest(
+                        method: "GET", url: setup.gateways[0].root.absoluteString + "BusinessPartners('BP1')",
+                        headers: headers),
+                    timeout: 30)
+            }
+            let unchanged = try await read(etag)
+            #expect(unchanged.status == 304)
+            #expect(unchanged.headers["ETag"] == etag)
+            #expect(
+                try await GatewayDeltaTests.backendSend(
+                    setup, "PATCH", "BusinessPartners('BP1')", #"{"Phone":"office"}"#) < 300)
+            let changed = try await read(etag)
+            #expect(changed.status == 200)
+            let newETag = try #require(changed.headers["ETag"])
+            #expect(newETag.hasPrefix("W/\"gw.") && newETag != etag)
+            let json = try JSONValue.parse(changed.body)
+            let entity = v2 ? json["d"] : json
+            #expect(entity?["Phone"]?.stringValue == "office")
+            let inBody = v2 ? entity?["__metadata"]?["etag"]?.stringValue : entity?["@odata.etag"]?.stringValue
+            #expect(inBody == newETag)
+            if !v2 {
+                #expect(json["@odata.context"]?.stringValue?.hasSuffix("$metadata#BusinessPartners/$entity") == true)
+            }
+            // Without the condition the backend's answer goes as it came: no ETag.
+            let plain = try await read(nil)
+            #expect(plain.status == 200 && plain.headers["ETag"] == nil)
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+}
