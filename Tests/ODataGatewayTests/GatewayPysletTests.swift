@@ -205,4 +205,81 @@ import Testing
         postgres.stop()
         try? FileManager.default.removeItem(at: folder)
     }
+
+    /// Conflicts (SPEC §15) with a third-party backend that has no ETags, through the gateway's:
+    /// disjoint changes of one customer merge (`mergeDisjoint`), and the customer's next change
+    /// goes through; overlapping ones are archived with pyslet's copy and the gateway's ETag of
+    /// it. With and without the device's `$batch` (pyslet has none; the gateway sends on one by
+    /// one either way).
+    @Test(arguments: [false, true])
+    func conflictsWithPysletAreResolvedThroughTheGateway(batches: Bool) async throws {
+        let producer = try await Interop.Server.start(
+            script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
+        let postgres = try PostgresServer.start()
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "oodata-gw-pyslet-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        var gateway: RunningGateway?
+        var device: OfflineODataProvider?
+        do {
+            let backend = producer.serviceRoot.absoluteString
+            var served = GatewayBackend(url: backend)
+            served.supportsBatch = false
+            let running = try await RunningGateway.start(
+                configuration: GatewayConfiguration(backends: [served]), postgresURL: postgres.url)
+            gateway = running
+            var parameters = OfflineODataParameters()
+            parameters.storePath = folder
+            parameters.storeName = "pyslet-conflicts"
+            parameters.backendSupportsBatch = batches
+            parameters.conflictPolicy = .mergeDisjoint
+            let provider = OfflineODataProvider(serviceRoot: running.root, parameters: parameters)
+            device = provider
+            try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Customers", query: "Customers"))
+            try await provider.open()
+            func customer(_ key: String) async throws -> JSONValue? {
+                let json = try JSONValue.parse(try await Self.send(backend, "GET", "Customers('\(key)')").body)
+                return json["d"]
+            }
+            // The office moves C2 to another country; the device renames it: disjoint.
+            #expect(try await Self.send(backend, "MERGE", "Customers('C2')", #"{"Country":"Peru"}"#).status < 300)
+            _ = try await provider.execute(
+                method: "PATCH", url: "Customers('C2')", body: Array(#"{"Name":"By the field"}"#.utf8))
+            try await provider.upload()
+            #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+            var c2 = try await customer("C2")
+            #expect(c2?["Name"]?.stringValue == "By the field" && c2?["Country"]?.stringValue == "Peru", "\(c2 as Any)")
+            let local = try await provider.readEntities("Customers('C2')").first
+            #expect(local?.string("Country") == "Peru")
+            #expect(local?.control.etag?.hasPrefix("W/\"gw.") == true, "\(local?.control.etag ?? "nil")")
+            _ = try await provider.execute(
+                method: "PATCH", url: "Customers('C2')", body: Array(#"{"Name":"Again"}"#.utf8))
+            try await provider.upload()
+            #expect(try await provider.readEntities("ErrorArchive").isEmpty)
+            c2 = try await customer("C2")
+            #expect(c2?["Name"]?.stringValue == "Again")
+            // Both rename C3: archived, with pyslet's copy.
+            #expect(try await Self.send(backend, "MERGE", "Customers('C3')", #"{"Name":"Office"}"#).status < 300)
+            _ = try await provider.execute(
+                method: "PATCH", url: "Customers('C3')", body: Array(#"{"Name":"Field"}"#.utf8))
+            try await provider.upload()
+            let failures = try await provider.readEntities("ErrorArchive?$expand=BackendEntity")
+            #expect(failures.map { $0.int64("HTTPStatusCode") } == [412], "\(failures)")
+            let copy = failures.first?.navigation.first { $0.name == "BackendEntity" }?.inline.flatMap {
+                inline -> Entity? in
+                if case .entity(let entity) = inline { return entity }
+                return nil
+            }
+            #expect(copy?.string("Name") == "Office")
+            #expect(copy?.control.etag?.hasPrefix("W/\"gw.") == true)
+            #expect(try await customer("C3")?["Name"]?.stringValue == "Office")
+        } catch {
+            Issue.record("\(error)")
+        }
+        if let device { await device.close() }
+        if let gateway { await gateway.stop() }
+        producer.stop()
+        postgres.stop()
+        try? FileManager.default.removeItem(at: folder)
+    }
 }

@@ -409,6 +409,71 @@ import Testing
         #expect(backend["Email"]?.stringValue == "later@example.com")
         #expect(backend["CompanyName"]?.stringValue == "from the office")
     }
+
+    /// `backendWins` where the backend's entity is gone by the time its copy is read (another
+    /// user deleted it after the 412): the local entity goes too.
+    @Test(arguments: [false, true])
+    func backendWinsRemovesAnEntityTheBackendDeletedMeanwhile(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        var parameters = fixture.parameters()
+        parameters.conflictPolicy = .backendWins
+        let provider = try await fixture.provider(v2: v2, parameters: parameters, delegate: listener)
+        try await provider.open()
+        _ = try await provider.execute(
+            method: "PATCH", url: "Contacts(1)", body: Array(#"{"LastName":"local"}"#.utf8))
+        #expect(try await fixture.backendSend("PATCH", "Contacts(1)", #"{"FirstName":"office"}"#) < 300)
+        // The copy's read waits at the backend until the other user's delete is in (V2 names
+        // the key `1L`).
+        await fixture.server.service.journal.clear()
+        await fixture.server.service.faults.set([
+            FaultRule(method: "GET", urlContains: "Contacts(1", delayMilliseconds: 3000, times: 1)
+        ])
+        let upload = Task { try await provider.upload() }
+        var waited = 0
+        while waited < 600,
+            !(await fixture.server.service.journal.requests().contains {
+                $0.hasPrefix("GET") && $0.contains("Contacts(1")
+            })
+        {
+            try await Task.sleep(nanoseconds: 50_000_000)
+            waited += 1
+        }
+        #expect(waited < 600, "the copy was never read")
+        #expect(try await fixture.backendSend("DELETE", "Contacts(1)", "") < 300)
+        try await upload.value
+        #expect(listener.failures.isEmpty, "\(listener.failures)")
+        #expect(listener.resolved.map(\.outcome) == [.backendWins])
+        #expect(try await provider.isRequestQueueEmpty)
+        #expect(try await provider.readEntities("Contacts?$filter=ContactID eq 1").isEmpty)
+        #expect(try await provider.readEntities("Contacts?$filter=ContactID eq 2").count == 1)
+    }
+
+    /// A PUT replaces every property: `mergeDisjoint` never counts it as disjoint, even where
+    /// the properties it changed differ from the backend's.
+    @Test(arguments: [false, true])
+    func mergeDisjointArchivesAReplace(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        var parameters = fixture.parameters()
+        parameters.conflictPolicy = .mergeDisjoint
+        let provider = try await fixture.provider(v2: v2, parameters: parameters, delegate: listener)
+        try await provider.open()
+        let contact = try #require(try await provider.readEntities("Contacts(1)").first)
+        let body =
+            #"{"PartnerID":"\#(contact.string("PartnerID") ?? "")","FirstName":"\#(contact.string("FirstName") ?? "")","#
+            + #""LastName":"replaced","Email":"\#(contact.string("Email") ?? "")"}"#
+        _ = try await provider.execute(method: "PUT", url: "Contacts(1)", body: Array(body.utf8))
+        #expect(try await fixture.backendSend("PATCH", "Contacts(1)", #"{"FirstName":"office"}"#) < 300)
+        try await provider.upload()
+        #expect(listener.resolved.isEmpty, "\(listener.resolved)")
+        #expect(listener.failures.map(\.httpStatus) == [412])
+        let backend = try await fixture.backend("Contacts(1)")
+        #expect(backend["FirstName"]?.stringValue == "office")
+        #expect(backend["LastName"]?.stringValue != "replaced")
+    }
 }
 
 /// A value behind a lock, for closures that must be `Sendable`.
