@@ -48,4 +48,40 @@ extension CLITests {
         let errors = try await runOffPool(["offline", "errors"] + store)
         #expect(errors.out.contains("the ErrorArchive is empty"), "\(errors.out)")
     }
+
+    /// `oodata offline errors` shows the properties in which a conflict's three copies differ,
+    /// side by side; `--conflicts merge-disjoint` resolves disjoint changes and says so.
+    @Test(arguments: [false, true])
+    func theCLIShowsAConflictsCopiesSideBySide(v2: Bool) async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "oodata-cfcli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let (server, v4Root, v2Root) = try await serve(["--store", folder.appendingPathComponent("backend.db").path])
+        defer { stop(server) }
+        let root = v2 ? v2Root : v4Root
+        let store = ["--store", folder.appendingPathComponent("client.db").path, "--key", "k"]
+        let opened = try await runOffPool(
+            ["offline", "open", "--service", root, "--define", "P=BusinessPartners"] + store)
+        #expect(opened.status == 0, "\(opened.err)")
+        let before = try await backendJSONOffPool(v4Root + "BusinessPartners('BP1')")
+        let phone = try #require(before["Phone"] as? String)
+        // Overlapping: both change BP1's phone; archived.
+        _ = try await runOffPool(["offline", "update"] + store + ["BusinessPartners('BP1')", #"{"Phone":"field"}"#])
+        #expect(try await backendPatch(v4Root + "BusinessPartners('BP1')", #"{"Phone":"office"}"#) < 300)
+        let archived = try await runOffPool(["offline", "upload", "--conflicts", "merge-disjoint"] + store)
+        #expect(archived.status == 0, "\(archived.err)")
+        let errors = try await runOffPool(["offline", "errors"] + store)
+        #expect(errors.out.contains("conflict: property | original | local | backend"), "\(errors.out)")
+        #expect(errors.out.contains("Phone | '\(phone)' | 'field' | 'office'"), "\(errors.out)")
+        #expect(!errors.out.contains("CompanyName |"), "unchanged properties are left out: \(errors.out)")
+        #expect(errors.out.contains("backend ETag "), "\(errors.out)")
+        // Disjoint: the device changes BP2's phone, the office its e-mail; merged.
+        _ = try await runOffPool(["offline", "update"] + store + ["BusinessPartners('BP2')", #"{"Phone":"field"}"#])
+        #expect(try await backendPatch(v4Root + "BusinessPartners('BP2')", #"{"Email":"o@example.com"}"#) < 300)
+        let merged = try await runOffPool(["offline", "upload", "--conflicts", "merge-disjoint"] + store)
+        #expect(merged.out.contains("conflict resolved"), "\(merged.out) \(merged.err)")
+        let bp2 = try await backendJSONOffPool(v4Root + "BusinessPartners('BP2')")
+        #expect(bp2["Phone"] as? String == "field" && bp2["Email"] as? String == "o@example.com")
+    }
 }
