@@ -450,6 +450,35 @@ import Testing
         #expect(try await provider.readEntities("Contacts?$filter=ContactID eq 2").count == 1)
     }
 
+    /// A custom resolver that does not answer in time (one that ignores cancellation, too)
+    /// leaves its request archived with the copies; the rest of the upload goes on.
+    @Test(arguments: [false, true])
+    func aCustomResolverThatDoesNotAnswerInTimeArchives(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let started = ContinuousClock.now
+        let provider = try await Self.conflicted(
+            fixture, v2: v2,
+            policy: .custom { _ in
+                // Ignores cancellation: waits 6 s whatever happens.
+                await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                    DispatchQueue.global().asyncAfter(deadline: .now() + 6) { done.resume() }
+                }
+                return .resend
+            }, listener: listener, configure: { $0.conflictResolverTimeout = 0.5 })
+        _ = try await provider.execute(
+            method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"other"}"#.utf8))
+        try await provider.upload()
+        #expect(ContinuousClock.now - started < .seconds(5), "the upload waited for the resolver")
+        #expect(listener.resolved.isEmpty)
+        #expect(listener.failures.map(\.httpStatus) == [412])
+        let id = try #require(listener.failures.first?.requestID)
+        #expect(try await provider.conflictCopies(forRequest: id)?.backend != nil)
+        #expect(try await fixture.backend("BusinessPartners('BP2')")["Phone"]?.stringValue == "other")
+        #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue != "+1 local")
+    }
+
     /// A PUT replaces every property: `mergeDisjoint` never counts it as disjoint, even where
     /// the properties it changed differ from the backend's.
     @Test(arguments: [false, true])

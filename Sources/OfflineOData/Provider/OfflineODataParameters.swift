@@ -53,6 +53,11 @@ public struct OfflineODataParameters: Sendable {
     public var conflictPolicy: OfflineODataConflictPolicy = .archive
     /// Conflict policies for single entity sets, by name, over ``conflictPolicy``.
     public var conflictPolicies: [String: OfflineODataConflictPolicy] = [:]
+    /// Seconds a custom conflict resolver (``OfflineODataConflictPolicy/custom(_:)``) may take
+    /// for one conflict. One that has not answered by then is cancelled and its request goes to
+    /// the ErrorArchive, so that a resolver waiting on a person or a network cannot hold the
+    /// upload for ever.
+    public var conflictResolverTimeout: TimeInterval = 60
     /// How often, in milliseconds, the status of an upload or download running on a sync
     /// gateway is pulled and reported as the gateway's steps (SAP's `cloudProgressPullInterval`;
     /// never below 500). Only through a gateway: a plain backend is never asked.

@@ -91,7 +91,16 @@ extension Uploader {
                         && localChanges.isDisjoint(with: backendChanges) ? .resend : .archive
             case .clientWins: decision = backend?.entity != nil ? .resend : .archive
             case .backendWins: decision = .takeBackend
-            case .custom(let resolve): decision = await resolve(conflict)
+            case .custom(let resolve):
+                let timeout = parameters.conflictResolverTimeout
+                if let answer = await Self.decide(conflict, with: resolve, within: timeout) {
+                    decision = answer
+                } else {
+                    provider.logger.warning(
+                        "The custom conflict resolver did not answer in time; the request is archived",
+                        metadata: ["request": .stringConvertible(request.id), "seconds": .stringConvertible(timeout)])
+                    decision = .archive
+                }
             }
             // The backend's copy decides the outcome: without it (it could not be read), the
             // request is archived rather than dropped or sent blind.
@@ -190,6 +199,35 @@ extension Uploader {
         return outcome
     }
 
+    /// What a custom resolver decides for `conflict`, or nil when it has not answered within
+    /// `seconds` (it is then cancelled) or the upload was cancelled meanwhile. The resolver
+    /// runs as a task of its own, so one that ignores cancellation is left behind, not waited
+    /// for.
+    static func decide(
+        _ conflict: OfflineODataConflict,
+        with resolve: @escaping @Sendable (OfflineODataConflict) async -> OfflineODataConflictResolution,
+        within seconds: TimeInterval
+    ) async -> OfflineODataConflictResolution? {
+        let once = ResumeOnce()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation {
+                (continuation: CheckedContinuation<OfflineODataConflictResolution?, Never>) in
+                once.set(continuation)
+                let resolver = Task.detached {
+                    let answer = await resolve(conflict)
+                    once.resume(answer)
+                }
+                once.onGiveUp { resolver.cancel() }
+                Task.detached {
+                    try? await Task.sleep(nanoseconds: UInt64(max(0, seconds) * 1_000_000_000))
+                    once.resume(nil)
+                }
+            }
+        } onCancel: {
+            once.resume(nil)
+        }
+    }
+
     /// The repeatability ID of the resend of the request whose ID is `id`: the same every time.
     static func resendID(_ id: String) -> String {
         let bytes = Array(SHA256.hash(data: Array((id + "/conflict-resend").utf8)).prefix(16))
@@ -254,5 +292,51 @@ extension Uploader {
         // whole entity sets only what it changed).
         guard let original else { return Set(body.properties.map(\.name)) }
         return ConflictCopies.differences(body, from: original)
+    }
+}
+
+/// A continuation resumed by whichever comes first: the resolver's answer, the timeout or the
+/// upload's cancellation. Resuming before the continuation is set (a cancellation that came
+/// first) is kept and delivered when it is set.
+final class ResumeOnce: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<OfflineODataConflictResolution?, Never>?
+    private var early: OfflineODataConflictResolution??
+    private var done = false
+    private var giveUp: (@Sendable () -> Void)?
+
+    func set(_ continuation: CheckedContinuation<OfflineODataConflictResolution?, Never>) {
+        let pending: OfflineODataConflictResolution?? = lock.withLock {
+            if let early { return early }
+            self.continuation = continuation
+            return nil
+        }
+        if let pending { continuation.resume(returning: pending) }
+    }
+
+    func onGiveUp(_ action: @escaping @Sendable () -> Void) {
+        let now: Bool = lock.withLock {
+            if done { return true }
+            giveUp = action
+            return false
+        }
+        if now { action() }
+    }
+
+    func resume(_ answer: OfflineODataConflictResolution?) {
+        let (continuation, action):
+            (CheckedContinuation<OfflineODataConflictResolution?, Never>?, (@Sendable () -> Void)?) =
+                lock.withLock {
+                    guard !done else { return (nil, nil) }
+                    done = true
+                    guard let continuation = self.continuation else {
+                        early = .some(answer)
+                        return (nil, answer == nil ? giveUp : nil)
+                    }
+                    self.continuation = nil
+                    return (continuation, answer == nil ? giveUp : nil)
+                }
+        continuation?.resume(returning: answer)
+        action?()
     }
 }
