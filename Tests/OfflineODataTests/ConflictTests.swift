@@ -277,6 +277,14 @@ import Testing
             return
         }
         #expect(after == first + 1, "the resend was applied \(after - first) times")
+        // Every sending of the resend (seconds apart) carried the same ID and first-sent time.
+        let resends = await fixture.server.service.journal.requestHeaders().filter {
+            !$0.request.contains("$batch") && $0.request.contains("BP1")
+                && $0.headers["Repeatability-Request-ID"] != nil
+        }
+        #expect(resends.count >= 2)
+        #expect(Set(resends.compactMap { $0.headers["Repeatability-Request-ID"] }).count == 1)
+        #expect(Set(resends.compactMap { $0.headers["Repeatability-First-Sent"] }).count == 1, "\(resends)")
         #expect(try await provider.isRequestQueueEmpty)
         #expect(listener.failures.isEmpty)
         #expect(try await fixture.backend("BusinessPartners('BP1')")["Phone"]?.stringValue == "+1 local")

@@ -146,8 +146,17 @@ extension Uploader {
                 if parameters.enableRepeatableRequests {
                     // Derived from the request's own ID: sent again after a lost answer (the
                     // request is still queued), the resend is recognized as the same request.
+                    // Its first-sent time is the request's own, kept in the queue: the same at
+                    // every sending, as the ID is.
                     let id = request.repeatID.map(Self.resendID) ?? GuidValue.random().description
-                    for (name, value) in UploadPlanner.repeatability(id: id, firstSent: UploadPlanner.httpDate()) {
+                    let kept = try await store.read { reader in
+                        try reader.connection.query(
+                            "SELECT first_sent FROM oo_queue WHERE id = ?", [.integer(request.id)]
+                        ).first?.first
+                    }
+                    var firstSent = UploadPlanner.httpDate()
+                    if case .text(let time)?? = kept { firstSent = time }
+                    for (name, value) in UploadPlanner.repeatability(id: id, firstSent: firstSent) {
                         headers[name] = value
                     }
                 }
