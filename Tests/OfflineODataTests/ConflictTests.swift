@@ -79,6 +79,37 @@ import Testing
                     if case .entity(let entity) = inline { return entity }
                     return nil
                 }, "CompanyName") == "from the office")
+        // Options on the copies: $select (others are refused, by name).
+        let phoneOnly = try await provider.readEntities("ErrorArchive(\(id))/BackendEntity?$select=Phone")
+        #expect(phoneOnly.map { $0.properties.map(\.name) } == [["Phone"]])
+        #expect(phoneOnly.first?.control.etag != nil)
+        let narrowed = try await provider.readEntities(
+            "ErrorArchive?$expand=BackendEntity($select=CompanyName,Phone),AffectedEntity($select=Phone)"
+                + "&$filter=HTTPStatusCode eq 412")
+        let inline = Dictionary(
+            uniqueKeysWithValues: (narrowed.first?.navigation ?? []).map { navigation -> (String, Entity?) in
+                if case .entity(let entity) = navigation.inline { return (navigation.name, entity) }
+                return (navigation.name, nil)
+            })
+        #expect(Set(inline["BackendEntity"]??.properties.map(\.name) ?? []) == ["CompanyName", "Phone"])
+        #expect(string(inline["BackendEntity"] ?? nil, "CompanyName") == "from the office")
+        #expect(string(inline["AffectedEntity"] ?? nil, "Phone") == "+1 local")
+        #expect(inline["AffectedEntity"]??.properties.contains { $0.name == "CompanyName" } == false)
+        for refused in [
+            "ErrorArchive(\(id))/BackendEntity?$filter=Phone eq 'x'",
+            "ErrorArchive?$expand=OriginalEntity($expand=Contacts)",
+            "ErrorArchive(\(id))/OriginalEntity?$select=NoSuchProperty",
+        ] {
+            do {
+                let rows = try await provider.readEntities(refused)
+                Issue.record("\(refused) was answered: \(rows)")
+            } catch let error as OfflineODataError {
+                #expect(error.code == .invalidRequest, "\(refused): \(error)")
+                #expect(
+                    "\(error)".contains("$filter") || "\(error)".contains("$expand")
+                        || "\(error)".contains("NoSuchProperty"), "\(error)")
+            }
+        }
         // The typed API reads them as generated types.
         let service = try await DataService(provider)
         if v2 {

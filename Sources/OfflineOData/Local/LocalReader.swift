@@ -106,9 +106,11 @@ struct LocalReader {
     static let conflictNavigations = ["AffectedEntity", "BackendEntity", "OriginalEntity"]
 
     /// `ErrorArchive(n)/BackendEntity` or `ErrorArchive(n)/OriginalEntity`: the copy kept for
-    /// that request (`entity` nil when none is). Nil when `url` names neither.
+    /// that request (`entity` nil when none is), with its `$select` applied (the only option a
+    /// copy takes; others are refused). Nil when `url` names neither.
     func conflictCopy(_ url: String) async throws -> ConflictCopyRead? {
-        let path = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+        let parts = url.split(separator: "?", maxSplits: 1).map(String.init)
+        let path = parts.first ?? url
         guard path.hasPrefix(LocalSchema.errorArchive + "("), let close = path.firstIndex(of: ")") else { return nil }
         let idText = path[path.index(path.startIndex, offsetBy: LocalSchema.errorArchive.count + 1)..<close]
         let tail = path[path.index(after: close)...]
@@ -116,11 +118,74 @@ struct LocalReader {
         let digits = idText.hasSuffix("L") || idText.hasSuffix("l") ? idText.dropLast() : idText[...]
         guard let id = Int64(digits), tail == "/BackendEntity" || tail == "/OriginalEntity" else { return nil }
         let model = store.model
-        let entity = try await store.read { reader in
-            try ConflictCopies.copy(
+        let (entity, set) = try await store.read { reader -> (Entity?, String?) in
+            let entity = try ConflictCopies.copy(
                 requestID: id, backend: tail == "/BackendEntity", connection: reader.connection, model: model)
+            let row = try reader.connection.query(
+                "SELECT entity_set FROM oo_conflict WHERE request_id = ?", [.integer(id)]
+            ).first
+            guard case .text(let set)? = row?.first else { return (entity, nil) }
+            return (entity, set)
         }
-        return ConflictCopyRead(entity: entity)
+        let name = String(tail.dropFirst())
+        guard parts.count == 2 else { return ConflictCopyRead(entity: entity) }
+        return ConflictCopyRead(
+            entity: try Self.selected(entity, options: Self.options(parts[1], separator: "&"), of: name, in: set, model: model))
+    }
+
+    /// `entity` with only the properties a copy's `$select` names (`*` for all). Any other
+    /// option is refused, as is a property the copy's entity type does not have.
+    static func selected(
+        _ entity: Entity?, options: [String], of name: String, in set: String?, model: Model
+    ) throws -> Entity? {
+        var names: Set<String>?
+        for option in options {
+            let decoded = option.removingPercentEncoding ?? option
+            guard decoded.hasPrefix("$select=") else {
+                let optionName = decoded.prefix { $0 != "=" }
+                throw OfflineODataError(
+                    .invalidRequest,
+                    "ErrorArchive: \(name) takes only $select; \(optionName) is not supported on the copies")
+            }
+            let list = decoded.dropFirst("$select=".count).split(separator: ",").map {
+                $0.trimmingCharacters(in: .whitespaces)
+            }
+            names = (names ?? []).union(list)
+        }
+        guard var entity, let names, !names.contains("*") else { return entity }
+        let type = set.flatMap { model.entitySet($0)?.entityType }
+        let known = Set(
+            type.map { model.allProperties(ofStructuredType: $0).map(\.name) } ?? entity.properties.map(\.name))
+        if let unknown = names.sorted().first(where: { !known.contains($0) }) {
+            throw OfflineODataError(
+                .invalidRequest, "ErrorArchive: $select of \(name) names \(unknown), which the copy does not have")
+        }
+        entity.properties = entity.properties.filter { names.contains($0.name) }
+        return entity
+    }
+
+    /// The options of a query (`separator` "&") or of an expanded navigation (";"), split
+    /// outside parentheses and quotes.
+    static func options(_ text: String, separator: Character) -> [String] {
+        var parts: [String] = []
+        var current = ""
+        var depth = 0
+        var quoted = false
+        for character in text {
+            switch character {
+            case "'": quoted.toggle()
+            case "(" where !quoted: depth += 1
+            case ")" where !quoted: depth = max(0, depth - 1)
+            case separator where !quoted && depth == 0:
+                parts.append(current)
+                current = ""
+                continue
+            default: break
+            }
+            current.append(character)
+        }
+        if !current.isEmpty { parts.append(current) }
+        return parts.filter { !$0.isEmpty }
     }
 
     /// A copy kept with an ErrorArchive row, as read: nil when that copy does not exist.
@@ -129,24 +194,35 @@ struct LocalReader {
     }
 
     /// A read of ErrorArchive that expands `AffectedEntity`, `BackendEntity` or
-    /// `OriginalEntity`: the URL without them, and the ones asked for. Nil otherwise.
-    static func conflictExpands(_ url: String) -> (String, [String])? {
+    /// `OriginalEntity`: the URL without them, and the ones asked for with their options
+    /// (`BackendEntity($select=Phone)`, as a query: `$select=Phone`). Nil otherwise.
+    static func conflictExpands(_ url: String) -> (String, [(name: String, options: String?)])? {
         guard url.hasPrefix(LocalSchema.errorArchive) else { return nil }
         let parts = url.split(separator: "?", maxSplits: 1).map(String.init)
         guard parts.count == 2 else { return nil }
-        var asked: [String] = []
+        var asked: [(name: String, options: String?)] = []
         var options: [String] = []
-        for option in parts[1].split(separator: "&").map(String.init) {
+        for option in Self.options(parts[1], separator: "&") {
             let decoded = option.removingPercentEncoding ?? option
             guard decoded.hasPrefix("$expand=") else {
                 options.append(option)
                 continue
             }
             var kept: [String] = []
-            for item in decoded.dropFirst("$expand=".count).split(separator: ",").map({
+            for item in Self.options(String(decoded.dropFirst("$expand=".count)), separator: ",").map({
                 $0.trimmingCharacters(in: .whitespaces)
             }) {
-                if conflictNavigations.contains(item) { asked.append(item) } else { kept.append(item) }
+                let name = String(item.prefix { $0 != "(" }).trimmingCharacters(in: .whitespaces)
+                guard conflictNavigations.contains(name) else {
+                    kept.append(item)
+                    continue
+                }
+                var nested: String?
+                if let open = item.firstIndex(of: "("), item.hasSuffix(")") {
+                    let inner = String(item[item.index(after: open)..<item.index(before: item.endIndex)])
+                    nested = Self.options(inner, separator: ";").joined(separator: "&")
+                }
+                asked.append((name, nested))
             }
             if !kept.isEmpty { options.append("$expand=" + kept.joined(separator: ",")) }
         }
@@ -154,31 +230,38 @@ struct LocalReader {
         return (parts[0] + (options.isEmpty ? "" : "?" + options.joined(separator: "&")), asked)
     }
 
-    /// `result` (ErrorArchive rows) with the copies `names` inline on each row.
-    func withConflictCopies(_ result: QueryResult, _ names: [String]) async throws -> QueryResult {
+    /// `result` (ErrorArchive rows) with the copies `names` inline on each row, each read with
+    /// its options (the affected entity takes what a read of it takes; the kept copies take
+    /// `$select`).
+    func withConflictCopies(
+        _ result: QueryResult, _ names: [(name: String, options: String?)]
+    ) async throws -> QueryResult {
         func expanded(_ row: Entity) async throws -> Entity {
             guard case .primitive(.int64(let id))? = row["RequestID"] else {
                 // A $select without the key leaves nothing to find the copies by: said, not
                 // answered without them.
                 throw OfflineODataError(
                     .invalidRequest,
-                    "ErrorArchive: $expand of \(names.joined(separator: ", ")) needs RequestID in $select")
+                    "ErrorArchive: $expand of \(names.map(\.name).joined(separator: ", ")) needs RequestID in $select")
             }
             var row = row
-            for name in names {
+            for (name, options) in names {
                 var value = NavigationValue(name: name)
+                let query = options.map { "?" + $0 } ?? ""
                 switch name {
                 case "AffectedEntity":
                     let target = try await store.read { reader in
                         try LocalSchema.affectedEntity(ofRequest: id, reader.connection)
                     }
                     var entity: Entity?
-                    if let target, case .entity(let found) = try await read(try await rewriteLocalKeys(target)).result {
+                    if let target,
+                        case .entity(let found) = try await read(try await rewriteLocalKeys(target) + query).result
+                    {
                         entity = found
                     }
                     value.inline = .entity(entity)
                 default:
-                    value.inline = .entity(try await conflictCopy("ErrorArchive(\(id))/\(name)")?.entity)
+                    value.inline = .entity(try await conflictCopy("ErrorArchive(\(id))/\(name)" + query)?.entity)
                 }
                 row.navigation.append(value)
             }
