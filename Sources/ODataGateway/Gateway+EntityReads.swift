@@ -12,7 +12,12 @@ extension Gateway {
         guard let path = parts.first.map(String.init), path.hasSuffix(")"),
             let open = path.firstIndex(of: "("), !path.contains("/")
         else { return nil }
-        if parts.count == 2, parts[1].split(separator: "&").contains(where: { $0.hasPrefix("$") }) { return nil }
+        if parts.count == 2,
+            parts[1].split(separator: "&").contains(where: { ($0.removingPercentEncoding ?? String($0)).hasPrefix("$") }
+            )
+        {
+            return nil
+        }
         let set = String(path[..<open])
         guard model.entitySet(set.removingPercentEncoding ?? set) != nil else { return nil }
         return (scope, hash)
@@ -21,54 +26,73 @@ extension Gateway {
     /// Answers a read of one entity that names one of the gateway's ETags in `If-None-Match`:
     /// a device reading the backend's copy after a 412 (SPEC §15).
     ///
-    /// The device's own read goes to the backend first (without the condition, which the
-    /// backend does not know), so that the device gets only what its credentials may read, and
-    /// an answer that carries the backend's own ETag goes back as it came. Otherwise the entity
-    /// is read as the ETag's scope reads it, and answered with the gateway's ETag of that row, or
-    /// `304 Not Modified` when the row still has the ETag named. A resend with the new ETag is
-    /// then checked as every change is, so a third user's change in between is still caught.
-    /// Where the scope's query does not hold the entity, the backend's answer goes as it came.
+    /// The ETag's scope must be the device's user's or shared, and serve this backend. The
+    /// entity is read as that scope reads it (the same read as an upload's ETag check), which
+    /// gives the gateway's ETag of its row now. Then the device's own read goes to the backend,
+    /// with its credentials and without the condition (which the backend does not know): the
+    /// device gets that answer, and only that, with the gateway's ETag added (in the `ETag`
+    /// header and in the payload), or `304 Not Modified` when the row still has the ETag named.
+    /// The scope's read comes first, so that a change between the two reads leaves an older
+    /// ETag with a newer body: a resend with it is refused (412), never the reverse.
+    /// An answer that carries the backend's own ETag, an error, or a scope that does not hold
+    /// the entity (or cannot be read) leaves the device's answer as the backend gave it.
     func readWithGatewayETag(
         _ request: GatewayRequest, scope: Int64, hash: String, backend: GatewayBackend, model: Model
     ) async throws -> GatewayResponse {
         var plain = request
         plain.headers["If-None-Match"] = nil
-        let answer = try await forward(plain, backend: backend)
         let legacy = model.version.isLegacy
-        guard answer.status == 200, answer.headers["ETag"] == nil, !Self.carriesETag(answer.body, legacy: legacy),
-            let query = try await store.query(ofScope: scope),
+        var row: (payload: String, hash: String)?
+        if let query = try await store.query(ofScope: scope, backend: backend.url, user: request.user),
             let check = GatewayETagCheck(
                 method: "GET", url: String(request.target.prefix { $0 != "?" }), scope: scope, query: query,
-                request: request, backend: backend, model: model),
-            let row = try await currentRow(check, request: request, backend: backend, model: model)
-        else { return answer }
-        var headers = HTTPHeaders()
-        headers["ETag"] = Self.gatewayETag(scope: scope, hash: row.hash)
-        headers[legacy ? "DataServiceVersion" : "OData-Version"] = legacy ? "2.0" : "4.0"
-        if row.hash == hash { return GatewayResponse(status: 304, headers: headers, body: []) }
-        let root = request.gatewayRoot
-        let entity = Self.withETag(
-            row.payload.replacingOccurrences(of: backend.url, with: root), scope: scope, hash: row.hash,
-            legacy: legacy)
-        let text: String
-        if legacy {
-            text = #"{"d":"# + entity + "}"
-        } else {
-            let context = JSONValue.string(root + "$metadata#" + check.set + "/$entity").serialized
-            text = #"{"@odata.context":"# + context + (entity == "{}" ? "}" : "," + entity.dropFirst())
+                request: request, backend: backend, model: model)
+        {
+            row = try? await currentRow(check, request: request, backend: backend, model: model)
         }
-        headers["Content-Type"] = "application/json"
-        return GatewayResponse(status: 200, headers: headers, body: Array(text.utf8))
+        let answer = try await forward(plain, backend: backend)
+        guard let row, answer.status == 200, answer.headers["ETag"] == nil,
+            answer.headers["Content-Encoding"] == nil
+        else { return answer }
+        let etag = Self.gatewayETag(scope: scope, hash: row.hash)
+        guard let body = Self.entity(answer.body, withETag: etag, legacy: legacy) else { return answer }
+        var headers = answer.headers
+        headers["ETag"] = etag
+        if row.hash == hash {
+            var notModified = HTTPHeaders()
+            notModified["ETag"] = etag
+            notModified[legacy ? "DataServiceVersion" : "OData-Version"] = legacy ? "2.0" : "4.0"
+            return GatewayResponse(status: 304, headers: notModified, body: [])
+        }
+        return GatewayResponse(status: 200, headers: headers, body: body)
     }
 
-    /// Whether an entity's payload carries an ETag at its top level (V4 `@odata.etag`, V3
-    /// `odata.etag`, V2 `d.__metadata.etag`).
-    static func carriesETag(_ body: [UInt8], legacy: Bool) -> Bool {
-        guard let json = try? JSONValue.parse(body) else { return false }
+    /// A single entity's payload (V4: the entity at the top level; V2: `d`) with `etag` as its
+    /// ETag annotation, or nil when it is not such a payload or already carries an ETag.
+    static func entity(_ body: [UInt8], withETag etag: String, legacy: Bool) -> [UInt8]? {
+        guard let json = try? JSONValue.parse(body), case .object(var members) = json else { return nil }
+        let tag = JSONValue.string(etag)
         if legacy {
-            let entity = json["d"]?["results"] ?? json["d"] ?? json
-            return entity["__metadata"]?["etag"] != nil
+            guard let index = members.firstIndex(where: { $0.name == "d" }),
+                case .object(var entity) = members[index].value, !entity.contains(where: { $0.name == "results" })
+            else { return nil }
+            if let at = entity.firstIndex(where: { $0.name == "__metadata" }) {
+                guard case .object(var metadata) = entity[at].value, !metadata.contains(where: { $0.name == "etag" })
+                else { return nil }
+                metadata.insert(JSONValue.Member("etag", tag), at: 0)
+                entity[at].value = .object(metadata)
+            } else {
+                entity.insert(JSONValue.Member("__metadata", .object([JSONValue.Member("etag", tag)])), at: 0)
+            }
+            members[index].value = .object(entity)
+        } else {
+            guard !members.contains(where: { $0.name == "@odata.etag" || $0.name == "odata.etag" }) else {
+                return nil
+            }
+            let at =
+                members.firstIndex { $0.name == "@odata.context" || $0.name == "odata.metadata" }.map { $0 + 1 } ?? 0
+            members.insert(JSONValue.Member("@odata.etag", tag), at: at)
         }
-        return json["@odata.etag"] != nil || json["odata.etag"] != nil
+        return Array(JSONValue.object(members).serialized.utf8)
     }
 }

@@ -185,6 +185,19 @@ public struct GatewayStore: Sendable {
         return nil
     }
 
+    /// The query of scope `id` when it serves `backend` and is shared (its user is "") or
+    /// `user`'s; nil otherwise. A scope named by a device (in one of the gateway's ETags) is
+    /// looked up this way, so that a device cannot use another user's scope.
+    public func query(ofScope id: Int64, backend: String, user: String) async throws -> String? {
+        let rows = try await client.query(
+            """
+            SELECT query FROM oodata_scope
+            WHERE id = \(id) AND backend = \(backend) AND (user_name = '' OR user_name = \(user))
+            """, logger: logger)
+        for try await query in rows.decode(String.self) { return query }
+        return nil
+    }
+
     /// The scope `id` as it is now.
     public func scope(id: Int64) async throws -> Scope? {
         let rows = try await client.query(

@@ -140,6 +140,14 @@ import Testing
             try await device.upload()
             #expect(listener.resolved.isEmpty, "\(listener.resolved)")
             #expect(listener.failures.map(\.httpStatus) == [412])
+            // The resend was sent, with the gateway's ETag of the copy the resolver saw, and the
+            // gateway refused it: the third user's change came after that copy.
+            #expect(
+                listener.failures.first?.message.contains("changed on the backend since it was read") == true,
+                "\(listener.failures)")
+            let refused = try #require(listener.failures.first?.requestID)
+            let seen = try await device.conflictCopies(forRequest: refused)
+            #expect(seen?.backend?.control.etag?.hasPrefix("W/\"gw.") == true)
             var bp1 = try await Self.backend(setup, "BP1")
             #expect(bp1?["CompanyName"]?.stringValue == "third user")
             #expect(bp1?["Phone"]?.stringValue != "field")
@@ -211,6 +219,89 @@ import Testing
             // Without the condition the backend's answer goes as it came: no ETag.
             let plain = try await read(nil)
             #expect(plain.status == 200 && plain.headers["ETag"] == nil)
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    /// A 412 for an entity that did not change (here the backend refuses once for its own
+    /// reasons): the copy's conditional read is `304` with the gateway's ETag, the device reads
+    /// the entity again and keeps that ETag, and `clientWins` resends with it (checked, never
+    /// `*` unchecked). Requests one by one, so the backend's refusal is the device's answer.
+    @Test(arguments: [false, true])
+    func aNotModifiedCopyKeepsTheGatewaysETag(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 1,
+            backendOptions: {
+                $0.sendsETags = false
+                $0.honorsRepeatableRequests = false
+            })
+        let listener = Listener()
+        do {
+            let device = try await GatewayDeltaTests.device(
+                setup, gateway: 0, name: "unchanged", delegate: listener,
+                configure: {
+                    $0.conflictPolicy = .clientWins
+                    $0.backendSupportsBatch = false
+                })
+            let etag = try #require(try await Self.phone(device, "BP1")?.control.etag)
+            _ = try await device.execute(
+                method: "PATCH", url: "BusinessPartners('BP1')", body: Array(#"{"Phone":"field"}"#.utf8))
+            await setup.backend.service.faults.set([
+                FaultRule(bodyContains: "field", status: 412, code: "PreconditionFailed", times: 1)
+            ])
+            await setup.backend.service.journal.clear()
+            try await device.upload()
+            #expect(listener.failures.isEmpty, "\(listener.failures)")
+            #expect(listener.resolved.map(\.outcome) == [.resent])
+            #expect(try await Self.backend(setup, "BP1")?["Phone"]?.stringValue == "field")
+            // Both sendings went through the gateway's check: the backend saw `If-Match: *`
+            // (the gateway's, after a passed check) each time.
+            let sent = await setup.backend.service.journal.requestHeaders().filter {
+                !$0.request.hasPrefix("GET") && $0.request.contains("BP1")
+            }
+            #expect(sent.count == 2 && sent.allSatisfy { $0.headers["If-Match"] == "*" }, "\(sent)")
+            let local = try await Self.phone(device, "BP1")?.control.etag
+            #expect(local?.hasPrefix("W/\"gw.") == true && local != etag, "\(local ?? "nil")")
+            await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    /// A conditional read naming another user's scope is answered as the backend answers,
+    /// without the gateway's ETag; the scope's own user gets `304`.
+    @Test(arguments: [false, true])
+    func anotherUsersScopeIsNotUsedForAConditionalRead(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 1, backendOptions: { $0.sendsETags = false })
+        do {
+            let root = setup.gateways[0].root.absoluteString
+            func get(_ url: String, as user: String, condition: String? = nil) async throws -> TransportResponse {
+                var headers = HTTPHeaders()
+                headers["Accept"] = "application/json"
+                headers["Authorization"] = "Bearer " + user
+                if let condition {
+                    headers["If-None-Match"] = condition
+                } else {
+                    headers["Prefer"] = "odata.track-changes"
+                }
+                return try await DefaultTransport.make().send(
+                    TransportRequest(method: "GET", url: root + url, headers: headers), timeout: 30)
+            }
+            let page = try JSONValue.parse(try await get("BusinessPartners", as: "alice").body)
+            let rows = (v2 ? page["d"]?["results"]?.arrayValue : page["value"]?.arrayValue) ?? []
+            let bp1 = try #require(rows.first { $0["PartnerID"]?.stringValue == "BP1" })
+            let etag = try #require(
+                v2 ? bp1["__metadata"]?["etag"]?.stringValue : bp1["@odata.etag"]?.stringValue)
+            #expect(etag.hasPrefix("W/\"gw."))
+            let bob = try await get("BusinessPartners('BP1')", as: "bob", condition: etag)
+            #expect(bob.status == 200 && bob.headers["ETag"] == nil, "\(bob.status) \(bob.headers)")
+            #expect(!String(decoding: bob.body, as: UTF8.self).contains("gw."))
+            let alice = try await get("BusinessPartners('BP1')", as: "alice", condition: etag)
+            #expect(alice.status == 304 && alice.headers["ETag"] == etag)
         } catch {
             Issue.record("\(error)")
         }

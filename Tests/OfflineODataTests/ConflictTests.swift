@@ -95,6 +95,14 @@ import Testing
         #expect(string(inline["BackendEntity"] ?? nil, "CompanyName") == "from the office")
         #expect(string(inline["AffectedEntity"] ?? nil, "Phone") == "+1 local")
         #expect(inline["AffectedEntity"]??.properties.contains { $0.name == "CompanyName" } == false)
+        // Percent-encoded, as a URL builder may send it.
+        let encoded = try await provider.readEntities(
+            "ErrorArchive?%24expand=BackendEntity(%24select%3DPhone)&%24filter=HTTPStatusCode%20eq%20412")
+        #expect(
+            encoded.first?.navigation.first.flatMap { navigation -> [String]? in
+                if case .entity(let entity?) = navigation.inline { return entity.properties.map(\.name) }
+                return nil
+            } == ["Phone"])
         for refused in [
             "ErrorArchive(\(id))/BackendEntity?$filter=Phone eq 'x'",
             "ErrorArchive?$expand=OriginalEntity($expand=Contacts)",

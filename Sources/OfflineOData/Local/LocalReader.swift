@@ -130,7 +130,8 @@ struct LocalReader {
         let name = String(tail.dropFirst())
         guard parts.count == 2 else { return ConflictCopyRead(entity: entity) }
         return ConflictCopyRead(
-            entity: try Self.selected(entity, options: Self.options(parts[1], separator: "&"), of: name, in: set, model: model))
+            entity: try Self.selected(
+                entity, options: Self.options(parts[1], separator: "&"), of: name, in: set, model: model))
     }
 
     /// `entity` with only the properties a copy's `$select` names (`*` for all). Any other
@@ -152,16 +153,37 @@ struct LocalReader {
             }
             names = (names ?? []).union(list)
         }
-        guard var entity, let names, !names.contains("*") else { return entity }
+        guard let names, !names.contains("*") else { return entity }
+        // Checked against the copy's entity type, whether or not the copy exists.
         let type = set.flatMap { model.entitySet($0)?.entityType }
-        let known = Set(
-            type.map { model.allProperties(ofStructuredType: $0).map(\.name) } ?? entity.properties.map(\.name))
-        if let unknown = names.sorted().first(where: { !known.contains($0) }) {
+        if let known = type.map({ Set(model.allProperties(ofStructuredType: $0).map(\.name)) })
+            ?? entity.map({
+                Set($0.properties.map(\.name))
+            }),
+            let unknown = names.sorted().first(where: { !known.contains($0) })
+        {
             throw OfflineODataError(
                 .invalidRequest, "ErrorArchive: $select of \(name) names \(unknown), which the copy does not have")
         }
+        guard var entity else { return nil }
         entity.properties = entity.properties.filter { names.contains($0.name) }
         return entity
+    }
+
+    /// Decoded option text made fit to go back into a URL: the characters that would end or
+    /// change it (`%`, `&`, `#`, `+`) encoded again, so that it is decoded once, as sent.
+    static func reencoded(_ text: String) -> String {
+        var out = ""
+        for character in text {
+            switch character {
+            case "%": out += "%25"
+            case "&": out += "%26"
+            case "#": out += "%23"
+            case "+": out += "%2B"
+            default: out.append(character)
+            }
+        }
+        return out
     }
 
     /// The options of a query (`separator` "&") or of an expanded navigation (";"), split
@@ -220,11 +242,11 @@ struct LocalReader {
                 var nested: String?
                 if let open = item.firstIndex(of: "("), item.hasSuffix(")") {
                     let inner = String(item[item.index(after: open)..<item.index(before: item.endIndex)])
-                    nested = Self.options(inner, separator: ";").joined(separator: "&")
+                    nested = Self.options(inner, separator: ";").map(Self.reencoded).joined(separator: "&")
                 }
                 asked.append((name, nested))
             }
-            if !kept.isEmpty { options.append("$expand=" + kept.joined(separator: ",")) }
+            if !kept.isEmpty { options.append("$expand=" + kept.map(Self.reencoded).joined(separator: ",")) }
         }
         guard !asked.isEmpty else { return nil }
         return (parts[0] + (options.isEmpty ? "" : "?" + options.joined(separator: "&")), asked)

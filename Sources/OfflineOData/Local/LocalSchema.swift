@@ -89,7 +89,7 @@ enum LocalSchema {
               entity_set TEXT, entity_key TEXT, is_create INTEGER NOT NULL DEFAULT 0, local_key INTEGER NOT NULL DEFAULT 0,
               transaction_id TEXT, custom_tag TEXT, upload_category TEXT, remove_after_upload INTEGER NOT NULL DEFAULT 0,
               unmodifiable INTEGER NOT NULL DEFAULT 0, repeat_id TEXT, first_sent TEXT, cascade TEXT, status TEXT NOT NULL DEFAULT 'pending',
-              original_existed INTEGER, original BLOB, media_type TEXT, nested TEXT)
+              original_existed INTEGER, original BLOB, media_type TEXT, nested TEXT, resend_first_sent TEXT)
             """,
             "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key)) WITHOUT ROWID",
             "CREATE TABLE oo_key_map (entity_set TEXT NOT NULL, local_key TEXT NOT NULL, server_key TEXT NOT NULL, PRIMARY KEY (entity_set, local_key))",
@@ -170,6 +170,10 @@ enum LocalSchema {
         if !has("media_type") { try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN media_type TEXT") }
         // Stores made before deep inserts recorded their nested entities.
         if !has("nested") { try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN nested TEXT") }
+        // Stores made before conflict resends kept the time of their first sending.
+        if !has("resend_first_sent") {
+            try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN resend_first_sent TEXT")
+        }
         // Stores made before RequestQueue became a view over the queue.
         try makeRequestQueueView(writer)
         // Stores made before downloads were staged; pages left by an interrupted download go.

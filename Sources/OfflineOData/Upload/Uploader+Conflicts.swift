@@ -95,6 +95,8 @@ extension Uploader {
                 let timeout = parameters.conflictResolverTimeout
                 if let answer = await Self.decide(conflict, with: resolve, within: timeout) {
                     decision = answer
+                } else if Task.isCancelled {
+                    decision = .archive
                 } else {
                     provider.logger.warning(
                         "The custom conflict resolver did not answer in time; the request is archived",
@@ -118,6 +120,15 @@ extension Uploader {
             case .resend, .merged:
                 // Without the backend's entity there is nothing to send it against.
                 guard let backendEntity = backend?.entity else { continue }
+                // A request sent with an ETag is never sent again unchecked: without an ETag for
+                // the backend's copy (a gateway whose scope no longer holds the entity), it is
+                // archived with the copies rather than sent with `*`.
+                if backend?.etag == nil, sentETag != nil {
+                    provider.logger.notice(
+                        "The backend's copy of a conflicting entity came without an ETag; the request is archived",
+                        metadata: ["request": .stringConvertible(request.id)])
+                    continue
+                }
                 var method = request.method.uppercased()
                 // V2 backends merge with MERGE, as the planner sends it.
                 if method == "PATCH", model.version.isLegacy { method = "MERGE" }
@@ -146,16 +157,20 @@ extension Uploader {
                 if parameters.enableRepeatableRequests {
                     // Derived from the request's own ID: sent again after a lost answer (the
                     // request is still queued), the resend is recognized as the same request.
-                    // Its first-sent time is the request's own, kept in the queue: the same at
-                    // every sending, as the ID is.
+                    // Its first-sent time is that of its own first sending, kept in the queue
+                    // before it goes: the same at every sending, as the ID is.
                     let id = request.repeatID.map(Self.resendID) ?? GuidValue.random().description
-                    let kept = try await store.read { reader in
-                        try reader.connection.query(
-                            "SELECT first_sent FROM oo_queue WHERE id = ?", [.integer(request.id)]
+                    let now = UploadPlanner.httpDate()
+                    let firstSent = try await store.write { writer -> String in
+                        let kept = try writer.connection.query(
+                            "SELECT resend_first_sent FROM oo_queue WHERE id = ?", [.integer(request.id)]
                         ).first?.first
+                        if case .text(let time)? = kept { return time }
+                        _ = try writer.connection.execute(
+                            "UPDATE oo_queue SET resend_first_sent = ? WHERE id = ?",
+                            [.text(now), .integer(request.id)])
+                        return now
                     }
-                    var firstSent = UploadPlanner.httpDate()
-                    if case .text(let time)?? = kept { firstSent = time }
                     for (name, value) in UploadPlanner.repeatability(id: id, firstSent: firstSent) {
                         headers[name] = value
                     }
@@ -198,8 +213,12 @@ extension Uploader {
             case .takeBackend:
                 var headers = ODataCore.HTTPHeaders()
                 if let etag = backend?.etag { headers["ETag"] = etag }
+                // A copy without an ETag keeps the one the request was sent with, so that the
+                // entity's next change is still checked (and refused if the copy is stale).
+                var copy = backend?.entity
+                if backend?.etag == nil, let sentETag { copy?.control.etag = sentETag }
                 outcome.results[index] = SentResult(request: request, status: 204, headers: headers, body: [])
-                outcome.backendWon[request.id] = (set, predicate, backend?.entity, changed)
+                outcome.backendWon[request.id] = (set, predicate, copy, changed)
                 outcome.copies[request.id] = nil
                 outcome.resolved.append(resolved(.backendWins))
             }
@@ -209,28 +228,35 @@ extension Uploader {
     }
 
     /// What a custom resolver decides for `conflict`, or nil when it has not answered within
-    /// `seconds` (it is then cancelled) or the upload was cancelled meanwhile. The resolver
-    /// runs as a task of its own, so one that ignores cancellation is left behind, not waited
-    /// for.
+    /// `seconds` (it is then cancelled; an infinite or huge value sets no limit) or the upload
+    /// was cancelled meanwhile. The resolver runs as a task of its own, so one that ignores
+    /// cancellation is left behind, not waited for.
     static func decide(
         _ conflict: OfflineODataConflict,
         with resolve: @escaping @Sendable (OfflineODataConflict) async -> OfflineODataConflictResolution,
         within seconds: TimeInterval
     ) async -> OfflineODataConflictResolution? {
         let once = ResumeOnce()
+        let priority = Task.currentPriority
         return await withTaskCancellationHandler {
             await withCheckedContinuation {
                 (continuation: CheckedContinuation<OfflineODataConflictResolution?, Never>) in
-                once.set(continuation)
-                let resolver = Task.detached {
+                // Cancelled before it began: answered at once, and the resolver never runs.
+                guard once.set(continuation) else { return }
+                let resolver = Task.detached(priority: priority) {
                     let answer = await resolve(conflict)
                     once.resume(answer)
                 }
-                once.onGiveUp { resolver.cancel() }
-                Task.detached {
-                    try? await Task.sleep(nanoseconds: UInt64(max(0, seconds) * 1_000_000_000))
-                    once.resume(nil)
+                var timer: Task<Void, Never>?
+                // Up to a year: beyond that (or not finite), no timer at all.
+                if seconds.isFinite, seconds < 31_536_000 {
+                    let nanoseconds = UInt64(max(0, seconds) * 1_000_000_000)
+                    timer = Task.detached(priority: priority) {
+                        try? await Task.sleep(nanoseconds: nanoseconds)
+                        if !Task.isCancelled { once.resume(nil) }
+                    }
                 }
+                once.attach(resolver: resolver, timer: timer)
             }
         } onCancel: {
             once.resume(nil)
@@ -260,7 +286,8 @@ extension Uploader {
     ) async throws -> BackendCopy? {
         let response: TransportResponse
         var headers = ["Accept": "application/json"]
-        if let etag, etag != "*" { headers["If-None-Match"] = etag }
+        let conditional = etag != nil && etag != "*"
+        if conditional, let etag { headers["If-None-Match"] = etag }
         do {
             response = try await provider.send(method: "GET", url: url, headers: headers)
         } catch {
@@ -271,8 +298,16 @@ extension Uploader {
             return nil
         }
         if response.status == 404 { return BackendCopy(entity: nil, etag: nil) }
-        if response.status == 304, etag != nil {
-            return try await backendCopy(of: url, entitySet: entitySet, on: provider)
+        if conditional, response.status != 200 {
+            // A 304 (the entity still has that ETag), or a backend that does not take the
+            // condition on a read: read again without it. A 304's ETag stays with the copy when
+            // the plain read gives none (a gateway's, for a backend without ETags).
+            guard var copy = try await backendCopy(of: url, entitySet: entitySet, on: provider) else { return nil }
+            if response.status == 304, copy.etag == nil, let tag = response.headers["ETag"] {
+                copy.etag = tag
+                copy.entity?.control.etag = tag
+            }
+            return copy
         }
         guard response.status == 200 else {
             provider.logger.warning(
@@ -305,47 +340,58 @@ extension Uploader {
 }
 
 /// A continuation resumed by whichever comes first: the resolver's answer, the timeout or the
-/// upload's cancellation. Resuming before the continuation is set (a cancellation that came
-/// first) is kept and delivered when it is set.
+/// upload's cancellation. When one comes, the timer is cancelled, and so is the resolver unless
+/// it answered. A resumption before the continuation is set (a cancellation that came first)
+/// is delivered when it is set.
 final class ResumeOnce: @unchecked Sendable {
+    typealias Answer = OfflineODataConflictResolution?
     private let lock = NSLock()
-    private var continuation: CheckedContinuation<OfflineODataConflictResolution?, Never>?
-    private var early: OfflineODataConflictResolution??
+    private var continuation: CheckedContinuation<Answer, Never>?
+    private var early: Answer = nil
     private var done = false
-    private var giveUp: (@Sendable () -> Void)?
+    private var resolver: Task<Void, Never>?
+    private var timer: Task<Void, Never>?
 
-    func set(_ continuation: CheckedContinuation<OfflineODataConflictResolution?, Never>) {
-        let pending: OfflineODataConflictResolution?? = lock.withLock {
-            if let early { return early }
+    /// Sets the continuation; false when it was resumed at once (a resumption came first).
+    func set(_ continuation: CheckedContinuation<Answer, Never>) -> Bool {
+        let (finished, pending): (Bool, Answer) = lock.withLock {
+            if done { return (true, early) }
             self.continuation = continuation
-            return nil
+            return (false, nil)
         }
-        if let pending { continuation.resume(returning: pending) }
+        guard finished else { return true }
+        continuation.resume(returning: pending)
+        return false
     }
 
-    func onGiveUp(_ action: @escaping @Sendable () -> Void) {
-        let now: Bool = lock.withLock {
-            if done { return true }
-            giveUp = action
+    /// The tasks to cancel when an answer comes; cancelled at once when it came already.
+    func attach(resolver: Task<Void, Never>, timer: Task<Void, Never>?) {
+        let finished: Bool = lock.withLock {
+            guard !done else { return true }
+            self.resolver = resolver
+            self.timer = timer
             return false
         }
-        if now { action() }
+        guard finished else { return }
+        timer?.cancel()
+        resolver.cancel()
     }
 
-    func resume(_ answer: OfflineODataConflictResolution?) {
-        let (continuation, action):
-            (CheckedContinuation<OfflineODataConflictResolution?, Never>?, (@Sendable () -> Void)?) =
-                lock.withLock {
-                    guard !done else { return (nil, nil) }
-                    done = true
-                    guard let continuation = self.continuation else {
-                        early = .some(answer)
-                        return (nil, answer == nil ? giveUp : nil)
-                    }
+    func resume(_ answer: Answer) {
+        let (continuation, resolver, timer):
+            (CheckedContinuation<Answer, Never>?, Task<Void, Never>?, Task<Void, Never>?) = lock.withLock {
+                guard !done else { return (nil, nil, nil) }
+                done = true
+                early = answer
+                defer {
                     self.continuation = nil
-                    return (continuation, answer == nil ? giveUp : nil)
+                    self.resolver = nil
+                    self.timer = nil
                 }
+                return (self.continuation, self.resolver, self.timer)
+            }
+        timer?.cancel()
+        if answer == nil { resolver?.cancel() }
         continuation?.resume(returning: answer)
-        action?()
     }
 }
