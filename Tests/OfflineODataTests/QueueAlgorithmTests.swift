@@ -620,14 +620,15 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         let file = await provider.parameters.storeFile
         await provider.close()
         // Make the store look like one from before: the kept states move to oo_original and
-        // the queue loses its two columns (and the later media_type and nested).
+        // the queue loses its two columns (and the later media_type, nested and resend_first_sent).
         let connection = try Connection(path: file, options: Connection.Options(key: "shop-key"))
         try connection.execute("""
             INSERT INTO oo_original (entity_set, entity_key, existed, body)
               SELECT entity_set, entity_key, original_existed, original FROM oo_queue WHERE original_existed IS NOT NULL
             """)
         let columns = try connection.query("PRAGMA table_info(oo_queue)").compactMap { row -> String? in
-            if case .text(let name) = row[1], !name.hasPrefix("original"), name != "media_type", name != "nested" { return name }
+            if case .text(let name) = row[1], !name.hasPrefix("original"), name != "media_type", name != "nested",
+                name != "resend_first_sent" { return name }
             return nil
         }
         #expect(columns.count == 18)
