@@ -7,10 +7,18 @@ public enum ProcessLaunch {
     // The lock serializes only the launch; the processes then run side by side.
     private static let lock = NSLock()
 
-    /// Launches `process`.
+    /// Launches `process`. While this process has more open files than `Process.run()` can
+    /// list safely (swiftlang/swift-corelibs-foundation#5472: over about 1,300, its read of
+    /// `/proc/self/fd` runs past glibc's buffer and crashes), it waits for them to close, up to
+    /// a minute, before launching.
     public static func run(_ process: Process) throws {
         lock.lock()
         defer { lock.unlock() }
+        for _ in 0..<300 {
+            guard let open = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"), open.count > 1_000
+            else { break }
+            Thread.sleep(forTimeInterval: 0.2)
+        }
         try process.run()
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import InteropSupport
 import ODataGateway
 import Testing
 
@@ -88,7 +89,7 @@ import Testing
         let errors = Pipe()
         process.standardError = errors
         process.standardOutput = FileHandle.nullDevice
-        try process.run()
+        try ProcessLaunch.run(process)
         let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         #expect(process.terminationStatus == 1)

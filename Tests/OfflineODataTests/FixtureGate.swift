@@ -14,8 +14,10 @@ actor FixtureGate {
 
     init(limit: Int) { available = limit }
 
-    /// Waits for a place. After 60 s a fixture goes ahead anyway: a test that holds two
-    /// fixtures must never wait for itself.
+    /// Waits for a place. After 15 minutes a fixture goes ahead anyway: a test that holds two
+    /// fixtures must never wait for itself for ever. (It was 60 s: on two cores, with the whole
+    /// suite started at once, most waiters went ahead after a minute and CI saw 93 fixtures and
+    /// over 1,500 open files again, and the crash.)
     func acquire() async {
         if available > 0 {
             available -= 1
@@ -25,7 +27,7 @@ actor FixtureGate {
         await withCheckedContinuation { continuation in
             waiters.append((id, continuation))
             Task {
-                try? await Task.sleep(for: .seconds(60))
+                try? await Task.sleep(for: .seconds(900))
                 self.giveUp(id)
             }
         }
