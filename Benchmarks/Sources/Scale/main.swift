@@ -163,6 +163,39 @@ for (index, fraction) in fractions.enumerated() {
                  fraction * 100, changed, time, time / openTime * 100, perEntity))
 }
 
+// 2b. The same deltas with durable downloads (every commit waits for the disk, as before issue
+//     40), against the default (a download's commits wait for the operating system only), in
+//     alternating rounds on one store: the ratio is the default's time over the durable one's.
+var durableTimes: [Int: [Double]] = [:]
+var redoableTimes: [Int: [Double]] = [:]
+for round in 0..<3 {
+    for durable in [true, false] {
+        await provider.close()
+        var chosen = parameters
+        chosen.durableDownloads = durable
+        provider = OfflineODataProvider(serviceRoot: root, parameters: chosen, transport: AsyncHTTPClientTransport())
+        try await provider.open()
+        for fraction in [0.001, 0.01] {
+            let changed = Int(Double(count) * fraction)
+            try await changeOnBackend(changed, round: 200 + round * 10 + (durable ? 1 : 0) * 5 + (fraction < 0.005 ? 0 : 1))
+            let time = try await seconds { try await provider.download() }
+            check(try await upserted() == Int64(changed), "delta of \(changed): wrong rows marked")
+            if durable { durableTimes[changed, default: []].append(time) } else { redoableTimes[changed, default: []].append(time) }
+        }
+    }
+}
+for changed in durableTimes.keys.sorted() {
+    let durable = durableTimes[changed] ?? []
+    let redoable = redoableTimes[changed] ?? []
+    let best = (durable.min() ?? 0, redoable.min() ?? 0)
+    say(String(format: "delta of %d: durable downloads %.3f s (best of %d), default %.3f s = %.2f× the durable time; %.1f µs per changed entity = %.2f× the open's",
+                 changed, best.0, durable.count, best.1, best.1 / best.0, best.1 / Double(changed) * 1e6,
+                 best.1 / Double(changed) / perEntityOpen))
+}
+await provider.close()
+provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, transport: AsyncHTTPClientTransport())
+try await provider.open()
+
 // 3. A full read (the delta link expired, or a backend without change tracking), 1 % changed.
 let second = try await Store.open(path: parameters.storeFile, key: parameters.storeEncryptionKey)
 let fullChanged = max(1, count / 100)

@@ -63,6 +63,16 @@ public final class DatabasePool: Sendable {
         }
     }
 
+    /// Frees what the page caches of the readers opened so far hold (`PRAGMA shrink_memory`);
+    /// they fill again as reads need. For long writes during which the readers are idle (a
+    /// download), so that the writer's cache does not come on top of theirs.
+    public func releaseReaderCaches() async {
+        for reader in readers where reader.isOpened {
+            guard let connection = try? reader.connection() else { continue }
+            _ = try? await connection.run { db in try db.query("PRAGMA shrink_memory") }
+        }
+    }
+
     /// How many readers have been opened so far (for tests).
     var openedReaders: Int { readers.filter(\.isOpened).count }
 

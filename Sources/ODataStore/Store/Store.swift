@@ -245,6 +245,43 @@ public final class Store: Sendable {
         return try await pool.write { db in try body(StoreWriter(db: db, schema: schema)) }
     }
 
+    /// Frees what the readers' page caches hold; they fill again as reads need. A download
+    /// calls it first: its reads and writes go through the writer, and three full caches at
+    /// once were most of its peak memory.
+    public func releaseReaderCaches() async { await pool.releaseReaderCaches() }
+
+    /// How long a write transaction's commit waits for the disk.
+    public enum CommitDurability: Sendable {
+        /// Until the write-ahead log is on the disk (`synchronous = FULL`): the commit survives
+        /// a power loss. For what cannot be made again: a person's change, a recorded answer.
+        case durable
+        /// Until the operating system has the log (`synchronous = NORMAL`): the commit survives
+        /// the process being killed, and a power loss may undo it, never damage the file. For
+        /// work that is done again when lost (a download: its next run fetches the same rows).
+        /// The next durable commit makes it durable too, since the log is written in order.
+        case redoable
+    }
+
+    /// Runs `body` in one write transaction whose commit waits for the disk as `durability`
+    /// says. Other writes wait meanwhile, and run with their own durability after it.
+    public func write<T: Sendable>(
+        _ durability: CommitDurability, _ body: @escaping @Sendable (StoreWriter) throws -> T
+    ) async throws -> T {
+        guard durability == .redoable else { return try await write(body) }
+        let schema = self.schema
+        return try await pool.withWriter { db in
+            // Only lowered from FULL or EXTRA (a bulk fill runs with less already), and set back.
+            let level = try db.query("PRAGMA synchronous").first?.first
+            var restore: Int64?
+            if case .integer(let value)? = level, value >= 2 {
+                try db.execute("PRAGMA synchronous = NORMAL")
+                restore = value
+            }
+            defer { if let restore { try? db.execute("PRAGMA synchronous = \(restore)") } }
+            return try db.transaction { try body(StoreWriter(db: db, schema: schema)) }
+        }
+    }
+
     /// Runs a short write transaction on the calling thread: no hop to the writer's queue and
     /// back (two thread switches, which cost more than a one-row change). It waits for a write
     /// in progress. Keep it to single changes; long work belongs in ``write(_:)``.

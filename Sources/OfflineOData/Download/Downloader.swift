@@ -17,6 +17,10 @@ import Logging
 struct Downloader: Sendable {
     let serviceRoot: String
     let progress: ProgressReporter
+    /// How the download's own transactions (staging, the apply) wait for the disk:
+    /// ``Store/CommitDurability/redoable`` unless the app asked for durable downloads
+    /// (``OfflineODataParameters/durableDownloads``).
+    var durability: Store.CommitDurability = .redoable
 
     /// The steps of a download, in the order they happen.
     static let plan: [OfflineODataProgressStep] = [
@@ -38,7 +42,11 @@ struct Downloader: Sendable {
         }
         // The delta links are read on the writer, in the same transaction (a reader connection
         // used for the first time would derive the store's key first).
-        let (links, start) = try await store.write { writer in
+        // The readers are idle while the writer compares and applies: their caches go first.
+        await store.releaseReaderCaches()
+        // A download's transactions are redoable (the next download fetches the same rows):
+        // their commits do not wait for the disk. Local changes and recorded answers do.
+        let (links, start) = try await store.write(durability) { writer in
             try emptyStaging(writer)
             return (try DefiningQueries.deltaLinks(writer.connection), try DownloadStart(writer))
         }
@@ -49,14 +57,14 @@ struct Downloader: Sendable {
                 selected.map { ($0, links[$0.name]) }, model: store.model, rowQueries: Set(selected.map(\.name)),
                 on: provider
             ) { page in
-                try await store.write { writer in try Self.stage(page, writer: writer) }
+                try await store.write(durability) { writer in try Self.stage(page, writer: writer) }
                 try await self.fetchStreams(of: page, staged: true, store: store, on: provider)
             }
             if provider.cancelDownloadRequested || Task.isCancelled {
                 throw OfflineODataError(.cancelled, "The download was cancelled; nothing was applied")
             }
         } catch {
-            try? await store.write(emptyStaging)
+            try? await store.write(durability, emptyStaging)
             throw error
         }
         provider.report(progress, .analyzingReceivedData)
@@ -273,7 +281,8 @@ struct Downloader: Sendable {
             model: model, root: serviceRoot, allQueries: allQueries, bulkSets: [], firstFill: false)
         applier.start = start
         let prepared = applier
-        return try await store.write { writer in
+        CrashPoint.reach("delta-staged")
+        let summary = try await store.write(durability) { writer in
             var applier = prepared
             // Rows this download writes are marked with a new generation: the marks of the last
             // one stop counting without a scan of every table.
@@ -342,6 +351,8 @@ struct Downloader: Sendable {
             try Self.removeOrphanStreams(writer: writer, model: model)
             return summary
         }
+        CrashPoint.reach("delta-applied")
+        return summary
     }
 
     /// Fetches the media stream of every entity of `page` when its defining query retrieves
@@ -353,6 +364,8 @@ struct Downloader: Sendable {
         of page: FetchedQuery, staged: Bool, store: Store, on provider: isolated OfflineODataProvider
     ) async throws {
         let table = staged ? "oo_stream_staging" : "oo_streams"
+        // Staged streams are fetched again by the next download when lost.
+        let durability: Store.CommitDurability = staged ? self.durability : .durable
         let model = store.model
         guard provider.definingQueries.first(where: { $0.name == page.name })?.automaticallyRetrievesStreams == true,
             model.entityType(ofEntitySet: page.entitySet)?.hasStream == true
@@ -369,7 +382,7 @@ struct Downloader: Sendable {
             let url = link ?? (set + predicate + "/$value")
             let response = try await provider.send(method: "GET", url: url, headers: ["Accept": "*/*"])
             if response.status == 404 || response.status == 204 {
-                try await store.write { writer in
+                try await store.write(durability) { writer in
                     if staged {
                         // Applied with the pages: the stream kept so far goes.
                         _ = try writer.connection.execute(
@@ -388,7 +401,7 @@ struct Downloader: Sendable {
             }
             let contentType = response.headers["Content-Type"] ?? entity.control.mediaContentType
             let body = response.body
-            try await store.write { writer in
+            try await store.write(durability) { writer in
                 _ = try writer.connection.execute(
                     "INSERT OR REPLACE INTO \(table) (entity_set, entity_key, content_type, body) VALUES (?, ?, ?, ?)",
                     [.text(set), .text(predicate), contentType.map { .text($0) } ?? .null, .blob(body)])

@@ -47,6 +47,11 @@ public struct OfflineODataParameters: Sendable {
     /// An open that cannot reach the backend still opens the store (the check is logged as
     /// failed and the next download makes it). False: only downloads check.
     public var checksMetadataAtOpen = false
+    /// Whether a download's commits wait for the disk, as local changes and recorded upload
+    /// answers always do. False (the default): they wait for the operating system only, which
+    /// survives the app being killed; a power loss may undo the last download (never damage the
+    /// store or lose a local change), and the next download fetches the same rows again.
+    public var durableDownloads = false
     /// How an upload resolves a request the backend refuses with 412 or 428 (another user
     /// changed the entity first; SPEC §15). ``OfflineODataConflictPolicy/archive``, the default,
     /// archives it with the backend's copy; the others resolve it and report the resolution.

@@ -78,7 +78,8 @@ extension OfflineODataProvider {
             return true
         }
         if !leftOut.isEmpty { operationSummary["left-out"] = .string(leftOut.joined(separator: ",")) }
-        let downloader = Downloader(serviceRoot: serviceRoot, progress: progress)
+        var downloader = Downloader(serviceRoot: serviceRoot, progress: progress)
+        if parameters.durableDownloads { downloader.durability = .durable }
         try await downloader.run(selected, store: store, on: self)
         // The download forgot the local keys no queued request needs.
         keyMapCache = nil
