@@ -250,6 +250,16 @@ public final class Store: Sendable {
     /// once were most of its peak memory.
     public func releaseReaderCaches() async { await pool.releaseReaderCaches() }
 
+    /// Sets the writer's page cache to `kibibytes` (nil: the store's default, 32 MiB when keyed)
+    /// and frees what it holds beyond that. Other writes wait meanwhile.
+    public func setWriterCache(kibibytes: Int?) async throws {
+        let size = kibibytes ?? (pool.isEncrypted ? Connection.keyedCacheKiB : 2_000)
+        try await pool.withWriter { db in
+            try db.execute("PRAGMA cache_size = -\(size)")
+            _ = try db.query("PRAGMA shrink_memory")
+        }
+    }
+
     /// How long a write transaction's commit waits for the disk.
     public enum CommitDurability: Sendable {
         /// Until the write-ahead log is on the disk (`synchronous = FULL`): the commit survives

@@ -33,6 +33,27 @@ struct Downloader: Sendable {
     func run(
         _ selected: [OfflineODataDefiningQuery], store: Store, on provider: isolated OfflineODataProvider
     ) async throws {
+        // Memory: the readers are idle while the writer compares and applies, so their caches
+        // go first; the writer's is kept small meanwhile (a full read visits pages in key
+        // order, and a delta's rows once each: the index's inner pages are what a cache helps
+        // with). Both fill again afterwards as work needs.
+        await store.releaseReaderCaches()
+        try await store.setWriterCache(kibibytes: Self.downloadCacheKiB)
+        do {
+            try await runStaged(selected, store: store, on: provider)
+        } catch {
+            try? await store.setWriterCache(kibibytes: nil)
+            throw error
+        }
+        try? await store.setWriterCache(kibibytes: nil)
+    }
+
+    /// The writer's page cache during a download, in KiB.
+    static let downloadCacheKiB = 16_384
+
+    private func runStaged(
+        _ selected: [OfflineODataDefiningQuery], store: Store, on provider: isolated OfflineODataProvider
+    ) async throws {
         // Pages wait in a staging table as they arrive (memory stays flat); only when every
         // page is in are they applied, in one transaction, so a failure changes nothing.
         let emptyStaging = { @Sendable (writer: StoreWriter) throws in
@@ -41,11 +62,9 @@ struct Downloader: Sendable {
             try writer.forgetSeen()
         }
         // The delta links are read on the writer, in the same transaction (a reader connection
-        // used for the first time would derive the store's key first).
-        // The readers are idle while the writer compares and applies: their caches go first.
-        await store.releaseReaderCaches()
-        // A download's transactions are redoable (the next download fetches the same rows):
-        // their commits do not wait for the disk. Local changes and recorded answers do.
+        // used for the first time would derive the store's key first). A download's transactions
+        // are redoable (the next download fetches the same rows): their commits do not wait
+        // for the disk. Local changes and recorded answers do.
         let (links, start) = try await store.write(durability) { writer in
             try emptyStaging(writer)
             return (try DefiningQueries.deltaLinks(writer.connection), try DownloadStart(writer))
