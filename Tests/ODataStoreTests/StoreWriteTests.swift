@@ -28,6 +28,32 @@ import ODataCore
         }
     }
 
+    static func syncLevel(_ writer: StoreWriter) throws -> DatabaseValue? {
+        try writer.connection.query("PRAGMA synchronous").first?.first
+    }
+
+    /// A redoable write commits with `synchronous = NORMAL` and sets the writer back to FULL
+    /// afterwards, also when its body throws; a durable one commits with FULL. The writer's
+    /// cache limit is given back as it was.
+    @Test func aRedoableWriteLowersTheSyncForItselfOnly() async throws {
+        let dir = TemporaryDirectory()
+        let (store, _) = try await Self.tripPin(dir, key: "k")
+        #expect(try await store.write(.redoable) { try Self.syncLevel($0) } == .integer(1))
+        #expect(try await store.write { try Self.syncLevel($0) } == .integer(2))
+        struct Refused: Error {}
+        await #expect(throws: Refused.self) {
+            try await store.write(.redoable) { _ in throw Refused() }
+        }
+        #expect(try await store.write { try Self.syncLevel($0) } == .integer(2))
+        #expect(try await store.write(.durable) { try Self.syncLevel($0) } == .integer(2))
+        let setting = try await store.limitWriterCache(kibibytes: 1_024)
+        #expect(setting == -32_768)
+        #expect(try await store.write { try $0.connection.query("PRAGMA cache_size").first?.first } == .integer(-1_024))
+        try await store.restoreWriterCache(setting)
+        #expect(try await store.write { try $0.connection.query("PRAGMA cache_size").first?.first } == .integer(-32_768))
+        store.close()
+    }
+
     @Test func importedEntitiesReadBackEqual() async throws {
         let dir = TemporaryDirectory()
         let (store, people) = try await Self.tripPin(dir)

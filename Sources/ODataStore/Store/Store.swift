@@ -250,14 +250,27 @@ public final class Store: Sendable {
     /// once were most of its peak memory.
     public func releaseReaderCaches() async { await pool.releaseReaderCaches() }
 
-    /// Sets the writer's page cache to `kibibytes` (nil: the store's default, 32 MiB when keyed)
-    /// and frees what it holds beyond that. Other writes wait meanwhile.
-    public func setWriterCache(kibibytes: Int?) async throws {
-        let size = kibibytes ?? (pool.isEncrypted ? Connection.keyedCacheKiB : 2_000)
+    /// Limits the writer's page cache to `kibibytes` (a smaller cache stays as it is) and frees
+    /// what it holds beyond that; returns the setting to give back to
+    /// ``restoreWriterCache(_:)``. Other writes wait meanwhile.
+    public func limitWriterCache(kibibytes: Int) async throws -> Int64 {
         try await pool.withWriter { db in
-            try db.execute("PRAGMA cache_size = -\(size)")
-            _ = try db.query("PRAGMA shrink_memory")
+            guard case .integer(let current)? = try db.query("PRAGMA cache_size").first?.first,
+                case .integer(let pageSize)? = try db.query("PRAGMA page_size").first?.first
+            else { return -2_000 }
+            // Negative: KiB; positive: pages.
+            let currentKiB = current < 0 ? -current : current * pageSize / 1_024
+            if currentKiB > Int64(kibibytes) {
+                try db.execute("PRAGMA cache_size = -\(kibibytes)")
+                _ = try db.query("PRAGMA shrink_memory")
+            }
+            return current
         }
+    }
+
+    /// Gives the writer's page cache the setting ``limitWriterCache(kibibytes:)`` returned.
+    public func restoreWriterCache(_ setting: Int64) async throws {
+        try await pool.withWriter { db in try db.execute("PRAGMA cache_size = \(setting)") }
     }
 
     /// How long a write transaction's commit waits for the disk.
@@ -287,8 +300,11 @@ public final class Store: Sendable {
                 try db.execute("PRAGMA synchronous = NORMAL")
                 restore = value
             }
-            defer { if let restore { try? db.execute("PRAGMA synchronous = \(restore)") } }
-            return try db.transaction { try body(StoreWriter(db: db, schema: schema)) }
+            let result = Result { try db.transaction { try body(StoreWriter(db: db, schema: schema)) } }
+            // A level not set back would leave later local changes without their sync: said,
+            // never passed over.
+            if let restore { try db.execute("PRAGMA synchronous = \(restore)") }
+            return try result.get()
         }
     }
 

@@ -38,14 +38,14 @@ struct Downloader: Sendable {
         // order, and a delta's rows once each: the index's inner pages are what a cache helps
         // with). Both fill again afterwards as work needs.
         await store.releaseReaderCaches()
-        try await store.setWriterCache(kibibytes: Self.downloadCacheKiB)
+        let cache = try await store.limitWriterCache(kibibytes: Self.downloadCacheKiB)
         do {
             try await runStaged(selected, store: store, on: provider)
         } catch {
-            try? await store.setWriterCache(kibibytes: nil)
+            try? await store.restoreWriterCache(cache)
             throw error
         }
-        try? await store.setWriterCache(kibibytes: nil)
+        try? await store.restoreWriterCache(cache)
     }
 
     /// The writer's page cache during a download, in KiB.
@@ -92,7 +92,7 @@ struct Downloader: Sendable {
         provider.report(progress, .reapplyingChanges)
         provider.operationSummary["defining-queries"] = .stringConvertible(selected.count)
         provider.operationSummary["result"] = .string(summary)
-        try await provider.logEvent(in: store, type: "Download", details: summary)
+        try await provider.logEvent(in: store, type: "Download", details: summary, durability: durability)
     }
 
     /// Reads each query (its delta link when there is one), following next links. With

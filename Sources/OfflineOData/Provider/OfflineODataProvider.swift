@@ -597,9 +597,15 @@ public actor OfflineODataProvider {
         get async throws { try await !isRequestQueueEmpty }
     }
 
-    func logEvent(in store: Store, type: String, details: String) async throws {
+    /// Adds an EventLog row; a download's (redoable: the next download writes its own) does
+    /// not wait for the disk.
+    func logEvent(
+        in store: Store, type: String, details: String, durability: Store.CommitDurability = .durable
+    ) async throws {
         let now = Self.timestamp()
-        try await store.write { writer in try LocalSchema.logEvent(writer, type: type, details: details, time: now) }
+        try await store.write(durability) { writer in
+            try LocalSchema.logEvent(writer, type: type, details: details, time: now)
+        }
     }
 
     static func timestamp() -> Value {

@@ -304,7 +304,12 @@ extension OfflineODataProvider {
             if operation != .open || firstOpen, let store {
                 let upload = operation == .upload
                 let now = Date()
-                try? await store.write { writer in try LocalSchema.recordSync(writer, upload: upload, at: now) }
+                // A download's time is redone by the next download; an upload's waits for the disk.
+                let durability: Store.CommitDurability =
+                    operation == .download && !parameters.durableDownloads ? .redoable : .durable
+                try? await store.write(durability) { writer in
+                    try LocalSchema.recordSync(writer, upload: upload, at: now)
+                }
             }
             publishChange(OfflineODataStoreChange(origin: origin, entitySets: nil))
         } catch {
