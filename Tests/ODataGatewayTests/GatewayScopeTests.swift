@@ -171,7 +171,10 @@ import Testing
             let running = try await RunningGateway.start(configuration: configuration, postgresURL: setup.postgres.url)
             janitor = running
             try await Task.sleep(nanoseconds: 1_500_000_000)
-            let other = try await Self.get(running.root.absoluteString + "SalesOrders")
+            // A small query of its own: a refresh that outlasts the 1 s retention (1,500 orders
+            // on a loaded machine did) would see its own new scope removed (503).
+            let other = try await Self.get(
+                running.root.absoluteString + "BusinessPartners?$filter=PartnerID%20eq%20'BP1'")
             #expect(other.status == 200)
             #expect(try await store.scopeCount() == 1)
             #expect(

@@ -821,8 +821,14 @@ extension ProviderTests {
             _ = try await provider.execute(method: "PATCH", url: "BusinessPartners('\(id)')", body: Array("{\"Phone\":\"cancel\"}".utf8))
         }
         await fixture.server.service.faults.set([FaultRule(urlContains: "$batch", delayMilliseconds: 400)])
+        await fixture.server.service.journal.clear()
         let upload = Task { try await provider.upload() }
-        try await Task.sleep(nanoseconds: 150_000_000)
+        // Cancelled once the first batch is at the backend (a fixed wait let a loaded machine
+        // cancel before anything was sent).
+        for _ in 0..<400 {
+            if await fixture.server.service.journal.requests().contains(where: { $0.contains("$batch") }) { break }
+            try await Task.sleep(nanoseconds: 25_000_000)
+        }
         await provider.cancelUpload()
         do {
             try await upload.value
