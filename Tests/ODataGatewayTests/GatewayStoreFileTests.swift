@@ -396,7 +396,25 @@ enum ServerBuiltStoreTesting {
     /// Spawns `oodata offline open` through `root` into `store`; with `killAt`, kills it as soon
     /// as that file exists (polled every half millisecond). True when it was killed. Without,
     /// expects the open to succeed having downloaded a store file (its progress says so).
-    static func open(root: String, store: String, killAt marker: String?) throws -> Bool {
+    static func open(root: String, store: String, killAt marker: String?) async throws -> Bool {
+        // The child talks to this process's gateway: waiting for it on the two-thread
+        // concurrency pool could starve the gateway that must answer it. It waits on a
+        // dispatch thread instead, and the expectations are checked back here.
+        let (killed, status, printed) = try await withCheckedThrowingContinuation {
+            (continuation: CheckedContinuation<(Bool, Int32, String), any Error>) in
+            DispatchQueue.global().async {
+                continuation.resume(with: Result { try Self.runOpen(root: root, store: store, killAt: marker) })
+            }
+        }
+        if marker == nil {
+            #expect(status == 0, "the open after the kill failed")
+            #expect(printed.contains("Downloading entity store"), "the open after the kill paged: \(printed.suffix(500))")
+        }
+        return killed
+    }
+
+    /// Runs the open (blocking); returns whether it was killed, its exit status and its output.
+    static func runOpen(root: String, store: String, killAt marker: String?) throws -> (Bool, Int32, String) {
         let tool = try #require(GatewayCrashTests.binary, "oodata was not built next to the tests")
         let process = Process()
         process.executableURL = tool
@@ -412,19 +430,16 @@ enum ServerBuiltStoreTesting {
         guard let marker else {
             let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             process.waitUntilExit()
-            #expect(process.terminationStatus == 0, "the open after the kill failed")
-            #expect(
-                printed.contains("Downloading entity store"), "the open after the kill paged: \(printed.suffix(500))")
-            return false
+            return (false, process.terminationStatus, printed)
         }
         while process.isRunning {
             if FileManager.default.fileExists(atPath: marker) {
                 GatewayCrashTests.killHard(process)
-                return true
+                return (true, 0, "")
             }
             usleep(500)
         }
-        return false
+        return (false, process.terminationStatus, "")
     }
 
     @Test func killedWhileDownloadingOrEncryptingTheFileTheNextOpenCompletes() async throws {
@@ -440,14 +455,14 @@ enum ServerBuiltStoreTesting {
                 for attempt in 0..<3 {
                     let name = "\(phase)\(attempt)"
                     let store = setup.folder.appendingPathComponent("\(name).db").path
-                    guard try Self.open(root: root, store: store, killAt: store.dropLast(3) + suffix) else { continue }
+                    guard try await Self.open(root: root, store: store, killAt: store.dropLast(3) + suffix) else { continue }
                     killed[phase, default: 0] += 1
                     // A store may be in place only with its mark (the next open makes it again).
                     #expect(
                         !FileManager.default.fileExists(atPath: store)
                             || FileManager.default.fileExists(atPath: String(store.dropLast(3)) + ".db-filling"),
                         "\(name): a store without its mark after the kill")
-                    _ = try Self.open(root: root, store: store, killAt: nil)
+                    _ = try await Self.open(root: root, store: store, killAt: nil)
                     var parameters = OfflineODataParameters()
                     parameters.storePath = setup.folder
                     parameters.storeName = name
