@@ -169,23 +169,20 @@ extension Gateway {
             // The connection is held only while the locks are: a repeat waiting for another
             // gateway's forward sleeps without one.
             let answer: GatewayResponse? = try await store.withConnection { connection in
-                var locked = false
                 do {
-                    locked = try await store.tryLockRequests(ids, backend: backend.url, on: connection)
-                    guard locked else { return nil }
+                    guard try await store.tryLockRequests(ids, backend: backend.url, on: connection) else { return nil }
                     let response = try await applyLocked(
                         units, batchBoundary: batchBoundary, request: request, backend: backend, model: model,
                         connection: connection)
                     try await store.unlockRequests(on: connection)
                     return response
                 } catch {
-                    if locked {
-                        do {
-                            try await store.unlockRequests(on: connection)
-                        } catch {
-                            // Locks that cannot be released go with the connection.
-                            try? await connection.close()
-                        }
+                    // Also when taking the locks failed part way: some may be held.
+                    do {
+                        try await store.unlockRequests(on: connection)
+                    } catch {
+                        // Locks that cannot be released go with the connection.
+                        try? await connection.close()
                     }
                     throw error
                 }

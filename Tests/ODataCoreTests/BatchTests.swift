@@ -133,6 +133,27 @@ import Testing
         }
     }
 
+    @Test func headerParametersAndNamesAreReadAsWritten() {
+        let type = "multipart/mixed;  Boundary = \"batch_1; x\" ;charset=utf-8"
+        #expect(HTTPHeaders.parameter("boundary", in: type) == "batch_1; x")
+        #expect(HTTPHeaders.parameter("boundary", in: #"a; boundary="x\"y"; z=1"#) == #"x"y"#)
+        #expect(HTTPHeaders.parameter("z", in: #"a; boundary="x\"y;"; z=1"#) == "1")
+        #expect(HTTPHeaders.parameter("charset", in: type) == "utf-8")
+        #expect(HTTPHeaders.parameter("boundary", in: "multipart/mixed; boundary=\"b\"") == "b")
+        #expect(HTTPHeaders.parameter("boundary", in: "multipart/mixed; boundary=\"") == "\"")
+        #expect(HTTPHeaders.parameter("boundary", in: "boundary=first-part-is-the-type") == nil)
+        #expect(HTTPHeaders.parameter("boundary", in: "multipart/mixed; boundary") == nil)
+        #expect(HTTPHeaders.parameter("boundary", in: "multipart/mixed; boundaryx=1") == nil)
+        #expect(HTTPHeaders.parameter("boundary", in: "multipart/mixed; boundary=") == "")
+        var headers = HTTPHeaders([("Content-Type", "a"), ("X-Größe", "b")])
+        #expect(headers["content-TYPE"] == "a")
+        #expect(headers["X-GRÖSSE"] == nil && headers["x-größe"] == "b" && headers["Content-Typ"] == nil)
+        headers["CONTENT-type"] = "c"
+        #expect(headers.fields.map(\.name) == ["Content-Type", "X-Größe"] && headers["Content-Type"] == "c")
+        headers["content-type"] = nil
+        #expect(headers.fields.count == 1)
+    }
+
     @Test func randomBytesNeverCrash() throws {
         var generator = SystemRandomNumberGenerator()
         let sample = Array(try Conformance.data("payloads/batch/olingo2/batchRequest.batch"))

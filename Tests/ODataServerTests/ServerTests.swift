@@ -264,6 +264,64 @@ struct TestServer {
         }
     }
 
+    /// Consecutive change sets commit in one transaction, each in its own savepoint: the one
+    /// that fails leaves nothing behind, those around it are applied, and each is answered as
+    /// if alone. Without continue-on-error (V4), the batch stops at the failure.
+    @Test(arguments: ["v2", "v4", "v4-stop"])
+    func consecutiveChangeSetsFailAlone(_ variant: String) async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        let root = variant == "v2" ? "/odata/v2/" : "/odata/v4/"
+        func changeSet(_ boundary: String, _ operations: [String]) -> String {
+            var text = "--b1\r\nContent-Type: multipart/mixed; boundary=\(boundary)\r\n\r\n"
+            for (index, operation) in operations.enumerated() {
+                text += "--\(boundary)\r\nContent-Type: application/http\r\nContent-ID: \(boundary)-\(index)\r\n\r\n"
+                text += operation + "\r\n"
+            }
+            return text + "--\(boundary)--\r\n"
+        }
+        func post(_ url: String, _ json: String) -> String {
+            "POST \(url) HTTP/1.1\r\nContent-Type: application/json\r\n\r\n\(json)"
+        }
+        let body =
+            changeSet("cs1", [post("SalesOrders", #"{"OrderID":"SO-G1","Status":"New"}"#)])
+            + changeSet(
+                "cs2",
+                [
+                    post("SalesOrders", #"{"OrderID":"SO-G2","Status":"New"}"#),
+                    post("SalesOrders('SO-G2')/Items", #"{"OrderID":"SO-G2","ItemPosition":"ten","Quantity":1}"#),
+                ])
+            + changeSet(
+                "cs3",
+                [
+                    post("SalesOrders", #"{"OrderID":"SO-G3","Status":"New"}"#),
+                    post("SalesOrders('SO-G3')/Items", #"{"OrderID":"SO-G3","ItemPosition":10,"Quantity":1}"#),
+                ])
+            + "--b1--\r\n"
+        try await server.run(service) { client in
+            var headers = ["Content-Type": "multipart/mixed; boundary=b1"]
+            if variant == "v4" { headers["Prefer"] = "odata.continue-on-error" }
+            let reply = try await client.send("POST", root + "$batch", headers: headers, body: body)
+            #expect(reply.status == (variant == "v2" ? 202 : 200))
+            let batch = try MultipartBatch.read(reply.body)
+            let answers = batch.parts.map { part -> [Int] in
+                switch part {
+                case .changeSet(let set): set.operations.map { $0.message.status ?? 0 }
+                case .operation(let operation): [-(operation.message.status ?? 0)]
+                }
+            }
+            #expect(answers == (variant == "v4-stop" ? [[201], [-400]] : [[201], [-400], [201, 201]]), "\(reply.text)")
+            #expect(try await client.send("GET", root + "SalesOrders('SO-G1')").status == 200)
+            #expect(try await client.send("GET", root + "SalesOrders('SO-G2')").status == 404)
+            #expect(try await client.send("GET", root + "SalesOrders('SO-G3')").status == (variant == "v4-stop" ? 404 : 200))
+            if variant != "v4-stop" {
+                let items = try await client.send("GET", root + "SalesOrders('SO-G3')/Items/$count")
+                #expect(items.text == "1")
+            }
+        }
+    }
+
     @Test func deltaTracksInsertsUpdatesAndDeletes() async throws {
         let server = TestServer()
         defer { server.remove() }

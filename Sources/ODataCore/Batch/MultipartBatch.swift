@@ -189,6 +189,16 @@ public struct MultipartBatch: Sendable, Hashable {
         }
         private let bytesRef: [UInt8]
         var first: Line? { all.first }
+        /// The line that starts at `start`, without reading further than its end (`nil` at
+        /// `end`): for readers that stop early, such as at the blank line after headers.
+        static func line(in bytes: [UInt8], from start: Int, before end: Int) -> Line? {
+            guard start < end else { return nil }
+            guard let newline = bytes[start..<end].firstIndex(of: 0x0A) else {
+                return Line(content: start..<end, next: end)
+            }
+            let contentEnd = newline > start && bytes[newline - 1] == 0x0D ? newline - 1 : newline
+            return Line(content: start..<contentEnd, next: newline + 1)
+        }
         func text(_ line: Line) -> String? { Lines.text(bytesRef, line.content) }
         static func text(_ bytes: [UInt8], _ range: Range<Int>) -> String? { String(decoding: bytes[range], as: UTF8.self) }
     }
@@ -254,7 +264,9 @@ public struct MultipartBatch: Sendable, Hashable {
             while upper > lower, body[upper - 1] == 0x20 || body[upper - 1] == 0x09 { upper -= 1 }
             return String(decoding: body[lower..<upper], as: UTF8.self)
         }
-        for line in Lines(body, range).all {
+        var position = range.lowerBound
+        while let line = Lines.line(in: body, from: position, before: range.upperBound) {
+            position = line.next
             if line.content.isEmpty { return (headers, line.next) }
             let first = body[line.content.lowerBound]
             if first == 0x20 || first == 0x09, let last = headers.fields.last {
@@ -306,9 +318,11 @@ public struct MultipartBatch: Sendable, Hashable {
 
     static func readMessage(_ body: [UInt8], _ range: Range<Int>, path: String) throws(PayloadError) -> BatchMessage {
         // Skip blank lines before the start line.
-        var lines = Lines(body, range).all[...]
-        while let first = lines.first, first.content.isEmpty { lines = lines.dropFirst() }
-        guard let first = lines.first else {
+        var line = Lines.line(in: body, from: range.lowerBound, before: range.upperBound)
+        while let blank = line, blank.content.isEmpty {
+            line = Lines.line(in: body, from: blank.next, before: range.upperBound)
+        }
+        guard let first = line else {
             throw PayloadError(.malformedBatch, "The part holds no HTTP message", offset: range.lowerBound, path: path)
         }
         let text = String(decoding: body[first.content], as: UTF8.self).trimmingCharacters(in: .whitespaces)

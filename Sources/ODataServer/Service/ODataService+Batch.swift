@@ -24,15 +24,18 @@ extension ODataService {
         // Absolute: a scheme before anything else (`https://a.example` in a filter is not one).
         let target = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
         guard let schemeEnd = target.range(of: "://"),
-              target[..<schemeEnd.lowerBound].allSatisfy({ $0.isLetter || $0.isNumber || "+-.".contains($0) }),
-              !target[..<schemeEnd.lowerBound].isEmpty else { return }
+            target[..<schemeEnd.lowerBound].allSatisfy({ $0.isLetter || $0.isNumber || "+-.".contains($0) }),
+            !target[..<schemeEnd.lowerBound].isEmpty
+        else { return }
         // The same host and root whatever the scheme (a TLS proxy in front of the server).
         func withoutScheme(_ text: String) -> String {
             text.range(of: "://").map { String(text[$0.upperBound...]) } ?? text
         }
         if let root = outer.serviceRoot, withoutScheme(url).hasPrefix(withoutScheme(root)) { return }
-        throw ServiceFailure(400, "BadBatch", "\(part) of the $batch request is addressed to another service (\(url)); "
-                             + "a part's URL is relative to this service's root, or starts with it")
+        throw ServiceFailure(
+            400, "BadBatch",
+            "\(part) of the $batch request is addressed to another service (\(url)); "
+                + "a part's URL is relative to this service's root, or starts with it")
     }
 
     static func batchMessage(_ response: ServiceResponse) -> BatchMessage {
@@ -58,7 +61,8 @@ extension ODataService {
             "Batch received",
             metadata: [
                 "parts": .stringConvertible(batch.parts.count),
-                "change-sets": .stringConvertible(batch.parts.filter { if case .changeSet = $0 { true } else { false } }.count),
+                "change-sets": .stringConvertible(
+                    batch.parts.filter { if case .changeSet = $0 { true } else { false } }.count),
             ])
         // Every part says what it is: application/http, or multipart/mixed for a change set; a
         // Content-ID names one part of the whole batch.
@@ -89,16 +93,32 @@ extension ODataService {
         }
         for (index, part) in batch.parts.enumerated() {
             switch part {
-            case .operation(let operation): try checkPartURL(operation.message.url ?? "", request, part: "Part \(index + 1)")
+            case .operation(let operation):
+                try checkPartURL(operation.message.url ?? "", request, part: "Part \(index + 1)")
             case .changeSet(let set):
-                for operation in set.operations { try checkPartURL(operation.message.url ?? "", request, part: "Part \(index + 1)") }
+                for operation in set.operations {
+                    try checkPartURL(operation.message.url ?? "", request, part: "Part \(index + 1)")
+                }
             }
         }
         let continueOnError = request.isV2 || Preferences(request.headers["Prefer"]).continueOnError
         var parts: [BatchPart] = []
         var contentIDs: [String: String] = [:]
-        for part in batch.parts {
+        var index = 0
+        while index < batch.parts.count {
+            let part = batch.parts[index]
+            index += 1
             switch part {
+            case .changeSet(let first) where continueOnError:
+                // Consecutive change sets commit together (one sync instead of one each); each
+                // keeps its own savepoint, so a failing one is rolled back alone.
+                var run = [first]
+                while index < batch.parts.count, case .changeSet(let next) = batch.parts[index] {
+                    run.append(next)
+                    index += 1
+                }
+                parts += await changeSets(run, request, &contentIDs)
+                continue
             case .operation(let operation):
                 let sub = subrequest(operation.message, request, contentIDs: contentIDs)
                 let response = await handle(sub)
@@ -111,7 +131,7 @@ extension ODataService {
                 }
                 parts.append(.operation(BatchOperation(partHeaders: partHeaders, message: Self.batchMessage(response))))
             case .changeSet(let set):
-                parts.append(await changeSet(set, request, &contentIDs))
+                parts += await changeSets([set], request, &contentIDs)
             }
             if case .operation(let last)? = parts.last, (last.message.status ?? 200) >= 400, !continueOnError { break }
         }
@@ -123,73 +143,114 @@ extension ODataService {
         return ServiceResponse(status: request.isV2 ? 202 : 200, headers: headers, body: result.write())
     }
 
-    /// A change set: every operation in one transaction, or none of them.
-    private func changeSet(
-        _ set: ChangeSet, _ outer: ServiceRequest, _ contentIDs: inout [String: String]
-    ) async -> BatchPart {
+    /// Change sets, each applied entirely or not at all, committed in one
+    /// transaction: a change set that fails is rolled back to its savepoint alone, and the
+    /// answers go out only after the commit. When the commit itself fails, no change set was
+    /// applied and each is answered with the error.
+    private func changeSets(
+        _ sets: [ChangeSet], _ outer: ServiceRequest, _ contentIDs: inout [String: String]
+    ) async -> [BatchPart] {
         struct Failed: Error { var response: ServiceResponse }
-        let known = contentIDs
-        // Injected faults apply to the requests inside a change set too.
-        var injected: [ServiceResponse?] = []
-        var minimalAnswers: Set<Int> = []
-        for (index, operation) in set.operations.enumerated() {
-            let sub = subrequest(operation.message, outer, contentIDs: known)
-            let fault = await faults.match(sub)
-            if fault?.minimal == true { minimalAnswers.insert(index) }
-            if let fault, let status = fault.status {
-                injected.append(
-                    .error(
-                        status, code: fault.code ?? "InjectedFault", fault.message ?? "Injected failure",
-                        version: outer.version))
-            } else {
-                injected.append(nil)
+        /// The transaction ended under a change set (SQLite rolls back on some errors): what
+        /// follows would commit statement by statement, so the whole group stops.
+        struct TransactionLost: Error { var cause: any Error }
+        // Injected faults, matched in request order before anything runs.
+        var injected: [[ServiceResponse?]] = []
+        var minimalAnswers: [Set<Int>] = []
+        for set in sets {
+            var faults: [ServiceResponse?] = []
+            var minimal: Set<Int> = []
+            for (index, operation) in set.operations.enumerated() {
+                let fault = await self.faults.match(subrequest(operation.message, outer, contentIDs: contentIDs))
+                if fault?.minimal == true { minimal.insert(index) }
+                faults.append(
+                    fault?.status.map { status in
+                        .error(
+                            status, code: fault?.code ?? "InjectedFault", fault?.message ?? "Injected failure",
+                            version: outer.version)
+                    })
             }
+            injected.append(faults)
+            minimalAnswers.append(minimal)
         }
         let faultResponses = injected
         let minimal = minimalAnswers
+        let known = contentIDs
         do {
-            let (responses, ids) = try await store.write { writer -> ([BatchOperation], [String: String]) in
+            let (parts, ids) = try await store.write { writer -> ([BatchPart], [String: String]) in
                 var ids = known
-                var operations: [BatchOperation] = []
-                for (index, operation) in set.operations.enumerated() {
-                    var sub = self.subrequest(operation.message, outer, contentIDs: ids)
-                    if minimal.contains(index) { sub.headers["Prefer"] = "return=minimal" }
-                    var response: ServiceResponse
-                    if let failure = faultResponses[index] {
-                        throw Failed(response: failure)
-                    } else if let id = self.repeatabilityID(sub), let stored = try Self.stored(id, writer.connection) {
-                        response = stored
-                    } else {
-                        do {
-                            response = try self.modify(sub, writer)
-                        } catch {
-                            response = self.errorResponse(error, version: outer.version)
+                var parts: [BatchPart] = []
+                for (setIndex, set) in sets.enumerated() {
+                    do {
+                        let (operations, setIDs) = try writer.connection.savepoint {
+                            try self.applyChangeSet(
+                                set, outer, ids, faults: faultResponses[setIndex], minimal: minimal[setIndex],
+                                writer: writer, failed: { Failed(response: $0) })
                         }
-                        if response.status >= 400 { throw Failed(response: response) }
-                        try self.remember(sub, response, writer)
+                        ids = setIDs
+                        parts.append(
+                            .changeSet(
+                                ChangeSet(
+                                    boundary: "changesetresponse_" + UUID().uuidString.lowercased(),
+                                    operations: operations)))
+                    } catch let failed as Failed {
+                        parts.append(.operation(BatchOperation(message: Self.batchMessage(failed.response))))
+                    } catch {
+                        guard writer.connection.isInTransaction else { throw TransactionLost(cause: error) }
+                        parts.append(
+                            .operation(
+                                BatchOperation(
+                                    message: Self.batchMessage(self.errorResponse(error, version: outer.version))
+                                )))
                     }
-                    response = self.configured(response)
-                    var partHeaders = HTTPHeaders([
-                        ("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary"),
-                    ])
-                    if let id = operation.contentID {
-                        partHeaders["Content-ID"] = id
-                        if let location = response.headers["Location"] { ids[id] = location }
-                    }
-                    operations.append(BatchOperation(partHeaders: partHeaders, message: Self.batchMessage(response)))
                 }
-                return (operations, ids)
+                return (parts, ids)
             }
             contentIDs = ids
-            return .changeSet(
-                ChangeSet(boundary: "changesetresponse_" + UUID().uuidString.lowercased(), operations: responses))
-        } catch let failed as Failed {
-            // The whole change set was rolled back; its answer is the failing response.
-            return .operation(BatchOperation(message: Self.batchMessage(failed.response)))
+            return parts
         } catch {
-            return .operation(
-                BatchOperation(message: Self.batchMessage(self.errorResponse(error, version: outer.version))))
+            let cause = (error as? TransactionLost)?.cause ?? error
+            let answer = Self.batchMessage(errorResponse(cause, version: outer.version))
+            return sets.map { _ in .operation(BatchOperation(message: answer)) }
         }
+    }
+
+    /// Applies one change set's operations with `writer` (the caller's transaction or
+    /// savepoint rolls back on a throw); returns their answers and the Content-IDs known after.
+    private func applyChangeSet(
+        _ set: ChangeSet, _ outer: ServiceRequest, _ known: [String: String], faults: [ServiceResponse?],
+        minimal: Set<Int>, writer: StoreWriter, failed: (ServiceResponse) -> any Error
+    ) throws -> ([BatchOperation], [String: String]) {
+        var ids = known
+        var operations: [BatchOperation] = []
+        for (index, operation) in set.operations.enumerated() {
+            var sub = subrequest(operation.message, outer, contentIDs: ids)
+            if minimal.contains(index) { sub.headers["Prefer"] = "return=minimal" }
+            var response: ServiceResponse
+            if let failure = faults[index] {
+                throw failed(failure)
+            } else if let id = repeatabilityID(sub), let stored = try Self.stored(id, writer.connection) {
+                response = stored
+            } else {
+                do {
+                    response = try modify(sub, writer)
+                } catch {
+                    response = errorResponse(error, version: outer.version)
+                }
+                if response.status >= 400 { throw failed(response) }
+                try remember(sub, response, writer)
+            }
+            response = configured(response)
+            var partHeaders = HTTPHeaders([
+                ("Content-Type", "application/http"), ("Content-Transfer-Encoding", "binary"),
+            ])
+            if let id = operation.contentID {
+                partHeaders["Content-ID"] = id
+                if let location = response.headers["Location"] { ids[id] = location }
+            }
+            operations.append(BatchOperation(partHeaders: partHeaders, message: Self.batchMessage(response)))
+        }
+        return (operations, ids)
     }
 
     /// A 4.01 JSON batch: requests in order, each atomicity group in one transaction.

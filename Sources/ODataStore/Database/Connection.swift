@@ -304,6 +304,10 @@ public final class Connection {
 
     // MARK: Transactions
 
+    /// Whether a transaction is open (SQLite ends one by itself after some errors, such as a
+    /// full disk: a caller that goes on after an error checks this first).
+    public var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
     /// Runs `body` in a transaction (a savepoint when one is already open): commits when it
     /// returns, rolls back when it throws.
     public func transaction<T>(_ body: () throws -> T) throws -> T {

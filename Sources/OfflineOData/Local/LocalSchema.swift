@@ -91,6 +91,7 @@ enum LocalSchema {
               unmodifiable INTEGER NOT NULL DEFAULT 0, repeat_id TEXT, first_sent TEXT, cascade TEXT, status TEXT NOT NULL DEFAULT 'pending',
               original_existed INTEGER, original BLOB, media_type TEXT, nested TEXT, resend_first_sent TEXT)
             """,
+            queueEntityIndex,
             "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key)) WITHOUT ROWID",
             "CREATE TABLE oo_key_map (entity_set TEXT NOT NULL, local_key TEXT NOT NULL, server_key TEXT NOT NULL, PRIMARY KEY (entity_set, local_key))",
             staging,
@@ -113,6 +114,10 @@ enum LocalSchema {
     static let conflicts =
         "CREATE TABLE IF NOT EXISTS oo_conflict (request_id INTEGER PRIMARY KEY, entity_set TEXT NOT NULL, "
         + "backend BLOB, backend_etag TEXT, original BLOB)"
+
+    /// The queued requests of one entity, found without reading the whole queue (an upload
+    /// asks after each entity it touched, batch by batch).
+    static let queueEntityIndex = "CREATE INDEX IF NOT EXISTS oo_queue_entity ON oo_queue (entity_set, entity_key)"
 
     /// Pages of a download waiting to be applied together.
     static let staging =
@@ -174,6 +179,8 @@ enum LocalSchema {
         if !has("resend_first_sent") {
             try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN resend_first_sent TEXT")
         }
+        // Stores made before the queue was indexed by entity.
+        try writer.connection.execute(queueEntityIndex)
         // Stores made before RequestQueue became a view over the queue.
         try makeRequestQueueView(writer)
         // Stores made before downloads were staged; pages left by an interrupted download go.

@@ -140,17 +140,21 @@ struct UploadRecorder {
         // A created entity took the backend's answer, which predates its changes still
         // queued for later batches: they are applied on top again, so that it shows them.
         if !createdNow.isEmpty {
-            // Only their requests are loaded (a large queue of creates would otherwise be read
-            // whole after every batch).
+            // Only their requests are loaded, through the queue's entity index (a large queue
+            // of creates would otherwise be read whole after every batch).
             var ids: [Int64] = []
-            for row in try writer.connection.query(
-                "SELECT id, entity_set, entity_key FROM oo_queue WHERE status = 'pending' AND is_create = 0")
-            {
-                guard case .integer(let id) = row[0], case .text(let set) = row[1], case .text(let key) = row[2],
-                    createdNow.contains(set + key)
-                else { continue }
-                ids.append(id)
+            for reference in createdNow {
+                // `Set(key)`, matched as the queue holds it.
+                guard let open = reference.firstIndex(of: "(") else { continue }
+                for row in try writer.connection.query(
+                    "SELECT id FROM oo_queue WHERE entity_set = ? AND entity_key = ? AND status = 'pending' "
+                        + "AND is_create = 0",
+                    [.text(String(reference[..<open])), .text(String(reference[open...]))])
+                {
+                    if case .integer(let id) = row[0] { ids.append(id) }
+                }
             }
+            ids.sort()
             let keyMap = ids.isEmpty ? [:] : try RequestQueue.keyMap(writer.connection)
             let requests = try stride(from: 0, to: ids.count, by: 500).flatMap { start in
                 try RequestQueue.load(
@@ -170,23 +174,26 @@ struct UploadRecorder {
         // Entities without queued requests are no longer pending, and need no kept state.
         // Those with requests left (waiting or failed) keep the backend's state after the
         // requests it took.
-        // One pass over the queue answers for every entity (a query per entity scanned the
-        // queue each time: an upload of 10,000 changes took 15 s instead of 7 s).
-        var pendingLeft: Set<String> = []
-        var anyLeft: Set<String> = []
-        for row in try writer.connection.query(
-            "SELECT entity_set, entity_key, status FROM oo_queue WHERE entity_set IS NOT NULL AND entity_key IS NOT NULL"
-        ) {
-            guard case .text(let set) = row[0], case .text(let key) = row[1] else { continue }
-            anyLeft.insert(set + key)
-            if row[2] == .text("pending") { pendingLeft.insert(set + key) }
+        // Each touched entity's requests are found through the queue's entity index (one pass
+        // over the whole queue per batch made an upload of 10,000 changes quadratic).
+        func statuses(_ set: String, _ predicate: String) throws -> (pending: Bool, any: Bool) {
+            var pending = false
+            var any = false
+            for row in try writer.connection.query(
+                "SELECT status FROM oo_queue WHERE entity_set = ? AND entity_key = ?", [.text(set), .text(predicate)])
+            {
+                any = true
+                if row[0] == .text("pending") { pending = true }
+            }
+            return (pending, any)
         }
         for reference in touched {
             guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
             let predicate = Keys.predicate(key, in: set, model: model)
-            if !pendingLeft.contains(set + predicate) {
+            let left = try statuses(set, predicate)
+            if !left.pending {
                 try writer.setState(in: set, key: key, pending: false)
-                if !anyLeft.contains(set + predicate) {
+                if !left.any {
                     try queue.forgetKeptState(set, predicate: predicate)
                     continue
                 }
