@@ -8,6 +8,44 @@ import Testing
 /// 400 that names the problem, or answered right — on the reference server and in the offline
 /// client's local reads, which share the binder and the store's query compiler. V2 and V4.
 @Suite struct StrictBindingTests {
+
+    /// `Set(literal)` read by the quick path (`Model.simpleEntityKey`) binds exactly as the URL
+    /// parser and path resolver do, for every entity set of every V2 and V4 document of the
+    /// conformance material and literals of every kind, or leaves the path to them.
+    @Test func simpleKeysBindAsTheFullParserDoes() throws {
+        let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("shared/odata-conformance/metadata")
+        let literals = [
+            "'abc'", "'a''b'", "''", "'ä'", "'a b'", "'a%20b'", "10", "-5", "0", "2147483648", "99999999999999999999",
+            "10L", "1.5", "1.5M", "1e3", "1.5d", "true", "null", "X'AB'", "binary'AB'", "guid'01234567-89ab-cdef-0123-456789abcdef'",
+            "01234567-89ab-cdef-0123-456789abcdef", "datetime'2020-01-01T00:00'", "2020-01-01", "2020-01-01T00:00:00Z",
+            "datetimeoffset'2020-01-01T00:00:00Z'", "time'PT1H'", "duration'PT1H'", "Ns.Enum'A'", "'x')", "ID=1", "@a",
+            "1,2", "'a'/x", "(1)", "'unterminated", "1 ", "+1", "INF", "NaN",
+        ]
+        var quick = 0
+        var checked = 0
+        for version in ["v2", "v4"] {
+            let directory = folder.appendingPathComponent(version)
+            for name in try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() where name.hasSuffix(".xml") {
+                guard let model = try? MetadataParser().parse(Data(contentsOf: directory.appendingPathComponent(name)))
+                else { continue }
+                for set in model.entityContainers.flatMap(\.entitySets) {
+                    for literal in literals {
+                        let path = set.name + "(" + literal + ")"
+                        let full = Keys.parseFully(path, model: model)
+                        checked += 1
+                        guard let simple = model.simpleEntityKey(path) else { continue }
+                        quick += 1
+                        // Compared as written (NaN is not equal to itself).
+                        #expect(
+                            full?.0 == simple.entitySet && full.map { "\($0.1)" } == "\(simple.key)", "\(name): \(path)")
+                    }
+                }
+            }
+        }
+        // The quick path answers the usual forms; the others went to the full parser.
+        #expect(checked > 10_000 && quick > 500, "\(quick) of \(checked) answered by the quick path")
+    }
     /// A GET straight to the server: status and body text.
     static func get(_ fixture: Fixture, v2: Bool, _ url: String) async throws -> (status: Int, body: String) {
         let root = (v2 ? fixture.server.v2Root : fixture.server.v4Root).absoluteString

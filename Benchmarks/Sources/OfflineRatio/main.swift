@@ -59,10 +59,13 @@ func peakRSSMiB() -> Double {
 actor Counter {
     var requests = 0
     var batches = 0
+    /// Wall time spent waiting for `$batch` answers: the server's work and the loopback.
+    var batchSeconds = 0.0
     func add(_ request: TransportRequest) {
         requests += 1
         if request.url.contains("$batch") { batches += 1 }
     }
+    func waited(_ seconds: Double) { batchSeconds += seconds }
 }
 
 struct CountingTransport: Transport {
@@ -70,7 +73,11 @@ struct CountingTransport: Transport {
     let counter = Counter()
     func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
         await counter.add(request)
-        return try await inner.send(request, timeout: timeout)
+        guard request.url.contains("$batch") else { return try await inner.send(request, timeout: timeout) }
+        let start = DispatchTime.now().uptimeNanoseconds
+        let response = try await inner.send(request, timeout: timeout)
+        await counter.waited(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9)
+        return response
     }
 }
 
@@ -384,6 +391,7 @@ if localOnly {
 // 4. Upload of 1,000 of them.
 try await provider.undoPendingChanges(forURL: "Products(0)")
 let before = await transport.counter.requests
+let waitedBefore = await transport.counter.batchSeconds
 var queued = 0
 if case .count(let n) = try await provider.read("RequestQueue/$count") { queued = Int(n) }
 // Keep exactly 1,000 queued changes (`UPLOAD=n` for another number).
@@ -395,5 +403,8 @@ let uploadTime = try await seconds { try await provider.upload() }
 let roundTrips = await transport.counter.requests - before
 print(String(format: "4. upload of %d changes: %d HTTP round trips (goal ⌈%d/%d⌉ = %d), %.2f s", queued, roundTrips, queued, batchSize,
              (queued + batchSize - 1) / batchSize, uploadTime))
+let waited = await transport.counter.batchSeconds - waitedBefore
+print(String(format: "   of which waiting for the $batch answers (server and loopback) %.2f s, the client's own work %.2f s",
+             waited, uploadTime - waited))
 await provider.close()
 await server?.stop()

@@ -22,12 +22,13 @@ extension Model {
                           implied: Set<String> = []) throws(BindingError) -> [String: PrimitiveValue] {
         let names = key(of: type).map(\.name)
         let open = names.filter { !implied.contains($0) }
-        var keyText = "The key of \(type.qualifiedName) is \(names.joined(separator: ", "))"
-        if !implied.isEmpty {
-            keyText += " (\(names.filter { implied.contains($0) }.joined(separator: ", ")) taken from the navigation)"
-        }
+        // The explanation is made only for an error (made every time, it was a tenth of binding a key).
         func fail(_ message: String, _ offset: Int = 0) -> BindingError {
-            BindingError(.invalidKey, keyText + "; " + message, input: input, offset: offset)
+            var keyText = "The key of \(type.qualifiedName) is \(names.joined(separator: ", "))"
+            if !implied.isEmpty {
+                keyText += " (\(names.filter { implied.contains($0) }.joined(separator: ", ")) taken from the navigation)"
+            }
+            return BindingError(.invalidKey, keyText + "; " + message, input: input, offset: offset)
         }
         guard !names.isEmpty else {
             throw BindingError(.invalidKey, "\(type.qualifiedName) has no key", input: input, offset: 0)
@@ -68,5 +69,45 @@ extension Model {
             throw fail(absent.count == 1 ? "\(missing) is missing" : absent.joined(separator: ", ") + " are missing", offset)
         }
         return values
+    }
+}
+
+extension Model {
+    /// `Set(literal)`: the entity set and key of a path that is exactly an entity set of this
+    /// model and a single-value key, read without the URL parser and path resolver (a tenth of
+    /// an upload's client time went to them for such references). Nil when the path is anything
+    /// else (a compound key, an alias, percent-encoding, a query, more segments, a set not
+    /// found) or the key does not bind: the caller then takes the full parser, which decides.
+    /// When it answers, it answers as the full parser and ``keyValues(_:ofEntitySet:aliases:input:)``
+    /// would.
+    public func simpleEntityKey(_ path: String) -> (entitySet: String, key: [String: PrimitiveValue])? {
+        let bytes = Array(path.utf8)
+        guard let open = bytes.firstIndex(of: UInt8(ascii: "(")), open > 0, bytes.last == UInt8(ascii: ")"),
+            bytes.count - 1 > open + 1
+        else { return nil }
+        // The set: an identifier (letters, digits, `_`), not starting with a digit.
+        for (index, byte) in bytes[..<open].enumerated() {
+            let letter = (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || byte == 0x5F
+            guard letter || (index > 0 && byte >= 0x30 && byte <= 0x39) else { return nil }
+        }
+        // The key: printable ASCII without what the full parser treats specially around a
+        // literal (percent-encoding, separators, names, aliases, nested parentheses).
+        let inner = Array(bytes[(open + 1)..<(bytes.count - 1)])
+        for byte in inner {
+            guard byte > 0x20, byte < 0x7F else { return nil }
+            switch byte {
+            case UInt8(ascii: "%"), UInt8(ascii: "/"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: "("),
+                UInt8(ascii: ")"), UInt8(ascii: ","), UInt8(ascii: "="), UInt8(ascii: "@"), UInt8(ascii: "&"),
+                UInt8(ascii: "$"), UInt8(ascii: "\""), UInt8(ascii: "["), UInt8(ascii: "{"):
+                return nil
+            default: continue
+            }
+        }
+        let name = String(decoding: bytes[..<open], as: UTF8.self)
+        guard let type = entityType(ofEntitySet: name), key(of: type).count == 1,
+            let (literal, end) = Literal.scan(inner, 0, version: version.grammar), end == inner.count,
+            let values = try? keyValues([KeyValue(name: nil, value: CommonExpression(.literal(literal), at: 0))], of: type)
+        else { return nil }
+        return (name, values)
     }
 }

@@ -75,19 +75,18 @@ extension ODataService {
             return
         }
         guard let ifMatch = request.headers["If-Match"]?.trimmingCharacters(in: .whitespaces) else {
-            if options.requireIfMatch, let current = try writer.reader.entity(in: table.entitySet, key: key),
-               let etag = current.control.etag {
+            if options.requireIfMatch, let etag = try writer.reader.rowAndETag(in: table.entitySet, key: key)?.etag {
                 throw ServiceFailure(428, "PreconditionRequired",
                                      "\(request.method) \(request.path) needs If-Match with the entity's ETag (\(etag)) or *")
             }
             return
         }
-        guard let current = try writer.reader.entity(in: table.entitySet, key: key) else {
+        guard let current = try writer.reader.rowAndETag(in: table.entitySet, key: key) else {
             throw ServiceFailure(ifMatch == "*" ? 412 : 404, ifMatch == "*" ? "PreconditionFailed" : "NotFound", "No entity to match If-Match against")
         }
         if ifMatch == "*" { return }
         let tags = ifMatch.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-        guard let etag = current.control.etag, tags.contains(etag) else {
+        guard let etag = current.etag, tags.contains(etag) else {
             throw ServiceFailure(412, "PreconditionFailed", "The entity has changed: If-Match \(ifMatch) does not match its ETag")
         }
     }
@@ -172,7 +171,7 @@ extension ODataService {
             return try uploadMedia(request, target.table, key, target.keyText ?? "", writer)
         case ("PUT", let key?, nil, false), ("PATCH", let key?, nil, false), ("MERGE", let key?, nil, false):
             try checkIfMatch(request, writer, target.table, key)
-            guard try writer.reader.entity(in: target.table.entitySet, key: key) != nil else {
+            guard try writer.reader.rowAndETag(in: target.table.entitySet, key: key) != nil else {
                 throw ServiceFailure(404, "NotFound", "No entity at \(request.path)")
             }
             var entity = try entity(from: request, target.table)

@@ -60,6 +60,13 @@ enum Keys {
     /// `Set(key)` (relative, or absolute under `serviceRoot`) → entity set and key.
     static func parse(_ path: String, model: Model, serviceRoot: String) -> (String, [String: PrimitiveValue])? {
         guard let relative = relativeToRoot(path, serviceRoot: serviceRoot) else { return nil }
+        if let simple = model.simpleEntityKey(relative) { return (simple.entitySet, simple.key) }
+        return parseFully(relative, model: model)
+    }
+
+    /// ``parse(_:model:serviceRoot:)`` through the URL parser and path resolver, for a path
+    /// relative to the service root.
+    static func parseFully(_ relative: String, model: Model) -> (String, [String: PrimitiveValue])? {
         let version: ODataVersion = model.version.grammar
         guard let parsed = try? URLParser(version: version).parse(relative),
             let resolved = try? PathResolver(lookup: model).resolve(parsed.path, input: relative),

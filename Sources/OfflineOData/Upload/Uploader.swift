@@ -209,7 +209,7 @@ struct Uploader {
                 guard let (mappedSet, parsed) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
                 // The row's ETag; else (an entity deleted locally has no row) the one the state
                 // before its local changes kept, which each answer of the backend advances.
-                if let etag = try reader.entity(in: mappedSet, key: parsed)?.control.etag {
+                if let etag = try reader.rowAndETag(in: mappedSet, key: parsed)?.etag {
                     etags[set + key] = etag
                 } else if let etag = try RequestQueue.keptETag(
                     reader.connection, in: mappedSet, predicate: Keys.predicate(parsed, in: mappedSet, model: model),
