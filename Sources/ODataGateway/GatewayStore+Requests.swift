@@ -91,10 +91,17 @@ extension GatewayStore {
         return nil
     }
 
-    /// The query a scope serves, read on `connection` (a caller that holds one must not ask
-    /// the pool for another).
-    func query(ofScope id: Int64, on connection: PostgresConnection) async throws -> String? {
-        let rows = try await connection.query("SELECT query FROM oodata_scope WHERE id = \(id)", logger: logger)
+    /// The query of scope `id` when it serves `backend` and is shared or `user`'s (see
+    /// ``query(ofScope:backend:user:)``: a scope named in a device's ETag), read on
+    /// `connection` (a caller that holds one must not ask the pool for another).
+    func query(ofScope id: Int64, backend: String, user: String, on connection: PostgresConnection) async throws
+        -> String?
+    {
+        let rows = try await connection.query(
+            """
+            SELECT query FROM oodata_scope
+            WHERE id = \(id) AND backend = \(backend) AND (user_name = '' OR user_name = \(user))
+            """, logger: logger)
         for try await query in rows.decode(String.self) { return query }
         return nil
     }

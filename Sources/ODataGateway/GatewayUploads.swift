@@ -812,7 +812,10 @@ extension Gateway {
                         "\(operation.method) \(operation.message.url ?? ""): \(why) (If-Match \(ifMatch)); read it again",
                         legacy: legacy))
             }
-            guard let query = try await store.query(ofScope: scope, on: connection),
+            // Only a scope of this backend, shared or the device's user's, is used.
+            guard
+                let query = try await store.query(
+                    ofScope: scope, backend: backend.url, user: request.user, on: connection),
                 let check = GatewayETagCheck(
                     operation: operation, scope: scope, query: query, request: request,
                     backend: backend, model: model)

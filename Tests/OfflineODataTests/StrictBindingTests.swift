@@ -9,6 +9,20 @@ import Testing
 /// client's local reads, which share the binder and the store's query compiler. V2 and V4.
 @Suite struct StrictBindingTests {
 
+    /// Query options are split outside parentheses, `'…'` strings (with `''`) and 4.01 JSON
+    /// strings (with `\"`), as a conflict copy's options are read.
+    @Test func optionsSplitOutsideQuotesAndParentheses() {
+        #expect(
+            LocalReader.options("$select=A,B&$filter=Name eq 'a&b'&$expand=X($select=Y;$filter=Z eq 'q&r')", separator: "&")
+                == ["$select=A,B", "$filter=Name eq 'a&b'", "$expand=X($select=Y;$filter=Z eq 'q&r')"])
+        #expect(
+            LocalReader.options(#"$filter=Name in ("a&b","c\"&d",'e&f')&$top=1"#, separator: "&")
+                == [#"$filter=Name in ("a&b","c\"&d",'e&f')"#, "$top=1"])
+        #expect(LocalReader.options("$select=Y;$filter=Z eq 'it''s;x';$top=2", separator: ";")
+            == ["$select=Y", "$filter=Z eq 'it''s;x'", "$top=2"])
+        #expect(LocalReader.options("&&$top=1&", separator: "&") == ["$top=1"])
+    }
+
     /// `Set(literal)` read by the quick path (`Model.simpleEntityKey`) binds exactly as the URL
     /// parser and path resolver do, for every entity set of every V2 and V4 document of the
     /// conformance material and literals of every kind, or leaves the path to them.

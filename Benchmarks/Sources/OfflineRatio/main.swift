@@ -194,6 +194,8 @@ if clientOnly {
 // 1. Initial open, end to end.
 let transport = CountingTransport()
 var parameters = OfflineODataParameters()
+// `BATCH=n`: requests per `$batch` (the default otherwise).
+if let batch = Int(ProcessInfo.processInfo.environment["BATCH"] ?? "") { parameters.maxRequestsPerBatch = batch }
 parameters.storePath = directory
 parameters.storeEncryptionKey = "bench-key"
 let provider = OfflineODataProvider(serviceRoot: serviceRoot, parameters: parameters, transport: transport)

@@ -325,7 +325,7 @@ public struct MultipartBatch: Sendable, Hashable {
         guard let first = line else {
             throw PayloadError(.malformedBatch, "The part holds no HTTP message", offset: range.lowerBound, path: path)
         }
-        let text = String(decoding: body[first.content], as: UTF8.self).trimmingCharacters(in: .whitespaces)
+        let text = String(decoding: body[first.content], as: UTF8.self).withoutOuterBlanks
         let words = text.split(separator: " ", maxSplits: 2).map(String.init)
         let startLine: BatchMessage.StartLine
         if let version = words.first, version.hasPrefix("HTTP/") {
@@ -334,7 +334,7 @@ public struct MultipartBatch: Sendable, Hashable {
             }
             startLine = .response(version: version, status: status, reason: words.count > 2 ? words[2] : "")
         } else {
-            guard words.count >= 2, words[0].allSatisfy({ $0.isUppercase }) else {
+            guard words.count >= 2, words[0].utf8.allSatisfy({ $0 >= 0x41 && $0 <= 0x5A }) else {
                 throw PayloadError(.malformedBatch, "Malformed request line '\(text.prefix(60))'", offset: first.content.lowerBound, path: path)
             }
             startLine = .request(method: words[0], url: words[1], version: words.count > 2 ? words[2] : "HTTP/1.1")
@@ -361,7 +361,7 @@ public struct MultipartBatch: Sendable, Hashable {
             line("")
             switch operation.message.startLine {
             case .request(let method, let url, let version): line("\(method) \(url) \(version)")
-            case .response(let version, let status, let reason): line("\(version) \(status) \(reason)".trimmingCharacters(in: .whitespaces))
+            case .response(let version, let status, let reason): line("\(version) \(status) \(reason)".withoutOuterBlanks)
             }
             var headers = operation.message.headers
             if !operation.message.body.isEmpty || headers["Content-Length"] != nil {

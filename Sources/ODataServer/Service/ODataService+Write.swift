@@ -74,7 +74,7 @@ extension ODataService {
             }
             return
         }
-        guard let ifMatch = request.headers["If-Match"]?.trimmingCharacters(in: .whitespaces) else {
+        guard let ifMatch = request.headers["If-Match"]?.withoutOuterBlanks else {
             if options.requireIfMatch, let etag = try writer.reader.rowAndETag(in: table.entitySet, key: key)?.etag {
                 throw ServiceFailure(428, "PreconditionRequired",
                                      "\(request.method) \(request.path) needs If-Match with the entity's ETag (\(etag)) or *")
@@ -85,7 +85,7 @@ extension ODataService {
             throw ServiceFailure(ifMatch == "*" ? 412 : 404, ifMatch == "*" ? "PreconditionFailed" : "NotFound", "No entity to match If-Match against")
         }
         if ifMatch == "*" { return }
-        let tags = ifMatch.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        let tags = ifMatch.split(separator: ",").map(\.withoutOuterBlanks)
         guard let etag = current.etag, tags.contains(etag) else {
             throw ServiceFailure(412, "PreconditionFailed", "The entity has changed: If-Match \(ifMatch) does not match its ETag")
         }

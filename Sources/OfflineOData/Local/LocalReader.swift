@@ -187,18 +187,31 @@ struct LocalReader {
     }
 
     /// The options of a query (`separator` "&") or of an expanded navigation (";"), split
-    /// outside parentheses and quotes.
+    /// outside parentheses and quotes: `'…'` (a doubled `''` stays inside) and the JSON
+    /// strings `"…"` of 4.01 (`\"` stays inside).
     static func options(_ text: String, separator: Character) -> [String] {
         var parts: [String] = []
         var current = ""
         var depth = 0
-        var quoted = false
+        var quote: Character?
+        var escaped = false
         for character in text {
+            if let open = quote {
+                if escaped {
+                    escaped = false
+                } else if open == "\"" && character == "\\" {
+                    escaped = true
+                } else if character == open {
+                    quote = nil
+                }
+                current.append(character)
+                continue
+            }
             switch character {
-            case "'": quoted.toggle()
-            case "(" where !quoted: depth += 1
-            case ")" where !quoted: depth = max(0, depth - 1)
-            case separator where !quoted && depth == 0:
+            case "'", "\"": quote = character
+            case "(": depth += 1
+            case ")": depth = max(0, depth - 1)
+            case separator where depth == 0:
                 parts.append(current)
                 current = ""
                 continue
