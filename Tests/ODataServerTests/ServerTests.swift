@@ -264,6 +264,65 @@ struct TestServer {
         }
     }
 
+    /// A change set of batch `b1` with `operations` (each a request written by ``post(_:_:)``).
+    static func changeSet(_ boundary: String, _ operations: [String]) -> String {
+        var text = "--b1\r\nContent-Type: multipart/mixed; boundary=\(boundary)\r\n\r\n"
+        for (index, operation) in operations.enumerated() {
+            text += "--\(boundary)\r\nContent-Type: application/http\r\nContent-ID: \(boundary)-\(index)\r\n\r\n"
+            text += operation + "\r\n"
+        }
+        return text + "--\(boundary)--\r\n"
+    }
+
+    /// A POST of `json` to `url`, as a batch part.
+    static func post(_ url: String, _ json: String) -> String {
+        "POST \(url) HTTP/1.1\r\nContent-Type: application/json\r\n\r\n\(json)"
+    }
+
+    /// A change set that fills the store (SQLite's `max_page_count`, as a full disk) in the
+    /// middle of change sets committed together: whatever SQLite does with the transaction,
+    /// each change set is answered as it was applied (a success is stored, a failure is not),
+    /// and the one that filled the store failed.
+    @Test(arguments: ["v2", "v4"])
+    func aChangeSetThatFillsTheStoreIsAnsweredAsApplied(_ variant: String) async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let service = try await server.service()
+        let root = variant == "v2" ? "/odata/v2/" : "/odata/v4/"
+        let pages = try await service.store.read { reader in try reader.connection.query("PRAGMA page_count") }
+        guard case .integer(let count)? = pages.first?.first else {
+            Issue.record("no page count")
+            return
+        }
+        try await service.store.write { writer in
+            _ = try writer.connection.query("PRAGMA max_page_count = \(count + 60)")
+        }
+        let note = String(repeating: "x", count: 600_000)
+        let body =
+            Self.changeSet("cs1", [Self.post("SalesOrders", #"{"OrderID":"SO-F1","Status":"New"}"#)])
+            + Self.changeSet("cs2", [Self.post("SalesOrders", #"{"OrderID":"SO-F2","Status":"New","Note":"\#(note)"}"#)])
+            + Self.changeSet("cs3", [Self.post("SalesOrders", #"{"OrderID":"SO-F3","Status":"New"}"#)])
+            + "--b1--\r\n"
+        try await server.run(service) { client in
+            var headers = ["Content-Type": "multipart/mixed; boundary=b1"]
+            if variant == "v4" { headers["Prefer"] = "odata.continue-on-error" }
+            let reply = try await client.send("POST", root + "$batch", headers: headers, body: body)
+            #expect(reply.status == (variant == "v2" ? 202 : 200))
+            let batch = try MultipartBatch.read(reply.body)
+            #expect(batch.parts.count == 3, "\(reply.text.prefix(2_000))")
+            for (index, part) in batch.parts.enumerated() {
+                let applied: Bool
+                switch part {
+                case .changeSet(let set): applied = set.operations.allSatisfy { $0.message.status == 201 }
+                case .operation(let operation): applied = (operation.message.status ?? 0) < 400
+                }
+                let stored = try await client.send("GET", root + "SalesOrders('SO-F\(index + 1)')").status == 200
+                #expect(applied == stored, "change set \(index + 1): answered \(applied), stored \(stored)")
+                if index == 1 { #expect(!applied, "the change set that fills the store failed") }
+            }
+        }
+    }
+
     /// Consecutive change sets commit in one transaction, each in its own savepoint: the one
     /// that fails leaves nothing behind, those around it are applied, and each is answered as
     /// if alone. Without continue-on-error (V4), the batch stops at the failure.
@@ -273,17 +332,7 @@ struct TestServer {
         defer { server.remove() }
         let service = try await server.service()
         let root = variant == "v2" ? "/odata/v2/" : "/odata/v4/"
-        func changeSet(_ boundary: String, _ operations: [String]) -> String {
-            var text = "--b1\r\nContent-Type: multipart/mixed; boundary=\(boundary)\r\n\r\n"
-            for (index, operation) in operations.enumerated() {
-                text += "--\(boundary)\r\nContent-Type: application/http\r\nContent-ID: \(boundary)-\(index)\r\n\r\n"
-                text += operation + "\r\n"
-            }
-            return text + "--\(boundary)--\r\n"
-        }
-        func post(_ url: String, _ json: String) -> String {
-            "POST \(url) HTTP/1.1\r\nContent-Type: application/json\r\n\r\n\(json)"
-        }
+        let changeSet = Self.changeSet, post = Self.post
         let body =
             changeSet("cs1", [post("SalesOrders", #"{"OrderID":"SO-G1","Status":"New"}"#)])
             + changeSet(

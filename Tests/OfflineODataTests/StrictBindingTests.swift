@@ -21,6 +21,7 @@ import Testing
         #expect(LocalReader.options("$select=Y;$filter=Z eq 'it''s;x';$top=2", separator: ";")
             == ["$select=Y", "$filter=Z eq 'it''s;x'", "$top=2"])
         #expect(LocalReader.options("&&$top=1&", separator: "&") == ["$top=1"])
+        #expect(LocalReader.options(#"$search=a"b&$top=1"#, separator: "&") == [#"$search=a"b"#, "$top=1"])
     }
 
     /// `Set(literal)` read by the quick path (`Model.simpleEntityKey`) binds exactly as the URL

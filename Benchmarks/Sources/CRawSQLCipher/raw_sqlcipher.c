@@ -120,3 +120,42 @@ void raw_end_with_parent(void) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
 #endif
 }
+
+double raw_update(const char *path, const char *key, const char *setup, const char *update, long long first,
+                  long long step, int count, int round, char *error) {
+    sqlite3 *db = open_keyed(path, key, setup, error);
+    if (!db) return -1;
+    sqlite3_stmt *statement = NULL;
+    if (sqlite3_prepare_v2(db, update, -1, &statement, NULL) != SQLITE_OK) {
+        snprintf(error, 256, "prepare: %s", sqlite3_errmsg(db));
+        sqlite3_close(db);
+        return -1;
+    }
+    char name[96];
+    double start = now();
+    sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    for (int row = 0; row < count; row++) {
+        long long id = first + step * row;
+        int length = snprintf(name, sizeof name, "Product number %lld, changed in raw round %d", id, round);
+        sqlite3_bind_text(statement, 1, name, length, SQLITE_STATIC);
+        sqlite3_bind_int64(statement, 2, id);
+        if (sqlite3_step(statement) != SQLITE_DONE || sqlite3_changes(db) != 1) {
+            snprintf(error, 256, "update of %lld: %s", id, sqlite3_errmsg(db));
+            sqlite3_finalize(statement);
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            sqlite3_close(db);
+            return -1;
+        }
+        sqlite3_reset(statement);
+    }
+    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        snprintf(error, 256, "commit: %s", sqlite3_errmsg(db));
+        sqlite3_finalize(statement);
+        sqlite3_close(db);
+        return -1;
+    }
+    double seconds = now() - start;
+    sqlite3_finalize(statement);
+    sqlite3_close(db);
+    return seconds;
+}

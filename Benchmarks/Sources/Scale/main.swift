@@ -193,6 +193,34 @@ for changed in durableTimes.keys.sorted() {
                  best.1 / Double(changed) / perEntityOpen))
 }
 await provider.close()
+
+// 2c. The physical limit of a delta's apply: the same rows (every 100th or 1,000th key, as
+//     `changeOnBackend` picks them) given a new name through the C API in one transaction on
+//     the client's store file, as a download's apply commits (WAL, `synchronous = NORMAL`, a
+//     16 MiB cache). No fetch, no staging, no comparison: only the page work SQLite must do.
+//     On a copy: the sections below compare the client's store with the backend.
+let deltaPragmas = "PRAGMA cipher_page_size = 4096; PRAGMA cache_size = -16384; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+let rawCopy = directory.appendingPathComponent("raw-delta.sqlite").path
+for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: parameters.storeFile + suffix) {
+    try? FileManager.default.removeItem(atPath: rawCopy + suffix)
+    try FileManager.default.copyItem(atPath: parameters.storeFile + suffix, toPath: rawCopy + suffix)
+}
+for fraction in [0.001, 0.01] {
+    let changed = Int(Double(count) * fraction)
+    var best = Double.infinity
+    for round in 0..<3 {
+        var rawError = [CChar](repeating: 0, count: 256)
+        let time = raw_update(
+            rawCopy, parameters.storeEncryptionKey, deltaPragmas,
+            "UPDATE \"es_Products\" SET \"Name\" = ? WHERE \"ID\" = ?", 0, Int64(max(1, count / changed)),
+            Int32(changed), Int32(round), &rawError)
+        check(time >= 0, "raw update: \(String(decoding: rawError.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+        best = min(best, time)
+    }
+    let store = redoableTimes[changed]?.min() ?? 0
+    say(String(format: "delta of %d through the C API (UPDATE by key, one transaction, best of 3): %.3f s = %.1f µs per row = %.2f× the open's per entity; the store's delta (fetch, staging, apply) ÷ this: %.2f×",
+                 changed, best, best / Double(changed) * 1e6, best / Double(changed) / perEntityOpen, store / best))
+}
 provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, transport: AsyncHTTPClientTransport())
 try await provider.open()
 

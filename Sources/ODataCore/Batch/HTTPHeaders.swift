@@ -110,6 +110,8 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence {
             let key = trimmed(start..<equals)
             guard sameName(String(decoding: bytes[key], as: UTF8.self), name) else { continue }
             var parameter = trimmed((equals + 1)..<end)
+            // An empty value counts as absent (a later parameter of the name may still give one).
+            guard !parameter.isEmpty else { continue }
             guard parameter.count >= 2, bytes[parameter.lowerBound] == 0x22, bytes[parameter.upperBound - 1] == 0x22
             else { return String(decoding: bytes[parameter], as: UTF8.self) }
             parameter = (parameter.lowerBound + 1)..<(parameter.upperBound - 1)

@@ -83,6 +83,9 @@ public actor FaultInjector {
     /// The current rules.
     public func current() -> [FaultRule] { rules }
 
+    /// Whether no rule is in force.
+    public var isEmpty: Bool { rules.isEmpty }
+
     /// Reads rules from a JSON file (an array of rules).
     public static func rules(fromFile path: String) throws -> [FaultRule] {
         try JSONDecoder().decode([FaultRule].self, from: Data(contentsOf: URL(fileURLWithPath: path)))

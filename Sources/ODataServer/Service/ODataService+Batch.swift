@@ -103,6 +103,10 @@ extension ODataService {
             }
         }
         let continueOnError = request.isV2 || Preferences(request.headers["Prefer"]).continueOnError
+        // Fault rules are matched against each request with the Content-IDs before it resolved,
+        // which a run matched ahead of time would not have: with rules in force, each change set
+        // commits alone, as without grouping.
+        let grouping = continueOnError ? await faults.isEmpty : false
         var parts: [BatchPart] = []
         var contentIDs: [String: String] = [:]
         var index = 0
@@ -110,7 +114,7 @@ extension ODataService {
             let part = batch.parts[index]
             index += 1
             switch part {
-            case .changeSet(let first) where continueOnError:
+            case .changeSet(let first) where grouping:
                 // Consecutive change sets commit together (one sync instead of one each); each
                 // keeps its own savepoint, so a failing one is rolled back alone.
                 var run = [first]
@@ -182,27 +186,44 @@ extension ODataService {
                 var ids = known
                 var parts: [BatchPart] = []
                 for (setIndex, set) in sets.enumerated() {
+                    // A savepoint of its own (not `Connection.savepoint`: a rollback that fails
+                    // here must stop the whole run, never be passed over).
+                    try writer.connection.execute("SAVEPOINT change_set")
+                    let outcome: Result<([BatchOperation], [String: String]), any Error>
                     do {
-                        let (operations, setIDs) = try writer.connection.savepoint {
+                        outcome = .success(
                             try self.applyChangeSet(
                                 set, outer, ids, faults: faultResponses[setIndex], minimal: minimal[setIndex],
-                                writer: writer, failed: { Failed(response: $0) })
-                        }
+                                writer: writer, failed: { Failed(response: $0) }))
+                    } catch {
+                        outcome = .failure(error)
+                    }
+                    // SQLite ends the whole transaction after some errors (a full disk), also
+                    // inside a request that is answered as failed: what follows would commit
+                    // statement by statement, so the run stops and nothing of it is applied.
+                    guard writer.connection.isInTransaction else {
+                        if case .failure(let error) = outcome { throw TransactionLost(cause: error) }
+                        throw TransactionLost(cause: ServiceFailure(500, "TransactionLost", "The transaction ended"))
+                    }
+                    switch outcome {
+                    case .success(let (operations, setIDs)):
+                        try writer.connection.execute("RELEASE change_set")
                         ids = setIDs
                         parts.append(
                             .changeSet(
                                 ChangeSet(
                                     boundary: "changesetresponse_" + UUID().uuidString.lowercased(),
                                     operations: operations)))
-                    } catch let failed as Failed {
-                        parts.append(.operation(BatchOperation(message: Self.batchMessage(failed.response))))
-                    } catch {
-                        guard writer.connection.isInTransaction else { throw TransactionLost(cause: error) }
-                        parts.append(
-                            .operation(
-                                BatchOperation(
-                                    message: Self.batchMessage(self.errorResponse(error, version: outer.version))
-                                )))
+                    case .failure(let error):
+                        do {
+                            try writer.connection.execute("ROLLBACK TO change_set")
+                            try writer.connection.execute("RELEASE change_set")
+                        } catch let rollback {
+                            throw TransactionLost(cause: rollback)
+                        }
+                        let response =
+                            (error as? Failed)?.response ?? self.errorResponse(error, version: outer.version)
+                        parts.append(.operation(BatchOperation(message: Self.batchMessage(response))))
                     }
                 }
                 return (parts, ids)
@@ -211,7 +232,8 @@ extension ODataService {
             return parts
         } catch {
             let cause = (error as? TransactionLost)?.cause ?? error
-            let answer = Self.batchMessage(errorResponse(cause, version: outer.version))
+            let answer = Self.batchMessage(
+                (cause as? Failed)?.response ?? errorResponse(cause, version: outer.version))
             return sets.map { _ in .operation(BatchOperation(message: answer)) }
         }
     }

@@ -316,16 +316,22 @@ public final class Connection {
         }
         try execute("BEGIN IMMEDIATE")
         savepointDepth += 1
+        let result: T
         do {
-            let result = try body()
-            savepointDepth -= 1
-            try execute("COMMIT")
-            return result
+            result = try body()
         } catch {
             savepointDepth -= 1
             try? execute("ROLLBACK")
             throw error
         }
+        savepointDepth -= 1
+        do {
+            try execute("COMMIT")
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+        return result
     }
 
     /// Runs `body` inside a savepoint; a throw rolls back only what the savepoint covered.
@@ -333,16 +339,36 @@ public final class Connection {
         let name = "sp\(savepointDepth)"
         try execute("SAVEPOINT \(name)")
         savepointDepth += 1
+        let result: T
         do {
-            let result = try body()
-            savepointDepth -= 1
-            try execute("RELEASE \(name)")
-            return result
+            result = try body()
         } catch {
             savepointDepth -= 1
-            try? execute("ROLLBACK TO \(name)")
+            // What the savepoint covered must go; when it cannot, the caller hears of that, not
+            // of the body's error (its own transaction would otherwise keep half the work).
+            do {
+                try execute("ROLLBACK TO \(name)")
+            } catch let rollback {
+                if isInTransaction { throw SavepointNotRolledBack(cause: rollback, bodyError: error) }
+                throw error
+            }
             try? execute("RELEASE \(name)")
             throw error
+        }
+        savepointDepth -= 1
+        try execute("RELEASE \(name)")
+        return result
+    }
+
+    /// A savepoint's work could not be rolled back after its body threw, while the transaction
+    /// around it stays open: that transaction holds the half-done work and must not commit.
+    public struct SavepointNotRolledBack: Error, CustomStringConvertible {
+        /// Why the rollback failed.
+        public var cause: any Error
+        /// What the body threw.
+        public var bodyError: any Error
+        public var description: String {
+            "A savepoint could not be rolled back (\(cause)) after \(bodyError); the transaction must not commit"
         }
     }
 

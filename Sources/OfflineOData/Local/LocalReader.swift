@@ -188,8 +188,16 @@ struct LocalReader {
 
     /// The options of a query (`separator` "&") or of an expanded navigation (";"), split
     /// outside parentheses and quotes: `'…'` (a doubled `''` stays inside) and the JSON
-    /// strings `"…"` of 4.01 (`\"` stays inside).
+    /// strings `"…"` of 4.01 (`\"` stays inside). A `"` never closed is taken as plain text
+    /// (a `$search` phrase cut short must not swallow the options after it).
     static func options(_ text: String, separator: Character) -> [String] {
+        options(text, separator: separator, doubleQuotes: true)
+            ?? options(text, separator: separator, doubleQuotes: false)
+            ?? []
+    }
+
+    /// The split, or nil when `doubleQuotes` is on and a `"` string is not closed.
+    private static func options(_ text: String, separator: Character, doubleQuotes: Bool) -> [String]? {
         var parts: [String] = []
         var current = ""
         var depth = 0
@@ -208,7 +216,8 @@ struct LocalReader {
                 continue
             }
             switch character {
-            case "'", "\"": quote = character
+            case "'": quote = character
+            case "\"" where doubleQuotes: quote = character
             case "(": depth += 1
             case ")": depth = max(0, depth - 1)
             case separator where depth == 0:
@@ -219,6 +228,7 @@ struct LocalReader {
             }
             current.append(character)
         }
+        if quote == "\"" { return nil }
         if !current.isEmpty { parts.append(current) }
         return parts.filter { !$0.isEmpty }
     }

@@ -53,7 +53,32 @@ public final class AsyncHTTPClientTransport: Transport {
         try await log.exchange(request) { try await perform(request, timeout: timeout) }
     }
 
+    /// The server closed a connection before any answer came: a kept-alive connection it had
+    /// closed meanwhile (a restart), which the request found first.
+    private struct ClosedBeforeAnswer: Error {
+        var underlying: any Error
+    }
+
+    /// Sends once; a GET or HEAD whose connection closed before any answer is sent once more,
+    /// on a new connection (as URLSession does): a backend restart drops the kept-alive
+    /// connections, and a read must not fail for that. Writes are never sent twice here.
     private func perform(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
+        let idempotent = request.method == "GET" || request.method == "HEAD"
+        do {
+            return try await performOnce(request, timeout: timeout)
+        } catch let closed as ClosedBeforeAnswer {
+            guard idempotent else {
+                throw TransportError(Self.describe(closed.underlying, url: request.url), url: request.url)
+            }
+            do {
+                return try await performOnce(request, timeout: timeout)
+            } catch let again as ClosedBeforeAnswer {
+                throw TransportError(Self.describe(again.underlying, url: request.url), url: request.url)
+            }
+        }
+    }
+
+    private func performOnce(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
         // A task cancelled before it sends does not send: AsyncHTTPClient may start the request
         // on its event loop before it sees the cancellation.
         try Task.checkCancellation()
@@ -74,7 +99,12 @@ public final class AsyncHTTPClientTransport: Transport {
         do {
             return try await withThrowingTaskGroup(of: TransportResponse?.self) { group in
                 group.addTask {
-                    let response = try await client.execute(prepared, deadline: .distantFuture)
+                    let response: HTTPClientResponse
+                    do {
+                        response = try await client.execute(prepared, deadline: .distantFuture)
+                    } catch let error as HTTPClientError where error == .remoteConnectionClosed {
+                        throw ClosedBeforeAnswer(underlying: error)
+                    }
                     activity.touch()
                     var headers = ODataCore.HTTPHeaders()
                     for field in response.headers { headers.add(field.name, field.value) }
@@ -113,6 +143,9 @@ public final class AsyncHTTPClientTransport: Transport {
             }
         } catch let error as TransportError {
             throw error
+        } catch let closed as ClosedBeforeAnswer {
+            if Task.isCancelled { throw CancellationError() }
+            throw closed
         } catch {
             // Cancelling the calling task is not a network failure.
             if error is CancellationError || Task.isCancelled { throw CancellationError() }

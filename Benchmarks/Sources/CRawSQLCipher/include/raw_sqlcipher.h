@@ -30,6 +30,13 @@ double raw_insert(const char *path, const char *key, const char *setup, const ch
 double raw_query(const char *path, const char *key, const char *setup, const char *query, int rounds,
                  int *rowCount, char *error);
 
+/// Opens `path` with `key`, runs `setup`, then runs `update` (parameters: a new name, then a
+/// key) for the keys `first`, `first + step`, … (`count` of them) in one transaction, each
+/// changing exactly one row: what applying a delta of those rows costs at the least. Returns
+/// the seconds from BEGIN to the end of COMMIT, or -1 with the message in `error`.
+double raw_update(const char *path, const char *key, const char *setup, const char *update, long long first,
+                  long long step, int count, int round, char *error);
+
 /// Makes this process end (SIGTERM) when its parent does (Linux), so that a benchmark's child
 /// server never outlives it.
 void raw_end_with_parent(void);
