@@ -363,7 +363,8 @@ struct TestServer {
             #expect(answers == (variant == "v4-stop" ? [[201], [-400]] : [[201], [-400], [201, 201]]), "\(reply.text)")
             #expect(try await client.send("GET", root + "SalesOrders('SO-G1')").status == 200)
             #expect(try await client.send("GET", root + "SalesOrders('SO-G2')").status == 404)
-            #expect(try await client.send("GET", root + "SalesOrders('SO-G3')").status == (variant == "v4-stop" ? 404 : 200))
+            let third = try await client.send("GET", root + "SalesOrders('SO-G3')").status
+            #expect(third == (variant == "v4-stop" ? 404 : 200))
             if variant != "v4-stop" {
                 let items = try await client.send("GET", root + "SalesOrders('SO-G3')/Items/$count")
                 #expect(items.text == "1")

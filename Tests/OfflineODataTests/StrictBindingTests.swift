@@ -13,7 +13,8 @@ import Testing
     /// strings (with `\"`), as a conflict copy's options are read.
     @Test func optionsSplitOutsideQuotesAndParentheses() {
         #expect(
-            LocalReader.options("$select=A,B&$filter=Name eq 'a&b'&$expand=X($select=Y;$filter=Z eq 'q&r')", separator: "&")
+            LocalReader.options(
+                "$select=A,B&$filter=Name eq 'a&b'&$expand=X($select=Y;$filter=Z eq 'q&r')", separator: "&")
                 == ["$select=A,B", "$filter=Name eq 'a&b'", "$expand=X($select=Y;$filter=Z eq 'q&r')"])
         #expect(
             LocalReader.options(#"$filter=Name in ("a&b","c\"&d",'e&f')&$top=1"#, separator: "&")
@@ -29,10 +30,12 @@ import Testing
     /// conformance material and literals of every kind, or leaves the path to them.
     @Test func simpleKeysBindAsTheFullParserDoes() throws {
         let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("shared/odata-conformance/metadata")
+            .deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("shared/odata-conformance/metadata")
         let literals = [
             "'abc'", "'a''b'", "''", "'ä'", "'a b'", "'a%20b'", "10", "-5", "0", "2147483648", "99999999999999999999",
-            "10L", "1.5", "1.5M", "1e3", "1.5d", "true", "null", "X'AB'", "binary'AB'", "guid'01234567-89ab-cdef-0123-456789abcdef'",
+            "10L", "1.5", "1.5M", "1e3", "1.5d", "true", "null", "X'AB'", "binary'AB'",
+            "guid'01234567-89ab-cdef-0123-456789abcdef'",
             "01234567-89ab-cdef-0123-456789abcdef", "datetime'2020-01-01T00:00'", "2020-01-01", "2020-01-01T00:00:00Z",
             "datetimeoffset'2020-01-01T00:00:00Z'", "time'PT1H'", "duration'PT1H'", "Ns.Enum'A'", "'x')", "ID=1", "@a",
             "1,2", "'a'/x", "(1)", "'unterminated", "1 ", "+1", "INF", "NaN",
@@ -41,7 +44,8 @@ import Testing
         var checked = 0
         for version in ["v2", "v4"] {
             let directory = folder.appendingPathComponent(version)
-            for name in try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() where name.hasSuffix(".xml") {
+            let names = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+            for name in names where name.hasSuffix(".xml") {
                 guard let model = try? MetadataParser().parse(Data(contentsOf: directory.appendingPathComponent(name)))
                 else { continue }
                 for set in model.entityContainers.flatMap(\.entitySets) {

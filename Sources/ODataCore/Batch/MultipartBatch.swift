@@ -361,7 +361,8 @@ public struct MultipartBatch: Sendable, Hashable {
             line("")
             switch operation.message.startLine {
             case .request(let method, let url, let version): line("\(method) \(url) \(version)")
-            case .response(let version, let status, let reason): line("\(version) \(status) \(reason)".withoutOuterBlanks)
+            case .response(let version, let status, let reason):
+                line("\(version) \(status) \(reason)".withoutOuterBlanks)
             }
             var headers = operation.message.headers
             if !operation.message.body.isEmpty || headers["Content-Length"] != nil {

@@ -26,7 +26,8 @@ extension Model {
         func fail(_ message: String, _ offset: Int = 0) -> BindingError {
             var keyText = "The key of \(type.qualifiedName) is \(names.joined(separator: ", "))"
             if !implied.isEmpty {
-                keyText += " (\(names.filter { implied.contains($0) }.joined(separator: ", ")) taken from the navigation)"
+                let taken = names.filter { implied.contains($0) }.joined(separator: ", ")
+                keyText += " (\(taken) taken from the navigation)"
             }
             return BindingError(.invalidKey, keyText + "; " + message, input: input, offset: offset)
         }
@@ -106,7 +107,8 @@ extension Model {
         let name = String(decoding: bytes[..<open], as: UTF8.self)
         guard let type = entityType(ofEntitySet: name), key(of: type).count == 1,
             let (literal, end) = Literal.scan(inner, 0, version: version.grammar), end == inner.count,
-            let values = try? keyValues([KeyValue(name: nil, value: CommonExpression(.literal(literal), at: 0))], of: type)
+            let values = try? keyValues(
+                [KeyValue(name: nil, value: CommonExpression(.literal(literal), at: 0))], of: type)
         else { return nil }
         return (name, values)
     }

@@ -64,8 +64,12 @@ public struct StoreReader {
 
     /// The row and ETag of the entity with the given key, or nil when there is none: reads two
     /// columns, not the entity (for checks that need only whether it exists and its ETag).
-    public func rowAndETag(in entitySet: String, key: [String: PrimitiveValue]) throws -> (rowid: Int64, etag: String?)? {
-        guard let table = schema.table(forEntitySet: entitySet) else { throw StoreError(.unknownEntitySet, "No entity set \(entitySet)") }
+    public func rowAndETag(in entitySet: String, key: [String: PrimitiveValue]) throws
+        -> (rowid: Int64, etag: String?)?
+    {
+        guard let table = schema.table(forEntitySet: entitySet) else {
+            throw StoreError(.unknownEntitySet, "No entity set \(entitySet)")
+        }
         let rows = try StoreWriter(db: db, schema: schema).rows(forKey: key, in: table, columns: "_rowid, _etag")
         guard let row = rows.first, case .integer(let rowid) = row[0] else { return nil }
         if case .text(let etag) = row[1] { return (rowid, etag) }
