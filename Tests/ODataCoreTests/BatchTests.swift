@@ -146,6 +146,11 @@ import Testing
         #expect(HTTPHeaders.parameter("boundary", in: "multipart/mixed; boundaryx=1") == nil)
         #expect(HTTPHeaders.parameter("boundary", in: "multipart/mixed; boundary=") == nil)
         #expect(HTTPHeaders.parameter("boundary", in: "multipart/mixed; boundary= ; boundary=x") == "x")
+        let url = "http://h/é/odata/v4/Products(1)"
+        #expect(url.firstByteRange(of: "/odata/v4/").map { String(url[$0.upperBound...]) } == "Products(1)")
+        #expect(url.firstByteRange(of: "/odata/v2/") == nil && "ab".firstByteRange(of: "abc") == nil)
+        #expect("aab".firstByteRange(of: "ab").map { "aab".utf8.distance(from: "aab".startIndex, to: $0.lowerBound) } == 1)
+        #expect(url.firstByteRange(of: "é").map { String(url[$0]) } == "é")
         var headers = HTTPHeaders([("Content-Type", "a"), ("X-Größe", "b")])
         #expect(headers["content-TYPE"] == "a")
         #expect(headers["X-GRÖSSE"] == nil && headers["x-größe"] == "b" && headers["Content-Typ"] == nil)

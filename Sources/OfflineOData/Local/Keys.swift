@@ -46,7 +46,7 @@ enum Keys {
         var relative = url
         if !serviceRoot.isEmpty, relative.hasPrefix(serviceRoot) {
             relative = String(relative.dropFirst(serviceRoot.count))
-        } else if relative.contains("://") {
+        } else if relative.firstByteRange(of: "://") != nil {
             guard let parsed = URL(string: relative), let rootPath = URL(string: serviceRoot)?.path, !rootPath.isEmpty
             else { return nil }
             relative = parsed.path + (parsed.query.map { "?" + $0 } ?? "")
