@@ -100,6 +100,64 @@ import Testing
         await setup.stop()
     }
 
+    /// Two gateway instances on one PostgreSQL, a backend without ETags: a device's change made
+    /// through the second instance is caught by the first when another device's older copy
+    /// comes in there (the gateway's ETags are the scopes', kept in PostgreSQL, not in an
+    /// instance), and `mergeDisjoint` resolves it through the first; an overlapping change is
+    /// archived. Both devices end with what the backend holds.
+    @Test(arguments: [false, true])
+    func aChangeThroughAnotherInstanceIsCaughtThere(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 2,
+            backendOptions: {
+                $0.sendsETags = false
+                $0.honorsRepeatableRequests = false
+            })
+        let listener = Listener()
+        do {
+            let first = try await GatewayDeltaTests.device(
+                setup, gateway: 0, name: "first", delegate: listener,
+                configure: { $0.conflictPolicy = .mergeDisjoint })
+            let second = try await GatewayDeltaTests.device(setup, gateway: 1, name: "second")
+            let seen = try await Self.phone(first, "BP2")?.control.etag
+            #expect(seen?.hasPrefix("W/\"gw.") == true, "\(seen ?? "nil")")
+            #expect(try await Self.phone(second, "BP2")?.control.etag == seen, "one scope, one ETag")
+            // The second device changes the e-mail through the second instance: it passes.
+            _ = try await second.execute(
+                method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Email":"second@example.com"}"#.utf8))
+            try await second.upload()
+            #expect(try await Self.backend(setup, "BP2")?["Email"]?.stringValue == "second@example.com")
+            // The first device's phone, sent with the ETag it read before: 412 on the first
+            // instance, the copy read there, merged and sent again.
+            _ = try await first.execute(
+                method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"first"}"#.utf8))
+            try await first.upload()
+            #expect(listener.failures.isEmpty, "\(listener.failures)")
+            #expect(listener.resolved.map(\.outcome) == [.resent])
+            #expect(listener.resolved.first?.backendChanges == ["Email"])
+            var row = try await Self.backend(setup, "BP2")
+            #expect(row?["Email"]?.stringValue == "second@example.com" && row?["Phone"]?.stringValue == "first")
+            // The second device changes the phone again, from its old copy: the second instance
+            // refuses it (the first device's change came in since), and without a policy it is
+            // archived with the backend's copy.
+            _ = try await second.execute(
+                method: "PATCH", url: "BusinessPartners('BP2')", body: Array(#"{"Phone":"second"}"#.utf8))
+            try await second.upload()
+            #expect(try await second.readEntities("ErrorArchive?$filter=HTTPStatusCode eq 412").count == 1)
+            row = try await Self.backend(setup, "BP2")
+            #expect(row?["Phone"]?.stringValue == "first", "the refused change was not applied")
+            // A download brings both devices to the backend's row.
+            try await first.download()
+            #expect(try await Self.phone(first, "BP2")?.string("Phone") == "first")
+            #expect(try await Self.phone(first, "BP2")?.string("Email") == "second@example.com")
+            await first.close()
+            await second.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
     /// A third user's change made while the device resolves is caught: the resend carries the
     /// gateway's ETag of the copy the resolver saw, and the gateway refuses it (412, archived).
     /// Then `backendWins`: the entity takes the backend's copy with the gateway's ETag, and its
