@@ -132,13 +132,14 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
         defer { Task { await fixture.stop() } }
         let url = fixture.server.v4Root.absoluteString + "BusinessPartners"
         let transport = kind.make()
-        // 8 parts 600 ms apart: 4.8 s in all, longer than the 4 s timeout, but never 4 s
-        // without a byte (a margin that holds while the other suites load both cores: 400 ms
-        // gaps against a 2 s timeout once failed under URLSession in CI).
+        // 8 parts 1.1 s apart: 8.8 s in all, longer than the 8 s timeout, but never 8 s without
+        // a byte. The margin is wide in seconds, not only in ratio: the server's pauses run on
+        // the two-thread pool that the other suites load (400 ms gaps against a 2 s timeout,
+        // then 600 ms against 4 s, each failed once under URLSession in CI).
         await fixture.server.service.faults.set([
-            FaultRule(method: "GET", urlContains: "BusinessPartners", trickleMilliseconds: 600)
+            FaultRule(method: "GET", urlContains: "BusinessPartners", trickleMilliseconds: 1_100)
         ])
-        let slow = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 4)
+        let slow = try await transport.send(TransportRequest(method: "GET", url: url), timeout: 8)
         #expect(slow.status == 200)
         #expect(try JSONValue.parse(slow.body)["value"]?.arrayValue?.isEmpty == false)
         // An answer that does not start for 5 s.
