@@ -189,13 +189,7 @@ public struct GatewayStore: Sendable {
     /// `user`'s; nil otherwise. A scope named by a device (in one of the gateway's ETags) is
     /// looked up this way, so that a device cannot use another user's scope.
     public func query(ofScope id: Int64, backend: String, user: String) async throws -> String? {
-        let rows = try await client.query(
-            """
-            SELECT query FROM oodata_scope
-            WHERE id = \(id) AND backend = \(backend) AND (user_name = '' OR user_name = \(user))
-            """, logger: logger)
-        for try await query in rows.decode(String.self) { return query }
-        return nil
+        try await withConnection { try await query(ofScope: id, backend: backend, user: user, on: $0) }
     }
 
     /// The scope `id` as it is now.
