@@ -75,13 +75,7 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence {
         // On the UTF-8 bytes: the generic trimming of Characters this replaced was an eighth of
         // a large upload's time.
         let bytes = Array(value.utf8)
-        func trimmed(_ range: Range<Int>) -> Range<Int> {
-            var lower = range.lowerBound
-            var upper = range.upperBound
-            while lower < upper, bytes[lower] == 0x20 || bytes[lower] == 0x09 { lower += 1 }
-            while upper > lower, bytes[upper - 1] == 0x20 || bytes[upper - 1] == 0x09 { upper -= 1 }
-            return lower..<upper
-        }
+        func trimmed(_ range: Range<Int>) -> Range<Int> { bytes[range].withoutOuterBlanks.indices }
         // The next `;` outside a quoted string (RFC 9110 §5.6.4: `\` escapes the next byte).
         func end(from start: Int) -> Int {
             var quoted = false

@@ -258,11 +258,7 @@ public struct MultipartBatch: Sendable, Hashable {
         // Spaces and tabs around a name or value are not part of it (trimmed on the bytes:
         // Foundation's trimming was a tenth of the reference server's time in a large upload).
         func trimmed(_ bytes: Range<Int>) -> String {
-            var lower = bytes.lowerBound
-            var upper = bytes.upperBound
-            while lower < upper, body[lower] == 0x20 || body[lower] == 0x09 { lower += 1 }
-            while upper > lower, body[upper - 1] == 0x20 || body[upper - 1] == 0x09 { upper -= 1 }
-            return String(decoding: body[lower..<upper], as: UTF8.self)
+            String(decoding: body[bytes].withoutOuterBlanks, as: UTF8.self)
         }
         var position = range.lowerBound
         while let line = Lines.line(in: body, from: position, before: range.upperBound) {
