@@ -23,6 +23,20 @@ public enum Interop {
     }
 
     /// Runs a command to its end: exit status, standard output, standard error.
+    /// Kills `process` with SIGKILL and waits at most 10 s for its end, reaping it here when
+    /// Foundation has not: its `waitUntilExit` on Linux can miss a killed child's exit and
+    /// wait for ever (seen once in CI, the child a zombie).
+    public static func killAndReap(_ process: Process) {
+        let pid = process.processIdentifier
+        kill(pid, SIGKILL)
+        let deadline = Date().addingTimeInterval(10)
+        while process.isRunning, Date() < deadline {
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid { return }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+    }
+
     public static func run(_ executable: String, _ arguments: [String]) throws -> (Int32, String, String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
@@ -129,14 +143,7 @@ public enum Interop {
         /// reaped here if Foundation has not done it.
         public func stop() {
             guard process.isRunning else { return }
-            let pid = process.processIdentifier
-            kill(pid, SIGKILL)
-            let deadline = Date().addingTimeInterval(10)
-            while process.isRunning, Date() < deadline {
-                var status: Int32 = 0
-                if waitpid(pid, &status, WNOHANG) == pid { return }
-                Thread.sleep(forTimeInterval: 0.02)
-            }
+            Interop.killAndReap(process)
         }
 
         deinit { stop() }

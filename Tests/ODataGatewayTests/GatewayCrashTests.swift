@@ -40,19 +40,8 @@ import Testing
         throw PostgresServer.Failure(description: "oodata gateway did not answer /health on port \(port)")
     }
 
-    /// Kills with SIGKILL and waits at most 10 s for the end, reaping the child here when
-    /// Foundation has not (its `waitUntilExit` can miss a killed child's exit and wait for
-    /// ever: see `InteropSupport`'s `stop()`).
-    static func killHard(_ process: Process) {
-        let pid = process.processIdentifier
-        kill(pid, SIGKILL)
-        let deadline = Date().addingTimeInterval(10)
-        while process.isRunning, Date() < deadline {
-            var status: Int32 = 0
-            if waitpid(pid, &status, WNOHANG) == pid { return }
-            usleep(20_000)
-        }
-    }
+    /// Kills with SIGKILL and reaps within 10 s (``Interop/killAndReap(_:)``).
+    static func killHard(_ process: Process) { Interop.killAndReap(process) }
 
     static func device(_ setup: GatewayDeltaTests.Setup, port: Int, name: String) async throws -> OfflineODataProvider {
         var parameters = OfflineODataParameters()

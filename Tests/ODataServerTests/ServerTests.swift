@@ -274,6 +274,18 @@ struct TestServer {
         return text + "--\(boundary)--\r\n"
     }
 
+    /// Sends batch `b1` (V4 `"v4"` with `Prefer: odata.continue-on-error`, `"v4-stop"`
+    /// without); expects V2's 202 or V4's 200 and returns the reply and the batch it holds.
+    static func sendBatch(
+        _ body: String, variant: String, root: String, _ client: TestServer.Client
+    ) async throws -> (TestServer.Reply, MultipartBatch) {
+        var headers = ["Content-Type": "multipart/mixed; boundary=b1"]
+        if variant == "v4" { headers["Prefer"] = "odata.continue-on-error" }
+        let reply = try await client.send("POST", root + "$batch", headers: headers, body: body)
+        #expect(reply.status == (variant == "v2" ? 202 : 200))
+        return (reply, try MultipartBatch.read(reply.body))
+    }
+
     /// A POST of `json` to `url`, as a batch part.
     static func post(_ url: String, _ json: String) -> String {
         "POST \(url) HTTP/1.1\r\nContent-Type: application/json\r\n\r\n\(json)"
@@ -304,11 +316,7 @@ struct TestServer {
             + Self.changeSet("cs3", [Self.post("SalesOrders", #"{"OrderID":"SO-F3","Status":"New"}"#)])
             + "--b1--\r\n"
         try await server.run(service) { client in
-            var headers = ["Content-Type": "multipart/mixed; boundary=b1"]
-            if variant == "v4" { headers["Prefer"] = "odata.continue-on-error" }
-            let reply = try await client.send("POST", root + "$batch", headers: headers, body: body)
-            #expect(reply.status == (variant == "v2" ? 202 : 200))
-            let batch = try MultipartBatch.read(reply.body)
+            let (reply, batch) = try await Self.sendBatch(body, variant: variant, root: root, client)
             #expect(batch.parts.count == 3, "\(reply.text.prefix(2_000))")
             for (index, part) in batch.parts.enumerated() {
                 let applied: Bool
@@ -349,11 +357,7 @@ struct TestServer {
                 ])
             + "--b1--\r\n"
         try await server.run(service) { client in
-            var headers = ["Content-Type": "multipart/mixed; boundary=b1"]
-            if variant == "v4" { headers["Prefer"] = "odata.continue-on-error" }
-            let reply = try await client.send("POST", root + "$batch", headers: headers, body: body)
-            #expect(reply.status == (variant == "v2" ? 202 : 200))
-            let batch = try MultipartBatch.read(reply.body)
+            let (reply, batch) = try await Self.sendBatch(body, variant: variant, root: root, client)
             let answers = batch.parts.map { part -> [Int] in
                 switch part {
                 case .changeSet(let set): set.operations.map { $0.message.status ?? 0 }
