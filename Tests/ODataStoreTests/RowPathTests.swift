@@ -134,6 +134,63 @@ import ODataCore
         byEntities.close()
     }
 
+    /// Rows whose stored forms are written per row into fixed slots (DateTimeOffsets, decimals),
+    /// with every offset and decimals too long for a slot: inserted and merged as rows, they are
+    /// stored as the same entities are.
+    @Test func rowsWrittenIntoSlotsAreStoredAsTheirEntitiesAre() async throws {
+        var g = SystemRandomNumberGenerator()
+        var lines: [String] = []
+        for id in 1...400 {
+            // JSON numbers have no leading zeros.
+            let digits = String(Int.random(in: 1...9, using: &g))
+                + (0..<Int.random(in: 0...89, using: &g)).map { _ in String(Int.random(in: 0...9, using: &g)) }.joined()
+            let scale = Int.random(in: 0...min(20, digits.count - 1), using: &g)
+            var price = digits
+            if scale > 0 { price.insert(".", at: price.index(price.endIndex, offsetBy: -scale)) }
+            if Bool.random(using: &g) { price = "-" + price }
+            let offset = [
+                "Z", "+00:00", "-00:00", "+14:00", "-12:45", "+05:30",
+                String(format: "%@%02d:%02d", Bool.random(using: &g) ? "+" : "-", Int.random(in: 0...14, using: &g),
+                       Int.random(in: 0...59, using: &g)),
+            ].randomElement(using: &g) ?? "Z"
+            let fraction = Bool.random(using: &g) ? "" : "." + String(Int.random(in: 0...9_999_999, using: &g))
+            let released = String(format: "%04d-%02d-%02dT%02d:%02d:%02d", Int.random(in: 1...9999, using: &g),
+                                  Int.random(in: 1...12, using: &g), Int.random(in: 1...28, using: &g),
+                                  Int.random(in: 0...23, using: &g), Int.random(in: 0...59, using: &g),
+                                  Int.random(in: 0...59, using: &g)) + fraction + offset
+            lines.append(#"{"ID":\#(id),"Price":\#(price),"Released":"\#(released)","Name":"n\#(id)"}"#)
+        }
+        // The last days of months and years, a leap day and the ends of the range.
+        for (offset, released) in ["2024-02-29T23:59:59.9999999-01:00", "2023-12-31T23:30:00+00:00", "0001-01-01T00:00:00+01:00",
+                                   "9999-12-31T23:59:59.9999999-14:00", "2000-03-01T00:00:00Z", "1900-02-28T23:59:59+00:01"].enumerated() {
+            lines.append(#"{"ID":\#(1_000 + offset),"Price":0,"Released":"\#(released)"}"#)
+        }
+        let payload = Array(#"{"value":["#.utf8) + Array(lines.joined(separator: ",").utf8) + Array("]}".utf8)
+        let model = try MetadataParser().parse(Self.metadata)
+        let reader = V4JSONReader(model: model)
+        let rows = try #require(try reader.readFlatCollection(payload, entityType: "F.Item"))
+        let entities = try reader.readCollection(payload, entityType: "F.Item").entities
+        #expect(rows.entityCount == 406)
+        let dir = TemporaryDirectory()
+        let byRows = try await Store.create(path: dir.path("rows.sqlite"), model: model, key: "k")
+        let merged = try await Store.create(path: dir.path("merged.sqlite"), model: model, key: "k")
+        let byEntities = try await Store.create(path: dir.path("entities.sqlite"), model: model, key: "k")
+        try await byRows.write { writer in try writer.bulkInsert(rows, into: "Items") }
+        let result = try await merged.write { writer in try writer.mergeRows(rows, into: "Items", recordSeen: false) { _ in false } }
+        #expect(result.written == 406)
+        try await byEntities.write { writer in try writer.bulkInsert(entities, into: "Items") }
+        let table = StoreSchema.quote(byRows.schema.table(forEntitySet: "Items")?.name ?? "")
+        let sql = "SELECT ID, Name, Price, Released, _type, _etag FROM \(table) ORDER BY ID"
+        let expected = try await byEntities.read { reader in try reader.connection.query(sql) }
+        #expect(expected.count == 406)
+        #expect(try await byRows.read { reader in try reader.connection.query(sql) } == expected)
+        #expect(try await merged.read { reader in try reader.connection.query(sql) } == expected)
+        // Merging the same rows again finds every one unchanged.
+        let again = try await merged.write { writer in try writer.mergeRows(rows, into: "Items", recordSeen: false) { _ in false } }
+        #expect(again.unchanged == 406 && again.written == 0)
+        for store in [byRows, merged, byEntities] { store.close() }
+    }
+
     @Test func otherRequestsTakeTheEntityPath() async throws {
         let dir = TemporaryDirectory()
         let store = try await Self.store(dir)

@@ -142,6 +142,69 @@ import ODataCore
         }
     }
 
+    /// The stored instant, written from the value's own fields when it is already UTC, against
+    /// one computed here from the instant (seconds since the epoch) for every kind of value.
+    @Test func storedInstantsMatchTheirSecondsSinceTheEpoch() throws {
+        var g = SystemRandomNumberGenerator()
+        var values = (0..<3_000).map { _ in Self.randomDateTimeOffset(&g) }
+        for index in values.indices where index % 2 == 0 {
+            values[index].offsetMinutes = [0, nil, 0, 60].randomElement(using: &g) ?? 0
+            values[index].usesZ = Bool.random(using: &g)
+        }
+        // Fields out of their usual range, which only the arithmetic normalises.
+        values += [
+            DateTimeOffsetValue(date: DateValue(year: 2023, month: 2, day: 29), time: TimeOfDayValue(hour: 1, minute: 2, second: 3, fraction: ""), offsetMinutes: 0),
+            DateTimeOffsetValue(date: DateValue(year: 2024, month: 12, day: 31), time: TimeOfDayValue(hour: 23, minute: 59, second: 60, fraction: "5"), offsetMinutes: nil),
+            DateTimeOffsetValue(date: DateValue(year: -1, month: 1, day: 1), time: TimeOfDayValue(hour: 0, minute: 0, second: 0, fraction: "000000000001"), offsetMinutes: 0),
+            DateTimeOffsetValue(date: DateValue(year: 9999, month: 12, day: 31), time: TimeOfDayValue(hour: 23, minute: 59, second: 59, fraction: "9999999"), offsetMinutes: -840),
+            // Years wider than six digits once biased, and an offset of more than 99 hours.
+            DateTimeOffsetValue(date: DateValue(year: 950_000, month: 6, day: 1), time: TimeOfDayValue(hour: 12, minute: 0), offsetMinutes: 0),
+            DateTimeOffsetValue(date: DateValue(year: -150_000, month: 6, day: 1), time: TimeOfDayValue(hour: 12, minute: 0), offsetMinutes: 90),
+            DateTimeOffsetValue(date: DateValue(year: 2024, month: 6, day: 1), time: TimeOfDayValue(hour: 12, minute: 0), offsetMinutes: -6_001),
+        ]
+        for value in values {
+            let (seconds, picos) = value.instant
+            let days = Int((seconds >= 0 ? seconds : seconds - 86_399) / 86_400)
+            let second = Int(seconds - Int64(days) * 86_400)
+            let date = DateValue(daysSinceEpoch: days)
+            let expected = String(format: "%06d-%02d-%02dT%02d:%02d:%02d.%012lld", date.year + 100_000, date.month, date.day,
+                                  second / 3600, second / 60 % 60, second % 60, picos)
+            #expect(ValueStorage.instantText(value) == expected, "\(value)")
+            let offset = ValueStorage.offsetText(value.offsetMinutes, usesZ: value.usesZ)
+            #expect(ValueStorage.instantAndOffsetText(value) == expected + offset, "\(value)")
+        }
+    }
+
+    /// Digits written into an array and into a slot, against `String(format:)`; a slot too
+    /// small for a number takes none of it and says so.
+    @Test func digitsAreWrittenAsFormattingWritesThem() {
+        let numbers = [0, 1, 9, 10, 99, 100, 12_345, -1, -9, -10, -12_345, Int.max, Int.min, Int.max - 1, Int.min + 1]
+        for number in numbers {
+            for width in 0...24 {
+                var bytes: [UInt8] = []
+                Digits.append(number, width: width, to: &bytes)
+                let expected = number < 0
+                    ? "-" + String(repeating: "0", count: max(0, width - 1 - String(number.magnitude).count)) + String(number.magnitude)
+                    : String(repeating: "0", count: max(0, width - String(number).count)) + String(number)
+                #expect(String(decoding: bytes, as: UTF8.self) == expected, "\(number) width \(width)")
+                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 30) { buffer in
+                    guard let base = buffer.baseAddress else { return }
+                    var slot = ByteSlot(base: base, capacity: 30)
+                    slot.append(UInt8(ascii: "x"))
+                    slot.appendDigits(number, width: width)
+                    #expect(!slot.overflowed)
+                    #expect(String(decoding: slot.bytes, as: UTF8.self) == "x" + expected)
+                    var small = ByteSlot(base: base, capacity: expected.utf8.count - 1)
+                    small.appendDigits(number, width: width)
+                    #expect(small.overflowed && small.count == 0, "\(number) width \(width)")
+                }
+            }
+        }
+        var unsigned: [UInt8] = []
+        Digits.append(UInt.max, width: 22, to: &unsigned)
+        #expect(String(decoding: unsigned, as: UTF8.self) == "00" + String(UInt.max))
+    }
+
     @Test func storedFormsAreStable() throws {
         #expect(ValueStorage.encode(.decimal(DecimalValue("1.50")!)) == .blob([3, 0x80, 0, 0, 1, 49, 53]))
         #expect(ValueStorage.encode(.decimal(DecimalValue("-1.5")!)) == .blob([1, 0x7F, 0xFF, 0xFF, 0xFF, 104, 100, 0xFF]))

@@ -244,50 +244,71 @@ func pad(_ value: Int, _ width: Int) -> String {
 package enum Digits {
     /// Appends `value` in decimal, zero-padded on the left to at least `width` digits (a negative
     /// value is written as `-` then its padded magnitude minus one digit, as `String` padding did).
-    @inlinable
     package static func append(_ value: Int, width: Int, to bytes: inout [UInt8]) {
-        if value < 0 {
-            bytes.append(UInt8(ascii: "-"))
-            append(value.magnitude, width: max(0, width - 1), to: &bytes)
-        } else {
-            append(value.magnitude, width: width, to: &bytes)
-        }
+        append(magnitude: value.magnitude, negative: value < 0, width: width, to: &bytes)
     }
 
     /// Appends `value` in decimal, zero-padded on the left to at least `width` digits.
-    @inlinable
     package static func append(_ value: UInt, width: Int, to bytes: inout [UInt8]) {
+        append(magnitude: value, negative: false, width: width, to: &bytes)
+    }
+
+    private static func append(magnitude: UInt, negative: Bool, width: Int, to bytes: inout [UInt8]) {
+        // A sign, 20 digits of magnitude at most, or the padding.
+        let capacity = max(width, 0) + 21
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+            guard let base = buffer.baseAddress else { return }
+            var slot = ByteSlot(base: base, capacity: capacity)
+            write(magnitude: magnitude, negative: negative, width: width, to: &slot)
+            bytes.append(contentsOf: slot.bytes)
+        }
+    }
+
+    /// Writes `value` as ``append(_:width:to:)-(Int,_,_)`` appends it; when it does not fit,
+    /// nothing and the slot is marked overflowed.
+    package static func write(_ value: Int, width: Int, to slot: inout ByteSlot) {
+        write(magnitude: value.magnitude, negative: value < 0, width: width, to: &slot)
+    }
+
+    private static func write(magnitude: UInt, negative: Bool, width: Int, to slot: inout ByteSlot) {
         var digits = 1
         var limit: UInt = 10
-        while digits < 20, value >= limit {
+        while digits < 20, magnitude >= limit {
             digits += 1
             let (next, overflow) = limit.multipliedReportingOverflow(by: 10)
             if overflow { break }
             limit = next
         }
-        let count = max(digits, width)
-        let start = bytes.count
-        for _ in 0..<count { bytes.append(UInt8(ascii: "0")) }
-        var rest = value
-        var index = start + count - 1
+        let sign = negative ? 1 : 0
+        let total = sign + max(digits, width - sign)
+        guard slot.capacity - slot.count >= total else {
+            slot.overflowed = true
+            return
+        }
+        let start = slot.base + slot.count
+        start.initialize(repeating: UInt8(ascii: "0"), count: total)
+        if negative { start.pointee = UInt8(ascii: "-") }
+        var rest = magnitude
+        var index = total - 1
         while rest > 0 {
-            bytes[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+            start[index] = UInt8(ascii: "0") + UInt8(rest % 10)
             rest /= 10
             index -= 1
         }
+        slot.count += total
     }
 
     /// Appends a `Z`, `+HH:MM` or `-HH:MM` offset; nothing when `minutes` is nil.
-    package static func appendOffset(_ minutes: Int?, usesZ: Bool, to bytes: inout [UInt8]) {
+    package static func appendOffset<Sink: ByteSink>(_ minutes: Int?, usesZ: Bool, to bytes: inout Sink) {
         guard let minutes else { return }
         if minutes == 0 && usesZ {
             bytes.append(UInt8(ascii: "Z"))
             return
         }
         bytes.append(minutes < 0 ? UInt8(ascii: "-") : UInt8(ascii: "+"))
-        Digits.append(abs(minutes) / 60, width: 2, to: &bytes)
+        bytes.appendDigits(abs(minutes) / 60, width: 2)
         bytes.append(UInt8(ascii: ":"))
-        Digits.append(abs(minutes) % 60, width: 2, to: &bytes)
+        bytes.appendDigits(abs(minutes) % 60, width: 2)
     }
 
     /// The first 12 fractional-second digits as picoseconds (fewer digits are padded on the

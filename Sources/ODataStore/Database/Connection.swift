@@ -422,6 +422,12 @@ public final class Statement {
         arguments = []
     }
 
+    /// Resets for the next run with the same parameters bound (each is bound again before it):
+    /// what a loop that binds every parameter of every row uses instead of ``reset()``.
+    func resetKeepingBindings() {
+        sqlite3_reset(handle)
+    }
+
     /// Drops the reference to the last bound values (kept for error messages).
     func forgetArguments() { arguments = [] }
 
@@ -455,22 +461,38 @@ public final class Statement {
         guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
     }
 
-    /// Binds `buffer[start..<start + count]` as UTF-8 text at a 1-based position without
-    /// SQLite copying it: the bytes must stay valid and unchanged until the statement is reset
-    /// or the parameter bound again.
-    public func bindInPlace(_ buffer: UnsafeBufferPointer<UInt8>, start: Int, count: Int, at position: Int32) throws(DatabaseError) {
+    /// Binds `buffer[start..<start + count]` as UTF-8 text (or a blob) at a 1-based position
+    /// without SQLite copying it: the bytes must stay valid and unchanged until the statement is
+    /// reset or the parameter bound again.
+    public func bindInPlace(
+        _ buffer: UnsafeBufferPointer<UInt8>, start: Int, count: Int, asBlob blob: Bool = false, at position: Int32
+    ) throws(DatabaseError) {
         guard start >= 0, count >= 0, start + count <= buffer.count else {
             throw DatabaseError(.misuse, message: "Text \(start)..<\(start + count) is outside its buffer of \(buffer.count) bytes", sql: sql)
         }
         let status: Int32
-        if count == 0 {
+        if count == 0 || buffer.baseAddress == nil {
             // An empty value still needs a non-null pointer, or SQLite binds NULL.
-            status = sqlite3_bind_text(handle, position, "", 0, nil)
+            status = blob ? sqlite3_bind_zeroblob(handle, position, 0) : sqlite3_bind_text(handle, position, "", 0, nil)
+        } else if let base = buffer.baseAddress, blob {
+            status = sqlite3_bind_blob(handle, position, base + start, Int32(count), nil)
         } else if let base = buffer.baseAddress {
             status = (base + start).withMemoryRebound(to: CChar.self, capacity: count) { sqlite3_bind_text(handle, position, $0, Int32(count), nil) }
         } else {
-            status = sqlite3_bind_text(handle, position, "", 0, nil)
+            status = SQLITE_MISUSE
         }
+        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+    }
+
+    /// Binds NULL at a 1-based position.
+    public func bindNull(at position: Int32) throws(DatabaseError) {
+        let status = sqlite3_bind_null(handle, position)
+        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+    }
+
+    /// Binds an integer at a 1-based position.
+    public func bind(integer: Int64, at position: Int32) throws(DatabaseError) {
+        let status = sqlite3_bind_int64(handle, position, integer)
         guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
     }
 

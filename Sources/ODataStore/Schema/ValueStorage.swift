@@ -87,22 +87,22 @@ public enum ValueStorage {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    static func appendDate(_ d: DateValue, to bytes: inout [UInt8]) {
-        Digits.append(d.year + 100_000, width: 6, to: &bytes)
+    static func appendDate<Sink: ByteSink>(_ d: DateValue, to bytes: inout Sink) {
+        bytes.appendDigits(d.year + 100_000, width: 6)
         bytes.append(UInt8(ascii: "-"))
-        Digits.append(d.month, width: 2, to: &bytes)
+        bytes.appendDigits(d.month, width: 2)
         bytes.append(UInt8(ascii: "-"))
-        Digits.append(d.day, width: 2, to: &bytes)
+        bytes.appendDigits(d.day, width: 2)
     }
 
     static func timeText(_ t: TimeOfDayValue) -> String {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(21)
-        Digits.append(t.hour, width: 2, to: &bytes)
+        bytes.appendDigits(t.hour, width: 2)
         bytes.append(UInt8(ascii: ":"))
-        Digits.append(t.minute, width: 2, to: &bytes)
+        bytes.appendDigits(t.minute, width: 2)
         bytes.append(UInt8(ascii: ":"))
-        Digits.append(t.second, width: 2, to: &bytes)
+        bytes.appendDigits(t.second, width: 2)
         bytes.append(UInt8(ascii: "."))
         let fraction = t.fraction.utf8
         bytes.append(contentsOf: fraction.prefix(12))
@@ -126,24 +126,105 @@ public enum ValueStorage {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    static func appendInstantAndOffset(_ d: DateTimeOffsetValue, to bytes: inout [UInt8]) {
-        appendInstant(d, to: &bytes)
-        Digits.appendOffset(d.offsetMinutes, usesZ: d.usesZ, to: &bytes)
+    static func appendInstantAndOffset<Sink: ByteSink>(_ d: DateTimeOffsetValue, to bytes: inout Sink) {
+        let offsetLength: Int
+        switch d.offsetMinutes {
+        case nil: offsetLength = 0
+        case 0 where d.usesZ: offsetLength = 1
+        case let minutes?: offsetLength = abs(minutes) < 6_000 ? 6 : -1
+        }
+        let utc = utcFields(d)
+        guard offsetLength >= 0, isFixedWidth(utc) else {
+            appendInstant(d, to: &bytes)
+            Digits.appendOffset(d.offsetMinutes, usesZ: d.usesZ, to: &bytes)
+            return
+        }
+        bytes.appendBytes(count: instantLength + offsetLength) { start in
+            writeInstant(utc, to: start)
+            guard let minutes = d.offsetMinutes, offsetLength > 0 else { return }
+            let offset = start + instantLength
+            if offsetLength == 1 {
+                offset[0] = UInt8(ascii: "Z")
+                return
+            }
+            offset[0] = minutes < 0 ? UInt8(ascii: "-") : UInt8(ascii: "+")
+            writeTwoDigits(abs(minutes) / 60, to: offset + 1)
+            offset[3] = UInt8(ascii: ":")
+            writeTwoDigits(abs(minutes) % 60, to: offset + 4)
+        }
     }
 
-    static func appendInstant(_ d: DateTimeOffsetValue, to bytes: inout [UInt8]) {
+    static func appendInstant<Sink: ByteSink>(_ d: DateTimeOffsetValue, to bytes: inout Sink) {
+        let utc = utcFields(d)
+        if isFixedWidth(utc) {
+            bytes.appendBytes(count: instantLength) { writeInstant(utc, to: $0) }
+            return
+        }
+        // Years of more than six digits once biased, or before year -100000.
+        appendDate(utc.date, to: &bytes)
+        bytes.append(UInt8(ascii: "T"))
+        bytes.appendDigits(utc.secondOfDay / 3600, width: 2)
+        bytes.append(UInt8(ascii: ":"))
+        bytes.appendDigits(utc.secondOfDay / 60 % 60, width: 2)
+        bytes.append(UInt8(ascii: ":"))
+        bytes.appendDigits(utc.secondOfDay % 60, width: 2)
+        bytes.append(UInt8(ascii: "."))
+        bytes.appendDigits(Int(utc.picoseconds), width: 12)
+    }
+
+    /// Whether the stored instant of `utc` has its usual ``instantLength`` characters.
+    private static func isFixedWidth(_ utc: (date: DateValue, secondOfDay: Int, picoseconds: Int64)) -> Bool {
+        (0...999_999).contains(utc.date.year + 100_000) && (1...12).contains(utc.date.month)
+            && (1...31).contains(utc.date.day) && (0..<86_400).contains(utc.secondOfDay)
+            && (0..<1_000_000_000_000).contains(utc.picoseconds)
+    }
+
+    /// Writes the ``instantLength`` characters of a fixed-width instant (see ``isFixedWidth(_:)``).
+    private static func writeInstant(_ utc: (date: DateValue, secondOfDay: Int, picoseconds: Int64),
+                                     to start: UnsafeMutablePointer<UInt8>) {
+        var year = utc.date.year + 100_000
+        for index in (0..<6).reversed() {
+            start[index] = UInt8(ascii: "0") + UInt8(year % 10)
+            year /= 10
+        }
+        start[6] = UInt8(ascii: "-")
+        writeTwoDigits(utc.date.month, to: start + 7)
+        start[9] = UInt8(ascii: "-")
+        writeTwoDigits(utc.date.day, to: start + 10)
+        start[12] = UInt8(ascii: "T")
+        writeTwoDigits(utc.secondOfDay / 3600, to: start + 13)
+        start[15] = UInt8(ascii: ":")
+        writeTwoDigits(utc.secondOfDay / 60 % 60, to: start + 16)
+        start[18] = UInt8(ascii: ":")
+        writeTwoDigits(utc.secondOfDay % 60, to: start + 19)
+        start[21] = UInt8(ascii: ".")
+        var picos = utc.picoseconds
+        for index in (22..<34).reversed() {
+            start[index] = UInt8(ascii: "0") + UInt8(picos % 10)
+            picos /= 10
+        }
+    }
+
+    /// Writes `value` (0–99) as two digits.
+    private static func writeTwoDigits(_ value: Int, to start: UnsafeMutablePointer<UInt8>) {
+        start[0] = UInt8(ascii: "0") + UInt8(value / 10)
+        start[1] = UInt8(ascii: "0") + UInt8(value % 10)
+    }
+
+    /// The UTC date, second of the day and picoseconds of `d`'s instant.
+    static func utcFields(_ d: DateTimeOffsetValue) -> (date: DateValue, secondOfDay: Int, picoseconds: Int64) {
+        let date = d.date, time = d.time
+        if d.offsetMinutes ?? 0 == 0, (0..<24).contains(time.hour), (0..<60).contains(time.minute),
+            (0..<60).contains(time.second), (1...12).contains(date.month), date.day >= 1,
+            date.day <= DateValue.daysInMonth(date.month, year: date.year)
+        {
+            // Already UTC, and every field in range: the instant's fields are the value's own
+            // (what the arithmetic below gives, without the round trip through a day number).
+            return (date, time.hour * 3600 + time.minute * 60 + time.second, Digits.picoseconds(time.fraction))
+        }
         let (seconds, picos) = d.instant
         let days = Int((seconds >= 0 ? seconds : seconds - 86_399) / 86_400)
-        let secondOfDay = Int(seconds - Int64(days) * 86_400)
-        appendDate(DateValue(daysSinceEpoch: days), to: &bytes)
-        bytes.append(UInt8(ascii: "T"))
-        Digits.append(secondOfDay / 3600, width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: ":"))
-        Digits.append(secondOfDay / 60 % 60, width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: ":"))
-        Digits.append(secondOfDay % 60, width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: "."))
-        Digits.append(Int(picos), width: 12, to: &bytes)
+        return (DateValue(daysSinceEpoch: days), Int(seconds - Int64(days) * 86_400), picos)
     }
 
     static func offsetText(_ minutes: Int?, usesZ: Bool) -> String {
@@ -154,7 +235,7 @@ public enum ValueStorage {
 
     static func pad12(_ picos: Int64) -> String {
         var bytes: [UInt8] = []
-        Digits.append(Int(picos), width: 12, to: &bytes)
+        bytes.appendDigits(Int(picos), width: 12)
         return String(decoding: bytes, as: UTF8.self)
     }
 
@@ -168,45 +249,42 @@ public enum ValueStorage {
         return bytes
     }
 
-    static func appendDecimal(_ d: DecimalValue, to bytes: inout [UInt8]) {
+    static func appendDecimal<Sink: ByteSink>(_ d: DecimalValue, to bytes: inout Sink) {
         if d.isZero {
             bytes.append(2)
             return
         }
-        let digits = d.digits.utf8
-        var count = digits.count
-        var exponent = d.exponent
-        // Trailing zeros go into the exponent (canonical form: 1.50 = 1.5).
-        var index = digits.index(digits.startIndex, offsetBy: count)
-        while count > 1 {
-            let before = digits.index(before: index)
-            guard digits[before] == UInt8(ascii: "0") else { break }
-            index = before
-            count -= 1
-            exponent += 1
+        var text = d.digits
+        text.withUTF8 { digits in
+            var count = digits.count
+            var exponent = d.exponent
+            // Trailing zeros go into the exponent (canonical form: 1.50 = 1.5).
+            while count > 1, digits[count - 1] == UInt8(ascii: "0") {
+                count -= 1
+                exponent += 1
+            }
+            // value = 0.d1d2… × 10^e with e = exponent + count
+            let e = Int64(exponent + count)
+            let negative = d.negative
+            // Sign, exponent, digits, and for negatives a terminator.
+            bytes.appendBytes(count: 5 + count + (negative ? 1 : 0)) { start in
+                let exponent = negative ? UInt32(clamping: Int64(Int32.max) + 1 - e) : UInt32(clamping: e + Int64(Int32.max) + 1)
+                start[0] = negative ? 1 : 3
+                start[1] = UInt8(exponent >> 24)
+                start[2] = UInt8(exponent >> 16 & 0xFF)
+                start[3] = UInt8(exponent >> 8 & 0xFF)
+                start[4] = UInt8(exponent & 0xFF)
+                guard negative else {
+                    for index in 0..<count { start[5 + index] = digits[index] }
+                    return
+                }
+                for index in 0..<count {
+                    // The same complement the decoder undoes (153 − digit: '0' → 105 … '9' → 96).
+                    start[5 + index] = UInt8(ascii: "9") - (digits[index] - UInt8(ascii: "0")) + UInt8(ascii: "0")
+                }
+                start[5 + count] = 0xFF
+            }
         }
-        // value = 0.d1d2… × 10^e with e = exponent + count
-        let e = Int64(exponent + count)
-        if !d.negative {
-            bytes.append(3)
-            appendBigEndian(UInt32(clamping: e + Int64(Int32.max) + 1), to: &bytes)
-            bytes.append(contentsOf: digits[digits.startIndex..<index])
-            return
-        }
-        bytes.append(1)
-        appendBigEndian(UInt32(clamping: Int64(Int32.max) + 1 - e), to: &bytes)
-        for digit in digits[digits.startIndex..<index] {
-            // The same complement the decoder undoes (153 − digit: '0' → 105 … '9' → 96).
-            bytes.append(UInt8(ascii: "9") - (digit - UInt8(ascii: "0")) + UInt8(ascii: "0"))
-        }
-        bytes.append(0xFF)
-    }
-
-    static func appendBigEndian(_ value: UInt32, to bytes: inout [UInt8]) {
-        bytes.append(UInt8(value >> 24))
-        bytes.append(UInt8(value >> 16 & 0xFF))
-        bytes.append(UInt8(value >> 8 & 0xFF))
-        bytes.append(UInt8(value & 0xFF))
     }
 
     static func bigEndian64(_ value: UInt64) -> [UInt8] {

@@ -58,11 +58,7 @@ extension StoreWriter {
             throw StoreError(
                 .unsupported, "\(entitySet) has complex, collection or dynamic properties; its rows are not flat")
         }
-        var sources: [Int?] = []
-        for column in table.columns { sources.append(page.propertyNames.firstIndex(of: column.path[0])) }
-        for name in page.propertyNames where !table.columns.contains(where: { $0.path[0] == name }) {
-            throw StoreError(.unsupported, "\(entitySet) has no column for the property \(name)")
-        }
+        let plan = try FlatRowPlan(page, table: table)
         let sql = mergeSQL(table)
         let generation = try downloadGeneration()
         let lookup = try db.statement(sql.lookup)
@@ -74,32 +70,20 @@ extension StoreWriter {
         var scratch: [UInt8] = []
         scratch.reserveCapacity(64)
         var result = MergeResult()
-        // Text cells are bound in place: no binding may outlive this call.
-        defer {
-            lookup.reset()
-            update.reset()
-            insert.reset()
-            seen?.reset()
-        }
-        try page.text.withUnsafeBufferPointer { text in
+        try withRows(of: page, plan: plan) { cursor in
+            // Cells and slots are bound in place: no binding may outlive the cursor.
+            defer {
+                lookup.reset()
+                update.reset()
+                insert.reset()
+                seen?.reset()
+            }
             // Binds the row's type, ETag, edit link and columns at 1, 2, 3 and 4... .
-            func bindRow(_ row: Int, _ statement: Statement, keysOnly: Bool = false) throws {
-                if !keysOnly {
-                    try statement.bind(typeName, at: 1)
-                    try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2)
-                    try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3)
-                }
-                for (offset, (column, source)) in zip(table.columns, sources).enumerated() {
-                    if keysOnly && !table.keyColumns.contains(column.name) { continue }
-                    let position = Int32(4 + offset)
-                    guard let source else {
-                        try statement.bind(.null, at: position)
-                        continue
-                    }
-                    try bind(
-                        page, row: row, property: source, text: text, for: column, to: statement, at: position,
-                        scratch: &scratch)
-                }
+            func bindRow(_ row: Int, _ statement: Statement) throws {
+                try statement.bind(typeName, at: 1)
+                try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2)
+                try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3)
+                try bindColumns(of: row, from: cursor, to: statement, at: 4, scratch: &scratch)
             }
             for row in 0..<page.entityCount {
                 do {

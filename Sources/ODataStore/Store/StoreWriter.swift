@@ -90,74 +90,36 @@ public struct StoreWriter {
     public func bulkInsert(_ page: FlatCollection, into entitySet: String) throws {
         let table = try table(entitySet)
         guard table.collections.isEmpty else { throw StoreError(.unsupported, "\(entitySet) has collection properties; its rows are not flat") }
-        // Where each column's value is in a row of the page.
-        var sources: [Int?] = []
-        for column in table.columns {
-            guard column.path.count == 1 else { throw StoreError(.unsupported, "\(entitySet) has complex properties; its rows are not flat") }
-            sources.append(page.propertyNames.firstIndex(of: column.path[0]))
+        guard table.columns.allSatisfy({ $0.path.count == 1 }) else {
+            throw StoreError(.unsupported, "\(entitySet) has complex properties; its rows are not flat")
         }
-        for name in page.propertyNames where !table.columns.contains(where: { $0.path[0] == name }) {
-            throw StoreError(.unsupported, "\(entitySet) has no column for the property \(name)")
-        }
+        let plan = try FlatRowPlan(page, table: table)
         let statement = try db.statement(insertSQL(table))
         let typeName = Self.storedType(page.entityType, in: table)
-        // Values are bound as they are stored, without a DatabaseValue in between where they
-        // can; GUIDs, dates and decimals are written into this reused buffer.
+        let first = Int32(Self.insertBookkeeping.count + 1)
+        // GUIDs and other values without a slot are written into this reused buffer.
         var scratch: [UInt8] = []
         scratch.reserveCapacity(64)
-        // The text cells' bytes are bound in place (SQLite does not copy them): no binding
-        // may outlive this call.
-        defer { statement.reset() }
-        try page.text.withUnsafeBufferPointer { text in
+        try withRows(of: page, plan: plan) { cursor in
+            // Cells and slots are bound in place: no binding may outlive the cursor.
+            defer { statement.reset() }
             for row in 0..<page.entityCount {
                 do {
-                    statement.reset()
+                    // Every parameter is bound again below.
+                    statement.resetKeepingBindings()
                     try statement.bind(typeName, at: 1)
                     try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2)
                     try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3)
-                    try statement.bind(.null, at: 4)
-                    try statement.bind(.integer(0), at: 5)
-                    try statement.bind(.integer(0), at: 6)
-                    for (offset, (column, source)) in zip(table.columns, sources).enumerated() {
-                        let position = Int32(Self.insertBookkeeping.count + 1 + offset)
-                        guard let source else {
-                            try statement.bind(.null, at: position)
-                            continue
-                        }
-                        try bind(page, row: row, property: source, text: text, for: column, to: statement, at: position, scratch: &scratch)
-                    }
+                    try statement.bindNull(at: 4)
+                    try statement.bind(integer: 0, at: 5)
+                    try statement.bind(integer: 0, at: 6)
+                    try bindColumns(of: row, from: cursor, to: statement, at: first, scratch: &scratch)
                     while try statement.step() {}
                 } catch let failure as DatabaseError where failure.code == .constraint {
                     throw Self.conflict(failure, in: table)
                 }
             }
         }
-    }
-
-    /// Binds one cell of a flat page. The cells of the common kinds hold the stored form when
-    /// the column has the property's own type (integers, Booleans as 1 or 0, doubles, strings,
-    /// lowercase GUIDs); anything else is stored as ``encode(_:for:)`` stores it.
-    func bind(_ page: FlatCollection, row: Int, property: Int, text: UnsafeBufferPointer<UInt8>, for column: StoreSchema.Column,
-                      to statement: Statement, at position: Int32, scratch: inout [UInt8]) throws {
-        if case .primitive(let type) = column.kind, type == page.propertyTypes[property] {
-            switch page.cells[row * page.propertyNames.count + property] {
-            case .null:
-                return try statement.bind(.null, at: position)
-            case .integer(let number) where type != .double && type != .string && type != .guid:
-                return try statement.bind(.integer(number), at: position)
-            case .double(let number) where type == .double:
-                return try statement.bind(ValueStorage.encode(.double(number)), at: position)
-            case .text(let start, let count) where type == .string || type == .guid:
-                return try statement.bindInPlace(text, start: start, count: count, at: position)
-            case .other(let other):
-                if case .primitive(let primitive) = page.others[other], primitive.type == type {
-                    return try ValueStorage.bind(primitive, to: statement, at: position, scratch: &scratch)
-                }
-            default:
-                break
-            }
-        }
-        try statement.bind(try encode(page[row, property], for: column), at: position)
     }
 
     /// The error for a row that breaks a constraint of `table`.
