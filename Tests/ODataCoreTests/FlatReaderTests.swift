@@ -58,7 +58,8 @@ import Testing
         }
         #expect(rows[0, 1] == .primitive(.string("Bolt é\n")))
         // The common kinds are cells of their own, without a Value: integers and Booleans,
-        // strings and lowercase GUIDs as text; decimals, dates and enums are other values.
+        // strings and lowercase GUIDs as text; decimals and DateTimeOffsets in arrays of their
+        // own; dates and enums are other values.
         let width = rows.propertyNames.count
         #expect(rows.cells[0] == .integer(1) && rows.cells[7] == .integer(1) && rows.cells[2 * width + 7] == .integer(0))
         #expect(rows.cells[2 * width + 3] == .null, "Stock of entity 3 is left out")
@@ -68,8 +69,17 @@ import Testing
         }
         #expect(rows.string(start: start, count: count) == "0a000000-0000-4000-8000-00000000000f")
         if case .text = rows.cells[1] {} else { Issue.record("a string with escapes is text too") }
-        if case .other = rows.cells[2] {} else { Issue.record("a decimal is another value") }
-        #expect(rows.others.count == 6, "\(rows.others)")
+        guard case .decimal(let decimal) = rows.cells[2] else {
+            Issue.record("a decimal has a cell of its own")
+            return
+        }
+        #expect(rows.decimals[decimal].description == "1.50")
+        guard case .instant(let instant) = rows.cells[4] else {
+            Issue.record("a DateTimeOffset has a cell of its own")
+            return
+        }
+        #expect(rows.instants[instant].description == "2024-02-29T12:00:00.5+01:00")
+        #expect(rows.decimals.count == 2 && rows.instants.count == 2 && rows.others.count == 2, "\(rows.others)")
         #expect(rows[1, 6] == .enumeration(EnumValue(typeName: "F.Color", members: ["Blue"])))
         #expect(rows[2, 3] == .null)
     }

@@ -11,6 +11,10 @@ public struct FlatCollection: Sendable {
     public var text: [UInt8] = []
     /// The values of `.other` cells.
     public var others: [Value] = []
+    /// The values of `.instant` cells.
+    public var instants: [DateTimeOffsetValue] = []
+    /// The values of `.decimal` cells.
+    public var decimals: [DecimalValue] = []
     /// Each entity's `@odata.etag`.
     public var etags: [String?] = []
     /// Each entity's `@odata.editLink`.
@@ -75,6 +79,8 @@ public struct FlatCollection: Sendable {
         switch cells[index] {
         case .null: return .null
         case .other(let other): return others[other]
+        case .instant(let instant): return .primitive(.dateTimeOffset(instants[instant]))
+        case .decimal(let decimal): return .primitive(.decimal(decimals[decimal]))
         case .double(let number): return .primitive(.double(number))
         case .text(let start, let count):
             if type == .guid, let guid = GuidValue(string(start: start, count: count)) { return .primitive(.guid(guid)) }
@@ -95,13 +101,19 @@ public struct FlatCollection: Sendable {
 /// One value of a flat row. The common kinds are held without a ``Value`` (so that a page
 /// of rows is a few flat arrays): integers and Booleans (1 or 0) of the property's type,
 /// doubles, strings and GUIDs as UTF-8 in ``FlatCollection/text`` (GUIDs in lowercase
-/// `8-4-4-4-12` form). Everything else is a ``FlatCollection/others`` value.
+/// `8-4-4-4-12` form); DateTimeOffsets and decimals in arrays of their own (a store writes
+/// them without taking a ``Value`` apart). Everything else is a ``FlatCollection/others``
+/// value.
 public enum FlatCell: Sendable, Hashable {
     case null
     case integer(Int64)
     case double(Double)
     case text(start: Int, count: Int)
     case other(Int)
+    /// A DateTimeOffset: an index into ``FlatCollection/instants``.
+    case instant(Int)
+    /// A decimal: an index into ``FlatCollection/decimals``.
+    case decimal(Int)
 }
 
 extension V4JSONReader {
@@ -319,6 +331,12 @@ extension V4JSONReader {
             g.appendText(to: &page.text)
             return .text(start: start, count: page.text.count - start)
         case .primitive(.double(let d)): return .double(d)
+        case .primitive(.dateTimeOffset(let instant)):
+            page.instants.append(instant)
+            return .instant(page.instants.count - 1)
+        case .primitive(.decimal(let decimal)):
+            page.decimals.append(decimal)
+            return .decimal(page.decimals.count - 1)
         case .primitive(let p): if let cell = Self.integerCell(p) { return cell }
         default: break
         }

@@ -182,11 +182,10 @@ public enum ValueStorage {
     /// Writes the ``instantLength`` characters of a fixed-width instant (see ``isFixedWidth(_:)``).
     private static func writeInstant(_ utc: (date: DateValue, secondOfDay: Int, picoseconds: Int64),
                                      to start: UnsafeMutablePointer<UInt8>) {
-        var year = utc.date.year + 100_000
-        for index in (0..<6).reversed() {
-            start[index] = UInt8(ascii: "0") + UInt8(year % 10)
-            year /= 10
-        }
+        let year = utc.date.year + 100_000
+        writeTwoDigits(year / 10_000, to: start)
+        writeTwoDigits(year / 100 % 100, to: start + 2)
+        writeTwoDigits(year % 100, to: start + 4)
         start[6] = UInt8(ascii: "-")
         writeTwoDigits(utc.date.month, to: start + 7)
         start[9] = UInt8(ascii: "-")
@@ -198,17 +197,22 @@ public enum ValueStorage {
         start[18] = UInt8(ascii: ":")
         writeTwoDigits(utc.secondOfDay % 60, to: start + 19)
         start[21] = UInt8(ascii: ".")
-        var picos = utc.picoseconds
-        for index in (22..<34).reversed() {
-            start[index] = UInt8(ascii: "0") + UInt8(picos % 10)
-            picos /= 10
-        }
+        // Twelve digits as six pairs, from the two halves of six.
+        let high = Int(utc.picoseconds / 1_000_000), low = Int(utc.picoseconds % 1_000_000)
+        writeTwoDigits(high / 10_000, to: start + 22)
+        writeTwoDigits(high / 100 % 100, to: start + 24)
+        writeTwoDigits(high % 100, to: start + 26)
+        writeTwoDigits(low / 10_000, to: start + 28)
+        writeTwoDigits(low / 100 % 100, to: start + 30)
+        writeTwoDigits(low % 100, to: start + 32)
     }
 
     /// Writes `value` (0–99) as two digits.
+    @inline(__always)
     private static func writeTwoDigits(_ value: Int, to start: UnsafeMutablePointer<UInt8>) {
-        start[0] = UInt8(ascii: "0") + UInt8(value / 10)
-        start[1] = UInt8(ascii: "0") + UInt8(value % 10)
+        let pair = UInt8(truncatingIfNeeded: value)
+        start[0] = UInt8(ascii: "0") &+ pair / 10
+        start[1] = UInt8(ascii: "0") &+ pair % 10
     }
 
     /// The UTC date, second of the day and picoseconds of `d`'s instant.

@@ -76,16 +76,18 @@ extension StoreWriter {
         }
     }
 
-    /// Binds the property columns of `row` at `first`, `first + 1`, ….
+    /// Binds the property columns of `row` at `first`, `first + 1`, …; with `skippingAbsent`,
+    /// not the columns the page has no property for (the caller bound them to NULL once, and
+    /// resets the statement without clearing its bindings).
     func bindColumns(of row: Int, from cursor: FlatRowCursor, to statement: Statement, at first: Int32,
-                     scratch: inout [UInt8]) throws {
+                     skippingAbsent: Bool = false, scratch: inout [UInt8]) throws {
         let plan = cursor.plan
         let rowStart = row * plan.width
         for offset in 0..<plan.bindings.count {
             let position = first + Int32(offset)
             switch plan.bindings[offset] {
             case .absent:
-                try statement.bindNull(at: position)
+                if !skippingAbsent { try statement.bindNull(at: position) }
             case .converted(let property):
                 try statement.bind(try encode(cursor.page[row, property], for: plan.columns[offset]), at: position)
             case .direct(let property, let type):
@@ -110,26 +112,20 @@ extension StoreWriter {
             return try statement.bind(ValueStorage.encode(.double(number)), at: position)
         case .text(let start, let count) where type == .string || type == .guid:
             return try statement.bindInPlace(cursor.text, start: start, count: count, at: position)
-        case .other(let other):
-            guard case .primitive(let primitive) = cursor.page.others[other], primitive.type == type else { break }
+        case .instant(let index) where type == .dateTimeOffset:
             var bytes = ByteSlot(base: slot, capacity: FlatRowPlan.slotSize)
-            switch primitive {
-            case .dateTimeOffset(let value):
-                ValueStorage.appendInstantAndOffset(value, to: &bytes)
-                if !bytes.overflowed {
-                    return try statement.bindInPlace(UnsafeBufferPointer(start: slot, count: bytes.count), start: 0,
-                                                     count: bytes.count, at: position)
-                }
-            case .decimal(let value):
-                ValueStorage.appendDecimal(value, to: &bytes)
-                if !bytes.overflowed {
-                    return try statement.bindInPlace(UnsafeBufferPointer(start: slot, count: bytes.count), start: 0,
-                                                     count: bytes.count, asBlob: true, at: position)
-                }
-            default:
-                break
+            ValueStorage.appendInstantAndOffset(cursor.page.instants[index], to: &bytes)
+            if !bytes.overflowed { return try statement.bindInPlace(bytes.bytes, start: 0, count: bytes.count, at: position) }
+        case .decimal(let index) where type == .decimal:
+            var bytes = ByteSlot(base: slot, capacity: FlatRowPlan.slotSize)
+            ValueStorage.appendDecimal(cursor.page.decimals[index], to: &bytes)
+            if !bytes.overflowed {
+                return try statement.bindInPlace(bytes.bytes, start: 0, count: bytes.count, asBlob: true, at: position)
             }
-            return try ValueStorage.bind(primitive, to: statement, at: position, scratch: &scratch)
+        case .other(let other):
+            if case .primitive(let primitive) = cursor.page.others[other], primitive.type == type {
+                return try ValueStorage.bind(primitive, to: statement, at: position, scratch: &scratch)
+            }
         default:
             break
         }

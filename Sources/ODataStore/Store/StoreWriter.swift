@@ -103,17 +103,24 @@ public struct StoreWriter {
         try withRows(of: page, plan: plan) { cursor in
             // Cells and slots are bound in place: no binding may outlive the cursor.
             defer { statement.reset() }
+            // What is the same in every row is bound once: the statement is reset without
+            // clearing its bindings, and everything else is bound again for each row.
+            try statement.bind(typeName, at: 1)
+            try statement.bindNull(at: 4)
+            try statement.bind(integer: 0, at: 5)
+            try statement.bind(integer: 0, at: 6)
+            for (offset, binding) in plan.bindings.enumerated() {
+                if case .absent = binding { try statement.bindNull(at: first + Int32(offset)) }
+            }
+            let etags = page.etags.contains { $0 != nil }, editLinks = page.editLinks.contains { $0 != nil }
+            if !etags { try statement.bindNull(at: 2) }
+            if !editLinks { try statement.bindNull(at: 3) }
             for row in 0..<page.entityCount {
                 do {
-                    // Every parameter is bound again below.
                     statement.resetKeepingBindings()
-                    try statement.bind(typeName, at: 1)
-                    try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2)
-                    try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3)
-                    try statement.bindNull(at: 4)
-                    try statement.bind(integer: 0, at: 5)
-                    try statement.bind(integer: 0, at: 6)
-                    try bindColumns(of: row, from: cursor, to: statement, at: first, scratch: &scratch)
+                    if etags { try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2) }
+                    if editLinks { try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3) }
+                    try bindColumns(of: row, from: cursor, to: statement, at: first, skippingAbsent: true, scratch: &scratch)
                     while try statement.step() {}
                 } catch let failure as DatabaseError where failure.code == .constraint {
                     throw Self.conflict(failure, in: table)
