@@ -3,11 +3,20 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <signal.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
 #include "raw_sqlcipher.h"
+
+/// CPU time of the whole process (every thread), user and system.
+static double cpu_now(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return (double)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+        + (double)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
 
 static double now(void) {
     struct timespec t;
@@ -38,7 +47,7 @@ static sqlite3 *open_keyed(const char *path, const char *key, const char *setup,
 }
 
 double raw_insert(const char *path, const char *key, const char *setup, const char *insert, raw_rows rows,
-                  int perTransaction, char *error) {
+                  int perTransaction, double *cpuSeconds, char *error) {
     sqlite3 *db = open_keyed(path, key, setup, error);
     if (!db) return -1;
     sqlite3_stmt *statement = NULL;
@@ -48,6 +57,7 @@ double raw_insert(const char *path, const char *key, const char *setup, const ch
         return -1;
     }
     double start = now();
+    double cpuStart = cpu_now();
     for (int row = 0; row < rows.rows; row++) {
         if (row % perTransaction == 0) sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
         for (int column = 0; column < rows.columns; column++) {
@@ -74,6 +84,7 @@ double raw_insert(const char *path, const char *key, const char *setup, const ch
         if (row % perTransaction == perTransaction - 1 || row == rows.rows - 1) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     }
     double seconds = now() - start;
+    *cpuSeconds = cpu_now() - cpuStart;
     sqlite3_finalize(statement);
     sqlite3_close(db);
     return seconds;

@@ -12,6 +12,8 @@ import PayloadFixtures
 // Usage: Scale [N] [pageSize]   (release build; the reference server runs in this process)
 //   SKIP_TENTH=1 leaves out the delta with 10 % changed (at 1,000,000 the server needs long
 //   to build a delta of 100,000 entities: it reads each changed entity with its own query).
+//   INSERT_ROUNDS=n runs the insert comparison n times (3 by default); INSERT_DETAILS=1 also
+//   prints the schemas, each run's reads and writes (/proc/self/io) and every round's time.
 //
 // Baselines, in the same run: a download against the first open of the same data (time, and
 // time per entity); the store's insert and page query against the same work through our
@@ -22,6 +24,24 @@ let arguments = CommandLine.arguments
 let count = arguments.count > 1 ? Int(arguments[1]) ?? 100_000 : 100_000
 let pageSize = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
 let environment = ProcessInfo.processInfo.environment
+
+/// CPU time of the process so far (every thread, user and system), in seconds.
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+/// The counters of /proc/self/io (bytes and system calls of reads and writes).
+func processIO() -> [String: Int] {
+    guard let text = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8) else { return [:] }
+    var counters: [String: Int] = [:]
+    for line in text.split(separator: "\n") {
+        let parts = line.split(separator: ":")
+        if parts.count == 2, let value = Int(parts[1].trimmingCharacters(in: .whitespaces)) { counters[String(parts[0])] = value }
+    }
+    return counters
+}
 
 /// Prints a line at once (stdout to a pipe is buffered until the end).
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
@@ -335,53 +355,108 @@ for row in storedRows {
 var storeTimes: [Double] = []
 var layerTimes: [Double] = []
 var rawTimes: [Double] = []
-for attempt in 1...3 {
+// CPU time of the process during each (every thread, user and system): the VM's disk syncs
+// make the wall time vary by a third between rounds, the CPU time much less.
+var storeCPU: [Double] = [], layerCPU: [Double] = [], rawCPU: [Double] = []
+let insertRounds = max(1, environment["INSERT_ROUNDS"].flatMap { Int($0) } ?? 3)
+for attempt in 1...insertRounds {
     let storePath = directory.appendingPathComponent("insert-store-\(attempt).sqlite").path
-    let target = try await Store.create(path: storePath, model: model, key: "bench-key", deferringLookupIndexes: true)
-    storeTimes.append(try await seconds {
-        for page in pages { try await target.write { writer in try writer.bulkInsert(page, into: "Products") } }
-    })
-    target.close()
-
     let layerPath = directory.appendingPathComponent("insert-layer-\(attempt).sqlite").path
-    let connection = try Connection(path: layerPath, options: Connection.Options(key: "bench-key"))
-    for statement in createSQL { try connection.execute(statement) }
-    layerTimes.append(try await seconds {
-        for start in stride(from: 0, to: storedRows.count, by: pageSize) {
+    let rawPath = directory.appendingPathComponent("insert-raw-\(attempt).sqlite").path
+    func storePhase() async throws {
+        let target = try await Store.create(path: storePath, model: model, key: "bench-key", deferringLookupIndexes: true)
+        let start = DispatchTime.now().uptimeNanoseconds, cpu = cpuSeconds()
+        for page in pages { try await target.write { writer in try writer.bulkInsert(page, into: "Products") } }
+        storeTimes.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9)
+        storeCPU.append(cpuSeconds() - cpu)
+        if attempt == 1, environment["INSERT_DETAILS"] != nil {
+            for row in try await target.read({ reader in try reader.connection.query("SELECT type, name, sql FROM sqlite_master") }) {
+                say("store schema: \(row)")
+            }
+            say("C schema: \(setup)")
+        }
+        target.close()
+    }
+    func layerPhase() throws {
+        let connection = try Connection(path: layerPath, options: Connection.Options(key: "bench-key"))
+        for statement in createSQL { try connection.execute(statement) }
+        let start = DispatchTime.now().uptimeNanoseconds, cpu = cpuSeconds()
+        for first in stride(from: 0, to: storedRows.count, by: pageSize) {
             try connection.transaction {
-                for row in storedRows[start..<min(start + pageSize, storedRows.count)] { _ = try connection.execute(insertSQL, row) }
+                for row in storedRows[first..<min(first + pageSize, storedRows.count)] { _ = try connection.execute(insertSQL, row) }
             }
         }
-    })
-    connection.close()
-
-    let rawPath = directory.appendingPathComponent("insert-raw-\(attempt).sqlite").path
-    var error = [CChar](repeating: 0, count: 256)
-    let rawTime = rawTypes.withUnsafeBufferPointer { types in
-        rawInts.withUnsafeBufferPointer { ints in
-            rawDoubles.withUnsafeBufferPointer { doubles in
-                rawText.withUnsafeBufferPointer { text in
-                    rawStart.withUnsafeBufferPointer { starts in
-                        rawLength.withUnsafeBufferPointer { lengths in
-                            text.withMemoryRebound(to: CChar.self) { characters in
-                                let rows = raw_rows(
-                                    rows: Int32(storedRows.count), columns: Int32(columns.count), types: types.baseAddress,
-                                    ints: ints.baseAddress, doubles: doubles.baseAddress, text: characters.baseAddress,
-                                    textStart: starts.baseAddress, textLength: lengths.baseAddress)
-                                return raw_insert(rawPath, "bench-key", setup, insertSQL, rows, Int32(pageSize), &error)
+        layerTimes.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9)
+        layerCPU.append(cpuSeconds() - cpu)
+        connection.close()
+    }
+    func rawPhase() {
+        var error = [CChar](repeating: 0, count: 256)
+        var cpu = 0.0
+        let rawTime = rawTypes.withUnsafeBufferPointer { types in
+            rawInts.withUnsafeBufferPointer { ints in
+                rawDoubles.withUnsafeBufferPointer { doubles in
+                    rawText.withUnsafeBufferPointer { text in
+                        rawStart.withUnsafeBufferPointer { starts in
+                            rawLength.withUnsafeBufferPointer { lengths in
+                                text.withMemoryRebound(to: CChar.self) { characters in
+                                    let rows = raw_rows(
+                                        rows: Int32(storedRows.count), columns: Int32(columns.count), types: types.baseAddress,
+                                        ints: ints.baseAddress, doubles: doubles.baseAddress, text: characters.baseAddress,
+                                        textStart: starts.baseAddress, textLength: lengths.baseAddress)
+                                    return raw_insert(rawPath, "bench-key", setup, insertSQL, rows, Int32(pageSize), &cpu, &error)
+                                }
                             }
                         }
                     }
                 }
             }
         }
+        check(rawTime >= 0, "raw insert: \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+        rawTimes.append(rawTime)
+        rawCPU.append(cpu)
     }
-    check(rawTime >= 0, "raw insert: \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
-    rawTimes.append(rawTime)
+    // Each round runs the three in another order, each after the file writes before it have
+    // reached the disk (`sync`): the one after a closing checkpoint would otherwise wait for them.
+    for phase in 0..<3 {
+        sync()
+        let before = processIO()
+        switch (attempt + phase) % 3 {
+        case 0: try await storePhase()
+        case 1: try layerPhase()
+        default: rawPhase()
+        }
+        if environment["INSERT_DETAILS"] != nil {
+            let after = processIO()
+            let name = ["store", "layer", "C API"][(attempt + phase) % 3]
+            say("\(name): " + after.keys.sorted().map { "\($0) +\((after[$0] ?? 0) - (before[$0] ?? 0))" }.joined(separator: ", "))
+        }
+    }
+    if attempt == 1, environment["INSERT_DETAILS"] != nil {
+        for path in [storePath, layerPath, rawPath] {
+            let sizes = [path, path + "-wal"].map { (try? FileManager.default.attributesOfItem(atPath: $0)[.size] as? Int) ?? -1 }
+            say("\(path): \(sizes[0]) bytes, log \(sizes[1]) bytes")
+        }
+    }
+}
+if environment["INSERT_DETAILS"] != nil {
+    for (name, times) in [("store", storeTimes), ("layer", layerTimes), ("C API", rawTimes)] {
+        say("\(name) rounds: " + times.map { String(format: "%.3f", $0) }.joined(separator: " "))
+    }
+}
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    guard !sorted.isEmpty else { return 0 }
+    return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
 }
 let storeInsert = storeTimes.min() ?? 0, layerInsert = layerTimes.min() ?? 0, rawInsert = rawTimes.min() ?? 0
-say(String(format: "insert of %d rows, keyed, %d per transaction (best of 3): store %.3f s, connection layer %.3f s, C API %.3f s; speed store ÷ C API %.2f, store ÷ connection layer %.2f",
-             insertCount, pageSize, storeInsert, layerInsert, rawInsert, rawInsert / storeInsert, layerInsert / storeInsert))
+say(String(format: "insert of %d rows, keyed, %d per transaction (best of %d): store %.3f s, connection layer %.3f s, C API %.3f s; speed store ÷ C API %.2f, store ÷ connection layer %.2f",
+             insertCount, pageSize, insertRounds, storeInsert, layerInsert, rawInsert, rawInsert / storeInsert, layerInsert / storeInsert))
+// Each round's three runs are close in time: the median of each round's own ratio follows the
+// VM's changes of speed less than ratios of times from different rounds do.
+let pairedWall = median(zip(rawTimes, storeTimes).map { $0 / $1 }), pairedCPU = median(zip(rawCPU, storeCPU).map { $0 / $1 })
+say(String(format: "insert, medians of %d rounds: wall time store %.3f s, C API %.3f s; CPU time store %.3f s, layer %.3f s, C API %.3f s; median of the rounds' speed store ÷ C API: wall time %.2f, CPU time %.2f",
+             insertRounds, median(storeTimes), median(rawTimes), median(storeCPU), median(layerCPU), median(rawCPU), pairedWall, pairedCPU))
 
 // The page query without an index, on the offline store's full table: the store's answer
 // (entities) against the same SQL stepped through in C.

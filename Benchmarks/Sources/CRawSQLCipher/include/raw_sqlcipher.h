@@ -20,9 +20,9 @@ typedef struct {
 /// Opens `path` with `key` (NULL: no key), runs `setup` (pragmas, CREATE TABLE …; may be
 /// NULL), then inserts the rows with `insert` (one `?` per column), committing every
 /// `perTransaction` rows. Returns the seconds the inserts took (setup excluded), or -1 with
-/// the message in `error` (256 bytes).
+/// the message in `error` (256 bytes); `cpuSeconds` gets the process's CPU time during them.
 double raw_insert(const char *path, const char *key, const char *setup, const char *insert, raw_rows rows,
-                  int perTransaction, char *error);
+                  int perTransaction, double *cpuSeconds, char *error);
 
 /// Opens `path` with `key`, runs `setup`, then prepares `query` and steps through every row,
 /// reading every column (as the store reads them: integers, doubles, text). Returns the
