@@ -108,10 +108,13 @@ import Testing
         #expect(result.out.contains("observation results: 3;"), "\(result.out)")
     }
 
-    /// Starts `oodata serve --sample sales --port 0` with `arguments`; its process and V4 and V2 roots.
-    func serve(_ arguments: [String]) async throws -> (process: Process, v4: String, v2: String) {
+    /// Starts `oodata serve --sample sales` with `arguments` on `port` (0: any free one), with
+    /// `environment` added to the test's; its process and V4 and V2 roots.
+    func serve(_ arguments: [String], port: Int = 0, environment: [String: String] = [:]) async throws
+        -> (process: Process, v4: String, v2: String)
+    {
         let tool = try #require(Self.binary, "oodata was not built next to the tests")
-        let started = try await offPool { try Self.serveBlocking(tool, arguments) }
+        let started = try await offPool { try Self.serveBlocking(tool, arguments, port: port, environment: environment) }
         return (started.process.value, started.v4, started.v2)
     }
 
@@ -122,10 +125,13 @@ import Testing
     }
 
     /// Starts the server; its process, V4 and V2 roots, and the store file it printed.
-    static func serveBlocking(_ tool: URL, _ arguments: [String]) throws -> (process: Handed<Process>, v4: String, v2: String, store: String) {
+    static func serveBlocking(_ tool: URL, _ arguments: [String], port: Int = 0, environment: [String: String] = [:]) throws
+        -> (process: Handed<Process>, v4: String, v2: String, store: String)
+    {
         let serve = Process()
         serve.executableURL = tool
-        serve.arguments = ["serve", "--sample", "sales", "--port", "0"] + arguments
+        serve.arguments = ["serve", "--sample", "sales", "--port", "\(port)"] + arguments
+        if !environment.isEmpty { serve.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new } }
         let out = Pipe()
         serve.standardOutput = out
         serve.standardError = FileHandle.nullDevice

@@ -227,8 +227,10 @@ extension ODataService {
                         parts.append(.operation(BatchOperation(message: Self.batchMessage(response))))
                     }
                 }
+                CrashPoint.reach("batch-applied")
                 return (parts, ids)
             }
+            CrashPoint.reach("batch-committed")
             contentIDs = ids
             return parts
         } catch {
