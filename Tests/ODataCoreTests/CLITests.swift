@@ -141,7 +141,10 @@ import Testing
         // Until the last line it prints on start, the store's, is whole.
         func started() -> Bool { printed.range(of: "store: ").map { printed[$0.upperBound...].contains("\n") } ?? false }
         while !started(), Date() < deadline {
-            printed += String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+            let data = out.fileHandleForReading.availableData
+            // End of file: the server ended (a port taken, a bad argument).
+            if data.isEmpty { break }
+            printed += String(decoding: data, as: UTF8.self)
         }
         func root(_ label: String) throws -> String {
             let line = try #require(printed.split(separator: "\n").first { $0.hasPrefix(label) }, "serve printed: \(printed)")
@@ -150,9 +153,10 @@ import Testing
         return (Handed(serve), try root("OData V4: "), try root("OData V2: "), try root("store: "))
     }
 
-    /// Ends a server started by ``serve(_:)``.
+    /// Ends a server started by ``serve(_:port:environment:)`` (one that ended already is not
+    /// signalled: its process number may belong to another process by now).
     func stop(_ process: Process) {
-        kill(process.processIdentifier, SIGKILL)
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
     }
 

@@ -158,7 +158,10 @@ import ODataCore
                                   Int.random(in: 1...12, using: &g), Int.random(in: 1...28, using: &g),
                                   Int.random(in: 0...23, using: &g), Int.random(in: 0...59, using: &g),
                                   Int.random(in: 0...59, using: &g)) + fraction + offset
-            lines.append(#"{"ID":\#(id),"Price":\#(price),"Released":"\#(released)","Name":"n\#(id)"}"#)
+            // ETags and edit links on some rows only: the others must not keep a previous row's.
+            let etag = id % 3 == 0 ? #""@odata.etag":"W/\"\#(id)\"","# : ""
+            let editLink = id % 5 == 0 ? #""@odata.editLink":"Items(\#(id))","# : ""
+            lines.append(#"{\#(etag)\#(editLink)"ID":\#(id),"Price":\#(price),"Released":"\#(released)","Name":"n\#(id)"}"#)
         }
         // The last days of months and years, a leap day and the ends of the range.
         for (offset, released) in ["2024-02-29T23:59:59.9999999-01:00", "2023-12-31T23:30:00+00:00", "0001-01-01T00:00:00+01:00",
@@ -180,7 +183,7 @@ import ODataCore
         #expect(result.written == 406)
         try await byEntities.write { writer in try writer.bulkInsert(entities, into: "Items") }
         let table = StoreSchema.quote(byRows.schema.table(forEntitySet: "Items")?.name ?? "")
-        let sql = "SELECT ID, Name, Price, Released, _type, _etag FROM \(table) ORDER BY ID"
+        let sql = "SELECT ID, Name, Price, Released, Rating, Color, _type, _etag, _editLink, _localID, _isLocal, _pending FROM \(table) ORDER BY ID"
         let expected = try await byEntities.read { reader in try reader.connection.query(sql) }
         #expect(expected.count == 406)
         #expect(try await byRows.read { reader in try reader.connection.query(sql) } == expected)

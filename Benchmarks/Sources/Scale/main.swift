@@ -28,7 +28,11 @@ let environment = ProcessInfo.processInfo.environment
 /// CPU time of the process so far (every thread, user and system), in seconds.
 func cpuSeconds() -> Double {
     var usage = rusage()
+    #if os(Linux)
     getrusage(RUSAGE_SELF.rawValue, &usage)
+    #else
+    getrusage(RUSAGE_SELF, &usage)
+    #endif
     return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 }
 

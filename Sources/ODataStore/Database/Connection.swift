@@ -486,14 +486,18 @@ public final class Statement {
 
     /// Binds NULL at a 1-based position.
     public func bindNull(at position: Int32) throws(DatabaseError) {
-        let status = sqlite3_bind_null(handle, position)
-        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+        try checkBinding(sqlite3_bind_null(handle, position))
     }
 
     /// Binds an integer at a 1-based position.
     public func bind(integer: Int64, at position: Int32) throws(DatabaseError) {
-        let status = sqlite3_bind_int64(handle, position, integer)
-        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+        try checkBinding(sqlite3_bind_int64(handle, position, integer))
+    }
+
+    private func checkBinding(_ status: Int32) throws(DatabaseError) {
+        guard status == SQLITE_OK else {
+            throw Connection.error(connection.handle, status, sql: sql, arguments: arguments)
+        }
     }
 
     /// Binds one value at a 1-based position.

@@ -272,7 +272,8 @@ public enum ValueStorage {
             let negative = d.negative
             // Sign, exponent, digits, and for negatives a terminator.
             bytes.appendBytes(count: 5 + count + (negative ? 1 : 0)) { start in
-                let exponent = negative ? UInt32(clamping: Int64(Int32.max) + 1 - e) : UInt32(clamping: e + Int64(Int32.max) + 1)
+                let bias = Int64(Int32.max) + 1
+                let exponent = negative ? UInt32(clamping: bias - e) : UInt32(clamping: e + bias)
                 start[0] = negative ? 1 : 3
                 start[1] = UInt8(exponent >> 24)
                 start[2] = UInt8(exponent >> 16 & 0xFF)

@@ -14,8 +14,9 @@ struct FlatRowPlan {
         case converted(property: Int)
     }
 
-    /// Bytes per column for a stored form written row by row (a DateTimeOffset takes at most
-    /// 41, a decimal 6 more than its digits); longer forms are copied by SQLite instead.
+    /// Bytes per column for a stored form written row by row (a DateTimeOffset takes 34 to 40
+    /// unless its year has more than six digits once biased, a decimal 5 or 6 more than its
+    /// digits); longer forms are copied by SQLite instead.
     static let slotSize = 64
 
     let bindings: [Binding]
@@ -64,6 +65,14 @@ extension StoreWriter {
     /// cleared) before this returns, and bound again for each row before it is stepped.
     func withRows<R>(of page: FlatCollection, plan: FlatRowPlan, _ body: (FlatRowCursor) throws -> R) throws -> R {
         let slotBytes = max(1, plan.bindings.count) * FlatRowPlan.slotSize
+        // Each row's cells are read without bounds checks below: a page whose arrays do not
+        // match its row count (it is built by the caller) is refused here.
+        guard page.cells.count == page.entityCount * plan.width, page.editLinks.count == page.entityCount else {
+            throw StoreError(
+                .unsupported,
+                "The page has \(page.cells.count) cells and \(page.editLinks.count) edit links for "
+                    + "\(page.entityCount) rows of \(plan.width) properties")
+        }
         return try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: slotBytes) { slots in
             try page.text.withUnsafeBufferPointer { text in
                 try page.cells.withUnsafeBufferPointer { cells in
@@ -115,7 +124,9 @@ extension StoreWriter {
         case .instant(let index) where type == .dateTimeOffset:
             var bytes = ByteSlot(base: slot, capacity: FlatRowPlan.slotSize)
             ValueStorage.appendInstantAndOffset(cursor.page.instants[index], to: &bytes)
-            if !bytes.overflowed { return try statement.bindInPlace(bytes.bytes, start: 0, count: bytes.count, at: position) }
+            if !bytes.overflowed {
+                return try statement.bindInPlace(bytes.bytes, start: 0, count: bytes.count, at: position)
+            }
         case .decimal(let index) where type == .decimal:
             var bytes = ByteSlot(base: slot, capacity: FlatRowPlan.slotSize)
             ValueStorage.appendDecimal(cursor.page.decimals[index], to: &bytes)

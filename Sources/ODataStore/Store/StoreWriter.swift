@@ -120,7 +120,8 @@ public struct StoreWriter {
                     statement.resetKeepingBindings()
                     if etags { try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2) }
                     if editLinks { try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3) }
-                    try bindColumns(of: row, from: cursor, to: statement, at: first, skippingAbsent: true, scratch: &scratch)
+                    try bindColumns(
+                        of: row, from: cursor, to: statement, at: first, skippingAbsent: true, scratch: &scratch)
                     while try statement.step() {}
                 } catch let failure as DatabaseError where failure.code == .constraint {
                     throw Self.conflict(failure, in: table)
