@@ -69,6 +69,16 @@ extension CLITests {
         try await offPool { try self.backendJSON(url).mapValues { "\($0)" } }
     }
 
+    /// Uploads up to three times until the queue is empty (after a kill, the first upload may
+    /// meet a resend's answer or a restarting server); whether it emptied.
+    func uploadUntilDrained(_ store: [String]) async throws -> Bool {
+        for _ in 0..<3 {
+            let upload = try await runOffPool(["offline", "upload"] + store)
+            if upload.out.contains("upload done; the queue is empty") { return true }
+        }
+        return false
+    }
+
     /// Milliseconds `oodata arguments` takes, for choosing kill points within it.
     func millisecondsOffPool(_ arguments: [String]) async throws -> Int {
         let start = Date()
@@ -130,11 +140,7 @@ extension CLITests {
                 continue
             }
             try await runKilledOffPool(["offline", "upload"] + store, afterMilliseconds: Int.random(in: 0...max(1, uploadTime), using: &random))
-            var drained = false
-            for _ in 0..<3 where !drained {
-                let upload = try await runOffPool(["offline", "upload"] + store)
-                drained = upload.out.contains("upload done; the queue is empty")
-            }
+            let drained = try await uploadUntilDrained(store)
             #expect(drained, "upload \(run): the queue did not drain")
             #expect(try await runOffPool(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"), "upload \(run)")
         }

@@ -82,11 +82,7 @@ extension CLITests {
                 _ = try await upload.value
                 try await restart(crashingAt: nil)
             }
-            var drained = false
-            for _ in 0..<3 where !drained {
-                let upload = try await runOffPool(["offline", "upload"] + store)
-                drained = upload.out.contains("upload done; the queue is empty")
-            }
+            let drained = try await uploadUntilDrained(store)
             #expect(drained, "round \(round): the queue did not drain")
             #expect(try await runOffPool(["offline", "errors"] + store).out.contains("the ErrorArchive is empty"), "round \(round)")
         }
