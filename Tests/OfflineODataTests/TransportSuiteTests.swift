@@ -241,6 +241,39 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
         return (Int(UInt16(bigEndian: address.sin_port)), fd)
     }
 
+    /// A backend that stopped (or cut its idle connections) between two requests: the second
+    /// request finds the kept-alive connection first and gets a reset. A read is sent again on a
+    /// new connection and answers; a write is not sent twice by the transport (the upload's
+    /// repeatability IDs make its resend safe, not the transport).
+    @Test(arguments: TransportKind.available)
+    func aReadThatFindsAResetKeptAliveConnectionIsSentAgain(kind: TransportKind) async throws {
+        let server = try ResettingServer(resets: [[1, 2]])
+        defer { server.stop() }
+        let root = "http://127.0.0.1:\(server.port)/"
+        let transport = kind.make()
+        let first = try await transport.send(TransportRequest(method: "GET", url: root + "a"), timeout: 10)
+        #expect(first.status == 200 && first.body == Array("ok".utf8))
+        let second = try await transport.send(TransportRequest(method: "GET", url: root + "b"), timeout: 10)
+        #expect(second.status == 200 && second.body == Array("ok".utf8))
+        // The reset came on the kept-alive connection, and the read went again on a new one.
+        #expect(server.requests == ["1: GET /a", "1: GET /b", "2: GET /b"], "\(server.requests)")
+        #if os(Linux)
+            guard kind == .asyncHTTPClient else { return }
+            let writes = try ResettingServer(resets: [[1, 2]])
+            defer { writes.stop() }
+            let target = "http://127.0.0.1:\(writes.port)/"
+            _ = try await transport.send(TransportRequest(method: "GET", url: target + "a"), timeout: 10)
+            do {
+                let answer = try await transport.send(
+                    TransportRequest(method: "POST", url: target + "w", body: Array("{}".utf8)), timeout: 10)
+                Issue.record("a write whose connection was reset answered \(answer.status)")
+            } catch let error as TransportError {
+                #expect(error.message.contains("127.0.0.1:\(writes.port)"), "\(error.message)")
+            }
+            #expect(writes.requests == ["1: GET /a", "1: POST /w"], "\(writes.requests)")
+        #endif
+    }
+
     @Test(arguments: TransportKind.available)
     func nothingListeningFailsAtOnceAndIsNamed(kind: TransportKind) async throws {
         let (port, socket) = try Self.refusingPort()

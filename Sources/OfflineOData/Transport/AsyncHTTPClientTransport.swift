@@ -59,21 +59,40 @@ public final class AsyncHTTPClientTransport: Transport {
         var underlying: any Error
     }
 
-    /// Sends once; a GET or HEAD whose connection closed before any answer is sent once more,
-    /// on a new connection (as URLSession does): a backend restart drops the kept-alive
-    /// connections, and a read must not fail for that. Writes are never sent twice here.
+    /// How often a GET or HEAD is sent in all when its connection closes before any answer.
+    static let readAttempts = 3
+
+    /// Whether `error`, thrown before any byte of the answer came, says that the connection was
+    /// closed by the other end: cleanly (EOF) or with a reset. A kept-alive connection that a
+    /// stopping backend closed fails this way when a request finds it first: with a reset when
+    /// the request's bytes reach a socket the backend has already closed.
+    static func closedBeforeAnswer(_ error: any Error) -> Bool {
+        if let client = error as? HTTPClientError, client == .remoteConnectionClosed { return true }
+        if let io = error as? IOError { return io.errnoCode == ECONNRESET || io.errnoCode == EPIPE }
+        if let channel = error as? ChannelError {
+            switch channel {
+            case .eof, .ioOnClosedChannel, .outputClosed: return true
+            default: return false
+            }
+        }
+        return false
+    }
+
+    /// Sends once; a GET or HEAD whose connection closed before any answer is sent again, on a
+    /// new connection, up to ``readAttempts`` times in all (URLSession also resends on a reused
+    /// connection that died): a backend restart drops every kept-alive connection of the pool,
+    /// and a read must not fail for that. Writes are never sent twice here.
     private func perform(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
         let idempotent = request.method == "GET" || request.method == "HEAD"
-        do {
-            return try await performOnce(request, timeout: timeout)
-        } catch let closed as ClosedBeforeAnswer {
-            guard idempotent else {
-                throw TransportError(Self.describe(closed.underlying, url: request.url), url: request.url)
-            }
+        var attempt = 1
+        while true {
             do {
                 return try await performOnce(request, timeout: timeout)
-            } catch let again as ClosedBeforeAnswer {
-                throw TransportError(Self.describe(again.underlying, url: request.url), url: request.url)
+            } catch let closed as ClosedBeforeAnswer {
+                guard idempotent, attempt < Self.readAttempts else {
+                    throw TransportError(Self.describe(closed.underlying, url: request.url), url: request.url)
+                }
+                attempt += 1
             }
         }
     }
@@ -102,7 +121,7 @@ public final class AsyncHTTPClientTransport: Transport {
                     let response: HTTPClientResponse
                     do {
                         response = try await client.execute(prepared, deadline: .distantFuture)
-                    } catch let error as HTTPClientError where error == .remoteConnectionClosed {
+                    } catch where Self.closedBeforeAnswer(error) {
                         throw ClosedBeforeAnswer(underlying: error)
                     }
                     activity.touch()

@@ -1,0 +1,131 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A loopback HTTP/1.1 server on plain sockets that answers every request `200 ok` on a kept-alive
+/// connection, except the requests `resets` names by (connection, request on it), both from 1:
+/// it reads those whole, then closes the connection with a reset (`SO_LINGER` 0), as a
+/// backend that stopped between two requests of a kept-alive connection looks to its client.
+final class ResettingServer: @unchecked Sendable {
+    let port: Int
+    private let listener: Int32
+    private let resets: Set<[Int]>
+    private let lock = NSLock()
+    private var seen: [String] = []
+
+    /// What came, in order: "connection: METHOD path".
+    var requests: [String] { lock.withLock { seen } }
+
+    init(resets: Set<[Int]>) throws {
+        self.resets = resets
+        #if canImport(Glibc)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+            let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { throw TransportTestFailure("socket() failed") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
+                bind(fd, generic, length) == 0 && getsockname(fd, generic, &length) == 0 && listen(fd, 16) == 0
+            }
+        }
+        guard bound else {
+            close(fd)
+            throw TransportTestFailure("bind() or listen() failed")
+        }
+        listener = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+        let thread = Thread { [self] in serve() }
+        thread.start()
+    }
+
+    /// Stops accepting; a connection being served ends at its next read.
+    func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    private func serve() {
+        var connection = 0
+        while true {
+            let client = accept(listener, nil, nil)
+            guard client >= 0 else { return }
+            connection += 1
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let number = connection
+            Thread { [self] in answer(client, connection: number) }.start()
+        }
+    }
+
+    private func answer(_ client: Int32, connection: Int) {
+        var buffer: [UInt8] = []
+        var request = 0
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            // One request: its head, then as many body bytes as Content-Length says.
+            var headEnd: Int?
+            while headEnd == nil {
+                if let end = Self.headEnd(buffer) {
+                    headEnd = end
+                    break
+                }
+                let count = recv(client, &chunk, chunk.count, 0)
+                guard count > 0 else {
+                    close(client)
+                    return
+                }
+                buffer.append(contentsOf: chunk[0..<count])
+            }
+            guard let end = headEnd else { return }
+            let head = String(decoding: buffer[0..<end], as: UTF8.self)
+            let lines = head.split(separator: "\r\n")
+            let bodyLength = lines.dropFirst().compactMap { line -> Int? in
+                let parts = line.split(separator: ":", maxSplits: 1)
+                guard parts.count == 2, parts[0].lowercased() == "content-length" else { return nil }
+                return Int(parts[1].trimmingCharacters(in: .whitespaces))
+            }.first ?? 0
+            while buffer.count < end + 4 + bodyLength {
+                let count = recv(client, &chunk, chunk.count, 0)
+                guard count > 0 else {
+                    close(client)
+                    return
+                }
+                buffer.append(contentsOf: chunk[0..<count])
+            }
+            buffer.removeFirst(end + 4 + bodyLength)
+            request += 1
+            let line = lines.first.map { $0.split(separator: " ").prefix(2).joined(separator: " ") } ?? "?"
+            lock.withLock { seen.append("\(connection): \(line)") }
+            if resets.contains([connection, request]) {
+                var option = linger(l_onoff: 1, l_linger: 0)
+                setsockopt(client, SOL_SOCKET, SO_LINGER, &option, socklen_t(MemoryLayout<linger>.size))
+                close(client)
+                return
+            }
+            let answer = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+            #if os(Linux)
+                let flags = Int32(MSG_NOSIGNAL)
+            #else
+                let flags: Int32 = 0
+            #endif
+            _ = Array(answer.utf8).withUnsafeBytes { send(client, $0.baseAddress, $0.count, flags) }
+        }
+    }
+
+    private static func headEnd(_ bytes: [UInt8]) -> Int? {
+        guard bytes.count >= 4 else { return nil }
+        for index in 0...(bytes.count - 4)
+        where bytes[index] == 13 && bytes[index + 1] == 10 && bytes[index + 2] == 13 && bytes[index + 3] == 10 {
+            return index
+        }
+        return nil
+    }
+}
