@@ -107,6 +107,37 @@ import Testing
         #expect(Self.batches(&whole) == [[1, 2, 3], [4]])
     }
 
+    /// The batch size starts at 100, doubles after a full batch answered quickly, up to the
+    /// maximum, stays after an answer between quick and slow or a batch that was not full, and
+    /// halves after a slow answer (down to one request).
+    @Test func theBatchSizeFollowsTheBackendsAnswerTimes() {
+        let requests = (1...2000).map { Self.request(Int64($0), "PATCH", "Products('P\($0)')", #"{"Price":1}"#) }
+        var planner = Self.plan(requests, perBatch: 300)
+        var sizes: [Int] = []
+        // (seconds the batch's answer took) for each batch in turn; slow after 15 s.
+        let times: [Double] = [0.5, 0.5, 0.5, 3, 20, 1, 16, 16, 16, 16, 16, 16, 16, 16, 16, 0.1, 0.1]
+        var turn = 0
+        while let batch = planner.nextBatch(), turn < times.count {
+            sizes.append(batch.requests.count)
+            _ = planner.received(batch.requests.map(Self.ok), for: batch)
+            planner.answered(requests: batch.requests.count, in: times[turn], slowAfter: 15)
+            turn += 1
+        }
+        #expect(sizes == [100, 200, 300, 300, 300, 150, 300, 150, 75, 37, 18, 9, 4, 2, 1, 1, 2], "\(sizes)")
+        // A batch cut short (its entity changed earlier in it, or the queue's end) does not grow it.
+        var short = Self.plan(
+            [
+                Self.request(1, "PATCH", "Products('P1')", #"{"Price":1}"#),
+                Self.request(2, "PATCH", "Products('P1')", #"{"Price":2}"#),
+            ], perBatch: 300)
+        let first = short.nextBatch()
+        #expect(first?.requests.count == 1)
+        short.answered(requests: first?.requests.count ?? 0, in: 0.1, slowAfter: 15)
+        #expect(short.batchSize == 100)
+        // A maximum below 100 is the first batch's size too.
+        #expect(Self.plan(requests, perBatch: 7).batchSize == 7)
+    }
+
     @Test func anEntityChangedByAnEarlierChangeSetOfTheBatchStartsTheNextBatch() {
         // The second change of P1 is checked against the ETag the first one gives it.
         var same = Self.plan([

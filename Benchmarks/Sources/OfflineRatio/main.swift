@@ -403,8 +403,9 @@ if case .count(let n) = try await provider.read("RequestQueue/$count") { queued 
 let batchSize = parameters.maxRequestsPerBatch
 let uploadTime = try await seconds { try await provider.upload() }
 let roundTrips = await transport.counter.requests - before
-print(String(format: "4. upload of %d changes: %d HTTP round trips (goal ⌈%d/%d⌉ = %d), %.2f s", queued, roundTrips, queued, batchSize,
-             (queued + batchSize - 1) / batchSize, uploadTime))
+// Batches start at 100 requests and double while the backend answers quickly, up to the maximum.
+print(String(format: "4. upload of %d changes: %d HTTP round trips (batches of up to %d; at least ⌈%d/%d⌉ = %d), %.2f s",
+             queued, roundTrips, batchSize, queued, batchSize, (queued + batchSize - 1) / batchSize, uploadTime))
 let waited = await transport.counter.batchSeconds - waitedBefore
 print(String(format: "   of which waiting for the $batch answers (server and loopback) %.2f s, the client's own work %.2f s",
              waited, uploadTime - waited))

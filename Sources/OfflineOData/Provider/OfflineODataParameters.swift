@@ -91,8 +91,11 @@ public struct OfflineODataParameters: Sendable {
     public var enableIndividualErrorArchiveDeletion = false
     /// Whether the backend accepts `$batch`; without it the queue is sent request by request.
     public var backendSupportsBatch = true
-    /// Most requests in one `$batch` request.
-    public var maxRequestsPerBatch = 100
+    /// Most requests in one `$batch` request. An upload's first batch holds up to 100; each
+    /// full batch the backend answers within 2 s doubles the next one, up to this maximum, and
+    /// a batch answered in more than a quarter of the timeout halves it. A fast backend so gets
+    /// few large batches, and a slow one batches that stay well within the timeout.
+    public var maxRequestsPerBatch = 1000
     /// Most pages one defining query may take in one download (its next links): a backend
     /// whose links never end fails the download with a clear error instead of running on.
     public var maximumPagesPerQuery = 100_000

@@ -5,7 +5,8 @@ import ODataCore
 ///
 /// It takes the queue after the algorithms, as change-set units (``QueueAlgorithms/units``),
 /// and the entities of requests already in the ErrorArchive. ``nextBatch()`` cuts the next
-/// `$batch`: whole units up to `maxRequestsPerBatch` requests; a unit that changes an entity
+/// `$batch`: whole units up to ``batchSize`` requests (which starts at 100 and follows the
+/// backend's answer times, see ``answered(requests:in:slowAfter:)``); a unit that changes an entity
 /// an earlier unit of the batch changes, that touches what the batch creates or decides, or
 /// (with the transaction builder) a second transaction, starts the next batch; a unit that
 /// depends on a failed request is not sent at all but answered 424 on the spot. For a batch,
@@ -19,6 +20,7 @@ import ODataCore
 struct UploadPlanner: Sendable {
     /// The parameters that shape batches.
     struct Limits: Sendable {
+        /// The most requests one batch may hold, however fast the backend answers.
         var maxRequestsPerBatch: Int
         /// With the transaction builder each transaction's change set starts a new batch.
         var transactionBuilder: Bool
@@ -80,8 +82,16 @@ struct UploadPlanner: Sendable {
         var linkHolders: [Int64: String] = [:]
     }
 
+    /// Requests the first batch of an upload may hold (or the maximum, when that is lower).
+    static let startingBatchSize = 100
+    /// A full batch answered within this many seconds lets the next batch hold twice as many
+    /// requests (up to the maximum).
+    static let quickAnswerSeconds = 2.0
+
     private let units: [[QueueEntry]]
     private let limits: Limits
+    /// The most requests the next batch may hold.
+    private(set) var batchSize: Int
     private var index = 0
     private var cancelled = false
     /// `Set(key)` → the failed request that entity now waits for.
@@ -96,8 +106,23 @@ struct UploadPlanner: Sendable {
     init(units: [[QueueEntry]], failedEntities: [String: Int64], limits: Limits) {
         self.units = units
         self.limits = limits
+        self.batchSize = min(Self.startingBatchSize, max(1, limits.maxRequestsPerBatch))
         self.failedEntities = failedEntities
         self.total = units.reduce(0) { $0 + $1.count }
+    }
+
+    /// Adapts ``batchSize`` to how long the backend took to answer a batch of `requests`
+    /// requests, in seconds. A batch answered in more than `slowAfter` seconds (a quarter of
+    /// the request timeout) halves the size, so that a slow backend's batches stay well within
+    /// the timeout. A full batch answered within ``quickAnswerSeconds`` doubles it, up to
+    /// `maxRequestsPerBatch`: a fast backend gets fewer, larger batches, and the round trips
+    /// saved are most of an upload's time on a fast network. Between the two it stays.
+    mutating func answered(requests: Int, in seconds: Double, slowAfter: Double) {
+        if seconds > slowAfter {
+            batchSize = max(1, batchSize / 2)
+        } else if requests >= batchSize && seconds <= Self.quickAnswerSeconds {
+            batchSize = min(max(1, limits.maxRequestsPerBatch), batchSize * 2)
+        }
     }
 
     /// Whether units are left that no batch has taken (after a cancellation, they stay queued).
@@ -109,7 +134,7 @@ struct UploadPlanner: Sendable {
     /// The next batch; nil when every unit is planned or the plan was cancelled.
     mutating func nextBatch() -> Batch? {
         guard !cancelled, index < units.count else { return nil }
-        // One batch: up to maxRequestsPerBatch requests in whole change sets. An entity
+        // One batch: up to batchSize requests in whole change sets. An entity
         // already changed in this batch by another change set starts the next batch, so
         // that If-Match stays right; with the transaction builder, each transaction's
         // change set starts a new batch too.
@@ -144,7 +169,7 @@ struct UploadPlanner: Sendable {
             let isTransaction = unit.first?.request.options.transactionID != nil
             let changed = Set(unit.filter { $0.kind != .create }.flatMap(\.changed))
             if !batch.isEmpty {
-                if count + unit.count > max(1, limits.maxRequestsPerBatch) { break }
+                if count + unit.count > batchSize { break }
                 if !touched.isDisjoint(with: changed) { break }
                 if limits.transactionBuilder && isTransaction && hasTransaction { break }
                 if unit.contains(where: { !$0.touched.isDisjoint(with: changedHere) }) { break }

@@ -77,7 +77,14 @@ struct Uploader {
                 batches += 1
                 changeSets += batch.units.count
                 do {
+                    let clock = ContinuousClock()
+                    let start = clock.now
                     results += try await send(batch, planner: planner, on: provider)
+                    let elapsed = (clock.now - start).components
+                    planner.answered(
+                        requests: batch.requests.count,
+                        in: Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18,
+                        slowAfter: (parameters.effectiveTimeout ?? URLSessionTransport.defaultTimeout) / 4)
                 } catch let partial as PartlySent {
                     // Requests sent one by one: what the backend answered before the failure is
                     // recorded (never sent again); the failed request and the rest stay queued.
