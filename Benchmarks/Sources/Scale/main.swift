@@ -79,6 +79,48 @@ func resetPeakRSS() {
     try? file.close()
 }
 
+/// Samples this process's resident memory every 2 ms on a thread of its own, split as
+/// `/proc/self/statm` splits it: anonymous (heap, stacks, written data: what the process
+/// itself allocates) and file-backed (the mapped code and read-only data of the binary and its
+/// libraries, clean pages the kernel can drop and read again). `VmHWM` is their sum's peak.
+final class MemorySampler: @unchecked Sendable {
+    private let lock = NSLock()
+    private var running = true
+    private var peakAnonymous = 0
+    private var fileAtPeak = 0
+    private var peakFile = 0
+
+    static func sample() -> (anonymous: Int, file: Int)? {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return nil }
+        let fields = text.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        guard fields.count >= 3 else { return nil }
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        return ((fields[1] - fields[2]) * page, fields[2] * page)
+    }
+
+    init() {
+        Thread { [self] in
+            while lock.withLock({ running }) {
+                if let (anonymous, file) = Self.sample() {
+                    lock.withLock {
+                        if anonymous > peakAnonymous { (peakAnonymous, fileAtPeak) = (anonymous, file) }
+                        peakFile = max(peakFile, file)
+                    }
+                }
+                usleep(2000)
+            }
+        }.start()
+    }
+
+    /// Stops sampling; the peaks in MiB.
+    func stop() -> (anonymous: Double, file: Double) {
+        lock.withLock {
+            running = false
+            return (Double(peakAnonymous) / 1_048_576, Double(peakFile) / 1_048_576)
+        }
+    }
+}
+
 let model = try MetadataParser().parse(ProductModel.metadata)
 if arguments.count > 4, arguments[3] == "serve" {
     // The backend in a child process (so that the parent's memory is the client's alone):
@@ -130,6 +172,9 @@ func changeOnBackend(_ changed: Int, round: Int) async throws {
     let step = max(1, count / changed)
     try await backendStore.write { writer in
         let db = writer.connection
+        // This connection is the benchmark's, not the client's, but lives in the client's
+        // process: a 2 MiB cache, emptied after each change, keeps it out of the client's peaks.
+        _ = try db.execute("PRAGMA cache_size = -2048")
         for index in stride(from: 0, to: step * changed, by: step) {
             // Names stay unique, as the generated ones are (the page below orders by Name).
             let name = "Product number \(index), changed in round \(round)"
@@ -138,6 +183,7 @@ func changeOnBackend(_ changed: Int, round: Int) async throws {
                 "INSERT INTO server_changes (entity_set, key, kind) VALUES ('Products', ?, 'upsert')", [.text("(\(index))")])
         }
     }
+    _ = try await backendStore.write { writer in try writer.connection.execute("PRAGMA shrink_memory") }
 }
 
 // 1. The first open: the baseline of every download.
@@ -147,15 +193,21 @@ parameters.storeEncryptionKey = "bench-key"
 var provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, transport: AsyncHTTPClientTransport())
 try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Products", query: "Products"))
 let rssBeforeOpen = peakRSSMiB()
+let splitBeforeOpen = MemorySampler.sample() ?? (0, 0)
 resetPeakRSS()
+let openSampler = MemorySampler()
 let openTime = try await seconds { try await provider.open() }
 let rssOpen = peakRSSMiB()
+let splitOpen = openSampler.stop()
 guard case .count(let stored) = try await provider.read("Products/$count"), stored == Int64(count) else {
     fatalError("the open did not store every entity")
 }
 let perEntityOpen = openTime / Double(count)
 say(String(format: "first open: %.2f s = %.0f entities/s (%.1f µs per entity); peak RSS of the client during it %.0f MiB (%.0f before)",
              openTime, Double(count) / openTime, perEntityOpen * 1e6, rssOpen, rssBeforeOpen))
+say(String(format: "   of it, sampled every 2 ms: anonymous memory (heap, stacks) peak %.1f MiB (%.1f before the open); mapped files (code, libraries) peak %.1f MiB (%.1f before)",
+             splitOpen.anonymous, Double(splitBeforeOpen.anonymous) / 1_048_576, splitOpen.file,
+             Double(splitBeforeOpen.file) / 1_048_576))
 
 func upserted() async throws -> Int64 {
     guard case .count(let n) = try await provider.read("Products/$count?$filter=sap.upsertedLastDownload()") else { return -1 }
@@ -172,81 +224,87 @@ if let repeatText = environment["PROFILE_DELTA"], let repeats = Int(repeatText) 
     exit(0)
 }
 
-// 2. Deltas.
-// Twice with nothing changed: the first download after the open also opens connections.
-let fractions: [Double] = environment["SKIP_TENTH"] != nil ? [0, 0, 0.001, 0.01] : [0, 0, 0.001, 0.01, 0.1]
-for (index, fraction) in fractions.enumerated() {
-    let changed = Int(Double(count) * fraction)
-    try await changeOnBackend(changed, round: index)
-    let time = try await seconds { try await provider.download() }
-    let marked = try await upserted()
-    check(marked == Int64(changed), "delta of \(changed): \(marked) rows marked upserted")
-    let perEntity = changed > 0 ? String(format: ", %.1f µs per changed entity = %.2f× the open's per entity", time / Double(changed) * 1e6,
-                                         time / Double(changed) / perEntityOpen) : ""
-    say(String(format: "delta, %.1f %% changed (%d entities): %.3f s = %.2f %% of the first open%@",
-                 fraction * 100, changed, time, time / openTime * 100, perEntity))
-}
+// `FULL_ONLY=1`: the full re-download right after the first open, in a process that has done
+// nothing else (the deltas and C API runs before it leave memory that glibc keeps).
+if environment["FULL_ONLY"] == nil {
+    // 2. Deltas.
+    // Twice with nothing changed: the first download after the open also opens connections.
+    let fractions: [Double] = environment["SKIP_TENTH"] != nil ? [0, 0, 0.001, 0.01] : [0, 0, 0.001, 0.01, 0.1]
+    for (index, fraction) in fractions.enumerated() {
+        let changed = Int(Double(count) * fraction)
+        try await changeOnBackend(changed, round: index)
+        let time = try await seconds { try await provider.download() }
+        let marked = try await upserted()
+        check(marked == Int64(changed), "delta of \(changed): \(marked) rows marked upserted")
+        let perEntity = changed > 0 ? String(format: ", %.1f µs per changed entity = %.2f× the open's per entity", time / Double(changed) * 1e6,
+                                             time / Double(changed) / perEntityOpen) : ""
+        say(String(format: "delta, %.1f %% changed (%d entities): %.3f s = %.2f %% of the first open%@",
+                     fraction * 100, changed, time, time / openTime * 100, perEntity))
+    }
 
-// 2b. The same deltas with durable downloads (every commit waits for the disk, as before issue
-//     40), against the default (a download's commits wait for the operating system only), in
-//     alternating rounds on one store: the ratio is the default's time over the durable one's.
-var durableTimes: [Int: [Double]] = [:]
-var redoableTimes: [Int: [Double]] = [:]
-for round in 0..<3 {
-    for durable in [true, false] {
-        await provider.close()
-        var chosen = parameters
-        chosen.durableDownloads = durable
-        provider = OfflineODataProvider(serviceRoot: root, parameters: chosen, transport: AsyncHTTPClientTransport())
-        try await provider.open()
-        for fraction in [0.001, 0.01] {
-            let changed = Int(Double(count) * fraction)
-            try await changeOnBackend(changed, round: 200 + round * 10 + (durable ? 1 : 0) * 5 + (fraction < 0.005 ? 0 : 1))
-            let time = try await seconds { try await provider.download() }
-            check(try await upserted() == Int64(changed), "delta of \(changed): wrong rows marked")
-            if durable { durableTimes[changed, default: []].append(time) } else { redoableTimes[changed, default: []].append(time) }
+    // 2b. The same deltas with durable downloads (every commit waits for the disk, as before issue
+    //     40), against the default (a download's commits wait for the operating system only), in
+    //     alternating rounds on one store: the ratio is the default's time over the durable one's.
+    var durableTimes: [Int: [Double]] = [:]
+    var redoableTimes: [Int: [Double]] = [:]
+    for round in 0..<3 {
+        for durable in [true, false] {
+            await provider.close()
+            var chosen = parameters
+            chosen.durableDownloads = durable
+            provider = OfflineODataProvider(serviceRoot: root, parameters: chosen, transport: AsyncHTTPClientTransport())
+            try await provider.open()
+            for fraction in [0.001, 0.01] {
+                let changed = Int(Double(count) * fraction)
+                try await changeOnBackend(changed, round: 200 + round * 10 + (durable ? 1 : 0) * 5 + (fraction < 0.005 ? 0 : 1))
+                let time = try await seconds { try await provider.download() }
+                check(try await upserted() == Int64(changed), "delta of \(changed): wrong rows marked")
+                if durable { durableTimes[changed, default: []].append(time) } else { redoableTimes[changed, default: []].append(time) }
+            }
         }
     }
-}
-for changed in durableTimes.keys.sorted() {
-    let durable = durableTimes[changed] ?? []
-    let redoable = redoableTimes[changed] ?? []
-    let best = (durable.min() ?? 0, redoable.min() ?? 0)
-    say(String(format: "delta of %d: durable downloads %.3f s (best of %d), default %.3f s = %.2f× the durable time; %.1f µs per changed entity = %.2f× the open's",
-                 changed, best.0, durable.count, best.1, best.1 / best.0, best.1 / Double(changed) * 1e6,
-                 best.1 / Double(changed) / perEntityOpen))
-}
-await provider.close()
-
-// 2c. The physical limit of a delta's apply: the same rows (every 100th or 1,000th key, as
-//     `changeOnBackend` picks them) given a new name through the C API in one transaction on
-//     the client's store file, as a download's apply commits (WAL, `synchronous = NORMAL`, a
-//     16 MiB cache). No fetch, no staging, no comparison: only the page work SQLite must do.
-//     On a copy: the sections below compare the client's store with the backend.
-let deltaPragmas = "PRAGMA cipher_page_size = 4096; PRAGMA cache_size = -16384; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-let rawCopy = directory.appendingPathComponent("raw-delta.sqlite").path
-for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: parameters.storeFile + suffix) {
-    try? FileManager.default.removeItem(atPath: rawCopy + suffix)
-    try FileManager.default.copyItem(atPath: parameters.storeFile + suffix, toPath: rawCopy + suffix)
-}
-for fraction in [0.001, 0.01] {
-    let changed = Int(Double(count) * fraction)
-    var best = Double.infinity
-    for round in 0..<3 {
-        var rawError = [CChar](repeating: 0, count: 256)
-        let time = raw_update(
-            rawCopy, parameters.storeEncryptionKey, deltaPragmas,
-            "UPDATE \"es_Products\" SET \"Name\" = ? WHERE \"ID\" = ?", 0, Int64(max(1, count / changed)),
-            Int32(changed), Int32(round), &rawError)
-        check(time >= 0, "raw update: \(String(decoding: rawError.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
-        best = min(best, time)
+    for changed in durableTimes.keys.sorted() {
+        let durable = durableTimes[changed] ?? []
+        let redoable = redoableTimes[changed] ?? []
+        let best = (durable.min() ?? 0, redoable.min() ?? 0)
+        say(String(format: "delta of %d: durable downloads %.3f s (best of %d), default %.3f s = %.2f× the durable time; %.1f µs per changed entity = %.2f× the open's",
+                     changed, best.0, durable.count, best.1, best.1 / best.0, best.1 / Double(changed) * 1e6,
+                     best.1 / Double(changed) / perEntityOpen))
     }
-    let store = redoableTimes[changed]?.min() ?? 0
-    say(String(format: "delta of %d through the C API (UPDATE by key, one transaction, best of 3): %.3f s = %.1f µs per row = %.2f× the open's per entity; the store's delta (fetch, staging, apply) ÷ this: %.2f×",
-                 changed, best, best / Double(changed) * 1e6, best / Double(changed) / perEntityOpen, store / best))
+    await provider.close()
+
+    // 2c. The physical limit of a delta's apply: the same rows (every 100th or 1,000th key, as
+    //     `changeOnBackend` picks them) given a new name through the C API in one transaction on
+    //     the client's store file, as a download's apply commits (WAL, `synchronous = NORMAL`, a
+    //     16 MiB cache). No fetch, no staging, no comparison: only the page work SQLite must do.
+    //     On a copy: the sections below compare the client's store with the backend.
+    let deltaPragmas = "PRAGMA cipher_page_size = 4096; PRAGMA cache_size = -16384; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+    let rawCopy = directory.appendingPathComponent("raw-delta.sqlite").path
+    for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: parameters.storeFile + suffix) {
+        try? FileManager.default.removeItem(atPath: rawCopy + suffix)
+        try FileManager.default.copyItem(atPath: parameters.storeFile + suffix, toPath: rawCopy + suffix)
+    }
+    for fraction in [0.001, 0.01] {
+        let changed = Int(Double(count) * fraction)
+        var best = Double.infinity
+        for round in 0..<3 {
+            var rawError = [CChar](repeating: 0, count: 256)
+            let time = raw_update(
+                rawCopy, parameters.storeEncryptionKey, deltaPragmas,
+                "UPDATE \"es_Products\" SET \"Name\" = ? WHERE \"ID\" = ?", 0, Int64(max(1, count / changed)),
+                Int32(changed), Int32(round), &rawError)
+            check(time >= 0, "raw update: \(String(decoding: rawError.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+            best = min(best, time)
+        }
+        let store = redoableTimes[changed]?.min() ?? 0
+        say(String(format: "delta of %d through the C API (UPDATE by key, one transaction, best of 3): %.3f s = %.1f µs per row = %.2f× the open's per entity; the store's delta (fetch, staging, apply) ÷ this: %.2f×",
+                     changed, best, best / Double(changed) * 1e6, best / Double(changed) / perEntityOpen, store / best))
+    }
 }
-provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, transport: AsyncHTTPClientTransport())
-try await provider.open()
+if environment["FULL_ONLY"] == nil {
+    provider = OfflineODataProvider(serviceRoot: root, parameters: parameters, transport: AsyncHTTPClientTransport())
+    try await provider.open()
+}
 
 // 3. A full read (the delta link expired, or a backend without change tracking), 1 % changed.
 let second = try await Store.open(path: parameters.storeFile, key: parameters.storeEncryptionKey)
@@ -254,12 +312,21 @@ let fullChanged = max(1, count / 100)
 try await changeOnBackend(fullChanged, round: 99)
 _ = try await second.write { writer in try writer.connection.execute("UPDATE oo_defining SET delta_link = NULL") }
 let rssBeforeFull = peakRSSMiB()
+let splitBeforeFull = MemorySampler.sample() ?? (0, 0)
 resetPeakRSS()
+let fullSampler = MemorySampler()
 let fullTime = try await seconds { try await provider.download() }
+let splitFull = fullSampler.stop()
+// Before the count below, which fills a reader's page cache.
+let rssFull = peakRSSMiB()
 let fullMarked = try await upserted()
 check(fullMarked == Int64(fullChanged), "full read: \(fullMarked) rows marked upserted, \(fullChanged) changed")
 say(String(format: "full re-download, 1 %% changed (%d entities): %.2f s = %.2f× the first open; peak RSS of the client during it %.0f MiB (peak before it %.0f MiB)",
-             fullChanged, fullTime, fullTime / openTime, peakRSSMiB(), rssBeforeFull))
+             fullChanged, fullTime, fullTime / openTime, rssFull, rssBeforeFull))
+say(String(format: "   of it, sampled every 2 ms: anonymous memory peak %.1f MiB (%.1f before it); mapped files peak %.1f MiB (%.1f before)",
+             splitFull.anonymous, Double(splitBeforeFull.anonymous) / 1_048_576, splitFull.file,
+             Double(splitBeforeFull.file) / 1_048_576))
+if environment["FULL_ONLY"] != nil { exit(0) }
 
 // 4. A filtered, ordered page, without and with a declared index (best of 5 each).
 let pageQuery = "Products?$filter=Quantity gt 2500 and Rating ge 2.5&$orderby=Name desc&$top=50"
