@@ -25,6 +25,10 @@ extension Substring {
 }
 
 extension String {
+    /// Whether `needle` occurs, compared byte by byte (see ``firstByteRange(of:)``): on Linux
+    /// `contains(_:)` with a string goes through Foundation's search.
+    public func containsBytes(_ needle: String) -> Bool { firstByteRange(of: needle) != nil }
+
     /// Where `needle` first occurs, compared byte by byte on the UTF-8 (no Unicode rules; the
     /// generic `firstRange(of:)` and Foundation's `range(of:)` both showed in the profile of
     /// every `$batch` part).

@@ -202,7 +202,7 @@ struct RequestQueue {
         // its answer may bring (the create of the same batch, advanced here after it, would
         // otherwise put the create's older ETag back).
         let path = request.url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.url
-        if path.hasSuffix("/$ref") || path.contains("/$links/") {
+        if path.hasSuffix("/$ref") || path.containsBytes("/$links/") {
             if let etag { try renewKeptETag(etag, in: entitySet, predicate: predicate) }
             return
         }

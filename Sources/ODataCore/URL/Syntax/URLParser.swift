@@ -194,8 +194,11 @@ public struct URLParser: Sendable {
             throw parser.fail("A name must not end with '.'", code: .unexpectedCharacter)
         }
         var result: [PathSegment] = []
+        // Byte by byte: `String.contains(_:)` with a string goes through Foundation's search,
+        // the parser's largest cost per segment.
+        let qualified = name.utf8.contains(UInt8(ascii: "."))
         if parser.atEnd {
-            let kind: PathSegment.Kind = name.contains(".") ? .typeCast(name) : .unresolved(name)
+            let kind: PathSegment.Kind = qualified ? .typeCast(name) : .unresolved(name)
             return [PathSegment(kind, offset: rawOffset)]
         }
         guard parser.peek() == UInt8(ascii: "(") else {
@@ -206,12 +209,12 @@ public struct URLParser: Sendable {
         }
         // Parenthesized groups: function arguments and/or key predicates.
         let groupStart = parser.i
-        let isFunctionLike = looksLikeArguments(b, from: groupStart) || (name.contains(".") && looksNamed(b, from: groupStart))
+        let isFunctionLike = looksLikeArguments(b, from: groupStart) || (qualified && looksNamed(b, from: groupStart))
         if isFunctionLike {
             let arguments = try parser.parseNamedArguments()
-            result.append(PathSegment(name.contains(".") ? .function(name, arguments) : .functionImport(name, arguments), offset: rawOffset))
+            result.append(PathSegment(qualified ? .function(name, arguments) : .functionImport(name, arguments), offset: rawOffset))
         } else {
-            result.append(PathSegment(name.contains(".") ? .typeCast(name) : .unresolved(name), offset: rawOffset))
+            result.append(PathSegment(qualified ? .typeCast(name) : .unresolved(name), offset: rawOffset))
             let keys = try parser.parseKeyPredicate()
             result.append(PathSegment(.key(keys), offset: rawOffset + groupStart))
         }
