@@ -169,6 +169,8 @@ public struct Model: Sendable, Hashable, Codable {
 
     /// The base-type chain of an entity type, starting with the type itself.
     public func entityTypeChain(_ type: EntityType) -> [EntityType] {
+        // Most types have no base type: no set of visited names to hash.
+        guard type.baseType != nil else { return [type] }
         var chain = [type]
         var seen: Set<String> = [type.qualifiedName]
         var current = type
@@ -182,6 +184,8 @@ public struct Model: Sendable, Hashable, Codable {
 
     /// The base-type chain of a complex type, starting with the type itself.
     public func complexTypeChain(_ type: ComplexType) -> [ComplexType] {
+        // Most types have no base type: no set of visited names to hash.
+        guard type.baseType != nil else { return [type] }
         var chain = [type]
         var seen: Set<String> = [type.qualifiedName]
         var current = type
@@ -221,13 +225,38 @@ public struct Model: Sendable, Hashable, Codable {
     }
 
     /// The structural property with this name on a structured type or its base types.
+    /// The first match in the order of ``allProperties(ofStructuredType:)``, found without
+    /// building that list (a lookup per key value of every request and row).
     public func property(_ name: String, ofStructuredType qualifiedName: String) -> Property? {
-        allProperties(ofStructuredType: qualifiedName).first { $0.name == name }
+        if let entity = entityType(qualifiedName) {
+            for type in entityTypeChain(entity).reversed() {
+                if let found = type.properties.first(where: { $0.name == name }) { return found }
+            }
+            return nil
+        }
+        if let complex = complexType(qualifiedName) {
+            for type in complexTypeChain(complex).reversed() {
+                if let found = type.properties.first(where: { $0.name == name }) { return found }
+            }
+        }
+        return nil
     }
 
-    /// The navigation property with this name on a structured type or its base types.
+    /// The navigation property with this name on a structured type or its base types (the
+    /// first match in the order of ``allNavigationProperties(ofStructuredType:)``).
     public func navigationProperty(_ name: String, ofStructuredType qualifiedName: String) -> NavigationProperty? {
-        allNavigationProperties(ofStructuredType: qualifiedName).first { $0.name == name }
+        if let entity = entityType(qualifiedName) {
+            for type in entityTypeChain(entity).reversed() {
+                if let found = type.navigationProperties.first(where: { $0.name == name }) { return found }
+            }
+            return nil
+        }
+        if let complex = complexType(qualifiedName) {
+            for type in complexTypeChain(complex).reversed() {
+                if let found = type.navigationProperties.first(where: { $0.name == name }) { return found }
+            }
+        }
+        return nil
     }
 
     /// True if `derived` is `base` or inherits from it (entity or complex types).
