@@ -26,6 +26,33 @@ final class TemporaryDirectory {
         #expect(try db.statement("SELECT 1") === db.statement("SELECT 1"))
     }
 
+    /// A range outside the buffer is refused before SQLite sees a pointer, and named as text
+    /// or blob as it was bound.
+    @Test func bytesBoundInPlaceAreCheckedAgainstTheirBuffer() throws {
+        let dir = TemporaryDirectory()
+        let db = try Connection(path: dir.path("t.sqlite"))
+        try db.execute("CREATE TABLE t (s TEXT, b BLOB)")
+        let bytes: [UInt8] = Array("abcdef".utf8)
+        let statement = try db.statement("INSERT INTO t VALUES (?, ?)")
+        try bytes.withUnsafeBufferPointer { buffer in
+            try statement.bindInPlace(buffer, start: 1, count: 3, at: 1)
+            try statement.bindInPlace(buffer, start: 4, count: 2, asBlob: true, at: 2)
+            _ = try statement.step()
+            statement.reset()
+            for (blob, start, count) in [(false, 4, 3), (true, -1, 2), (true, 0, 7)] {
+                do {
+                    try statement.bindInPlace(buffer, start: start, count: count, asBlob: blob, at: blob ? 2 : 1)
+                    Issue.record("\(start)..<\(start + count) of 6 bytes was bound")
+                } catch let error as DatabaseError {
+                    #expect(error.code == .misuse)
+                    #expect(error.message.hasPrefix(blob ? "Blob " : "Text "), "\(error.message)")
+                    #expect(error.message.contains("outside its buffer of 6 bytes"), "\(error.message)")
+                }
+            }
+        }
+        #expect(try db.query("SELECT s, b FROM t") == [[.text("bcd"), .blob(Array("ef".utf8))]])
+    }
+
     @Test func errorsCarryCodeMessageAndSQLButHideValues() throws {
         let dir = TemporaryDirectory()
         let db = try Connection(path: dir.path("t.sqlite"))

@@ -468,7 +468,10 @@ public final class Statement {
         _ buffer: UnsafeBufferPointer<UInt8>, start: Int, count: Int, asBlob blob: Bool = false, at position: Int32
     ) throws(DatabaseError) {
         guard start >= 0, count >= 0, start + count <= buffer.count else {
-            throw DatabaseError(.misuse, message: "Text \(start)..<\(start + count) is outside its buffer of \(buffer.count) bytes", sql: sql)
+            throw DatabaseError(
+                .misuse,
+                message: "\(blob ? "Blob" : "Text") \(start)..<\(start + count) is outside its buffer of \(buffer.count) bytes",
+                sql: sql)
         }
         let status: Int32
         if count == 0 || buffer.baseAddress == nil {
