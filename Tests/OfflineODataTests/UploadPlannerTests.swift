@@ -138,6 +138,21 @@ import Testing
         #expect(Self.plan(requests, perBatch: 7).batchSize == 7)
     }
 
+    /// Large bodies end a batch before its count does (about 4 MiB each); a change set larger
+    /// than that goes alone, whole.
+    @Test func largeBodiesEndABatchByItsBytes() {
+        let text = String(repeating: "x", count: 1_500_000)
+        var requests = (1...5).map {
+            Self.request(Int64($0), "PATCH", "Products('P\($0)')", #"{"Name":"\#(text)"}"#)
+        }
+        requests.append(Self.request(6, "PATCH", "Products('P6')", #"{"Price":1}"#))
+        let huge = String(repeating: "y", count: 5_000_000)
+        requests.append(Self.request(7, "PATCH", "Products('P7')", #"{"Name":"\#(huge)"}"#))
+        requests.append(Self.request(8, "PATCH", "Products('P8')", #"{"Price":2}"#))
+        var planner = Self.plan(requests, perBatch: 1000)
+        #expect(Self.batches(&planner) == [[1, 2], [3, 4], [5, 6], [7], [8]])
+    }
+
     @Test func anEntityChangedByAnEarlierChangeSetOfTheBatchStartsTheNextBatch() {
         // The second change of P1 is checked against the ETag the first one gives it.
         var same = Self.plan([

@@ -94,7 +94,8 @@ public struct OfflineODataParameters: Sendable {
     /// Most requests in one `$batch` request. An upload's first batch holds up to 100; each
     /// full batch the backend answers within 2 s doubles the next one, up to this maximum, and
     /// a batch answered in more than a quarter of the timeout halves it. A fast backend so gets
-    /// few large batches, and a slow one batches that stay well within the timeout.
+    /// few large batches, and a slow one batches that stay well within the timeout. A batch
+    /// also ends at about 4 MiB of requests (a larger change set goes alone).
     public var maxRequestsPerBatch = 1000
     /// Most pages one defining query may take in one download (its next links): a backend
     /// whose links never end fails the download with a clear error instead of running on.

@@ -6,7 +6,8 @@ import ODataCore
 /// It takes the queue after the algorithms, as change-set units (``QueueAlgorithms/units``),
 /// and the entities of requests already in the ErrorArchive. ``nextBatch()`` cuts the next
 /// `$batch`: whole units up to ``batchSize`` requests (which starts at 100 and follows the
-/// backend's answer times, see ``answered(requests:in:slowAfter:)``); a unit that changes an entity
+/// backend's answer times, see ``answered(requests:in:slowAfter:)``) and ``batchBytesLimit``
+/// bytes; a unit that changes an entity
 /// an earlier unit of the batch changes, that touches what the batch creates or decides, or
 /// (with the transaction builder) a second transaction, starts the next batch; a unit that
 /// depends on a failed request is not sent at all but answered 424 on the spot. For a batch,
@@ -87,6 +88,11 @@ struct UploadPlanner: Sendable {
     /// A full batch answered within this many seconds lets the next batch hold twice as many
     /// requests (up to the maximum).
     static let quickAnswerSeconds = 2.0
+    /// The most bytes of requests (bodies, URLs and about 512 bytes of headers and delimiters
+    /// each) a batch takes, unless its first change set alone is larger: a thousand requests
+    /// with large bodies stay under the request size backends accept (16 MiB for the
+    /// reference server), and one lost answer costs little to send again.
+    static let batchBytesLimit = 4 << 20
 
     private let units: [[QueueEntry]]
     private let limits: Limits
@@ -148,6 +154,7 @@ struct UploadPlanner: Sendable {
         // names) out of the deep insert's batch.
         var changedHere: Set<String> = []
         var count = 0
+        var bytes = 0
         var hasTransaction = false
         while index < units.count {
             let unit = units[index]
@@ -168,14 +175,17 @@ struct UploadPlanner: Sendable {
             }
             let isTransaction = unit.first?.request.options.transactionID != nil
             let changed = Set(unit.filter { $0.kind != .create }.flatMap(\.changed))
+            let unitBytes = unit.reduce(0) { $0 + $1.request.body.count + $1.request.url.utf8.count + 512 }
             if !batch.isEmpty {
                 if count + unit.count > batchSize { break }
+                if bytes + unitBytes > Self.batchBytesLimit { break }
                 if !touched.isDisjoint(with: changed) { break }
                 if limits.transactionBuilder && isTransaction && hasTransaction { break }
                 if unit.contains(where: { !$0.touched.isDisjoint(with: changedHere) }) { break }
             }
             batch.append(unit)
             count += unit.count
+            bytes += unitBytes
             touched.formUnion(changed)
             for entry in unit { changedHere.formUnion(entry.produced) }
             hasTransaction = hasTransaction || isTransaction
