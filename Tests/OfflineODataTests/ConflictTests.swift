@@ -315,10 +315,15 @@ import Testing
             return
         }
         // The first delayed resend is applied meanwhile (within 30 s).
+        var applied = false
         for _ in 0..<300 {
-            if case .integer(let now)? = try await changes(), now > first { break }
+            if case .integer(let now)? = try await changes(), now > first {
+                applied = true
+                break
+            }
             try await Task.sleep(nanoseconds: 100_000_000)
         }
+        #expect(applied, "the delayed resend was not applied within 30 s")
         try await provider.upload()
         guard case .integer(let after)? = try await changes() else {
             Issue.record("no change history")

@@ -14,6 +14,7 @@ final class ResettingServer: @unchecked Sendable {
     private let resets: Set<[Int]>
     private let lock = NSLock()
     private var seen: [String] = []
+    private var stopped = false
 
     /// What came, in order: "connection: METHOD path".
     var requests: [String] { lock.withLock { seen } }
@@ -48,16 +49,29 @@ final class ResettingServer: @unchecked Sendable {
 
     /// Stops accepting; a connection being served ends at its next read.
     func stop() {
+        // Closed once, and never accepted on after: the number may soon be another socket's.
+        guard lock.withLock({ () -> Bool in
+            defer { stopped = true }
+            return !stopped
+        }) else { return }
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
     }
 
     private func serve() {
         var connection = 0
-        while true {
+        while !lock.withLock({ stopped }) {
             let client = accept(listener, nil, nil)
             guard client >= 0 else { return }
+            if lock.withLock({ stopped }) {
+                close(client)
+                return
+            }
             connection += 1
+            #if !os(Linux)
+                var noSignal: Int32 = 1
+                setsockopt(client, SOL_SOCKET, SO_NOSIGPIPE, &noSignal, socklen_t(MemoryLayout<Int32>.size))
+            #endif
             var timeout = timeval(tv_sec: 10, tv_usec: 0)
             setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
             let number = connection

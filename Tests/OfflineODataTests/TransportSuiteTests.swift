@@ -259,6 +259,22 @@ enum TransportKind: String, CaseIterable, CustomTestStringConvertible, Sendable 
         #expect(server.requests == ["1: GET /a", "1: GET /b", "2: GET /b"], "\(server.requests)")
         #if os(Linux)
             guard kind == .asyncHTTPClient else { return }
+            // AsyncHTTPClient's transport: the third send answers; a fourth is never made.
+            let third = try ResettingServer(resets: [[1, 2], [2, 1]])
+            defer { third.stop() }
+            let thirdRoot = "http://127.0.0.1:\(third.port)/"
+            _ = try await transport.send(TransportRequest(method: "GET", url: thirdRoot + "a"), timeout: 10)
+            let answered = try await transport.send(TransportRequest(method: "GET", url: thirdRoot + "b"), timeout: 10)
+            #expect(answered.status == 200)
+            #expect(third.requests == ["1: GET /a", "1: GET /b", "2: GET /b", "3: GET /b"], "\(third.requests)")
+            let never = try ResettingServer(resets: [[1, 2], [2, 1], [3, 1]])
+            defer { never.stop() }
+            let neverRoot = "http://127.0.0.1:\(never.port)/"
+            _ = try await transport.send(TransportRequest(method: "GET", url: neverRoot + "a"), timeout: 10)
+            await #expect(throws: TransportError.self) {
+                _ = try await transport.send(TransportRequest(method: "GET", url: neverRoot + "b"), timeout: 10)
+            }
+            #expect(never.requests == ["1: GET /a", "1: GET /b", "2: GET /b", "3: GET /b"], "\(never.requests)")
             let writes = try ResettingServer(resets: [[1, 2]])
             defer { writes.stop() }
             let target = "http://127.0.0.1:\(writes.port)/"

@@ -87,7 +87,6 @@ final class MemorySampler: @unchecked Sendable {
     private let lock = NSLock()
     private var running = true
     private var peakAnonymous = 0
-    private var fileAtPeak = 0
     private var peakFile = 0
 
     static func sample() -> (anonymous: Int, file: Int)? {
@@ -103,7 +102,7 @@ final class MemorySampler: @unchecked Sendable {
             while lock.withLock({ running }) {
                 if let (anonymous, file) = Self.sample() {
                     lock.withLock {
-                        if anonymous > peakAnonymous { (peakAnonymous, fileAtPeak) = (anonymous, file) }
+                        peakAnonymous = max(peakAnonymous, anonymous)
                         peakFile = max(peakFile, file)
                     }
                 }

@@ -470,7 +470,8 @@ public final class Statement {
         guard start >= 0, count >= 0, start + count <= buffer.count else {
             throw DatabaseError(
                 .misuse,
-                message: "\(blob ? "Blob" : "Text") \(start)..<\(start + count) is outside its buffer of \(buffer.count) bytes",
+                message: "\(blob ? "Blob" : "Text") \(start)..<\(start + count) is outside its buffer of "
+                    + "\(buffer.count) bytes",
                 sql: sql)
         }
         let status: Int32

@@ -92,7 +92,8 @@ public struct OfflineODataParameters: Sendable {
     /// Whether the backend accepts `$batch`; without it the queue is sent request by request.
     public var backendSupportsBatch = true
     /// Most requests in one `$batch` request. An upload's first batch holds up to 100; each
-    /// full batch the backend answers within 2 s doubles the next one, up to this maximum, and
+    /// full batch the backend answers within 2 s (or a quarter of the timeout, when that is
+    /// less) doubles the next one, up to this maximum, and
     /// a batch answered in more than a quarter of the timeout halves it. A fast backend so gets
     /// few large batches, and a slow one batches that stay well within the timeout. A batch
     /// also ends at about 4 MiB of requests (a larger change set goes alone).

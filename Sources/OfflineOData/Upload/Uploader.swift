@@ -77,14 +77,16 @@ struct Uploader {
                 batches += 1
                 changeSets += batch.units.count
                 do {
-                    let clock = ContinuousClock()
-                    let start = clock.now
-                    results += try await send(batch, planner: planner, on: provider)
-                    let elapsed = (clock.now - start).components
-                    planner.answered(
-                        requests: batch.requests.count,
-                        in: Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18,
-                        slowAfter: (parameters.effectiveTimeout ?? URLSessionTransport.defaultTimeout) / 4)
+                    let sent = try await send(batch, planner: planner, on: provider)
+                    results += sent.results
+                    // The batch's size follows how long the backend took over the `$batch`
+                    // exchange (not the client's own work around it), for the requests it
+                    // answered (fewer when it stopped at a failure).
+                    if let seconds = sent.exchangeSeconds {
+                        planner.answered(
+                            requests: sent.results.count, in: seconds,
+                            slowAfter: (parameters.effectiveTimeout ?? URLSessionTransport.defaultTimeout) / 4)
+                    }
                 } catch let partial as PartlySent {
                     // Requests sent one by one: what the backend answered before the failure is
                     // recorded (never sent again); the failed request and the rest stay queued.
@@ -196,10 +198,11 @@ struct Uploader {
     }
 
     /// Sends one batch, one change set per unit (or, without `$batch`, each request) and
-    /// returns each request's answer.
+    /// returns each request's answer, with the seconds the `$batch` exchange took (nil when the
+    /// requests went one by one).
     func send(
         _ batch: UploadPlanner.Batch, planner: UploadPlanner, on provider: isolated OfflineODataProvider
-    ) async throws -> [SentResult] {
+    ) async throws -> (results: [SentResult], exchangeSeconds: Double?) {
         let requests = batch.requests
         let now = UploadPlanner.httpDate()
         let root = serviceRoot
@@ -240,17 +243,20 @@ struct Uploader {
             })
         let messages = planner.messages(for: batch, context: context)
         if !parameters.backendSupportsBatch {
-            return try await sendOneByOne(requests, messages: messages, on: provider)
+            return (try await sendOneByOne(requests, messages: messages, on: provider), nil)
         }
         let multipart = planner.multipart(for: batch, messages: messages)
         var headers = ["Content-Type": multipart.contentType]
         if !model.version.isLegacy { headers["Prefer"] = "odata.continue-on-error" }
         let body = multipart.write()
+        let clock = ContinuousClock()
+        let start = clock.now
         let response = try await provider.withServerProgress(progress) { operation in
             var sent = headers
             if let operation { sent["OOData-Operation"] = operation }
             return try await provider.send(method: "POST", url: "$batch", headers: sent, body: body)
         }
+        let exchange = (clock.now - start).components
         provider.report(progress, .sendingDataToServer, ["sentBytes": "\(provider.bytesSent)"])
         provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
         guard response.status < 400 else {
@@ -274,7 +280,7 @@ struct Uploader {
         }
         let results = planner.results(of: answer, for: batch)
         warnIfRepeatsAreNotRecognized(results, on: provider)
-        return results
+        return (results, Double(exchange.seconds) + Double(exchange.attoseconds) / 1e18)
     }
 
     /// A request sent again (its first answer was lost) relies on the backend recognizing the
