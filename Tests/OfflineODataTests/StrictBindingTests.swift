@@ -53,6 +53,11 @@ import Testing
                         let path = set.name + "(" + literal + ")"
                         let full = Keys.parseFully(path, model: model)
                         checked += 1
+                        // The write path's target: its quick form is the full one's.
+                        let target = (try? LocalChange.parseTarget(path, model: model, serviceRoot: "")).map(Self.text)
+                        let fullTarget = (try? LocalChange.parseTargetFully(path, model: model, serviceRoot: ""))
+                            .map(Self.text)
+                        #expect(target == fullTarget, "\(name): \(path)")
                         guard let simple = model.simpleEntityKey(path) else { continue }
                         quick += 1
                         // Compared as written (NaN is not equal to itself).
@@ -64,6 +69,12 @@ import Testing
         }
         // The quick path answers the usual forms; the others went to the full parser.
         #expect(checked > 10_000 && quick > 500, "\(quick) of \(checked) answered by the quick path")
+    }
+
+    /// A write target as comparable text (NaN keys are not equal to themselves).
+    static func text(_ target: WriteTarget) -> String {
+        "\(target.entitySet) \(target.key.map { "\($0)" } ?? "-") \(target.navigation ?? "-") "
+            + "\(target.navigationKey.map { "\($0)" } ?? "-") \(target.isRef) \(target.isValue)"
     }
     /// A GET straight to the server: status and body text.
     static func get(_ fixture: Fixture, v2: Bool, _ url: String) async throws -> (status: Int, body: String) {

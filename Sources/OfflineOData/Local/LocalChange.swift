@@ -42,6 +42,19 @@ struct LocalChange: Sendable {
 /// Reading request strings and queued requests as local changes (no I/O).
 extension LocalChange {
     static func parseTarget(_ url: String, model: Model, serviceRoot: String) throws -> WriteTarget {
+        // `Set(key)` with a single-property key, the URL of most changes: read without the URL
+        // parser and path resolver, to the same values (``Model/simpleEntityKey(_:)``). Every
+        // other form, and the system sets, take the full path below.
+        if let simple = model.simpleEntityKey(url), !LocalSchema.systemSets.contains(simple.entitySet) {
+            var target = WriteTarget(entitySet: simple.entitySet)
+            target.key = simple.key
+            return target
+        }
+        return try parseTargetFully(url, model: model, serviceRoot: serviceRoot)
+    }
+
+    /// ``parseTarget(_:model:serviceRoot:)`` through the URL parser and path resolver.
+    static func parseTargetFully(_ url: String, model: Model, serviceRoot: String) throws -> WriteTarget {
         let (parsed, resolved) = try Keys.resolve(url, model: model, what: "request URL")
         guard case .entitySet(let set)? = resolved.path.segments.first?.kind else {
             if case .functionImport(let name, _)? = resolved.path.segments.first?.kind {
