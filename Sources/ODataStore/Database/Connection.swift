@@ -458,7 +458,7 @@ public final class Statement {
                 return sqlite3_bind_text(handle, position, base, count, csqlcipher_transient())
             }
         }
-        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+        try checkBinding(status)
     }
 
     /// Binds `buffer[start..<start + count]` as UTF-8 text (or a blob) at a 1-based position
@@ -485,7 +485,7 @@ public final class Statement {
         } else {
             status = SQLITE_MISUSE
         }
-        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+        try checkBinding(status)
     }
 
     /// Binds NULL at a 1-based position.
@@ -533,7 +533,7 @@ public final class Statement {
             }
         case .blob(let b): status = b.withUnsafeBytes { sqlite3_bind_blob(handle, position, $0.baseAddress, Int32(b.count), csqlcipher_transient()) }
         }
-        guard status == SQLITE_OK else { throw Connection.error(connection.handle, status, sql: sql, arguments: arguments) }
+        try checkBinding(status)
     }
 
     /// Advances; true while a row is available.
