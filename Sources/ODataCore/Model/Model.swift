@@ -224,37 +224,32 @@ public struct Model: Sendable, Hashable, Codable {
         return []
     }
 
-    /// The structural property with this name on a structured type or its base types.
-    /// The first match in the order of ``allProperties(ofStructuredType:)``, found without
-    /// building that list (a lookup per key value of every request and row).
+    /// The structural property with this name on a structured type or its base types: the
+    /// first match in the order of ``allProperties(ofStructuredType:)``, found without building
+    /// that list (a lookup per key value of every request and row).
     public func property(_ name: String, ofStructuredType qualifiedName: String) -> Property? {
-        if let entity = entityType(qualifiedName) {
-            for type in entityTypeChain(entity).reversed() {
-                if let found = type.properties.first(where: { $0.name == name }) { return found }
-            }
-            return nil
-        }
-        if let complex = complexType(qualifiedName) {
-            for type in complexTypeChain(complex).reversed() {
-                if let found = type.properties.first(where: { $0.name == name }) { return found }
-            }
-        }
-        return nil
+        firstInChain(
+            of: qualifiedName, { $0.properties.first { $0.name == name } }, { $0.properties.first { $0.name == name } })
     }
 
     /// The navigation property with this name on a structured type or its base types (the
     /// first match in the order of ``allNavigationProperties(ofStructuredType:)``).
     public func navigationProperty(_ name: String, ofStructuredType qualifiedName: String) -> NavigationProperty? {
-        if let entity = entityType(qualifiedName) {
-            for type in entityTypeChain(entity).reversed() {
-                if let found = type.navigationProperties.first(where: { $0.name == name }) { return found }
-            }
-            return nil
+        firstInChain(
+            of: qualifiedName, { $0.navigationProperties.first { $0.name == name } },
+            { $0.navigationProperties.first { $0.name == name } })
+    }
+
+    /// What `entity` (or `complex`) finds first on an entity (or complex) type's chain, base
+    /// type first.
+    private func firstInChain<Member>(
+        of qualifiedName: String, _ entity: (EntityType) -> Member?, _ complex: (ComplexType) -> Member?
+    ) -> Member? {
+        if let type = entityType(qualifiedName) {
+            return entityTypeChain(type).reversed().lazy.compactMap(entity).first
         }
-        if let complex = complexType(qualifiedName) {
-            for type in complexTypeChain(complex).reversed() {
-                if let found = type.navigationProperties.first(where: { $0.name == name }) { return found }
-            }
+        if let type = complexType(qualifiedName) {
+            return complexTypeChain(type).reversed().lazy.compactMap(complex).first
         }
         return nil
     }
