@@ -21,28 +21,14 @@ final class ResettingServer: @unchecked Sendable {
 
     init(resets: Set<[Int]>) throws {
         self.resets = resets
-        #if canImport(Glibc)
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-            let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw TransportTestFailure("socket() failed") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
-                bind(fd, generic, length) == 0 && getsockname(fd, generic, &length) == 0 && listen(fd, 16) == 0
-            }
-        }
-        guard bound else {
+        // A bound loopback socket (as the refused-connection test uses), made to listen.
+        let (boundPort, fd) = try TransportSuiteTests.refusingPort()
+        guard listen(fd, 16) == 0 else {
             close(fd)
-            throw TransportTestFailure("bind() or listen() failed")
+            throw TransportTestFailure("listen() failed")
         }
         listener = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
+        port = boundPort
         let thread = Thread { [self] in serve() }
         thread.start()
     }
@@ -83,20 +69,22 @@ final class ResettingServer: @unchecked Sendable {
         var buffer: [UInt8] = []
         var request = 0
         var chunk = [UInt8](repeating: 0, count: 4096)
+        // Reads more into `buffer`; false when the client closed (the connection is then closed).
+        func receive() -> Bool {
+            let count = recv(client, &chunk, chunk.count, 0)
+            guard count > 0 else {
+                close(client)
+                return false
+            }
+            buffer.append(contentsOf: chunk[0..<count])
+            return true
+        }
         while true {
             // One request: its head, then as many body bytes as Content-Length says.
-            var headEnd: Int?
+            var headEnd = Self.headEnd(buffer)
             while headEnd == nil {
-                if let end = Self.headEnd(buffer) {
-                    headEnd = end
-                    break
-                }
-                let count = recv(client, &chunk, chunk.count, 0)
-                guard count > 0 else {
-                    close(client)
-                    return
-                }
-                buffer.append(contentsOf: chunk[0..<count])
+                guard receive() else { return }
+                headEnd = Self.headEnd(buffer)
             }
             guard let end = headEnd else { return }
             let head = String(decoding: buffer[0..<end], as: UTF8.self)
@@ -107,12 +95,7 @@ final class ResettingServer: @unchecked Sendable {
                 return Int(parts[1].trimmingCharacters(in: .whitespaces))
             }.first ?? 0
             while buffer.count < end + 4 + bodyLength {
-                let count = recv(client, &chunk, chunk.count, 0)
-                guard count > 0 else {
-                    close(client)
-                    return
-                }
-                buffer.append(contentsOf: chunk[0..<count])
+                guard receive() else { return }
             }
             buffer.removeFirst(end + 4 + bodyLength)
             request += 1
