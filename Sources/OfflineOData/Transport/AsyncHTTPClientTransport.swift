@@ -146,7 +146,7 @@ public final class AsyncHTTPClientTransport: Transport {
                         try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000))
                         // A probe that wakes late found the process stalled (suspended, or its
                         // threads busy), not the network: that time does not count as quiet.
-                        let late = Activity.seconds(ContinuousClock.now - asleep) - interval
+                        let late = (ContinuousClock.now - asleep).timeInterval - interval
                         if late > interval / 2 { activity.excuse(late) }
                         let quiet = activity.secondsSinceLast()
                         if quiet >= idle {
@@ -213,12 +213,7 @@ private final class Activity: @unchecked Sendable {
     func excuse(_ seconds: TimeInterval) {
         lock.withLock { last = Swift.min(.now, last.advanced(by: .milliseconds(Int64(seconds * 1000)))) }
     }
-    func secondsSinceLast() -> TimeInterval { lock.withLock { Self.seconds(.now - last) } }
-
-    static func seconds(_ duration: Duration) -> TimeInterval {
-        let parts = duration.components
-        return TimeInterval(parts.seconds) + TimeInterval(parts.attoseconds) / 1e18
-    }
+    func secondsSinceLast() -> TimeInterval { lock.withLock { (.now - last).timeInterval } }
 }
 
 /// A request body handed to the client 64 KiB at a time, each part marking activity.

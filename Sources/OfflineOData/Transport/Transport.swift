@@ -79,3 +79,11 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
 
     public var description: String { "\(message) (\(url))" }
 }
+
+extension Duration {
+    /// The duration in seconds, with its fraction.
+    var timeInterval: TimeInterval {
+        let parts = components
+        return TimeInterval(parts.seconds) + TimeInterval(parts.attoseconds) / 1e18
+    }
+}

@@ -256,7 +256,7 @@ struct Uploader {
             if let operation { sent["OOData-Operation"] = operation }
             return try await provider.send(method: "POST", url: "$batch", headers: sent, body: body)
         }
-        let exchange = (clock.now - start).components
+        let exchange = (clock.now - start).timeInterval
         provider.report(progress, .sendingDataToServer, ["sentBytes": "\(provider.bytesSent)"])
         provider.report(progress, .receivingDataFromServer, ["receivedBytes": "\(provider.bytesReceived)"])
         guard response.status < 400 else {
@@ -280,7 +280,7 @@ struct Uploader {
         }
         let results = planner.results(of: answer, for: batch)
         warnIfRepeatsAreNotRecognized(results, on: provider)
-        return (results, Double(exchange.seconds) + Double(exchange.attoseconds) / 1e18)
+        return (results, exchange)
     }
 
     /// A request sent again (its first answer was lost) relies on the backend recognizing the
