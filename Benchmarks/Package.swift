@@ -47,8 +47,14 @@ let package = Package(
             name: "Scale",
             dependencies: [
                 "PayloadFixtures", "CRawSQLCipher", .product(name: "ODataCore", package: parent),
+                .product(name: "ODataStore", package: parent), .product(name: "OfflineOData", package: parent),
+            ]
+        ),
+        .executableTarget(
+            name: "ScaleBackend",
+            dependencies: [
+                "PayloadFixtures", "CRawSQLCipher", .product(name: "ODataCore", package: parent),
                 .product(name: "ODataStore", package: parent), .product(name: "ODataServer", package: parent),
-                .product(name: "OfflineOData", package: parent),
             ]
         ),
         .executableTarget(

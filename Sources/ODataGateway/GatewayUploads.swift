@@ -149,11 +149,7 @@ extension Gateway {
     }
 
     static func httpDate(_ text: String) -> Date? {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter.date(from: text)
+        HTTPDate.parse(text).map { Date(timeIntervalSince1970: Double($0)) }
     }
 
     /// Takes the locks of the upload's requests (waiting while another gateway forwards one of

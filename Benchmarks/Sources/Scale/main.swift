@@ -1,7 +1,6 @@
 import CRawSQLCipher
 import Foundation
 import ODataCore
-import ODataServer
 import ODataStore
 import OfflineOData
 import PayloadFixtures
@@ -9,7 +8,7 @@ import PayloadFixtures
 // Sync at scale (issue 22): what a download costs against what changed, local pages with and
 // without an index, and the store against the SQLCipher C API.
 //
-// Usage: Scale [N] [pageSize]   (release build; the reference server runs in this process)
+// Usage: Scale [N] [pageSize]   (release build; the server runs in ScaleBackend, a child)
 //   SKIP_TENTH=1 leaves out the delta with 10 % changed (at 1,000,000 the server needs long
 //   to build a delta of 100,000 entities: it reads each changed entity with its own query).
 //   INSERT_ROUNDS=n runs the insert comparison n times (3 by default); INSERT_DETAILS=1 also
@@ -121,31 +120,17 @@ final class MemorySampler: @unchecked Sendable {
 }
 
 let model = try MetadataParser().parse(ProductModel.metadata)
-if arguments.count > 4, arguments[3] == "serve" {
-    // The backend in a child process (so that the parent's memory is the client's alone):
-    // the reference server with N products in the folder given; it prints its root.
-    // Ends with the parent, however it ends (a parent cut short by a closed pipe left it running).
-    raw_end_with_parent()
-    let folder = URL(fileURLWithPath: arguments[4])
-    let backendStore = try await Store.create(path: folder.appendingPathComponent("backend.sqlite").path, model: model)
-    var options = ODataService.Options()
-    options.pageSize = pageSize
-    options.deltaRetention = 10_000_000
-    let service = try await ODataService.open(store: backendStore, options: options)
-    for start in stride(from: 0, to: count, by: 10_000) {
-        try await service.load([("Products", (start..<min(start + 10_000, count)).map(ProductModel.product))])
-    }
-    let server = try await EmbeddedServer.start(service)
-    say(server.v4Root.absoluteString)
-    while true { try await Task.sleep(nanoseconds: 1_000_000_000) }
-}
-
 let directory = FileManager.default.temporaryDirectory.appendingPathComponent("scale-bench-\(UUID().uuidString)")
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 defer { try? FileManager.default.removeItem(at: directory) }
+// The backend runs in a child process, from a binary of its own (ScaleBackend, built beside this
+// one): the parent's memory is the client's alone, and maps only what an app's would.
 let child = Process()
-child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
-child.arguments = ["\(count)", "\(pageSize)", "serve", directory.path]
+child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    .appendingPathComponent("ScaleBackend")
+check(FileManager.default.isExecutableFile(atPath: child.executableURL?.path ?? ""),
+      "ScaleBackend is not beside Scale: swift build -c release --product ScaleBackend")
+child.arguments = ["\(count)", "\(pageSize)", directory.path]
 let pipe = Pipe()
 child.standardOutput = pipe
 try child.run()

@@ -608,9 +608,10 @@ public actor OfflineODataProvider {
         }
     }
 
+    /// Now, to the second, in UTC (built without a Foundation formatter, which loads ICU).
     static func timestamp() -> Value {
-        let text = ISO8601DateFormatter().string(from: Date())
-        return (try? Literal.parse(text, version: .v4, as: .dateTimeOffset)) ?? .null
+        let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+        return .primitive(.dateTimeOffset(DateTimeOffsetValue(now)))
     }
 }
 

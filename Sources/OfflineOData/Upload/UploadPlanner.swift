@@ -363,11 +363,7 @@ struct UploadPlanner: Sendable {
 
     /// Now as an HTTP date (the form of `Repeatability-First-Sent`).
     static func httpDate(_ date: Date = Date()) -> String {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
-        return formatter.string(from: date)
+        HTTPDate.format(secondsSince1970: Int64(date.timeIntervalSince1970.rounded(.down)))
     }
 }
 
