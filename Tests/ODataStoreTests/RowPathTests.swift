@@ -159,7 +159,10 @@ import ODataCore
                                   Int.random(in: 0...23, using: &g), Int.random(in: 0...59, using: &g),
                                   Int.random(in: 0...59, using: &g)) + fraction + offset
             // ETags and edit links on some rows only: the others must not keep a previous row's.
-            let etag = id % 3 == 0 ? #""@odata.etag":"W/\"\#(id)\"","# : ""
+            // ETags short enough to be held inline by a Swift string, and longer ones (bound
+            // in place from the string's own storage), one with an escape and a non-ASCII letter.
+            let longTag = id % 6 == 0 ? "-a-longer-entity-tag-\\u00fc-\u{00e9}" : ""
+            let etag = id % 3 == 0 ? #""@odata.etag":"W/\"\#(id)\#(longTag)\"","# : ""
             let editLink = id % 5 == 0 ? #""@odata.editLink":"Items(\#(id))","# : ""
             lines.append(#"{\#(etag)\#(editLink)"ID":\#(id),"Price":\#(price),"Released":"\#(released)","Name":"n\#(id)"}"#)
         }
@@ -186,6 +189,10 @@ import ODataCore
         let sql = "SELECT ID, Name, Price, Released, Rating, Color, _type, _etag, _editLink, _localID, _isLocal, _pending FROM \(table) ORDER BY ID"
         let expected = try await byEntities.read { reader in try reader.connection.query(sql) }
         #expect(expected.count == 406)
+        let tags = try await byRows.read { reader in
+            try reader.connection.query("SELECT _etag FROM \(table) WHERE ID IN (3, 6, 7) ORDER BY ID")
+        }
+        #expect(tags == [[.text("W/\"3\"")], [.text("W/\"6-a-longer-entity-tag-\u{00fc}-\u{00e9}\"")], [.null]])
         #expect(try await byRows.read { reader in try reader.connection.query(sql) } == expected)
         #expect(try await merged.read { reader in try reader.connection.query(sql) } == expected)
         // Merging the same rows again finds every one unchanged.

@@ -118,15 +118,42 @@ public struct StoreWriter {
             for row in 0..<page.entityCount {
                 do {
                     statement.resetKeepingBindings()
-                    if etags { try statement.bind(page.etags[row].map { .text($0) } ?? .null, at: 2) }
                     if editLinks { try statement.bind(page.editLinks[row].map { .text($0) } ?? .null, at: 3) }
                     try bindColumns(
                         of: row, from: cursor, to: statement, at: first, skippingAbsent: true, scratch: &scratch)
-                    while try statement.step() {}
+                    // Most services send an ETag per entity: it is bound from the page's own
+                    // string while the row is written, without SQLite copying it.
+                    if etags {
+                        try Self.withText(page.etags[row], boundTo: statement, at: 2) { while try statement.step() {} }
+                    } else {
+                        while try statement.step() {}
+                    }
                 } catch let failure as DatabaseError where failure.code == .constraint {
                     throw Self.conflict(failure, in: table)
                 }
             }
+        }
+    }
+
+    /// Binds `text` (NULL when nil) at `position` and runs `body`, which steps the statement,
+    /// while the string's storage is valid: a native string is bound in place (SQLite does not
+    /// copy it), so the binding must not be read after `body` returns; bind the position again
+    /// before the next step, and reset the statement with its bindings cleared when done.
+    static func withText(
+        _ text: String?, boundTo statement: Statement, at position: Int32, _ body: () throws -> Void
+    ) throws {
+        guard let text else {
+            try statement.bindNull(at: position)
+            return try body()
+        }
+        let boundInPlace = try text.utf8.withContiguousStorageIfAvailable { buffer -> Bool in
+            try statement.bindInPlace(buffer, start: 0, count: buffer.count, at: position)
+            try body()
+            return true
+        }
+        if boundInPlace == nil {
+            try statement.bind(.text(text), at: position)
+            try body()
         }
     }
 
