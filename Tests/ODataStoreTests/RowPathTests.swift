@@ -201,6 +201,57 @@ import ODataCore
         for store in [byRows, merged, byEntities] { store.close() }
     }
 
+    /// A page built or changed by hand whose cells point outside its arrays is refused with
+    /// an error that names the row and property, by the insert and by the merge, and nothing
+    /// is written; a page from the reader has no such problem.
+    @Test func aPageWhoseCellsPointOutsideItsArraysIsRefused() async throws {
+        let (model, rows) = try RowMergeTests.flatItems()
+        #expect(rows.layoutProblem == nil)
+        let width = rows.propertyNames.count
+        let name = try #require(rows.propertyNames.firstIndex(of: "Name"))
+        let price = try #require(rows.propertyNames.firstIndex(of: "Price"))
+        let released = try #require(rows.propertyNames.firstIndex(of: "Released"))
+        let warranty = try #require(rows.propertyNames.firstIndex(of: "Warranty"))
+        var broken: [(String, FlatCollection)] = []
+        func changed(_ label: String, _ edit: (inout FlatCollection) -> Void) {
+            var page = rows
+            edit(&page)
+            broken.append((label, page))
+        }
+        changed("Row 1, property Released") { $0.cells[width + released] = .instant($0.instants.count) }
+        changed("Row 0, property Price") { $0.cells[price] = .decimal(-1) }
+        changed("Row 1, property Warranty") { $0.cells[width + warranty] = .other($0.others.count + 5) }
+        changed("Row 3, property Name") { $0.cells[3 * width + name] = .text(start: $0.text.count - 1, count: 2) }
+        changed("Row 0, property Name") { $0.cells[name] = .text(start: -1, count: 1) }
+        changed("cells and") { $0.cells.removeLast() }
+        changed("property types for") { $0.propertyTypes.removeLast() }
+        let dir = TemporaryDirectory()
+        let store = try await Store.create(path: dir.path("hand.sqlite"), model: model, key: "k")
+        for (label, page) in broken {
+            #expect(page.layoutProblem?.contains(label) == true, "\(label): \(page.layoutProblem ?? "none")")
+            do {
+                try await store.write { writer in try writer.bulkInsert(page, into: "Items") }
+                Issue.record("\(label): the insert took the page")
+            } catch let error as StoreError {
+                #expect(error.message.contains(label), "\(error.message)")
+            }
+            do {
+                _ = try await store.write { writer in
+                    try writer.mergeRows(page, into: "Items", recordSeen: false) { _ in false }
+                }
+                Issue.record("\(label): the merge took the page")
+            } catch let error as StoreError {
+                #expect(error.message.contains(label), "\(error.message)")
+            }
+        }
+        let count = try await store.read { reader in
+            try reader.connection.query(
+                "SELECT count(*) FROM \(StoreSchema.quote(store.schema.table(forEntitySet: "Items")?.name ?? ""))")
+        }
+        #expect(count == [[.integer(0)]])
+        store.close()
+    }
+
     @Test func otherRequestsTakeTheEntityPath() async throws {
         let dir = TemporaryDirectory()
         let store = try await Self.store(dir)

@@ -71,6 +71,38 @@ public struct FlatCollection: Sendable {
     /// Every cell's value, row after row.
     public var values: [Value] { cells.indices.map(value(ofCell:)) }
 
+    /// Nil when every cell points inside its arrays (text ranges inside ``text``, indexes into
+    /// ``instants``, ``decimals`` and ``others``) and the page has a cell per property and row,
+    /// and an ETag and edit link slot per row; else a sentence that names the first cell that
+    /// does not (a page from the reader always does; one built or changed by hand may not).
+    public var layoutProblem: String? {
+        let width = propertyNames.count
+        guard propertyTypes.count == width else {
+            return "The page has \(propertyTypes.count) property types for \(width) properties"
+        }
+        guard cells.count == entityCount * width, editLinks.count == entityCount else {
+            return "The page has \(cells.count) cells and \(editLinks.count) edit links for \(entityCount) rows "
+                + "of \(width) properties"
+        }
+        let textCount = text.count, instantCount = instants.count
+        let decimalCount = decimals.count, otherCount = others.count
+        for (index, cell) in cells.enumerated() {
+            let fits: Bool
+            switch cell {
+            case .null, .integer, .double: continue
+            case .text(let start, let count): fits = start >= 0 && count >= 0 && count <= textCount - start
+            case .instant(let item): fits = item >= 0 && item < instantCount
+            case .decimal(let item): fits = item >= 0 && item < decimalCount
+            case .other(let item): fits = item >= 0 && item < otherCount
+            }
+            if !fits {
+                let row = index / max(1, width), property = propertyNames[index % max(1, width)]
+                return "Row \(row), property \(property): the cell \(cell) points outside the page's arrays"
+            }
+        }
+        return nil
+    }
+
     /// The string of a `.text` cell.
     public func string(start: Int, count: Int) -> String { String(decoding: text[start..<(start + count)], as: UTF8.self) }
 

@@ -25,8 +25,11 @@ struct FlatRowPlan {
     let width: Int
 
     /// The plan for `page` into `table`, whose columns are all single properties. A property
-    /// the table has no column for is an error.
+    /// the table has no column for is an error, as is a page whose arrays do not match its row
+    /// count or whose cells point outside them (one built or changed by the caller): its rows
+    /// are bound without bounds checks.
     init(_ page: FlatCollection, table: StoreSchema.EntityTable) throws(StoreError) {
+        if let problem = page.layoutProblem { throw StoreError(.unsupported, problem) }
         var bindings: [Binding] = []
         bindings.reserveCapacity(table.columns.count)
         for column in table.columns {
@@ -60,18 +63,15 @@ struct FlatRowCursor {
 }
 
 extension StoreWriter {
-    /// Runs `body` with a cursor over `page`. Text cells and slots are bound without SQLite
+    /// Runs `body` with a cursor over `page`, which `plan` was made for (the plan checked its
+    /// layout). Text cells and slots are bound without SQLite
     /// copying them, so every statement bound from the cursor must be reset (its bindings
     /// cleared) before this returns, and bound again for each row before it is stepped.
     func withRows<R>(of page: FlatCollection, plan: FlatRowPlan, _ body: (FlatRowCursor) throws -> R) throws -> R {
         let slotBytes = max(1, plan.bindings.count) * FlatRowPlan.slotSize
-        // Each row's cells are read without bounds checks below: a page whose arrays do not
-        // match its row count (it is built by the caller) is refused here.
-        guard page.cells.count == page.entityCount * plan.width, page.editLinks.count == page.entityCount else {
-            throw StoreError(
-                .unsupported,
-                "The page has \(page.cells.count) cells and \(page.editLinks.count) edit links for "
-                    + "\(page.entityCount) rows of \(plan.width) properties")
+        // Cells are read without bounds checks: the page must be as wide as the plan's.
+        guard page.propertyNames.count == plan.width, page.cells.count == page.entityCount * plan.width else {
+            throw StoreError(.unsupported, "The page is not the one its row plan was made for")
         }
         return try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: slotBytes) { slots in
             try page.text.withUnsafeBufferPointer { text in
