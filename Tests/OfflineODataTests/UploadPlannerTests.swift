@@ -378,6 +378,30 @@ import Testing
         #expect(UploadPlanner.takeOver(of: requests[2]) == .nothing)
         #expect(UploadPlanner.httpDate(Date(timeIntervalSince1970: 0)) == "Thu, 01 Jan 1970 00:00:00 GMT")
     }
+
+    /// A link request is known by a `$ref` or `$links` segment of its path, in V4 and V2 form,
+    /// with or without a query; a key or query that only holds those letters is an entity's
+    /// request, whose answer brings the entity's ETag (it was taken for a link change before).
+    @Test func linkRequestsAreKnownByTheirPathSegments() {
+        let links = [
+            "Orders(1)/Customer/$ref", "Customers(1)/Orders/$ref?$id=Orders(2)", "Customers(1)/Orders/$ref?$id=../Orders(2)",
+            "Orders(1)/$links/Customer", "Customers('C1')/$links/Orders(2)", "Orders(1)/Customer/%24ref",
+            "http://host/service/Orders(1)/Customer/$ref", "Orders(1)/$links/Customer?sap-client=100",
+        ]
+        let entities = [
+            "Products('see $ref')", "Products('a$refs')", "Notes('$links')", "Orders(1)", "Orders(1)/Customer",
+            "Products?$filter=Name eq '$ref'", "Products('P1')/$value", "Orders(1)/$refs", "Orders(1)/ref",
+            "Orders(1)/Customer?x=/$ref", "Orders(1)#/$ref", "Orders(1)/%24reference",
+        ]
+        for url in links {
+            #expect(QueuedRequest.isLinkURL(url), "\(url)")
+            #expect(UploadPlanner.takeOver(of: Self.request(1, "PUT", url)) == .linkETag, "\(url)")
+        }
+        for url in entities {
+            #expect(!QueuedRequest.isLinkURL(url), "\(url)")
+            #expect(UploadPlanner.takeOver(of: Self.request(1, "PATCH", url)) == .etag, "\(url)")
+        }
+    }
 }
 
 extension UploadPlanner.Batch: Equatable {

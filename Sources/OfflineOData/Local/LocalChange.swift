@@ -211,7 +211,7 @@ extension LocalChange {
         keyMap: [String: String]
     ) -> (reference: String, isSource: Bool)? {
         let model = schema.model
-        guard request.url.containsBytes("$ref") || request.url.containsBytes("$links"),
+        guard request.isLinkRequest,
             let change = try? replaying(request, model: model, serviceRoot: serviceRoot, keyMap: keyMap),
             change.target.isRef,
             let key = change.target.key, let navigation = change.target.navigation,

@@ -148,7 +148,7 @@ extension OfflineODataProvider {
         guard let set = try? DefiningQueries.entitySet(of: url, model: model) else { return nil }
         var sets: Set<String> = [set, LocalSchema.requestQueue]
         let verb = method.uppercased()
-        if verb == "POST" || verb == "DELETE" || url.containsBytes("$ref") || url.containsBytes("$links") {
+        if verb == "POST" || verb == "DELETE" || QueuedRequest.isLinkURL(url) {
             let first = url.split(separator: "(", maxSplits: 1).first.map { String($0.split(separator: "/")[0]) } ?? set
             for name in [first, set] {
                 for binding in model.entitySet(name)?.navigationPropertyBindings ?? [] {

@@ -100,4 +100,39 @@ struct QueuedRequest: Sendable {
         self.headers = headers
         self.options = options
     }
+
+    /// Whether the request changes a link rather than an entity (see ``isLinkURL(_:)``).
+    var isLinkRequest: Bool { Self.isLinkURL(url) }
+
+    /// Whether `url` addresses a link: its path (before any query or fragment) has a `$ref`
+    /// segment (V4) or a `$links` segment (V2), also percent-encoded (`%24ref`). A key or a
+    /// query that only holds those letters (`Notes('see $ref')`, `?$filter=…'$links'`) does not.
+    static func isLinkURL(_ url: String) -> Bool {
+        var segment: [UInt8] = []
+        for byte in url.utf8 {
+            if byte == UInt8(ascii: "/") || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "#") {
+                if isLinkSegment(segment) { return true }
+                if byte != UInt8(ascii: "/") { return false }
+                segment.removeAll(keepingCapacity: true)
+            } else if segment.count < 9 {
+                segment.append(byte)
+            } else {
+                // Longer than any link segment: marked so it cannot match.
+                segment[0] = 0
+            }
+        }
+        return isLinkSegment(segment)
+    }
+
+    private static func isLinkSegment(_ segment: [UInt8]) -> Bool {
+        var name = segment[...]
+        if name.first == UInt8(ascii: "$") {
+            name = name.dropFirst()
+        } else if name.count > 3, name.prefix(3).elementsEqual("%24".utf8) {
+            name = name.dropFirst(3)
+        } else {
+            return false
+        }
+        return name.elementsEqual("ref".utf8) || name.elementsEqual("links".utf8)
+    }
 }

@@ -201,8 +201,7 @@ struct RequestQueue {
         // A link request changes links, which the kept values do not hold; only the new ETag
         // its answer may bring (the create of the same batch, advanced here after it, would
         // otherwise put the create's older ETag back).
-        let path = request.url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.url
-        if path.hasSuffix("/$ref") || path.containsBytes("/$links/") {
+        if request.isLinkRequest {
             if let etag { try renewKeptETag(etag, in: entitySet, predicate: predicate) }
             return
         }

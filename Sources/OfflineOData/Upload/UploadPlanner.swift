@@ -224,7 +224,7 @@ struct UploadPlanner: Sendable {
     /// What an applied request's entity takes from its answer.
     static func takeOver(of request: QueuedRequest) -> TakeOver {
         if request.isCreate { return .created }
-        if request.url.containsBytes("$ref") || request.url.containsBytes("$links") { return .linkETag }
+        if request.isLinkRequest { return .linkETag }
         return request.method == "DELETE" ? .nothing : .etag
     }
 

@@ -38,8 +38,7 @@ extension Uploader {
             let isConflict =
                 request.isCreate ? result.status == 409 && !request.localKey : [412, 428].contains(result.status)
             guard isConflict, result.dependencyOf == nil, request.mediaType == nil, let set = request.entitySet,
-                let localKey = request.entityKey, !request.url.containsBytes("/$ref"),
-                !request.url.containsBytes("/$links")
+                let localKey = request.entityKey, !request.isLinkRequest
             else { continue }
             let root = serviceRoot
             let read = try await store.read {

@@ -433,7 +433,7 @@ struct Uploader {
     func refreshETags(afterLinkChangesIn results: [SentResult], on provider: isolated OfflineODataProvider) async throws
     {
         let linked = results.filter {
-            $0.status < 400 && ($0.request.url.containsBytes("$ref") || $0.request.url.containsBytes("$links"))
+            $0.status < 400 && $0.request.isLinkRequest
         }
         guard !linked.isEmpty else { return }
         let root = serviceRoot
