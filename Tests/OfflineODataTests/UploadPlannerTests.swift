@@ -384,7 +384,8 @@ import Testing
     /// request, whose answer brings the entity's ETag (it was taken for a link change before).
     @Test func linkRequestsAreKnownByTheirPathSegments() {
         let links = [
-            "Orders(1)/Customer/$ref", "Customers(1)/Orders/$ref?$id=Orders(2)", "Customers(1)/Orders/$ref?$id=../Orders(2)",
+            "Orders(1)/Customer/$ref", "Customers(1)/Orders/$ref?$id=Orders(2)",
+            "Customers(1)/Orders/$ref?$id=../Orders(2)",
             "Orders(1)/$links/Customer", "Customers('C1')/$links/Orders(2)", "Orders(1)/Customer/%24ref",
             "http://host/service/Orders(1)/Customer/$ref", "Orders(1)/$links/Customer?sap-client=100",
         ]
