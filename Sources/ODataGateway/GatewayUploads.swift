@@ -148,8 +148,20 @@ extension Gateway {
             message: operation.message)
     }
 
+    /// The instant of a `Repeatability-First-Sent` (an HTTP date, in any of its three forms) or
+    /// a `RepeatabilityCreation` (the same, or an ISO 8601 instant); nil when it is neither, and
+    /// then the request's age is not checked.
     static func httpDate(_ text: String) -> Date? {
-        HTTPDate.parse(text).map { Date(timeIntervalSince1970: Double($0)) }
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if let seconds = HTTPDate.parse(trimmed, now: Int64(Date().timeIntervalSince1970)) {
+            return Date(timeIntervalSince1970: Double(seconds))
+        }
+        if case .primitive(.dateTimeOffset(let instant))? = try? Literal.parse(
+            trimmed, version: .v4, as: .dateTimeOffset)
+        {
+            return instant.foundationDate
+        }
+        return nil
     }
 
     /// Takes the locks of the upload's requests (waiting while another gateway forwards one of

@@ -178,7 +178,7 @@ import Testing
             headers["Accept"] = "application/json"
             headers["Content-Type"] = "application/json"
             headers["RequestID"] = id
-            headers["RepeatabilityCreation"] = "Fri, 27 Nov 2026 10:00:00 GMT"
+            headers["RepeatabilityCreation"] = GatewayUploadTests.anHourAgo
             let body = Array(#"{"CustomerID":"C10","Name":"Ten","Country":"Chile"}"#.utf8)
             let first = try await DefaultTransport.make().send(
                 TransportRequest(

@@ -135,8 +135,12 @@ import Testing
         await setup.stop()
     }
 
+    /// An hour ago as an HTTP date: a first sending within any retention the tests set (a
+    /// fixed date would expire once the retention has passed since it).
+    static var anHourAgo: String { HTTPDate.format(secondsSince1970: Int64(Date().timeIntervalSince1970) - 3600) }
+
     /// A `$batch` as the client sends it: one change set with a create, with its request ID.
-    static func batch(id: String, firstSent: String = "Fri, 27 Nov 2026 10:00:00 GMT", name: String) -> MultipartBatch {
+    static func batch(id: String, firstSent: String = anHourAgo, name: String) -> MultipartBatch {
         var headers = HTTPHeaders()
         headers["Content-Type"] = "application/json"
         headers["Repeatability-Request-ID"] = id

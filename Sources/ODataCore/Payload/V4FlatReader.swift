@@ -265,8 +265,8 @@ extension V4JSONReader {
                             guard r.peek() == 0x22 else { throw r.error("@odata.editLink must be a string", .wrongType) }
                             editLink = try r.readString()
                         case "id"?, "readLink"?:
-                            // Not kept: checked as a string without building one (most
-                            // servers send an id per entity).
+                            // Not kept: checked as a string, without building one when it
+                            // has no escapes (most servers send an id per entity).
                             _ = try r.readKey()
                         case "type"?:
                             let type = Self.typeName(try r.readString())

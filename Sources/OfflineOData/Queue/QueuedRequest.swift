@@ -105,8 +105,9 @@ struct QueuedRequest: Sendable {
     var isLinkRequest: Bool { Self.isLinkURL(url) }
 
     /// Whether `url` addresses a link: its path (before any query or fragment) has a `$ref`
-    /// segment (V4) or a `$links` segment (V2), also percent-encoded (`%24ref`). A key or a
-    /// query that only holds those letters (`Notes('see $ref')`, `?$filter=…'$links'`) does not.
+    /// segment (V4) or a `$links` segment (V2), also with its `$` percent-encoded (`%24ref`;
+    /// other escapes are not decoded). A key or a query that only holds those letters
+    /// (`Notes('see $ref')`, `?$filter=…'$links'`) does not.
     static func isLinkURL(_ url: String) -> Bool {
         var segment: [UInt8] = []
         for byte in url.utf8 {

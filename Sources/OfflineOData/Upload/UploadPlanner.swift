@@ -363,7 +363,10 @@ struct UploadPlanner: Sendable {
 
     /// Now as an HTTP date (the form of `Repeatability-First-Sent`).
     static func httpDate(_ date: Date = Date()) -> String {
-        HTTPDate.format(secondsSince1970: Int64(date.timeIntervalSince1970.rounded(.down)))
+        // Within the years 1 to 9999, which the form can write.
+        let seconds = date.timeIntervalSince1970
+        let bounded = seconds.isFinite ? min(max(seconds, -62_135_596_800), 253_402_300_799) : 0
+        return HTTPDate.format(secondsSince1970: Int64(bounded.rounded(.down)))
     }
 }
 

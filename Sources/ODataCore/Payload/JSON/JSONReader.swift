@@ -267,7 +267,8 @@ struct JSONReader {
         case UInt8(ascii: "["):
             try readArray { (reader, _) throws(PayloadError) in try reader.skipValue() }
         case 0x22:
-            // Checked as `readString` checks it, without building the string.
+            // Checked as `readString` checks it, without building the string when it has no
+            // escapes.
             _ = try readKey()
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
             _ = try readNumberRange()
