@@ -55,7 +55,7 @@ extension Downloader {
             // Queries that fill an empty set may read their pages as rows.
             let rowQueries = Set(queries.filter { !(bulkSets[$0.name] ?? []).isEmpty }.map(\.name))
             let read = try await fetchDefiningQueries(
-                queries.map { ($0, nil) }, model: model, rowQueries: rowQueries, on: provider
+                queries.map { ($0, nil) }, model: model, rowQueries: rowQueries, keepingBodies: false, on: provider
             ) { page in
                 let created = try await ready()
                 provider.report(progress, .buildingEntityStore)

@@ -102,8 +102,14 @@ struct Downloader: Sendable {
     /// `rowQueries`: queries whose pages are read as rows where they are flat (see
     /// `V4JSONReader.readFlatCollection`), unless they have `$expand` or streams; only
     /// `onPage` sees them. The first open names the queries that fill an empty set.
+    ///
+    /// `keepingBodies`: whether the pages handed to `onPage` keep their bodies as received
+    /// (`FetchedQuery.raw`, which staging cuts the changed rows from). The first open does not
+    /// need them: each body is then dropped as soon as it is parsed, so that the page being
+    /// applied and the one being fetched do not also hold their bodies.
     func fetchDefiningQueries(
         _ queries: [(OfflineODataDefiningQuery, String?)], model: Model, rowQueries: Set<String> = [],
+        keepingBodies: Bool = true,
         on provider: isolated OfflineODataProvider,
         onPage: ((FetchedQuery) async throws -> Void)? = nil
     ) async throws -> [FetchedQuery] {
@@ -147,7 +153,7 @@ struct Downloader: Sendable {
                 } else {
                     fetched = try await fetchPage(
                         url, query: query, entitySet: set, isDelta: result.isDelta, model: model, flat: flat,
-                        on: provider)
+                        keepingBody: keepingBodies, on: provider)
                 }
                 guard case .page(let body, let page, let rows) = fetched else {
                     // The delta link expired: read everything again and diff locally.
@@ -181,7 +187,7 @@ struct Downloader: Sendable {
                         prefetched = Task {
                             try await self.fetchPage(
                                 link, query: query, entitySet: set, isDelta: isDelta, model: model, flat: flat,
-                                on: provider)
+                                keepingBody: keepingBodies, on: provider)
                         }
                     }
                     var chunk = FetchedQuery(
@@ -212,7 +218,7 @@ struct Downloader: Sendable {
 
     func fetchPage(
         _ url: String, query: OfflineODataDefiningQuery, entitySet set: String, isDelta: Bool, model: Model,
-        flat: Bool = false,
+        flat: Bool = false, keepingBody: Bool = true,
         on provider: isolated OfflineODataProvider
     ) async throws -> FetchedPage {
         let target = try provider.withStreamParameters(url)
@@ -244,10 +250,10 @@ struct Downloader: Sendable {
                 links.count = rows.count
                 links.nextLink = rows.nextLink
                 links.deltaLink = rows.deltaLink
-                return .page(body: response.body, links, rows)
+                return .page(body: keepingBody ? response.body : [], links, rows)
             }
             let page = try model.readCollection(response.body, entityType: entityType)
-            return .page(body: response.body, page, nil)
+            return .page(body: keepingBody ? response.body : [], page, nil)
         } catch {
             throw OfflineODataError(
                 .backend,
