@@ -13,4 +13,15 @@
 
 // SQLITE_TRANSIENT is a cast macro Swift cannot import; tell SQLite to copy bound buffers.
 static inline void (*csqlcipher_transient(void))(void *) { return (void (*)(void *))-1; }
+
+// Gives memory freed to glibc's arenas back to the system (malloc_trim, which Swift's Glibc
+// module does not declare); nothing elsewhere. For a store's release of its page caches.
+#if defined(__linux__) && __has_include(<malloc.h>)
+#include <malloc.h>
+#endif
+#if defined(__GLIBC__)
+static inline void csqlcipher_return_free_memory(void) { (void)malloc_trim(0); }
+#else
+static inline void csqlcipher_return_free_memory(void) {}
+#endif
 #endif

@@ -192,6 +192,20 @@ say(String(format: "first open: %.2f s = %.0f entities/s (%.1f µs per entity); 
 say(String(format: "   of it, sampled every 2 ms: anonymous memory (heap, stacks) peak %.1f MiB (%.1f before the open); mapped files (code, libraries) peak %.1f MiB (%.1f before)",
              splitOpen.anonymous, Double(splitBeforeOpen.anonymous) / 1_048_576, splitOpen.file,
              Double(splitBeforeOpen.file) / 1_048_576))
+// What a scan leaves in the page caches (the count above read the whole table through a
+// reader's cache), and what `releaseMemory()` (an app's answer to a memory warning) gives back.
+do {
+    let resident = { () -> (anonymous: Double, file: Double) in
+        let split = MemorySampler.sample() ?? (0, 0)
+        return (Double(split.anonymous) / 1_048_576, Double(split.file) / 1_048_576)
+    }
+    let cached = Double(await provider.storeCacheBytes()) / 1_048_576
+    let held = resident()
+    await provider.releaseMemory()
+    let released = resident()
+    say(String(format: "after the open and a count: page caches %.1f MiB, anonymous memory %.1f MiB; after releaseMemory(): page caches %.1f MiB, anonymous memory %.1f MiB",
+                 cached, held.anonymous, Double(await provider.storeCacheBytes()) / 1_048_576, released.anonymous))
+}
 
 func upserted() async throws -> Int64 {
     guard case .count(let n) = try await provider.read("Products/$count?$filter=sap.upsertedLastDownload()") else { return -1 }

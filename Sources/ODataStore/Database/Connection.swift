@@ -302,6 +302,16 @@ public final class Connection {
     /// The rowid of the last insert.
     public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
+    /// The bytes this connection's page cache holds now (`SQLITE_DBSTATUS_CACHE_USED`).
+    public var pageCacheBytes: Int {
+        var current: Int32 = 0
+        var highest: Int32 = 0
+        guard sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_USED, &current, &highest, 0) == SQLITE_OK else {
+            return 0
+        }
+        return Int(current)
+    }
+
     // MARK: Transactions
 
     /// Whether a transaction is open (SQLite ends one by itself after some errors, such as a

@@ -1,3 +1,4 @@
+import CSQLCipher
 import Dispatch
 import Foundation
 
@@ -71,6 +72,26 @@ public final class DatabasePool: Sendable {
             guard let connection = try? reader.connection() else { continue }
             _ = try? await connection.run { db in try db.query("PRAGMA shrink_memory") }
         }
+    }
+
+    /// Frees what every page cache holds, the writer's (after the write in progress, if any)
+    /// and the readers'; they fill again as reads and writes need. With glibc, the freed memory
+    /// is also given back to the system (`malloc_trim`): glibc would otherwise keep it in its
+    /// arenas for the process's next allocations, and the app's resident memory would barely fall.
+    public func releaseMemory() async {
+        await releaseReaderCaches()
+        _ = try? await writer.run { db in try db.query("PRAGMA shrink_memory") }
+        csqlcipher_return_free_memory()
+    }
+
+    /// The bytes the page caches of the writer and of the readers opened so far hold.
+    public func pageCacheBytes() async -> Int {
+        var total = (try? await writer.run { db in db.pageCacheBytes }) ?? 0
+        for reader in readers where reader.isOpened {
+            guard let connection = try? reader.connection() else { continue }
+            total += (try? await connection.run { db in db.pageCacheBytes }) ?? 0
+        }
+        return total
     }
 
     /// How many readers have been opened so far (for tests).

@@ -250,6 +250,14 @@ public final class Store: Sendable {
     /// once were most of its peak memory.
     public func releaseReaderCaches() async { await pool.releaseReaderCaches() }
 
+    /// Frees what the page caches of all the store's connections hold (with a key, up to
+    /// 32 MiB each: the writer's and each reader's); they fill again as reads and writes need.
+    /// A write in progress finishes first; nothing fails meanwhile.
+    public func releaseMemory() async { await pool.releaseMemory() }
+
+    /// The bytes the page caches of the store's connections hold now.
+    public func pageCacheBytes() async -> Int { await pool.pageCacheBytes() }
+
     /// Limits the writer's page cache to `kibibytes` (a smaller cache stays as it is) and frees
     /// what it holds beyond that; returns the setting to give back to
     /// ``restoreWriterCache(_:)``. Other writes wait meanwhile.

@@ -543,6 +543,21 @@ public actor OfflineODataProvider {
         .removingDeletedRelationships, .reapplyingChanges,
     ]
 
+    /// Frees the memory the store's page caches hold (with a key, up to 32 MiB for each of its
+    /// connections, which keep what reads and writes brought in). Nothing is closed: reads and
+    /// writes go on, and the caches fill again as they need. Call it when the system asks the
+    /// app for memory (a memory warning, the app going to the background), as with GRDB's
+    /// `releaseMemory()`. A download frees the readers' caches itself when it starts. Does
+    /// nothing while the store is closed.
+    public func releaseMemory() async {
+        await store?.releaseMemory()
+    }
+
+    /// The bytes the store's page caches hold now; 0 while the store is closed.
+    public func storeCacheBytes() async -> Int {
+        await store?.pageCacheBytes() ?? 0
+    }
+
     /// Closes the store; a later `open()` reopens it.
     public func close() {
         keyMapCache = nil
