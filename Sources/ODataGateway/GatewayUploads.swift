@@ -156,9 +156,7 @@ extension Gateway {
         if let seconds = HTTPDate.parse(trimmed, now: Int64(Date().timeIntervalSince1970)) {
             return Date(timeIntervalSince1970: Double(seconds))
         }
-        if case .primitive(.dateTimeOffset(let instant))? = try? Literal.parse(
-            trimmed, version: .v4, as: .dateTimeOffset)
-        {
+        if case .dateTimeOffset(let instant)? = try? Literal.parsePayloadValue(trimmed, as: .dateTimeOffset) {
             return instant.foundationDate
         }
         return nil

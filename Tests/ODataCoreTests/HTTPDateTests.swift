@@ -59,6 +59,10 @@ import Testing
         #expect(HTTPDate.parse("Wednesday, 01-Jan-76 00:00:00 GMT", now: Self.now) == 3_345_062_400)
         #expect(HTTPDate.parse("Saturday, 01-Jan-77 00:00:00 GMT", now: Self.now) == 220_924_800)
         #expect(HTTPDate.parse("Wednesday, 01-Jan-25 00:00:00 GMT", now: Self.now) == 1_735_689_600)
+        // In 2060, "05" is 2105 (45 years ahead), "11" is 2011 (2111 would be 51 years ahead).
+        let in2060: Int64 = 2_840_140_800
+        #expect(HTTPDate.parse("Thursday, 01-Jan-05 00:00:00 GMT", now: in2060) == 4_260_211_200)
+        #expect(HTTPDate.parse("Saturday, 01-Jan-11 00:00:00 GMT", now: in2060) == 1_293_840_000)
     }
 
     /// A leap second is the next second's start; the day name is not matched against the date.

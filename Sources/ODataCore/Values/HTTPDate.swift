@@ -86,11 +86,10 @@ package enum HTTPDate {
             let index = monthNames.firstIndex(of: word(comma + 5, 3)), let d = number(comma + 2, 2),
             let twoDigits = number(comma + 9, 2), let t = time(comma + 12)
         {
-            // The century that puts the year at most 50 years after now's.
+            // The latest year ending in these digits that is at most 50 years after now's.
             let current = DateValue(daysSinceEpoch: Int(now.quotientAndRemainder(dividingBy: 86_400).quotient)).year
-            var candidate = current - current % 100 + twoDigits
-            if candidate > current + 50 { candidate -= 100 }
-            (year, month, day, seconds) = (candidate, index + 1, d, t)
+            let limit = current + 50
+            (year, month, day, seconds) = (limit - (limit - twoDigits) % 100, index + 1, d, t)
         } else {
             return nil
         }

@@ -304,6 +304,7 @@ public final class Connection {
 
     /// The bytes this connection's page cache holds now (`SQLITE_DBSTATUS_CACHE_USED`).
     public var pageCacheBytes: Int {
+        guard isOpen else { return 0 }
         var current: Int32 = 0
         var highest: Int32 = 0
         guard sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_USED, &current, &highest, 0) == SQLITE_OK else {

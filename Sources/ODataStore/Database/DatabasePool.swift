@@ -80,8 +80,11 @@ public final class DatabasePool: Sendable {
     /// arenas for the process's next allocations, and the app's resident memory would barely fall.
     public func releaseMemory() async {
         await releaseReaderCaches()
-        _ = try? await writer.run { db in try db.query("PRAGMA shrink_memory") }
-        csqlcipher_return_free_memory()
+        // On the writer's queue: trimming walks every arena, which may take milliseconds.
+        _ = try? await writer.run { db in
+            _ = try? db.query("PRAGMA shrink_memory")
+            csqlcipher_return_free_memory()
+        }
     }
 
     /// The bytes the page caches of the writer and of the readers opened so far hold.
