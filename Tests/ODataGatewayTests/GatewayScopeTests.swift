@@ -167,12 +167,13 @@ import Testing
             let store = setup.gateways[0].gateway.store
             #expect(try await store.scopeCount() == 2)
             var configuration = GatewayConfiguration(backends: [GatewayBackend(url: setup.backendRoot)])
-            configuration.scopeRetention = 1
+            configuration.scopeRetention = 4
             let running = try await RunningGateway.start(configuration: configuration, postgresURL: setup.postgres.url)
             janitor = running
-            try await Task.sleep(nanoseconds: 1_500_000_000)
-            // A small query of its own: a refresh that outlasts the 1 s retention (1,500 orders
-            // on a loaded machine did) would see its own new scope removed (503).
+            try await Task.sleep(nanoseconds: 5_000_000_000)
+            // A small query of its own: a refresh that outlasts the retention would see its own
+            // new scope removed (503). 1,500 orders outlasted 1 s on a loaded machine, and so
+            // did this query once in CI; 4 s leaves room.
             let other = try await Self.get(
                 running.root.absoluteString + "BusinessPartners?$filter=PartnerID%20eq%20'BP1'")
             #expect(other.status == 200)
