@@ -126,6 +126,29 @@ double raw_query(const char *path, const char *key, const char *setup, const cha
     return best;
 }
 
+double raw_export(const char *path, const char *key, const char *setup, const char *target, int pageSize,
+                  char *error) {
+    sqlite3 *db = open_keyed(path, key, setup, error);
+    if (!db) return -1;
+    char *sql = sqlite3_mprintf(
+        "ATTACH DATABASE %Q AS exported KEY %Q; PRAGMA exported.cipher_page_size = %d; "
+        "SELECT sqlcipher_export('exported'); PRAGMA exported.journal_mode = WAL; DETACH DATABASE exported;",
+        target, key, pageSize);
+    char *message = NULL;
+    double start = now();
+    int status = sqlite3_exec(db, sql, NULL, NULL, &message);
+    double seconds = now() - start;
+    sqlite3_free(sql);
+    if (status != SQLITE_OK) {
+        snprintf(error, 256, "export: %s", message ? message : sqlite3_errmsg(db));
+        sqlite3_free(message);
+        sqlite3_close(db);
+        return -1;
+    }
+    sqlite3_close(db);
+    return seconds;
+}
+
 void raw_end_with_parent(void) {
 #ifdef __linux__
     prctl(PR_SET_PDEATHSIG, SIGTERM);

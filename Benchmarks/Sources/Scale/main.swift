@@ -23,6 +23,13 @@ let arguments = CommandLine.arguments
 let count = arguments.count > 1 ? Int(arguments[1]) ?? 100_000 : 100_000
 let pageSize = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
 let environment = ProcessInfo.processInfo.environment
+/// `PAGE_SIZES=1024,2048`: encrypted page sizes to weigh against the store's 4,096 bytes, through
+/// the C API (the delta of 1 % in section 2c, the insert in section 5).
+let pageSizes = (environment["PAGE_SIZES"] ?? "").split(separator: ",").compactMap { Int($0) }
+/// The message a C function of CRawSQLCipher left in its 256-byte `error`.
+func cMessage(_ error: [CChar]) -> String {
+    String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
 
 /// CPU time of the process so far (every thread, user and system), in seconds.
 func cpuSeconds() -> Double {
@@ -183,6 +190,11 @@ let openSampler = MemorySampler()
 let openTime = try await seconds { try await provider.open() }
 let rssOpen = peakRSSMiB()
 let splitOpen = openSampler.stop()
+if environment["EXIT_AFTER_OPEN"] != nil {
+    // For a heap profiler: the open's peak alone, before any read.
+    say(String(format: "first open: %.2f s; peak RSS %.0f MiB", openTime, peakRSSMiB()))
+    exit(0)
+}
 guard case .count(let stored) = try await provider.read("Products/$count"), stored == Int64(count) else {
     fatalError("the open did not store every entity")
 }
@@ -297,6 +309,28 @@ if environment["FULL_ONLY"] == nil {
         let store = redoableTimes[changed]?.min() ?? 0
         say(String(format: "delta of %d through the C API (UPDATE by key, one transaction, best of 3): %.3f s = %.1f µs per row = %.2f× the open's per entity; the store's delta (fetch, staging, apply) ÷ this: %.2f×",
                      changed, best, best / Double(changed) * 1e6, best / Double(changed) / perEntityOpen, store / best))
+    }
+    // `PAGE_SIZES=1024,2048`: the same update of 1 % through the C API on copies of the store
+    // with smaller encrypted pages (each changed row rewrites and re-encrypts less), to weigh
+    // a change of the store's page size; section 5 inserts at those sizes too.
+    for size in pageSizes {
+        let copy = directory.appendingPathComponent("raw-delta-\(size).sqlite").path
+        var rawError = [CChar](repeating: 0, count: 256)
+        check(raw_export(rawCopy, parameters.storeEncryptionKey, deltaPragmas, copy, Int32(size), &rawError) >= 0,
+              "export: \(cMessage(rawError))")
+        let pragmas = deltaPragmas.replacingOccurrences(
+            of: "cipher_page_size = 4096", with: "cipher_page_size = \(size)")
+        let changed = count / 100
+        var best = Double.infinity
+        for round in 0..<3 {
+            let time = raw_update(
+                copy, parameters.storeEncryptionKey, pragmas, "UPDATE \"es_Products\" SET \"Name\" = ? WHERE \"ID\" = ?",
+                0, 100, Int32(changed), Int32(10 + round), &rawError)
+            check(time >= 0, "raw update at \(size): \(cMessage(rawError))")
+            best = min(best, time)
+        }
+        say(String(format: "delta of %d through the C API with %d-byte pages (best of 3): %.3f s = %.1f µs per row "
+                         + "= %.2f× the open's per entity (at 4,096 bytes)", changed, size, best, best / Double(changed) * 1e6, best / Double(changed) / perEntityOpen))
     }
 }
 if environment["FULL_ONLY"] == nil {
@@ -428,6 +462,33 @@ var rawTimes: [Double] = []
 // make the wall time vary by a third between rounds, the CPU time much less.
 var storeCPU: [Double] = [], layerCPU: [Double] = [], rawCPU: [Double] = []
 let insertRounds = max(1, environment["INSERT_ROUNDS"].flatMap { Int($0) } ?? 3)
+/// The C API's insert of the stored rows into a new file at `path` (`setup` makes it): the
+/// seconds it took and the process's CPU time meanwhile.
+@MainActor func rawInsertTime(_ rawPath: String, setup: String) -> (wall: Double, cpu: Double) {
+    var error = [CChar](repeating: 0, count: 256)
+    var cpu = 0.0
+    let rawTime = rawTypes.withUnsafeBufferPointer { types in
+        rawInts.withUnsafeBufferPointer { ints in
+            rawDoubles.withUnsafeBufferPointer { doubles in
+                rawText.withUnsafeBufferPointer { text in
+                    rawStart.withUnsafeBufferPointer { starts in
+                        rawLength.withUnsafeBufferPointer { lengths in
+                            text.withMemoryRebound(to: CChar.self) { characters in
+                                let rows = raw_rows(
+                                    rows: Int32(storedRows.count), columns: Int32(columns.count), types: types.baseAddress,
+                                    ints: ints.baseAddress, doubles: doubles.baseAddress, text: characters.baseAddress,
+                                    textStart: starts.baseAddress, textLength: lengths.baseAddress)
+                                return raw_insert(rawPath, "bench-key", setup, insertSQL, rows, Int32(pageSize), &cpu, &error)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check(rawTime >= 0, "raw insert: \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+    return (rawTime, cpu)
+}
 for attempt in 1...insertRounds {
     let storePath = directory.appendingPathComponent("insert-store-\(attempt).sqlite").path
     let layerPath = directory.appendingPathComponent("insert-layer-\(attempt).sqlite").path
@@ -460,29 +521,8 @@ for attempt in 1...insertRounds {
         connection.close()
     }
     func rawPhase() {
-        var error = [CChar](repeating: 0, count: 256)
-        var cpu = 0.0
-        let rawTime = rawTypes.withUnsafeBufferPointer { types in
-            rawInts.withUnsafeBufferPointer { ints in
-                rawDoubles.withUnsafeBufferPointer { doubles in
-                    rawText.withUnsafeBufferPointer { text in
-                        rawStart.withUnsafeBufferPointer { starts in
-                            rawLength.withUnsafeBufferPointer { lengths in
-                                text.withMemoryRebound(to: CChar.self) { characters in
-                                    let rows = raw_rows(
-                                        rows: Int32(storedRows.count), columns: Int32(columns.count), types: types.baseAddress,
-                                        ints: ints.baseAddress, doubles: doubles.baseAddress, text: characters.baseAddress,
-                                        textStart: starts.baseAddress, textLength: lengths.baseAddress)
-                                    return raw_insert(rawPath, "bench-key", setup, insertSQL, rows, Int32(pageSize), &cpu, &error)
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        check(rawTime >= 0, "raw insert: \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
-        rawTimes.append(rawTime)
+        let (wall, cpu) = rawInsertTime(rawPath, setup: setup)
+        rawTimes.append(wall)
         rawCPU.append(cpu)
     }
     // Each round runs the three in another order, each after the file writes before it have
@@ -526,6 +566,18 @@ say(String(format: "insert of %d rows, keyed, %d per transaction (best of %d): s
 let pairedWall = median(zip(rawTimes, storeTimes).map { $0 / $1 }), pairedCPU = median(zip(rawCPU, storeCPU).map { $0 / $1 })
 say(String(format: "insert, medians of %d rounds: wall time store %.3f s, C API %.3f s; CPU time store %.3f s, layer %.3f s, C API %.3f s; median of the rounds' speed store ÷ C API: wall time %.2f, CPU time %.2f",
              insertRounds, median(storeTimes), median(rawTimes), median(storeCPU), median(layerCPU), median(rawCPU), pairedWall, pairedCPU))
+
+for size in pageSizes {
+    let sized = setup.replacingOccurrences(of: "cipher_page_size = 4096", with: "cipher_page_size = \(size)")
+    var times: [Double] = []
+    for round in 0..<insertRounds {
+        let path = directory.appendingPathComponent("insert-raw-\(size)-\(round).sqlite").path
+        sync()
+        times.append(rawInsertTime(path, setup: sized).wall)
+    }
+    say(String(format: "insert of %d rows through the C API with %d-byte pages: median %.3f s = %.2f× the time "
+                     + "with 4,096 bytes (median %.3f s)", insertCount, size, median(times), median(times) / median(rawTimes), median(rawTimes)))
+}
 
 // The page query without an index, on the offline store's full table: the store's answer
 // (entities) against the same SQL stepped through in C.

@@ -37,6 +37,12 @@ double raw_query(const char *path, const char *key, const char *setup, const cha
 double raw_update(const char *path, const char *key, const char *setup, const char *update, long long first,
                   long long step, int count, int round, char *error);
 
+/// Copies the keyed store at `path` (opened with `setup`, which sets its page size) into a new
+/// file `target` with the same key and `pageSize`-byte encrypted pages (`sqlcipher_export`),
+/// left in WAL mode. Returns the seconds the copy took, or -1 with the message in `error`.
+double raw_export(const char *path, const char *key, const char *setup, const char *target, int pageSize,
+                  char *error);
+
 /// Makes this process end (SIGTERM) when its parent does (Linux), so that a benchmark's child
 /// server never outlives it.
 void raw_end_with_parent(void);
