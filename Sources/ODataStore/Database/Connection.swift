@@ -315,13 +315,79 @@ public final class Connection {
 
     // MARK: Transactions
 
+    /// An open write group: one transaction that the writes until its commit join.
+    private struct WriteGroup {
+        /// What the first write that failed in the group threw.
+        var failure: String?
+    }
+    private var writeGroup: WriteGroup?
+
+    /// Opens a write group: the ``transaction(_:)`` calls until ``commitWriteGroup()`` join one
+    /// transaction, each without a savepoint. A savepoint in a transaction copies every page it
+    /// changes that the transaction changed before (so that it can roll back alone); a bulk
+    /// fill, which starts again from nothing when any write fails, needs none of that. A write
+    /// that throws leaves the group half done: later writes and the commit are refused, and
+    /// ``rollbackWriteGroup()`` undoes the whole group. Nothing when a group is open already.
+    public func beginWriteGroup() throws {
+        guard writeGroup == nil else { return }
+        guard !isInTransaction else {
+            throw DatabaseError(.misuse, message: "A write group cannot begin inside a transaction")
+        }
+        try execute("BEGIN IMMEDIATE")
+        writeGroup = WriteGroup()
+    }
+
+    /// Commits the open write group; nothing when none is open. When one of its writes failed,
+    /// the group is rolled back instead and this throws.
+    public func commitWriteGroup() throws {
+        guard let group = writeGroup else { return }
+        writeGroup = nil
+        if let failure = group.failure {
+            if isInTransaction { try? execute("ROLLBACK") }
+            throw DatabaseError(.misuse, message: "The write group was rolled back, not committed: one of its writes "
+                                + "failed (\(failure))")
+        }
+        guard isInTransaction else {
+            throw DatabaseError(.misuse, message: "The write group's transaction ended before its commit: nothing "
+                                + "of it was kept")
+        }
+        do {
+            try execute("COMMIT")
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Rolls the open write group back, every write of it; nothing when none is open.
+    public func rollbackWriteGroup() {
+        guard writeGroup != nil else { return }
+        writeGroup = nil
+        if isInTransaction { try? execute("ROLLBACK") }
+    }
+
     /// Whether a transaction is open (SQLite ends one by itself after some errors, such as a
     /// full disk: a caller that goes on after an error checks this first).
     public var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
 
     /// Runs `body` in a transaction (a savepoint when one is already open): commits when it
-    /// returns, rolls back when it throws.
+    /// returns, rolls back when it throws. In an open write group (``beginWriteGroup()``) it
+    /// joins the group's transaction without a savepoint of its own.
     public func transaction<T>(_ body: () throws -> T) throws -> T {
+        if let group = writeGroup, savepointDepth == 0 {
+            guard group.failure == nil, isInTransaction else {
+                throw DatabaseError(.misuse, message: "A write of this write group failed (or its transaction "
+                                    + "ended): roll the group back before writing again")
+            }
+            savepointDepth += 1
+            defer { savepointDepth -= 1 }
+            do {
+                return try body()
+            } catch {
+                writeGroup?.failure = "\(error)"
+                throw error
+            }
+        }
         if savepointDepth > 0 || sqlite3_get_autocommit(handle) == 0 {
             return try savepoint(body)
         }

@@ -54,16 +54,27 @@ extension Downloader {
             }
             // Queries that fill an empty set may read their pages as rows.
             let rowQueries = Set(queries.filter { !(bulkSets[$0.name] ?? []).isEmpty }.map(\.name))
+            // Pages are committed in groups (`firstOpenEntitiesPerCommit`): a backend's small
+            // pages (1,000 is common) cost no more commits than large ones.
+            let perCommit = max(1, provider.parameters.firstOpenEntitiesPerCommit)
+            var grouped = 0
             let read = try await fetchDefiningQueries(
                 queries.map { ($0, nil) }, model: model, rowQueries: rowQueries, keepingBodies: false, on: provider
             ) { page in
                 let created = try await ready()
                 provider.report(progress, .buildingEntityStore)
+                if grouped == 0 { try await created.beginWriteGroup() }
                 _ = try await self.applyFirstFill(
                     page, to: created, bulkSets: bulkSets[page.name] ?? [], allQueries: provider.definingQueries)
                 try await self.fetchStreams(of: page, staged: false, store: created, on: provider)
+                grouped += max(1, page.flat?.entityCount ?? page.entities.count)
+                if grouped >= perCommit {
+                    try await created.commitWriteGroup()
+                    grouped = 0
+                }
             }
             let created = try await ready()
+            try await created.commitWriteGroup()
             provider.report(progress, .analyzingReceivedData)
             let pages = read.reduce(0) { $0 + $1.pages }
             let entities = read.reduce(0) { $0 + $1.received }
