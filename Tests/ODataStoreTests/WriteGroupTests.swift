@@ -60,6 +60,8 @@ import Testing
                 try db.execute("INSERT INTO t VALUES (0)")  // UNIQUE
             }
         }
+        // No savepoint undid the failed write's first row: it stays until the group is rolled back.
+        #expect(try Self.values(db) == [0, 1, 2])
         let refused = #expect(throws: DatabaseError.self) {
             try db.transaction { _ = try db.execute("INSERT INTO t VALUES (3)") }
         }

@@ -8,14 +8,19 @@ import Testing
 /// The first open commits its pages in groups of `firstOpenEntitiesPerCommit` entities (a fill
 /// cut short starts again from nothing, so commits between pages only cost), V4 and V2.
 @Suite struct FirstOpenCommitTests {
-    /// Pages of two Contacts each, 6 in all; the third page comes after `delay` ms.
-    static func pages(v2: Bool, delay: Int) -> [FaultRule] {
+    /// Four pages of Contacts (2, 2, 2 and 1), each after the one before; the third and fourth
+    /// come after `delay` ms. `failing`: the fourth fails once with 500 first.
+    static func pages(v2: Bool, delay: Int, failing: Bool = false) -> [FaultRule] {
         var third = FaultRule(
             method: "GET", urlContains: "skiptoken=third",
-            answer: PagingGuardTests.page(v2: v2, [(905, "Five"), (906, "Six")], next: nil))
+            answer: PagingGuardTests.page(v2: v2, [(905, "Five"), (906, "Six")], next: "Contacts?$skiptoken=fourth"))
         third.delayMilliseconds = delay
-        return [
-            third,
+        var fourth = FaultRule(
+            method: "GET", urlContains: "skiptoken=fourth", answer: PagingGuardTests.page(v2: v2, [(907, "Seven")], next: nil))
+        fourth.delayMilliseconds = delay
+        let failure = FaultRule(method: "GET", urlContains: "skiptoken=fourth", status: 500, times: 1)
+        return (failing ? [failure] : []) + [
+            third, fourth,
             FaultRule(method: "GET", urlContains: "skiptoken=second",
                       answer: PagingGuardTests.page(v2: v2, [(903, "Three"), (904, "Four")],
                                                     next: "Contacts?$skiptoken=third")),
@@ -40,40 +45,46 @@ import Testing
 
     /// Groups of at least 5 entities over pages of 2: while the third page is on its way, the
     /// first four entities are stored but not committed (another connection sees none of
-    /// them; committed per page, it saw 4). The third page completes the group: all 6.
+    /// them; committed per page, it saw 4). The third page completes the group, which is
+    /// committed before the fourth page comes (6); the last commit adds the seventh.
     @Test(arguments: [false, true])
     func pagesAreCommittedInGroups(v2: Bool) async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
-        await fixture.server.service.faults.set(Self.pages(v2: v2, delay: 3_000))
+        await fixture.server.service.faults.set(Self.pages(v2: v2, delay: 5_000))
         var parameters = fixture.parameters()
         parameters.firstOpenEntitiesPerCommit = 5
         let provider = try await fixture.provider(v2: v2, parameters: parameters, queries: PagingGuardTests.contactsOnly)
         let opening = Task { try await provider.open() }
-        // Until the third page is asked for, then a second for the second page to be stored.
-        var asked = false
-        for _ in 0..<200 where !asked {
-            asked = await fixture.server.service.journal.requests().contains { $0.contains("skiptoken=third") }
-            if !asked { try await Task.sleep(nanoseconds: 20_000_000) }
+        /// What another connection sees a second after `page` was asked for (the page before
+        /// it is stored by then: it came before it).
+        func seen(whileWaitingFor page: String) async throws -> Int? {
+            var asked = false
+            for _ in 0..<1_000 where !asked {
+                asked = await fixture.server.service.journal.requests().contains { $0.contains("skiptoken=\(page)") }
+                if !asked { try await Task.sleep(nanoseconds: 20_000_000) }
+            }
+            #expect(asked, "\(page) was never asked for")
+            try await Task.sleep(nanoseconds: 1_000_000_000)
+            return Self.committedContacts(parameters.storeFile)
         }
-        #expect(asked)
-        try await Task.sleep(nanoseconds: 1_000_000_000)
-        let during = Self.committedContacts(parameters.storeFile)
+        let beforeThird = try await seen(whileWaitingFor: "third")
+        let beforeFourth = try await seen(whileWaitingFor: "fourth")
         try await opening.value
-        #expect(during == 0, "committed while the third page was on its way: \(String(describing: during))")
+        #expect(beforeThird == 0, "committed while the third page was on its way: \(String(describing: beforeThird))")
+        #expect(beforeFourth == 6, "committed while the fourth page was on its way: \(String(describing: beforeFourth))")
         let names = try await provider.readEntities("Contacts?$orderby=ContactID").map { string($0, "FirstName") ?? "" }
-        #expect(names == ["One", "Two", "Three", "Four", "Five", "Six"])
+        #expect(names == ["One", "Two", "Three", "Four", "Five", "Six", "Seven"])
     }
 
-    /// A page that fails after a group was committed: the open fails and leaves no store
-    /// behind; the next open stores everything. Groups of 1 entity commit every page.
+    /// A page that fails after a group was committed, with the next group open (groups of at
+    /// least 3 entities: pages 1 and 2 are committed, page 3 is stored in the open group when
+    /// page 4 fails): the open fails and leaves no store behind; the next open stores all 7.
     @Test(arguments: [false, true])
-    func aFailureAfterACommittedGroupLeavesNothing(v2: Bool) async throws {
+    func aFailureWithAGroupOpenLeavesNothing(v2: Bool) async throws {
         let fixture = try await Fixture.start()
         defer { Task { await fixture.stop() } }
-        // The third page fails once, then comes as the rules below say.
-        await fixture.server.service.faults.set(
-            [FaultRule(method: "GET", urlContains: "skiptoken=third", status: 500, times: 1)] + Self.pages(v2: v2, delay: 0))
+        await fixture.server.service.faults.set(Self.pages(v2: v2, delay: 0, failing: true))
         var parameters = fixture.parameters()
         parameters.firstOpenEntitiesPerCommit = 3
         let provider = try await fixture.provider(v2: v2, parameters: parameters, queries: PagingGuardTests.contactsOnly)
@@ -82,6 +93,6 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: parameters.storeFile))
         #expect(!FileManager.default.fileExists(atPath: parameters.storeFile + "-wal"))
         try await provider.open()
-        #expect(count(try await provider.read("Contacts")) == 6)
+        #expect(count(try await provider.read("Contacts")) == 7)
     }
 }

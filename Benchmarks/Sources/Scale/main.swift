@@ -155,6 +155,7 @@ defer { child.terminate() }
 /// with its files (hundreds of MiB at 1M rows) goes.
 func finish() -> Never {
     child.terminate()
+    child.waitUntilExit()
     try? FileManager.default.removeItem(at: directory)
     exit(0)
 }
@@ -203,7 +204,8 @@ if environment["EXIT_AFTER_OPEN"] != nil {
     // For a heap profiler: the open's peak alone, before any read.
     let io = processIO()
     let size = (try? FileManager.default.attributesOfItem(atPath: parameters.storeFile)[.size] as? Int) ?? 0
-    say(String(format: "first open: %.2f s, CPU %.2f s; peak RSS %.0f MiB; written %.0f MiB in %d calls (the whole process); "
+    say(String(format: "first open: %.2f s, CPU %.2f s; peak RSS %.0f MiB; passed to write calls %.0f MiB "
+                     + "in %d calls (the whole process); "
                      + "store file %.0f MiB", openTime, openCPUTime, peakRSSMiB(), Double(io["wchar"] ?? 0) / 1_048_576,
                  io["syscw"] ?? 0, Double(size) / 1_048_576))
     finish()
@@ -326,7 +328,9 @@ if environment["FULL_ONLY"] == nil {
     // `PAGE_SIZES=1024,2048`: the same update of 1 % through the C API on copies of the store
     // with smaller encrypted pages (each changed row rewrites and re-encrypts less), to weigh
     // a change of the store's page size; section 5 inserts at those sizes too.
-    for size in pageSizes {
+    // A copy at 4,096 bytes made the same way is their control (the export lays the file out
+    // anew).
+    for size in pageSizes.isEmpty ? [] : [4096] + pageSizes {
         let copy = directory.appendingPathComponent("raw-delta-\(size).sqlite").path
         var rawError = [CChar](repeating: 0, count: 256)
         check(raw_export(rawCopy, parameters.storeEncryptionKey, deltaPragmas, copy, Int32(size), &rawError) >= 0,
@@ -343,7 +347,7 @@ if environment["FULL_ONLY"] == nil {
             best = min(best, time)
         }
         say(String(format: "delta of %d through the C API with %d-byte pages (best of 3): %.3f s = %.1f µs per row "
-                         + "= %.2f× the open's per entity (at 4,096 bytes)", changed, size, best, best / Double(changed) * 1e6, best / Double(changed) / perEntityOpen))
+                         + "= %.2f× the open's per entity (on a copy made by sqlcipher_export)", changed, size, best, best / Double(changed) * 1e6, best / Double(changed) / perEntityOpen))
     }
 }
 if environment["FULL_ONLY"] == nil {
@@ -499,7 +503,7 @@ let insertRounds = max(1, environment["INSERT_ROUNDS"].flatMap { Int($0) } ?? 3)
             }
         }
     }
-    check(rawTime >= 0, "raw insert: \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+    check(rawTime >= 0, "raw insert: \(cMessage(error))")
     return (rawTime, cpu)
 }
 for attempt in 1...insertRounds {

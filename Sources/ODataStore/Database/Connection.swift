@@ -326,8 +326,11 @@ public final class Connection {
     /// transaction, each without a savepoint. A savepoint in a transaction copies every page it
     /// changes that the transaction changed before (so that it can roll back alone); a bulk
     /// fill, which starts again from nothing when any write fails, needs none of that. A write
-    /// that throws leaves the group half done: later writes and the commit are refused, and
-    /// ``rollbackWriteGroup()`` undoes the whole group. Nothing when a group is open already.
+    /// that throws leaves the group half done: later writes are refused, and the commit rolls
+    /// the whole group back and throws (``rollbackWriteGroup()`` rolls it back unasked).
+    /// Until the commit, everything the connection runs is inside the group's transaction:
+    /// statements that cannot run in one (`journal_mode`, `synchronous`, `ATTACH`) fail.
+    /// Nothing when a group is open already.
     public func beginWriteGroup() throws {
         guard writeGroup == nil else { return }
         guard !isInTransaction else {
@@ -381,12 +384,21 @@ public final class Connection {
             }
             savepointDepth += 1
             defer { savepointDepth -= 1 }
+            let result: T
             do {
-                return try body()
+                result = try body()
             } catch {
                 writeGroup?.failure = "\(error)"
                 throw error
             }
+            // SQLite may have ended the transaction itself (a full disk) under an error the body
+            // caught: what the body did after it was committed statement by statement.
+            guard isInTransaction else {
+                writeGroup?.failure = "the group's transaction ended during a write"
+                throw DatabaseError(.misuse, message: "The write group's transaction ended during this write: "
+                                    + "roll the group back")
+            }
+            return result
         }
         if savepointDepth > 0 || sqlite3_get_autocommit(handle) == 0 {
             return try savepoint(body)

@@ -262,7 +262,8 @@ struct Downloader: Sendable {
         }
     }
 
-    /// Stores one page of the first open into the new store, in one transaction. Nothing is
+    /// Stores one page of the first open into the new store, in one transaction (or in the
+    /// open's write group, which commits several pages at once: see `fillNewStore`). Nothing is
     /// diffed or flagged: every row of a new store comes from this open. `bulkSets`: entity
     /// sets still empty, filled by this query alone, where plain entities go in without per-row
     /// lookups. Returns a one-line summary.

@@ -102,10 +102,11 @@ public struct OfflineODataParameters: Sendable {
     /// whose links never end fails the download with a clear error instead of running on.
     public var maximumPagesPerQuery = 100_000
     /// Entities a first open stores per transaction, at least: its pages are committed in groups
-    /// (a page is never split). A fill that is cut short starts again from nothing, so the
-    /// commits between its pages only cost: each writes every page of the store it changed, and
-    /// the indexes of foreign keys gain rows all over. Committed per page of 1,000 entities,
-    /// the first open of 1M took a third longer than in groups of 20,000 (see docs/benchmarks.md).
+    /// (a page is never split; the entities of a page's `$expand` are not counted). A fill that
+    /// is cut short starts again from nothing, so the commits between its pages only cost: each
+    /// writes every page of the store it changed, and the indexes of foreign keys gain rows all
+    /// over. Committed per page of 1,000 entities, the first open of 1M took 1.3 times as long
+    /// as in groups of 20,000 (docs/benchmarks.md).
     package var firstOpenEntitiesPerCommit = 20_000
     /// Most pages in a row without a single entity that still link to a next page; past it the
     /// download fails (a backend that pages through nothing).
