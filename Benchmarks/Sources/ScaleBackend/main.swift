@@ -26,8 +26,17 @@ var options = ODataService.Options()
 options.pageSize = pageSize
 options.deltaRetention = 10_000_000
 let service = try await ODataService.open(store: backendStore, options: options)
+// `SCATTERED_CATEGORIES=1`: CategoryID takes 10,000 values in a scattered order (a
+// multiplicative hash of the key) instead of 100 in turn, so that each page's rows land all over
+// the client's lookup index of the foreign key.
+let scattered = ProcessInfo.processInfo.environment["SCATTERED_CATEGORIES"] != nil
+func product(_ i: Int) -> Entity {
+    var entity = ProductModel.product(i)
+    if scattered { entity["CategoryID"] = .primitive(.int32(Int32((UInt64(i) &* 2_654_435_761) % 10_000))) }
+    return entity
+}
 for start in stride(from: 0, to: count, by: 10_000) {
-    try await service.load([("Products", (start..<min(start + 10_000, count)).map(ProductModel.product))])
+    try await service.load([("Products", (start..<min(start + 10_000, count)).map(product))])
 }
 let server = try await EmbeddedServer.start(service)
 FileHandle.standardOutput.write(Data((server.v4Root.absoluteString + "\n").utf8))
