@@ -42,9 +42,10 @@ public final class Gateway: Sendable {
     let transport: any Transport
     let logger: Logger
     let models = ModelCache()
-    let credentials = CredentialCheck()
+    let credentialCheck = CredentialCheck()
     let housekeeping = Housekeeping()
     let buildSlots = BuildSlots()
+    let identities = GatewayIdentities()
     let metrics: GatewayMetrics
 
     /// A gateway over `store`, reaching backends through `transport`.
@@ -71,14 +72,19 @@ public final class Gateway: Sendable {
     }
 
     /// Answers `request` for `backend`.
-    public func handle(_ request: GatewayRequest, backend: GatewayBackend) async -> GatewayResponse {
+    public func handle(_ incoming: GatewayRequest, backend: GatewayBackend) async -> GatewayResponse {
         var legacy = false
-        if request.method == "GET", request.target.hasPrefix("$oodata/progress/") {
-            // The operation's ID, without the query a client's `urlSuffix` adds (`sap-client`).
-            let rest = request.target.dropFirst("$oodata/progress/".count)
-            return await progressAnswer(String(rest.prefix { $0 != "?" }), user: request.user)
-        }
+        var request = incoming
         do {
+            // Every path that would leave the gateway, checked once before anything is recorded.
+            try LeavingPath.checkRequest(request, backendRoot: backend.url)
+            // Whose data this is: from what can be verified, never from a name the device gives.
+            request.user = try await identities.identity(of: request, backend: backend, gateway: self)
+            if request.method == "GET", request.target.hasPrefix("$oodata/progress/") {
+                // The operation's ID, without the query a client's `urlSuffix` adds (`sap-client`).
+                let rest = request.target.dropFirst("$oodata/progress/".count)
+                return await progressAnswer(String(rest.prefix { $0 != "?" }), user: request.user)
+            }
             // Stores built on the gateway for first opens (issue 37).
             if request.target.hasPrefix("$oodata/store") {
                 let path = String(request.target.prefix { $0 != "?" })
@@ -93,7 +99,7 @@ public final class Gateway: Sendable {
                     status: 405, code: "MethodNotAllowed", "POST $oodata/store, or GET $oodata/store/<id>")
             }
             let model = try await models.model(
-                for: backend, authorization: request.headers["Authorization"], gateway: self)
+                for: backend, credentials: credentials(of: request, backend: backend), gateway: self)
             legacy = model.version.isLegacy
             if let upload = try await upload(request, backend: backend, model: model) { return upload }
             if let tracked = try trackedQuery(request, backend: backend, model: model) {
@@ -101,9 +107,9 @@ public final class Gateway: Sendable {
                 // device's reads and delta links pass through (asked once a minute per query and
                 // credentials, with the credential check).
                 if tracked.token == nil, backend.tracking(tracked.canonical) == .auto {
-                    let offersDelta = try await credentials.check(
-                        request.headers["Authorization"], url: backend.url + tracked.probeTarget, askDelta: true,
-                        gateway: self)
+                    let offersDelta = try await credentialCheck.check(
+                        credentials(of: request, backend: backend), url: backend.url + tracked.probeTarget,
+                        askDelta: true, gateway: self)
                     if offersDelta {
                         metrics.passedThrough.increment()
                         return try await forward(request, backend: backend)
@@ -123,6 +129,7 @@ public final class Gateway: Sendable {
         } catch let answer as BackendAnswer {
             return rewritten(answer.response, backend: backend, gatewayRoot: request.gatewayRoot)
         } catch let error as GatewayError {
+            if error.code == "BadPath" { metrics.refusedPaths.increment() }
             return .error(error, legacy: legacy)
         } catch let error as TransportError {
             return .error(
@@ -136,6 +143,18 @@ public final class Gateway: Sendable {
                     status: 503, code: "GatewayUnavailable",
                     "The gateway could not answer (error id \(id)); try again"), legacy: legacy)
         }
+    }
+
+    /// The device's credentials as the gateway sends them on the reads it makes for the device.
+    func credentials(of request: GatewayRequest, backend: GatewayBackend) -> HTTPHeaders {
+        request.credentialHeaders(identityCookies: backend.identityCookies)
+    }
+
+    /// The gateway's own credentials for `backend`'s shared data.
+    static func shared(_ backend: GatewayBackend) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        if let authorization = backend.sharedAuthorization { headers["Authorization"] = authorization }
+        return headers
     }
 
     /// The defining-query read `request` is, or nil when it is to be forwarded: a GET of an
@@ -172,8 +191,8 @@ public final class Gateway: Sendable {
         // whatever scope they are in: its credentials are checked with the query at `$top=0`
         // (an acceptance kept for a minute). Under AUTO it is the same probe that asked whether
         // the backend tracks the query, so a fresh read costs one probe, not two.
-        _ = try await credentials.check(
-            request.headers["Authorization"], url: backend.url + tracked.probeTarget,
+        _ = try await credentialCheck.check(
+            credentials(of: request, backend: backend), url: backend.url + tracked.probeTarget,
             askDelta: backend.tracking(tracked.canonical) == .auto, gateway: self)
         let canonical = tracked.canonical
         let shared = backend.isShared(canonical)
@@ -189,7 +208,7 @@ public final class Gateway: Sendable {
         let keyNames = model.key(of: type).map(\.name)
         func refreshIfDue() async throws {
             guard scope.due else { return }
-            let authorization = shared ? backend.sharedAuthorization : request.headers["Authorization"]
+            let authorization = shared ? Self.shared(backend) : credentials(of: request, backend: backend)
             let started = ContinuousClock.now
             let summary = try await refresh(
                 scope, query: tracked, backend: backend, keyNames: keyNames, legacy: legacy,
@@ -501,7 +520,7 @@ public final class Gateway: Sendable {
 
     func refresh(
         _ scope: GatewayStore.Scope, query: TrackedQuery, backend: GatewayBackend, keyNames: [String], legacy: Bool,
-        authorization: String?, interval: Double, for request: GatewayRequest? = nil
+        authorization: HTTPHeaders, interval: Double, for request: GatewayRequest? = nil
     ) async throws -> GatewayStore.RefreshSummary {
         try await store.refresh(scope, interval: interval, retention: configuration.tombstoneRetention) { write in
             var url: String? = backend.url + query.backendTarget
@@ -521,7 +540,7 @@ public final class Gateway: Sendable {
                 }
                 var headers = HTTPHeaders()
                 headers["Accept"] = "application/json"
-                if let authorization { headers["Authorization"] = authorization }
+                for field in authorization { headers[field.name] = field.value }
                 metrics.backendRequests("refresh").increment()
                 let response = try await transport.send(
                     TransportRequest(method: "GET", url: current, headers: headers),
@@ -615,11 +634,7 @@ public final class Gateway: Sendable {
     ]
 
     func forward(_ request: GatewayRequest, backend: GatewayBackend) async throws -> GatewayResponse {
-        let path = String(request.target.prefix { $0 != "?" })
-        let decoded = path.removingPercentEncoding ?? path
-        guard !decoded.split(separator: "/", omittingEmptySubsequences: false).contains("..") else {
-            throw GatewayError(status: 400, code: "BadPath", "'..' in a path would leave the backend's service root")
-        }
+        try LeavingPath.checkRequest(request, backendRoot: backend.url)
         var headers = HTTPHeaders()
         for field in request.headers where !Self.hopByHop.contains(field.name.lowercased()) {
             headers.add(field.name, field.value)
@@ -703,14 +718,15 @@ actor CredentialCheck {
     private var accepted: [String: (until: Date, offersDelta: Bool)] = [:]
     let lifetime: TimeInterval = 60
 
-    func check(_ authorization: String?, url: String, askDelta: Bool, gateway: Gateway) async throws -> Bool {
-        let key = GatewayRequest.digest((askDelta ? "delta\n" : "\n") + url + "\n" + (authorization ?? ""))
+    func check(_ credentials: HTTPHeaders, url: String, askDelta: Bool, gateway: Gateway) async throws -> Bool {
+        let text = credentials.map { "\($0.name.lowercased()): \($0.value)" }.joined(separator: "\n")
+        let key = GatewayRequest.digest((askDelta ? "delta\n" : "\n") + url + "\n" + text)
         let now = Date()
         if let entry = accepted[key], entry.until > now { return entry.offersDelta }
         var headers = HTTPHeaders()
         headers["Accept"] = "application/json"
         if askDelta { headers["Prefer"] = "odata.track-changes" }
-        if let authorization { headers["Authorization"] = authorization }
+        for field in credentials { headers[field.name] = field.value }
         gateway.metrics.backendRequests("credentials").increment()
         let response = try await gateway.transport.send(
             TransportRequest(method: "GET", url: url, headers: headers), timeout: gateway.configuration.backendTimeout)
@@ -755,15 +771,14 @@ actor ModelCache {
     /// How long a model is used before the backend's `$metadata` is read again.
     static let maximumAge: Duration = .seconds(300)
 
-    func model(for backend: GatewayBackend, authorization: String?, gateway: Gateway) async throws -> Model {
+    func model(for backend: GatewayBackend, credentials: HTTPHeaders, gateway: Gateway) async throws -> Model {
         let kept = models[backend.url]
         if let kept, ContinuousClock.now - kept.read < Self.maximumAge { return kept.model }
         do {
             var headers = HTTPHeaders()
             headers["Accept"] = "application/xml"
-            if let authorization = authorization ?? backend.sharedAuthorization {
-                headers["Authorization"] = authorization
-            }
+            let sent = credentials.contains { _ in true } ? credentials : Gateway.shared(backend)
+            for field in sent { headers[field.name] = field.value }
             gateway.metrics.backendRequests("metadata").increment()
             let response = try await gateway.transport.send(
                 TransportRequest(method: "GET", url: backend.url + "$metadata", headers: headers),

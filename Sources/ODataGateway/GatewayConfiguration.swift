@@ -65,6 +65,14 @@ public struct GatewayBackend: Sendable {
     /// Whether the backend takes `$batch`. Without it, the requests of a device's `$batch` go to
     /// it one by one, each recorded on its own, and the device gets them back as one answer.
     public var supportsBatch = true
+    /// How its devices' JWT bearer tokens are verified, one entry per trusted issuer
+    /// (`jwt_issuer`, `jwt_audience`, `jwt_jwks`, `jwt_hs_secret`). Empty: tokens are not
+    /// verified, and each token is an identity of its own (SPEC §13, "Identity").
+    public var jwtVerification: [JWTVerification] = []
+    /// Cookies that carry a device's credentials (`identity_cookies`, e.g. a session of an
+    /// identity provider): part of its identity and sent on the reads the gateway makes for it.
+    /// Other cookies (CSRF sessions, load balancers) are neither.
+    public var identityCookies: [String] = []
 
     /// A backend served at `name` ("" for the root).
     public init(name: String = "", url: String) {
@@ -159,6 +167,10 @@ extension GatewayConfiguration {
     /// supports_batch=N                ; the backend has no $batch: requests go one by one
     /// prepopulate_offline_db=Y        ; first opens get a store file: Y, SHARED-ONLY or N
     /// prepopulate_offline_db_interval=1440 ; minutes a file of shared data is reused
+    /// jwt_issuer=https://idp/         ; verify JWT bearer tokens: identity (iss, sub)
+    /// jwt_audience=sales-app          ; the aud the tokens must name
+    /// jwt_jwks=/etc/idp/jwks.json     ; the issuer's keys: a JWKS file or URL (or jwt_hs_secret=)
+    /// identity_cookies=MYSAPSSO2      ; cookies that carry credentials (default: none)
     ///
     /// [defining_query]
     /// name=Products
@@ -213,7 +225,8 @@ extension GatewayConfiguration {
                 kind == "endpoint"
                 ? [
                     "name", "url", "track_deltas", "shared_authorization", "tombstone_retention", "supports_batch",
-                    "prepopulate_offline_db", "prepopulate_offline_db_interval",
+                    "prepopulate_offline_db", "prepopulate_offline_db_interval", "jwt_issuer", "jwt_audience",
+                    "jwt_jwks", "jwt_hs_secret", "identity_cookies",
                 ]
                 : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
             if kind == "endpoint", ignoredEndpointKeys.contains(key) {
@@ -274,6 +287,30 @@ extension GatewayConfiguration {
                 }
                 if let entry = section.values["prepopulate_offline_db_interval"] {
                     backend.prepopulateInterval = try minutes(entry, "prepopulate_offline_db_interval")
+                }
+                if let issuer = section.values["jwt_issuer"] {
+                    guard let audience = section.values["jwt_audience"], !audience.value.isEmpty else {
+                        throw .init(line: issuer.line, message: "jwt_issuer needs jwt_audience= (the aud tokens name)")
+                    }
+                    let jwks = section.values["jwt_jwks"]?.value
+                    let secret = section.values["jwt_hs_secret"]?.value
+                    guard jwks != nil || secret != nil else {
+                        throw .init(
+                            line: issuer.line,
+                            message: "jwt_issuer needs jwt_jwks= (a JWKS file or URL) or jwt_hs_secret=")
+                    }
+                    backend.jwtVerification = [
+                        JWTVerification(issuer: issuer.value, audience: audience.value, jwks: jwks, hmacSecret: secret)
+                    ]
+                } else if let orphan = section.values["jwt_audience"] ?? section.values["jwt_jwks"]
+                    ?? section.values["jwt_hs_secret"]
+                {
+                    throw .init(line: orphan.line, message: "jwt_audience, jwt_jwks and jwt_hs_secret need jwt_issuer=")
+                }
+                if let cookies = section.values["identity_cookies"] {
+                    backend.identityCookies = cookies.value.split(separator: ",").map {
+                        $0.trimmingCharacters(in: .whitespaces)
+                    }.filter { !$0.isEmpty }
                 }
                 if let batch = section.values["supports_batch"] {
                     switch batch.value.uppercased() {

@@ -23,6 +23,10 @@ public struct GatewayMetrics: Sendable {
     let inDoubtResolved: Counter
     let refreshTime: CoreMetrics.Timer
     let storeBuilds: Counter
+    /// Repeats of a request ID recorded for another identity (answered 409, never forwarded).
+    let foreignRepeats: Counter
+    /// Paths refused before they left the gateway (dot segments, other hosts, …).
+    let refusedPaths: Counter
 
     /// Metrics made by `factory`.
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
@@ -48,6 +52,8 @@ public struct GatewayMetrics: Sendable {
         inDoubt = Counter(label: "oodata_gateway_in_doubt_total", factory: factory)
         inDoubtResolved = Counter(label: "oodata_gateway_in_doubt_resolved_total", factory: factory)
         storeBuilds = Counter(label: "oodata_gateway_store_builds_total", factory: factory)
+        foreignRepeats = Counter(label: "oodata_gateway_foreign_repeats_total", factory: factory)
+        refusedPaths = Counter(label: "oodata_gateway_refused_paths_total", factory: factory)
         refreshTime = CoreMetrics.Timer(
             label: "oodata_gateway_refresh_seconds", preferredDisplayUnit: .seconds,
             factory: factory)

@@ -21,38 +21,27 @@ public struct GatewayRequest: Sendable {
         self.gatewayRoot = gatewayRoot
     }
 
-    /// The user a scope belongs to: the Basic user name, the `sub` claim of a JWT bearer token,
-    /// or a digest of another bearer token; "" without credentials. The credentials themselves
-    /// are never stored.
-    var user: String {
-        guard let authorization = headers["Authorization"] else { return "" }
-        let parts = authorization.split(separator: " ", maxSplits: 1).map(String.init)
-        guard parts.count == 2 else { return "other:" + Self.digest(authorization) }
-        switch parts[0].lowercased() {
-        case "basic":
-            guard let data = Data(base64Encoded: parts[1]), let text = String(data: data, encoding: .utf8) else {
-                return "other:" + Self.digest(authorization)
-            }
-            return "basic:" + String(text.prefix { $0 != ":" })
-        case "bearer":
-            if let sub = Self.jwtSubject(parts[1]) { return "jwt:" + sub }
-            return "bearer:" + Self.digest(parts[1])
-        default:
-            return "other:" + Self.digest(authorization)
-        }
-    }
+    /// The identity the request's data belongs to (a scope's, a recorded answer's, a progress
+    /// record's, a store file's owner): derived by the gateway from the verified credentials
+    /// (``GatewayIdentities``) when it takes the request; "" without credentials.
+    var user = ""
 
-    /// The `sub` claim of a JWT (not verified: the backend checks the token; the claim only
-    /// names the scope the backend's answers are kept in).
-    static func jwtSubject(_ token: String) -> String? {
-        let parts = token.split(separator: ".")
-        guard parts.count == 3 else { return nil }
-        var payload = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while payload.count % 4 != 0 { payload += "=" }
-        guard let data = Data(base64Encoded: payload), let json = try? JSONValue.parse(Array(data)),
-            let sub = json["sub"]?.stringValue, !sub.isEmpty
-        else { return nil }
-        return sub
+    /// The headers that carry the device's credentials, as the gateway sends them on the reads it
+    /// makes for the device (credential checks, refreshes, ETag checks): `Authorization`, client
+    /// certificates passed as headers, and the cookies named in the backend's `identityCookies`.
+    func credentialHeaders(identityCookies: [String]) -> HTTPHeaders {
+        var found = HTTPHeaders()
+        if let authorization = headers["Authorization"] { found["Authorization"] = authorization }
+        for name in GatewayIdentities.certificateHeaders {
+            if let value = headers[name] { found[name] = value }
+        }
+        if !identityCookies.isEmpty, let cookie = headers["Cookie"] {
+            let kept = cookie.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { pair in
+                identityCookies.contains(String(pair.prefix { $0 != "=" }))
+            }
+            if !kept.isEmpty { found["Cookie"] = kept.sorted().joined(separator: "; ") }
+        }
+        return found
     }
 
     /// A SHA-256 digest, as hex: names a credential without keeping it.

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import ODataCore
 import PostgresNIO
@@ -12,6 +13,9 @@ struct RequestRecord: Sendable {
     var answer: RecordedAnswer?
     /// Seconds since it was recorded as being forwarded.
     var age: Double = 0
+    /// The identity of the device that sent it first (``GatewayIdentities``): only that
+    /// identity is answered from the record.
+    var owner = ""
 }
 
 /// A backend's answer to one request, as the gateway keeps it (the backend's URLs, not the
@@ -54,6 +58,11 @@ extension GatewayStore {
         """,
         "CREATE INDEX IF NOT EXISTS oodata_request_created ON oodata_request (created_at)",
         """
+        CREATE TABLE IF NOT EXISTS oodata_secret (
+          name TEXT PRIMARY KEY,
+          value TEXT NOT NULL)
+        """,
+        """
         CREATE TABLE IF NOT EXISTS oodata_progress (
           operation TEXT PRIMARY KEY,
           user_name TEXT NOT NULL,
@@ -63,6 +72,29 @@ extension GatewayStore {
           updated_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())
         """,
     ]
+
+    /// The secret that keys identity digests (``GatewayIdentities``), made at random by the
+    /// first instance that asks and shared by every instance on this PostgreSQL. It never leaves
+    /// PostgreSQL and the instances' memory; a new one would make every device a new identity.
+    func identitySecret() async throws -> [UInt8] {
+        let fresh = GatewayStore.hex(SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) })
+        try await client.query(
+            "INSERT INTO oodata_secret (name, value) VALUES ('identity', \(fresh)) ON CONFLICT (name) DO NOTHING",
+            logger: logger)
+        let rows = try await client.query("SELECT value FROM oodata_secret WHERE name = 'identity'", logger: logger)
+        for try await text in rows.decode(String.self) {
+            var bytes: [UInt8] = []
+            var index = text.startIndex
+            while index < text.endIndex, let next = text.index(index, offsetBy: 2, limitedBy: text.endIndex) {
+                guard let byte = UInt8(text[index..<next], radix: 16) else { break }
+                bytes.append(byte)
+                index = next
+            }
+            guard bytes.count == 32 else { break }
+            return bytes
+        }
+        throw GatewayError(status: 503, code: "GatewayState", "The gateway's identity secret cannot be read")
+    }
 
     /// Records where a device's operation is on the gateway (any instance answers the device's
     /// pulls). Best effort: a failure is left to the caller to ignore.
@@ -194,12 +226,12 @@ extension GatewayStore {
         let rows = try await connection.query(
             """
             SELECT request_id, answered, status, headers, answer,
-                   extract(epoch FROM clock_timestamp() - created_at)::float8 FROM oodata_request
+                   extract(epoch FROM clock_timestamp() - created_at)::float8, user_name FROM oodata_request
             WHERE backend = \(backend) AND request_id = ANY(\(ids)::text[])
             """, logger: logger)
         var records: [String: RequestRecord] = [:]
-        for try await (id, answered, status, headers, answer, age)
-            in rows.decode((String, Bool, Int32?, String?, ByteBuffer?, Double).self)
+        for try await (id, answered, status, headers, answer, age, owner)
+            in rows.decode((String, Bool, Int32?, String?, ByteBuffer?, Double, String).self)
         {
             var recorded: RecordedAnswer?
             if answered, let status {
@@ -207,7 +239,7 @@ extension GatewayStore {
                     status: Int(status), headers: RecordedAnswer.headers(from: headers ?? ""),
                     body: answer.map { Array($0.readableBytesView) } ?? [])
             }
-            records[id] = RequestRecord(answered: answered, answer: recorded, age: age)
+            records[id] = RequestRecord(answered: answered, answer: recorded, age: age, owner: owner)
         }
         return records
     }
@@ -224,7 +256,7 @@ extension GatewayStore {
             INSERT INTO oodata_request (backend, user_name, request_id)
             SELECT \(backend), \(user), unnest(\(ids)::text[])
             ON CONFLICT (backend, request_id) DO UPDATE SET created_at = clock_timestamp()
-            WHERE NOT oodata_request.answered
+            WHERE NOT oodata_request.answered AND oodata_request.user_name = EXCLUDED.user_name
             """, logger: logger)
     }
 
@@ -248,7 +280,7 @@ extension GatewayStore {
             ON CONFLICT (backend, request_id) DO UPDATE
               SET answered = true, status = EXCLUDED.status, headers = EXCLUDED.headers, answer = EXCLUDED.answer,
                   answered_at = EXCLUDED.answered_at
-              WHERE NOT oodata_request.answered
+              WHERE NOT oodata_request.answered AND oodata_request.user_name = EXCLUDED.user_name
             """, logger: logger)
     }
 

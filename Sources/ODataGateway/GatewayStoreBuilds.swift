@@ -51,13 +51,15 @@ extension Gateway {
         var shared: [OfflineODataDefiningQuery] = []
         var own: [OfflineODataDefiningQuery] = []
         for query in ask.definingQueries {
+            // The same check as every path that leaves the gateway.
+            try LeavingPath.check(query.query)
             let tracked = try TrackedQuery(target: Self.appending(suffix, to: query.query))
             guard tracked.token == nil else {
                 throw GatewayError(status: 400, code: "BadStoreRequest", "\(query.name) carries a token")
             }
-            _ = try await credentials.check(
-                request.headers["Authorization"], url: backend.url + tracked.probeTarget, askDelta: false, gateway: self
-            )
+            _ = try await credentialCheck.check(
+                credentials(of: request, backend: backend), url: backend.url + tracked.probeTarget, askDelta: false,
+                gateway: self)
             let defining = OfflineODataDefiningQuery(
                 name: query.name, query: query.query, automaticallyRetrievesStreams: query.streams ?? false)
             if backend.isShared(tracked.canonical) { shared.append(defining) } else { own.append(defining) }
@@ -103,7 +105,7 @@ extension Gateway {
         let key = Self.fileKey("shared", queries: queries, indexes: indexes, request: request, backend: backend)
         return try await buildOnce(key: key, maxAge: backend.prepopulateInterval) {
             try await self.buildStore(
-                queries, added: [], base: nil, indexes: indexes, authorization: backend.sharedAuthorization,
+                queries, added: [], base: nil, indexes: indexes, authorization: Self.shared(backend),
                 request: request, backend: backend, cacheKey: key, shared: true)
         }
     }
@@ -120,8 +122,8 @@ extension Gateway {
         return try await buildOnce(key: key, maxAge: 600) {
             try await self.buildStore(
                 queries, added: base == nil ? [] : added, base: base, indexes: indexes,
-                authorization: request.headers["Authorization"], request: request, backend: backend, cacheKey: key,
-                shared: false)
+                authorization: self.credentials(of: request, backend: backend), request: request,
+                backend: backend, cacheKey: key, shared: false)
         }
     }
 
@@ -211,7 +213,7 @@ extension Gateway {
     /// keeps. With `base`, that file is the start and only `added` are downloaded into it.
     func buildStore(
         _ queries: [OfflineODataDefiningQuery], added: [OfflineODataDefiningQuery], base: StoreFileRecord?,
-        indexes: [String: [[String]]]?, authorization: String?, request: GatewayRequest, backend: GatewayBackend,
+        indexes: [String: [[String]]]?, authorization: HTTPHeaders, request: GatewayRequest, backend: GatewayBackend,
         cacheKey: String, shared: Bool
     ) async throws -> StoreFileRecord {
         let started = ContinuousClock.now
@@ -294,8 +296,8 @@ extension Gateway {
         for line in file.queries {
             let query = String(line.drop { $0 != "\t" }.dropFirst())
             let tracked = try TrackedQuery(target: Self.appending(suffix, to: query))
-            _ = try await credentials.check(
-                request.headers["Authorization"], url: backend.url + tracked.probeTarget, askDelta: false,
+            _ = try await credentialCheck.check(
+                credentials(of: request, backend: backend), url: backend.url + tracked.probeTarget, askDelta: false,
                 gateway: self)
         }
         var range: Range<Int64> = 0..<file.size
@@ -369,7 +371,8 @@ struct GatewayLoopback: Transport {
     let gateway: Gateway
     let backend: GatewayBackend
     let root: String
-    let authorization: String?
+    /// The credentials the build reads with (the device's, or the gateway's for shared data).
+    let authorization: HTTPHeaders
 
     func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
         guard request.url.hasPrefix(root) else {
@@ -377,7 +380,9 @@ struct GatewayLoopback: Transport {
         }
         var headers = request.headers
         headers["Authorization"] = nil
-        if let authorization { headers["Authorization"] = authorization }
+        headers["Cookie"] = nil
+        for name in GatewayIdentities.certificateHeaders { headers[name] = nil }
+        for field in authorization { headers[field.name] = field.value }
         let answer = await gateway.handle(
             GatewayRequest(
                 method: request.method, target: String(request.url.dropFirst(root.count)), headers: headers,

@@ -233,6 +233,19 @@ extension Gateway {
                 continue
             }
             let found = ids.map { records[$0] }
+            // A request ID recorded for another identity: its record is never shown and the
+            // request never sent (a device whose credentials changed between a lost answer and
+            // its repeat sees this, never a duplicate).
+            if found.contains(where: { $0 != nil && $0?.owner != user }) {
+                metrics.foreignRepeats.increment()
+                let answer = Self.errorAnswer(
+                    status: 409, code: "RequestOfOtherCredentials",
+                    "Request \(ids[0]) was sent before with other credentials: only those credentials get its "
+                        + "answer, and it is not sent again. Check the backend before repeating the change",
+                    legacy: model.version.isLegacy)
+                outcomes.append(.answered(Array(repeating: answer, count: unit.operations.count), accepted: false))
+                continue
+            }
             if found.allSatisfy({ $0?.answered == true }) {
                 metrics.repeatsAnswered.increment()
                 outcomes.append(.answered(found.compactMap { $0?.answer }, accepted: true))
@@ -578,10 +591,9 @@ extension Gateway {
         _ operation: UploadOperation, request: GatewayRequest, backend: GatewayBackend, locations: [String: String]
     ) async throws -> TransportResponse {
         var message = operation.message
-        var target = ContentIDReferences.resolve(url: message.url ?? "", locations)
-        for root in [request.gatewayRoot, backend.url] where target.hasPrefix(root) {
-            target = String(target.dropFirst(root.count))
-        }
+        var target = try LeavingPath.relative(
+            ContentIDReferences.resolve(url: message.url ?? "", locations), gatewayRoot: request.gatewayRoot,
+            backendRoot: backend.url)
         // The `$batch`'s own query options (`sap-client`, an app's URL suffix) go with each request.
         if let question = request.target.firstIndex(of: "?") {
             let options = request.target[request.target.index(after: question)...]
@@ -657,14 +669,13 @@ extension Gateway {
         _ units: [UploadUnit], request: GatewayRequest, backend: GatewayBackend,
         locations: [String: String]
     ) async throws -> BatchAnswer {
-        let parts = units.map { unit -> BatchPart in
-            let operations = unit.operations.map { operation -> BatchOperation in
+        let parts = try units.map { unit throws(GatewayError) -> BatchPart in
+            let operations = try unit.operations.map { operation throws(GatewayError) -> BatchOperation in
                 var message = operation.message
                 if case .request(let method, let url, let version) = message.startLine {
-                    var target = ContentIDReferences.resolve(url: url, locations)
-                    for root in [request.gatewayRoot, backend.url] where target.hasPrefix(root) {
-                        target = String(target.dropFirst(root.count))
-                    }
+                    let target = try LeavingPath.relative(
+                        ContentIDReferences.resolve(url: url, locations), gatewayRoot: request.gatewayRoot,
+                        backendRoot: backend.url)
                     message.startLine = .request(method: method, url: target, version: version)
                 }
                 if !locations.isEmpty, (message.headers["Content-Type"] ?? "").lowercased().contains("json") {
@@ -712,6 +723,7 @@ extension Gateway {
         let body = Self.rewrite(
             message.body, contentType: message.headers["Content-Type"], encoded: false,
             from: request.gatewayRoot, to: backend.url)
+        try LeavingPath.check(request.target)
         let response = try await transport.send(
             TransportRequest(
                 method: message.method ?? request.method, url: backend.url + request.target,
@@ -811,13 +823,14 @@ extension Gateway {
                 let ifMatch = operation.message.headers["If-Match"], let (scope, hash) = Self.parseGatewayETag(ifMatch)
             else { continue }
             let legacy = model.version.isLegacy
-            func refused(_ why: String) -> ETagOutcome {
-                .failed(
-                    Self.errorAnswer(
-                        status: 412, code: "PreconditionFailed",
-                        "\(operation.method) \(operation.message.url ?? ""): \(why) (If-Match \(ifMatch)); read it again",
-                        legacy: legacy))
-            }
+            // One answer for every refusal: whether the row is gone, changed, in another user's
+            // scope or not readable with the device's credentials is not told apart, so that
+            // the check answers nothing about rows the device cannot read.
+            let refusal = ETagOutcome.failed(
+                Self.errorAnswer(
+                    status: 412, code: "PreconditionFailed",
+                    "\(operation.method) \(operation.message.url ?? ""): the entity does not match the ETag the "
+                        + "gateway gave (If-Match \(ifMatch)); read it again", legacy: legacy))
             // Only a scope of this backend, shared or the device's user's, is used.
             guard
                 let query = try await store.query(
@@ -825,11 +838,10 @@ extension Gateway {
                 let check = GatewayETagCheck(
                     operation: operation, scope: scope, query: query, request: request,
                     backend: backend, model: model)
-            else { return refused("the entity cannot be checked against the ETag the gateway gave") }
-            guard let current = try await currentHash(check, request: request, backend: backend, model: model) else {
-                return refused("the entity is gone from the backend")
-            }
-            guard current == hash else { return refused("the entity changed on the backend since it was read") }
+            else { return refusal }
+            guard let current = try await currentHash(check, request: request, backend: backend, model: model),
+                current == hash
+            else { return refusal }
             unit.operations[position].message.headers["If-Match"] = "*"
             checks[position] = check
         }
@@ -854,15 +866,17 @@ extension Gateway {
     ) async throws -> (payload: String, hash: String)? {
         var headers = HTTPHeaders()
         headers["Accept"] = "application/json"
-        let authorization =
-            backend.isShared(check.query) ? backend.sharedAuthorization : request.headers["Authorization"]
-        if let authorization { headers["Authorization"] = authorization }
+        let credentials =
+            backend.isShared(check.query) ? Self.shared(backend) : self.credentials(of: request, backend: backend)
+        for field in credentials { headers[field.name] = field.value }
         metrics.backendRequests("etag").increment()
         let response = try await transport.send(
             TransportRequest(method: "GET", url: backend.url + check.target, headers: headers),
             timeout: configuration.backendTimeout)
         guard response.status == 200 else {
-            if response.status == 404 { return nil }
+            // Not found, or not the device's to read: no row (the same refusal either way). A 401
+            // is about the credentials, not the row: the upload fails as the backend would fail it.
+            if [403, 404].contains(response.status) { return nil }
             throw GatewayError(
                 status: 502, code: "BackendUnavailable",
                 "The backend answered \(response.status) when the entity's ETag was checked")
@@ -937,12 +951,11 @@ extension Gateway {
     ) async
         -> Evidence
     {
-        var url = operation.message.url ?? ""
-        for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) {
-            url = String(url.dropFirst(root.count))
-        }
-        if url.hasPrefix("/") { url = String(url.dropFirst()) }
-        guard !url.hasPrefix("$"), !url.contains("?") else { return .unknown }
+        guard
+            let url = try? LeavingPath.relative(
+                operation.message.url ?? "", gatewayRoot: request.gatewayRoot, backendRoot: backend.url),
+            !url.hasPrefix("$"), !url.contains("?")
+        else { return .unknown }
         let set = String(url.prefix { $0 != "(" && $0 != "/" })
         guard let type = model.entityType(ofEntitySet: set.removingPercentEncoding ?? set) else { return .unknown }
         let rest = url.dropFirst(set.count)
@@ -1052,36 +1065,37 @@ struct GatewayETagCheck: Sendable {
             backend: backend, model: model)
     }
 
-    /// The check of the entity at `url` (`Set(key)`, absolute or relative to either root).
+    /// The check of the entity at `url` (`Set(key)`, absolute or relative to either root). The
+    /// read's `$filter` is written from the key as the model's URL parser reads it, each value
+    /// with the model's own literal writer: nothing of the URL's text is pasted into it, and a
+    /// predicate that is not exactly the entity set's key gives no check at all.
     init?(
         method: String, url: String, scope: Int64, query: String, request: GatewayRequest, backend: GatewayBackend,
         model: Model
     ) {
-        var url = url
-        for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) {
-            url = String(url.dropFirst(root.count))
+        guard let relative = try? LeavingPath.relative(url, gatewayRoot: request.gatewayRoot, backendRoot: backend.url)
+        else { return nil }
+        let pathText = String(relative.prefix { $0 != "?" })
+        guard let path = try? URLParser(version: model.version.grammar).parsePath(pathText),
+            path.segments.count == 2, case .key(let parts) = path.segments[1].kind
+        else { return nil }
+        let set: String
+        switch path.segments[0].kind {
+        case .entitySet(let name), .unresolved(let name): set = name
+        default: return nil
         }
-        guard let open = url.firstIndex(of: "("), url.hasSuffix(")") else { return nil }
-        let set = String(url[..<open])
-        let predicate = String(url[url.index(after: open)..<url.index(before: url.endIndex)])
         guard let scoped = try? TrackedQuery(target: query),
             scoped.path == set || scoped.path.removingPercentEncoding == set,
-            let type = model.entityType(ofEntitySet: set.removingPercentEncoding ?? set)
+            let type = model.entityType(ofEntitySet: set),
+            let key = try? model.keyValues(parts, ofEntitySet: set, aliases: [:])
         else { return nil }
         let keyNames = model.key(of: type).map(\.name)
-        let parts = Self.split(predicate.removingPercentEncoding ?? predicate)
         var terms: [String] = []
-        if parts.count == 1, keyNames.count == 1, !parts[0].contains("=") || parts[0].hasPrefix("'") {
-            terms = [keyNames[0] + " eq " + parts[0]]
-        } else {
-            for part in parts {
-                guard let equals = part.firstIndex(of: "=") else { return nil }
-                terms.append(
-                    part[..<equals].trimmingCharacters(in: .whitespaces) + " eq "
-                        + part[part.index(after: equals)...].trimmingCharacters(in: .whitespaces))
-            }
+        for name in keyNames {
+            guard let value = key[name] else { return nil }
+            terms.append(name + " eq " + Literal.format(.primitive(value), version: model.version))
         }
-        guard terms.count == keyNames.count else { return nil }
+        guard terms.count == key.count else { return nil }
         var filter = terms.joined(separator: " and ")
         var options = scoped.options.filter {
             !["$top", "$skip", "$orderby", "$skiptoken", "$count", "$inlinecount"]
@@ -1101,26 +1115,8 @@ struct GatewayETagCheck: Sendable {
         self.set = set
         self.keyNames = keyNames
         self.target =
-            set + "?"
+            scoped.path + "?"
             + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }
             .joined(separator: "&")
-    }
-
-    /// A key predicate's parts, split at commas outside quoted literals.
-    static func split(_ predicate: String) -> [String] {
-        var parts: [String] = []
-        var current = ""
-        var quoted = false
-        for character in predicate {
-            if character == "'" { quoted.toggle() }
-            if character == ",", !quoted {
-                parts.append(current)
-                current = ""
-            } else {
-                current.append(character)
-            }
-        }
-        parts.append(current)
-        return parts.map { $0.trimmingCharacters(in: .whitespaces) }
     }
 }

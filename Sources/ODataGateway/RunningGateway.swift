@@ -58,6 +58,7 @@ public final class RunningGateway: Sendable {
                 tasks.addTask {
                     do {
                         try await store.migrate()
+                        GatewayIdentities.warnUnverified(configuration, logger: logger)
                         await migrated.open(nil)
                     } catch {
                         await migrated.open(error)

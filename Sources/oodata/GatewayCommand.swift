@@ -40,6 +40,14 @@ struct GatewayCommand: AsyncParsableCommand {
     var sharedAuthorization: String?
     @Option(
         help: ArgumentHelp(
+            "Verify JWT bearer tokens of this issuer (iss): a device's identity is then (iss, sub). Needs "
+                + "--jwt-audience and --jwt-jwks or --jwt-hs-secret.", valueName: "ISSUER")) var jwtIssuer: String?
+    @Option(help: ArgumentHelp("The aud verified JWTs must name.", valueName: "AUDIENCE")) var jwtAudience: String?
+    @Option(help: ArgumentHelp("The issuer's keys: a JWKS file or http(s) URL.", valueName: "FILE-OR-URL"))
+    var jwtJwks: String?
+    @Option(help: ArgumentHelp("The issuer's HS256 secret.", valueName: "SECRET")) var jwtHsSecret: String?
+    @Option(
+        help: ArgumentHelp(
             "Delta tracking: AUTO (the default: the backend's own delta links where it gives "
                 + "them, the gateway's tracking otherwise), ALWAYS (the gateway's tracking) or NEVER (pass "
                 + "reads and the backend's delta links through).", valueName: "MODE")) var trackDeltas: String?
@@ -116,6 +124,18 @@ struct GatewayCommand: AsyncParsableCommand {
                 throw CLIFailure("--track-deltas \(trackDeltas): use AUTO, ALWAYS or NEVER")
             }
             for index in configuration.backends.indices { configuration.backends[index].trackDeltas = tracking }
+        }
+        if let jwtIssuer {
+            guard let jwtAudience, jwtJwks != nil || jwtHsSecret != nil else {
+                throw CLIFailure("--jwt-issuer needs --jwt-audience and --jwt-jwks or --jwt-hs-secret")
+            }
+            for index in configuration.backends.indices {
+                configuration.backends[index].jwtVerification = [
+                    JWTVerification(issuer: jwtIssuer, audience: jwtAudience, jwks: jwtJwks, hmacSecret: jwtHsSecret)
+                ]
+            }
+        } else if jwtAudience != nil || jwtJwks != nil || jwtHsSecret != nil {
+            throw CLIFailure("--jwt-audience, --jwt-jwks and --jwt-hs-secret need --jwt-issuer")
         }
         for index in configuration.backends.indices {
             configuration.backends[index].sharedQueries.formUnion(shared)

@@ -1,0 +1,153 @@
+import Foundation
+import ODataCore
+
+/// The one check of every path that leaves the gateway for a backend (SPEC §13, "Identity"):
+/// a device's own request, each part of its `$batch` (multipart and JSON, relative or absolute),
+/// the parts forwarded one by one, and the queries of a store build. Whatever is refused here
+/// is answered 400 and never forwarded, before anything of it is recorded.
+///
+/// Refused: dot segments (`.` and `..`, plain, percent-encoded once or twice, or with a `;`
+/// parameter), a slash or backslash encoded outside a quoted key literal, an empty segment,
+/// backslashes, control characters, fragments, absolute URLs of another host or service root
+/// and absolute paths outside it. A slash inside a quoted literal (`Products('a%2Fb')`) is data
+/// and stays, but the path must still hold no dot segment once every encoding is undone, so that
+/// no hop that decodes and normalizes can move it out of the service root.
+enum LeavingPath {
+    static func refused(_ url: String, _ why: String) -> GatewayError {
+        GatewayError(
+            status: 400, code: "BadPath",
+            "The path '\(url.prefix(120))' is not forwarded: \(why); it would leave the backend's service root")
+    }
+
+    /// `url` (as a request line or a `$batch` part names it) relative to the backend's root, once
+    /// checked: an absolute URL or path must name the gateway's root (or the backend's).
+    static func relative(_ url: String, gatewayRoot: String, backendRoot: String) throws(GatewayError) -> String {
+        var target = url
+        let lowered = target.lowercased()
+        if hasScheme(target) || target.hasPrefix("//") {
+            guard let root = [gatewayRoot, backendRoot].first(where: { lowered.hasPrefix($0.lowercased()) }) else {
+                throw refused(url, "it names another host or service")
+            }
+            target = String(target.dropFirst(root.count))
+        } else if target.hasPrefix("/") {
+            let paths = [gatewayRoot, backendRoot].compactMap { URL(string: $0)?.path }.map {
+                $0.hasSuffix("/") ? $0 : $0 + "/"
+            }
+            guard let root = paths.first(where: { target.hasPrefix($0) }) else {
+                throw refused(url, "it is an absolute path outside the service root")
+            }
+            target = String(target.dropFirst(root.count))
+        }
+        try check(target, as: url)
+        return target
+    }
+
+    /// Whether `text` starts with a URL scheme (`http:`, `file:`, …).
+    static func hasScheme(_ text: String) -> Bool {
+        guard let colon = text.firstIndex(of: ":"), colon > text.startIndex else { return false }
+        let scheme = text[..<colon]
+        guard let first = scheme.unicodeScalars.first, CharacterSet.letters.contains(first) else { return false }
+        return scheme.unicodeScalars.allSatisfy {
+            $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "+-.".unicodeScalars.contains($0))
+        }
+    }
+
+    /// Checks a target relative to the service root (`Set(key)/Nav?$options`).
+    static func check(_ target: String, as url: String? = nil) throws(GatewayError) {
+        let named = url ?? target
+        let path = target.prefix { $0 != "?" }
+        if path.contains("#") { throw refused(named, "it holds a fragment") }
+        // Byte by byte, undoing one level of encoding: what is a separator outside a quoted
+        // literal must be written as one.
+        let bytes = Array(path.utf8)
+        var quoted = false
+        var segmentStart = true
+        var index = 0
+        while index < bytes.count {
+            var byte = bytes[index]
+            var encoded = false
+            if byte == 0x25 {
+                guard index + 2 < bytes.count, let value = UInt8(String(decoding: bytes[index + 1...index + 2],
+                    as: UTF8.self), radix: 16)
+                else { throw refused(named, "it holds a '%' that is no percent-encoding") }
+                byte = value
+                encoded = true
+                index += 2
+            }
+            index += 1
+            if byte < 0x20 || byte == 0x7F { throw refused(named, "it holds a control character") }
+            if byte == 0x27 { quoted.toggle() }
+            if byte == 0x5C, !quoted || !encoded { throw refused(named, "it holds a backslash") }
+            if byte == 0x2F {
+                if encoded, !quoted { throw refused(named, "it holds an encoded slash") }
+                if !encoded {
+                    if segmentStart, index < bytes.count { throw refused(named, "it holds an empty segment") }
+                    segmentStart = true
+                    continue
+                }
+            }
+            segmentStart = false
+        }
+        // Every level of encoding undone: no dot segment anywhere, whatever a later hop decodes.
+        var decoded = String(path)
+        for _ in 0..<3 {
+            guard let once = decoded.removingPercentEncoding, once != decoded else { break }
+            decoded = once
+        }
+        for piece in decoded.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "/" || $0 == "\\" }) {
+            let name = piece.prefix { $0 != ";" }.trimmingCharacters(in: .whitespaces)
+            if name == "." || name == ".." { throw refused(named, "it holds a dot segment") }
+        }
+    }
+
+    /// Checks every request of a `$batch` body (multipart or JSON) before any of it is recorded
+    /// or forwarded. A body that cannot be read, or whose encoding hides it, is refused: its
+    /// paths cannot be checked.
+    static func checkBatch(_ request: GatewayRequest, backendRoot: String) throws(GatewayError) {
+        guard request.headers["Content-Encoding"].map({ $0.lowercased() == "identity" }) ?? true else {
+            throw GatewayError(
+                status: 415, code: "UnsupportedMediaType",
+                "A compressed $batch is not forwarded: the paths of its requests cannot be checked")
+        }
+        let contentType = (request.headers["Content-Type"] ?? "").lowercased()
+        var urls: [String] = []
+        if contentType.hasPrefix("multipart/") {
+            guard let boundary = request.headers["Content-Type"].flatMap({ HTTPHeaders.parameter("boundary", in: $0) })
+            else { throw GatewayError(status: 400, code: "BadBatch", "The $batch's Content-Type names no boundary") }
+            let batch: MultipartBatch
+            do {
+                batch = try MultipartBatch.read(request.body, boundary: boundary)
+            } catch {
+                throw GatewayError(status: 400, code: "BadBatch", "The $batch body cannot be read: \(error)")
+            }
+            for part in batch.parts {
+                switch part {
+                case .operation(let operation): urls.append(operation.message.url ?? "")
+                case .changeSet(let set): urls += set.operations.map { $0.message.url ?? "" }
+                }
+            }
+        } else if contentType.hasPrefix("application/json") {
+            do {
+                urls = try JSONBatchRequest.read(request.body).requests.map(\.url)
+            } catch {
+                throw GatewayError(status: 400, code: "BadBatch", "The JSON $batch body cannot be read: \(error)")
+            }
+        } else {
+            throw GatewayError(
+                status: 415, code: "UnsupportedMediaType",
+                "A $batch is multipart/mixed or application/json; its paths cannot be checked otherwise")
+        }
+        for url in urls {
+            _ = try relative(url, gatewayRoot: request.gatewayRoot, backendRoot: backendRoot)
+        }
+    }
+
+    /// Checks what `request` sends on: its target, and for a `$batch` each of its requests.
+    static func checkRequest(_ request: GatewayRequest, backendRoot: String) throws(GatewayError) {
+        try check(request.target)
+        let path = request.target.prefix { $0 != "?" }
+        if request.method.uppercased() == "POST", path == "$batch" {
+            try checkBatch(request, backendRoot: backendRoot)
+        }
+    }
+}
