@@ -39,6 +39,9 @@ struct ServeCommand: AsyncParsableCommand {
     var basicAuth: String?
     @Option(help: ArgumentHelp("Require 'Authorization: Bearer TOKEN' (401 otherwise); repeatable.", valueName: "TOKEN"))
     var bearerToken: [String] = []
+    @Option(help: ArgumentHelp("A JSON file of users who see different rows (see docs/server.md); every request "
+                                   + "must be one of them (401 otherwise).", valueName: "FILE"))
+    var users: String?
     @Option(help: ArgumentHelp("Log to standard error from this level (default error: internal errors; debug shows each request).",
                                valueName: "LEVEL"))
     var logLevel: String?
@@ -76,6 +79,25 @@ struct ServeCommand: AsyncParsableCommand {
         if csrf {
             guard csrfLifetime > 0 else { throw CLIFailure("--csrf-lifetime must be positive") }
             options.csrf = CSRFProtection(tokenLifetime: .seconds(csrfLifetime))
+        }
+        if let users {
+            guard basicAuth == nil, bearerToken.isEmpty else {
+                throw CLIFailure("give either --users or --basic-auth/--bearer-token, not both")
+            }
+            let loaded: ServiceUsers
+            do {
+                loaded = try ServiceUsers.load(path: users)
+            } catch let error as ServiceUsersError {
+                // The message names the file.
+                throw CLIFailure("cannot use the users file \(error.message)")
+            }
+            do {
+                // Checked against the model being served, so that a bad filter stops the start.
+                try loaded.check(against: opened.model)
+            } catch {
+                throw CLIFailure("cannot use the users file \(users): \(error.message)")
+            }
+            options.users = loaded
         }
         switch (basicAuth, bearerToken.isEmpty) {
         case (let basic?, true):

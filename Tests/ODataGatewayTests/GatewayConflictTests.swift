@@ -201,7 +201,7 @@ import Testing
             // The resend was sent, with the gateway's ETag of the copy the resolver saw, and the
             // gateway refused it: the third user's change came after that copy.
             #expect(
-                listener.failures.first?.message.contains("changed on the backend since it was read") == true,
+                listener.failures.first?.message.contains("does not match the ETag the gateway gave") == true,
                 "\(listener.failures)")
             let refused = try #require(listener.failures.first?.requestID)
             let seen = try await device.conflictCopies(forRequest: refused)

@@ -83,8 +83,9 @@ struct ODataMiddleware<Context: RequestContext>: RouterMiddleware {
         let host = input.head.authority ?? "localhost"
         serviceRequest.serviceRoot = "http://\(host)\(rootPath)"
         await service.journal.record(serviceRequest)
-        let (refusal, added) = service.checkAccess(serviceRequest)
+        let (refusal, added, user) = await service.authorize(serviceRequest)
         if let refusal { return Self.response(refusal) }
+        serviceRequest.user = user
         let started = ContinuousClock.now
         var response = await service.handle(serviceRequest)
         for field in added { response.headers.add(field.name, field.value) }

@@ -122,9 +122,11 @@ extension ODataService {
     /// Checks an HTTP request against the required credentials and the CSRF protection
     /// (requests inside a `$batch` are covered by the `$batch` request itself). A refusal
     /// (`401` with `WWW-Authenticate`, `403` with `X-CSRF-Token: Required`), or headers to add
-    /// to the answer.
+    /// to the answer. With ``Options/users`` the credentials are those of the users (see
+    /// ``user(for:)``, which the HTTP server asks first), and `requiredCredentials` is not used.
     public func checkAccess(_ request: ServiceRequest) -> (refusal: ServiceResponse?, headers: HTTPHeaders) {
-        if let required = options.requiredCredentials, !required.accepts(request.headers["Authorization"]) {
+        if options.users == nil, let required = options.requiredCredentials,
+           !required.accepts(request.headers["Authorization"]) {
             var refusal = ServiceResponse.error(401, code: "Unauthorized", request.headers["Authorization"] == nil
                                                 ? "This service needs credentials" : "The credentials were not accepted", version: request.version)
             refusal.headers["WWW-Authenticate"] = required.challenge

@@ -16,6 +16,8 @@ extension ODataService {
         var request = ServiceRequest(
             method: message.method ?? "GET", target: url, headers: message.headers, body: body, version: outer.version)
         request.serviceRoot = outer.serviceRoot
+        // Every part runs as the user of the `$batch` request, whatever the part's own headers say.
+        request.user = outer.user
         return request
     }
 
@@ -183,9 +185,14 @@ extension ODataService {
         let minimal = minimalAnswers
         let known = contentIDs
         do {
+            // The rows the parts touch, under the users' row filters (a part that names a row
+            // by a Content-ID of this run addresses a row the run creates).
+            let checks = try await checkRows(
+                sets.flatMap { set in set.operations.map { subrequest($0.message, outer, contentIDs: known) } })
             let (parts, ids) = try await store.write { writer -> ([BatchPart], [String: String]) in
                 var ids = known
                 var parts: [BatchPart] = []
+                let rowChecks = try self.confirmed(checks, writer)
                 for (setIndex, set) in sets.enumerated() {
                     // A savepoint of its own (not `Connection.savepoint`: a rollback that fails
                     // here must stop the whole run, never be passed over).
@@ -195,7 +202,7 @@ extension ODataService {
                         outcome = .success(
                             try self.applyChangeSet(
                                 set, outer, ids, faults: faultResponses[setIndex], minimal: minimal[setIndex],
-                                writer: writer, failed: { Failed(response: $0) }))
+                                writer: writer, rowChecks: rowChecks, failed: { Failed(response: $0) }))
                     } catch {
                         outcome = .failure(error)
                     }
@@ -245,12 +252,13 @@ extension ODataService {
     /// savepoint rolls back on a throw); returns their answers and the Content-IDs known after.
     private func applyChangeSet(
         _ set: ChangeSet, _ outer: ServiceRequest, _ known: [String: String], faults: [ServiceResponse?],
-        minimal: Set<Int>, writer: StoreWriter, failed: (ServiceResponse) -> any Error
+        minimal: Set<Int>, writer: StoreWriter, rowChecks: RowChecks, failed: (ServiceResponse) -> any Error
     ) throws -> ([BatchOperation], [String: String]) {
         var ids = known
         var operations: [BatchOperation] = []
         for (index, operation) in set.operations.enumerated() {
             var sub = subrequest(operation.message, outer, contentIDs: ids)
+            sub.rowChecks = rowChecks
             if minimal.contains(index) { sub.headers["Prefer"] = "return=minimal" }
             var response: ServiceResponse
             if let failure = faults[index] {
@@ -339,12 +347,15 @@ extension ODataService {
             let known = locations
             let groupMembers = members
             do {
+                let checks = try await checkRows(groupMembers.map { subrequest(message($0), request, contentIDs: known) })
                 let (results, newLocations) = try await store.write {
                     writer -> ([(String, ServiceResponse)], [String: String]) in
                     var ids = known
                     var results: [(String, ServiceResponse)] = []
+                    let rowChecks = try self.confirmed(checks, writer)
                     for member in groupMembers {
-                        let sub = self.subrequest(message(member), request, contentIDs: ids)
+                        var sub = self.subrequest(message(member), request, contentIDs: ids)
+                        sub.rowChecks = rowChecks
                         var response: ServiceResponse
                         if let id = self.repeatabilityID(sub), let repeated = try Self.stored(id, writer.connection) {
                             // Applied before: answered as then, in this transaction (so two

@@ -71,7 +71,13 @@ extension ODataService {
         var otherOptions = request.target.split(separator: "?", maxSplits: 1).count > 1
             ? String(request.target.split(separator: "?", maxSplits: 1)[1]).split(separator: "&").filter { !$0.hasPrefix("$deltatoken") && !$0.hasPrefix("!deltatoken") }.map(String.init) : []
         otherOptions.removeAll { $0.hasPrefix("$skiptoken") }
-        let filter = parsed.query.filter != nil ? otherOptions.first { $0.hasPrefix("$filter=") }.map { String($0.dropFirst(8)) } : nil
+        let ownFilter = parsed.query.filter != nil
+            ? otherOptions.first { $0.hasPrefix("$filter=") }.map { String($0.dropFirst(8)) } : nil
+        // Under a row filter of the set, only the user's rows are changed entities.
+        let rowFilter = rowFilter(request, set)
+        let filter = rowFilter.map { mine in
+            ownFilter.map { "(" + RowFilterText.encoded(mine) + ")%20and%20(" + $0 + ")" } ?? RowFilterText.encoded(mine)
+        } ?? ownFilter
         // Changed entities come in the shape the tracked read asked for: its `$select` and
         // `$expand` apply to them too (ordering and paging options have no meaning here).
         let shape = otherOptions.filter { $0.hasPrefix("$select=") || $0.hasPrefix("$expand=") }.joined(separator: "&")
@@ -103,18 +109,19 @@ extension ODataService {
                 }
             }
         }
+        var removals: [(key: String, reason: String)] = []
         for key in order {
             let keyPath = set + key
             if batched.contains(key) {
                 if let entity = fetched[key] {
                     collection.entities.append(entity)
                 } else {
-                    collection.deleted.append(removed(keyPath, key, table, reason: "changed", v2: request.isV2))
+                    removals.append((key, "changed"))
                 }
                 continue
             }
             if last[key] == "delete" {
-                collection.deleted.append(removed(keyPath, key, table, reason: "deleted", v2: request.isV2))
+                removals.append((key, "deleted"))
                 continue
             }
             // Still in the result? Re-run the filter on this one entity.
@@ -127,8 +134,15 @@ extension ODataService {
             case .collection(let found) where !found.entities.isEmpty:
                 collection.entities.append(contentsOf: request.isV2 ? found.entities.map { decorateV2($0, table, root: request.serviceRoot ?? "") } : found.entities)
             default:
-                collection.deleted.append(removed(keyPath, key, table, reason: "changed", v2: request.isV2))
+                removals.append((key, "changed"))
             }
+        }
+        for removal in try await visibleRemovals(removals, request, table, since: token, ownFilter: ownFilter != nil) {
+            collection.deleted.append(
+                removed(set + removal.key, removal.key, table, reason: removal.reason, v2: request.isV2))
+        }
+        if parsed.query.expand != nil {
+            collection.entities = try await hidingInvisible(collection.entities, of: table, for: request)
         }
         if let pageEnd {
             // More changes: the next page is the delta since the last change on this one.
@@ -139,6 +153,37 @@ extension ODataService {
         if request.isV2 { return .json(200, V2JSONWriter().write(collection), version: request.version) }
         collection.context = request.contextURL("\(set)/$delta")
         return .json(200, V4JSONWriter().write(collection), version: request.version)
+    }
+
+    /// The removed entries a user with a row filter of the set may be told of: rows it could
+    /// see before a change since the token (the change's recorded viewers), and rows it sees
+    /// now that left the request's own filter. Every removal without a row filter.
+    private func visibleRemovals(_ removals: [(key: String, reason: String)], _ request: ServiceRequest,
+                                 _ table: StoreSchema.EntityTable, since token: Int64,
+                                 ownFilter: Bool) async throws -> [(key: String, reason: String)] {
+        guard let user = request.user, let filter = rowFilter(request, table.entitySet), !removals.isEmpty else {
+            return removals
+        }
+        let set = table.entitySet
+        let name = user.name
+        let seen = try await store.read { reader -> Set<String> in
+            let rows = try reader.connection.query(
+                """
+                SELECT DISTINCT c.key FROM server_changes c JOIN server_change_viewers v ON v.seq = c.seq
+                WHERE c.entity_set = ? AND c.seq > ? AND v.viewer = ?
+                """, [.text(set), .integer(token), .text(name)])
+            return Set(rows.compactMap { row in if case .text(let key)? = row.first { key } else { nil } })
+        }
+        var visibleNow: Set<String> = []
+        if ownFilter {
+            let keys = removals.filter { $0.reason == "changed" }.compactMap { keyValues(ofKeyText: $0.key, table) }
+            visibleNow = try await visibleKeys(keys, of: table, filter: filter, version: request.version)
+        }
+        return removals.filter { removal in
+            if seen.contains(removal.key) { return true }
+            guard removal.reason == "changed", let key = keyValues(ofKeyText: removal.key, table) else { return false }
+            return visibleNow.contains(canonicalKeyText(key, table))
+        }
     }
 
     /// The key values of a recorded key text (`(5)`, `(ID=5)`, `('a%20b')`), or nil.
@@ -174,6 +219,7 @@ extension ODataService {
             guard case .integer(let newest)? = rows.first?.first else { return }
             let floor = max(0, newest - Int64(keep))
             try db.execute("DELETE FROM server_changes WHERE seq <= ?", [.integer(floor)])
+            try db.execute("DELETE FROM server_change_viewers WHERE seq <= ?", [.integer(floor)])
             try db.execute("INSERT OR REPLACE INTO server_history (name, value) VALUES ('floor', ?)", [.integer(floor)])
         }
     }

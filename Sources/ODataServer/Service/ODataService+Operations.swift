@@ -95,12 +95,19 @@ extension ODataService {
                 }
             }
             if !ordered { options.append("$orderby=ProductID") }
+            // Only the products the user may see.
+            if let filter = rowFilter(request, "Products") {
+                options[0] += "%20and%20(" + RowFilterText.encoded(filter) + ")"
+            }
             let counted = parsed.path.segments.contains { $0.kind == .count }
             let result = try await store.query("Products" + (counted ? "/$count" : "") + "?" + options.joined(separator: "&"),
                                                version: request.version, pageSize: nil)
             if case .count(let count) = result { return .text(String(count), version: request.version) }
             guard case .collection(var collection) = result, let table = store.schema.table(forEntitySet: "Products") else {
                 throw ServiceFailure(500, "InternalError", "GetProductsByCategory did not return a collection")
+            }
+            if parsed.query.expand != nil {
+                collection.entities = try await hidingInvisible(collection.entities, of: table, for: request)
             }
             if request.isV2 {
                 collection.entities = collection.entities.map { decorateV2($0, table, root: request.serviceRoot ?? "") }
@@ -126,21 +133,36 @@ extension ODataService {
         }
     }
 
+    /// The order a `POST ConfirmOrder` names (in its body, or V2's `?OrderID='SO1'`); nil for
+    /// any other request.
+    func confirmOrderID(_ request: ServiceRequest) -> String? {
+        guard request.method == "POST", model.actionImport("ConfirmOrder") != nil,
+              let path = try? URLParser(version: request.version.grammar).parsePath(request.path),
+              case .unresolved("ConfirmOrder")? = path.segments.first?.kind
+        else { return nil }
+        var orderID: String?
+        if !request.body.isEmpty, let json = try? JSONValue.parse(request.body) { orderID = json["OrderID"]?.stringValue }
+        if orderID == nil, let parsed = try? URLParser(version: request.version.grammar).parse(request.target) {
+            for option in parsed.query.custom where option.name == "OrderID" {
+                if case .primitive(.string(let s))? = option.value.flatMap({ try? Literal.parse($0, version: .v2) }) {
+                    orderID = s
+                }
+            }
+        }
+        return orderID
+    }
+
     /// Action imports of the sample service: `POST ConfirmOrder {"OrderID": "SO1"}`.
     func callAction(_ request: ServiceRequest, _ name: String, _ writer: StoreWriter) throws -> ServiceResponse {
         switch name {
         case "ConfirmOrder":
-            var orderID: String?
-            if !request.body.isEmpty, let json = try? JSONValue.parse(request.body) { orderID = json["OrderID"]?.stringValue }
-            if orderID == nil, let parsed = try? URLParser(version: request.version.grammar).parse(request.target) {
-                for option in parsed.query.custom where option.name == "OrderID" {
-                    if case .primitive(.string(let s))? = option.value.flatMap({ try? Literal.parse($0, version: .v2) }) { orderID = s }
-                }
-            }
-            guard let orderID, let table = store.schema.table(forEntitySet: "SalesOrders") else {
+            guard let orderID = confirmOrderID(request), let table = store.schema.table(forEntitySet: "SalesOrders")
+            else {
                 throw ServiceFailure(400, "BadParameter", "ConfirmOrder needs an OrderID")
             }
             let key: [String: PrimitiveValue] = ["OrderID": .string(orderID)]
+            // An order the user cannot see is not there for it.
+            try guardRow(request, table, key)
             guard try writer.reader.entity(in: "SalesOrders", key: key) != nil else { throw ServiceFailure(404, "NotFound", "No order \(orderID)") }
             var change = Entity()
             change["OrderID"] = .primitive(.string(orderID))
@@ -148,7 +170,7 @@ extension ODataService {
             change.control.etag = Self.newETag()
             try writer.update(change, in: "SalesOrders", replace: false)
             let keyText = "('\(orderID.replacingOccurrences(of: "'", with: "''"))')"
-            try recordChange(writer, table, keyText, "upsert")
+            try recordChange(writer, table, keyText, "upsert", viewers: viewers(request, table, key))
             let order = try writer.reader.entity(in: "SalesOrders", key: key) ?? change
             return representation(order, table, request, status: 200)
         default:

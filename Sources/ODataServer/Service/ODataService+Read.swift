@@ -104,6 +104,7 @@ extension ODataService {
     }
 
     func read(_ request: ServiceRequest) async throws -> ServiceResponse {
+        let root = request.serviceRoot ?? ""
         let parsedURL = try URLParser(version: request.version.grammar).parse(request.target)
         // Only JSON is written: another format is refused, not answered in JSON.
         if let format = parsedURL.query.format?.lowercased(), format != "json",
@@ -123,6 +124,14 @@ extension ODataService {
         if case .functionImport? = parsedURL.path.segments.first?.kind {
             return try await callFunction(request, parsedURL)
         }
+        // Under a user's row filters: the store reads the target with the filter joined to its
+        // own, and the entities on the way must be visible.
+        let restricted = try await restrictedTarget(request)
+        let queryTarget = restricted ?? request.target
+        /// A next link of the store's, for the client: the request's own query with the page's token.
+        func nextLink(_ link: String) -> String {
+            root + (restricted == nil ? link : Self.nextLink(link, for: request.target))
+        }
         if parsedURL.path.segments.last?.kind == .value, let media = try await mediaValue(request, parsedURL) { return media }
         let preferences = Preferences(request.headers["Prefer"])
         let pageSize = preferences.maxPageSize.map { min($0, options.pageSize) } ?? options.pageSize
@@ -131,23 +140,24 @@ extension ODataService {
             if preferences.maxPageSize != nil { response.headers["Preference-Applied"] = "odata.maxpagesize=\(pageSize)" }
             return response
         }
-        let root = request.serviceRoot ?? ""
         var headers = HTTPHeaders()
         if preferences.maxPageSize != nil { headers["Preference-Applied"] = "odata.maxpagesize=\(pageSize)" }
         let table = try self.table(forPath: request.target, version: request.version)
         // Flat V4 collections go from rows to JSON without entities in between (the same bytes).
         let result: QueryResult
         if request.isV2 {
-            result = try await store.query(request.target, version: request.version, pageSize: pageSize)
+            result = try await store.query(queryTarget, version: request.version, pageSize: pageSize)
         } else {
-            switch try await store.queryRows(request.target, version: request.version, pageSize: pageSize, context: table.map { request.contextURL($0.entitySet) }) {
+            switch try await store.queryRows(queryTarget, version: request.version, pageSize: pageSize,
+                                             context: table.map { request.contextURL($0.entitySet) }) {
             case .rows(var page):
                 var deltaLink: String?
                 if page.nextLink == nil, preferences.trackChanges, options.tracksChanges, let table {
                     deltaLink = try await self.deltaLink(for: request, table: table)
                     headers["Preference-Applied"] = "odata.track-changes"
                 }
-                var response = ServiceResponse.json(200, page.writer.finish(nextLink: page.nextLink.map { root + $0 }, deltaLink: deltaLink), version: request.version)
+                let body = page.writer.finish(nextLink: page.nextLink.map(nextLink), deltaLink: deltaLink)
+                var response = ServiceResponse.json(200, body, version: request.version)
                 response.headers.merge(headers)
                 return response
             case .result(let answer):
@@ -160,7 +170,10 @@ extension ODataService {
                 collection.deltaLink = try await deltaLink(for: request, table: table)
                 headers["Preference-Applied"] = "odata.track-changes"
             }
-            if let next = collection.nextLink { collection.nextLink = root + next }
+            if let next = collection.nextLink { collection.nextLink = nextLink(next) }
+            if let table, parsedURL.query.expand != nil {
+                collection.entities = try await hidingInvisible(collection.entities, of: table, for: request)
+            }
             if request.isV2 {
                 if let table {
                     collection.entities = try await addMediaContentTypes(collection.entities.map { decorateV2($0, table, root: root) }, table)
@@ -173,7 +186,10 @@ extension ODataService {
             var response = ServiceResponse.json(200, V4JSONWriter().write(collection), version: request.version)
             response.headers.merge(headers)
             return response
-        case .entity(let entity?):
+        case .entity(var entity?):
+            if let table, parsedURL.query.expand != nil {
+                entity = try await hidingInvisible([entity], of: table, for: request).first ?? entity
+            }
             var response: ServiceResponse
             if request.isV2 {
                 var decorated = entity

@@ -4,11 +4,14 @@ import ODataStore
 extension ODataService {
     /// The repeatability ID of a modification: `Repeatability-Request-ID` (with
     /// `Repeatability-First-Sent`) or the legacy `RequestID` (with `RepeatabilityCreation`).
+    /// Under ``Options/users`` each user has IDs of its own: a repeat is answered only to the
+    /// user who sent the first request.
     func repeatabilityID(_ request: ServiceRequest) -> String? {
         guard options.honorsRepeatableRequests else { return nil }
         guard ["POST", "PUT", "PATCH", "MERGE", "DELETE"].contains(request.method) else { return nil }
-        if let id = request.headers["Repeatability-Request-ID"], !id.isEmpty { return id }
-        if let id = request.headers["RequestID"], !id.isEmpty { return "legacy:" + id }
+        let scope = request.user.map { "user:" + $0.name + ":" } ?? ""
+        if let id = request.headers["Repeatability-Request-ID"], !id.isEmpty { return scope + id }
+        if let id = request.headers["RequestID"], !id.isEmpty { return scope + "legacy:" + id }
         return nil
     }
 
@@ -43,10 +46,13 @@ extension ODataService {
 
     /// A modification in its own transaction, remembered for repeats.
     func modifyRemembering(_ request: ServiceRequest) async throws -> ServiceResponse {
-        try await store.write { writer in
+        let checks = try await checkRows([request])
+        return try await store.write { writer in
             if let id = self.repeatabilityID(request), let stored = try Self.stored(id, writer.connection) {
                 return stored
             }
+            var request = request
+            request.rowChecks = try self.confirmed(checks, writer)
             var response = try self.modify(request, writer)
             if self.repeatabilityID(request) != nil { response.headers["Repeatability-Result"] = "accepted" }
             try self.remember(request, response, writer)

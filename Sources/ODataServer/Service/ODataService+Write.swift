@@ -109,14 +109,38 @@ extension ODataService {
 
     /// A link changed: both ends are reported as changed by delta links (a foreign key on
     /// either side may have changed with it).
-    func recordLinkChange(_ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ key: [String: PrimitiveValue],
-                          _ otherTable: StoreSchema.EntityTable, _ otherKey: [String: PrimitiveValue]) throws {
-        try recordChange(writer, table, canonicalKeyText(key, table), "upsert")
-        try recordChange(writer, otherTable, canonicalKeyText(otherKey, otherTable), "upsert")
+    func recordLinkChange(_ request: ServiceRequest, _ writer: StoreWriter, _ table: StoreSchema.EntityTable,
+                          _ key: [String: PrimitiveValue], _ otherTable: StoreSchema.EntityTable,
+                          _ otherKey: [String: PrimitiveValue]) throws {
+        try recordChange(writer, table, canonicalKeyText(key, table), "upsert", viewers: viewers(request, table, key))
+        try recordChange(writer, otherTable, canonicalKeyText(otherKey, otherTable), "upsert",
+                         viewers: viewers(request, otherTable, otherKey))
     }
 
-    func recordChange(_ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ keyText: String, _ kind: String) throws {
+    /// Records a change for delta links; `viewers`: the users with a row filter of the set who
+    /// could see the row before it (their deltas report it removed when it no longer matches).
+    func recordChange(_ writer: StoreWriter, _ table: StoreSchema.EntityTable, _ keyText: String, _ kind: String,
+                      viewers: Set<String> = []) throws {
         try writer.connection.execute("INSERT INTO server_changes (entity_set, key, kind) VALUES (?, ?, ?)", [.text(table.entitySet), .text(keyText), .text(kind)])
+        guard !viewers.isEmpty,
+              case .integer(let seq)? = try writer.connection.query("SELECT last_insert_rowid()").first?.first
+        else { return }
+        for viewer in viewers.sorted() {
+            try writer.connection.execute(
+                "INSERT OR IGNORE INTO server_change_viewers (seq, viewer) VALUES (?, ?)", [.integer(seq), .text(viewer)])
+        }
+    }
+
+    /// The entity a `$ref` request names: the body's `@odata.id` (POST, PUT), or `$id` or the
+    /// key after the navigation property (DELETE); nil for the DELETE of a single-valued
+    /// navigation property's link, which names none.
+    func referencedID(_ request: ServiceRequest, _ target: WriteTarget, _ nav: StoreSchema.Navigation) throws -> String? {
+        guard request.method == "DELETE" else { return try referencedID(request) }
+        if let given = target.query.id { return given }
+        if let last = request.path.split(separator: "/").dropLast().last, last.contains("(") {
+            return nav.targetEntitySet + String(last.drop { $0 != "(" })
+        }
+        return nil
     }
 
     /// Runs one modification inside a write transaction (also used by `$batch`).
@@ -126,6 +150,8 @@ extension ODataService {
             return try callAction(request, name, writer)
         }
         let target = try writeTarget(request)
+        // A row the user cannot see is not changed, linked or created through (404).
+        if let key = target.key { try guardRow(request, target.table, key) }
         let preferences = Preferences(request.headers["Prefer"])
         switch (request.method, target.key, target.navigation, target.isRef) {
         case ("POST", nil, nil, false):
@@ -136,22 +162,21 @@ extension ODataService {
             let id = try referencedID(request)
             let (targetTable, targetKey) = try resolveID(id, request.version)
             guard targetTable.entitySet == nav.targetEntitySet else { throw ServiceFailure(400, "BadReference", "\(id) is not in \(nav.targetEntitySet)") }
+            try guardRow(request, targetTable, targetKey)
             try writer.link(target.table.entitySet, key: key, navigation: nav.name, to: targetKey)
-            try recordLinkChange(writer, target.table, key, targetTable, targetKey)
+            try recordLinkChange(request, writer, target.table, key, targetTable, targetKey)
             return try linkChanged(writer, target.table, key, nav, targetTable, targetKey)
         case ("DELETE", let key?, let nav?, true):
             let id: String
-            if let given = target.query.id {
-                id = given
-            } else if let last = request.path.split(separator: "/").dropLast().last, last.contains("(") {
-                id = nav.targetEntitySet + String(last.drop { $0 != "(" })
+            if let named = try referencedID(request, target, nav) {
+                id = named
             } else if !nav.isCollection {
                 // A single-valued navigation property: its one link goes.
                 var response = ServiceResponse(status: 204)
                 for other in try writer.linkedKeys(target.table.entitySet, key: key, navigation: nav.name) {
                     try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: other)
                     if let otherTable = store.schema.table(forEntitySet: nav.targetEntitySet) {
-                        try recordLinkChange(writer, target.table, key, otherTable, other)
+                        try recordLinkChange(request, writer, target.table, key, otherTable, other)
                         response = try linkChanged(writer, target.table, key, nav, otherTable, other)
                     }
                 }
@@ -160,12 +185,13 @@ extension ODataService {
                 throw ServiceFailure(400, "BadReference", "Deleting a reference of a collection needs $id or a key")
             }
             let (targetTable, targetKey) = try resolveID(id, request.version)
+            try guardRow(request, targetTable, targetKey)
             // Only a link that exists goes: unlinking SO0 through BP1 must not take it from BP0.
             guard try writer.linkedKeys(target.table.entitySet, key: key, navigation: nav.name).contains(targetKey) else {
                 throw ServiceFailure(404, "NotFound", "\(request.path) has no link to \(id)")
             }
             try writer.unlink(target.table.entitySet, key: key, navigation: nav.name, from: targetKey)
-            try recordLinkChange(writer, target.table, key, targetTable, targetKey)
+            try recordLinkChange(request, writer, target.table, key, targetTable, targetKey)
             return try linkChanged(writer, target.table, key, nav, targetTable, targetKey)
         case ("PUT", let key?, nil, false) where target.isValue:
             return try uploadMedia(request, target.table, key, target.keyText ?? "", writer)
@@ -181,7 +207,8 @@ extension ODataService {
             entity.control.etag = etag
             try writer.update(entity, in: target.table.entitySet, replace: request.method == "PUT")
             try linkBinds(entity, target.table, key, writer, request.version)
-            try recordChange(writer, target.table, target.keyText ?? "", "upsert")
+            try recordChange(writer, target.table, target.keyText ?? "", "upsert",
+                             viewers: viewers(request, target.table, key))
             var headers = HTTPHeaders()
             headers["ETag"] = etag
             if preferences.returnRepresentation, let stored = try writer.reader.entity(in: target.table.entitySet, key: key) {
@@ -197,7 +224,8 @@ extension ODataService {
                 throw ServiceFailure(404, "NotFound", "No entity at \(request.path)")
             }
             try writer.connection.execute("DELETE FROM server_media WHERE entity_set = ? AND key = ?", [.text(target.table.entitySet), .text(canonicalKeyText(key, target.table))])
-            try recordChange(writer, target.table, target.keyText ?? "", "delete")
+            try recordChange(writer, target.table, target.keyText ?? "", "delete",
+                             viewers: viewers(request, target.table, key))
             return ServiceResponse(status: 204)
         default:
             throw ServiceFailure(405, "MethodNotAllowed", "\(request.method) is not supported on \(request.path)")
@@ -474,7 +502,7 @@ extension ODataService {
         return (table, try keyValues(parts, table, parsed.query))
     }
 
-    private func referencedID(_ request: ServiceRequest) throws -> String {
+    func referencedID(_ request: ServiceRequest) throws -> String {
         let json = try JSONValue.parse(request.body)
         if let id = json["@odata.id"]?.stringValue ?? json["@id"]?.stringValue ?? json["uri"]?.stringValue { return id }
         throw ServiceFailure(400, "BadReference", "The body must name the entity with @odata.id")
@@ -493,7 +521,7 @@ extension ODataService {
         let etag = Self.newETag()
         entity.control.etag = etag
         try writer.update(entity, in: table.entitySet, replace: false)
-        try recordChange(writer, table, keyText, "upsert")
+        try recordChange(writer, table, keyText, "upsert", viewers: viewers(request, table, key))
         var headers = HTTPHeaders()
         headers["ETag"] = etag
         return ServiceResponse(status: 204, headers: headers)

@@ -26,8 +26,17 @@ public final class ODataService: Sendable {
         /// Where stores that offline clients send for support (`sendStore`) are kept; nil: the
         /// server does not take them (`/support/stores` answers 404).
         public var supportDirectory: String?
-        /// Credentials every HTTP request must carry (`401` otherwise); nil: none.
+        /// Credentials every HTTP request must carry (`401` otherwise); nil: none. Not used
+        /// when ``users`` is set.
         public var requiredCredentials: RequiredCredentials?
+        /// Users who see different rows; nil: no users (see `requiredCredentials`).
+        ///
+        /// With users, every request to the service roots (`$metadata` too) must prove one of
+        /// them (`401` with `WWW-Authenticate` otherwise), and runs as that user: its row filters
+        /// restrict what it reads, counts, expands and changes (see docs/server.md). The parts of
+        /// a `$batch` run as the user of the `$batch` request. ``ODataService/open(store:options:faults:)``
+        /// refuses users whose filters do not fit the model.
+        public var users: ServiceUsers?
         /// SAP Gateway's CSRF protection for modifying requests; nil: off.
         public var csrf: CSRFProtection?
         /// Whether PUT, PATCH, MERGE and DELETE of an entity that has an ETag need `If-Match`
@@ -68,15 +77,21 @@ public final class ODataService: Sendable {
     public let journal: RequestJournal
     var model: Model { store.model }
 
-    private init(store: Store, options: Options, faults: FaultInjector) {
+    /// The HS256 keys of the users' JWT issuers.
+    let jwtKeys: JWTIssuerKeys
+
+    private init(store: Store, options: Options, faults: FaultInjector, jwtKeys: JWTIssuerKeys) {
         self.current = Locked(store)
         self.options = options
         self.faults = faults
         self.journal = RequestJournal(capacity: options.journalCapacity)
+        self.jwtKeys = jwtKeys
     }
 
-    /// Opens (or creates) the service's store and its bookkeeping tables.
+    /// Opens (or creates) the service's store and its bookkeeping tables. Throws
+    /// ``ServiceUsersError`` when ``Options/users`` cannot work with the store's model.
     public static func open(store: Store, options: Options = Options(), faults: [FaultRule] = []) async throws -> ODataService {
+        try options.users?.check(against: store.model)
         try await store.write { writer in
             let db = writer.connection
             try db.execute("CREATE TABLE IF NOT EXISTS server_changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, entity_set TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL)")
@@ -84,8 +99,14 @@ public final class ODataService: Sendable {
             try db.execute("CREATE TABLE IF NOT EXISTS server_history (name TEXT PRIMARY KEY, value INTEGER)")
             try db.execute("CREATE TABLE IF NOT EXISTS server_repeatability (id TEXT PRIMARY KEY, first_sent TEXT, status INTEGER, headers TEXT, body BLOB)")
             try db.execute("CREATE TABLE IF NOT EXISTS server_media (entity_set TEXT NOT NULL, key TEXT NOT NULL, content_type TEXT, bytes BLOB, PRIMARY KEY (entity_set, key))")
+            // The users (with a row filter of the set) who could see a row before a change.
+            try db.execute(
+                "CREATE TABLE IF NOT EXISTS server_change_viewers (seq INTEGER NOT NULL, viewer TEXT NOT NULL, "
+                    + "PRIMARY KEY (seq, viewer))")
         }
-        return ODataService(store: store, options: options, faults: FaultInjector(rules: faults))
+        var keys = JWTIssuerKeys.none
+        if let users = options.users { keys = await JWTIssuerKeys.make(users) }
+        return ODataService(store: store, options: options, faults: FaultInjector(rules: faults), jwtKeys: keys)
     }
 
     /// Loads generated or imported data into the store (inside one transaction), recording no
@@ -128,7 +149,15 @@ public final class ODataService: Sendable {
     // MARK: Handling
 
     /// Answers one request. Never throws: every failure becomes an OData error response.
+    ///
+    /// Under ``Options/users``, a request without a ``ServiceRequest/user`` runs as the user its
+    /// `Authorization` header proves, and is answered `401` when it proves none.
     public func handle(_ request: ServiceRequest) async -> ServiceResponse {
+        var request = request
+        if let users = options.users, request.user == nil {
+            guard let user = await user(for: request) else { return unauthorized(request, users: users) }
+            request.user = user
+        }
         if let fault = await faults.match(request) {
             if let delay = fault.delayMilliseconds { try? await Task.sleep(nanoseconds: UInt64(delay) * 1_000_000) }
             if let status = fault.status {

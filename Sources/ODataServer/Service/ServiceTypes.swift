@@ -12,6 +12,12 @@ public struct ServiceRequest: Sendable {
     /// The absolute URL of the service root (`http://host:port/odata/v4/`), when known; used
     /// for V2 `__metadata` URIs and next links.
     public var serviceRoot: String?
+    /// The user the request runs as under ``ODataService/Options/users``: its row filters decide
+    /// what it reads and changes. The HTTP server sets it from the credentials;
+    /// ``ODataService/handle(_:)`` finds it from the `Authorization` header when it is nil.
+    public var user: ServiceUser?
+    /// The rows a modification touches as they were before its transaction (row filters).
+    var rowChecks: RowChecks?
 
     /// Creates a value from its parts.
     public init(method: String, target: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = [], version: ODataVersion = .v4) {

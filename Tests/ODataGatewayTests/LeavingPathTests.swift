@@ -1,0 +1,39 @@
+import Testing
+
+@testable import ODataGateway
+
+/// The one path check of everything that leaves the gateway (issue 52, door 5), case by case:
+/// what is refused and what goes on, relative to which root.
+@Suite struct LeavingPathTests {
+    static let gateway = "http://gw.test:8090/sales/"
+    static let backend = "http://backend.test/odata/v4/"
+
+    static func relative(_ url: String) -> String? {
+        try? LeavingPath.relative(url, gatewayRoot: gateway, backendRoot: backend)
+    }
+
+    @Test(arguments: [
+        "../x", "%2e%2e/x", "%2E%2e/x", ".%2E/x", "%252e%252e/x", "%25252e%25252e/x", "..;/x", "..;jsessionid=1/x",
+        "Set/../../x", "./Set", "Set/.", "Set/..", "Set%2F..%2Fx", "Set%2fx", "Set%5C..%5Cx", "Set\\..\\x", "//x",
+        "Set//x", "/x", "/odata/v2/Set", "/sales/../other/Set", "http://other.test/sales/Set",
+        "https://gw.test:8090/sales/Set", "http://gw.test:8090/other/Set", "file:///etc/passwd", "Set(1)#frag",
+        "Set%00", "Set%0d%0aHost:%20x", "Set%zz", "Set('a%2F..%2F..%2Fx')", "Set('%2e%2e')/..",
+    ])
+    func refused(_ url: String) {
+        #expect(Self.relative(url) == nil, "\(url) -> \(Self.relative(url) ?? "?")")
+    }
+
+    @Test func keptInsideTheRoot() {
+        #expect(Self.relative("Products('P1')") == "Products('P1')")
+        #expect(Self.relative("Products('a%2Fb')") == "Products('a%2Fb')")
+        #expect(Self.relative("Products('x.y')/Category") == "Products('x.y')/Category")
+        #expect(Self.relative("$1/Items") == "$1/Items")
+        #expect(Self.relative("SalesOrders?$filter=Note%20eq%20'../x'") == "SalesOrders?$filter=Note%20eq%20'../x'")
+        #expect(Self.relative("http://gw.test:8090/sales/Products(1)") == "Products(1)")
+        #expect(Self.relative("http://backend.test/odata/v4/Products(1)") == "Products(1)")
+        #expect(Self.relative("/sales/Products(1)") == "Products(1)")
+        #expect(Self.relative("/odata/v4/Products(1)") == "Products(1)")
+        #expect(Self.relative("") == "")
+        #expect(Self.relative("Products/") == "Products/")
+    }
+}
