@@ -633,8 +633,15 @@ public final class Gateway: Sendable {
         "accept-encoding", "content-encoding", "proxy-authorization", "proxy-authenticate",
     ]
 
-    func forward(_ request: GatewayRequest, backend: GatewayBackend) async throws -> GatewayResponse {
-        try LeavingPath.checkRequest(request, backendRoot: backend.url)
+    func forward(_ incoming: GatewayRequest, backend: GatewayBackend) async throws -> GatewayResponse {
+        try LeavingPath.checkRequest(incoming, backendRoot: backend.url)
+        var request = incoming
+        if LeavingPath.isBatch(request.target) {
+            // The batch as checked, written again: the backend reads the requests the gateway saw.
+            let (body, contentType) = try LeavingPath.checkBatch(request, backendRoot: backend.url)
+            request.body = body
+            request.headers["Content-Type"] = contentType
+        }
         var headers = HTTPHeaders()
         for field in request.headers where !Self.hopByHop.contains(field.name.lowercased()) {
             headers.add(field.name, field.value)

@@ -172,6 +172,11 @@ extension GatewayConfiguration {
     /// jwt_jwks=/etc/idp/jwks.json     ; the issuer's keys: a JWKS file or URL (or jwt_hs_secret=)
     /// identity_cookies=MYSAPSSO2      ; cookies that carry credentials (default: none)
     ///
+    /// [jwt_issuer]                    ; another issuer the endpoint above trusts
+    /// issuer=https://idp2/
+    /// audience=sales-app
+    /// jwks=https://idp2/keys          ; or hs_secret=
+    ///
     /// [defining_query]
     /// name=Products
     /// endpoint_name=sales             ; default: the endpoint above it
@@ -203,8 +208,10 @@ extension GatewayConfiguration {
             if line.hasPrefix("[") {
                 guard line.hasSuffix("]") else { throw .init(line: number, message: "'\(line)' is not a [section]") }
                 let kind = String(line.dropFirst().dropLast()).trimmingCharacters(in: .whitespaces)
-                guard kind == "endpoint" || kind == "defining_query" else {
-                    throw .init(line: number, message: "unknown section [\(kind)]: use [endpoint] or [defining_query]")
+                guard ["endpoint", "defining_query", "jwt_issuer"].contains(kind) else {
+                    throw .init(
+                        line: number,
+                        message: "unknown section [\(kind)]: use [endpoint], [defining_query] or [jwt_issuer]")
                 }
                 sections.append(Section(kind: kind, line: number))
                 continue
@@ -222,7 +229,9 @@ extension GatewayConfiguration {
             }
             let kind = sections[sections.count - 1].kind
             let known: Set<String> =
-                kind == "endpoint"
+                kind == "jwt_issuer"
+                ? ["issuer", "audience", "jwks", "hs_secret", "endpoint_name"]
+                : kind == "endpoint"
                 ? [
                     "name", "url", "track_deltas", "shared_authorization", "tombstone_retention", "supports_batch",
                     "prepopulate_offline_db", "prepopulate_offline_db_interval", "jwt_issuer", "jwt_audience",
@@ -299,9 +308,12 @@ extension GatewayConfiguration {
                             line: issuer.line,
                             message: "jwt_issuer needs jwt_jwks= (a JWKS file or URL) or jwt_hs_secret=")
                     }
-                    backend.jwtVerification = [
-                        JWTVerification(issuer: issuer.value, audience: audience.value, jwks: jwks, hmacSecret: secret)
-                    ]
+                    let verification = JWTVerification(
+                        issuer: issuer.value, audience: audience.value, jwks: jwks, hmacSecret: secret)
+                    if let problem = verification.problem {
+                        throw .init(line: issuer.line, message: "jwt_issuer=\(issuer.value): \(problem)")
+                    }
+                    backend.jwtVerification = [verification]
                 } else if let orphan = section.values["jwt_audience"] ?? section.values["jwt_jwks"]
                     ?? section.values["jwt_hs_secret"]
                 {
@@ -328,6 +340,36 @@ extension GatewayConfiguration {
                 }
                 backends.append(backend)
                 current = backends.count - 1
+                continue
+            }
+            if section.kind == "jwt_issuer" {
+                // Another issuer an endpoint trusts (an endpoint's own jwt_issuer= names one).
+                var target = current
+                if let endpoint = section.values["endpoint_name"] {
+                    guard let found = backends.firstIndex(where: { $0.name == endpoint.value }) else {
+                        throw .init(
+                            line: endpoint.line, message: "endpoint_name=\(endpoint.value) names no [endpoint] above")
+                    }
+                    target = found
+                }
+                guard let index = target else {
+                    throw .init(line: section.line, message: "[jwt_issuer] comes before any [endpoint]")
+                }
+                guard let issuer = section.values["issuer"], !issuer.value.isEmpty,
+                    let audience = section.values["audience"], !audience.value.isEmpty
+                else {
+                    throw .init(line: section.line, message: "a [jwt_issuer] needs issuer= and audience=")
+                }
+                let verification = JWTVerification(
+                    issuer: issuer.value, audience: audience.value, jwks: section.values["jwks"]?.value,
+                    hmacSecret: section.values["hs_secret"]?.value)
+                if let problem = verification.problem {
+                    throw .init(line: section.line, message: "[jwt_issuer] \(issuer.value): \(problem)")
+                }
+                guard !backends[index].jwtVerification.contains(where: { $0.issuer == issuer.value }) else {
+                    throw .init(line: issuer.line, message: "issuer \(issuer.value) is given twice for this endpoint")
+                }
+                backends[index].jwtVerification.append(verification)
                 continue
             }
             guard let name = section.values["name"], !name.value.isEmpty else {

@@ -8,7 +8,7 @@ import OfflineOData
 /// How the gateway verifies the JWT bearer tokens that devices of one backend send (SPEC §13,
 /// "Identity"). With it, a device's identity is the token's `(iss, sub)`, which survives a
 /// token's rotation; without it, the identity is a digest of the whole token.
-public struct JWTVerification: Sendable, Hashable {
+public struct JWTVerification: Sendable, Hashable, CustomStringConvertible {
     /// The `iss` the tokens name (compared exactly).
     public var issuer: String
     /// The audience the tokens must name in `aud`.
@@ -25,6 +25,27 @@ public struct JWTVerification: Sendable, Hashable {
         self.audience = audience
         self.jwks = jwks
         self.hmacSecret = hmacSecret
+    }
+
+    /// The issuer, audience and key source, without the secret.
+    public var description: String {
+        "JWTVerification(issuer: \(issuer), audience: \(audience), keys: "
+            + (jwks ?? (hmacSecret == nil ? "none" : "an HS256 secret")) + ")"
+    }
+
+    /// What is wrong with it, or nil: it needs keys, and a JWKS URL on another host than this
+    /// machine must be `https` (keys read over plain HTTP could be anyone's).
+    public var problem: String? {
+        guard jwks != nil || hmacSecret != nil else { return "it needs a JWKS (file or URL) or an HS256 secret" }
+        if let jwks, jwks.hasPrefix("http://"), let host = URL(string: jwks)?.host,
+            !["127.0.0.1", "localhost", "::1", "[::1]"].contains(host)
+        {
+            return "its JWKS URL \(jwks) must be https"
+        }
+        if let secret = hmacSecret, secret.utf8.count < 32 {
+            return "its HS256 secret must be at least 32 bytes (RFC 7518)"
+        }
+        return nil
     }
 }
 
@@ -150,10 +171,15 @@ final class GatewayIdentities: Sendable {
     }
 }
 
-/// The identity secret and the issuers' keys, read once and kept.
+/// The identity secret and the issuers' keys as read (JWKS text), kept.
+///
+/// A key collection is made anew for each verification: jwt-kit fixes the algorithm of a JWKS
+/// key that names none from the first token that uses it, so a shared collection would let one
+/// forged token (`{"alg":"RS512","kid":…}`) lock out every device until the keys are read again.
 actor IdentityState {
     private var secret: SymmetricKey?
-    private var collections: [JWTVerification: (keys: JWTKeyCollection, read: ContinuousClock.Instant)] = [:]
+    private var jwks: [JWTVerification: (text: String, read: ContinuousClock.Instant)] = [:]
+    private var reading: [JWTVerification: Task<String, any Error>] = [:]
 
     func key(store: GatewayStore) async throws -> SymmetricKey {
         if let secret { return secret }
@@ -163,54 +189,67 @@ actor IdentityState {
         return key
     }
 
-    /// The keys of `verification`'s issuer; with `reload`, read again from a JWKS URL when they
-    /// were read more than a minute ago (a token may name a key the issuer added since).
+    /// The keys of `verification`'s issuer, in a collection of their own; with `reload`, read
+    /// again from a JWKS URL when they were read more than a minute ago (a token may name a key
+    /// the issuer added since).
     func keys(for verification: JWTVerification, reload: Bool, gateway: Gateway) async throws -> JWTKeyCollection {
-        let now = ContinuousClock.now
-        if let kept = collections[verification] {
-            let age = now - kept.read
-            let fromURL = verification.jwks.map { $0.hasPrefix("http://") || $0.hasPrefix("https://") } ?? false
-            if !fromURL || (age < GatewayIdentities.jwksLifetime && (!reload || age < GatewayIdentities.jwksRetry)) {
-                return kept.keys
-            }
-        }
         let keys = JWTKeyCollection()
         if let secret = verification.hmacSecret {
             await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
         }
-        if let source = verification.jwks {
-            let text: String
-            if source.hasPrefix("http://") || source.hasPrefix("https://") {
-                var headers = HTTPHeaders()
-                headers["Accept"] = "application/json"
-                let response = try await gateway.transport.send(
-                    TransportRequest(method: "GET", url: source, headers: headers),
-                    timeout: gateway.configuration.backendTimeout)
-                guard response.status == 200 else {
-                    throw GatewayError(
-                        status: 503, code: "JWKSUnavailable",
-                        "The keys of issuer \(verification.issuer) could not be read (\(source) answered "
-                            + "\(response.status))")
-                }
-                text = String(decoding: response.body, as: UTF8.self)
-            } else {
-                do {
-                    text = try String(contentsOfFile: source, encoding: .utf8)
-                } catch {
-                    throw GatewayError(
-                        status: 503, code: "JWKSUnavailable",
-                        "The keys of issuer \(verification.issuer) could not be read from \(source): \(error)")
-                }
+        guard let source = verification.jwks else { return keys }
+        let text = try await jwksText(for: verification, source: source, reload: reload, gateway: gateway)
+        do {
+            try await keys.add(jwksJSON: text)
+        } catch {
+            throw GatewayError(
+                status: 503, code: "JWKSUnavailable",
+                "The keys of issuer \(verification.issuer) at \(source) are not a JWKS: \(error)")
+        }
+        return keys
+    }
+
+    private func jwksText(
+        for verification: JWTVerification, source: String, reload: Bool, gateway: Gateway
+    ) async throws -> String {
+        let now = ContinuousClock.now
+        let fromURL = source.hasPrefix("http://") || source.hasPrefix("https://")
+        if let kept = jwks[verification] {
+            let age = now - kept.read
+            if !fromURL || (age < GatewayIdentities.jwksLifetime && (!reload || age < GatewayIdentities.jwksRetry)) {
+                return kept.text
             }
+        }
+        // One read at a time per issuer: tokens arriving meanwhile wait for it.
+        if let running = reading[verification] { return try await running.value }
+        let task = Task { try await Self.read(source, issuer: verification.issuer, gateway: gateway) }
+        reading[verification] = task
+        defer { reading[verification] = nil }
+        let text = try await task.value
+        jwks[verification] = (text, ContinuousClock.now)
+        return text
+    }
+
+    private static func read(_ source: String, issuer: String, gateway: Gateway) async throws -> String {
+        guard source.hasPrefix("http://") || source.hasPrefix("https://") else {
             do {
-                try await keys.add(jwksJSON: text)
+                return try String(contentsOfFile: source, encoding: .utf8)
             } catch {
                 throw GatewayError(
                     status: 503, code: "JWKSUnavailable",
-                    "The keys of issuer \(verification.issuer) at \(source) are not a JWKS: \(error)")
+                    "The keys of issuer \(issuer) could not be read from \(source): \(error)")
             }
         }
-        collections[verification] = (keys, now)
-        return keys
+        var headers = HTTPHeaders()
+        headers["Accept"] = "application/json"
+        let response = try await gateway.transport.send(
+            TransportRequest(method: "GET", url: source, headers: headers),
+            timeout: gateway.configuration.backendTimeout)
+        guard response.status == 200 else {
+            throw GatewayError(
+                status: 503, code: "JWKSUnavailable",
+                "The keys of issuer \(issuer) could not be read (\(source) answered \(response.status))")
+        }
+        return String(decoding: response.body, as: UTF8.self)
     }
 }

@@ -67,10 +67,9 @@ enum LeavingPath {
             var byte = bytes[index]
             var encoded = false
             if byte == 0x25 {
-                guard index + 2 < bytes.count, let value = UInt8(String(decoding: bytes[index + 1...index + 2],
-                    as: UTF8.self), radix: 16)
+                guard index + 2 < bytes.count, let high = hexDigit(bytes[index + 1]), let low = hexDigit(bytes[index + 2])
                 else { throw refused(named, "it holds a '%' that is no percent-encoding") }
-                byte = value
+                byte = high << 4 | low
                 encoded = true
                 index += 2
             }
@@ -88,29 +87,78 @@ enum LeavingPath {
             }
             segmentStart = false
         }
-        // Every level of encoding undone: no dot segment anywhere, whatever a later hop decodes.
-        var decoded = String(path)
-        for _ in 0..<3 {
-            guard let once = decoded.removingPercentEncoding, once != decoded else { break }
+        // Every level of encoding undone, byte by byte (an escape that is no encoding stays as
+        // it is): no dot segment anywhere, whatever a later hop decodes. A path that decodes
+        // to bytes that are not UTF-8 is refused: a hop may read them in ways of its own (an
+        // overlong `%c0%ae` as a dot).
+        var decoded = Array(path.utf8)
+        for _ in 0..<4 {
+            let once = percentDecoded(decoded)
+            if once == decoded { break }
             decoded = once
         }
-        for piece in decoded.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "/" || $0 == "\\" }) {
-            let name = piece.prefix { $0 != ";" }.trimmingCharacters(in: .whitespaces)
-            if name == "." || name == ".." { throw refused(named, "it holds a dot segment") }
+        guard String(validating: decoded, as: UTF8.self) != nil else {
+            throw refused(named, "it decodes to bytes that are not UTF-8")
+        }
+        for piece in decoded.split(omittingEmptySubsequences: false, whereSeparator: { $0 == 0x2F || $0 == 0x5C }) {
+            var name = piece.prefix { $0 != 0x3B }[...]
+            while name.first == 0x20 { name = name.dropFirst() }
+            while name.last == 0x20 { name = name.dropLast() }
+            if name.elementsEqual([0x2E]) || name.elementsEqual([0x2E, 0x2E]) {
+                throw refused(named, "it holds a dot segment")
+            }
         }
     }
 
+    /// The value of one hexadecimal digit.
+    static func hexDigit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case 0x30...0x39: byte - 0x30
+        case 0x41...0x46: byte - 0x41 + 10
+        case 0x61...0x66: byte - 0x61 + 10
+        default: nil
+        }
+    }
+
+    /// `bytes` with each `%XX` escape decoded once; an escape that is no encoding stays.
+    static func percentDecoded(_ bytes: [UInt8]) -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(bytes.count)
+        var index = 0
+        while index < bytes.count {
+            if bytes[index] == 0x25, index + 2 < bytes.count, let high = hexDigit(bytes[index + 1]),
+                let low = hexDigit(bytes[index + 2])
+            {
+                output.append(high << 4 | low)
+                index += 3
+            } else {
+                output.append(bytes[index])
+                index += 1
+            }
+        }
+        return output
+    }
+
     /// Checks every request of a `$batch` body (multipart or JSON) before any of it is recorded
-    /// or forwarded. A body that cannot be read, or whose encoding hides it, is refused: its
-    /// paths cannot be checked.
-    static func checkBatch(_ request: GatewayRequest, backendRoot: String) throws(GatewayError) {
+    /// or forwarded, and gives the body written again from what was checked (with its
+    /// `Content-Type`), so that a backend reads exactly the requests the gateway checked. A body
+    /// that cannot be read, that has two `Content-Type`s, or whose encoding hides it, is refused:
+    /// its paths cannot be checked.
+    @discardableResult
+    static func checkBatch(
+        _ request: GatewayRequest, backendRoot: String
+    ) throws(GatewayError) -> (body: [UInt8], contentType: String) {
         guard request.headers["Content-Encoding"].map({ $0.lowercased() == "identity" }) ?? true else {
             throw GatewayError(
                 status: 415, code: "UnsupportedMediaType",
                 "A compressed $batch is not forwarded: the paths of its requests cannot be checked")
         }
+        guard request.headers.filter({ $0.name.lowercased() == "content-type" }).count <= 1 else {
+            throw GatewayError(status: 400, code: "BadBatch", "The $batch has two Content-Type headers")
+        }
         let contentType = (request.headers["Content-Type"] ?? "").lowercased()
         var urls: [String] = []
+        let rewritten: (body: [UInt8], contentType: String)
         if contentType.hasPrefix("multipart/") {
             guard let boundary = request.headers["Content-Type"].flatMap({ HTTPHeaders.parameter("boundary", in: $0) })
             else { throw GatewayError(status: 400, code: "BadBatch", "The $batch's Content-Type names no boundary") }
@@ -126,12 +174,17 @@ enum LeavingPath {
                 case .changeSet(let set): urls += set.operations.map { $0.message.url ?? "" }
                 }
             }
+            let again = MultipartBatch(parts: batch.parts)
+            rewritten = (again.write(), again.contentType)
         } else if contentType.hasPrefix("application/json") {
+            let batch: JSONBatchRequest
             do {
-                urls = try JSONBatchRequest.read(request.body).requests.map(\.url)
+                batch = try JSONBatchRequest.read(request.body)
             } catch {
                 throw GatewayError(status: 400, code: "BadBatch", "The JSON $batch body cannot be read: \(error)")
             }
+            urls = batch.requests.map(\.url)
+            rewritten = (batch.write(), request.headers["Content-Type"] ?? "application/json")
         } else {
             throw GatewayError(
                 status: 415, code: "UnsupportedMediaType",
@@ -140,13 +193,25 @@ enum LeavingPath {
         for url in urls {
             _ = try relative(url, gatewayRoot: request.gatewayRoot, backendRoot: backendRoot)
         }
+        return rewritten
     }
+
+    /// Whether `target` is the `$batch` resource (written as the spec writes it; any other
+    /// spelling of it is refused by ``checkRequest(_:backendRoot:)``).
+    static func isBatch(_ target: String) -> Bool { target.prefix { $0 != "?" } == "$batch" }
 
     /// Checks what `request` sends on: its target, and for a `$batch` each of its requests.
     static func checkRequest(_ request: GatewayRequest, backendRoot: String) throws(GatewayError) {
         try check(request.target)
         let path = request.target.prefix { $0 != "?" }
-        if request.method.uppercased() == "POST", path == "$batch" {
+        let decoded = String(decoding: percentDecoded(Array(path.utf8)), as: UTF8.self).lowercased()
+        if decoded == "$batch" || decoded.hasPrefix("$batch/") || decoded.hasPrefix("$batch;") {
+            guard path == "$batch" else {
+                throw refused(request.target, "a $batch must be written $batch, so that its parts are checked")
+            }
+            guard request.method.uppercased() == "POST" else {
+                throw GatewayError(status: 405, code: "MethodNotAllowed", "A $batch is sent with POST")
+            }
             try checkBatch(request, backendRoot: backendRoot)
         }
     }

@@ -287,7 +287,9 @@ extension Gateway {
             // other, and the second sees the first's change (412).
             let entities = units.indices.flatMap { index -> [String] in
                 guard case .forward = outcomes[index] else { return [] }
-                return units[index].operations.compactMap { Self.checkedEntity($0, request: request, backend: backend) }
+                return units[index].operations.compactMap {
+                    Self.checkedEntity($0, request: request, backend: backend, model: model)
+                }
             }
             try await store.lockEntities(
                 entities, backend: backend.url, timeout: configuration.backendTimeout + 30, on: connection)
@@ -316,6 +318,18 @@ extension Gateway {
         var refusedWith: TransportResponse?
         if !forwarded.isEmpty {
             let sent = forwarded.flatMap { units[$0].ids }
+            if batchBoundary != nil, !oneByOne {
+                // Every path as it will go, references to creates answered from records resolved,
+                // checked before anything is recorded.
+                let locations = Self.answeredLocations(units, outcomes: outcomes)
+                for index in forwarded {
+                    for operation in units[index].operations {
+                        _ = try LeavingPath.relative(
+                            ContentIDReferences.resolve(url: operation.message.url ?? "", locations),
+                            gatewayRoot: request.gatewayRoot, backendRoot: backend.url)
+                    }
+                }
+            }
             // Recorded (committed) before anything reaches the backend; one by one, each request
             // just before it goes.
             if !oneByOne { try await store.recordForwarding(sent, backend: backend.url, user: user, on: connection) }
@@ -330,15 +344,7 @@ extension Gateway {
                 } else if batchBoundary != nil {
                     // A later request may name a create answered without the backend (`$<id>`):
                     // the reference becomes the created entity's URL.
-                    var locations: [String: String] = [:]
-                    for (index, unit) in units.enumerated() {
-                        guard case .answered(let answers, _) = outcomes[index] else { continue }
-                        for (operation, answer) in zip(unit.operations, answers) where answer.status < 300 {
-                            if let id = operation.contentID, let location = answer.headers["Location"] {
-                                locations[id] = location
-                            }
-                        }
-                    }
+                    let locations = Self.answeredLocations(units, outcomes: outcomes)
                     let answer = try await forwardBatch(
                         forwarded.map { units[$0] }, request: request, backend: backend,
                         locations: locations)
@@ -472,6 +478,20 @@ extension Gateway {
         return try batchAnswer(parts, status: status, request: request, backend: backend, model: model)
     }
 
+    /// The URLs of the creates answered without the backend (from their records), by Content-ID.
+    static func answeredLocations(_ units: [UploadUnit], outcomes: [UnitOutcome]) -> [String: String] {
+        var locations: [String: String] = [:]
+        for (index, unit) in units.enumerated() {
+            guard case .answered(let answers, _) = outcomes[index] else { continue }
+            for (operation, answer) in zip(unit.operations, answers) where answer.status < 300 {
+                if let id = operation.contentID, let location = answer.headers["Location"] {
+                    locations[id] = location
+                }
+            }
+        }
+        return locations
+    }
+
     /// The device's `$batch` answer of `parts`; a batch-level failure when not even the first
     /// unit was answered (it says more than an empty batch).
     func batchAnswer(
@@ -551,6 +571,18 @@ extension Gateway {
                         status: 424, code: "DependencyFailed",
                         "Not sent: an earlier request of its change set failed, and the backend, which has no "
                             + "$batch, cannot undo the ones applied before it", legacy: model.version.isLegacy))
+                answered += 1
+                continue
+            }
+            // Its path, with the references to earlier creates resolved, is checked before it
+            // is recorded: a request that cannot go is answered, never left in doubt.
+            do {
+                _ = try LeavingPath.relative(
+                    ContentIDReferences.resolve(url: unit.operations[0].message.url ?? "", locations),
+                    gatewayRoot: request.gatewayRoot, backendRoot: backend.url)
+            } catch {
+                try await record(
+                    index, Self.errorAnswer(status: error.status, code: error.code, error.message, legacy: model.version.isLegacy))
                 answered += 1
                 continue
             }
@@ -798,14 +830,31 @@ extension Gateway {
 
     /// The entity (`Set(key)`, relative to the backend's root) of an update or delete that
     /// carries one of the gateway's ETags; nil for other requests.
-    static func checkedEntity(_ operation: UploadOperation, request: GatewayRequest, backend: GatewayBackend) -> String?
-    {
+    static func checkedEntity(
+        _ operation: UploadOperation, request: GatewayRequest, backend: GatewayBackend, model: Model
+    ) -> String? {
         guard ["PATCH", "PUT", "MERGE", "DELETE"].contains(operation.method),
             parseGatewayETag(operation.message.headers["If-Match"] ?? "") != nil
         else { return nil }
         var url = String((operation.message.url ?? "").prefix { $0 != "?" })
         for root in [request.gatewayRoot, backend.url] where url.hasPrefix(root) {
             url = String(url.dropFirst(root.count))
+        }
+        // By its parsed key, so that every spelling of one entity takes one lock.
+        if let path = try? URLParser(version: model.version.grammar).parsePath(url), path.segments.count == 2,
+            case .key(let parts) = path.segments[1].kind
+        {
+            let set: String? =
+                switch path.segments[0].kind {
+                case .entitySet(let name), .unresolved(let name): name
+                default: nil
+                }
+            if let set, let key = try? model.keyValues(parts, ofEntitySet: set) {
+                let text = key.keys.sorted().map { name in
+                    name + "=" + Literal.format(.primitive(key[name] ?? .string("")), version: .v4)
+                }
+                return set + "(" + text.joined(separator: ",") + ")"
+            }
         }
         return url.removingPercentEncoding ?? url
     }
@@ -839,6 +888,20 @@ extension Gateway {
                     operation: operation, scope: scope, query: query, request: request,
                     backend: backend, model: model)
             else { return refusal }
+            // Shared data is read with the gateway's credentials: the device must be one the
+            // backend lets read the scope's query, or the check would answer it about rows it
+            // may not read.
+            if backend.isShared(check.query), let scoped = try? TrackedQuery(target: check.query) {
+                do {
+                    _ = try await credentialCheck.check(
+                        credentials(of: request, backend: backend), url: backend.url + scoped.probeTarget,
+                        askDelta: false, gateway: self)
+                } catch let answer as BackendAnswer {
+                    // Credentials refused as a whole say nothing of the row: the backend's 401.
+                    if answer.response.status == 401 { throw answer }
+                    return refusal
+                }
+            }
             guard let current = try await currentHash(check, request: request, backend: backend, model: model),
                 current == hash
             else { return refusal }

@@ -34,6 +34,15 @@ public final class RunningGateway: Sendable {
         logger: Logger = Logger(label: "oodata.gateway"),
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws -> RunningGateway {
+        for backend in configuration.backends {
+            for verification in backend.jwtVerification {
+                if let problem = verification.problem {
+                    throw GatewayError(
+                        status: 500, code: "Configuration",
+                        "JWT verification of \(verification.issuer) for \(backend.url): \(problem)")
+                }
+            }
+        }
         let quiet = {
             var logger = Logger(label: "oodata.gateway.lifecycle")
             logger.logLevel = .critical

@@ -95,4 +95,49 @@ import Testing
         #expect(process.terminationStatus == 1)
         #expect(text.contains("line 4: unknown key refresh in [endpoint]"), "\(text)")
     }
+
+    /// Issue 52: JWT verification per endpoint, one issuer with the endpoint's keys and more in
+    /// `[jwt_issuer]` sections; a verification that cannot verify is refused with its line.
+    @Test func jwtIssuersAreReadPerEndpoint() throws {
+        let text = """
+            [endpoint]
+            name=sales
+            url=http://127.0.0.1:8080/odata/v4/
+            jwt_issuer=https://idp-a.test/
+            jwt_audience=sales-app
+            jwt_jwks=/etc/idp/jwks.json
+            identity_cookies=MYSAPSSO2, JSESSIONID
+
+            [jwt_issuer]
+            issuer=https://idp-b.test/
+            audience=sales-app
+            hs_secret=0123456789abcdef0123456789abcdef
+            """
+        let (configuration, _) = try GatewayConfiguration.parse(ini: text)
+        let sales = try #require(configuration.backends.first)
+        #expect(sales.jwtVerification.map(\.issuer) == ["https://idp-a.test/", "https://idp-b.test/"])
+        #expect(sales.jwtVerification.first?.jwks == "/etc/idp/jwks.json")
+        #expect(sales.jwtVerification.last?.hmacSecret == "0123456789abcdef0123456789abcdef")
+        #expect(sales.identityCookies == ["MYSAPSSO2", "JSESSIONID"])
+        // The secret never shows in a description.
+        #expect(!"\(sales.jwtVerification)".contains("0123456789abcdef"))
+        let refused: [(String, Int, String)] = [
+            ("jwt_issuer=https://idp/\njwt_jwks=/k.json", 4, "needs jwt_audience"),
+            ("jwt_issuer=https://idp/\njwt_audience=a", 4, "needs jwt_jwks"),
+            ("jwt_audience=a", 4, "need jwt_issuer"),
+            ("jwt_issuer=https://idp/\njwt_audience=a\njwt_hs_secret=short", 4, "at least 32 bytes"),
+            ("jwt_issuer=https://idp/\njwt_audience=a\njwt_jwks=http://idp.test/keys", 4, "must be https"),
+        ]
+        for (lines, line, words) in refused {
+            let body = "[endpoint]\nname=s\nurl=http://127.0.0.1:8080/\n" + lines
+            do {
+                _ = try GatewayConfiguration.parse(ini: body)
+                Issue.record("accepted: \(lines)")
+            } catch {
+                #expect(error.line == line && error.message.contains(words), "\(lines): \(error)")
+            }
+        }
+        let orphan = "[endpoint]\nname=s\nurl=http://127.0.0.1:8080/\n[jwt_issuer]\nissuer=https://idp/\n"
+        #expect(throws: GatewayConfigurationError.self) { try GatewayConfiguration.parse(ini: orphan) }
+    }
 }

@@ -1,3 +1,4 @@
+import ODataCore
 import Testing
 
 @testable import ODataGateway
@@ -18,6 +19,7 @@ import Testing
         "Set//x", "/x", "/odata/v2/Set", "/sales/../other/Set", "http://other.test/sales/Set",
         "https://gw.test:8090/sales/Set", "http://gw.test:8090/other/Set", "file:///etc/passwd", "Set(1)#frag",
         "Set%00", "Set%0d%0aHost:%20x", "Set%zz", "Set('a%2F..%2F..%2Fx')", "Set('%2e%2e')/..",
+        "x%ff/%2e%2e/%2e%2e/y", "x%25ff/%252e%252e/y", "%c0%ae%c0%ae/x", "Set('%ff')/..%2f..",
     ])
     func refused(_ url: String) {
         #expect(Self.relative(url) == nil, "\(url) -> \(Self.relative(url) ?? "?")")
@@ -35,5 +37,28 @@ import Testing
         #expect(Self.relative("/odata/v4/Products(1)") == "Products(1)")
         #expect(Self.relative("") == "")
         #expect(Self.relative("Products/") == "Products/")
+        #expect(Self.relative("Products('100%25')") == "Products('100%25')")
+        #expect(Self.relative("Products('%C3%A9t%C3%A9')") == "Products('%C3%A9t%C3%A9')")
+    }
+
+    /// `$batch` only as itself and with POST: another spelling could reach a backend that
+    /// decodes it with parts the gateway never read.
+    @Test(arguments: ["%24batch", "%24BATCH", "$BATCH", "$Batch"])
+    func batchSpeltOtherwiseIsRefused(_ target: String) {
+        let request = GatewayRequest(
+            method: "POST", target: target, headers: HTTPHeaders([("Content-Type", "multipart/mixed; boundary=b")]),
+            body: Array("--b--\r\n".utf8), gatewayRoot: Self.gateway)
+        #expect(throws: GatewayError.self) { try LeavingPath.checkRequest(request, backendRoot: Self.backend) }
+    }
+
+    /// Two `Content-Type`s: the gateway would read one boundary, a backend perhaps the other.
+    @Test func aBatchWithTwoContentTypesIsRefused() {
+        let request = GatewayRequest(
+            method: "POST", target: "$batch",
+            headers: HTTPHeaders([
+                ("Content-Type", "multipart/mixed; boundary=a"), ("Content-Type", "multipart/mixed; boundary=b"),
+            ]),
+            body: Array("--a--\r\n".utf8), gatewayRoot: Self.gateway)
+        #expect(throws: GatewayError.self) { try LeavingPath.checkRequest(request, backendRoot: Self.backend) }
     }
 }
