@@ -232,12 +232,12 @@ extension GatewayConfiguration {
                 kind == "jwt_issuer"
                 ? ["issuer", "audience", "jwks", "hs_secret", "endpoint_name"]
                 : kind == "endpoint"
-                ? [
-                    "name", "url", "track_deltas", "shared_authorization", "tombstone_retention", "supports_batch",
-                    "prepopulate_offline_db", "prepopulate_offline_db_interval", "jwt_issuer", "jwt_audience",
-                    "jwt_jwks", "jwt_hs_secret", "identity_cookies",
-                ]
-                : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
+                    ? [
+                        "name", "url", "track_deltas", "shared_authorization", "tombstone_retention", "supports_batch",
+                        "prepopulate_offline_db", "prepopulate_offline_db_interval", "jwt_issuer", "jwt_audience",
+                        "jwt_jwks", "jwt_hs_secret", "identity_cookies",
+                    ]
+                    : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
             if kind == "endpoint", ignoredEndpointKeys.contains(key) {
                 warnings.append("line \(number): \(key) is not used by this gateway yet")
                 continue

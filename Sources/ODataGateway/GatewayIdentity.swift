@@ -83,7 +83,9 @@ struct IssuerOnly: JWTPayload {
 /// Identities are digests: the gateway keeps no user name, password or token.
 final class GatewayIdentities: Sendable {
     /// Headers that proxies use to pass a client certificate on.
-    static let certificateHeaders = ["X-Client-Cert", "X-SSL-Client-Cert", "X-Forwarded-Client-Cert", "SSL-Client-Cert"]
+    static let certificateHeaders = [
+        "X-Client-Cert", "X-SSL-Client-Cert", "X-Forwarded-Client-Cert", "SSL-Client-Cert",
+    ]
     /// How long keys read from a JWKS URL are used before they are read again.
     static let jwksLifetime: Duration = .seconds(600)
     /// The least time between two reads of a JWKS URL for a token with a key not known.
@@ -162,10 +164,12 @@ final class GatewayIdentities: Sendable {
     static func warnUnverified(_ configuration: GatewayConfiguration, logger: Logger) {
         for backend in configuration.backends where backend.jwtVerification.isEmpty {
             logger.warning(
-                Logger.Message(stringLiteral: "Bearer tokens are not verified by the gateway for this backend: each token is an identity of its "
-                    + "own (a device whose token rotates reads its data again, and its repeats of uploads sent "
-                    + "under the old token get 409). Configure jwt_issuer, jwt_audience and jwt_jwks (or "
-                    + "jwt_hs_secret) to name JWT identities by (iss, sub)."),
+                Logger.Message(
+                    stringLiteral:
+                        "Bearer tokens are not verified by the gateway for this backend: each token is an "
+                        + "identity of its own (a device whose token rotates reads its data again, and its repeats of uploads sent "
+                        + "under the old token get 409). Configure jwt_issuer, jwt_audience and jwt_jwks (or "
+                        + "jwt_hs_secret) to name JWT identities by (iss, sub)."),
                 metadata: ["backend": .string(backend.url)])
         }
     }

@@ -67,7 +67,8 @@ enum LeavingPath {
             var byte = bytes[index]
             var encoded = false
             if byte == 0x25 {
-                guard index + 2 < bytes.count, let high = hexDigit(bytes[index + 1]), let low = hexDigit(bytes[index + 2])
+                guard index + 2 < bytes.count, let high = hexDigit(bytes[index + 1]),
+                    let low = hexDigit(bytes[index + 2])
                 else { throw refused(named, "it holds a '%' that is no percent-encoding") }
                 byte = high << 4 | low
                 encoded = true

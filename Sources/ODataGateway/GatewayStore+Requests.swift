@@ -126,7 +126,9 @@ extension GatewayStore {
     /// The query of scope `id` when it serves `backend` and is shared or `user`'s (see
     /// ``query(ofScope:backend:user:)``: a scope named in a device's ETag), read on
     /// `connection` (a caller that holds one must not ask the pool for another).
-    func query(ofScope id: Int64, backend: String, user: String, on connection: PostgresConnection) async throws
+    func query(
+        ofScope id: Int64, backend: String, user: String, on connection: PostgresConnection
+    ) async throws
         -> String?
     {
         let rows = try await connection.query(

@@ -582,7 +582,9 @@ extension Gateway {
                     gatewayRoot: request.gatewayRoot, backendRoot: backend.url)
             } catch {
                 try await record(
-                    index, Self.errorAnswer(status: error.status, code: error.code, error.message, legacy: model.version.isLegacy))
+                    index,
+                    Self.errorAnswer(
+                        status: error.status, code: error.code, error.message, legacy: model.version.isLegacy))
                 answered += 1
                 continue
             }

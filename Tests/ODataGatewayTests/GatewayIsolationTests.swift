@@ -23,10 +23,12 @@ import Testing
 
     static let users = ServiceUsers(
         users: [
-            ServiceUser(name: "alice", credential: .basic(user: "alice", password: "alice-pw"), rowFilters: rows("BP0")),
+            ServiceUser(
+                name: "alice", credential: .basic(user: "alice", password: "alice-pw"), rowFilters: rows("BP0")),
             ServiceUser(name: "bob", credential: .basic(user: "bob", password: "bob-pw"), rowFilters: rows("BP1")),
             // Alice's new password, while the backend still takes the old one (a rotation).
-            ServiceUser(name: "alice-new", credential: .basic(user: "alice", password: "alice-new"), rowFilters: rows("BP0")),
+            ServiceUser(
+                name: "alice-new", credential: .basic(user: "alice", password: "alice-new"), rowFilters: rows("BP0")),
             ServiceUser(name: "carol", credential: .apiKey("carol-key"), rowFilters: rows("BP2")),
             ServiceUser(name: "dave", credential: .apiKey("dave-key"), rowFilters: rows("BP3")),
             ServiceUser(name: "erin-a", credential: .jwt(issuer: issuerA, subject: "erin"), rowFilters: rows("BP0")),
@@ -61,7 +63,8 @@ import Testing
     }
 
     static func start(
-        v2: Bool, interval: Double = 600, verifyJWT: Bool = true, backendOptions: (inout ODataService.Options) -> Void = { _ in },
+        v2: Bool, interval: Double = 600, verifyJWT: Bool = true,
+        backendOptions: (inout ODataService.Options) -> Void = { _ in },
         configure: (inout GatewayConfiguration) -> Void = { _ in }
     ) async throws -> GatewayDeltaTests.Setup {
         try await GatewayDeltaTests.start(
@@ -100,7 +103,9 @@ import Testing
 
     /// Every page of a tracked read through the gateway: the rows, the next link of the first
     /// page (when there is one) and the delta link.
-    static func read(_ url: String, authorization: String?, v2: Bool) async throws
+    static func read(
+        _ url: String, authorization: String?, v2: Bool
+    ) async throws
         -> (rows: [JSONValue], next: String?, delta: String?, status: Int)
     {
         var rows: [JSONValue] = []
@@ -182,7 +187,8 @@ import Testing
                 (next, nil, 401), (delta, nil, 401), (root + "Contacts", wrong, 401), (root + "Contacts", nil, 401),
             ] as [(String, String?, Int)] {
                 let response = try await Self.send("GET", url, authorization: authorization, tracked: true)
-                #expect(response.status == expected, "\(url) as \(authorization ?? "anonymous"): \(Self.text(response))")
+                #expect(
+                    response.status == expected, "\(url) as \(authorization ?? "anonymous"): \(Self.text(response))")
                 #expect(Self.leaks(Self.text(response), aliceRows).isEmpty, "\(url): \(Self.text(response))")
             }
             // Forged tokens: alice's scope number with bob's scope's link shape, and back.
@@ -209,8 +215,10 @@ import Testing
             let carol = Self.basic("carol", "carol-key")
             let carolRows = try await Self.backendContacts(setup, carol)
             let daveRows = try await Self.backendContacts(setup, Self.basic("dave", "dave-key"))
-            #expect(Self.contacts(try await Self.read(root + "Contacts", authorization: carol, v2: v2).rows) == carolRows)
-            let impostor = try await Self.read(root + "Contacts", authorization: Self.basic("carol", "dave-key"), v2: v2)
+            #expect(
+                Self.contacts(try await Self.read(root + "Contacts", authorization: carol, v2: v2).rows) == carolRows)
+            let impostor = try await Self.read(
+                root + "Contacts", authorization: Self.basic("carol", "dave-key"), v2: v2)
             #expect(Self.contacts(impostor.rows) == daveRows)
             #expect(Set(Self.contacts(impostor.rows)).isDisjoint(with: carolRows))
 
@@ -241,10 +249,11 @@ import Testing
                 #"{"iss":"\#(Self.issuerA)","sub":"erin","aud":"sales","exp":\#(Int(Date().timeIntervalSince1970) + 600)}"#
                     .utf8
             ).base64EncodedString()
-            let unsigned = [header, payload].map {
-                $0.replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-")
-                    .replacingOccurrences(of: "/", with: "_")
-            }.joined(separator: ".") + "."
+            let unsigned =
+                [header, payload].map {
+                    $0.replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-")
+                        .replacingOccurrences(of: "/", with: "_")
+                }.joined(separator: ".") + "."
             let forgedTokens = [
                 try await Self.jwt(issuer: Self.issuerA, secret: Self.secretB),
                 try await Self.jwt(issuer: "https://idp-c.test/", secret: Self.secretA),
@@ -351,14 +360,17 @@ import Testing
         do {
             let root = setup.gateways[0].root.absoluteString
             let id = UUID().uuidString
-            let body = v2
+            let body =
+                v2
                 ? #"{"ContactID":"9001","PartnerID":"BP0","LastName":"Privatealice"}"#
                 : #"{"ContactID":9001,"PartnerID":"BP0","LastName":"Privatealice"}"#
             let headers = [
-                ("Repeatability-Request-ID", id), ("Repeatability-First-Sent", HTTPDate.format(secondsSince1970: Int64(Date().timeIntervalSince1970))),
+                ("Repeatability-Request-ID", id),
+                ("Repeatability-First-Sent", HTTPDate.format(secondsSince1970: Int64(Date().timeIntervalSince1970))),
             ]
             await setup.backend.service.journal.clear()
-            let created = try await Self.send("POST", root + "Contacts", authorization: Self.alice, headers: headers, body: body)
+            let created = try await Self.send(
+                "POST", root + "Contacts", authorization: Self.alice, headers: headers, body: body)
             #expect(created.status == 201, "\(Self.text(created))")
             let secret = ["9001 Privatealice"]
             let erin = "Bearer " + (try await Self.jwt(issuer: Self.issuerA, secret: Self.secretA))
@@ -383,12 +395,14 @@ import Testing
                 "POST", root + "$batch", authorization: Self.bob,
                 headers: [("Content-Type", "multipart/mixed; boundary=\(boundary)")], body: part)
             let batchText = Self.text(batch)
-            #expect(batch.status < 300 && batchText.contains("409") && batchText.contains("RequestOfOtherCredentials"),
-                    "\(batch.status) \(batchText)")
+            #expect(
+                batch.status < 300 && batchText.contains("409") && batchText.contains("RequestOfOtherCredentials"),
+                "\(batch.status) \(batchText)")
             #expect(Self.leaks(batchText, secret).isEmpty, "\(batchText)")
             #expect(!batchText.contains("Repeatability-Result"))
             // The owner's repeat: the record, accepted.
-            let mine = try await Self.send("POST", root + "Contacts", authorization: Self.alice, headers: headers, body: body)
+            let mine = try await Self.send(
+                "POST", root + "Contacts", authorization: Self.alice, headers: headers, body: body)
             #expect(mine.status == 201 && mine.headers["Repeatability-Result"] == "accepted", "\(Self.text(mine))")
             #expect(Self.text(mine).contains("Privatealice"))
             let posts = await setup.backend.service.journal.requests().filter { $0.hasPrefix("POST") }
@@ -445,7 +459,8 @@ import Testing
                 #expect(Self.leaks(Self.text(response), aliceRows).isEmpty)
                 // The same words whatever the reason (the request's own URL and ETag taken out).
                 messages.insert(
-                    error.message.replacingOccurrences(of: url, with: "URL").replacingOccurrences(of: ifMatch, with: "E"))
+                    error.message.replacingOccurrences(of: url, with: "URL").replacingOccurrences(
+                        of: ifMatch, with: "E"))
             }
             #expect(messages.count == 1, "\(messages)")
             let patches = await setup.backend.service.journal.requests().filter { $0.hasPrefix("PATCH") }
@@ -486,7 +501,8 @@ import Testing
             func step(_ authorization: String?) async throws -> JSONValue? {
                 var found: JSONValue?
                 for _ in 0..<50 {
-                    let answer = try await Self.send("GET", root + "$oodata/progress/" + operation, authorization: authorization)
+                    let answer = try await Self.send(
+                        "GET", root + "$oodata/progress/" + operation, authorization: authorization)
                     found = try JSONValue.parse(answer.body)["step"]
                     if authorization != Self.alice || found?.stringValue != nil { break }
                     try await Task.sleep(for: .milliseconds(100))
@@ -517,7 +533,8 @@ import Testing
             #expect(try await step(Self.alice)?.stringValue == "waitingForDownload")
 
             // A store file of alice's.
-            let ask = #"{"definingQueries":[{"name":"Contacts","query":"Contacts"}],"format":"\#(ServerBuiltStore.format)"}"#
+            let ask =
+                #"{"definingQueries":[{"name":"Contacts","query":"Contacts"}],"format":"\#(ServerBuiltStore.format)"}"#
             let offer = try await Self.send("POST", root + "$oodata/store", authorization: Self.alice, body: ask)
             #expect(offer.status == 200, "\(Self.text(offer))")
             let id = try #require(try JSONValue.parse(offer.body)["id"]?.stringValue)
@@ -526,7 +543,9 @@ import Testing
                     let answer = try await Self.send(
                         "GET", root + "$oodata/store/" + id, authorization: authorization,
                         headers: range.map { [("Range", $0)] } ?? [])
-                    #expect([401, 404].contains(answer.status), "\(authorization ?? "anonymous") \(range ?? ""): \(answer.status)")
+                    #expect(
+                        [401, 404].contains(answer.status),
+                        "\(authorization ?? "anonymous") \(range ?? ""): \(answer.status)")
                     #expect(answer.body.count < 400 && Self.leaks(Self.text(answer), aliceRows).isEmpty)
                 }
             }
@@ -585,7 +604,8 @@ import Testing
                         let response = try await Self.send(
                             method, root + escape, authorization: nil, headers: headers,
                             body: method == "PATCH" ? #"{"LastName":"escaped"}"# : "")
-                        #expect(response.status == 400, "\(method) \(escape): \(response.status) \(Self.text(response))")
+                        #expect(
+                            response.status == 400, "\(method) \(escape): \(response.status) \(Self.text(response))")
                         #expect((try? ODataError.parse(response.body).code) == "BadPath")
                     }
                 }
@@ -620,7 +640,8 @@ import Testing
                                 ]))
                         ]).serialized
                         let response = try await Self.send(
-                            "POST", root + "$batch", authorization: nil, headers: [("Content-Type", "application/json")],
+                            "POST", root + "$batch", authorization: nil,
+                            headers: [("Content-Type", "application/json")],
                             body: json)
                         #expect(response.status == 400, "JSON part \(url): \(response.status) \(Self.text(response))")
                     }
@@ -638,13 +659,17 @@ import Testing
                     #expect(response.status == 400, "\(spelling): \(response.status) \(Self.text(response))")
                 }
                 // A store build's query.
-                let ask = #"{"definingQueries":[{"name":"X","query":"../\#(other)/Contacts"}],"format":"\#(ServerBuiltStore.format)"}"#
+                let ask =
+                    #"{"definingQueries":[{"name":"X","query":"../\#(other)/Contacts"}],"#
+                    + #""format":"\#(ServerBuiltStore.format)"}"#
                 let build = try await Self.send("POST", root + "$oodata/store", authorization: nil, body: ask)
                 #expect(build.status == 400, "\(Self.text(build))")
             }
             let paths = await proxy.paths()
             #expect(!paths.isEmpty)
-            #expect(paths.allSatisfy { $0.hasPrefix(rootPath) }, "left the root: \(paths.filter { !$0.hasPrefix(rootPath) })")
+            #expect(
+                paths.allSatisfy { $0.hasPrefix(rootPath) },
+                "left the root: \(paths.filter { !$0.hasPrefix(rootPath) })")
             let journal = await setup.backend.service.journal.requests()
             #expect(!journal.contains { $0.hasPrefix("PATCH") }, "\(journal)")
         } catch {

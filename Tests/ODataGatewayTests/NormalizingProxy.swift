@@ -95,7 +95,8 @@ final class NormalizingProxy: Sendable {
             var request = input
             let body = try await request.collectBody(upTo: 64 << 20)
             var headers = ODataCore.HTTPHeaders()
-            for field in input.headers where !["host", "content-length", "connection"].contains(
+            for field in input.headers
+            where !["host", "content-length", "connection"].contains(
                 field.name.rawName.lowercased())
             {
                 headers.add(field.name.rawName, field.value)

@@ -90,7 +90,9 @@ extension ServiceCredential: CustomStringConvertible, CustomDebugStringConvertib
 
 /// A user of the reference service and the rows it may see.
 public struct ServiceUser: Sendable, Hashable, Codable {
+    /// The user's name, unique among the users (per-user records are kept by it).
     public var name: String
+    /// How the user proves who it is.
     public var credential: ServiceCredential
     /// Per entity set, a `$filter` expression (written so that it parses in V4 and V2 grammar alike, e.g.
     /// `Country eq 'DE'`) that the user's rows of that set match; a set not named is wholly visible.
@@ -121,6 +123,7 @@ public struct ServiceUser: Sendable, Hashable, Codable {
 /// credential matches, in order), and that user's ``ServiceUser/rowFilters`` decide which rows it
 /// reads and changes. See docs/server.md for the file format.
 public struct ServiceUsers: Sendable, Hashable, Codable {
+    /// The users, matched in order: the first whose credential a request carries is its user.
     public var users: [ServiceUser]
     /// Issuer → HS256 secret, for `.jwt` users.
     public var jwtIssuers: [String: String]
