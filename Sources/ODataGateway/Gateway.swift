@@ -451,13 +451,15 @@ public final class Gateway: Sendable {
     static func gatewayETag(scope: Int64, hash: String) -> String { "W/\"gw.\(scope).\(hash)\"" }
 
     /// The scope and hash of one of the gateway's ETags, or nil for another ETag.
+    /// One spelt like the gateway's but malformed gives scope -1, which no scope has: it is
+    /// checked (and refused) as any other, never forwarded to a backend that would ignore it.
     static func parseGatewayETag(_ etag: String) -> (scope: Int64, hash: String)? {
         let text = etag.trimmingCharacters(in: .whitespaces)
-        guard text.hasPrefix("W/\"gw."), text.hasSuffix("\""), text.count > 8 else { return nil }
+        guard text.hasPrefix("W/\"gw.") else { return nil }
         let fields = text.dropFirst(6).dropLast().split(separator: ".", omittingEmptySubsequences: false)
-        guard fields.count == 2, let scope = Int64(fields[0]), fields[1].count == 32,
-            fields[1].allSatisfy({ $0.isHexDigit })
-        else { return nil }
+        guard text.hasSuffix("\""), text.count > 8, fields.count == 2, let scope = Int64(fields[0]), scope >= 0,
+            fields[1].count == 32, fields[1].allSatisfy({ $0.isHexDigit })
+        else { return (-1, "") }
         return (scope, String(fields[1]))
     }
 
@@ -744,6 +746,10 @@ actor CredentialCheck {
             accepted[key] = (now.addingTimeInterval(lifetime), offersDelta)
             return offersDelta
         case 401, 403:
+            throw BackendAnswer(response: response)
+        case 400..<500:
+            // The backend refuses the query itself (a bad option, an unknown set): the device's
+            // request is wrong, and it gets the backend's words for it, not a 5xx.
             throw BackendAnswer(response: response)
         default:
             throw GatewayError(

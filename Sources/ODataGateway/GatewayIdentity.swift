@@ -148,7 +148,11 @@ final class GatewayIdentities: Sendable {
                 lastError = error
             }
         }
-        guard let claims else { throw refused("\(lastError.map { "\($0)" } ?? "it does not verify")") }
+        guard let claims else {
+            gateway.logger.debug(
+                "A bearer token did not verify", metadata: ["error": "\(lastError.map { "\($0)" } ?? "")"])
+            throw refused("its signature, expiry (exp) or not-before (nbf) does not verify")
+        }
         guard claims.iss.value == verification.issuer else { throw refused("its issuer changed") }
         do {
             try claims.aud.verifyIntendedAudience(includes: verification.audience)

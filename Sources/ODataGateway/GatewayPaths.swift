@@ -158,7 +158,6 @@ enum LeavingPath {
             throw GatewayError(status: 400, code: "BadBatch", "The $batch has two Content-Type headers")
         }
         let contentType = (request.headers["Content-Type"] ?? "").lowercased()
-        var urls: [String] = []
         let rewritten: (body: [UInt8], contentType: String)
         if contentType.hasPrefix("multipart/") {
             guard let boundary = request.headers["Content-Type"].flatMap({ HTTPHeaders.parameter("boundary", in: $0) })
@@ -169,13 +168,29 @@ enum LeavingPath {
             } catch {
                 throw GatewayError(status: 400, code: "BadBatch", "The $batch body cannot be read: \(error)")
             }
+            // Each request's URL as checked: relative to the backend's root, so that a backend
+            // reads no absolute path or URL of its own host that the gateway did not resolve.
+            func checked(_ operation: BatchOperation) throws(GatewayError) -> BatchOperation {
+                var operation = operation
+                if case .request(let method, let url, let version) = operation.message.startLine {
+                    let target = try relative(url, gatewayRoot: request.gatewayRoot, backendRoot: backendRoot)
+                    operation.message.startLine = .request(method: method, url: target, version: version)
+                }
+                return operation
+            }
+            var parts: [BatchPart] = []
             for part in batch.parts {
                 switch part {
-                case .operation(let operation): urls.append(operation.message.url ?? "")
-                case .changeSet(let set): urls += set.operations.map { $0.message.url ?? "" }
+                case .operation(let operation): parts.append(.operation(try checked(operation)))
+                case .changeSet(let set):
+                    var operations: [BatchOperation] = []
+                    for operation in set.operations { operations.append(try checked(operation)) }
+                    var changed = set
+                    changed.operations = operations
+                    parts.append(.changeSet(changed))
                 }
             }
-            let again = MultipartBatch(parts: batch.parts)
+            let again = MultipartBatch(parts: parts)
             rewritten = (again.write(), again.contentType)
         } else if contentType.hasPrefix("application/json") {
             let batch: JSONBatchRequest
@@ -184,15 +199,16 @@ enum LeavingPath {
             } catch {
                 throw GatewayError(status: 400, code: "BadBatch", "The JSON $batch body cannot be read: \(error)")
             }
-            urls = batch.requests.map(\.url)
-            rewritten = (batch.write(), request.headers["Content-Type"] ?? "application/json")
+            var checkedBatch = batch
+            for index in checkedBatch.requests.indices {
+                checkedBatch.requests[index].url = try relative(
+                    batch.requests[index].url, gatewayRoot: request.gatewayRoot, backendRoot: backendRoot)
+            }
+            rewritten = (checkedBatch.write(), request.headers["Content-Type"] ?? "application/json")
         } else {
             throw GatewayError(
                 status: 415, code: "UnsupportedMediaType",
                 "A $batch is multipart/mixed or application/json; its paths cannot be checked otherwise")
-        }
-        for url in urls {
-            _ = try relative(url, gatewayRoot: request.gatewayRoot, backendRoot: backendRoot)
         }
         return rewritten
     }

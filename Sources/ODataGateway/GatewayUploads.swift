@@ -65,6 +65,7 @@ extension Gateway {
     /// repeatable-request IDs, applying each request exactly once (SPEC §13, "Uploads"); nil
     /// when `request` is no such upload (it is forwarded as it is).
     func upload(_ request: GatewayRequest, backend: GatewayBackend, model: Model) async throws -> GatewayResponse? {
+        try Self.refuseUncheckedJSONBatch(request)
         guard let (units, boundary) = try Self.units(of: request),
             units.contains(where: { unit in
                 !unit.ids.isEmpty || (boundary != nil && !backend.supportsBatch)
@@ -103,6 +104,32 @@ extension Gateway {
                         + "requests stay queued on the device: upload again later")
             }
             throw error
+        }
+    }
+
+    /// Refuses a JSON `$batch` with a modification request that carries a repeatable-request ID
+    /// or one of the gateway's ETags: the gateway records requests and checks its ETags only in
+    /// multipart batches (the client's), and forwarding such a batch as it is would apply a
+    /// repeat again, or a stale change over another user's (a backend without ETags ignores
+    /// the gateway's).
+    static func refuseUncheckedJSONBatch(_ request: GatewayRequest) throws(GatewayError) {
+        guard request.method.uppercased() == "POST", LeavingPath.isBatch(request.target),
+            (request.headers["Content-Type"] ?? "").lowercased().hasPrefix("application/json"),
+            let batch = try? JSONBatchRequest.read(request.body)
+        else { return }
+        for part in batch.requests where modifying.contains(part.method.uppercased()) {
+            let headers = Dictionary(
+                part.headers.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+            let recorded = headers["repeatability-request-id"] != nil || headers["requestid"] != nil
+            let gatewayETag = (headers["if-match"] ?? "").trimmingCharacters(in: .whitespaces).hasPrefix("W/\"gw.")
+            if recorded || gatewayETag {
+                throw GatewayError(
+                    status: 415, code: "UnsupportedMediaType",
+                    "Request \(part.id) of the JSON $batch carries "
+                        + (recorded ? "a repeatable-request ID" : "one of the gateway's ETags")
+                        + ": the gateway applies such requests exactly once and checks its ETags only in a "
+                        + "multipart/mixed $batch; send the batch as multipart/mixed")
+            }
         }
     }
 

@@ -191,6 +191,12 @@ import Testing
                     response.status == expected, "\(url) as \(authorization ?? "anonymous"): \(Self.text(response))")
                 #expect(Self.leaks(Self.text(response), aliceRows).isEmpty, "\(url): \(Self.text(response))")
             }
+            // A token option the gateway does not know (spelt in capitals) is the backend's to
+            // judge: its 4xx, not a 5xx, and none of her rows.
+            let capitals = try await Self.send(
+                "GET", root + "Contacts?$DELTATOKEN=gd.1.8", authorization: Self.bob, tracked: true)
+            #expect((400..<500).contains(capitals.status), "\(capitals.status) \(Self.text(capitals))")
+            #expect(Self.leaks(Self.text(capitals), aliceRows).isEmpty)
             // Forged tokens: alice's scope number with bob's scope's link shape, and back.
             let bobDelta = try #require(bob.delta)
             func scope(_ link: String) -> String? {
@@ -400,6 +406,32 @@ import Testing
                 "\(batch.status) \(batchText)")
             #expect(Self.leaks(batchText, secret).isEmpty, "\(batchText)")
             #expect(!batchText.contains("Repeatability-Result"))
+            // A JSON $batch is not recorded by the gateway: one whose requests carry IDs is refused
+            // (415), never forwarded.
+            let json = JSONValue.object([
+                .init(
+                    "requests",
+                    .array([
+                        .object([
+                            .init("id", .string("1")), .init("method", .string("POST")),
+                            .init("url", .string("Contacts")),
+                            .init(
+                                "headers",
+                                .object([
+                                    .init("content-type", .string("application/json")),
+                                    .init("repeatability-request-id", .string(id)),
+                                ])),
+                            .init("body", try JSONValue.parse(Array(body.utf8))),
+                        ])
+                    ]))
+            ]).serialized
+            if !v2 {
+                let refusedJSON = try await Self.send(
+                    "POST", root + "$batch", authorization: Self.bob, headers: [("Content-Type", "application/json")],
+                    body: json)
+                #expect(refusedJSON.status == 415, "\(refusedJSON.status) \(Self.text(refusedJSON))")
+                #expect(Self.leaks(Self.text(refusedJSON), secret).isEmpty)
+            }
             // The owner's repeat: the record, accepted.
             let mine = try await Self.send(
                 "POST", root + "Contacts", authorization: Self.alice, headers: headers, body: body)
@@ -435,6 +467,9 @@ import Testing
             let key = v2 ? "\(targetID)L" : targetID
             let aliceETag = try #require(etag(target))
             let bobETag = try #require(bob.rows.first.flatMap(etag))
+            let bobRow = try #require(bob.rows.first)
+            let bobID = try #require(bobRow["ContactID"]?.serializedNumber ?? bobRow["ContactID"]?.stringValue)
+            let bobKey = v2 ? "\(bobID)L" : bobID
             // Bob's scope with the hash of her row as it is: refused only if bob cannot read it.
             let parsed = try #require(aliceETag.split(separator: ".").last.map { String($0.dropLast()) })
             let bobScope = try #require(bobETag.split(separator: ".").dropFirst().first)
@@ -449,6 +484,7 @@ import Testing
                 ("Contacts(\(key)%20or%20true)", bobETag),  // a predicate that is no key
                 ("Contacts(ContactID=\(key),LastName='x')", bobETag),
                 ("Contacts(99999)", bobETag),  // a row that does not exist
+                ("Contacts(\(bobKey))", "W/\"gw.1.0000\""),  // his own row, an ETag spelt like ours but malformed
             ] {
                 let response = try await Self.send(
                     "PATCH", root + url, authorization: Self.bob,
@@ -645,6 +681,29 @@ import Testing
                             body: json)
                         #expect(response.status == 400, "JSON part \(url): \(response.status) \(Self.text(response))")
                     }
+                }
+                // An absolute path in a part, on a gateway at the root: it names the gateway's root,
+                // and the backend gets it relative to its own, never as a path of its host.
+                let absolute = "/odata/\(other)/\(entity)"
+                let multipart =
+                    "--b_abs\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n"
+                    + "GET \(absolute) HTTP/1.1\r\nAccept: application/json\r\n\r\n\r\n--b_abs--\r\n"
+                let viaMultipart = try await Self.send(
+                    "POST", root + "$batch", authorization: nil,
+                    headers: [("Content-Type", "multipart/mixed; boundary=b_abs")], body: multipart)
+                #expect(
+                    viaMultipart.status < 300 && !Self.text(viaMultipart).contains("HTTP/1.1 200")
+                        && !Self.text(viaMultipart).contains("ContactID"), "\(Self.text(viaMultipart))")
+                if !v2 {
+                    let json = #"{"requests":[{"id":"1","method":"GET","url":"\#(absolute)"}]}"#
+                    let viaJSON = try await Self.send(
+                        "POST", root + "$batch", authorization: nil, headers: [("Content-Type", "application/json")],
+                        body: json)
+                    let answer = try JSONValue.parse(viaJSON.body)
+                    let status = answer["responses"]?.arrayValue?.first?["status"]?.serializedNumber.flatMap { Int($0) }
+                    // Read inside the backend's root (where it is no entity), not at its host's path.
+                    #expect(status.map { (400..<500).contains($0) } == true, "\(Self.text(viaJSON))")
+                    #expect(!Self.text(viaJSON).contains("ContactID"), "\(Self.text(viaJSON))")
                 }
                 // `$batch` spelt otherwise, so that a hop that decodes it would read unchecked parts.
                 for spelling in ["%24batch", "%24BATCH", "$BATCH"] {

@@ -61,4 +61,30 @@ import Testing
             body: Array("--a--\r\n".utf8), gatewayRoot: Self.gateway)
         #expect(throws: GatewayError.self) { try LeavingPath.checkRequest(request, backendRoot: Self.backend) }
     }
+
+    /// A `$batch` goes on as written again from what was checked: every part's URL relative to
+    /// the backend's root, in multipart and JSON alike.
+    @Test func aBatchGoesOnWithItsCheckedPaths() throws {
+        let multipart = [
+            "--b", "Content-Type: application/http", "Content-Transfer-Encoding: binary", "",
+            "GET /sales/Products(1) HTTP/1.1", "", "", "--b", "Content-Type: application/http",
+            "Content-Transfer-Encoding: binary", "", "GET http://gw.test:8090/sales/Products(2) HTTP/1.1", "", "",
+            "--b--", "",
+        ].joined(separator: "\r\n")
+        let request = GatewayRequest(
+            method: "POST", target: "$batch", headers: HTTPHeaders([("Content-Type", "multipart/mixed; boundary=b")]),
+            body: Array(multipart.utf8), gatewayRoot: Self.gateway)
+        let (body, contentType) = try LeavingPath.checkBatch(request, backendRoot: Self.backend)
+        let again = try MultipartBatch.read(body, boundary: HTTPHeaders.parameter("boundary", in: contentType))
+        let urls = again.parts.compactMap { part -> String? in
+            if case .operation(let operation) = part { operation.message.url } else { nil }
+        }
+        #expect(urls == ["Products(1)", "Products(2)"])
+        let json = GatewayRequest(
+            method: "POST", target: "$batch", headers: HTTPHeaders([("Content-Type", "application/json")]),
+            body: Array(#"{"requests":[{"id":"1","method":"GET","url":"/sales/Products(1)"}]}"#.utf8),
+            gatewayRoot: Self.gateway)
+        let (jsonBody, _) = try LeavingPath.checkBatch(json, backendRoot: Self.backend)
+        #expect(try JSONBatchRequest.read(jsonBody).requests.map(\.url) == ["Products(1)"])
+    }
 }
