@@ -123,10 +123,22 @@ public final class RunningGateway: Sendable {
             port: port, logger: logger, onListening: onListening)
     }
 
-    /// Stops serving and closes the connections.
-    public func stop() async {
+    /// Stops serving and closes the connections. Waits for that at most `patience` seconds: a
+    /// request still running then (a long refresh whose device went away, waiting on a
+    /// PostgreSQL connection that is closing) ends in the background, and `stop()` returns.
+    public func stop(patience: Double = 10) async {
         task.cancel()
-        _ = await task.result
+        let (ended, continuation) = AsyncStream<Void>.makeStream()
+        let task = self.task
+        Task {
+            _ = await task.result
+            continuation.finish()
+        }
+        Task {
+            try? await Task.sleep(for: .milliseconds(Int64(patience * 1000)))
+            continuation.finish()
+        }
+        for await _ in ended {}
     }
 
     /// Waits until the gateway stops (a signal, or a failure it throws).
