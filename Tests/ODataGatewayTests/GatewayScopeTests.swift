@@ -13,8 +13,10 @@ import Testing
         headers["Accept"] = "application/json"
         headers["Prefer"] = "odata.track-changes"
         if let authorization { headers["Authorization"] = authorization }
+        // Room for a loaded machine: eight devices on a slow backend outlasted 30 s twice in the
+        // full suite (the tests count backend reads, not seconds).
         return try await DefaultTransport.make().send(
-            TransportRequest(method: "GET", url: url, headers: headers), timeout: 30)
+            TransportRequest(method: "GET", url: url, headers: headers), timeout: 120)
     }
 
     /// Reads of `set` the backend began: first pages, not the next links a read follows nor the
