@@ -636,11 +636,9 @@ public final class Gateway: Sendable {
     ]
 
     func forward(_ incoming: GatewayRequest, backend: GatewayBackend) async throws -> GatewayResponse {
-        try LeavingPath.checkRequest(incoming, backendRoot: backend.url)
         var request = incoming
-        if LeavingPath.isBatch(request.target) {
+        if let (body, contentType) = try LeavingPath.checkRequest(incoming, backendRoot: backend.url) {
             // The batch as checked, written again: the backend reads the requests the gateway saw.
-            let (body, contentType) = try LeavingPath.checkBatch(request, backendRoot: backend.url)
             request.body = body
             request.headers["Content-Type"] = contentType
         }

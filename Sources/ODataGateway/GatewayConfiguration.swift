@@ -267,6 +267,18 @@ extension GatewayConfiguration {
         var backends: [GatewayBackend] = []
         var retention: Double?
         var current: Int?
+        /// The endpoint a section belongs to: its `endpoint_name`, or the endpoint above it.
+        func endpoint(of section: Section, named: String) throws(GatewayConfigurationError) -> Int {
+            if let endpoint = section.values["endpoint_name"] {
+                guard let found = backends.firstIndex(where: { $0.name == endpoint.value }) else {
+                    throw .init(
+                        line: endpoint.line, message: "endpoint_name=\(endpoint.value) names no [endpoint] above")
+                }
+                return found
+            }
+            guard let current else { throw .init(line: section.line, message: "\(named) comes before any [endpoint]") }
+            return current
+        }
         for section in sections {
             if section.kind == "endpoint" {
                 guard let name = section.values["name"], !name.value.isEmpty else {
@@ -344,17 +356,7 @@ extension GatewayConfiguration {
             }
             if section.kind == "jwt_issuer" {
                 // Another issuer an endpoint trusts (an endpoint's own jwt_issuer= names one).
-                var target = current
-                if let endpoint = section.values["endpoint_name"] {
-                    guard let found = backends.firstIndex(where: { $0.name == endpoint.value }) else {
-                        throw .init(
-                            line: endpoint.line, message: "endpoint_name=\(endpoint.value) names no [endpoint] above")
-                    }
-                    target = found
-                }
-                guard let index = target else {
-                    throw .init(line: section.line, message: "[jwt_issuer] comes before any [endpoint]")
-                }
+                let index = try endpoint(of: section, named: "[jwt_issuer]")
                 guard let issuer = section.values["issuer"], !issuer.value.isEmpty,
                     let audience = section.values["audience"], !audience.value.isEmpty
                 else {
@@ -375,17 +377,7 @@ extension GatewayConfiguration {
             guard let name = section.values["name"], !name.value.isEmpty else {
                 throw .init(line: section.line, message: "a [defining_query] needs name=")
             }
-            var target = current
-            if let endpoint = section.values["endpoint_name"] {
-                guard let found = backends.firstIndex(where: { $0.name == endpoint.value }) else {
-                    throw .init(
-                        line: endpoint.line, message: "endpoint_name=\(endpoint.value) names no [endpoint] above")
-                }
-                target = found
-            }
-            guard let index = target else {
-                throw .init(line: section.line, message: "[defining_query] \(name.value) comes before any [endpoint]")
-            }
+            let index = try endpoint(of: section, named: "[defining_query] \(name.value)")
             let query = section.values["query"]?.value ?? name.value
             let key = (try? TrackedQuery(target: query))?.canonical ?? query
             if let shared = section.values["is_shared_data"] {

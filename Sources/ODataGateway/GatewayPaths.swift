@@ -217,8 +217,12 @@ enum LeavingPath {
     /// spelling of it is refused by ``checkRequest(_:backendRoot:)``).
     static func isBatch(_ target: String) -> Bool { target.prefix { $0 != "?" } == "$batch" }
 
-    /// Checks what `request` sends on: its target, and for a `$batch` each of its requests.
-    static func checkRequest(_ request: GatewayRequest, backendRoot: String) throws(GatewayError) {
+    /// Checks what `request` sends on: its target, and for a `$batch` each of its requests; gives
+    /// a `$batch` written again from what was checked (see ``checkBatch(_:backendRoot:)``).
+    @discardableResult
+    static func checkRequest(
+        _ request: GatewayRequest, backendRoot: String
+    ) throws(GatewayError) -> (body: [UInt8], contentType: String)? {
         try check(request.target)
         let path = request.target.prefix { $0 != "?" }
         let decoded = String(decoding: percentDecoded(Array(path.utf8)), as: UTF8.self).lowercased()
@@ -229,7 +233,8 @@ enum LeavingPath {
             guard request.method.uppercased() == "POST" else {
                 throw GatewayError(status: 405, code: "MethodNotAllowed", "A $batch is sent with POST")
             }
-            try checkBatch(request, backendRoot: backendRoot)
+            return try checkBatch(request, backendRoot: backendRoot)
         }
+        return nil
     }
 }
