@@ -129,6 +129,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The Jepsen-style harness (scripts/jepsen, docs/reliability.md): not a product.
+        .executableTarget(
+            name: "oodata-jepsen",
+            dependencies: [
+                "ODataCore",
+                "ODataStore",
+                "ODataServer",
+                "OfflineOData",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "InteropSupport",
             dependencies: [.product(name: "Logging", package: "swift-log")],

@@ -283,9 +283,10 @@ public final class Gateway: Sendable {
                     root: request.gatewayRoot,
                     token: .delta(scope: id, since: end, upTo: nil, afterSeq: 0, afterKey: ""), legacy: legacy)
             }
-            return page(
+            let answer = page(
                 slice, scope: id, set: set, legacy: legacy, delta: true, nextLink: isNext ? link : nil,
                 deltaLink: isNext ? nil : link, root: request.gatewayRoot, backend: backend)
+            return isNext ? answer : await withChecksum(answer, scope: id, upTo: end)
         }
     }
 
@@ -400,10 +401,26 @@ public final class Gateway: Sendable {
         let delta = tracked.link(
             root: root, token: .delta(scope: scope, since: published, upTo: nil, afterSeq: 0, afterKey: ""),
             legacy: legacy)
-        return self.page(
-            page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta,
-            root: root,
-            backend: backend)
+        return await withChecksum(
+            self.page(
+                page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta,
+                root: root,
+                backend: backend), scope: scope, upTo: published)
+    }
+
+    /// The name of the header that carries a scope checksum on the last page of a read.
+    public static let checksumHeader = "OOData-Scope-Checksum"
+
+    /// `answer` with the scope checksum (`rows=N;sum=S`, see ``GatewayStore/checksum(scope:upTo:)``)
+    /// when the gateway writes its own ETags (the device sums the hashes they carry) and no
+    /// later refresh changed the scope. A failure to compute it leaves it out: it is a check.
+    func withChecksum(_ answer: GatewayResponse, scope: Int64, upTo published: Int64) async -> GatewayResponse {
+        guard configuration.gatewayETags,
+            let checksum = try? await store.checksum(scope: scope, upTo: published)
+        else { return answer }
+        var answer = answer
+        answer.headers[Self.checksumHeader] = "rows=\(checksum.rows);sum=\(checksum.sum)"
+        return answer
     }
 
     /// A page in the backend's protocol: V4 `value` with `@removed` entries and

@@ -89,6 +89,8 @@ public struct GatewayStore: Sendable {
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS refreshed_from TIMESTAMPTZ",
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS used_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()",
         "CREATE INDEX IF NOT EXISTS oodata_scope_used ON oodata_scope (used_at)",
+        // When an upload through a gateway last went to the backend for the scope's user.
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS written_at TIMESTAMPTZ",
         "CREATE INDEX IF NOT EXISTS oodata_row_seq ON oodata_row (scope_id, seq, key)",
         """
         CREATE TABLE IF NOT EXISTS oodata_refresh (
@@ -200,6 +202,41 @@ public struct GatewayStore: Sendable {
             return Scope(id: id, published: published, floor: floor, due: false, arrival: now)
         }
         return nil
+    }
+
+    /// The scope checksum of `scope` as of sequence number `published` (SPEC §13): its rows
+    /// and the sum, modulo 2^64, of the first 60 bits of each row's hash. Nil when a refresh
+    /// published after `published` changed rows since (the next delta carries the checksum).
+    public func checksum(scope: Int64, upTo published: Int64) async throws -> (rows: Int64, sum: String)? {
+        // A refresh that began before the last upload of the scope's user may miss what the
+        // upload changed, which the device already holds (with the ETag of its answer).
+        let written = try await client.query(
+            """
+            SELECT written_at IS NULL OR refreshed_from > written_at FROM oodata_scope WHERE id = \(scope)
+            """, logger: logger)
+        for try await newer in written.decode(Bool.self) where !newer { return nil }
+        let rows = try await client.query(
+            """
+            SELECT count(*) FILTER (WHERE payload IS NOT NULL),
+                   (coalesce(sum(('x' || substr(hash, 1, 15))::bit(60)::bigint) FILTER (WHERE payload IS NOT NULL), 0)
+                     % 18446744073709551616)::text,
+                   coalesce(max(seq), 0)
+            FROM oodata_row WHERE scope_id = \(scope)
+            """, logger: logger)
+        for try await (count, sum, last) in rows.decode((Int64, String, Int64).self) {
+            return last > published ? nil : (count, sum)
+        }
+        return nil
+    }
+
+    /// Notes that an upload of `user` went to `backend` (its scopes and the shared ones): the
+    /// refreshes that began before now no longer give scope checksums.
+    public func noteWrite(backend: String, user: String) async throws {
+        try await client.query(
+            """
+            UPDATE oodata_scope SET written_at = clock_timestamp()
+            WHERE backend = \(backend) AND (user_name = \(user) OR user_name = '')
+            """, logger: logger)
     }
 
     /// What a refresh did.

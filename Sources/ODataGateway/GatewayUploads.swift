@@ -82,6 +82,11 @@ extension Gateway {
             try await self.applyOnce(units, batchBoundary: boundary, request: request, backend: backend, model: model)
         }
         let result = await task.result
+        do {
+            try await store.noteWrite(backend: backend.url, user: request.user)
+        } catch {
+            logger.warning("Noting an upload failed", metadata: ["error": "\(error)"])
+        }
         await housekeep()
         do {
             return try result.get()

@@ -39,11 +39,20 @@ public final class EmbeddedServer: Sendable {
         try await start(service, ownsStore: false, port: port)
     }
 
-    private static func start(_ service: ODataService, ownsStore: Bool, port: Int = 0) async throws -> EmbeddedServer {
+    /// Starts `service` on `host` (an address of this machine: a test network's, say) with a
+    /// port chosen by the system, or on `port`. ``v4Root`` and ``v2Root`` still name 127.0.0.1:
+    /// callers on `host` write their own roots. `/_faults` is served on loopback only.
+    public static func start(_ service: ODataService, host: String, port: Int = 0) async throws -> EmbeddedServer {
+        try await start(service, ownsStore: false, host: host, port: port)
+    }
+
+    private static func start(_ service: ODataService, ownsStore: Bool, host: String = "127.0.0.1", port: Int = 0)
+        async throws -> EmbeddedServer
+    {
         let box = PortWaiter()
         var logger = Logger(label: "oodata.embedded")
         logger.logLevel = .critical
-        let app = ODataHTTPServer.application(service: service, host: "127.0.0.1", port: port, logger: logger) {
+        let app = ODataHTTPServer.application(service: service, host: host, port: port, logger: logger) {
             port in await box.set(port)
         }
         // Stopped by a graceful shutdown, not by cancelling the task: a connection accepted while

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import ODataCore
 
 /// The last requests the service received over HTTP, rendered as text, for tests and for
@@ -22,6 +22,8 @@ public actor RequestJournal {
     private var entries: [String] = []
     /// The request line and headers of the last requests, as received.
     private var heads: [(request: String, headers: HTTPHeaders)] = []
+    /// When each of ``heads`` arrived.
+    private var times: [Date] = []
     /// Bodies of more than this many bytes in all are rendered as they come.
     static let pendingBytes = 4 << 20
 
@@ -32,7 +34,11 @@ public actor RequestJournal {
     public func record(_ request: ServiceRequest) {
         guard capacity > 0 else { return }
         heads.append(("\(request.method) \(request.target)", request.headers))
-        if heads.count > capacity { heads.removeFirst() }
+        times.append(Date())
+        if heads.count > capacity {
+            heads.removeFirst()
+            times.removeFirst()
+        }
         pending.append(request)
         pendingSize += request.body.count
         // The oldest go first: rendered ones, then those not rendered yet.
@@ -63,9 +69,16 @@ public actor RequestJournal {
     /// oldest first: what a client really sent.
     public func requestHeaders() -> [(request: String, headers: HTTPHeaders)] { heads }
 
+    /// The request line of the recorded requests with the time each arrived, oldest first
+    /// (how often a client read something, per period).
+    public func timedRequests() -> [(at: Date, request: String)] {
+        zip(times, heads).map { ($0, $1.request) }
+    }
+
     /// Forgets every recorded request.
     public func clear() {
         heads = []
+        times = []
         entries = []
         pending = []
         pendingSize = 0

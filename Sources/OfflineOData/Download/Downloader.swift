@@ -52,8 +52,10 @@ struct Downloader: Sendable {
     static let downloadCacheKiB = 16_384
 
     private func runStaged(
-        _ selected: [OfflineODataDefiningQuery], store: Store, on provider: isolated OfflineODataProvider
+        _ selected: [OfflineODataDefiningQuery], store: Store, on provider: isolated OfflineODataProvider,
+        verifyingChecksums: Bool = true
     ) async throws {
+        provider.scopeChecksums = [:]
         // Pages wait in a staging table as they arrive (memory stays flat); only when every
         // page is in are they applied, in one transaction, so a failure changes nothing.
         let emptyStaging = { @Sendable (writer: StoreWriter) throws in
@@ -90,6 +92,25 @@ struct Downloader: Sendable {
         provider.report(progress, .removingDeletedRelationships)
         let summary = try await applyStaged(to: store, allQueries: provider.definingQueries, start: start)
         provider.report(progress, .reapplyingChanges)
+        let checksums = provider.scopeChecksums
+        provider.scopeChecksums = [:]
+        if verifyingChecksums && provider.parameters.verifiesScopeChecksums && !checksums.isEmpty {
+            let mismatched = try await mismatchedChecksums(
+                selected, received: checksums, all: provider.definingQueries, store: store)
+            if !mismatched.isEmpty {
+                for (_, details) in mismatched {
+                    provider.logger.warning("\(details)")
+                    try await provider.logEvent(in: store, type: Self.mismatchEvent, details: details, durability: durability)
+                }
+                let names = Set(mismatched.map(\.name))
+                try await store.write(durability) { writer in
+                    try DefiningQueries.forgetDeltaLinks(named: Array(names), writer)
+                }
+                // Once: a full read that still differs is logged by the next download.
+                try await runStaged(selected.filter { names.contains($0.name) }, store: store, on: provider,
+                                    verifyingChecksums: false)
+            }
+        }
         provider.operationSummary["defining-queries"] = .stringConvertible(selected.count)
         provider.operationSummary["result"] = .string(summary)
         try await provider.logEvent(in: store, type: "Download", details: summary, durability: durability)
@@ -228,6 +249,9 @@ struct Downloader: Sendable {
             return try await provider.send(method: "GET", url: target, headers: headers)
         }
         if response.status == 410 && isDelta { return .expired }
+        if response.status < 400, let checksum = response.headers[Self.checksumHeader] {
+            provider.scopeChecksums[query.name] = checksum
+        }
         guard response.status < 400 else {
             let absolute = provider.absoluteURL(url)
             var error = OfflineODataProvider.backendError(response, method: "GET", url: absolute)

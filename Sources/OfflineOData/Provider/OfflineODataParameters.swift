@@ -52,6 +52,12 @@ public struct OfflineODataParameters: Sendable {
     /// survives the app being killed; a power loss may undo the last download (never damage the
     /// store or lose a local change), and the next download fetches the same rows again.
     public var durableDownloads = false
+    /// Whether a download compares the scope checksum a sync gateway sends with the last page
+    /// of a defining query (`OOData-Scope-Checksum`) with the rows the store holds for it, and
+    /// reads the query again when they differ (an EventLog entry of type
+    /// `ScopeChecksumMismatch` says so). On by default; a backend that sends none is not
+    /// affected.
+    public var verifiesScopeChecksums = true
     /// How an upload resolves a request the backend refuses with 412 or 428 (another user
     /// changed the entity first; SPEC §15). ``OfflineODataConflictPolicy/archive``, the default,
     /// archives it with the backend's copy; the others resolve it and report the resolution.

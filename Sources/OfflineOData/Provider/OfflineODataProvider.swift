@@ -54,6 +54,8 @@ public actor OfflineODataProvider {
     /// Whether the service root is a sync gateway (an answer carried `OOData-Gateway`): its
     /// server-side steps are pulled during uploads and downloads.
     var throughGateway = false
+    /// The scope checksums the gateway sent in the running download, by defining query.
+    var scopeChecksums: [String: String] = [:]
     var bytesReceived: Int64 = 0
     /// `Set(localKey)` → backend key predicate, loaded on first use and dropped after uploads.
     var keyMapCache: [String: String]?
