@@ -411,12 +411,12 @@ public final class Gateway: Sendable {
     /// The name of the header that carries a scope checksum on the last page of a read.
     public static let checksumHeader = "OOData-Scope-Checksum"
 
-    /// `answer` with the scope checksum (`rows=N;sum=S`, see ``GatewayStore/checksum(scope:upTo:)``)
-    /// when the gateway writes its own ETags (the device sums the hashes they carry) and no
-    /// later refresh changed the scope. A failure to compute it leaves it out: it is a check.
+    /// `answer` with the scope checksum (`rows=N;sum=S`, see
+    /// ``GatewayStore/checksum(scope:upTo:gatewayETags:)``) when there is one. A failure to
+    /// compute it leaves it out: it is a check, not part of the answer.
     func withChecksum(_ answer: GatewayResponse, scope: Int64, upTo published: Int64) async -> GatewayResponse {
-        guard configuration.gatewayETags,
-            let checksum = try? await store.checksum(scope: scope, upTo: published)
+        guard let checksum = try? await store.checksum(
+            scope: scope, upTo: published, gatewayETags: configuration.gatewayETags)
         else { return answer }
         var answer = answer
         answer.headers[Self.checksumHeader] = "rows=\(checksum.rows);sum=\(checksum.sum)"

@@ -91,6 +91,10 @@ public struct GatewayStore: Sendable {
         "CREATE INDEX IF NOT EXISTS oodata_scope_used ON oodata_scope (used_at)",
         // When an upload through a gateway last went to the backend for the scope's user.
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS written_at TIMESTAMPTZ",
+        // The scope checksum of one published sequence number, computed once.
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS checksum_published BIGINT",
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS checksum_rows BIGINT",
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS checksum_sum TEXT",
         "CREATE INDEX IF NOT EXISTS oodata_row_seq ON oodata_row (scope_id, seq, key)",
         """
         CREATE TABLE IF NOT EXISTS oodata_refresh (
@@ -205,26 +209,45 @@ public struct GatewayStore: Sendable {
     }
 
     /// The scope checksum of `scope` as of sequence number `published` (SPEC §13): its rows
-    /// and the sum, modulo 2^64, of the first 60 bits of each row's hash. Nil when a refresh
-    /// published after `published` changed rows since (the next delta carries the checksum).
-    public func checksum(scope: Int64, upTo published: Int64) async throws -> (rows: Int64, sum: String)? {
-        // A refresh that began before the last upload of the scope's user may miss what the
-        // upload changed, which the device already holds (with the ETag of its answer).
-        let written = try await client.query(
+    /// and the sum, modulo 2^64, of the first 60 bits of the MD5 of each row's ETag as devices
+    /// get it (the backend's, or else the gateway's `W/"gw.<scope>.<hash>"` when `gatewayETags`).
+    /// Nil when a row has no ETag, when an upload went to the backend after the refresh began
+    /// (a device may hold what it changed, with its answer's ETag), or when a later refresh
+    /// changed rows since (the next delta carries the checksum). Computed once per published
+    /// sequence number and kept with the scope.
+    public func checksum(scope: Int64, upTo published: Int64, gatewayETags: Bool) async throws
+        -> (rows: Int64, sum: String)?
+    {
+        let kept = try await client.query(
             """
-            SELECT written_at IS NULL OR refreshed_from > written_at FROM oodata_scope WHERE id = \(scope)
+            SELECT written_at IS NULL OR refreshed_from > written_at, checksum_published, checksum_rows, checksum_sum
+            FROM oodata_scope WHERE id = \(scope)
             """, logger: logger)
-        for try await newer in written.decode(Bool.self) where !newer { return nil }
+        for try await (newer, at, rows, sum) in kept.decode((Bool, Int64?, Int64?, String?).self) {
+            guard newer else { return nil }
+            if at == published, let rows, let sum { return (rows, sum) }
+        }
+        let fallback = gatewayETags ? "'W/\"gw.' || scope_id || '.' || hash || '\"'" : "NULL"
         let rows = try await client.query(
             """
-            SELECT count(*) FILTER (WHERE payload IS NOT NULL),
-                   (coalesce(sum(('x' || substr(hash, 1, 15))::bit(60)::bigint) FILTER (WHERE payload IS NOT NULL), 0)
+            WITH tagged AS (
+              SELECT coalesce(payload::json->>'@odata.etag', payload::json->>'odata.etag',
+                              payload::json->'__metadata'->>'etag', \(unescaped: fallback)) AS etag
+              FROM oodata_row WHERE scope_id = \(scope) AND payload IS NOT NULL)
+            SELECT (SELECT count(*) FROM tagged), (SELECT count(*) FROM tagged WHERE etag IS NULL),
+                   ((SELECT coalesce(sum(('x' || substr(md5(etag), 1, 15))::bit(60)::bigint), 0) FROM tagged)
                      % 18446744073709551616)::text,
-                   coalesce(max(seq), 0)
-            FROM oodata_row WHERE scope_id = \(scope)
+                   (SELECT coalesce(max(seq), 0) FROM oodata_row WHERE scope_id = \(scope))
             """, logger: logger)
-        for try await (count, sum, last) in rows.decode((Int64, String, Int64).self) {
-            return last > published ? nil : (count, sum)
+        for try await (count, untagged, sum, last) in rows.decode((Int64, Int64, String, Int64).self) {
+            guard last <= published, untagged == 0 else { return nil }
+            try await client.query(
+                """
+                UPDATE oodata_scope SET checksum_published = \(published), checksum_rows = \(count),
+                       checksum_sum = \(sum)
+                WHERE id = \(scope) AND published = \(published)
+                """, logger: logger)
+            return (count, sum)
         }
         return nil
     }

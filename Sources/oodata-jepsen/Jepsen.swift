@@ -87,6 +87,11 @@ extension Jepsen {
         @Option(help: "Folder of the run's histories and logs (default: a new one under /tmp).") var out: String?
         @Flag(help: "Keep the folder when every checker passes.") var keep = false
         @Option(help: "Append the run's verdicts as a JSON line to this file.") var results: String?
+        @Flag(help: "Fail the run unless every fault selected was applied at least once.") var everyFault = false
+        @Option(
+            help: ArgumentHelp(
+                "Checkers whose failure is known (printed as KNOWN, not failing the run; a pass is said).",
+                valueName: "CHECKERS")) var known: String?
 
         func run() async throws {
             signal(SIGPIPE, SIG_IGN)

@@ -2,18 +2,23 @@ import Foundation
 import ODataCore
 import ODataStore
 
+#if canImport(CryptoKit)
+import CryptoKit
+#else
+import Crypto
+#endif
+
 /// Scope checksums (SPEC §13): a sync gateway sends, with the last page of a defining query
 /// it tracks, `OOData-Scope-Checksum: rows=N;sum=S` — how many rows the scope holds and the
-/// sum, modulo 2^64, of the first 60 bits of each row's hash (the hash its ETags
-/// `W/"gw.<scope>.<hash>"` carry). After the download is applied, the store's rows of that
-/// query are summed the same way; when they differ, the query's delta link is forgotten, it
+/// sum, modulo 2^64, of the first 60 bits of the MD5 of each row's ETag. After the download
+/// is applied, the store's rows of that query are summed the same way; when they differ, the query's delta link is forgotten, it
 /// is read again in full (the full read's local diff removes what the gateway no longer has and
 /// brings back what the store lost), and an EventLog entry of type `ScopeChecksumMismatch`
 /// says so.
 ///
 /// Compared only where the store's rows of the set are exactly the query's: a defining query
 /// that is its entity set alone (no options), the only one on that set, every row with an
-/// ETag of the gateway, and nothing queued or failed in the request queue (local changes and
+/// ETag, and nothing queued or failed in the request queue (local changes and
 /// their kept state are not the gateway's rows).
 extension Downloader {
     static let checksumHeader = "OOData-Scope-Checksum"
@@ -36,14 +41,11 @@ extension Downloader {
         return (rows, sum)
     }
 
-    /// The hash part of a gateway ETag's first 60 bits, or nil for any other ETag.
-    static func checksumTerm(_ etag: String) -> UInt64? {
-        guard etag.hasPrefix("W/\"gw."), etag.hasSuffix("\""), let dot = etag.dropLast().lastIndex(of: ".") else {
-            return nil
-        }
-        let hash = etag[etag.index(after: dot)..<etag.index(before: etag.endIndex)]
-        guard hash.count >= 15 else { return nil }
-        return UInt64(hash.prefix(15), radix: 16)
+    /// A row's term: the first 60 bits of the MD5 of its ETag.
+    static func checksumTerm(_ etag: String) -> UInt64 {
+        var term: UInt64 = 0
+        for byte in Insecure.MD5.hash(data: Array(etag.utf8)).prefix(8) { term = term << 8 | UInt64(byte) }
+        return term >> 4
     }
 
     /// The store's checksum of `set`, or nil when it cannot be compared (see above).
@@ -56,9 +58,9 @@ extension Downloader {
             var rows = 0
             var sum: UInt64 = 0
             for row in try reader.connection.query("SELECT _etag FROM \(quoted)") {
-                guard case .text(let etag)? = row.first, let term = checksumTerm(etag) else { return nil }
+                guard case .text(let etag)? = row.first else { return nil }
                 rows += 1
-                sum &+= term
+                sum &+= checksumTerm(etag)
             }
             return (rows, sum)
         }
