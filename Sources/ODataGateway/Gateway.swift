@@ -121,6 +121,12 @@ public final class Gateway: Sendable {
                 return try await readWithGatewayETag(request, scope: scope, hash: hash, backend: backend, model: model)
             }
             let answer = try await forward(request, backend: backend)
+            if Self.modifying.contains(request.method.uppercased()) {
+                // A change without the gateway's records (no repeatable-request ID): its scopes'
+                // checksums wait for a refresh after it. Best effort: a missed note costs a
+                // device a needless full read at most.
+                try? await store.noteWrite(backend: backend.url, user: request.user)
+            }
             if request.method == "GET", request.target.hasPrefix("$metadata"), answer.status == 200 {
                 // A device checks $metadata at every download: a change reaches the gateway too.
                 _ = try? await models.learn(answer.body, for: backend.url)

@@ -211,22 +211,27 @@ public struct GatewayStore: Sendable {
     /// The scope checksum of `scope` as of sequence number `published` (SPEC §13): its rows
     /// and the sum, modulo 2^64, of the first 60 bits of the MD5 of each row's ETag as devices
     /// get it (the backend's, or else the gateway's `W/"gw.<scope>.<hash>"` when `gatewayETags`).
-    /// Nil when a row has no ETag, when an upload went to the backend after the refresh began
-    /// (a device may hold what it changed, with its answer's ETag), or when a later refresh
-    /// changed rows since (the next delta carries the checksum). Computed once per published
-    /// sequence number and kept with the scope.
+    /// Nil when a row has no ETag or two rows share one (a backend's version numbers: a missing
+    /// row and an extra one would sum the same), when an upload went to the backend after the
+    /// refresh began (a device may hold what it changed, with its answer's ETag), or when a
+    /// later refresh changed rows since (the next delta carries the checksum). Computed once per
+    /// published sequence number and kept with the scope.
     public func checksum(scope: Int64, upTo published: Int64, gatewayETags: Bool) async throws
         -> (rows: Int64, sum: String)?
     {
         let kept = try await client.query(
             """
-            SELECT written_at IS NULL OR refreshed_from > written_at, checksum_published, checksum_rows, checksum_sum
+            SELECT written_at IS NULL OR refreshed_from > written_at, checksum_published, checksum_rows, checksum_sum,
+                   (SELECT coalesce(max(seq), 0) FROM oodata_row WHERE scope_id = \(scope))
             FROM oodata_scope WHERE id = \(scope)
             """, logger: logger)
-        for try await (newer, at, rows, sum) in kept.decode((Bool, Int64?, Int64?, String?).self) {
-            guard newer else { return nil }
+        var found = false
+        for try await (newer, at, rows, sum, last) in kept.decode((Bool, Int64?, Int64?, String?, Int64).self) {
+            guard newer, last <= published else { return nil }
             if at == published, let rows, let sum { return (rows, sum) }
+            found = true
         }
+        guard found else { return nil }
         let fallback = gatewayETags ? "'W/\"gw.' || scope_id || '.' || hash || '\"'" : "NULL"
         let rows = try await client.query(
             """
@@ -235,12 +240,13 @@ public struct GatewayStore: Sendable {
                               payload::json->'__metadata'->>'etag', \(unescaped: fallback)) AS etag
               FROM oodata_row WHERE scope_id = \(scope) AND payload IS NOT NULL)
             SELECT (SELECT count(*) FROM tagged), (SELECT count(*) FROM tagged WHERE etag IS NULL),
+                   (SELECT count(DISTINCT etag) FROM tagged),
                    ((SELECT coalesce(sum(('x' || substr(md5(etag), 1, 15))::bit(60)::bigint), 0) FROM tagged)
                      % 18446744073709551616)::text,
                    (SELECT coalesce(max(seq), 0) FROM oodata_row WHERE scope_id = \(scope))
             """, logger: logger)
-        for try await (count, untagged, sum, last) in rows.decode((Int64, Int64, String, Int64).self) {
-            guard last <= published, untagged == 0 else { return nil }
+        for try await (count, untagged, distinct, sum, last) in rows.decode((Int64, Int64, Int64, String, Int64).self) {
+            guard last <= published, untagged == 0, distinct == count else { return nil }
             try await client.query(
                 """
                 UPDATE oodata_scope SET checksum_published = \(published), checksum_rows = \(count),

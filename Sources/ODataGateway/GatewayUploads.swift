@@ -82,14 +82,24 @@ extension Gateway {
             try await self.applyOnce(units, batchBoundary: boundary, request: request, backend: backend, model: model)
         }
         let result = await task.result
+        var noted = true
         do {
             try await store.noteWrite(backend: backend.url, user: request.user)
         } catch {
+            noted = false
             logger.warning("Noting an upload failed", metadata: ["error": "\(error)"])
         }
         await housekeep()
         do {
-            return try result.get()
+            let answer = try result.get()
+            // Without the note, a device could be told its rows match a scope older than its
+            // upload: the upload fails instead, and its repeat is answered as recorded.
+            guard noted else {
+                throw GatewayError(
+                    status: 503, code: "GatewayState",
+                    "The gateway could not note the upload in PostgreSQL; upload again (it is applied once)")
+            }
+            return answer
         } catch {
             guard boundary != nil else {
                 // A request on its own: any answer would land in the device's ErrorArchive,

@@ -32,6 +32,16 @@ func spawnAndWait(_ argv: [String], log: String) throws -> Int32 {
     return status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
 }
 
+/// Where `name` is on PATH (or in /usr/sbin and /sbin, which a user's PATH may lack).
+func locate(_ name: String) -> String {
+    if name.hasPrefix("/") { return name }
+    let path = (ProcessInfo.processInfo.environment["PATH"] ?? "") + ":/usr/sbin:/sbin:/usr/bin:/bin"
+    for folder in path.split(separator: ":") where FileManager.default.isExecutableFile(atPath: "\(folder)/\(name)") {
+        return "\(folder)/\(name)"
+    }
+    return name
+}
+
 /// The command's output when it exits 0.
 func output(_ argv: [String], folder: String) throws -> String {
     let log = folder + "/cmd-\(UUID().uuidString).out"
@@ -99,15 +109,19 @@ struct Network {
         }
     }
 
-    /// Drops every packet both ways on the pair `name` (or lets them through again).
-    static func partition(_ name: String, on: Bool, folder: String) {
+    /// Drops every packet both ways on the pair `name`; throws when a side refused.
+    static func partition(_ name: String, folder: String) throws {
         guard let pair = pairs.first(where: { $0.name == name }) else { return }
-        let sides = [["tc"], ["ip", "netns", "exec", pair.namespace, "tc"]]
-        for (index, side) in sides.enumerated() {
-            let device = index == 0 ? pair.name : pair.name + "-n"
-            let argv = side + (on ? ["qdisc", "add", "dev", device, "root", "pfifo", "limit", "0"]
-                : ["qdisc", "del", "dev", device, "root"])
-            _ = try? spawnAndWait(argv, log: folder + "/nemesis.out")
+        for (device, prefix) in [(pair.name, ["tc"]), (pair.name + "-n", ["ip", "netns", "exec", pair.namespace, "tc"])] {
+            _ = try output(prefix + ["qdisc", "add", "dev", device, "root", "pfifo", "limit", "0"], folder: folder)
+        }
+    }
+
+    /// Lets packets through the pair `name` again (where they were dropped).
+    static func heal(_ name: String, folder: String) {
+        guard let pair = pairs.first(where: { $0.name == name }) else { return }
+        for (device, prefix) in [(pair.name, ["tc"]), (pair.name + "-n", ["ip", "netns", "exec", pair.namespace, "tc"])] {
+            _ = try? spawnAndWait(prefix + ["qdisc", "del", "dev", device, "root"], log: folder + "/nemesis.out")
         }
     }
 }
@@ -136,7 +150,7 @@ struct Postgres {
     }
 
     static func asPostgres(_ argv: [String]) -> [String] {
-        getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] + argv : argv
+        getuid() == 0 ? [locate("runuser"), "-u", "postgres", "--"] + argv : argv
     }
 
     static func start(in runFolder: String, host: String) throws -> Postgres {
@@ -221,12 +235,25 @@ final class Child {
         self.log = log
     }
 
+    /// Whether the process now running (or last run) was killed by the nemesis.
+    private var killed = false
+    /// Exits no fault caused: the exit status of each.
+    private(set) var crashes: [Int32] = []
+
     var isRunning: Bool { process?.isRunning ?? false }
+
+    /// Whether the last process ended by itself (not by a kill of the nemesis); noted once.
+    func endedByItself() -> Bool {
+        guard let process, !process.isRunning, !killed else { return false }
+        killed = true
+        crashes.append(process.terminationStatus)
+        return true
+    }
     var pid: Int32? { process.map(\.processIdentifier) }
 
     func start() throws {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: argv[0].hasPrefix("/") ? argv[0] : "/usr/sbin/" + argv[0])
+        process.executableURL = URL(fileURLWithPath: locate(argv[0]))
         process.arguments = Array(argv.dropFirst())
         if !FileManager.default.fileExists(atPath: log) { _ = FileManager.default.createFile(atPath: log, contents: nil) }
         let handle = FileHandle(forWritingAtPath: log)
@@ -236,6 +263,7 @@ final class Child {
         process.standardInput = FileHandle.nullDevice
         try process.run()
         self.process = process
+        killed = false
         starts += 1
     }
 
@@ -243,6 +271,7 @@ final class Child {
         guard let process, process.isRunning else { return }
         if paused { kill(process.processIdentifier, SIGCONT) }
         paused = false
+        killed = true
         kill(process.processIdentifier, SIGKILL)
         kills.append(now())
         process.waitUntilExit()

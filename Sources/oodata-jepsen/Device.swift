@@ -38,7 +38,7 @@ struct DeviceRun {
         try FileManager.default.createDirectory(atPath: folder + "/device-\(index)", withIntermediateDirectories: true)
         let history = try HistoryWriter(path: historyPath)
         // Numbers go on from the last run of this device (a restart after kill -9).
-        let earlier = readLines(HistoryEvent.self, path: historyPath)
+        let earlier = try readLines(HistoryEvent.self, path: historyPath)
         var number = (earlier.map(\.n).max() ?? 0) + 1
         var random = SeededRandom(seed: seed &+ UInt64(index) &* 7919 &+ UInt64(number) &* 104_729)
         func record(_ event: HistoryEvent) { history.append(event) }
@@ -88,15 +88,31 @@ struct DeviceRun {
                     code: $0.string("Code"), status: $0.int64("HTTPStatusCode").map(Int.init),
                     method: $0.string("RequestMethod"), url: $0.string("RequestURL"), body: $0.string("RequestBody"))
             }
-            let n = invoke("archive", phase: phase)
+            // Recorded before they are deleted: a kill in between loses none.
+            defer { number += 1 }
+            let n = number
+            record(HistoryEvent(type: "invoke", device: index, n: n, op: "archive", time: now(), phase: phase,
+                                archived: archived))
             do {
                 _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
                 record(HistoryEvent(type: "complete", device: index, n: n, op: "archive", time: now(), ok: true,
-                                    phase: phase, archived: archived))
+                                    phase: phase))
             } catch {
                 record(HistoryEvent(type: "complete", device: index, n: n, op: "archive", time: now(), ok: false,
-                                    error: "\(error)", phase: phase, archived: archived))
+                                    error: "\(error)", phase: phase))
             }
+        }
+        /// The EventLog's scope-checksum mismatches not recorded yet (the EventLog keeps 100).
+        var seenEvents = Set(
+            (try? await provider.readEntities("EventLog"))?.compactMap { $0.int64("ID") } ?? [])
+        func newMismatches() async -> [String]? {
+            guard let entries = try? await provider.readEntities("EventLog") else { return nil }
+            let fresh = entries.filter { entry in
+                guard let id = entry.int64("ID"), !seenEvents.contains(id) else { return false }
+                seenEvents.insert(id)
+                return entry.string("Type") == "ScopeChecksumMismatch"
+            }
+            return fresh.isEmpty ? nil : fresh.map { $0.string("Details") ?? "" }
         }
         let prefix = "J\(index)-"
         var own = try await provider.readEntities("BusinessPartners?$filter=startswith(PartnerID,'\(prefix)')")
@@ -186,7 +202,8 @@ struct DeviceRun {
                 let n = invoke("download", phase: "run")
                 do {
                     try await provider.download()
-                    complete(n, "download", error: nil, phase: "run")
+                    record(HistoryEvent(type: "complete", device: index, n: n, op: "download", time: now(), ok: true,
+                                        phase: "run", mismatches: await newMismatches()))
                 } catch {
                     complete(n, "download", error: error, phase: "run")
                 }
@@ -218,7 +235,10 @@ struct DeviceRun {
         let drainSeconds = now() - drainStart
         _ = FileManager.default.createFile(atPath: folder + "/drained-\(index)", contents: Data("\(drained)".utf8))
         // Every device's changes are on the backend: the controller says when to download.
+        // A controller that went away does not leave its devices waiting for ever.
+        let patience = until + 3 * quietBound + 120
         while !FileManager.default.fileExists(atPath: folder + "/final.go") {
+            guard now() < patience else { throw JepsenFailure("device \(index): no word to download after the drain") }
             try await Task.sleep(nanoseconds: 200_000_000)
         }
         func finalDownload() async throws {
@@ -227,7 +247,8 @@ struct DeviceRun {
                 let n = invoke("final", phase: "quiet")
                 do {
                     try await provider.download()
-                    complete(n, "final", error: nil, phase: "quiet")
+                    record(HistoryEvent(type: "complete", device: index, n: n, op: "final", time: now(), ok: true,
+                                        phase: "quiet", mismatches: await newMismatches()))
                     return
                 } catch {
                     complete(n, "final", error: error, phase: "quiet")

@@ -29,6 +29,8 @@ struct HistoryEvent: Codable, Sendable {
     /// ErrorArchive entries an upload left (the device then deletes them, as an app that
     /// shows the error and goes on would: the entities go back to their downloaded state).
     var archived: [DeviceFinal.Archived]?
+    /// The scope-checksum mismatches a download found (from the EventLog, new ones only).
+    var mismatches: [String]?
 }
 
 /// What a device holds after the quiet phase.
@@ -86,11 +88,24 @@ final class HistoryWriter: @unchecked Sendable {
     }
 }
 
-/// The lines of a JSON-lines file that decode (a last line cut by a kill is skipped).
-func readLines<T: Decodable>(_ type: T.Type, path: String) -> [T] {
+/// The lines of a JSON-lines file. Only a last line cut by a kill may not decode: any other
+/// that does not is an error (a history the checkers would read wrong).
+func readLines<T: Decodable>(_ type: T.Type, path: String) throws -> [T] {
     guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
     let decoder = JSONDecoder()
-    return text.split(separator: "\n").compactMap { try? decoder.decode(T.self, from: Data($0.utf8)) }
+    let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+    var result: [T] = []
+    for (number, line) in lines.enumerated() where !line.isEmpty {
+        do {
+            result.append(try decoder.decode(T.self, from: Data(line.utf8)))
+        } catch {
+            // The last line without its newline: written when the process was killed.
+            guard number == lines.count - 1 else {
+                throw JepsenFailure("\(path), line \(number + 1), does not decode: \(error)")
+            }
+        }
+    }
+    return result
 }
 
 struct JepsenFailure: Error, CustomStringConvertible {

@@ -88,6 +88,8 @@ extension Jepsen {
         @Flag(help: "Keep the folder when every checker passes.") var keep = false
         @Option(help: "Append the run's verdicts as a JSON line to this file.") var results: String?
         @Flag(help: "Fail the run unless every fault selected was applied at least once.") var everyFault = false
+        @Flag(help: "Stop when no network namespaces can be made (no partitions), instead of going on.")
+        var requirePartitions = false
         @Option(
             help: ArgumentHelp(
                 "Checkers whose failure is known (printed as KNOWN, not failing the run; a pass is said).",
@@ -108,7 +110,13 @@ extension Jepsen {
                     return fault
                 }
             }
-            var controller = try await Controller(run: self, folder: folder, faults: selected)
+            var controller: Controller
+            do {
+                controller = try await Controller(run: self, folder: folder, faults: selected)
+            } catch {
+                print("jepsen: the run could not start: \(error) (logs in \(folder))")
+                throw ExitCode(2)
+            }
             let passed: Bool
             do {
                 passed = try await controller.go()
@@ -141,6 +149,8 @@ struct Controller {
     var gateways: [Child] = []
     var devices: [Child] = []
     var nemesis: [NemesisEvent] = []
+    /// Exits of devices and gateways that no fault caused.
+    var crashes: [String] = []
     var random: SeededRandom
     let transport = DefaultTransport.make()
     let started = now()
@@ -152,27 +162,52 @@ struct Controller {
         self.run = run
         self.folder = folder
         random = SeededRandom(seed: run.seed)
-        (network, networkNote) = Network.make(folder: folder)
-        self.faults = network.isolated ? faults : faults.filter { !$0.needsNamespaces }
-        postgres = try Postgres.start(in: folder, host: network.postgresHost)
-        let store = try await Store.create(path: folder + "/backend.sqlite", model: try SalesSample.model())
-        var options = ODataService.Options()
-        options.pageSize = 40
-        options.serverGeneratedKeys = SalesSample.serverGeneratedKeys
-        options.journalCapacity = 2_000_000
-        if run.backend == "plain" {
-            options.tracksChanges = false
-            options.honorsRepeatableRequests = false
-            options.sendsETags = false
-            options.requireIfMatch = false
+        let (network, networkNote) = Network.make(folder: folder)
+        self.network = network
+        self.networkNote = networkNote
+        if run.requirePartitions && !network.isolated {
+            throw JepsenFailure("partitions are required, but no network namespaces: \(networkNote ?? "")")
         }
-        let service = try await ODataService.open(store: store, options: options)
-        try await service.load(SalesSample.data(scale: 4))
-        backend = try await EmbeddedServer.start(service, host: network.backendHost)
+        self.faults = network.isolated ? faults : faults.filter { !$0.needsNamespaces }
+        // What started is stopped again when a later part cannot start.
+        var postgres: Postgres?
+        var backend: EmbeddedServer?
+        do {
+            postgres = try Postgres.start(in: folder, host: network.postgresHost)
+            let store = try await Store.create(path: folder + "/backend.sqlite", model: try SalesSample.model())
+            var options = ODataService.Options()
+            options.pageSize = 40
+            options.serverGeneratedKeys = SalesSample.serverGeneratedKeys
+            options.journalCapacity = 2_000_000
+            if run.backend == "plain" {
+                options.tracksChanges = false
+                options.honorsRepeatableRequests = false
+                options.sendsETags = false
+                options.requireIfMatch = false
+            }
+            let service = try await ODataService.open(store: store, options: options)
+            try await service.load(SalesSample.data(scale: 4))
+            backend = try await EmbeddedServer.start(service, host: network.backendHost)
+        } catch {
+            if let backend { await backend.stop() }
+            postgres?.stop()
+            if network.isolated { Network.clean(folder: folder) }
+            throw error
+        }
+        guard let postgres, let backend else { throw JepsenFailure("the backend did not start") }
+        self.postgres = postgres
+        self.backend = backend
         backendRoot = "http://\(network.backendHost):\(backend.port)/odata/\(run.odata)/"
         let ports = (0..<run.gateways).map { _ in freePort() }
         let gatewayHost = network.gatewayHost
-        relay = try Relay(host: network.relayHost, targets: ports.map { (gatewayHost, $0) }, seed: run.seed)
+        do {
+            relay = try Relay(host: network.relayHost, targets: ports.map { (gatewayHost, $0) }, seed: run.seed)
+        } catch {
+            await backend.stop()
+            postgres.stop()
+            if network.isolated { Network.clean(folder: folder) }
+            throw error
+        }
         let tool = Self.sibling("oodata")
         for (index, port) in ports.enumerated() {
             var argv = [
@@ -245,14 +280,14 @@ struct Controller {
     /// between; devices that ended early are started again.
     mutating func nemesisLoop() async throws {
         var cycle: [Fault] = []
-        var staleDone = false
         try await Task.sleep(nanoseconds: 5_000_000_000)
         while now() < until - 10 {
             if cycle.isEmpty { cycle = faults.shuffled(using: &random) }
             guard let fault = cycle.popLast() else { break }
             try await apply(fault)
             restartEndedDevices()
-            if run.plant == .stale && !staleDone { staleDone = try await plantStale() }
+            try await restartEndedGateways()
+            if run.plant == .stale { _ = try await plantStale() }
             try await Task.sleep(nanoseconds: UInt64.random(in: 1_500_000_000...4_000_000_000, using: &random))
         }
         while now() < until {
@@ -261,11 +296,24 @@ struct Controller {
         }
     }
 
+    /// Starts again the devices and gateways that ended; an end no fault caused is a crash
+    /// (the liveness checker fails on it).
     mutating func restartEndedDevices() {
-        for device in devices where !device.isRunning && device.starts < 20 {
-            let index = devices.firstIndex { $0 === device } ?? 0
+        for (index, device) in devices.enumerated() where !device.isRunning && device.starts < 20 {
             guard !FileManager.default.fileExists(atPath: folder + "/final-\(index).json") else { continue }
+            if device.endedByItself() {
+                crashes.append("\(device.name) (status \(device.crashes.last ?? 0), log \(device.log))")
+            }
             try? device.start()
+        }
+    }
+
+    mutating func restartEndedGateways() async throws {
+        for (index, gateway) in gateways.enumerated() where !gateway.isRunning && gateway.starts > 0 {
+            if gateway.endedByItself() {
+                crashes.append("\(gateway.name) (status \(gateway.crashes.last ?? 0), log \(gateway.log))")
+            }
+            try await startGateway(index)
         }
     }
 
@@ -306,23 +354,36 @@ struct Controller {
             await backend.service.faults.set([])
         case .partitionDevices:
             target = "devices|gateways"
-            Network.partition("oodj-dv", on: true, folder: folder)
+            try Network.partition("oodj-dv", folder: folder)
             try await Task.sleep(nanoseconds: UInt64.random(in: 5_000_000_000...10_000_000_000, using: &random))
-            if run.plant != .hang { Network.partition("oodj-dv", on: false, folder: folder) }
+            if run.plant != .hang { Network.heal("oodj-dv", folder: folder) }
         case .partitionBackend:
             target = "gateways|backend"
-            Network.partition("oodj-be", on: true, folder: folder)
+            try Network.partition("oodj-be", folder: folder)
             try await Task.sleep(nanoseconds: UInt64.random(in: 5_000_000_000...10_000_000_000, using: &random))
-            Network.partition("oodj-be", on: false, folder: folder)
+            Network.heal("oodj-be", folder: folder)
         }
         let event = NemesisEvent(fault: fault.rawValue, target: target, start: start, end: now())
         nemesis.append(event)
         say("\(fault.rawValue) \(target) (\(String(format: "%.1f", event.end - event.start)) s)")
     }
 
-    /// Puts an older phone of an own partner back on the backend (the planted `stale` bug).
+    /// Puts an older phone of an own partner back on the backend, and a shared partner's first
+    /// phone (the planted `stale` bug), after every fault.
     func plantStale() async throws -> Bool {
-        let events = (0..<run.devices).flatMap { readLines(HistoryEvent.self, path: folder + "/history-\($0).jsonl") }
+        if let first = original["BP0"] {
+            var headers = HTTPHeaders()
+            headers["Content-Type"] = "application/json"
+            headers["If-Match"] = "*"
+            let answer = try await transport.send(
+                TransportRequest(
+                    method: "PATCH", url: backendRoot.replacingOccurrences(of: "/v2/", with: "/v4/")
+                        + "BusinessPartners('BP0')", headers: headers,
+                    body: Array(#"{"Phone":"\#(first)"}"#.utf8)),
+                timeout: 10)
+            say("planted: BP0 set back to its first phone on the backend (\(answer.status))")
+        }
+        let events = try (0..<run.devices).flatMap { try readLines(HistoryEvent.self, path: folder + "/history-\($0).jsonl") }
         let writes = events.filter { $0.type == "complete" && $0.ok == true && ($0.op == "update" || $0.op == "create") }
         let byKey = Dictionary(grouping: writes, by: { $0.key ?? "" })
         guard let (key, list) = byKey.first(where: { $0.value.count >= 3 && !$0.key.isEmpty }),
@@ -344,10 +405,10 @@ struct Controller {
     /// once more and write what they hold.
     mutating func quietPhase() async throws {
         for gateway in gateways where gateway.paused { gateway.signal(SIGCONT) }
-        if run.plant != .hang { Network.partition("oodj-dv", on: false, folder: folder) }
-        Network.partition("oodj-be", on: false, folder: folder)
+        if run.plant != .hang { Network.heal("oodj-dv", folder: folder) }
+        Network.heal("oodj-be", folder: folder)
         await backend.service.faults.set([])
-        for index in gateways.indices where !gateways[index].isRunning { try await startGateway(index) }
+        try await restartEndedGateways()
         let deadline = now() + run.liveness + 60
         while now() < deadline {
             restartEndedDevices()
@@ -365,17 +426,19 @@ struct Controller {
             if devices.allSatisfy({ !$0.isRunning }) { break }
             try await Task.sleep(nanoseconds: 500_000_000)
         }
-        if run.plant == .hang { Network.partition("oodj-dv", on: false, folder: folder) }
+        if run.plant == .hang { Network.heal("oodj-dv", folder: folder) }
     }
 
     /// The planted `lost` and `duplicate` bugs, on the backend directly.
     func plantOnBackend() async throws {
-        let events = (0..<run.devices).flatMap { readLines(HistoryEvent.self, path: folder + "/history-\($0).jsonl") }
+        let events = try (0..<run.devices).flatMap { try readLines(HistoryEvent.self, path: folder + "/history-\($0).jsonl") }
         var headers = HTTPHeaders()
         headers["Content-Type"] = "application/json"
         headers["If-Match"] = "*"
         let v4 = backendRoot.replacingOccurrences(of: "/v2/", with: "/v4/")
-        if run.plant == .lost, let create = events.first(where: { $0.op == "create" && $0.ok == true }),
+        let deleted = Set(events.filter { $0.op == "delete" }.compactMap(\.key))
+        if run.plant == .lost,
+            let create = events.first(where: { $0.op == "create" && $0.ok == true && !deleted.contains($0.key ?? "") }),
             let key = create.key
         {
             let answer = try await transport.send(

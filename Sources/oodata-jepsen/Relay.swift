@@ -17,7 +17,7 @@ final class Relay: @unchecked Sendable {
     private var random: SeededRandom
     private var stopped = false
     /// Connections relayed, per target.
-    private(set) var counts: [Int]
+    private var counts: [Int]
 
     init(host: String, targets: [(host: String, port: Int)], seed: UInt64) throws {
         self.host = host
@@ -53,6 +53,9 @@ final class Relay: @unchecked Sendable {
         address.sin_addr.s_addr = inet_addr(host)
         return address
     }
+
+    /// Connections relayed so far, per target.
+    func connections() -> [Int] { lock.withLock { counts } }
 
     /// The port of target `index`.
     func targetPort(_ index: Int) -> Int { targets[index].port }
