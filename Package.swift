@@ -137,6 +137,7 @@ let package = Package(
                 "ODataStore",
                 "ODataServer",
                 "OfflineOData",
+                "InteropSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

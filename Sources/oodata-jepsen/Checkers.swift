@@ -151,12 +151,16 @@ struct Checkers {
     }
 
     func lost() -> Verdict {
-        var counts = ["writes": 0, "acked": 0, "archived": 0, "in-doubt": 0, "lost": 0, "applied-but-archived": 0,
-                      "undrained-devices": 0]
+        var counts = [
+            "writes": 0, "acked": 0, "archived": 0, "in-doubt": 0, "lost": 0, "applied-but-archived": 0,
+            "undrained-devices": 0,
+        ]
         var notes: [String] = []
         let contacts = contactCounts()
         var sharedAllowed: [String: Set<String>] = [:]
-        for (key, value) in o.originalPartners where key.hasPrefix("BP") { sharedAllowed[key, default: []].insert(value) }
+        for (key, value) in o.originalPartners where key.hasPrefix("BP") {
+            sharedAllowed[key, default: []].insert(value)
+        }
         for device in 0..<o.devices {
             let operations = o.operations[device] ?? []
             let archive = archived(device)
@@ -185,7 +189,8 @@ struct Checkers {
                 let ordered = list.sorted { $0.n < $1.n }
                 let last = ordered.last { $0.completed && archive[$0.n] == nil }
                 var allowed: Set<String> = []
-                allowed.insert(last.map { $0.op == "delete" ? Observations.absent : ($0.value ?? "") } ?? Observations.absent)
+                allowed.insert(
+                    last.map { $0.op == "delete" ? Observations.absent : ($0.value ?? "") } ?? Observations.absent)
                 for write in ordered where write.n > (last?.n ?? -1) {
                     if write.indeterminate || archive[write.n]?.code == "RequestInDoubt" {
                         allowed.insert(write.op == "delete" ? Observations.absent : (write.value ?? ""))
@@ -195,7 +200,8 @@ struct Checkers {
                 if !allowed.contains(actual) {
                     counts["lost", default: 0] += 1
                     if notes.count < 8 {
-                        notes.append("device \(device) \(key): backend has \(actual), expected one of \(allowed.sorted())")
+                        notes.append(
+                            "device \(device) \(key): backend has \(actual), expected one of \(allowed.sorted())")
                     }
                 }
             }
@@ -205,12 +211,15 @@ struct Checkers {
                 if let entry = archive[write.n] {
                     if entry.code != "RequestInDoubt" && count > 0 {
                         counts["applied-but-archived", default: 0] += 1
-                        notes.append("device \(device) contact \(write.value ?? ""): archived (\(entry.code ?? "?")) "
-                                     + "but on the backend")
+                        notes.append(
+                            "device \(device) contact \(write.value ?? ""): archived (\(entry.code ?? "?")) "
+                                + "but on the backend")
                     }
                 } else if write.completed && count == 0 {
                     counts["lost", default: 0] += 1
-                    if notes.count < 8 { notes.append("device \(device) contact \(write.value ?? ""): not on the backend") }
+                    if notes.count < 8 {
+                        notes.append("device \(device) contact \(write.value ?? ""): not on the backend")
+                    }
                 }
             }
         }
@@ -222,8 +231,9 @@ struct Checkers {
             }
         }
         let passed = counts["lost"] == 0 && counts["applied-but-archived"] == 0
-        return Verdict(checker: "lost", passed: passed, counts: counts, notes: notes,
-                       violations: ["lost", "applied-but-archived"])
+        return Verdict(
+            checker: "lost", passed: passed, counts: counts, notes: notes,
+            violations: ["lost", "applied-but-archived"])
     }
 
     func duplicated() -> Verdict {
@@ -236,13 +246,16 @@ struct Checkers {
         }
         let checked = counts.keys.filter { $0.hasPrefix("d") && $0.contains(":") }.count
         return Verdict(
-            checker: "duplicated", passed: duplicates == 0, counts: ["creates-checked": checked, "duplicated": duplicates],
+            checker: "duplicated", passed: duplicates == 0,
+            counts: ["creates-checked": checked, "duplicated": duplicates],
             notes: notes, violations: ["duplicated"])
     }
 
     func readYourWrites() -> Verdict {
-        var counts = ["reads": 0, "stale-after-ack": 0, "stale-before-ack": 0, "missing-contacts": 0,
-                      "false-conflicts": 0]
+        var counts = [
+            "reads": 0, "stale-after-ack": 0, "stale-before-ack": 0, "missing-contacts": 0,
+            "false-conflicts": 0,
+        ]
         var notes: [String] = []
         for device in 0..<o.devices {
             let operations = o.operations[device] ?? []
@@ -255,7 +268,8 @@ struct Checkers {
                 if writes.contains(where: { $0.n == n }) {
                     counts["false-conflicts", default: 0] += 1
                     if notes.count < 12 {
-                        notes.append("device \(device) write \(n): \(entry.status ?? 0) \(entry.code ?? "") on its own entity")
+                        notes.append(
+                            "device \(device) write \(n): \(entry.status ?? 0) \(entry.code ?? "") on its own entity")
                     }
                 }
             }
@@ -276,8 +290,10 @@ struct Checkers {
                         let acked = (acks[last.n] ?? .infinity) < read.t0
                         counts[acked ? "stale-after-ack" : "stale-before-ack", default: 0] += 1
                         if notes.count < 12 {
-                            notes.append("device \(device) read \(read.n): \(key) = \(actual), its last change \(allowed.sorted())"
-                                         + (acked ? " (acknowledged)" : ""))
+                            notes.append(
+                                "device \(device) read \(read.n): \(key) = \(actual), "
+                                    + "its last change \(allowed.sorted())"
+                                    + (acked ? " (acknowledged)" : ""))
                         }
                     }
                 }
@@ -285,15 +301,19 @@ struct Checkers {
                 for write in operations where write.op == "contact" && write.completed && (write.t1 ?? 0) < read.t0 {
                     if archive[write.n] == nil, let value = write.value, !seen.contains(value) {
                         counts["missing-contacts", default: 0] += 1
-                        if notes.count < 12 { notes.append("device \(device) read \(read.n): own contact \(value) missing") }
+                        if notes.count < 12 {
+                            notes.append("device \(device) read \(read.n): own contact \(value) missing")
+                        }
                     }
                 }
             }
         }
-        let passed = counts["stale-after-ack"] == 0 && counts["stale-before-ack"] == 0
+        let passed =
+            counts["stale-after-ack"] == 0 && counts["stale-before-ack"] == 0
             && counts["missing-contacts"] == 0 && counts["false-conflicts"] == 0
-        return Verdict(checker: "read-your-writes", passed: passed, counts: counts, notes: notes,
-                       violations: ["stale-after-ack", "stale-before-ack", "missing-contacts", "false-conflicts"])
+        return Verdict(
+            checker: "read-your-writes", passed: passed, counts: counts, notes: notes,
+            violations: ["stale-after-ack", "stale-before-ack", "missing-contacts", "false-conflicts"])
     }
 
     func monotonic() -> Verdict {
@@ -308,8 +328,10 @@ struct Checkers {
             let sent = firstSent(device)
             for write in o.operations[device] ?? [] where write.isWrite {
                 if let value = write.value {
-                    written[value] = (device, write.n, sent[write.n] ?? .infinity, acks[write.n] ?? .infinity,
-                                      archive[write.n] != nil)
+                    written[value] = (
+                        device, write.n, sent[write.n] ?? .infinity, acks[write.n] ?? .infinity,
+                        archive[write.n] != nil
+                    )
                 }
             }
         }
@@ -327,7 +349,12 @@ struct Checkers {
                             o.originalPartners[key] == value, newer.acked < read.t0
                         {
                             violations += 1
-                            if notes.count < 8 { notes.append("device \(device) read \(read.n): \(key) back to its original value after \(previous)") }
+                            if notes.count < 8 {
+                                notes.append(
+                                    "device \(device) read \(read.n): \(key) back to its original value "
+                                        + "after \(previous)"
+                                )
+                            }
                         }
                         continue
                     }
@@ -335,25 +362,32 @@ struct Checkers {
                     if older.device == newer.device && older.device == device {
                         if older.n < newer.n {
                             violations += 1
-                            if notes.count < 8 { notes.append("device \(device) read \(read.n): \(key) went back from \(previous) to \(value)") }
+                            if notes.count < 8 {
+                                notes.append(
+                                    "device \(device) read \(read.n): \(key) went back from \(previous) to \(value)")
+                            }
                         }
                     } else if older.acked < newer.sent {
                         violations += 1
                         if notes.count < 8 {
-                            notes.append("device \(device) read \(read.n): \(key) went back from \(previous) to \(value), "
-                                         + "which was acknowledged before \(previous) was sent")
+                            notes.append(
+                                "device \(device) read \(read.n): \(key) went back from \(previous) to \(value), "
+                                    + "which was acknowledged before \(previous) was sent")
                         }
                     }
                 }
             }
         }
-        return Verdict(checker: "monotonic", passed: violations == 0, counts: ["changes-seen": pairs, "went-back": violations],
-                       notes: notes, violations: ["went-back"])
+        return Verdict(
+            checker: "monotonic", passed: violations == 0, counts: ["changes-seen": pairs, "went-back": violations],
+            notes: notes, violations: ["went-back"])
     }
 
     func convergence() -> Verdict {
-        var counts = ["devices-equal": 0, "devices-differing": 0, "missing-finals": 0, "gateway-differences": 0,
-                      "checksum-mismatches": 0, "unexpected-mismatches": 0]
+        var counts = [
+            "devices-equal": 0, "devices-differing": 0, "missing-finals": 0, "gateway-differences": 0,
+            "checksum-mismatches": 0, "unexpected-mismatches": 0,
+        ]
         var notes: [String] = []
         let contacts = o.contacts.sorted()
         for device in 0..<o.devices {
@@ -368,9 +402,10 @@ struct Checkers {
             counts["checksum-mismatches", default: 0] += found
             if planted ? found != 1 : found > 0 {
                 counts["unexpected-mismatches", default: 0] += planted ? 1 : found
-                notes.append("device \(device): \(found) scope-checksum mismatches"
-                             + (planted ? " (one planted)" : "") + ": "
-                             + ((o.operations[device] ?? []).compactMap(\.mismatches).joined().first ?? ""))
+                notes.append(
+                    "device \(device): \(found) scope-checksum mismatches"
+                        + (planted ? " (one planted)" : "") + ": "
+                        + ((o.operations[device] ?? []).compactMap(\.mismatches).joined().first ?? ""))
             }
             let differences = Self.differences(final.partners, o.partners)
             if differences.isEmpty && final.contacts == contacts {
@@ -378,8 +413,11 @@ struct Checkers {
             } else {
                 counts["devices-differing", default: 0] += 1
                 if notes.count < 8 {
-                    notes.append("device \(device): " + differences.prefix(3).joined(separator: "; ")
-                                 + (final.contacts == contacts ? "" : " contacts differ (\(final.contacts.count) held, \(contacts.count) on the backend)"))
+                    notes.append(
+                        "device \(device): " + differences.prefix(3).joined(separator: "; ")
+                            + (final.contacts == contacts
+                                ? ""
+                                : " contacts differ (\(final.contacts.count) held, \(contacts.count) on the backend)"))
                 }
             }
         }
@@ -389,21 +427,26 @@ struct Checkers {
             let contactDifference = gatewayContacts.sorted() != names
             counts["gateway-differences"] = differences.count + (contactDifference ? 1 : 0)
             if !differences.isEmpty { notes.append("gateway rows: " + differences.prefix(3).joined(separator: "; ")) }
-            if contactDifference { notes.append("gateway contacts: \(gatewayContacts.count) rows, backend \(names.count)") }
+            if contactDifference {
+                notes.append("gateway contacts: \(gatewayContacts.count) rows, backend \(names.count)")
+            }
         } else {
             notes.append("gateway rows not compared: the backend's own delta links were passed through")
         }
-        var passed = counts["devices-differing"] == 0 && counts["missing-finals"] == 0
+        var passed =
+            counts["devices-differing"] == 0 && counts["missing-finals"] == 0
             && counts["gateway-differences"] == 0 && counts["unexpected-mismatches"] == 0
         if o.plant == .diverge {
             let planted = o.finals[0]?.planted != nil
             let detected = (o.operations[0] ?? []).contains { !($0.mismatches ?? []).isEmpty }
-            notes.append("planted divergence on device 0: \(planted ? "made" : "not made"), "
-                         + "\(detected ? "detected by the scope checksum" : "not detected")")
+            notes.append(
+                "planted divergence on device 0: \(planted ? "made" : "not made"), "
+                    + "\(detected ? "detected by the scope checksum" : "not detected")")
             if !planted { passed = false }
         }
-        return Verdict(checker: "convergence", passed: passed, counts: counts, notes: notes,
-                       violations: ["devices-differing", "missing-finals", "gateway-differences", "unexpected-mismatches"])
+        return Verdict(
+            checker: "convergence", passed: passed, counts: counts, notes: notes,
+            violations: ["devices-differing", "missing-finals", "gateway-differences", "unexpected-mismatches"])
     }
 
     static func differences(_ held: [String: String], _ truth: [String: String]) -> [String] {
@@ -415,8 +458,10 @@ struct Checkers {
     }
 
     func liveness() -> Verdict {
-        var counts = ["unanswered": 0, "undrained": 0, "missing-finals": 0, "slowest-ms": 0, "quiet-over-bound": 0,
-                      "crashes": o.crashes.count]
+        var counts = [
+            "unanswered": 0, "undrained": 0, "missing-finals": 0, "slowest-ms": 0, "quiet-over-bound": 0,
+            "crashes": o.crashes.count,
+        ]
         var notes: [String] = o.crashes.map { "exited without a fault: \($0)" }
         for device in 0..<o.devices {
             let kills = o.kills[device] ?? []
@@ -431,38 +476,46 @@ struct Checkers {
                     }
                 } else if !kills.contains(where: { $0 >= operation.t0 && $0 <= next }) {
                     counts["unanswered", default: 0] += 1
-                    if notes.count < 8 { notes.append("device \(device) \(operation.op) \(operation.n) never completed") }
+                    if notes.count < 8 {
+                        notes.append("device \(device) \(operation.op) \(operation.n) never completed")
+                    }
                 }
             }
             if let final = o.finals[device] {
                 if !(final.drained && final.queued == 0) {
                     counts["undrained", default: 0] += 1
-                    notes.append("device \(device): \(final.queued) requests still queued after \(Int(final.drainSeconds)) s")
+                    notes.append(
+                        "device \(device): \(final.queued) requests still queued after \(Int(final.drainSeconds)) s")
                 }
             } else {
                 counts["missing-finals", default: 0] += 1
                 notes.append("device \(device) did not finish the quiet phase")
             }
         }
-        let passed = counts["unanswered"] == 0 && counts["undrained"] == 0 && counts["missing-finals"] == 0
+        let passed =
+            counts["unanswered"] == 0 && counts["undrained"] == 0 && counts["missing-finals"] == 0
             && counts["quiet-over-bound"] == 0 && counts["crashes"] == 0
-        return Verdict(checker: "liveness", passed: passed, counts: counts, notes: notes,
-                       violations: ["unanswered", "undrained", "missing-finals", "quiet-over-bound", "crashes"])
+        return Verdict(
+            checker: "liveness", passed: passed, counts: counts, notes: notes,
+            violations: ["unanswered", "undrained", "missing-finals", "quiet-over-bound", "crashes"])
     }
 
     /// The backend's reads of each defining query's first page: a scope is read by one
     /// refresher at a time, at most once per refresh interval, whatever the number of devices.
     func singleRefresher() -> Verdict {
         guard o.tracksOnGateway else {
-            return Verdict(checker: "single-refresher", passed: true, counts: [:],
-                           notes: ["not applicable: the backend's own delta links were passed through"])
+            return Verdict(
+                checker: "single-refresher", passed: true, counts: [:],
+                notes: ["not applicable: the backend's own delta links were passed through"])
         }
         var counts = ["refreshes": 0, "too-close": 0, "device-downloads": 0, "pairs-checked": 0, "pairs-excused": 0]
         var notes: [String] = []
         // A refresh cut off by a fault of the gateways, PostgreSQL or the backend's network is
         // read again by the next one: a pair whose first read falls inside such a fault.
-        let cutting: Set<String> = [Fault.killGateway.rawValue, Fault.pauseGateway.rawValue, Fault.postgresFast.rawValue,
-                                    Fault.postgresImmediate.rawValue, Fault.partitionBackend.rawValue]
+        let cutting: Set<String> = [
+            Fault.killGateway.rawValue, Fault.pauseGateway.rawValue, Fault.postgresFast.rawValue,
+            Fault.postgresImmediate.rawValue, Fault.partitionBackend.rawValue,
+        ]
         let disturbing = o.nemesis.filter { cutting.contains($0.fault) }
         for set in ["BusinessPartners", "Contacts"] {
             let times = o.requests.filter { entry in
@@ -470,7 +523,9 @@ struct Checkers {
                 guard request.hasPrefix("GET \(set)") else { return false }
                 let rest = request.dropFirst("GET \(set)".count)
                 guard rest.isEmpty || rest.hasPrefix("?") else { return false }
-                return !["$skiptoken", "$skip=", "$filter", "$top=0", "$deltatoken", "$orderby"].contains { request.contains($0) }
+                return !["$skiptoken", "$skip=", "$filter", "$top=0", "$deltatoken", "$orderby"].contains {
+                    request.contains($0)
+                }
             }.map { $0.at.timeIntervalSince1970 }.sorted()
             counts["refreshes", default: 0] += times.count
             for (earlier, later) in zip(times, times.dropFirst()) {
@@ -479,7 +534,10 @@ struct Checkers {
                 if !excused && later - earlier < o.refreshInterval / 2 {
                     counts["too-close", default: 0] += 1
                     if notes.count < 6 {
-                        notes.append("\(set) read at \(String(format: "%.2f", earlier)) and again \(String(format: "%.2f", later - earlier)) s later")
+                        notes.append(
+                            "\(set) read at \(String(format: "%.2f", earlier)) and again "
+                                + "\(String(format: "%.2f", later - earlier)) s later"
+                        )
                     }
                 }
             }
@@ -489,13 +547,15 @@ struct Checkers {
             }
         }
         for device in 0..<o.devices {
-            counts["device-downloads", default: 0] += (o.operations[device] ?? []).filter { $0.op == "download" || $0.op == "final" }.count
+            counts["device-downloads", default: 0] +=
+                (o.operations[device] ?? []).filter { $0.op == "download" || $0.op == "final" }.count
         }
         // A run whose every pair was excused checked nothing.
         let passed = counts["too-close"] == 0 && (counts["pairs-checked"] ?? 0) > 0
         if (counts["pairs-checked"] ?? 0) == 0 { notes.append("no pair of reads outside the faults: nothing checked") }
-        return Verdict(checker: "single-refresher", passed: passed, counts: counts, notes: notes,
-                       violations: ["too-close"])
+        return Verdict(
+            checker: "single-refresher", passed: passed, counts: counts, notes: notes,
+            violations: ["too-close"])
     }
 
     func all() -> [Verdict] {

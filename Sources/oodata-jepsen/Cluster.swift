@@ -1,36 +1,16 @@
 import Foundation
+import InteropSupport
 import ODataCore
 import ODataServer
 import OfflineOData
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
-/// Runs a program and waits for it with `waitpid` (Foundation's `Process` can miss the exit of
-/// a program whose child lives on, as `pg_ctl start`'s server does); output into `log`.
+/// Runs a program to its end (``Spawn/wait(_:outputFile:)``), its output appended to `log`.
 @discardableResult
-func spawnAndWait(_ argv: [String], log: String) throws -> Int32 {
-    if !FileManager.default.fileExists(atPath: log) { _ = FileManager.default.createFile(atPath: log, contents: nil) }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_APPEND, 0o644)
-    posix_spawn_file_actions_adddup2(&actions, 1, 2)
-    typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
-    if let closeFrom = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") {
-        _ = unsafeBitCast(closeFrom, to: CloseFrom.self)(&actions, 3)
-    }
-    var arguments = argv.map { strdup($0) } + [nil]
-    defer { for pointer in arguments { free(pointer) } }
-    var pid: pid_t = 0
-    let spawned = posix_spawnp(&pid, argv[0], &actions, nil, &arguments, environ)
-    guard spawned == 0 else { throw JepsenFailure("cannot start \(argv[0]): error \(spawned)") }
-    var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-    return status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
-}
+func spawnAndWait(_ argv: [String], log: String) throws -> Int32 { try Spawn.wait(argv, outputFile: log) }
 
 /// Where `name` is on PATH (or in /usr/sbin and /sbin, which a user's PATH may lack).
 func locate(_ name: String) -> String {
@@ -94,7 +74,8 @@ struct Network {
             }
             for pair in pairs {
                 let inside = pair.name + "-n"
-                _ = try output(["ip", "link", "add", pair.name, "type", "veth", "peer", "name", inside], folder: folder)
+                _ = try output(
+                    ["ip", "link", "add", pair.name, "type", "veth", "peer", "name", inside], folder: folder)
                 _ = try output(["ip", "link", "set", inside, "netns", pair.namespace], folder: folder)
                 _ = try output(["ip", "addr", "add", pair.root + "/24", "dev", pair.name], folder: folder)
                 _ = try output(["ip", "link", "set", pair.name, "up"], folder: folder)
@@ -112,7 +93,9 @@ struct Network {
     /// Drops every packet both ways on the pair `name`; throws when a side refused.
     static func partition(_ name: String, folder: String) throws {
         guard let pair = pairs.first(where: { $0.name == name }) else { return }
-        for (device, prefix) in [(pair.name, ["tc"]), (pair.name + "-n", ["ip", "netns", "exec", pair.namespace, "tc"])] {
+        for (device, prefix) in [
+            (pair.name, ["tc"]), (pair.name + "-n", ["ip", "netns", "exec", pair.namespace, "tc"]),
+        ] {
             _ = try output(prefix + ["qdisc", "add", "dev", device, "root", "pfifo", "limit", "0"], folder: folder)
         }
     }
@@ -120,7 +103,9 @@ struct Network {
     /// Lets packets through the pair `name` again (where they were dropped).
     static func heal(_ name: String, folder: String) {
         guard let pair = pairs.first(where: { $0.name == name }) else { return }
-        for (device, prefix) in [(pair.name, ["tc"]), (pair.name + "-n", ["ip", "netns", "exec", pair.namespace, "tc"])] {
+        for (device, prefix) in [
+            (pair.name, ["tc"]), (pair.name + "-n", ["ip", "netns", "exec", pair.namespace, "tc"]),
+        ] {
             _ = try? spawnAndWait(prefix + ["qdisc", "del", "dev", device, "root"], log: folder + "/nemesis.out")
         }
     }
@@ -136,18 +121,7 @@ struct Postgres {
 
     var url: String { "postgres://postgres@\(host):\(port)/postgres" }
 
-    static func binaries() throws -> String {
-        let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
-        for version in versions.sorted(by: { (Int($0) ?? 0) > (Int($1) ?? 0) }) {
-            let folder = "/usr/lib/postgresql/\(version)/bin"
-            if FileManager.default.isExecutableFile(atPath: folder + "/initdb") { return folder }
-        }
-        for folder in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map(String.init)
-        where FileManager.default.isExecutableFile(atPath: folder + "/initdb") {
-            return folder
-        }
-        throw JepsenFailure("PostgreSQL's initdb is not installed: run `scripts/setup test`")
-    }
+    static func binaries() throws -> String { try Spawn.postgresBinaries() }
 
     static func asPostgres(_ argv: [String]) -> [String] {
         getuid() == 0 ? [locate("runuser"), "-u", "postgres", "--"] + argv : argv
@@ -199,24 +173,15 @@ struct Postgres {
     /// One column of a query's rows.
     func column(_ sql: String) throws -> [String] {
         try output(
-            Self.asPostgres([binaries + "/psql", "-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-At", "-c", sql]),
+            Self.asPostgres([
+                binaries + "/psql", "-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-At", "-c", sql,
+            ]),
             folder: folder
         ).split(separator: "\n").map(String.init)
     }
 }
 
-func freePort() -> Int {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(descriptor) }
-    var address = Relay.address("127.0.0.1", 0)
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-            bind(descriptor, pointer, length) == 0 ? getsockname(descriptor, pointer, &length) : -1
-        }
-    }
-    return Int(UInt16(bigEndian: address.sin_port))
-}
+func freePort() -> Int { Spawn.freePort() }
 
 /// A child process this run started (a gateway or a device), with its log.
 final class Child {
@@ -255,7 +220,9 @@ final class Child {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: locate(argv[0]))
         process.arguments = Array(argv.dropFirst())
-        if !FileManager.default.fileExists(atPath: log) { _ = FileManager.default.createFile(atPath: log, contents: nil) }
+        if !FileManager.default.fileExists(atPath: log) {
+            _ = FileManager.default.createFile(atPath: log, contents: nil)
+        }
         let handle = FileHandle(forWritingAtPath: log)
         handle?.seekToEndOfFile()
         process.standardOutput = handle

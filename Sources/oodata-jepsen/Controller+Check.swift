@@ -14,7 +14,8 @@ extension Controller {
         var rows: [JSONValue] = []
         var next: String? = v4Root + set
         while let url = next {
-            let answer = try await transport.send(TransportRequest(method: "GET", url: url, headers: headers), timeout: 30)
+            let answer = try await transport.send(
+                TransportRequest(method: "GET", url: url, headers: headers), timeout: 30)
             guard answer.status == 200 else { throw JepsenFailure("GET \(url): \(answer.status)") }
             let json = try JSONValue.parse(answer.body)
             rows += json["value"]?.arrayValue ?? []
@@ -32,7 +33,9 @@ extension Controller {
 
     func backendPartners() async throws -> [String: String] {
         var result: [String: String] = [:]
-        for row in try await backendRows("BusinessPartners?$orderby=PartnerID") { result[Self.text(row["PartnerID"])] = Self.text(row["Phone"]) }
+        for row in try await backendRows("BusinessPartners?$orderby=PartnerID") {
+            result[Self.text(row["PartnerID"])] = Self.text(row["Phone"])
+        }
         return result
     }
 
@@ -50,13 +53,16 @@ extension Controller {
             kills[index] = devices[index].kills
         }
         let partners = try await backendPartners()
-        let contacts = try await backendRows("Contacts?$orderby=ContactID").map { "\(Self.text($0["ContactID"])) \(Self.text($0["LastName"]))" }
+        let contacts = try await backendRows("Contacts?$orderby=ContactID").map {
+            "\(Self.text($0["ContactID"])) \(Self.text($0["LastName"]))"
+        }
         let tracks = run.backend == "plain"
         var gatewayPartners: [String: String]?
         var gatewayContacts: [String]?
         if tracks {
             // The scopes' rows (one backend, one anonymous user: one scope per query).
-            let select = "SELECT r.payload FROM oodata_row r JOIN oodata_scope s ON s.id = r.scope_id "
+            let select =
+                "SELECT r.payload FROM oodata_row r JOIN oodata_scope s ON s.id = r.scope_id "
                 + "WHERE r.payload IS NOT NULL AND s.query = "
             func payloads(_ sql: String) throws -> [JSONValue] {
                 try postgres.column(sql).map { line in
@@ -75,8 +81,12 @@ extension Controller {
             gatewayContacts = try payloads(select + "'Contacts'").map { Self.text($0["LastName"]) }
         }
         let requests = await backend.service.journal.timedRequests()
-        let lines = requests.map { String(format: "%.3f ", $0.at.timeIntervalSince1970) + ($0.request.split(separator: "\n").first.map(String.init) ?? "") }
-        try? (lines.joined(separator: "\n") + "\n").write(toFile: folder + "/backend-requests.txt", atomically: false, encoding: .utf8)
+        let lines = requests.map {
+            String(format: "%.3f ", $0.at.timeIntervalSince1970)
+                + ($0.request.split(separator: "\n").first.map(String.init) ?? "")
+        }
+        try? (lines.joined(separator: "\n") + "\n").write(
+            toFile: folder + "/backend-requests.txt", atomically: false, encoding: .utf8)
         let observations = Observations(
             devices: devices.count, operations: operations, finals: finals, partners: partners, contacts: contacts,
             gatewayPartners: gatewayPartners, gatewayContacts: gatewayContacts,
@@ -90,20 +100,24 @@ extension Controller {
                 Verdict(
                     checker: "every-fault", passed: missing.isEmpty,
                     counts: ["applied": nemesis.count, "kinds-missing": missing.count],
-                    notes: missing.isEmpty ? [] : ["never applied: " + missing.map(\.rawValue).joined(separator: ", ")]))
+                    notes: missing.isEmpty ? [] : ["never applied: " + missing.map(\.rawValue).joined(separator: ", ")])
+            )
         }
         let all = operations.values.flatMap { $0 }
         let byKind = Dictionary(grouping: all, by: \.op).mapValues(\.count)
         say(
-            "\(all.count) operations (" + byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+            "\(all.count) operations ("
+                + byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
                 .joined(separator: ", ") + "), \(nemesis.count) faults ("
                 + Dictionary(grouping: nemesis, by: \.fault).mapValues(\.count).sorted { $0.key < $1.key }
-                .map { "\($0.key) \($0.value)" }.joined(separator: ", ") + "), relay connections \(relay.connections())")
+                .map { "\($0.key) \($0.value)" }.joined(separator: ", ") + "), relay connections \(relay.connections())"
+        )
         // `checker=count+count,…`: failures of these counts only are known (today's gateway).
         var known: [String: Set<String>] = [:]
         for entry in (run.known ?? "").split(separator: ",") {
             let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
-            known[parts[0], default: []].formUnion(parts.count > 1 ? parts[1].split(separator: "+").map(String.init) : [])
+            known[parts[0], default: []].formUnion(
+                parts.count > 1 ? parts[1].split(separator: "+").map(String.init) : [])
         }
         func isKnown(_ verdict: Verdict) -> Bool { known[verdict.checker].map { verdict.onlyKnown($0) } ?? false }
         for verdict in verdicts {
@@ -124,7 +138,9 @@ extension Controller {
             "seed": run.seed, "devices": run.devices, "gateways": run.gateways, "minutes": run.minutes,
             "backend": run.backend, "odata": run.odata, "plant": run.plant?.rawValue ?? "", "operations": all.count,
             "faults": nemesis.count,
-            "verdicts": verdicts.map { ["checker": $0.checker, "passed": $0.passed, "counts": $0.counts] as [String: Any] },
+            "verdicts": verdicts.map {
+                ["checker": $0.checker, "passed": $0.passed, "counts": $0.counts] as [String: Any]
+            },
         ]
         if let data = try? JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys]) {
             try? data.write(to: URL(fileURLWithPath: folder + "/results.json"))
@@ -141,7 +157,9 @@ extension Controller {
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        if let data = try? encoder.encode(nemesis) { try? data.write(to: URL(fileURLWithPath: folder + "/nemesis.json")) }
+        if let data = try? encoder.encode(nemesis) {
+            try? data.write(to: URL(fileURLWithPath: folder + "/nemesis.json"))
+        }
         return verdicts.allSatisfy { $0.passed || isKnown($0) }
     }
 }

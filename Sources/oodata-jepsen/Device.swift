@@ -44,15 +44,21 @@ struct DeviceRun {
         func record(_ event: HistoryEvent) { history.append(event) }
         func invoke(_ op: String, key: String? = nil, value: String? = nil, phase: String) -> Int {
             defer { number += 1 }
-            record(HistoryEvent(type: "invoke", device: index, n: number, op: op, key: key, value: value, time: now(),
-                                phase: phase))
+            record(
+                HistoryEvent(
+                    type: "invoke", device: index, n: number, op: op, key: key, value: value, time: now(),
+                    phase: phase))
             return number
         }
-        func complete(_ n: Int, _ op: String, key: String? = nil, value: String? = nil, error: (any Error)?,
-                      values: [String: String]? = nil, contacts: [String]? = nil, phase: String) {
-            record(HistoryEvent(type: "complete", device: index, n: n, op: op, key: key, value: value, time: now(),
-                                ok: error == nil, error: error.map { "\($0)" }, values: values, contacts: contacts,
-                                phase: phase))
+        func complete(
+            _ n: Int, _ op: String, key: String? = nil, value: String? = nil, error: (any Error)?,
+            values: [String: String]? = nil, contacts: [String]? = nil, phase: String
+        ) {
+            record(
+                HistoryEvent(
+                    type: "complete", device: index, n: n, op: op, key: key, value: value, time: now(),
+                    ok: error == nil, error: error.map { "\($0)" }, values: values, contacts: contacts,
+                    phase: phase))
         }
 
         let storeExists = FileManager.default.fileExists(atPath: parameters().storeFile)
@@ -91,15 +97,21 @@ struct DeviceRun {
             // Recorded before they are deleted: a kill in between loses none.
             defer { number += 1 }
             let n = number
-            record(HistoryEvent(type: "invoke", device: index, n: n, op: "archive", time: now(), phase: phase,
-                                archived: archived))
+            record(
+                HistoryEvent(
+                    type: "invoke", device: index, n: n, op: "archive", time: now(), phase: phase,
+                    archived: archived))
             do {
                 _ = try await provider.execute(method: "DELETE", url: "ErrorArchive(\(id))")
-                record(HistoryEvent(type: "complete", device: index, n: n, op: "archive", time: now(), ok: true,
-                                    phase: phase))
+                record(
+                    HistoryEvent(
+                        type: "complete", device: index, n: n, op: "archive", time: now(), ok: true,
+                        phase: phase))
             } catch {
-                record(HistoryEvent(type: "complete", device: index, n: n, op: "archive", time: now(), ok: false,
-                                    error: "\(error)", phase: phase))
+                record(
+                    HistoryEvent(
+                        type: "complete", device: index, n: n, op: "archive", time: now(), ok: false,
+                        error: "\(error)", phase: phase))
             }
         }
         /// The EventLog's scope-checksum mismatches not recorded yet (the EventLog keeps 100).
@@ -202,8 +214,10 @@ struct DeviceRun {
                 let n = invoke("download", phase: "run")
                 do {
                     try await provider.download()
-                    record(HistoryEvent(type: "complete", device: index, n: n, op: "download", time: now(), ok: true,
-                                        phase: "run", mismatches: await newMismatches()))
+                    record(
+                        HistoryEvent(
+                            type: "complete", device: index, n: n, op: "download", time: now(), ok: true,
+                            phase: "run", mismatches: await newMismatches()))
                 } catch {
                     complete(n, "download", error: error, phase: "run")
                 }
@@ -247,8 +261,10 @@ struct DeviceRun {
                 let n = invoke("final", phase: "quiet")
                 do {
                     try await provider.download()
-                    record(HistoryEvent(type: "complete", device: index, n: n, op: "final", time: now(), ok: true,
-                                        phase: "quiet", mismatches: await newMismatches()))
+                    record(
+                        HistoryEvent(
+                            type: "complete", device: index, n: n, op: "final", time: now(), ok: true,
+                            phase: "quiet", mismatches: await newMismatches()))
                     return
                 } catch {
                     complete(n, "final", error: error, phase: "quiet")

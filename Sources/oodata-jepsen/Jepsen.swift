@@ -6,7 +6,7 @@ import ODataStore
 import OfflineOData
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `oodata-jepsen`: many devices, several gateway instances on one PostgreSQL and a backend,
@@ -64,19 +64,22 @@ extension Jepsen {
 
         func run() async throws {
             let device = DeviceRun(
-                index: index, root: root, folder: folder, seed: seed, until: until, quietBound: quietBound, plant: plant,
+                index: index, root: root, folder: folder, seed: seed, until: until, quietBound: quietBound,
+                plant: plant,
                 checksums: !noChecksums)
             try await device.main()
         }
     }
 
     struct Run: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Run devices, gateways and faults; check the histories.")
+        static let configuration = CommandConfiguration(
+            abstract: "Run devices, gateways and faults; check the histories.")
         @Option(help: "Devices (processes, each with its own store).") var devices = 16
         @Option(help: "Gateway instances on one PostgreSQL.") var gateways = 3
         @Option(help: "Minutes of operations and faults (then a quiet phase).") var minutes = 5.0
         @Option(help: "Seed of the operations and the faults.") var seed: UInt64 = 1
-        @Option(help: "plain: a backend without deltas, ETags and repeatability; full: with them.") var backend = "plain"
+        @Option(help: "plain: a backend without deltas, ETags and repeatability; full: with them.") var backend =
+            "plain"
         @Option(help: "v4 or v2.") var odata = "v4"
         @Option(help: "The gateways' refresh interval, seconds.") var refreshInterval = 4.0
         @Option(help: "Seconds within which queues must drain after the faults heal.") var liveness = 120.0
@@ -368,37 +371,38 @@ struct Controller {
         say("\(fault.rawValue) \(target) (\(String(format: "%.1f", event.end - event.start)) s)")
     }
 
+    /// Sends `body` to the backend directly (V4, `If-Match: *`): how the planted bugs change it
+    /// behind the gateways' back. Returns the status.
+    func sendToBackend(_ method: String, _ path: String, _ body: String = "") async throws -> Int {
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        headers["If-Match"] = "*"
+        let url = backendRoot.replacingOccurrences(of: "/v2/", with: "/v4/") + path
+        return try await transport.send(
+            TransportRequest(method: method, url: url, headers: headers, body: Array(body.utf8)), timeout: 10
+        ).status
+    }
+
     /// Puts an older phone of an own partner back on the backend, and a shared partner's first
     /// phone (the planted `stale` bug), after every fault.
     func plantStale() async throws -> Bool {
         if let first = original["BP0"] {
-            var headers = HTTPHeaders()
-            headers["Content-Type"] = "application/json"
-            headers["If-Match"] = "*"
-            let answer = try await transport.send(
-                TransportRequest(
-                    method: "PATCH", url: backendRoot.replacingOccurrences(of: "/v2/", with: "/v4/")
-                        + "BusinessPartners('BP0')", headers: headers,
-                    body: Array(#"{"Phone":"\#(first)"}"#.utf8)),
-                timeout: 10)
-            say("planted: BP0 set back to its first phone on the backend (\(answer.status))")
+            let status = try await sendToBackend("PATCH", "BusinessPartners('BP0')", #"{"Phone":"\#(first)"}"#)
+            say("planted: BP0 set back to its first phone on the backend (\(status))")
         }
-        let events = try (0..<run.devices).flatMap { try readLines(HistoryEvent.self, path: folder + "/history-\($0).jsonl") }
-        let writes = events.filter { $0.type == "complete" && $0.ok == true && ($0.op == "update" || $0.op == "create") }
+        let events = try (0..<run.devices).flatMap {
+            try readLines(HistoryEvent.self, path: folder + "/history-\($0).jsonl")
+        }
+        let writes = events.filter {
+            $0.type == "complete" && $0.ok == true && ($0.op == "update" || $0.op == "create")
+        }
         let byKey = Dictionary(grouping: writes, by: { $0.key ?? "" })
         guard let (key, list) = byKey.first(where: { $0.value.count >= 3 && !$0.key.isEmpty }),
             let old = list.first?.value
         else { return false }
-        var headers = HTTPHeaders()
-        headers["Content-Type"] = "application/json"
-        headers["If-Match"] = "*"
-        let answer = try await transport.send(
-            TransportRequest(
-                method: "PATCH", url: backendRoot.replacingOccurrences(of: "/v2/", with: "/v4/")
-                    + "BusinessPartners('\(key)')", headers: headers, body: Array(#"{"Phone":"\#(old)"}"#.utf8)),
-            timeout: 10)
-        say("planted: \(key) set back to \(old) on the backend (\(answer.status))")
-        return answer.status < 300
+        let status = try await sendToBackend("PATCH", "BusinessPartners('\(key)')", #"{"Phone":"\#(old)"}"#)
+        say("planted: \(key) set back to \(old) on the backend (\(status))")
+        return status < 300
     }
 
     /// Heals every fault, waits until every device drained its queue, then lets them download
@@ -412,7 +416,9 @@ struct Controller {
         let deadline = now() + run.liveness + 60
         while now() < deadline {
             restartEndedDevices()
-            let drained = (0..<devices.count).filter { FileManager.default.fileExists(atPath: folder + "/drained-\($0)") }
+            let drained = (0..<devices.count).filter {
+                FileManager.default.fileExists(atPath: folder + "/drained-\($0)")
+            }
             if drained.count == devices.count { break }
             try await Task.sleep(nanoseconds: 500_000_000)
         }
@@ -431,29 +437,23 @@ struct Controller {
 
     /// The planted `lost` and `duplicate` bugs, on the backend directly.
     func plantOnBackend() async throws {
-        let events = try (0..<run.devices).flatMap { try readLines(HistoryEvent.self, path: folder + "/history-\($0).jsonl") }
-        var headers = HTTPHeaders()
-        headers["Content-Type"] = "application/json"
-        headers["If-Match"] = "*"
-        let v4 = backendRoot.replacingOccurrences(of: "/v2/", with: "/v4/")
+        let events = try (0..<run.devices).flatMap {
+            try readLines(HistoryEvent.self, path: folder + "/history-\($0).jsonl")
+        }
         let deleted = Set(events.filter { $0.op == "delete" }.compactMap(\.key))
         if run.plant == .lost,
             let create = events.first(where: { $0.op == "create" && $0.ok == true && !deleted.contains($0.key ?? "") }),
             let key = create.key
         {
-            let answer = try await transport.send(
-                TransportRequest(method: "DELETE", url: v4 + "BusinessPartners('\(key)')", headers: headers), timeout: 10)
-            say("planted: \(key) deleted on the backend (\(answer.status))")
+            let status = try await sendToBackend("DELETE", "BusinessPartners('\(key)')")
+            say("planted: \(key) deleted on the backend (\(status))")
         }
         if run.plant == .duplicate, let contact = events.first(where: { $0.op == "contact" && $0.ok == true }),
             let value = contact.value
         {
-            let answer = try await transport.send(
-                TransportRequest(
-                    method: "POST", url: v4 + "Contacts", headers: headers,
-                    body: Array(#"{"PartnerID":"BP0","FirstName":"jepsen","LastName":"\#(value)"}"#.utf8)),
-                timeout: 10)
-            say("planted: contact \(value) created a second time on the backend (\(answer.status))")
+            let status = try await sendToBackend(
+                "POST", "Contacts", #"{"PartnerID":"BP0","FirstName":"jepsen","LastName":"\#(value)"}"#)
+            say("planted: contact \(value) created a second time on the backend (\(status))")
         }
     }
 
@@ -466,4 +466,3 @@ struct Controller {
         if network.isolated { Network.clean(folder: folder) }
     }
 }
-

@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A TCP load balancer in front of the gateway instances: each accepted connection goes to

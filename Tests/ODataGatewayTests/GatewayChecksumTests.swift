@@ -34,11 +34,13 @@ import Testing
     static func removePartner(_ file: String, _ key: String) throws {
         let connection = try Connection(path: file)
         defer { connection.close() }
-        let tables = try connection.query("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%PartnerID%'")
-            .compactMap { row -> String? in
-                if case .text(let name)? = row.first { return name }
-                return nil
-            }
+        let tables = try connection.query(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%PartnerID%'"
+        )
+        .compactMap { row -> String? in
+            if case .text(let name)? = row.first { return name }
+            return nil
+        }
         let table = try #require(tables.first { $0.contains("BusinessPartner") } ?? tables.first)
         #expect(try connection.execute("DELETE FROM \"\(table)\" WHERE \"PartnerID\" = ?", [.text(key)]) == 1)
     }
@@ -56,8 +58,9 @@ import Testing
             #expect(try await GatewayDeltaTests.held(device) == truth)
             // A download of an unchanged store finds nothing to say.
             try await device.download()
-            #expect(try await device.readEntities("EventLog").filter { $0.string("Type") == "ScopeChecksumMismatch" }
-                .isEmpty)
+            #expect(
+                try await device.readEntities("EventLog").filter { $0.string("Type") == "ScopeChecksumMismatch" }
+                    .isEmpty)
             var parameters = OfflineODataParameters()
             parameters.storePath = setup.folder
             parameters.storeName = "checksum"
@@ -99,8 +102,9 @@ import Testing
             #expect(Downloader.parseChecksum(after) != nil)
             try await device.download()
             #expect(try await GatewayDeltaTests.held(device) == (try await GatewayDeltaTests.truth(setup)))
-            #expect(try await device.readEntities("EventLog").filter { $0.string("Type") == "ScopeChecksumMismatch" }
-                .isEmpty)
+            #expect(
+                try await device.readEntities("EventLog").filter { $0.string("Type") == "ScopeChecksumMismatch" }
+                    .isEmpty)
             await device.close()
         } catch {
             Issue.record("\(error)")
@@ -116,8 +120,9 @@ import Testing
             try await device.upload()
             #expect(try await Self.checksum(slow, "BusinessPartners") == nil)
             try await device.download()
-            #expect(try await device.readEntities("EventLog").filter { $0.string("Type") == "ScopeChecksumMismatch" }
-                .isEmpty)
+            #expect(
+                try await device.readEntities("EventLog").filter { $0.string("Type") == "ScopeChecksumMismatch" }
+                    .isEmpty)
             await device.close()
         } catch {
             Issue.record("\(error)")

@@ -1,25 +1,20 @@
+import Crypto
 import Foundation
 import ODataCore
 import ODataStore
 
-#if canImport(CryptoKit)
-import CryptoKit
-#else
-import Crypto
-#endif
-
 /// Scope checksums (SPEC §13): a sync gateway sends, with the last page of a defining query
-/// it tracks, `OOData-Scope-Checksum: rows=N;sum=S` — how many rows the scope holds and the
+/// it tracks, `OOData-Scope-Checksum: rows=N;sum=S`: how many rows the scope holds and the
 /// sum, modulo 2^64, of the first 60 bits of the MD5 of each row's ETag. After the download
-/// is applied, the store's rows of that query are summed the same way; when they differ, the query's delta link is forgotten, it
-/// is read again in full (the full read's local diff removes what the gateway no longer has and
-/// brings back what the store lost), and an EventLog entry of type `ScopeChecksumMismatch`
-/// says so.
+/// is applied, the store's rows of that query are summed the same way. When they differ, the
+/// query's delta link is forgotten and it is read again in full (the full read's local diff
+/// removes what the gateway no longer has and brings back what the store lost), and an
+/// EventLog entry of type `ScopeChecksumMismatch` says so.
 ///
 /// Compared only where the store's rows of the set are exactly the query's: a defining query
 /// that is its entity set alone (no options), the only one on that set, every row with an
-/// ETag, no defining query with `$expand`, and nothing queued or failed in the request queue (local changes and
-/// their kept state are not the gateway's rows).
+/// ETag, no defining query with `$expand`, and nothing queued or failed in the request queue
+/// (local changes and their kept state are not the gateway's rows).
 extension Downloader {
     static let checksumHeader = "OOData-Scope-Checksum"
     static let mismatchEvent = "ScopeChecksumMismatch"
@@ -85,9 +80,11 @@ extension Downloader {
             else { continue }
             if held.rows != sent.rows || held.sum != sent.sum {
                 result.append(
-                    (query.name,
-                     "Defining query \(query.name): the store holds \(held.rows) rows (checksum \(held.sum)), the "
-                        + "gateway's scope \(sent.rows) (checksum \(sent.sum)); read again in full"))
+                    (
+                        query.name,
+                        "Defining query \(query.name): the store holds \(held.rows) rows (checksum \(held.sum)), the "
+                            + "gateway's scope \(sent.rows) (checksum \(sent.sum)); read again in full"
+                    ))
             }
         }
         return result
