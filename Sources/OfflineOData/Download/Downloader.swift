@@ -100,7 +100,8 @@ struct Downloader: Sendable {
             if !mismatched.isEmpty {
                 for (_, details) in mismatched {
                     provider.logger.warning("\(details)")
-                    try await provider.logEvent(in: store, type: Self.mismatchEvent, details: details, durability: durability)
+                    try await provider.logEvent(
+                        in: store, type: Self.mismatchEvent, details: details, durability: durability)
                 }
                 let names = Set(mismatched.map(\.name))
                 try await store.write(durability) { writer in
