@@ -46,6 +46,7 @@ public final class Gateway: Sendable {
     let housekeeping = Housekeeping()
     let buildSlots = BuildSlots()
     let identities = GatewayIdentities()
+    let refreshJobs = RefreshJobs()
     let metrics: GatewayMetrics
 
     /// A gateway over `store`, reaching backends through `transport`.
@@ -122,9 +123,24 @@ public final class Gateway: Sendable {
             }
             let answer = try await forward(request, backend: backend)
             if Self.modifying.contains(request.method.uppercased()) {
-                // A change without the gateway's records (no repeatable-request ID): its scopes'
-                // checksums wait for a refresh after it. Best effort: a missed note costs a
-                // device a needless full read at most.
+                // A change without the gateway's records (no repeatable-request ID): written
+                // through as a recorded one is (a `$batch` forwarded as it is names no entity the
+                // gateway reads back: its scopes are made due). Its scopes' checksums wait for a
+                // refresh after it. Best effort: a missed note costs a device a needless full
+                // read at most.
+                if (200..<300).contains(answer.status) {
+                    let path = String(request.target.prefix { $0 != "?" })
+                    var method = request.method.uppercased()
+                    if method == "POST", let tunnelled = request.headers["X-HTTP-Method"] { method = tunnelled.uppercased() }
+                    let location = answer.headers["Location"] ?? answer.headers["OData-EntityId"]
+                    let applied = AppliedRequest(
+                        method: method, url: path == "$batch" ? "$batch" : request.target,
+                        status: answer.status,
+                        location: location.map {
+                            $0.replacingOccurrences(of: request.gatewayRoot, with: backend.url)
+                        }, contentID: nil)
+                    await writeThrough([applied], request: request, backend: backend, model: model)
+                }
                 try? await store.noteWrite(backend: backend.url, user: request.user)
             }
             if request.method == "GET", request.target.hasPrefix("$metadata"), answer.status == 200 {
@@ -212,6 +228,15 @@ public final class Gateway: Sendable {
             throw GatewayError(status: 404, code: "NotFound", "The backend has no entity set \(set)")
         }
         let keyNames = model.key(of: type).map(\.name)
+        if interval > 0 {
+            // The refresher keeps the scope fresh from now on, with the credentials just checked.
+            await refreshJobs.note(
+                RefreshJob(
+                    scope: scope.id, backend: backend.url, query: tracked, keyNames: keyNames, legacy: legacy,
+                    authorization: shared ? Self.shared(backend) : credentials(of: request, backend: backend),
+                    interval: interval),
+                keep: configuration.refresherKeeps)
+        }
         func refreshIfDue() async throws {
             guard scope.due else { return }
             let authorization = shared ? Self.shared(backend) : credentials(of: request, backend: backend)
@@ -545,9 +570,11 @@ public final class Gateway: Sendable {
 
     func refresh(
         _ scope: GatewayStore.Scope, query: TrackedQuery, backend: GatewayBackend, keyNames: [String], legacy: Bool,
-        authorization: HTTPHeaders, interval: Double, for request: GatewayRequest? = nil
+        authorization: HTTPHeaders, interval: Double, for request: GatewayRequest? = nil, waits: Bool = true
     ) async throws -> GatewayStore.RefreshSummary {
-        try await store.refresh(scope, interval: interval, retention: configuration.tombstoneRetention) { write in
+        try await store.refresh(
+            scope, interval: interval, retention: configuration.tombstoneRetention, waits: waits
+        ) { write in
             var url: String? = backend.url + query.backendTarget
             var seen: Set<String> = []
             var pages = 0

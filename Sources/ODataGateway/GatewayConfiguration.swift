@@ -103,9 +103,15 @@ public struct GatewayBackend: Sendable {
 public struct GatewayConfiguration: Sendable {
     /// The backends, each at its name.
     public var backends: [GatewayBackend]
-    /// Seconds within which a device is answered from the last refresh without reading the
-    /// backend; 0 refreshes at each request (requests that arrive together share one read).
-    public var refreshInterval: Double = 0
+    /// A scope's refresh target, seconds, unless its defining query says otherwise: a device is
+    /// answered from PostgreSQL at once while the last refresh began within it (uploads through
+    /// the gateway are written through, so a device reads its own changes whatever the
+    /// target), and the refresher refreshes the scopes devices read before it runs out. 0
+    /// refreshes at each request instead (requests that arrive together share one read).
+    public var refreshInterval: Double = 60
+    /// Seconds the refresher keeps a scope fresh after a device last read it through this
+    /// instance (with that device's credentials, kept in memory only).
+    public var refresherKeeps: Double = 900
     /// Seconds tombstones are kept; a delta token older than that gets 410.
     public var tombstoneRetention: Double = 7 * 24 * 3600
     /// Seconds a scope is kept after a device last read it; then it goes with its rows, and a

@@ -27,10 +27,18 @@ public struct GatewayMetrics: Sendable {
     let foreignRepeats: Counter
     /// Paths refused before they left the gateway (dot segments, other hosts, …).
     let refusedPaths: Counter
+    /// Rows written into scopes by write-through, and scopes made due because a change could not
+    /// be written through.
+    let writtenThrough: Counter
+    let madeDue: Counter
+    /// Refreshes the refresher ran off the request path.
+    let backgroundRefreshes: Counter
 
     /// Metrics made by `factory`.
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
-        let requests = ["refresh", "forward", "credentials", "metadata", "upload", "in-doubt", "etag"].reduce(
+        let requests = [
+            "refresh", "forward", "credentials", "metadata", "upload", "in-doubt", "etag", "write-through",
+        ].reduce(
             into: [String: Counter]()
         ) {
             $0[$1] = Counter(
@@ -54,6 +62,10 @@ public struct GatewayMetrics: Sendable {
         storeBuilds = Counter(label: "oodata_gateway_store_builds_total", factory: factory)
         foreignRepeats = Counter(label: "oodata_gateway_foreign_repeats_total", factory: factory)
         refusedPaths = Counter(label: "oodata_gateway_refused_paths_total", factory: factory)
+        writtenThrough = Counter(label: "oodata_gateway_rows_written_through_total", factory: factory)
+        madeDue = Counter(label: "oodata_gateway_scopes_made_due_total", factory: factory)
+        backgroundRefreshes = Counter(
+            label: "oodata_gateway_background_refreshes_total", factory: factory)
         refreshTime = CoreMetrics.Timer(
             label: "oodata_gateway_refresh_seconds", preferredDisplayUnit: .seconds,
             factory: factory)

@@ -96,6 +96,11 @@ public struct GatewayStore: Sendable {
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS checksum_rows BIGINT",
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS checksum_sum TEXT",
         "CREATE INDEX IF NOT EXISTS oodata_row_seq ON oodata_row (scope_id, seq, key)",
+        // When a change the gateway could not write through made the scope due: a refresh that
+        // began before then does not make it fresh.
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS stale_since TIMESTAMPTZ",
+        // What the last refresh of the scope failed with, and when (for operators).
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS refresh_error TEXT",
         """
         CREATE TABLE IF NOT EXISTS oodata_refresh (
           scope_id BIGINT NOT NULL REFERENCES oodata_scope (id) ON DELETE CASCADE,
@@ -115,7 +120,8 @@ public struct GatewayStore: Sendable {
             let rows = try await client.query(
                 """
                 SELECT id, published, floor,
-                       (refreshed_from IS NULL OR refreshed_from < clock_timestamp() - make_interval(secs => \(interval))),
+                       (refreshed_from IS NULL OR refreshed_from < clock_timestamp() - make_interval(secs => \(interval))
+                        OR (stale_since IS NOT NULL AND stale_since >= refreshed_from)),
                        clock_timestamp(), used_at < clock_timestamp() - make_interval(secs => \(Self.usedAtPrecision))
                 FROM oodata_scope WHERE backend = \(backend) AND query = \(query) AND user_name = \(user)
                 """, logger: logger)
@@ -280,23 +286,34 @@ public struct GatewayStore: Sendable {
     }
 
     /// Refreshes `scope`: takes the scope's lock (waiting for a refresh under way elsewhere),
+    /// (or, unless `waits`, skips when another holds it),
     /// skips when a refresh finished within `interval` seconds before `arrival`, otherwise reads
     /// every page through `pages` and publishes a new sequence number with what changed.
     /// `pages` calls its argument once per page with `(key, keyMembers, payload)` triples.
     public func refresh(
-        _ scope: Scope, interval: Double, retention: Double,
+        _ scope: Scope, interval: Double, retention: Double, waits: Bool = true,
         pages: (_ write: ([(key: String, keyMembers: String, payload: String)]) async throws -> Void) async throws ->
             Void
     ) async throws -> RefreshSummary {
         try await client.withTransaction(logger: logger) { connection in
-            try await connection.query("SELECT pg_advisory_xact_lock(\(scope.id))", logger: logger)
+            if waits {
+                try await connection.query("SELECT pg_advisory_xact_lock(\(scope.id))", logger: logger)
+            } else {
+                // The refresher: a scope another instance refreshes now is skipped, not waited for.
+                for try await taken in try await connection.query(
+                    "SELECT pg_try_advisory_xact_lock(\(scope.id))", logger: logger
+                ).decode(Bool.self) where !taken {
+                    return RefreshSummary(ran: false)
+                }
+            }
             // Answered from another refresh only when that one began reading the backend at or
             // after this request arrived (less the interval): it then holds every change the
             // device could know of, its own uploads included.
             let fresh = try await connection.query(
                 """
                 SELECT refreshed_from IS NOT NULL
-                       AND refreshed_from >= \(scope.arrival)::timestamptz - make_interval(secs => \(interval)),
+                       AND refreshed_from >= \(scope.arrival)::timestamptz - make_interval(secs => \(interval))
+                       AND (stale_since IS NULL OR refreshed_from > stale_since),
                        clock_timestamp(), published
                 FROM oodata_scope WHERE id = \(scope.id)
                 """, logger: logger)
@@ -373,7 +390,7 @@ public struct GatewayStore: Sendable {
             try await connection.query(
                 """
                 UPDATE oodata_scope SET published = \(seq), refreshed_at = clock_timestamp(),
-                  refreshed_from = \(started)::timestamptz
+                  refreshed_from = \(started)::timestamptz, refresh_error = NULL
                 WHERE id = \(scope.id)
                 """, logger: logger)
             try await connection.query(

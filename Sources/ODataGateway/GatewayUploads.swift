@@ -78,8 +78,12 @@ extension Gateway {
         metrics.uploads.increment()
         // Runs to its end even when the device goes away: the answers are recorded, and the
         // device's repeat collects them.
+        // The backend's new rows are written into the scopes before the device is answered.
         let task = Task {
-            try await self.applyOnce(units, batchBoundary: boundary, request: request, backend: backend, model: model)
+            let (answer, applied) = try await self.applyOnce(
+                units, batchBoundary: boundary, request: request, backend: backend, model: model)
+            await self.writeThrough(applied, request: request, backend: backend, model: model)
+            return answer
         }
         let result = await task.result
         var noted = true
@@ -210,13 +214,13 @@ extension Gateway {
     func applyOnce(
         _ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
         model: Model
-    ) async throws -> GatewayResponse {
+    ) async throws -> (GatewayResponse, [AppliedRequest]) {
         let ids = units.flatMap(\.ids)
         let deadline = ContinuousClock.now + .seconds(configuration.backendTimeout + 30)
         while true {
             // The connection is held only while the locks are: a repeat waiting for another
             // gateway's forward sleeps without one.
-            let answer: GatewayResponse? = try await store.withConnection { connection in
+            let answer: (GatewayResponse, [AppliedRequest])? = try await store.withConnection { connection in
                 do {
                     guard try await store.tryLockRequests(ids, backend: backend.url, on: connection) else { return nil }
                     let response = try await applyLocked(
@@ -248,7 +252,7 @@ extension Gateway {
     func applyLocked(
         _ units: [UploadUnit], batchBoundary: String?, request: GatewayRequest, backend: GatewayBackend,
         model: Model, connection: PostgresConnection
-    ) async throws -> GatewayResponse {
+    ) async throws -> (GatewayResponse, [AppliedRequest]) {
         // A backend without `$batch` gets the requests of a `$batch` one by one, each recorded
         // on its own: here every request is a unit, and the answer puts them back into their
         // change sets (`groups`: each request's unit of the device's batch).
@@ -312,7 +316,15 @@ extension Gateway {
             // Recorded as being forwarded, but no live gateway holds its lock: the forwarder
             // died, or the backend's answer was lost. Reading the backend may tell.
             metrics.inDoubt.increment()
-            let resolved = try await resolve(unit, records: records, request: request, backend: backend, model: model)
+            var resolved = try await resolve(unit, records: records, request: request, backend: backend, model: model)
+            if case .answered(let answers, true) = resolved, configuration.gatewayETags {
+                // An update resolved as applied carries the entity's ETag now, as a fresh answer
+                // does: the device's next change of it is not refused for an ETag it never got.
+                resolved = .answered(
+                    await withGatewayETags(
+                        answers, unit: unit, request: request, backend: backend, model: model, connection: connection),
+                    accepted: true)
+            }
             if case .answered(let answers, _) = resolved {
                 try await store.recordAnswers(
                     Array(zip(ids, answers)).map { ($0, $1) }, backend: backend.url,
@@ -397,7 +409,8 @@ extension Gateway {
                         if response.status < 500 {
                             try await store.forgetRequests(sent, backend: backend.url, on: connection)
                         }
-                        return rewritten(response, backend: backend, gatewayRoot: request.gatewayRoot)
+                        let applied = Self.applied(units, outcomes: outcomes, fresh: [:])
+                        return (rewritten(response, backend: backend, gatewayRoot: request.gatewayRoot), applied)
                     case .parts(let parts, let backendStatus):
                         status = backendStatus
                         for (position, index) in forwarded.enumerated() {
@@ -481,11 +494,15 @@ extension Gateway {
         // One by one, the backend refused a request unapplied (credentials, throttling): the
         // device gets that answer for its whole batch, as from a backend's `$batch`, and sends it
         // again; the requests answered before are recorded and answered from their records then.
-        if let refusedWith { return rewritten(refusedWith, backend: backend, gatewayRoot: request.gatewayRoot) }
+        let applied = Self.applied(units, outcomes: outcomes, fresh: fresh.mapValues(\.answers))
+        if let refusedWith {
+            return (rewritten(refusedWith, backend: backend, gatewayRoot: request.gatewayRoot), applied)
+        }
         if oneByOne {
-            return try oneByOneAnswer(
+            let answer = try oneByOneAnswer(
                 original, singles: units, outcomes: outcomes, fresh: fresh.mapValues(\.answers), status: status,
                 request: request, backend: backend, model: model)
+            return (answer, applied)
         }
         if batchBoundary == nil {
             let answer: RecordedAnswer
@@ -502,9 +519,11 @@ extension Gateway {
             }
             var headers = answer.headers
             if accepted { headers["Repeatability-Result"] = "accepted" }
-            return rewritten(
-                TransportResponse(status: answer.status, headers: headers, body: answer.body),
-                backend: backend, gatewayRoot: request.gatewayRoot)
+            return (
+                rewritten(
+                    TransportResponse(status: answer.status, headers: headers, body: answer.body),
+                    backend: backend, gatewayRoot: request.gatewayRoot), applied
+            )
         }
         // The device's answer: each unit in order, until one the backend did not answer.
         var parts: [BatchPart] = []
@@ -517,7 +536,34 @@ extension Gateway {
                 parts.append(result.part ?? Self.part(unit, answers: result.answers, accepted: false))
             }
         }
-        return try batchAnswer(parts, status: status, request: request, backend: backend, model: model)
+        return (try batchAnswer(parts, status: status, request: request, backend: backend, model: model), applied)
+    }
+
+    /// The requests the backend applied, now or before (answered from their records), in order:
+    /// what write-through reads back.
+    static func applied(
+        _ units: [UploadUnit], outcomes: [UnitOutcome], fresh: [Int: [RecordedAnswer]]
+    ) -> [AppliedRequest] {
+        var result: [AppliedRequest] = []
+        for (index, unit) in units.enumerated() {
+            let answers: [RecordedAnswer]
+            switch outcomes[index] {
+            case .answered(let recorded, let accepted):
+                guard accepted else { continue }
+                answers = recorded
+            case .forward:
+                guard let found = fresh[index] else { continue }
+                answers = found
+            }
+            for (operation, answer) in zip(unit.operations, answers) where (200..<300).contains(answer.status) {
+                result.append(
+                    AppliedRequest(
+                        method: operation.method, url: operation.message.url ?? "", status: answer.status,
+                        location: answer.headers["Location"] ?? answer.headers["OData-EntityId"],
+                        contentID: operation.contentID))
+            }
+        }
+        return result
     }
 
     /// The URLs of the creates answered without the backend (from their records), by Content-ID.
@@ -901,6 +947,29 @@ extension Gateway {
             }
         }
         return url.removingPercentEncoding ?? url
+    }
+
+    /// `answers` of `unit` (applied), each update's with the gateway's ETag of its entity as the
+    /// backend holds it now, where the request carried one of the gateway's ETags and the answer
+    /// none. Best effort: a read that fails leaves the answer as it was.
+    func withGatewayETags(
+        _ answers: [RecordedAnswer], unit: UploadUnit, request: GatewayRequest, backend: GatewayBackend, model: Model,
+        connection: PostgresConnection
+    ) async -> [RecordedAnswer] {
+        var answers = answers
+        for (position, operation) in unit.operations.enumerated() where position < answers.count {
+            guard ["PATCH", "PUT", "MERGE"].contains(operation.method), answers[position].status < 300,
+                answers[position].headers["ETag"] == nil,
+                let (scope, _) = Self.parseGatewayETag(operation.message.headers["If-Match"] ?? ""),
+                let query = try? await store.query(
+                    ofScope: scope, backend: backend.url, user: request.user, on: connection),
+                let check = GatewayETagCheck(
+                    operation: operation, scope: scope, query: query, request: request, backend: backend, model: model),
+                let hash = try? await currentHash(check, request: request, backend: backend, model: model)
+            else { continue }
+            answers[position].headers["ETag"] = Self.gatewayETag(scope: scope, hash: hash)
+        }
+        return answers
     }
 
     /// Checks each update or delete of `unit` that carries one of the gateway's ETags against

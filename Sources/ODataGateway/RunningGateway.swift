@@ -34,6 +34,9 @@ public final class RunningGateway: Sendable {
         logger: Logger = Logger(label: "oodata.gateway"),
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws -> RunningGateway {
+        guard (0...65535).contains(port) else {
+            throw GatewayError(status: 400, code: "Configuration", "port \(port) is not a TCP port (0-65535)")
+        }
         for backend in configuration.backends {
             for verification in backend.jwtVerification {
                 if let problem = verification.problem {
@@ -81,6 +84,9 @@ public final class RunningGateway: Sendable {
                     }
                     var configuration = ServiceGroupConfiguration(services: [app], logger: quiet)
                     configuration.maximumGracefulShutdownDuration = .seconds(2)
+                    // Refreshes off the request path, for as long as the server runs.
+                    let refresher = Task { await gateway.runRefresher() }
+                    defer { refresher.cancel() }
                     do {
                         try await ServiceGroup(configuration: configuration).run()
                     } catch {

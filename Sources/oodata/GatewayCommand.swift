@@ -29,8 +29,9 @@ struct GatewayCommand: AsyncParsableCommand {
     @Option(help: "Address to listen on (loopback unless you say otherwise).") var host = "127.0.0.1"
     @Option(
         help: ArgumentHelp(
-            "Seconds within which devices are answered from the last refresh; 0 (the default) "
-                + "refreshes at each request (requests arriving together share one backend read).",
+            "Each scope's refresh target, seconds (default 60): devices are answered from PostgreSQL "
+                + "while the last refresh began within it, and the refresher refreshes scopes before it "
+                + "runs out; uploads are written through. 0 refreshes at each request.",
             valueName: "SECONDS")) var refreshInterval: Double?
     @Option(
         help: ArgumentHelp(

@@ -23,7 +23,7 @@ import Testing
             [
                 "gateway", "--backend", backend, "--postgres", postgres, "--port", "\(port)",
                 "--page-size", "4", "--log-level", "error",
-            ] + extra
+            ] + (extra.contains("--refresh-interval") ? [] : ["--refresh-interval", "0"]) + extra
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try ProcessLaunch.run(process)

@@ -41,6 +41,9 @@ import Testing
         let root = (v2 ? backend.v2Root : backend.v4Root).absoluteString
         var configuration = GatewayConfiguration(backends: [GatewayBackend(url: root)])
         configuration.pageSize = 5
+        // These tests change the backend behind the gateway and expect the next download to
+        // show it: a refresh at each download (the refresh target has tests of its own).
+        configuration.refreshInterval = 0
         configure(&configuration)
         var gateways: [RunningGateway] = []
         for _ in 0..<instances {

@@ -58,7 +58,7 @@ import Testing
         var device: OfflineODataProvider?
         do {
             let backend = producer.serviceRoot.absoluteString
-            var configuration = GatewayConfiguration(backends: [GatewayBackend(url: backend)])
+            var configuration = GatewayConfiguration.refreshingAtEachRead([GatewayBackend(url: backend)])
             configuration.pageSize = 3
             let running = try await RunningGateway.start(configuration: configuration, postgresURL: postgres.url)
             gateway = running
@@ -146,7 +146,7 @@ import Testing
             var served = GatewayBackend(url: backend)
             served.supportsBatch = false
             let running = try await RunningGateway.start(
-                configuration: GatewayConfiguration(backends: [served]), postgresURL: postgres.url)
+                configuration: GatewayConfiguration.refreshingAtEachRead([served]), postgresURL: postgres.url)
             gateway = running
             var parameters = OfflineODataParameters()
             parameters.storePath = folder
@@ -226,7 +226,7 @@ import Testing
             var served = GatewayBackend(url: backend)
             served.supportsBatch = false
             let running = try await RunningGateway.start(
-                configuration: GatewayConfiguration(backends: [served]), postgresURL: postgres.url)
+                configuration: GatewayConfiguration.refreshingAtEachRead([served]), postgresURL: postgres.url)
             gateway = running
             var parameters = OfflineODataParameters()
             parameters.storePath = folder

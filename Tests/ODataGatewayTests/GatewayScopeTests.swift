@@ -168,7 +168,7 @@ import Testing
             let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "unused")
             let store = setup.gateways[0].gateway.store
             #expect(try await store.scopeCount() == 2)
-            var configuration = GatewayConfiguration(backends: [GatewayBackend(url: setup.backendRoot)])
+            var configuration = GatewayConfiguration.refreshingAtEachRead([GatewayBackend(url: setup.backendRoot)])
             configuration.scopeRetention = 4
             let running = try await RunningGateway.start(configuration: configuration, postgresURL: setup.postgres.url)
             janitor = running

@@ -1,4 +1,5 @@
 import Foundation
+import ODataGateway
 import InteropSupport
 import Testing
 
@@ -77,5 +78,16 @@ final class PostgresServer: Sendable {
             binaries + "/pg_ctl", ["-D", folder + "/data", "-m", "immediate", "-w", "stop"],
             outputFile: folder + "/pg_ctl.out")
         try? FileManager.default.removeItem(atPath: folder)
+    }
+}
+
+extension GatewayConfiguration {
+    /// A configuration whose scopes refresh at each download: for tests that change the backend
+    /// behind the gateway and expect the next download to show it (the refresh target and the
+    /// refresher have tests of their own).
+    static func refreshingAtEachRead(_ backends: [GatewayBackend]) -> GatewayConfiguration {
+        var configuration = GatewayConfiguration(backends: backends)
+        configuration.refreshInterval = 0
+        return configuration
     }
 }
