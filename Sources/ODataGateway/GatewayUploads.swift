@@ -1040,6 +1040,20 @@ extension Gateway {
     func currentRow(
         _ check: GatewayETagCheck, request: GatewayRequest, backend: GatewayBackend, model: Model
     ) async throws -> (payload: String, hash: String)? {
+        if let row = try await currentRow(check, target: check.target, request: request, backend: backend, model: model)
+        {
+            return row
+        }
+        // Out of the scope's query now: checked by its key, read with the scope's other options
+        // (so that an unchanged entity hashes the same). Not for shared data: that read would be
+        // made with the gateway's credentials, outside the query the device was checked for.
+        guard let keyTarget = check.keyTarget, !backend.isShared(check.query) else { return nil }
+        return try await currentRow(check, target: keyTarget, request: request, backend: backend, model: model)
+    }
+
+    func currentRow(
+        _ check: GatewayETagCheck, target: String, request: GatewayRequest, backend: GatewayBackend, model: Model
+    ) async throws -> (payload: String, hash: String)? {
         var headers = HTTPHeaders()
         headers["Accept"] = "application/json"
         let credentials =
@@ -1047,7 +1061,7 @@ extension Gateway {
         for field in credentials { headers[field.name] = field.value }
         metrics.backendRequests("etag").increment()
         let response = try await transport.send(
-            TransportRequest(method: "GET", url: backend.url + check.target, headers: headers),
+            TransportRequest(method: "GET", url: backend.url + target, headers: headers),
             timeout: configuration.backendTimeout)
         guard response.status == 200 else {
             // Not found, or not the device's to read: no row (the same refusal either way). A 401
@@ -1231,6 +1245,9 @@ struct GatewayETagCheck: Sendable {
     var keyNames: [String]
     /// The scope's query with a `$filter` on the entity's key (relative to the backend's root).
     var target: String
+    /// When the scope's query filters: the same read by the key alone (the entity may have left
+    /// the query, by this device's change or another's, and is checked all the same).
+    var keyTarget: String?
 
     init?(
         operation: UploadOperation, scope: Int64, query: String, request: GatewayRequest, backend: GatewayBackend,
@@ -1273,6 +1290,7 @@ struct GatewayETagCheck: Sendable {
         }
         guard terms.count == key.count else { return nil }
         var filter = terms.joined(separator: " and ")
+        let byKey = filter
         var options = scoped.options.filter {
             !["$top", "$skip", "$orderby", "$skiptoken", "$count", "$inlinecount"]
                 .contains($0.name)
@@ -1294,5 +1312,14 @@ struct GatewayETagCheck: Sendable {
             scoped.path + "?"
             + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }
             .joined(separator: "&")
+        if scoped.options.contains(where: { $0.name == "$filter" }) {
+            options.removeLast()
+            options.append(("$filter", byKey.addingPercentEncoding(withAllowedCharacters: allowed) ?? byKey))
+            self.keyTarget =
+                scoped.path + "?"
+                + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }.joined(separator: "&")
+        } else {
+            self.keyTarget = nil
+        }
     }
 }
