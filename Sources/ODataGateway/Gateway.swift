@@ -26,6 +26,8 @@ public struct GatewayResponse: Sendable {
         let odata = ODataError(code: error.code, message: error.message, httpStatus: error.status)
         var headers = HTTPHeaders()
         headers["Content-Type"] = "application/json"
+        // The gateway's own unavailability passes: a client may ask again shortly.
+        if error.status == 503 { headers["Retry-After"] = "5" }
         return GatewayResponse(status: error.status, headers: headers, body: legacy ? odata.v2JSON() : odata.v4JSON())
     }
 }
@@ -157,6 +159,12 @@ public final class Gateway: Sendable {
             return .error(
                 GatewayError(status: 502, code: "BackendUnreachable", "The backend did not answer: \(error)"),
                 legacy: legacy)
+        } catch let error as PostgresDeadlineExceeded {
+            logger.warning("PostgreSQL did not answer", metadata: ["error": "\(error)"])
+            return .error(
+                GatewayError(
+                    status: 503, code: "GatewayStateUnavailable",
+                    "The gateway's database did not answer in time; try again shortly"), legacy: legacy)
         } catch {
             let id = UUID().uuidString.prefix(8)
             logger.error("Gateway request failed", metadata: ["error-id": .string(String(id)), "error": "\(error)"])

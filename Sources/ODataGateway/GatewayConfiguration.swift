@@ -132,6 +132,10 @@ public struct GatewayConfiguration: Sendable {
     public var gatewayETags = true
     /// Rows per page the gateway answers unless a device asks for fewer.
     public var pageSize = 1000
+    /// Seconds PostgreSQL has to answer a statement, or to lease a connection: a request in
+    /// flight when PostgreSQL goes away is answered 503 with `Retry-After` then, and a gateway
+    /// that cannot reach it at start stops, naming the server.
+    public var postgresTimeout: Double = 10
     /// Seconds a backend request may take.
     public var backendTimeout: Double = 120
 

@@ -11,7 +11,7 @@ public import PostgresNIO
 /// device sees either the previous refresh or the whole new one, never a part; a refresh killed
 /// half way (`kill -9`) is rolled back by PostgreSQL and the next one starts over.
 public struct GatewayStore: Sendable {
-    let client: PostgresClient
+    let client: DeadlineClient
     let logger: Logger
 
     /// One scope: a defining query of one backend, for one user (empty for shared data and for
@@ -40,9 +40,11 @@ public struct GatewayStore: Sendable {
         public var hash: String?
     }
 
-    /// A store on `client`, which the caller runs (`client.run()`).
-    public init(client: PostgresClient, logger: Logger) {
-        self.client = client
+    /// A store on `client`, which the caller runs (`client.run()`). Each statement and each
+    /// lease of a connection has `deadline` seconds; `server` names PostgreSQL in the error
+    /// when one runs out.
+    public init(client: PostgresClient, logger: Logger, deadline: Double = 10, server: String = "PostgreSQL") {
+        self.client = DeadlineClient(client, deadline: deadline, server: server)
         self.logger = logger
     }
 

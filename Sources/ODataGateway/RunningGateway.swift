@@ -52,7 +52,9 @@ public final class RunningGateway: Sendable {
             return logger
         }()
         let client = PostgresClient(configuration: postgres, backgroundLogger: quiet)
-        let store = GatewayStore(client: client, logger: quiet)
+        let store = GatewayStore(
+            client: client, logger: quiet, deadline: configuration.postgresTimeout,
+            server: DeadlineClient.describe(postgres))
         // Its own registry (no process-wide bootstrap), served at /metrics.
         let registry = PrometheusCollectorRegistry()
         let gateway = Gateway(
@@ -103,8 +105,10 @@ public final class RunningGateway: Sendable {
         }
         if let error = await migrated.wait() {
             task.cancel()
+            let reason = (error as? PostgresDeadlineExceeded)?.description ?? String(reflecting: error)
             throw GatewayError(
-                status: 503, code: "PostgreSQL", "PostgreSQL cannot be used: \(String(reflecting: error))")
+                status: 503, code: "PostgreSQL",
+                "PostgreSQL (\(DeadlineClient.describe(postgres))) cannot be used: \(reason)")
         }
         let bound: Int
         do {

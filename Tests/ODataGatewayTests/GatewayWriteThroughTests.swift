@@ -108,6 +108,71 @@ import Testing
         }
     }
 
+    /// A PostgreSQL that cannot be reached at start fails the start within seconds, naming
+    /// the server and the database.
+    @Test func anUnreachablePostgreSQLFailsTheStartNamingIt() async throws {
+        let started = ContinuousClock.now
+        var configuration = GatewayConfiguration(backends: [GatewayBackend(url: Self.root)])
+        configuration.postgresTimeout = 3
+        do {
+            _ = try await RunningGateway.start(
+                configuration: configuration, postgresURL: "postgres://postgres@127.0.0.1:9/inventory")
+            Issue.record("the gateway started")
+        } catch let error as GatewayError {
+            #expect(error.message.contains("127.0.0.1:9") && error.message.contains("database inventory"), "\(error)")
+            #expect(error.message.contains("did not answer within 3"), "\(error)")
+        }
+        #expect(ContinuousClock.now - started < .seconds(20))
+    }
+
+    /// Requests in flight while PostgreSQL is down (stopped `-m immediate`, then `-m fast`)
+    /// are answered within the deadline (503 with `Retry-After`); once it is back, the same
+    /// gateway answers again with new connections.
+    @Test(arguments: ["immediate", "fast"])
+    func requestsWhilePostgreSQLIsDownAreAnswered(mode: String) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: false, instances: 1, configure: { $0.postgresTimeout = 3 })
+        do {
+            let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "pg-\(mode)")
+            let url = setup.gateways[0].root.absoluteString + "Contacts"
+            var headers = HTTPHeaders()
+            headers["Prefer"] = "odata.track-changes"
+            headers["Accept"] = "application/json"
+            let sent = headers
+            try setup.postgres.halt(mode: mode)
+            let started = ContinuousClock.now
+            let answers = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<4 {
+                    group.addTask {
+                        let answer = try await DefaultTransport.make().send(
+                            TransportRequest(method: "GET", url: url, headers: sent), timeout: 60)
+                        #expect(answer.headers["Retry-After"] != nil || answer.status != 503)
+                        return answer.status
+                    }
+                }
+                var statuses: [Int] = []
+                for try await status in group { statuses.append(status) }
+                return statuses
+            }
+            #expect(answers == [503, 503, 503, 503])
+            #expect(ContinuousClock.now - started < .seconds(30))
+            try setup.postgres.startAgain()
+            var status = 0
+            for _ in 0..<20 where status != 200 {
+                status = try await DefaultTransport.make().send(
+                    TransportRequest(method: "GET", url: url, headers: headers), timeout: 60
+                ).status
+                if status != 200 { try await Task.sleep(nanoseconds: 500_000_000) }
+            }
+            #expect(status == 200)
+            try await device.download()
+            await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
     // MARK: Through real gateways
 
     /// Backend reads of whole entity sets (refreshes), as the backend's journal has them:

@@ -72,6 +72,23 @@ final class PostgresServer: Sendable {
         return PostgresServer(folder: folder, port: port, binaries: binaries)
     }
 
+    /// Stops the server (`pg_ctl stop -m MODE`), keeping its files for ``startAgain()``.
+    func halt(mode: String = "immediate") throws {
+        try Self.run(
+            binaries + "/pg_ctl", ["-D", folder + "/data", "-m", mode, "-w", "stop"], outputFile: folder + "/pg_ctl.out")
+    }
+
+    /// Starts the server stopped by ``halt(mode:)`` again, on the same port.
+    func startAgain() throws {
+        try Self.run(
+            binaries + "/pg_ctl",
+            [
+                "-D", folder + "/data", "-l", folder + "/log", "-w", "-t", "60",
+                "-o", "-p \(port) -k \(folder) -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                "start",
+            ], outputFile: folder + "/pg_ctl.out")
+    }
+
     /// Stops the server at once and removes its files.
     func stop() {
         _ = try? Self.run(
