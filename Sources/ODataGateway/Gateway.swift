@@ -104,6 +104,7 @@ public final class Gateway: Sendable {
             let model = try await models.model(
                 for: backend, credentials: credentials(of: request, backend: backend), gateway: self)
             legacy = model.version.isLegacy
+            if let answer = await metadataFromGateway(request, backend: backend) { return answer }
             if let upload = try await upload(request, backend: backend, model: model) { return upload }
             if let tracked = try trackedQuery(request, backend: backend, model: model) {
                 // AUTO: a backend that gives delta links for this query keeps its own; the
@@ -112,7 +113,7 @@ public final class Gateway: Sendable {
                 if tracked.token == nil, backend.tracking(tracked.canonical) == .auto {
                     let offersDelta = try await credentialCheck.check(
                         credentials(of: request, backend: backend), url: backend.url + tracked.probeTarget,
-                        askDelta: true, gateway: self)
+                        askDelta: true, gateway: self, backend: backend.url)
                     if offersDelta {
                         metrics.passedThrough.increment()
                         return try await forward(request, backend: backend)
@@ -147,7 +148,10 @@ public final class Gateway: Sendable {
             }
             if request.method == "GET", request.target.hasPrefix("$metadata"), answer.status == 200 {
                 // A device checks $metadata at every download: a change reaches the gateway too.
-                _ = try? await models.learn(answer.body, for: backend.url)
+                _ = try? await models.learn(
+                    answer.body, for: backend.url, contentType: answer.headers["Content-Type"],
+                    etag: answer.headers["ETag"])
+                await credentialCheck.noteAccepted(credentials(of: request, backend: backend), backend: backend.url)
             }
             return answer
         } catch let answer as BackendAnswer {
@@ -173,6 +177,29 @@ public final class Gateway: Sendable {
                     status: 503, code: "GatewayUnavailable",
                     "The gateway could not answer (error id \(id)); try again"), legacy: legacy)
         }
+    }
+
+    /// A device's `GET $metadata` answered from the document the gateway keeps (read from the
+    /// backend at most every ``ModelCache/maximumAge``, conditionally where it gives ETags), with
+    /// the gateway's ETag: a device's check at each download is a 304 without a backend
+    /// request. Only for credentials the backend accepted within ``CredentialCheck/metadataLifetime``;
+    /// nil otherwise (the request is forwarded, as before).
+    func metadataFromGateway(_ request: GatewayRequest, backend: GatewayBackend) async -> GatewayResponse? {
+        guard request.method == "GET", String(request.target.prefix { $0 != "?" }) == "$metadata",
+            let kept = await models.document(for: backend.url),
+            await credentialCheck.acceptedLately(credentials(of: request, backend: backend), backend: backend.url)
+        else { return nil }
+        var headers = HTTPHeaders()
+        headers["ETag"] = kept.etag
+        headers["Cache-Control"] = "no-cache"
+        let condition = request.headers["If-None-Match"] ?? ""
+        if condition.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == kept.etag }) {
+            return GatewayResponse(status: 304, headers: headers)
+        }
+        headers["Content-Type"] = kept.contentType ?? "application/xml"
+        let body = Self.rewrite(
+            kept.body, contentType: headers["Content-Type"], encoded: false, from: backend.url, to: request.gatewayRoot)
+        return GatewayResponse(status: 200, headers: headers, body: body)
     }
 
     /// The device's credentials as the gateway sends them on the reads it makes for the device.
@@ -223,7 +250,7 @@ public final class Gateway: Sendable {
         // the backend tracks the query, so a fresh read costs one probe, not two.
         _ = try await credentialCheck.check(
             credentials(of: request, backend: backend), url: backend.url + tracked.probeTarget,
-            askDelta: backend.tracking(tracked.canonical) == .auto, gateway: self)
+            askDelta: backend.tracking(tracked.canonical) == .auto, gateway: self, backend: backend.url)
         let canonical = tracked.canonical
         let shared = backend.isShared(canonical)
         let user = shared ? "" : request.user
@@ -406,7 +433,17 @@ public final class Gateway: Sendable {
     /// The answer to a token of another scope: 410 when it is the same query under other
     /// credentials (a rotated bearer token: the device reads again), 400 otherwise. Never rows.
     func foreignToken(_ id: Int64, canonical: String, set: String) async throws -> GatewayError {
-        switch try await store.query(ofScope: id) {
+        let stored = try await store.query(ofScope: id)
+        // The same entity set: the same query under other credentials, or a scope named before
+        // scope names changed (issue 54): the device reads again, into its scope.
+        if let stored, stored != canonical,
+            GatewayBackend.entitySetPath(stored) == GatewayBackend.entitySetPath(canonical)
+                && (try? TrackedQuery(target: stored))?.canonical == canonical
+        {
+            return GatewayError(
+                status: 410, code: "DeltaTokenExpired", "The token was given for an older name of this query; read \(set) again")
+        }
+        switch stored {
         case canonical?:
             return GatewayError(
                 status: 410, code: "DeltaTokenExpired",
@@ -782,8 +819,32 @@ struct BackendAnswer: Error {
 actor CredentialCheck {
     private var accepted: [String: (until: Date, offersDelta: Bool)] = [:]
     let lifetime: TimeInterval = 60
+    /// Credentials (by digest, per backend) the backend accepted on a read, and until when
+    /// they are trusted to get the `$metadata` document the gateway keeps.
+    private var identities: [String: Date] = [:]
+    static let metadataLifetime: TimeInterval = 900
 
-    func check(_ credentials: HTTPHeaders, url: String, askDelta: Bool, gateway: Gateway) async throws -> Bool {
+    static func identityKey(_ credentials: HTTPHeaders, backend: String) -> String {
+        let text = credentials.map { "\($0.name.lowercased()): \($0.value)" }.sorted().joined(separator: "\n")
+        return GatewayRequest.digest(backend + "\n" + text)
+    }
+
+    /// Notes that the backend accepted `credentials` on a read of `backend` just now.
+    func noteAccepted(_ credentials: HTTPHeaders, backend: String) {
+        let now = Date()
+        if identities.count > 10_000 { identities = identities.filter { $0.value > now } }
+        identities[Self.identityKey(credentials, backend: backend)] = now.addingTimeInterval(Self.metadataLifetime)
+    }
+
+    /// Whether the backend accepted `credentials` on a read within ``metadataLifetime``.
+    func acceptedLately(_ credentials: HTTPHeaders, backend: String) -> Bool {
+        guard let until = identities[Self.identityKey(credentials, backend: backend)] else { return false }
+        return until > Date()
+    }
+
+    func check(
+        _ credentials: HTTPHeaders, url: String, askDelta: Bool, gateway: Gateway, backend: String? = nil
+    ) async throws -> Bool {
         let text = credentials.map { "\($0.name.lowercased()): \($0.value)" }.joined(separator: "\n")
         let key = GatewayRequest.digest((askDelta ? "delta\n" : "\n") + url + "\n" + text)
         let now = Date()
@@ -800,6 +861,7 @@ actor CredentialCheck {
             let offersDelta = askDelta && Self.offersDelta(response)
             if accepted.count > 10_000 { accepted = accepted.filter { $0.value.until > now } }
             accepted[key] = (now.addingTimeInterval(lifetime), offersDelta)
+            if let backend { noteAccepted(credentials, backend: backend) }
             return offersDelta
         case 401, 403:
             throw BackendAnswer(response: response)
@@ -834,6 +896,17 @@ actor ModelCache {
         /// The SHA-256 of the `$metadata` the model was read from.
         var digest: String
         var read: ContinuousClock.Instant
+        /// The document as the backend sent it, its content type, and the backend's ETag.
+        var body: [UInt8]
+        var contentType: String?
+        var backendETag: String?
+    }
+
+    /// The `$metadata` document kept for `backend`, with the gateway's ETag of it
+    /// (`W/"md.<digest>"`), while it is younger than ``maximumAge``.
+    func document(for backend: String) -> (body: [UInt8], contentType: String?, etag: String)? {
+        guard let entry = models[backend], ContinuousClock.now - entry.read < Self.maximumAge else { return nil }
+        return (entry.body, entry.contentType, "W/\"md." + entry.digest.prefix(32) + "\"")
     }
 
     private var models: [String: Entry] = [:]
@@ -848,12 +921,20 @@ actor ModelCache {
             headers["Accept"] = "application/xml"
             let sent = credentials.contains { _ in true } ? credentials : Gateway.shared(backend)
             for field in sent { headers[field.name] = field.value }
+            // Conditional where the backend gave an ETag: an unchanged document is a 304.
+            if let kept, let etag = kept.backendETag { headers["If-None-Match"] = etag }
             gateway.metrics.backendRequests("metadata").increment()
             let response = try await gateway.transport.send(
                 TransportRequest(method: "GET", url: backend.url + "$metadata", headers: headers),
                 timeout: gateway.configuration.backendTimeout)
+            if response.status == 304, let kept {
+                models[backend.url]?.read = .now
+                return kept.model
+            }
             guard response.status == 200 else { throw BackendAnswer(response: response) }
-            return try learn(response.body, for: backend.url)
+            return try learn(
+                response.body, for: backend.url, contentType: response.headers["Content-Type"],
+                etag: response.headers["ETag"])
         } catch {
             // A model read before goes on serving while the backend's $metadata cannot be read
             // again (it is tried again at the next request).
@@ -868,10 +949,13 @@ actor ModelCache {
     /// Takes the `$metadata` a device just read from the backend through the gateway: a model
     /// that differs from the one kept replaces it. Returns the model now kept.
     @discardableResult
-    func learn(_ body: [UInt8], for backend: String) throws -> Model {
+    func learn(
+        _ body: [UInt8], for backend: String, contentType: String? = nil, etag: String? = nil
+    ) throws -> Model {
         let digest = GatewayStore.hex(SHA256.hash(data: body))
         if let entry = models[backend], entry.digest == digest {
             models[backend]?.read = .now
+            if let etag { models[backend]?.backendETag = etag }
             return entry.model
         }
         let model: Model
@@ -880,7 +964,8 @@ actor ModelCache {
         } catch {
             throw GatewayError(status: 502, code: "BackendMetadata", "The backend's $metadata does not parse: \(error)")
         }
-        models[backend] = Entry(model: model, digest: digest, read: .now)
+        models[backend] = Entry(
+            model: model, digest: digest, read: .now, body: body, contentType: contentType, backendETag: etag)
         return model
     }
 }

@@ -188,11 +188,50 @@ struct TrackedQuery: Equatable {
         return String(data: data, encoding: .utf8)
     }
 
-    /// Percent-decoded (with `+` as written) and encoded again where a URL needs it.
+    /// Spellings of one text that mean the same (RFC 3986, 6.2.2): percent-encodings of
+    /// unreserved characters (letters, digits, `-._~`) decoded, the hex of the others in
+    /// capitals, and characters a URL cannot carry as they are (a space, non-ASCII) encoded.
+    /// Nothing else changes: `+` and `%2B`, `'` and `%27` stay apart, as a backend may read
+    /// them apart (a `+` in a query is a space to many).
     static func normalized(_ text: String) -> String {
-        let decoded = text.removingPercentEncoding ?? text
-        var allowed = CharacterSet.urlQueryAllowed
-        allowed.remove(charactersIn: "&=+#%")
-        return decoded.addingPercentEncoding(withAllowedCharacters: allowed) ?? decoded
+        let bytes = Array(text.utf8)
+        let hex = Array("0123456789ABCDEF".utf8)
+        func value(_ byte: UInt8) -> UInt8? {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        func unreserved(_ byte: UInt8) -> Bool {
+            (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+                || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || "-._~".utf8.contains(byte)
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%"), index + 2 < bytes.count,
+                let high = value(bytes[index + 1]), let low = value(bytes[index + 2])
+            {
+                let decoded = high << 4 | low
+                if unreserved(decoded) {
+                    out.append(decoded)
+                } else {
+                    out += [UInt8(ascii: "%"), hex[Int(high)], hex[Int(low)]]
+                }
+                index += 3
+                continue
+            }
+            if byte <= 0x20 || byte >= 0x7f || "\"<>\\^`{|}".utf8.contains(byte) {
+                out += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0x0f)]]
+            } else {
+                out.append(byte)
+            }
+            index += 1
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 }

@@ -89,6 +89,18 @@ import Testing
         #expect(text.removingPercentEncoding == "BusinessPartners?$select=Phone&$filter=PartnerID eq 'a''b'")
     }
 
+    /// Scopes are named by their query with only the spellings that mean the same made one:
+    /// `+` and `%2B` (a space and a plus to many backends) are two queries, two scopes.
+    @Test func scopeNamesJoinOnlySpellingsThatMeanTheSame() throws {
+        func name(_ target: String) throws -> String { try TrackedQuery(target: target).canonical }
+        #expect(try name("Contacts?$filter=LastName eq 'a+b'") != name("Contacts?$filter=LastName eq 'a%2Bb'"))
+        #expect(try name("Contacts?$filter=LastName eq 'a%2bb'") == name("Contacts?$filter=LastName eq 'a%2Bb'"))
+        #expect(try name("Contacts?$filter=LastName%20eq%20'~A'") == name("Contacts?$filter=LastName eq '%7e%41'"))
+        #expect(try name("Contacts?$select=LastName&$top=5") == name("Contacts?$top=5&$select=LastName"))
+        #expect(try name("Contacts?$filter=LastName eq 'a+b'") == "Contacts?$filter=LastName%20eq%20'a+b'")
+        #expect(try name("Contacts?$filter=LastName eq 'ä'") == "Contacts?$filter=LastName%20eq%20'%C3%A4'")
+    }
+
     @Test func theRefresherRunsAheadOfTheTarget() {
         #expect(RefreshSchedule.isDue(age: nil, marked: false, interval: 60))
         #expect(!RefreshSchedule.isDue(age: 47, marked: false, interval: 60))
@@ -273,6 +285,88 @@ import Testing
             #expect(
                 try await GatewayUploadTests.backendEntity(setup, "Contacts(\(id))")["FirstName"]?.stringValue == "Still")
             await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    /// A device's `$metadata` check at each download is answered by the gateway (a 304 to the
+    /// ETag it gave), without a backend request; credentials the backend never accepted, and
+    /// none at all, get the backend's answer instead.
+    @Test(arguments: [false, true])
+    func metadataChecksAreAnsweredByTheGateway(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(
+            v2: v2, instances: 1,
+            backendOptions: { $0.requiredCredentials = .basic(user: "alice", password: "secret") },
+            configure: { $0.refreshInterval = 600 })
+        do {
+            let good = "Basic " + Data("alice:secret".utf8).base64EncodedString()
+            var parameters = OfflineODataParameters()
+            parameters.storePath = setup.folder
+            parameters.storeName = "metadata"
+            parameters.customHeaders["Authorization"] = good
+            let device = OfflineODataProvider(serviceRoot: setup.gateways[0].root, parameters: parameters)
+            try await device.add(definingQuery: OfflineODataDefiningQuery(name: "c", query: "Contacts"))
+            try await device.open()
+            try await device.download()
+            await setup.backend.service.journal.clear()
+            for _ in 0..<3 { try await device.download() }
+            let lines = await setup.backend.service.journal.requests()
+            #expect(!lines.contains { $0.contains("$metadata") }, "\(lines)")
+            let url = setup.gateways[0].root.absoluteString + "$metadata"
+            let served = try await GatewayScopeTests.get(url, authorization: good)
+            #expect(served.status == 200)
+            let etag = try #require(served.headers["ETag"])
+            #expect(String(decoding: served.body, as: UTF8.self).contains("EntityType"))
+            var headers = HTTPHeaders()
+            headers["Authorization"] = good
+            headers["If-None-Match"] = etag
+            let again = try await DefaultTransport.make().send(
+                TransportRequest(method: "GET", url: url, headers: headers), timeout: 30)
+            #expect(again.status == 304)
+            for authorization in ["Basic " + Data("alice:wrong".utf8).base64EncodedString(), nil] {
+                let refused = try await GatewayScopeTests.get(url, authorization: authorization)
+                #expect(refused.status == 401, "\(authorization ?? "anonymous")")
+                #expect(!String(decoding: refused.body, as: UTF8.self).contains("EntityType"))
+            }
+            await device.close()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    /// A refresh the backend refuses (4xx) reaches the device as the backend gave it; a page
+    /// that is no page of entities is 502 `BackendPayload`, not a 5xx of the gateway's own.
+    @Test(arguments: [false, true])
+    func aRefreshKeepsTheBackendsWordsAndABadPageIs502(v2: Bool) async throws {
+        let setup = try await GatewayDeltaTests.start(v2: v2, instances: 1)
+        do {
+            let url = setup.gateways[0].root.absoluteString + "Contacts"
+            var headers = HTTPHeaders()
+            headers["Prefer"] = "odata.track-changes"
+            headers["Accept"] = "application/json"
+            let sent = headers
+            func get() async throws -> TransportResponse {
+                try await DefaultTransport.make().send(TransportRequest(method: "GET", url: url, headers: sent), timeout: 30)
+            }
+            #expect(try await get().status == 200)
+            await setup.backend.service.faults.set([
+                FaultRule(
+                    method: "GET", urlContains: "Contacts", status: 400, code: "BadFilter",
+                    message: "Property Nme is not defined", times: 1)
+            ])
+            let refused = try await get()
+            #expect(refused.status == 400)
+            #expect(String(decoding: refused.body, as: UTF8.self).contains("Nme"))
+            await setup.backend.service.faults.set([
+                FaultRule(method: "GET", urlContains: "Contacts", times: 1, answer: #"{"value":5,"d":5}"#)
+            ])
+            let bad = try await get()
+            #expect(bad.status == 502)
+            #expect(String(decoding: bad.body, as: UTF8.self).contains("BackendPayload"))
+            #expect(try await get().status == 200)
         } catch {
             Issue.record("\(error)")
         }

@@ -45,8 +45,16 @@ struct DeadlineClient: Sendable {
         logger: Logger, _ body: (PostgresConnection) async throws -> Result
     ) async throws -> Result {
         try await reachable()
-        return try await base.withConnection { connection in
-            try await connection.withTransaction(logger: logger) { try await body($0) }
+        do {
+            return try await base.withConnection { connection in
+                try await connection.withTransaction(logger: logger) { try await body($0) }
+            }
+        } catch let error as PostgresTransactionError {
+            // The body's own error (a backend's answer, a bad page) is what the caller handles;
+            // the transaction was rolled back. A rollback that failed too goes with the
+            // connection, and the error says so.
+            if let closure = error.closureError, error.rollbackError == nil { throw closure }
+            throw error
         }
     }
 
