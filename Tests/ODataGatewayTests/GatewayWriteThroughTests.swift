@@ -82,10 +82,13 @@ import Testing
         // The read: the scope's own filter and the keys, written by the literal writer.
         let target = try #require(
             WriteThroughPlan.target(query: scopes[1].query, entities: plan.entities, version: .v4))
-        #expect(target.removingPercentEncoding == "Contacts?$filter=(LastName ne 'X') and (ContactID eq 7 or ContactID eq 8)")
+        #expect(
+            target.removingPercentEncoding
+                == "Contacts?$filter=(LastName ne 'X') and (ContactID eq 7 or ContactID eq 8)")
         let quoted = try Self.plan([AppliedRequest(method: "PATCH", url: "BusinessPartners('a''b')", status: 204)])
         let text = try #require(
-            WriteThroughPlan.target(query: "BusinessPartners?$top=5&$select=Phone", entities: quoted.entities, version: .v4))
+            WriteThroughPlan.target(
+                query: "BusinessPartners?$top=5&$select=Phone", entities: quoted.entities, version: .v4))
         #expect(text.removingPercentEncoding == "BusinessPartners?$select=Phone&$filter=PartnerID eq 'a''b'")
     }
 
@@ -269,7 +272,8 @@ import Testing
             try await device.add(
                 definingQuery: OfflineODataDefiningQuery(name: "kept", query: "Contacts?$filter=LastName ne 'Gone'"))
             try await device.open()
-            let id = try #require(try await device.readEntities("Contacts?$orderby=ContactID").first?.int64("ContactID"))
+            let id = try #require(
+                try await device.readEntities("Contacts?$orderby=ContactID").first?.int64("ContactID"))
             _ = try await device.execute(
                 method: "PATCH", url: "Contacts(\(id))", body: GatewayUploadTests.body(#"{"LastName":"Gone"}"#))
             try await device.upload()
@@ -283,7 +287,8 @@ import Testing
             let expected = try await GatewayUploadTests.backendRows(setup, "Contacts?$filter=LastName ne 'Gone'").count
             #expect(remaining == expected)
             #expect(
-                try await GatewayUploadTests.backendEntity(setup, "Contacts(\(id))")["FirstName"]?.stringValue == "Still")
+                try await GatewayUploadTests.backendEntity(setup, "Contacts(\(id))")["FirstName"]?.stringValue
+                    == "Still")
             await device.close()
         } catch {
             Issue.record("\(error)")
@@ -349,7 +354,8 @@ import Testing
             headers["Accept"] = "application/json"
             let sent = headers
             func get() async throws -> TransportResponse {
-                try await DefaultTransport.make().send(TransportRequest(method: "GET", url: url, headers: sent), timeout: 30)
+                try await DefaultTransport.make().send(
+                    TransportRequest(method: "GET", url: url, headers: sent), timeout: 30)
             }
             #expect(try await get().status == 200)
             await setup.backend.service.faults.set([
@@ -401,7 +407,9 @@ import Testing
         let setup = try await Self.start(v2: v2, instances: 2, interval: 3)
         do {
             let device = try await GatewayDeltaTests.device(setup, gateway: 0, name: "refreshed")
-            #expect(try await GatewayDeltaTests.backendSend(setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"bg"}"#) < 300)
+            #expect(
+                try await GatewayDeltaTests.backendSend(setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"bg"}"#)
+                    < 300)
             await setup.backend.service.journal.clear()
             let store = setup.gateways[0].gateway.store
             let before = try await store.scopes(backend: setup.backendRoot, user: "")
@@ -411,7 +419,9 @@ import Testing
             // target is 80 % gone.
             try await Task.sleep(nanoseconds: 4_500_000_000)
             let reads = await Self.refreshReads(setup)
-            #expect(reads.contains { $0.hasPrefix("GET BusinessPartners") } && reads.contains { $0.hasPrefix("GET Contacts") })
+            #expect(
+                reads.contains { $0.hasPrefix("GET BusinessPartners") }
+                    && reads.contains { $0.hasPrefix("GET Contacts") })
             for scope in before {
                 let now = try #require(try await store.scope(id: scope.id)).published
                 #expect(now > (published[scope.id] ?? 0), "\(scope.query)")

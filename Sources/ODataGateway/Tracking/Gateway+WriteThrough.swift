@@ -13,7 +13,9 @@ extension Gateway {
     /// "Write-through"): its next download holds its own changes with their new ETags, whatever
     /// the refresh target. A scope whose rows cannot be read back is made due. Never fails the
     /// upload: the backend applied it.
-    func writeThrough(_ applied: [AppliedRequest], request: GatewayRequest, backend: GatewayBackend, model: Model)
+    func writeThrough(
+        _ applied: [AppliedRequest], request: GatewayRequest, backend: GatewayBackend, model: Model
+    )
         async
     {
         let plan = WriteThroughPlan(
@@ -33,8 +35,10 @@ extension Gateway {
             case .write(let scope, let set, let entities):
                 guard let entry = scopes.first(where: { $0.id == scope }) else { continue }
                 do {
-                    let summary = try await store.writeThrough(scope: scope, lockTimeout: Self.writeThroughLockTimeout) {
-                        try await readBack(entities, set: set, scope: entry, request: request, backend: backend, model: model)
+                    let summary = try await store.writeThrough(scope: scope, lockTimeout: Self.writeThroughLockTimeout)
+                    {
+                        try await readBack(
+                            entities, set: set, scope: entry, request: request, backend: backend, model: model)
                     }
                     metrics.writtenThrough.increment(by: summary.changed + summary.removed)
                 } catch {

@@ -72,7 +72,8 @@ struct WriteThroughPlan: Sendable {
             if let id = request.contentID, let location = request.location { locations[id] = location }
             let method = request.method.uppercased()
             if let location = request.location, method == "POST" || method == "PUT" {
-                if let created = Self.entity(location, gatewayRoot: gatewayRoot, backendRoot: backendRoot, model: model),
+                if let created = Self.entity(
+                    location, gatewayRoot: gatewayRoot, backendRoot: backendRoot, model: model),
                     created.rest.isEmpty
                 {
                     add(created.entity)
@@ -154,13 +155,15 @@ struct WriteThroughPlan: Sendable {
             !["$top", "$skip", "$orderby", "$skiptoken", "$count", "$inlinecount"].contains($0.name)
         }
         if let index = options.firstIndex(where: { $0.name == "$filter" }) {
-            filter = "(" + (options[index].value.removingPercentEncoding ?? options[index].value) + ") and (" + filter + ")"
+            filter =
+                "(" + (options[index].value.removingPercentEncoding ?? options[index].value) + ") and (" + filter + ")"
             options.remove(at: index)
         }
         var allowed = CharacterSet.urlQueryAllowed
         allowed.remove(charactersIn: "&=+#%")
         options.append(("$filter", filter.addingPercentEncoding(withAllowedCharacters: allowed) ?? filter))
-        return scoped.path + "?" + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }
+        return scoped.path + "?"
+            + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }
             .joined(separator: "&")
     }
 

@@ -122,7 +122,8 @@ public struct GatewayStore: Sendable {
             let rows = try await client.query(
                 """
                 SELECT id, published, floor,
-                       (refreshed_from IS NULL OR refreshed_from < clock_timestamp() - make_interval(secs => \(interval))
+                       (refreshed_from IS NULL
+                        OR refreshed_from < clock_timestamp() - make_interval(secs => \(interval))
                         OR (stale_since IS NOT NULL AND stale_since >= refreshed_from)),
                        clock_timestamp(), used_at < clock_timestamp() - make_interval(secs => \(Self.usedAtPrecision))
                 FROM oodata_scope WHERE backend = \(backend) AND query = \(query) AND user_name = \(user)

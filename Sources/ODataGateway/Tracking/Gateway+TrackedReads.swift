@@ -1,0 +1,444 @@
+import Crypto
+import Foundation
+import ODataCore
+import OfflineOData
+import PostgresNIO
+import Logging
+
+extension Gateway {
+    /// The defining-query read `request` is, or nil when it is to be forwarded: a GET of an
+    /// entity set with `Prefer: odata.track-changes`, or one carrying a token of the gateway.
+    func trackedQuery(_ request: GatewayRequest, backend: GatewayBackend, model: Model) throws -> TrackedQuery? {
+        guard request.method == "GET" else { return nil }
+        let tracked = try TrackedQuery(target: request.target)
+        let set = tracked.path.removingPercentEncoding ?? tracked.path
+        guard model.entitySet(set) != nil else { return nil }
+        let asks = (request.headers["Prefer"] ?? "").lowercased().contains("track-changes")
+        guard tracked.token != nil || asks else { return nil }
+        let mode = backend.tracking(tracked.canonical)
+        guard mode != .never else { return nil }
+        // A delta link of the backend's own (given while the query passed through) goes to the
+        // backend; under ALWAYS the device reads again and joins the gateway's tracking.
+        if tracked.token == nil, tracked.options.contains(where: { TrackedQuery.deltaTokenNames.contains($0.name) }) {
+            guard mode == .always else { return nil }
+            throw GatewayError(
+                status: 410, code: "DeltaTokenExpired",
+                "The gateway tracks \(set)'s changes itself now; the backend's delta token is no longer "
+                    + "followed: read \(set) again")
+        }
+        return tracked
+    }
+
+    // MARK: Tracked reads
+
+    func answerTracked(
+        _ tracked: TrackedQuery, request: GatewayRequest, backend: GatewayBackend, model: Model
+    )
+        async throws -> GatewayResponse
+    {
+        // Rows kept in PostgreSQL go only to a device the backend answers this very query now,
+        // whatever scope they are in: its credentials are checked with the query at `$top=0`
+        // (an acceptance kept for a minute). Under AUTO it is the same probe that asked whether
+        // the backend tracks the query, so a fresh read costs one probe, not two.
+        _ = try await credentialCheck.check(
+            credentials(of: request, backend: backend), url: backend.url + tracked.probeTarget,
+            askDelta: backend.tracking(tracked.canonical) == .auto, gateway: self, backend: backend.url)
+        let canonical = tracked.canonical
+        let shared = backend.isShared(canonical)
+        let user = shared ? "" : request.user
+        let interval = backend.refreshInterval(canonical, default: configuration.refreshInterval)
+        var scope = try await store.scope(backend: backend.url, query: canonical, user: user, interval: interval)
+        let pageSize = Self.pageSize(request.headers["Prefer"], default: configuration.pageSize)
+        let legacy = model.version.isLegacy
+        let set = tracked.path.removingPercentEncoding ?? tracked.path
+        guard let type = model.entityType(ofEntitySet: set) else {
+            throw GatewayError(status: 404, code: "NotFound", "The backend has no entity set \(set)")
+        }
+        let keyNames = model.key(of: type).map(\.name)
+        if interval > 0 {
+            // The refresher keeps the scope fresh from now on, with the credentials just checked.
+            await refreshJobs.note(
+                RefreshJob(
+                    scope: scope.id, backend: backend.url, query: tracked, keyNames: keyNames, legacy: legacy,
+                    authorization: shared ? Self.shared(backend) : credentials(of: request, backend: backend),
+                    interval: interval),
+                keep: configuration.refresherKeeps)
+        }
+        func refreshIfDue() async throws {
+            guard scope.due else { return }
+            let authorization = shared ? Self.shared(backend) : credentials(of: request, backend: backend)
+            let started = ContinuousClock.now
+            let summary = try await refresh(
+                scope, query: tracked, backend: backend, keyNames: keyNames, legacy: legacy,
+                authorization: authorization, interval: interval, for: request)
+            if summary.ran {
+                await housekeep()
+                metrics.refreshes.increment()
+                metrics.rowsChanged.increment(by: summary.changed)
+                metrics.rowsRemoved.increment(by: summary.removed)
+                metrics.refreshTime.record(duration: ContinuousClock.now - started)
+                logger.info(
+                    "Refreshed",
+                    metadata: [
+                        "query": .string(canonical), "rows": "\(summary.rows)", "changed": "\(summary.changed)",
+                        "removed": "\(summary.removed)",
+                    ])
+            } else {
+                metrics.skippedRefreshes.increment()
+            }
+            guard let now = try await store.scope(id: scope.id) else {
+                throw GatewayError(status: 503, code: "GatewayState", "The scope of \(canonical) went away")
+            }
+            scope = now
+        }
+        switch tracked.token {
+        case nil:
+            try await refreshIfDue()
+            return try await fullPage(
+                tracked, scope: scope.id, published: scope.published, after: "",
+                pageSize: pageSize, set: set, legacy: legacy, root: request.gatewayRoot,
+                backend: backend)
+        case .page(let id, let published, let after):
+            guard id == scope.id else { throw try await foreignToken(id, canonical: canonical, set: set) }
+            return try await fullPage(
+                tracked, scope: id, published: published, after: after, pageSize: pageSize,
+                set: set, legacy: legacy, root: request.gatewayRoot, backend: backend)
+        case .delta(let id, let since, let upTo, let afterSeq, let afterKey):
+            guard id == scope.id else { throw try await foreignToken(id, canonical: canonical, set: set) }
+            if upTo == nil { try await refreshIfDue() }
+            guard since >= scope.floor else {
+                throw GatewayError(
+                    status: 410, code: "DeltaTokenExpired",
+                    "The delta token is older than the gateway keeps deletions; read \(set) again")
+            }
+            guard since <= scope.published else {
+                throw GatewayError(status: 400, code: "BadToken", "The delta token is not one the gateway gave")
+            }
+            let end = upTo ?? scope.published
+            metrics.deltaPages.increment()
+            let rows = try await store.deltaPage(
+                scope: id, since: since, upTo: end, after: upTo == nil ? nil : (afterSeq, afterKey), limit: pageSize + 1
+            )
+            // A purge that committed before the page was read raised the floor: 410, not a
+            // delta without the tombstones it removed.
+            if let now = try await store.scope(id: id), since < now.floor {
+                throw GatewayError(
+                    status: 410, code: "DeltaTokenExpired",
+                    "The delta token is older than the gateway keeps deletions; read \(set) again")
+            }
+            let more = rows.count > pageSize
+            let slice = Array(rows.prefix(pageSize))
+            let link: String
+            var isNext = false
+            if more, let last = slice.last {
+                link = tracked.link(
+                    root: request.gatewayRoot,
+                    token: .delta(scope: id, since: since, upTo: end, afterSeq: last.seq, afterKey: last.key),
+                    legacy: legacy)
+                isNext = true
+            } else {
+                link = tracked.link(
+                    root: request.gatewayRoot,
+                    token: .delta(scope: id, since: end, upTo: nil, afterSeq: 0, afterKey: ""), legacy: legacy)
+            }
+            let answer = page(
+                slice, scope: id, set: set, legacy: legacy, delta: true, nextLink: isNext ? link : nil,
+                deltaLink: isNext ? nil : link, root: request.gatewayRoot, backend: backend)
+            return isNext ? answer : await withChecksum(answer, scope: id, upTo: end)
+        }
+    }
+
+    /// The answer to a token of another scope: 410 when it is the same query under other
+    /// credentials (a rotated bearer token: the device reads again), 400 otherwise. Never rows.
+    func foreignToken(_ id: Int64, canonical: String, set: String) async throws -> GatewayError {
+        let stored = try await store.query(ofScope: id)
+        // The same entity set: the same query under other credentials, or a scope named before
+        // scope names changed (issue 54): the device reads again, into its scope.
+        if let stored, stored != canonical,
+            GatewayBackend.entitySetPath(stored) == GatewayBackend.entitySetPath(canonical)
+                && (try? TrackedQuery(target: stored))?.canonical == canonical
+        {
+            return GatewayError(
+                status: 410, code: "DeltaTokenExpired",
+                "The token was given for an older name of this query; read \(set) again")
+        }
+        switch stored {
+        case canonical?:
+            return GatewayError(
+                status: 410, code: "DeltaTokenExpired",
+                "The token was given under other credentials; read \(set) again")
+        case nil:
+            return GatewayError(
+                status: 410, code: "DeltaTokenExpired",
+                "The gateway no longer keeps the changes this token follows (unread too long); "
+                    + "read \(set) again")
+        default: break
+        }
+        return GatewayError(status: 400, code: "BadToken", "The token belongs to another query")
+    }
+
+    func fullPage(
+        _ tracked: TrackedQuery, scope: Int64, published: Int64, after: String, pageSize: Int, set: String,
+        legacy: Bool, root: String, backend: GatewayBackend
+    ) async throws -> GatewayResponse {
+        let rows = try await store.fullPage(scope: scope, after: after, limit: pageSize + 1)
+        metrics.fullPages.increment()
+        let page = Array(rows.prefix(pageSize))
+        if rows.count > pageSize, let last = page.last {
+            let next = tracked.link(
+                root: root, token: .page(scope: scope, published: published, after: last.key),
+                legacy: legacy)
+            return self.page(
+                page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: next, deltaLink: nil,
+                root: root,
+                backend: backend)
+        }
+        let delta = tracked.link(
+            root: root, token: .delta(scope: scope, since: published, upTo: nil, afterSeq: 0, afterKey: ""),
+            legacy: legacy)
+        return await withChecksum(
+            self.page(
+                page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta,
+                root: root,
+                backend: backend), scope: scope, upTo: published)
+    }
+
+    /// The name of the header that carries a scope checksum on the last page of a read.
+    public static let checksumHeader = "OOData-Scope-Checksum"
+
+    /// `answer` with the scope checksum (`rows=N;sum=S`, see
+    /// ``GatewayStore/checksum(scope:upTo:gatewayETags:)``) when there is one. A failure to
+    /// compute it leaves it out: it is a check, not part of the answer.
+    func withChecksum(_ answer: GatewayResponse, scope: Int64, upTo published: Int64) async -> GatewayResponse {
+        guard
+            let checksum = try? await store.checksum(
+                scope: scope, upTo: published, gatewayETags: configuration.gatewayETags)
+        else { return answer }
+        var answer = answer
+        answer.headers[Self.checksumHeader] = "rows=\(checksum.rows);sum=\(checksum.sum)"
+        return answer
+    }
+
+    /// A page in the backend's protocol: V4 `value` with `@removed` entries and
+    /// `@odata.nextLink`/`@odata.deltaLink`; V2 `d.results` with `__deleted` entries and
+    /// `__next`/`__delta`. Payloads name the gateway instead of the backend.
+    func page(
+        _ rows: [GatewayStore.Row], scope: Int64, set: String, legacy: Bool, delta: Bool, nextLink: String?,
+        deltaLink: String?, root: String, backend: GatewayBackend
+    ) -> GatewayResponse {
+        var text =
+            legacy
+            ? #"{"d":{"results":["#
+            : #"{"@odata.context":"# + JSONValue.string(root + "$metadata#" + set + (delta ? "/$delta" : "")).serialized
+                + #","value":["#
+        for (index, row) in rows.enumerated() {
+            if index > 0 { text += "," }
+            if let payload = row.payload {
+                let named = payload.replacingOccurrences(of: backend.url, with: root)
+                text +=
+                    configuration.gatewayETags
+                    ? Self.withETag(named, scope: scope, hash: row.hash, legacy: legacy) : named
+            } else if legacy {
+                text += #"{"__deleted":true"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
+            } else {
+                text +=
+                    #"{"@removed":{"reason":"deleted"}"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
+            }
+        }
+        text += "]"
+        if let nextLink {
+            text += (legacy ? #","__next":"# : #","@odata.nextLink":"#) + JSONValue.string(nextLink).serialized
+        }
+        if let deltaLink {
+            text += (legacy ? #","__delta":"# : #","@odata.deltaLink":"#) + JSONValue.string(deltaLink).serialized
+        }
+        text += legacy ? "}}" : "}"
+        var headers = HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        headers[legacy ? "DataServiceVersion" : "OData-Version"] = legacy ? "2.0" : "4.0"
+        headers["Preference-Applied"] = "odata.track-changes"
+        return GatewayResponse(status: 200, headers: headers, body: Array(text.utf8))
+    }
+
+    /// The gateway's ETag of a row of `scope`: `W/"gw.<scope>.<hash>"`.
+    static func gatewayETag(scope: Int64, hash: String) -> String { "W/\"gw.\(scope).\(hash)\"" }
+
+    /// The scope and hash of one of the gateway's ETags, or nil for another ETag.
+    /// One spelt like the gateway's but malformed gives scope -1, which no scope has: it is
+    /// checked (and refused) as any other, never forwarded to a backend that would ignore it.
+    static func parseGatewayETag(_ etag: String) -> (scope: Int64, hash: String)? {
+        let text = etag.trimmingCharacters(in: .whitespaces)
+        guard text.hasPrefix("W/\"gw.") else { return nil }
+        let fields = text.dropFirst(6).dropLast().split(separator: ".", omittingEmptySubsequences: false)
+        guard text.hasSuffix("\""), text.count > 8, fields.count == 2, let scope = Int64(fields[0]), scope >= 0,
+            fields[1].count == 32, fields[1].allSatisfy({ $0.isHexDigit })
+        else { return (-1, "") }
+        return (scope, String(fields[1]))
+    }
+
+    /// A row's payload with the gateway's ETag, when the backend gave it none (V4
+    /// `@odata.etag` or V3's `odata.etag`, V2 `__metadata.etag`, at the entity's top level).
+    /// Payloads without the letters `etag` anywhere take the fast way: no parsing.
+    static func withETag(_ payload: String, scope: Int64, hash: String?, legacy: Bool) -> String {
+        guard let hash, payload.hasPrefix("{") else { return payload }
+        let etag = JSONValue.string(gatewayETag(scope: scope, hash: hash))
+        if !payload.contains("etag") {
+            let text = etag.serialized
+            if !legacy {
+                let body = payload.dropFirst()
+                return #"{"@odata.etag":"# + text + (body.hasPrefix("}") ? String(body) : "," + body)
+            }
+            // V2: the entity's own `__metadata` comes first as the backend writes it.
+            let opening = #"{"__metadata":{"#
+            if payload.hasPrefix(opening) {
+                let rest = payload.dropFirst(opening.count)
+                return opening + #""etag":"# + text + (rest.hasPrefix("}") ? String(rest) : "," + rest)
+            }
+            if !payload.contains("__metadata") {
+                let body = payload.dropFirst()
+                return #"{"__metadata":{"etag":"# + text + "}" + (body.hasPrefix("}") ? String(body) : "," + body)
+            }
+        }
+        guard case .object(var members)? = try? JSONValue.parse(Array(payload.utf8)) else { return payload }
+        if legacy {
+            if let index = members.firstIndex(where: { $0.name == "__metadata" }) {
+                guard case .object(var metadata) = members[index].value else { return payload }
+                if metadata.contains(where: { $0.name == "etag" }) { return payload }
+                metadata.insert(JSONValue.Member("etag", etag), at: 0)
+                members[index].value = .object(metadata)
+            } else {
+                members.insert(JSONValue.Member("__metadata", .object([JSONValue.Member("etag", etag)])), at: 0)
+            }
+        } else {
+            if members.contains(where: { $0.name == "@odata.etag" || $0.name == "odata.etag" }) { return payload }
+            members.insert(JSONValue.Member("@odata.etag", etag), at: 0)
+        }
+        return JSONValue.object(members).serialized
+    }
+
+    static func pageSize(_ prefer: String?, default value: Int) -> Int {
+        for part in (prefer ?? "").split(separator: ",") {
+            let item = part.trimmingCharacters(in: .whitespaces).lowercased()
+            if item.hasPrefix("odata.maxpagesize=") || item.hasPrefix("maxpagesize=") {
+                if let size = Int(item.split(separator: "=").last ?? ""), size > 0 { return min(size, value) }
+            }
+        }
+        return value
+    }
+
+    // MARK: Refresh
+
+    /// The most pages one refresh follows: a backend whose next links never end is stopped.
+    static let maximumPages = 100_000
+    /// How often a running refresh logs how many rows it has read.
+    static let progressInterval = Duration.seconds(5)
+
+    func refresh(
+        _ scope: GatewayStore.Scope, query: TrackedQuery, backend: GatewayBackend, keyNames: [String], legacy: Bool,
+        authorization: HTTPHeaders, interval: Double, for request: GatewayRequest? = nil, waits: Bool = true
+    ) async throws -> GatewayStore.RefreshSummary {
+        try await store.refresh(
+            scope, interval: interval, retention: configuration.tombstoneRetention, waits: waits
+        ) { write in
+            var url: String? = backend.url + query.backendTarget
+            var seen: Set<String> = []
+            var pages = 0
+            var read = 0
+            let started = ContinuousClock.now
+            var reported = started
+            var reportedToDevice = started
+            if let request { await report(request, "waitingForDownload", number: 0) }
+            while let current = url {
+                pages += 1
+                guard pages <= Self.maximumPages, seen.insert(current).inserted else {
+                    throw GatewayError(
+                        status: 502, code: "BackendPaging",
+                        "The backend's next links for \(query.path) repeat or do not end (page \(pages))")
+                }
+                var headers = HTTPHeaders()
+                headers["Accept"] = "application/json"
+                for field in authorization { headers[field.name] = field.value }
+                metrics.backendRequests("refresh").increment()
+                let response = try await transport.send(
+                    TransportRequest(method: "GET", url: current, headers: headers),
+                    timeout: configuration.backendTimeout)
+                guard response.status == 200 else { throw BackendAnswer(response: response) }
+                let (rows, next) = try Self.rows(of: response.body, keyNames: keyNames, legacy: legacy, set: query.path)
+                try await write(rows)
+                read += rows.count
+                url = next.map { Self.resolve($0, against: current) }
+                // The device waiting for it sees the rows read so far (pulled by its client).
+                if let request, ContinuousClock.now - reportedToDevice >= .milliseconds(500) {
+                    reportedToDevice = ContinuousClock.now
+                    await report(request, "waitingForDownload", number: read)
+                }
+                // A long refresh (a first one of a large query) says how far it is.
+                let now = ContinuousClock.now
+                if url != nil, now - reported >= Self.progressInterval {
+                    reported = now
+                    logger.info(
+                        "Refreshing",
+                        metadata: [
+                            "query": .string(query.canonical), "rows": "\(read)", "pages": "\(pages)",
+                            "seconds": "\((now - started).components.seconds)",
+                        ])
+                }
+            }
+        }
+    }
+
+    /// The rows of a backend page, with their keys, and its next link.
+    static func rows(
+        of body: [UInt8], keyNames: [String], legacy: Bool, set: String
+    ) throws
+        -> ([(key: String, keyMembers: String, payload: String)], String?)
+    {
+        let json: JSONValue
+        do {
+            json = try JSONValue.parse(body)
+        } catch {
+            throw GatewayError(
+                status: 502, code: "BackendPayload", "The backend's page of \(set) is not JSON: \(error)")
+        }
+        let found: [JSONValue]?
+        let next: String?
+        if legacy {
+            let d = json["d"]
+            found = d?["results"]?.arrayValue ?? d?.arrayValue
+            // `"__next": "…"`, or pyslet's `"__next": {"uri": "…"}`.
+            next = d?["__next"]?.stringValue ?? d?["__next"]?["uri"]?.stringValue
+        } else {
+            found = json["value"]?.arrayValue
+            next = json["@odata.nextLink"]?.stringValue ?? json["odata.nextLink"]?.stringValue
+        }
+        // Without an array of entities the refresh stops: taking it as empty would tombstone
+        // every row of the scope.
+        guard let items = found else {
+            throw GatewayError(
+                status: 502, code: "BackendPayload",
+                "The backend's page of \(set) holds no array of entities (\(legacy ? "d.results" : "value"))")
+        }
+        var rows: [(key: String, keyMembers: String, payload: String)] = []
+        rows.reserveCapacity(items.count)
+        for item in items {
+            var parts: [String] = []
+            var members: [String] = []
+            for name in keyNames {
+                guard let value = item[name] else {
+                    throw GatewayError(
+                        status: 502, code: "BackendPayload",
+                        "A row of \(set) from the backend has no key property \(name)")
+                }
+                parts.append(value.serialized)
+                members.append(JSONValue.string(name).serialized + ":" + value.serialized)
+            }
+            rows.append((parts.joined(separator: ","), members.joined(separator: ","), item.serialized))
+        }
+        return (rows, next)
+    }
+
+    static func resolve(_ link: String, against base: String) -> String {
+        if link.hasPrefix("http://") || link.hasPrefix("https://") { return link }
+        return URL(string: link, relativeTo: URL(string: base))?.absoluteString ?? link
+    }
+}
