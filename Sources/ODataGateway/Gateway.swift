@@ -131,8 +131,14 @@ public final class Gateway: Sendable {
                 // gateway reads back: its scopes are made due). Its scopes' checksums wait for a
                 // refresh after it. Best effort: a missed note costs a device a needless full
                 // read at most.
-                if (200..<300).contains(answer.status) {
-                    let path = String(request.target.prefix { $0 != "?" })
+                let path = String(request.target.prefix { $0 != "?" })
+                // A `$batch` of reads only changes nothing.
+                let readsOnly =
+                    path == "$batch"
+                    && ((try? Self.units(of: request))??.0.allSatisfy { unit in
+                        unit.operations.allSatisfy { $0.method == "GET" }
+                    } ?? false)
+                if (200..<300).contains(answer.status), !readsOnly {
                     var method = request.method.uppercased()
                     if method == "POST", let tunnelled = request.headers["X-HTTP-Method"] {
                         method = tunnelled.uppercased()
@@ -144,11 +150,16 @@ public final class Gateway: Sendable {
                         location: location.map {
                             $0.replacingOccurrences(of: request.gatewayRoot, with: backend.url)
                         }, contentID: nil)
-                    await writeThrough([applied], request: request, backend: backend, model: model)
+                    do {
+                        try await writeThrough([applied], request: request, backend: backend, model: model)
+                    } catch {
+                        // Applied: the answer goes to the device; only its scopes may lag a target.
+                        logger.warning("Write-through failed", metadata: ["error": "\(error)"])
+                    }
                 }
                 try? await store.noteWrite(backend: backend.url, user: request.user)
             }
-            if request.method == "GET", request.target.hasPrefix("$metadata"), answer.status == 200 {
+            if request.method == "GET", request.target == "$metadata", answer.status == 200 {
                 // A device checks $metadata at every download: a change reaches the gateway too.
                 _ = try? await models.learn(
                     answer.body, for: backend.url, contentType: answer.headers["Content-Type"],

@@ -136,6 +136,10 @@ public struct GatewayConfiguration: Sendable {
     /// flight when PostgreSQL goes away is answered 503 with `Retry-After` then, and a gateway
     /// that cannot reach it at start stops, naming the server.
     public var postgresTimeout: Double = 10
+    /// Seconds within which a device's `GET $metadata` is answered from the document the gateway
+    /// read or confirmed last (a 304 to its ETag), without a backend request. A change of the
+    /// backend's `$metadata` reaches devices within it. 0 forwards every one.
+    public var metadataCheckInterval: Double = 60
     /// Seconds a backend request may take.
     public var backendTimeout: Double = 120
 

@@ -35,6 +35,16 @@ struct GatewayCommand: AsyncParsableCommand {
             valueName: "SECONDS")) var refreshInterval: Double?
     @Option(
         help: ArgumentHelp(
+            "Seconds PostgreSQL has to answer a statement (default 10); then the request gets 503 with "
+                + "Retry-After, and at start the gateway stops naming the server.",
+            valueName: "SECONDS")) var postgresTimeout: Double?
+    @Option(
+        help: ArgumentHelp(
+            "Seconds a device's $metadata check is answered from the document the gateway read last "
+                + "(default 60); 0 forwards every check to the backend.",
+            valueName: "SECONDS")) var metadataCheckInterval: Double?
+    @Option(
+        help: ArgumentHelp(
             "A defining query whose data is the same for every user (an entity set); repeatable.",
             valueName: "QUERY")) var shared: [String] = []
     @Option(help: ArgumentHelp("The Authorization header value the gateway sends for shared data.", valueName: "VALUE"))
@@ -152,6 +162,14 @@ struct GatewayCommand: AsyncParsableCommand {
                     + "--request-retention and --page-size more than 0")
         }
         if let refreshInterval { configuration.refreshInterval = refreshInterval }
+        if let postgresTimeout {
+            guard postgresTimeout > 0 else { throw CLIFailure("--postgres-timeout must be more than 0") }
+            configuration.postgresTimeout = postgresTimeout
+        }
+        if let metadataCheckInterval {
+            guard metadataCheckInterval >= 0 else { throw CLIFailure("--metadata-check-interval must be 0 or more") }
+            configuration.metadataCheckInterval = metadataCheckInterval
+        }
         if let retention { configuration.tombstoneRetention = retention }
         if let scopeRetention { configuration.scopeRetention = scopeRetention }
         if let inDoubtAfter { configuration.inDoubtAfter = inDoubtAfter }

@@ -44,6 +44,7 @@ import Testing
         // These tests change the backend behind the gateway and expect the next download to
         // show it: a refresh at each download (the refresh target has tests of its own).
         configuration.refreshInterval = 0
+        configuration.metadataCheckInterval = 0
         configure(&configuration)
         var gateways: [RunningGateway] = []
         for _ in 0..<instances {

@@ -615,7 +615,8 @@ import Testing
                 backend.prepopulate = .yes
                 gateways.append(
                     try await RunningGateway.start(
-                        configuration: GatewayConfiguration.refreshingAtEachRead([backend]), postgresURL: setup.postgres.url))
+                        configuration: GatewayConfiguration.refreshingAtEachRead([backend]),
+                        postgresURL: setup.postgres.url))
             }
             let other = v2 ? "v4" : "v2"
             // An entity of the other root, in its own syntax.

@@ -57,7 +57,9 @@ import Testing
         ] {
             let plan = try Self.plan([request])
             #expect(plan.unknown, "\(request)")
-            let actions = plan.actions(for: [GatewayStore.ScopeEntry(id: 1, query: "Products", user: "")])
+            let actions = plan.actions(
+                for: [GatewayStore.ScopeEntry(id: 1, query: "Products", user: "")], uploader: "",
+                isShared: { _ in false })
             #expect(actions == [.due(scope: 1)], "\(request)")
         }
         #expect(try Self.plan([AppliedRequest(method: "GET", url: "Contacts", status: 404)]).isEmpty)
@@ -73,18 +75,34 @@ import Testing
             GatewayStore.ScopeEntry(id: 2, query: "Contacts?$filter=LastName%20ne%20'X'", user: ""),
             GatewayStore.ScopeEntry(id: 3, query: "BusinessPartners?$expand=Contacts", user: "u"),
             GatewayStore.ScopeEntry(id: 4, query: "Products", user: "u"),
+            // An anonymous device's scope: never read with another user's credentials.
+            GatewayStore.ScopeEntry(id: 5, query: "Contacts", user: ""),
+            GatewayStore.ScopeEntry(id: 6, query: "Contacts?$expand=Partner", user: "u"),
         ]
-        let actions = plan.actions(for: scopes)
-        #expect(actions.count == 3)
-        #expect(actions[0] == .write(scope: 1, set: "Contacts", entities: plan.entities))
-        #expect(actions[1] == .write(scope: 2, set: "Contacts", entities: plan.entities))
-        #expect(actions[2] == .due(scope: 3))
-        // The read: the scope's own filter and the keys, written by the literal writer.
+        let actions = plan.actions(for: scopes, uploader: "u", isShared: { $0.hasPrefix("Contacts?$filter") })
+        #expect(
+            actions == [
+                .write(scope: 1, set: "Contacts", entities: plan.entities),
+                .write(scope: 2, set: "Contacts", entities: plan.entities),
+                .due(scope: 3), .due(scope: 5),
+                // Its own rows written, and due for the nested ones.
+                .write(scope: 6, set: "Contacts", entities: plan.entities), .due(scope: 6),
+            ])
+        // The anonymous uploader's own anonymous scope is written.
+        #expect(
+            plan.actions(for: [scopes[4]], uploader: "", isShared: { _ in false })
+                == [.write(scope: 5, set: "Contacts", entities: plan.entities)])
+        // The read: the scope's own filter as it was sent, and the keys, written by the literal
+        // writer.
         let target = try #require(
             WriteThroughPlan.target(query: scopes[1].query, entities: plan.entities, version: .v4))
         #expect(
-            target.removingPercentEncoding
-                == "Contacts?$filter=(LastName ne 'X') and (ContactID eq 7 or ContactID eq 8)")
+            target == "Contacts?$filter=(LastName%20ne%20'X')%20and%20(ContactID%20eq%207%20or%20ContactID%20eq%208)")
+        // A `+` in the scope's filter stays a `+` (a space to many backends, as in its refresh).
+        let plus = try #require(
+            WriteThroughPlan.target(
+                query: "Contacts?$filter=LastName%20eq%20'a+b'", entities: [plan.entities[0]], version: .v4))
+        #expect(plus == "Contacts?$filter=(LastName%20eq%20'a+b')%20and%20(ContactID%20eq%207)")
         let quoted = try Self.plan([AppliedRequest(method: "PATCH", url: "BusinessPartners('a''b')", status: 204)])
         let text = try #require(
             WriteThroughPlan.target(
@@ -304,7 +322,10 @@ import Testing
         let setup = try await GatewayDeltaTests.start(
             v2: v2, instances: 1,
             backendOptions: { $0.requiredCredentials = .basic(user: "alice", password: "secret") },
-            configure: { $0.refreshInterval = 600 })
+            configure: {
+                $0.refreshInterval = 600
+                $0.metadataCheckInterval = 600
+            })
         do {
             let good = "Basic " + Data("alice:secret".utf8).base64EncodedString()
             var parameters = OfflineODataParameters()
@@ -446,11 +467,17 @@ import Testing
         do {
             let writer = try await GatewayDeltaTests.device(setup, gateway: 0, name: "writer")
             let reader = try await GatewayDeltaTests.device(setup, gateway: 1, name: "reader")
+            await setup.backend.service.journal.clear()
             await setup.backend.service.faults.set([
                 FaultRule(method: "GET", urlContains: "BusinessPartners", trickleMilliseconds: 250, times: 1)
             ])
             let slow = Task { try await reader.download() }
-            try await Task.sleep(nanoseconds: 400_000_000)
+            // The refresh has read the page (it trickles to the gateway) before the upload.
+            for _ in 0..<100 {
+                if await setup.backend.service.journal.requests().contains("GET BusinessPartners") { break }
+                try await Task.sleep(nanoseconds: 20_000_000)
+            }
+            #expect(await setup.backend.service.journal.requests().contains("GET BusinessPartners"))
             _ = try await writer.execute(
                 method: "PATCH", url: "BusinessPartners('BP1')", body: GatewayUploadTests.body(#"{"Phone":"newer"}"#))
             try await writer.upload()

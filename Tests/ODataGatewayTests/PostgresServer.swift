@@ -75,7 +75,8 @@ final class PostgresServer: Sendable {
     /// Stops the server (`pg_ctl stop -m MODE`), keeping its files for ``startAgain()``.
     func halt(mode: String = "immediate") throws {
         try Self.run(
-            binaries + "/pg_ctl", ["-D", folder + "/data", "-m", mode, "-w", "stop"], outputFile: folder + "/pg_ctl.out")
+            binaries + "/pg_ctl", ["-D", folder + "/data", "-m", mode, "-w", "stop"],
+            outputFile: folder + "/pg_ctl.out")
     }
 
     /// Starts the server stopped by ``halt(mode:)`` again, on the same port.
@@ -105,6 +106,7 @@ extension GatewayConfiguration {
     static func refreshingAtEachRead(_ backends: [GatewayBackend]) -> GatewayConfiguration {
         var configuration = GatewayConfiguration(backends: backends)
         configuration.refreshInterval = 0
+        configuration.metadataCheckInterval = 0
         return configuration
     }
 }

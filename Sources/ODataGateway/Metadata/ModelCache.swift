@@ -6,14 +6,17 @@ import PostgresNIO
 import Logging
 
 extension Gateway {
-    /// A device's `GET $metadata` answered from the document the gateway keeps (read from the
-    /// backend at most every ``ModelCache/maximumAge``, conditionally where it gives ETags), with
+    /// A device's `GET $metadata` answered from the document the gateway keeps, while it was read
+    /// or confirmed within ``GatewayConfiguration/metadataCheckInterval`` (after that the
+    /// device's request goes to the backend, and its answer is kept), with
     /// the gateway's ETag: a device's check at each download is a 304 without a backend
     /// request. Only for credentials the backend accepted within ``CredentialCheck/metadataLifetime``;
     /// nil otherwise (the request is forwarded, as before).
     func metadataFromGateway(_ request: GatewayRequest, backend: GatewayBackend) async -> GatewayResponse? {
-        guard request.method == "GET", String(request.target.prefix { $0 != "?" }) == "$metadata",
-            let kept = await models.document(for: backend.url),
+        guard request.method == "GET", request.target == "$metadata",
+            // A CSRF token fetch gets its token (and session cookie) from the backend.
+            request.headers["X-CSRF-Token"]?.lowercased() != "fetch",
+            let kept = await models.document(for: backend.url, within: configuration.metadataCheckInterval),
             await credentialCheck.acceptedLately(credentials(of: request, backend: backend), backend: backend.url)
         else { return nil }
         var headers = HTTPHeaders()
@@ -46,9 +49,11 @@ actor ModelCache {
     }
 
     /// The `$metadata` document kept for `backend`, with the gateway's ETag of it
-    /// (`W/"md.<digest>"`), while it is younger than ``maximumAge``.
-    func document(for backend: String) -> (body: [UInt8], contentType: String?, etag: String)? {
-        guard let entry = models[backend], ContinuousClock.now - entry.read < Self.maximumAge else { return nil }
+    /// (`W/"md.<digest>"`), while it was read or confirmed within `seconds` (and ``maximumAge``).
+    func document(for backend: String, within seconds: Double) -> (body: [UInt8], contentType: String?, etag: String)? {
+        guard seconds > 0, let entry = models[backend],
+            ContinuousClock.now - entry.read < .milliseconds(Int64(min(seconds, 300) * 1000))
+        else { return nil }
         return (entry.body, entry.contentType, "W/\"md." + entry.digest.prefix(32) + "\"")
     }
 

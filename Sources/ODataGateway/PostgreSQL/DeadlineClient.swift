@@ -11,10 +11,12 @@ public struct PostgresDeadlineExceeded: Error, CustomStringConvertible {
     public var description: String { "PostgreSQL (\(server)) did not answer within \(seconds) s" }
 }
 
-/// The gateway's PostgreSQL client: every statement sent on its own, and every lease of a
-/// connection, has a deadline (a request in flight when PostgreSQL goes away is answered, never
-/// left hanging). Work on a leased connection (a refresh reading the backend, a lock wait) has
-/// none of its own: a connection whose server went away fails it.
+/// The gateway's PostgreSQL client: every statement sent on its own has a deadline, and so has
+/// a probe (`SELECT 1`) before each lease of a connection (a request made while PostgreSQL is
+/// down is answered, never left hanging). The lease itself then waits on the pool, which runs
+/// dry only with every connection in use. Work on a leased connection (a refresh reading the
+/// backend, a lock wait) has no deadline of its own: a connection whose server went away fails
+/// it.
 struct DeadlineClient: Sendable {
     let base: PostgresClient
     let deadline: Double

@@ -35,6 +35,16 @@ extension GatewayStore {
             logger: logger)
     }
 
+    /// Makes every scope of `backend` that holds `user`'s data or shared data due (write-through
+    /// could not tell which an upload changed).
+    public func markDue(backend: String, user: String) async throws {
+        try await client.query(
+            """
+            UPDATE oodata_scope SET stale_since = clock_timestamp()
+            WHERE backend = \(backend) AND (user_name = \(user) OR user_name = '')
+            """, logger: logger)
+    }
+
     /// What a write-through did to one scope.
     public struct WriteThroughSummary: Sendable, Equatable {
         /// False when the scope has no published rows yet (its first refresh reads the change).

@@ -7,17 +7,20 @@ extension Gateway {
     /// the scope due instead.
     static let writeThroughLockTimeout = 5.0
 
+    /// How long all of one upload's write-through may take: the scopes not reached by then are
+    /// made due.
+    static let writeThroughBudget = Duration.seconds(10)
+
     /// Writes what the backend now holds of the entities `applied` changed into every scope of
     /// the device's user and every shared scope that holds them or now matches them (removing
     /// them from those they left), before the device gets its answer (SPEC §13,
     /// "Write-through"): its next download holds its own changes with their new ETags, whatever
-    /// the refresh target. A scope whose rows cannot be read back is made due. Never fails the
-    /// upload: the backend applied it.
+    /// the refresh target. A scope whose rows cannot be read back is made due. Throws only when
+    /// neither could be done (PostgreSQL cannot be reached): the device must not be told that
+    /// its next download holds its change.
     func writeThrough(
         _ applied: [AppliedRequest], request: GatewayRequest, backend: GatewayBackend, model: Model
-    )
-        async
-    {
+    ) async throws {
         let plan = WriteThroughPlan(
             applied: applied, gatewayRoot: request.gatewayRoot, backendRoot: backend.url, model: model)
         guard !plan.isEmpty else { return }
@@ -25,15 +28,23 @@ extension Gateway {
         do {
             scopes = try await store.scopes(backend: backend.url, user: request.user)
         } catch {
-            logger.warning("Write-through found no scopes", metadata: ["error": "\(error)"])
+            logger.warning("Write-through found no scopes; all are made due", metadata: ["error": "\(error)"])
+            try await store.markDue(backend: backend.url, user: request.user)
             return
         }
+        let started = ContinuousClock.now
         var due: [Int64] = []
-        for action in plan.actions(for: scopes) {
+        let actions = plan.actions(for: scopes, uploader: request.user, isShared: backend.isShared)
+        for action in actions {
             switch action {
             case .due(let scope): due.append(scope)
             case .write(let scope, let set, let entities):
-                guard let entry = scopes.first(where: { $0.id == scope }) else { continue }
+                guard let entry = scopes.first(where: { $0.id == scope }),
+                    ContinuousClock.now - started < Self.writeThroughBudget
+                else {
+                    due.append(scope)
+                    continue
+                }
                 do {
                     let summary = try await store.writeThrough(scope: scope, lockTimeout: Self.writeThroughLockTimeout)
                     {
@@ -54,7 +65,8 @@ extension Gateway {
         do {
             try await store.markDue(due)
         } catch {
-            logger.warning("Scopes could not be made due", metadata: ["error": "\(error)"])
+            logger.warning("Scopes could not be made due; all are", metadata: ["error": "\(error)"])
+            try await store.markDue(backend: backend.url, user: request.user)
         }
     }
 
@@ -70,7 +82,10 @@ extension Gateway {
         }
         let keyNames = model.key(of: type).map(\.name)
         let legacy = model.version.isLegacy
-        let authorization = entry.user.isEmpty ? Self.shared(backend) : credentials(of: request, backend: backend)
+        // Shared data with the gateway's credentials; the uploader's own scopes with its own (the
+        // plan makes anyone else's scope due instead).
+        let authorization =
+            backend.isShared(entry.query) ? Self.shared(backend) : credentials(of: request, backend: backend)
         var rows: [(key: String, keyMembers: String, payload: String)] = []
         let live = entities.filter { !$0.deleted }
         var start = 0

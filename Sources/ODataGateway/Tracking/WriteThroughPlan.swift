@@ -112,26 +112,28 @@ struct WriteThroughPlan: Sendable {
     /// Nothing to write through.
     var isEmpty: Bool { entities.isEmpty && !unknown }
 
-    /// What to do for each of `scopes` (those an upload of the device's user may change).
-    /// A scope of a changed entity set gets its entities written; a scope that expands
-    /// another set is made due (its nested rows may hold a changed entity); with an unknown
-    /// change, every scope is made due.
-    func actions(for scopes: [GatewayStore.ScopeEntry]) -> [Action] {
+    /// What to do for each of `scopes` (those an upload of `uploader` may change: its own, and
+    /// those of user "", shared or anonymous). A scope of a changed entity set gets its entities
+    /// written; a scope that expands gets them written and is made due too (its nested rows may
+    /// hold a changed entity, of its own set or another); another user's scope (an anonymous
+    /// one, for a signed-in uploader: it is never read with the uploader's credentials) is made
+    /// due; with an unknown change, every scope is made due.
+    func actions(
+        for scopes: [GatewayStore.ScopeEntry], uploader: String, isShared: (String) -> Bool
+    ) -> [Action] {
         var actions: [Action] = []
         for scope in scopes {
-            guard !unknown else {
-                actions.append(.due(scope: scope.id))
-                continue
-            }
-            guard let query = try? TrackedQuery(target: scope.query) else {
+            guard !unknown, let query = try? TrackedQuery(target: scope.query) else {
                 actions.append(.due(scope: scope.id))
                 continue
             }
             let set = query.path.removingPercentEncoding ?? query.path
             let expands = query.options.contains { $0.name == "$expand" }
             let mine = entities.filter { $0.set == set }
+            let readable = isShared(scope.query) || scope.user == uploader
             if !mine.isEmpty {
-                actions.append(.write(scope: scope.id, set: set, entities: mine))
+                actions.append(readable ? .write(scope: scope.id, set: set, entities: mine) : .due(scope: scope.id))
+                if expands, readable { actions.append(.due(scope: scope.id)) }
             } else if expands, !entities.isEmpty {
                 actions.append(.due(scope: scope.id))
             }
@@ -150,21 +152,28 @@ struct WriteThroughPlan: Sendable {
             guard !terms.isEmpty else { return nil }
             keys.append(terms.count == 1 ? terms[0] : "(" + terms.joined(separator: " and ") + ")")
         }
-        var filter = keys.joined(separator: " or ")
+        let filter = keys.joined(separator: " or ")
         var options = scoped.options.filter {
             !["$top", "$skip", "$orderby", "$skiptoken", "$count", "$inlinecount"].contains($0.name)
         }
-        if let index = options.firstIndex(where: { $0.name == "$filter" }) {
-            filter =
-                "(" + (options[index].value.removingPercentEncoding ?? options[index].value) + ") and (" + filter + ")"
-            options.remove(at: index)
-        }
-        var allowed = CharacterSet.urlQueryAllowed
-        allowed.remove(charactersIn: "&=+#%")
-        options.append(("$filter", filter.addingPercentEncoding(withAllowedCharacters: allowed) ?? filter))
+        let value = narrowed(options: &options, by: filter)
+        options.append(("$filter", value))
         return scoped.path + "?"
             + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }
             .joined(separator: "&")
+    }
+
+    /// The value of a `$filter` that keeps the scope's own (taken out of `options`) exactly as
+    /// it was sent, and adds `clause` (plain text, encoded here): `(own) and (clause)`. The own
+    /// filter is never decoded and encoded again, so a `+` stays a `+`.
+    static func narrowed(options: inout [(name: String, value: String)], by clause: String) -> String {
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "&=+#%")
+        let encoded = clause.addingPercentEncoding(withAllowedCharacters: allowed) ?? clause
+        guard let index = options.firstIndex(where: { $0.name == "$filter" }) else { return encoded }
+        let own = options[index].value
+        options.remove(at: index)
+        return "(" + own + ")%20and%20(" + encoded + ")"
     }
 
     /// How many keys one narrowed read names.

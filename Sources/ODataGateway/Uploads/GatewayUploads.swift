@@ -82,7 +82,18 @@ extension Gateway {
         let task = Task {
             let (answer, applied) = try await self.applyOnce(
                 units, batchBoundary: boundary, request: request, backend: backend, model: model)
-            await self.writeThrough(applied, request: request, backend: backend, model: model)
+            do {
+                try await self.writeThrough(applied, request: request, backend: backend, model: model)
+            } catch {
+                // Neither written through nor made due: the device's next download could bring an
+                // older copy. The upload fails instead; its repeat is answered as recorded (and
+                // written through then).
+                self.logger.warning("Write-through failed", metadata: ["error": "\(error)"])
+                throw GatewayError(
+                    status: 503, code: "GatewayState",
+                    "The gateway could not write the upload's changes into PostgreSQL; upload again (it is "
+                        + "applied once)")
+            }
             return answer
         }
         let result = await task.result
@@ -1289,35 +1300,28 @@ struct GatewayETagCheck: Sendable {
             terms.append(name + " eq " + Literal.format(.primitive(value), version: model.version))
         }
         guard terms.count == key.count else { return nil }
-        var filter = terms.joined(separator: " and ")
-        let byKey = filter
-        var options = scoped.options.filter {
-            !["$top", "$skip", "$orderby", "$skiptoken", "$count", "$inlinecount"]
-                .contains($0.name)
+        let byKey = terms.joined(separator: " and ")
+        let kept = scoped.options.filter {
+            !["$top", "$skip", "$orderby", "$skiptoken", "$count", "$inlinecount"].contains($0.name)
         }
-        if let index = options.firstIndex(where: { $0.name == "$filter" }) {
-            filter =
-                "(" + (options[index].value.removingPercentEncoding ?? options[index].value) + ") and (" + filter + ")"
-            options.remove(at: index)
+        func target(_ filter: (inout [(name: String, value: String)]) -> String) -> String {
+            var options = kept
+            let value = filter(&options)
+            options.append(("$filter", value))
+            return scoped.path + "?"
+                + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }.joined(separator: "&")
         }
-        var allowed = CharacterSet.urlQueryAllowed
-        allowed.remove(charactersIn: "&=+#%")
-        options.append(("$filter", filter.addingPercentEncoding(withAllowedCharacters: allowed) ?? filter))
         self.method = method
         self.scope = scope
         self.query = query
         self.set = set
         self.keyNames = keyNames
-        self.target =
-            scoped.path + "?"
-            + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }
-            .joined(separator: "&")
-        if scoped.options.contains(where: { $0.name == "$filter" }) {
-            options.removeLast()
-            options.append(("$filter", byKey.addingPercentEncoding(withAllowedCharacters: allowed) ?? byKey))
-            self.keyTarget =
-                scoped.path + "?"
-                + options.map { $0.value.isEmpty ? $0.name : $0.name + "=" + $0.value }.joined(separator: "&")
+        self.target = target { WriteThroughPlan.narrowed(options: &$0, by: byKey) }
+        if kept.contains(where: { $0.name == "$filter" }) {
+            self.keyTarget = target { options in
+                options.removeAll { $0.name == "$filter" }
+                return WriteThroughPlan.narrowed(options: &options, by: byKey)
+            }
         } else {
             self.keyTarget = nil
         }
