@@ -399,6 +399,17 @@ import Testing
             let bad = try await get()
             #expect(bad.status == 502)
             #expect(String(decoding: bad.body, as: UTF8.self).contains("BackendPayload"))
+            // A next link to another host is not followed: it would carry the credentials there.
+            let away =
+                v2
+                ? #"{"d":{"results":[],"__next":"http://127.0.0.2:9/steal"}}"#
+                : #"{"value":[],"@odata.nextLink":"http://127.0.0.2:9/steal"}"#
+            await setup.backend.service.faults.set([
+                FaultRule(method: "GET", urlContains: "Contacts", times: 1, answer: away)
+            ])
+            let leaving = try await get()
+            #expect(leaving.status == 502)
+            #expect(String(decoding: leaving.body, as: UTF8.self).contains("leaves its service root"))
             #expect(try await get().status == 200)
         } catch {
             Issue.record("\(error)")

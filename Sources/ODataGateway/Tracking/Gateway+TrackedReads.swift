@@ -366,7 +366,7 @@ extension Gateway {
                 let (rows, next) = try Self.rows(of: response.body, keyNames: keyNames, legacy: legacy, set: query.path)
                 try await write(rows)
                 read += rows.count
-                url = next.map { Self.resolve($0, against: current) }
+                url = try next.map { try Self.nextPage($0, against: current, backend: backend) }
                 // The device waiting for it sees the rows read so far (pulled by its client).
                 if let request, ContinuousClock.now - reportedToDevice >= .milliseconds(500) {
                     reportedToDevice = ContinuousClock.now
@@ -440,5 +440,18 @@ extension Gateway {
     static func resolve(_ link: String, against base: String) -> String {
         if link.hasPrefix("http://") || link.hasPrefix("https://") { return link }
         return URL(string: link, relativeTo: URL(string: base))?.absoluteString ?? link
+    }
+
+    /// A backend page's next link, resolved against the page's URL, when it stays under the
+    /// backend's root: the reads that follow next links (refreshes, write-through) carry a
+    /// device's or the gateway's credentials, which go nowhere else.
+    static func nextPage(_ link: String, against base: String, backend: GatewayBackend) throws(GatewayError) -> String {
+        let url = resolve(link, against: base)
+        guard url.lowercased().hasPrefix(backend.url.lowercased()) else {
+            throw GatewayError(
+                status: 502, code: "BackendPaging",
+                "The backend's next link \(url.prefix(200)) leaves its service root \(backend.url): not followed")
+        }
+        return url
     }
 }

@@ -117,7 +117,7 @@ extension Gateway {
                 }
                 let (page, next) = try Self.rows(of: response.body, keyNames: keyNames, legacy: legacy, set: set)
                 rows += page
-                url = next.map { Self.resolve($0, against: current) }
+                url = try next.map { try Self.nextPage($0, against: current, backend: backend) }
             }
         }
         let found = Set(rows.map(\.key))
