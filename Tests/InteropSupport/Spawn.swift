@@ -38,6 +38,21 @@ public enum Spawn {
         return status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
     }
 
+    /// ``wait(_:outputFile:)`` on a dispatch queue, for async code: a program waited for on the
+    /// two-thread concurrency pool (`initdb`, `pg_ctl start`) would stall every other task of
+    /// the process, and their deadlines would pass while they could not run.
+    public static func waitOffPool(_ argv: [String], outputFile: String) async throws -> Int32 {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                do {
+                    continuation.resume(returning: try wait(argv, outputFile: outputFile))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
     /// A TCP port free on 127.0.0.1 now.
     public static func freePort() -> Int {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

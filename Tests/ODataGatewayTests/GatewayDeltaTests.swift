@@ -19,7 +19,7 @@ import Testing
         func stop() async {
             for gateway in gateways { await gateway.stop() }
             await backend.stop()
-            postgres.stop()
+            await postgres.stop()
             try? FileManager.default.removeItem(at: folder)
         }
     }
@@ -28,7 +28,7 @@ import Testing
         v2: Bool, instances: Int = 2, scale: Int = 3, backendOptions: (inout ODataService.Options) -> Void = { _ in },
         configure: (inout GatewayConfiguration) -> Void = { _ in }
     ) async throws -> Setup {
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-gw-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let backend = try await EmbeddedServer.sales(
@@ -45,6 +45,9 @@ import Testing
         // show it: a refresh at each download (the refresh target has tests of its own).
         configuration.refreshInterval = 0
         configuration.metadataCheckInterval = 0
+        // Dozens of servers share two cores here: PostgreSQL's deadline is for outages (its
+        // own tests set a short one), not for a test machine's load.
+        configuration.postgresTimeout = 30
         configure(&configuration)
         var gateways: [RunningGateway] = []
         for _ in 0..<instances {

@@ -50,7 +50,7 @@ import Testing
     @Test func aDeviceGetsDeltasThroughTheGatewayFromPyslet() async throws {
         let producer = try await Interop.Server.start(
             script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
             "oodata-gw-pyslet-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -121,7 +121,7 @@ import Testing
         if let device { await device.close() }
         if let gateway { await gateway.stop() }
         producer.stop()
-        postgres.stop()
+        await postgres.stop()
         try? FileManager.default.removeItem(at: folder)
     }
 
@@ -135,7 +135,7 @@ import Testing
     func uploadsThroughTheGatewayToPysletAreAppliedOnce(batches: Bool) async throws {
         let producer = try await Interop.Server.start(
             script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
             "oodata-gw-pyslet-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -202,7 +202,7 @@ import Testing
         if let device { await device.close() }
         if let gateway { await gateway.stop() }
         producer.stop()
-        postgres.stop()
+        await postgres.stop()
         try? FileManager.default.removeItem(at: folder)
     }
 
@@ -215,7 +215,7 @@ import Testing
     func conflictsWithPysletAreResolvedThroughTheGateway(batches: Bool) async throws {
         let producer = try await Interop.Server.start(
             script: Interop.script("pyslet_producer.py"), arguments: ["0", "4"])
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
             "oodata-gw-pyslet-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -279,7 +279,7 @@ import Testing
         if let device { await device.close() }
         if let gateway { await gateway.stop() }
         producer.stop()
-        postgres.stop()
+        await postgres.stop()
         try? FileManager.default.removeItem(at: folder)
     }
 }

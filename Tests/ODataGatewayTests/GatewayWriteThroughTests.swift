@@ -131,6 +131,36 @@ import Testing
         #expect(!RefreshSchedule.isDue(age: 500, marked: true, interval: 0))
     }
 
+    /// A deadline counts PostgreSQL's time, not the time this process could not run: a timer
+    /// that woke late (0.8 s) waits as long again, a timer on time ends at once, and one that
+    /// always wakes late ends after three more waits.
+    @Test(arguments: [([800, 0], 2), ([0], 1), ([100], 1), ([900, 900, 900, 900, 900], 4)])
+    func aDeadlineWaitsAgainWhenItsTimerWokeLate(lateness: [Int], sleeps: Int) async {
+        actor Wakes {
+            var asked: [ContinuousClock.Instant] = []
+            func note(_ wake: ContinuousClock.Instant) -> Int {
+                asked.append(wake)
+                return asked.count - 1
+            }
+        }
+        let wakes = Wakes()
+        let ended = await DeadlineClient.waitOut(0.2) { wake in
+            let round = await wakes.note(wake)
+            return wake + .milliseconds(lateness[min(round, lateness.count - 1)])
+        }
+        #expect(ended)
+        let asked = await wakes.asked
+        #expect(asked.count == sleeps)
+        for (index, wake) in asked.enumerated().dropFirst() {
+            // Woke `late` after the last wake asked for, then waits `late` more.
+            let late = Duration.milliseconds(lateness[index - 1])
+            #expect(wake == asked[index - 1] + late + late)
+        }
+        // Cancelled while it sleeps: not a deadline that passed.
+        let cancelled = await DeadlineClient.waitOut(0.2) { _ in throw CancellationError() }
+        #expect(!cancelled)
+    }
+
     @Test func anInvalidPortIsRefused() async {
         for port in [-1, 65536, 99999] {
             do {
@@ -178,7 +208,7 @@ import Testing
             headers["Prefer"] = "odata.track-changes"
             headers["Accept"] = "application/json"
             let sent = headers
-            try setup.postgres.halt(mode: mode)
+            try await setup.postgres.halt(mode: mode)
             let started = ContinuousClock.now
             let answers = try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<4 {
@@ -195,7 +225,7 @@ import Testing
             }
             #expect(answers == [503, 503, 503, 503])
             #expect(ContinuousClock.now - started < .seconds(30))
-            try setup.postgres.startAgain()
+            try await setup.postgres.startAgain()
             var status = 0
             for _ in 0..<20 where status != 200 {
                 status = try await DefaultTransport.make().send(

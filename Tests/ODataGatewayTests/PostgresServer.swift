@@ -28,12 +28,12 @@ final class PostgresServer: Sendable {
     static var isRoot: Bool { getuid() == 0 }
 
     /// Runs `program` (as `postgres` when this process is root) with its output in a file
-    /// (``Spawn/wait(_:outputFile:)``). Throws with the output when it fails.
+    /// (``Spawn/waitOffPool(_:outputFile:)``, off the concurrency pool). Throws with the output when it fails.
     @discardableResult
-    static func run(_ program: String, _ arguments: [String], outputFile: String) throws -> String {
+    static func run(_ program: String, _ arguments: [String], outputFile: String) async throws -> String {
         let argv = isRoot ? ["/usr/sbin/runuser", "-u", "postgres", "--", program] + arguments : [program] + arguments
         _ = FileManager.default.createFile(atPath: outputFile, contents: nil)
-        let status = try Spawn.wait(argv, outputFile: outputFile)
+        let status = try await Spawn.waitOffPool(argv, outputFile: outputFile)
         let text = (try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? ""
         guard status == 0 else {
             throw Failure(description: "\(program) \(arguments.joined(separator: " ")) failed: \(text)")
@@ -44,7 +44,7 @@ final class PostgresServer: Sendable {
     static func freePort() -> Int { Spawn.freePort() }
 
     /// A new server, running.
-    static func start() throws -> PostgresServer {
+    static func start() async throws -> PostgresServer {
         let binaries = try findBinaries()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("oodata-pg-\(UUID().uuidString)")
             .path
@@ -58,11 +58,11 @@ final class PostgresServer: Sendable {
                 throw Failure(description: "chown postgres \(folder) failed (errno \(errno))")
             }
         }
-        try run(
+        try await run(
             binaries + "/initdb", ["-D", folder + "/data", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
             outputFile: folder + "/initdb.out")
         let port = freePort()
-        try run(
+        try await run(
             binaries + "/pg_ctl",
             [
                 "-D", folder + "/data", "-l", folder + "/log", "-w", "-t", "60",
@@ -73,15 +73,15 @@ final class PostgresServer: Sendable {
     }
 
     /// Stops the server (`pg_ctl stop -m MODE`), keeping its files for ``startAgain()``.
-    func halt(mode: String = "immediate") throws {
-        try Self.run(
+    func halt(mode: String = "immediate") async throws {
+        try await Self.run(
             binaries + "/pg_ctl", ["-D", folder + "/data", "-m", mode, "-w", "stop"],
             outputFile: folder + "/pg_ctl.out")
     }
 
     /// Starts the server stopped by ``halt(mode:)`` again, on the same port.
-    func startAgain() throws {
-        try Self.run(
+    func startAgain() async throws {
+        try await Self.run(
             binaries + "/pg_ctl",
             [
                 "-D", folder + "/data", "-l", folder + "/log", "-w", "-t", "60",
@@ -91,8 +91,8 @@ final class PostgresServer: Sendable {
     }
 
     /// Stops the server at once and removes its files.
-    func stop() {
-        _ = try? Self.run(
+    func stop() async {
+        _ = try? await Self.run(
             binaries + "/pg_ctl", ["-D", folder + "/data", "-m", "immediate", "-w", "stop"],
             outputFile: folder + "/pg_ctl.out")
         try? FileManager.default.removeItem(atPath: folder)
@@ -100,13 +100,15 @@ final class PostgresServer: Sendable {
 }
 
 extension GatewayConfiguration {
-    /// A configuration whose scopes refresh at each download: for tests that change the backend
-    /// behind the gateway and expect the next download to show it (the refresh target and the
-    /// refresher have tests of their own).
+    /// A configuration whose scopes refresh at each download, with a long PostgreSQL deadline:
+    /// for tests that change the backend behind the gateway and expect the next download to
+    /// show it (the refresh target, the refresher and the deadline have tests of their own).
     static func refreshingAtEachRead(_ backends: [GatewayBackend]) -> GatewayConfiguration {
         var configuration = GatewayConfiguration(backends: backends)
         configuration.refreshInterval = 0
         configuration.metadataCheckInterval = 0
+        // PostgreSQL's deadline is for outages, not for a test machine's load.
+        configuration.postgresTimeout = 30
         return configuration
     }
 }

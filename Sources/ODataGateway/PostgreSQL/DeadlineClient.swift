@@ -82,8 +82,7 @@ struct DeadlineClient: Sendable {
                 }
             }
             let timer = Task {
-                try? await Task.sleep(for: .milliseconds(Int64(deadline * 1000)))
-                guard !Task.isCancelled else { return }
+                guard await Self.waitOut(deadline) else { return }
                 if await once.claim() {
                     work.cancel()
                     continuation.resume(throwing: failure)
@@ -91,6 +90,27 @@ struct DeadlineClient: Sendable {
             }
             Task { await once.set(timer) }
         }
+    }
+
+    /// Sleeps `seconds`; false when cancelled first. Time this process could not run is not
+    /// PostgreSQL's: a timer that wakes more than a quarter second late (every thread of the
+    /// concurrency pool was busy, so an answer that came may not have been taken yet) waits as
+    /// long again, at most three times. `sleep` sleeps until an instant and returns when it woke.
+    static func waitOut(
+        _ seconds: Double,
+        sleep: @Sendable (ContinuousClock.Instant) async throws -> ContinuousClock.Instant = { wake in
+            try await Task.sleep(until: wake, clock: ContinuousClock())
+            return ContinuousClock.now
+        }
+    ) async -> Bool {
+        var wake = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        for round in 0...3 {
+            guard let woke = try? await sleep(wake) else { return false }
+            let late = woke - wake
+            guard late > .milliseconds(250), round < 3 else { break }
+            wake = woke + late
+        }
+        return !Task.isCancelled
     }
 
     /// Lets one of two racers resume a continuation; the first to claim it stops the timer.
