@@ -487,6 +487,40 @@ import Testing
         live.cancel()
     }
 
+    /// Issue 55: a backend that negotiates its version (odatapy says `Version="4.01"` to one
+    /// request and `"4.0"` to another) changes no model: the download reports no change,
+    /// builds no new store and goes on with its delta; a backend row deleted meanwhile goes.
+    /// V2's counterpart is DataServiceVersion 2.0 and 3.0.
+    @Test(arguments: [false, true])
+    func aVersionThatOnlyTheNegotiationChangedIsNoChange(v2: Bool) async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let listener = Listener()
+        let provider = try await fixture.provider(v2: v2, delegate: listener)
+        try await provider.open()
+        var model = try Self.salesModel([])
+        model.version = v2 ? .v3 : .v401
+        try await fixture.server.service.changeModel(to: model)
+        let root = (v2 ? fixture.server.v2Root : fixture.server.v4Root).absoluteString
+        let document = String(
+            decoding: try await DefaultTransport.make().send(
+                TransportRequest(method: "GET", url: root + "$metadata"), timeout: 10
+            ).body, as: UTF8.self)
+        #expect(document.contains(v2 ? #"m:DataServiceVersion="3.0""# : #"Version="4.01""#), "\(document.prefix(300))")
+        #expect(try await fixture.backendSend("DELETE", "Contacts(1)", "") < 300)
+        listener.reset()
+        try await provider.download()
+        #expect(listener.changes.isEmpty, "\(listener.changes)")
+        Self.checkProgress(listener.progress, total: Downloader.plan.count, first: .processingDefiningQueries)
+        #expect(try await provider.readEntities("Contacts?$filter=ContactID eq 1").isEmpty)
+        // And back: still no change.
+        model.version = v2 ? .v2 : .v4
+        try await fixture.server.service.changeModel(to: model)
+        listener.reset()
+        try await provider.download()
+        #expect(listener.changes.isEmpty, "\(listener.changes)")
+    }
+
     @Test(arguments: [false, true])
     func withoutAnETagTheDownloadComparesTheContentHash(v2: Bool) async throws {
         let fixture = try await Fixture.start(configure: { $0.sendsETags = false })

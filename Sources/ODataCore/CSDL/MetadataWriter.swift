@@ -31,10 +31,12 @@ public struct MetadataWriter: Sendable {
 
     // MARK: V4
 
-    /// CSDL XML 4.0.
+    /// CSDL XML 4.0 (`Version="4.01"` for a 4.01 model).
     public func v4(_ model: Model) -> String {
         var xml = #"<?xml version="1.0" encoding="utf-8"?>"# + "\n"
-        xml += #"<edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.0"><edmx:DataServices>"#
+        let version = model.version == .v401 ? "4.01" : "4.0"
+        xml += #"<edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version=""#
+        xml += version + #""><edmx:DataServices>"#
         for schema in model.schemas {
             xml += "<Schema\(attributes([("Namespace", schema.namespace)])) xmlns=\"http://docs.oasis-open.org/odata/ns/edm\">"
             for type in schema.enumTypes {
@@ -119,12 +121,14 @@ public struct MetadataWriter: Sendable {
         var to: (type: String, nav: NavigationProperty?)
     }
 
-    /// EDMX 1.0 with DataServiceVersion 2.0: associations derived from navigation properties
-    /// (a property and its partner share one), association sets from the bindings.
+    /// EDMX 1.0 with DataServiceVersion 2.0 (3.0 for a V3 model): associations derived from
+    /// navigation properties (a property and its partner share one), association sets from the
+    /// bindings.
     public func v2(_ model: Model) -> String {
         var xml = #"<?xml version="1.0" encoding="utf-8"?>"# + "\n"
         xml += #"<edmx:Edmx xmlns:edmx="http://schemas.microsoft.com/ado/2007/06/edmx" Version="1.0">"#
-        xml += #"<edmx:DataServices xmlns:m="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata" m:DataServiceVersion="2.0">"#
+        xml += #"<edmx:DataServices xmlns:m="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata""#
+        xml += #" m:DataServiceVersion=""# + (model.version == .v3 ? "3.0" : "2.0") + #"">"#
         let plans = associationPlans(model)
         for schema in model.schemas {
             xml += "<Schema\(attributes([("Namespace", schema.namespace)])) xmlns=\"http://schemas.microsoft.com/ado/2008/09/edm\">"

@@ -82,7 +82,9 @@ struct MetadataMigration: Sendable {
         }
         let model = try LocalSchema.extend(backendModel)
         var changes = model.changes(since: store.model)
-        if backendModel.version != store.model.version {
+        // Models are compared, not headers: a backend that negotiates its version (4.01 to one
+        // request, 4.0 to the next) changes nothing. Only another protocol (V2 and V4) does.
+        if backendModel.version.isLegacy != store.model.version.isLegacy {
             changes.insert(
                 ModelChange(
                     .breaking, "$metadata",
