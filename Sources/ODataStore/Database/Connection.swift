@@ -56,6 +56,12 @@ public final class Connection {
             throw DatabaseError(error.code, resultCode: status, message: "Cannot open \(path): \(error.message)")
         }
         sqlite3_extended_result_codes(pointer, 1)
+        let registered = StoreFunctions.register(pointer)
+        guard registered == SQLITE_OK else {
+            let error = Self.error(pointer, registered, sql: nil)
+            sqlite3_close_v2(pointer)
+            throw DatabaseError(error.code, resultCode: registered, message: "Cannot open \(path): \(error.message)")
+        }
         // Set before the first read: a store another process holds locked is waited for (for a
         // bounded time) at open too, and then reported as busy, not as a wrong key.
         sqlite3_busy_timeout(pointer, options.busyTimeoutMilliseconds)

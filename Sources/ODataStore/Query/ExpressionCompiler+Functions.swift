@@ -156,25 +156,56 @@ extension ExpressionCompiler {
             else {
                 throw Self.unsupported("cast to a structured type")
             }
-            switch target {
-            case .string:
-                return Operand(
-                    sql: "CAST(" + (try materialize(args[0], as: args[0].storage)) + " AS TEXT)",
-                    storage: .primitive(.string))
-            case .int16, .int32, .int64, .byte, .sbyte:
-                return Operand(
-                    sql: "CAST(" + (try materialize(args[0], as: args[0].storage)) + " AS INTEGER)",
-                    storage: .primitive(target))
-            case .double, .single:
-                return Operand(
-                    sql: "CAST(" + (try materialize(args[0], as: args[0].storage)) + " AS REAL)",
-                    storage: .primitive(target))
-            default:
-                throw Self.unsupported("cast to \(typeName)")
-            }
+            return try cast(args[0], to: target)
         default:
             throw Self.unsupported("the function \(name)")
         }
+    }
+
+    /// `cast(value, target)` (see ``PrimitiveCast``): a literal is cast now; a stored or
+    /// computed value by `oodata_cast` on its stored form (``StoreFunctions``). An enum casts
+    /// to `Edm.String` as its member's name; other casts of enums fail (null).
+    func cast(_ value: Operand, to target: PrimitiveType) throws -> Operand {
+        switch value.storage {
+        case .null, .literal(.null):
+            return Operand(sql: SQLFragment("NULL"), storage: .null)
+        case .literal(.primitive(let p)):
+            guard PrimitiveCast.isComputed(from: p.type, to: target) else {
+                throw Self.unsupported("cast of \(p.type.rawValue) to \(target.rawValue)")
+            }
+            guard let cast = PrimitiveCast.cast(p, to: target, legacy: legacyStrings) else {
+                return Operand(sql: SQLFragment("NULL"), storage: .null)
+            }
+            return Operand(sql: SQLFragment(""), storage: .literal(.primitive(cast)))
+        case .primitive(let source):
+            return try castStored(value, from: source, to: target)
+        case .boolean:
+            return try castStored(value, from: .boolean, to: target)
+        case .enumeration(let typeName):
+            guard target == .string else { return Operand(sql: SQLFragment("NULL"), storage: .null) }
+            guard let type = schema.model.enumType(typeName), !type.isFlags else {
+                throw Self.unsupported("cast of the flags enum \(typeName) to Edm.String")
+            }
+            var sql = "(CASE " + value.sql
+            for member in type.members {
+                sql = sql + SQLFragment(" WHEN ? THEN ?", [.integer(member.value), .text(member.name)])
+            }
+            return Operand(sql: sql + " END)", storage: .primitive(.string))
+        default:
+            throw Self.unsupported("cast of this value to \(target.rawValue)")
+        }
+    }
+
+    private func castStored(_ value: Operand, from source: PrimitiveType, to target: PrimitiveType) throws -> Operand {
+        guard PrimitiveCast.isComputed(from: source, to: target) else {
+            throw Self.unsupported("cast of \(source.rawValue) to \(target.rawValue)")
+        }
+        if source == target { return value }
+        let stored = try materialize(value, as: .primitive(source))
+        let legacy = legacyStrings && target == .string ? ", 1)" : ")"
+        return Operand(
+            sql: SQLFragment("oodata_cast(?, ?, ", [.text(source.rawValue), .text(target.rawValue)]) + stored + legacy,
+            storage: .primitive(target))
     }
 
     static func now() -> DateTimeOffsetValue {

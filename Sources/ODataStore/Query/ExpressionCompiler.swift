@@ -12,6 +12,9 @@ struct ExpressionCompiler {
     private var aliasCounter = 0
     /// The predicate of the lambda that ends the path being compiled.
     var lambdaPredicate: BoundExpression?
+    /// A V2 request: `cast` to `Edm.String` writes V2's forms (an Edm.Date is an Edm.DateTime,
+    /// an Edm.TimeOfDay an Edm.Time there; see ``PrimitiveCast/cast(_:to:legacy:)``).
+    var legacyStrings = false
 
     init(schema: StoreSchema, aliases: [String: CommonExpression]) {
         self.schema = schema

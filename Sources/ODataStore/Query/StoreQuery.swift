@@ -50,10 +50,12 @@ extension Store {
     /// next link with `$skiptoken` that resumes where this page stopped.
     public func query(_ url: String, version requested: ODataVersion? = nil, pageSize: Int? = nil) async throws -> QueryResult {
         let schema = self.schema
-        let (parsed, bound) = try prepare(url, version: requestVersion(requested))
+        let version = requestVersion(requested)
+        let (parsed, bound) = try prepare(url, version: version)
         return try await Self.boundingSQLDepth {
             try await read { reader in
-                var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+                var executor = QueryExecutor(
+                    reader: reader, schema: schema, parsed: parsed, bound: bound, url: url, version: version)
                 return try executor.run(pageSize: pageSize)
             }
         }
@@ -93,7 +95,9 @@ extension Store {
         return try await read { reader in
             reader.db.statementLog = []
             defer { reader.db.statementLog = nil }
-            var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+            var executor = QueryExecutor(
+                reader: reader, schema: schema, parsed: parsed, bound: bound, url: url,
+                version: schema.model.version)
             let result = try executor.run(pageSize: pageSize)
             return (result, reader.db.statementLog ?? [])
         }
@@ -111,13 +115,18 @@ struct QueryExecutor {
     /// SQL statements run, for tests that check there is no N+1.
     static let traceKey = "ODATASTORE_TRACE_SQL"
 
-    init(reader: StoreReader, schema: StoreSchema, parsed: ParsedURL, bound: BoundRequest, url: String) {
+    /// `version`: what the request was written in (V2 casts values to strings in V2's forms).
+    init(
+        reader: StoreReader, schema: StoreSchema, parsed: ParsedURL, bound: BoundRequest, url: String,
+        version: ODataVersion
+    ) {
         self.reader = reader
         self.schema = schema
         self.parsed = parsed
         self.bound = bound
         self.url = url
         self.compiler = ExpressionCompiler(schema: schema, aliases: parsed.query.aliases)
+        self.compiler.legacyStrings = version.isLegacy
     }
 
     /// The rows a path addresses: a table and a condition on its alias `t0`.
@@ -485,10 +494,12 @@ extension Store {
         return try await Self.boundingSQLDepth {
             try await read { reader in
                 if rowsPossible {
-                    var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+                    var executor = QueryExecutor(
+                        reader: reader, schema: schema, parsed: parsed, bound: bound, url: url, version: version)
                     if let page = try executor.runRows(pageSize: pageSize, format: format, context: context) { return .rows(page) }
                 }
-                var executor = QueryExecutor(reader: reader, schema: schema, parsed: parsed, bound: bound, url: url)
+                var executor = QueryExecutor(
+                    reader: reader, schema: schema, parsed: parsed, bound: bound, url: url, version: version)
                 return .result(try executor.run(pageSize: pageSize))
             }
         }

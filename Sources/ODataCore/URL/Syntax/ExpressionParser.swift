@@ -606,7 +606,10 @@ struct ExpressionParser {
         if peek() != UInt8(ascii: ")") {
             while true {
                 let argStart = i
-                if (name == "isof" || name == "cast"), let typeName = try? scanTypeNameArgument() {
+                if name == "isof" || name == "cast", version.isLegacy, let typeName = scanQuotedTypeName() {
+                    // V2 names the type as a string: `cast(Price,'Edm.Double')`, `isof('NS.T')`.
+                    arguments.append(CommonExpression(.typeName(typeName), at: argStart))
+                } else if name == "isof" || name == "cast", let typeName = try? scanTypeNameArgument() {
                     arguments.append(CommonExpression(.typeName(typeName), at: argStart))
                 } else {
                     arguments.append(try parseExpression())
@@ -626,6 +629,26 @@ struct ExpressionParser {
             throw fail("\(name) takes \(range.lowerBound == range.upperBound ? "\(range.lowerBound)" : "\(range.lowerBound) to \(range.upperBound)") arguments, not \(arguments.count)", at: start)
         }
         return CommonExpression(.call(name, arguments), at: start)
+    }
+
+    /// V2's last argument of `cast` and `isof`: a qualified type name in quotes, followed by `)`.
+    mutating func scanQuotedTypeName() -> String? {
+        guard peek() == UInt8(ascii: "'") else { return nil }
+        var j = i + 1
+        while j < b.count, b[j] != UInt8(ascii: "'") { j += 1 }
+        guard j < b.count, j > i + 1 else { return nil }
+        let text = String(decoding: b[(i + 1)..<j], as: UTF8.self)
+        var k = j + 1
+        while isWhitespace(at: k) { k += 1 }
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard k < b.count, b[k] == UInt8(ascii: ")"), parts.count >= 2,
+            parts.allSatisfy({ part in
+                guard let first = part.utf8.first, isIdentifierStart(first) else { return false }
+                return part.utf8.allSatisfy(isIdentifierByte)
+            })
+        else { return nil }
+        i = j + 1
+        return text
     }
 
     /// A qualified type name argument (`Edm.String`, `Ns.T`), only when followed by `,` or `)`.

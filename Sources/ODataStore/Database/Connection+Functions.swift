@@ -1,0 +1,80 @@
+import CSQLCipher
+import Foundation
+import ODataCore
+
+/// SQL functions of our own, registered on every connection: what SQLite cannot compute on the
+/// stored forms of ``ValueStorage`` (a decimal's BLOB, a date's biased year).
+///
+/// `oodata_cast(from, to, value)`: the stored `value` of Edm type `from` (a qualified name)
+/// cast to Edm type `to` (``PrimitiveCast``), in `to`'s stored form; NULL when the cast fails.
+/// A fourth argument, 1, casts for a V2 request (V2's string forms).
+/// A stored value that cannot be read is an error that names it, never a guess.
+enum StoreFunctions {
+    static func register(_ handle: OpaquePointer) -> Int32 {
+        for count: Int32 in [3, 4] {
+            let status = sqlite3_create_function_v2(
+                handle, "oodata_cast", count, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
+                { context, count, arguments in StoreFunctions.cast(context, count, arguments) }, nil, nil, nil)
+            guard status == SQLITE_OK else { return status }
+        }
+        return SQLITE_OK
+    }
+
+    private static func cast(
+        _ context: OpaquePointer?, _ count: Int32, _ arguments: UnsafeMutablePointer<OpaquePointer?>?
+    ) {
+        guard count == 3 || count == 4, let arguments,
+            let from = text(arguments[0]).flatMap(PrimitiveType.init(qualifiedName:)),
+            let to = text(arguments[1]).flatMap(PrimitiveType.init(qualifiedName:))
+        else {
+            sqlite3_result_error(context, "oodata_cast: wrong arguments", -1)
+            return
+        }
+        let stored = value(arguments[2])
+        let decoded: PrimitiveValue?
+        do {
+            decoded = try ValueStorage.decode(stored, as: from)
+        } catch {
+            sqlite3_result_error(context, "cast to \(to.rawValue): \(error.message)", -1)
+            return
+        }
+        let legacy = count == 4 && sqlite3_value_int64(arguments[3]) != 0
+        guard let decoded, let result = PrimitiveCast.cast(decoded, to: to, legacy: legacy) else {
+            sqlite3_result_null(context)
+            return
+        }
+        switch ValueStorage.encode(result) {
+        case .null: sqlite3_result_null(context)
+        case .integer(let v): sqlite3_result_int64(context, v)
+        case .real(let v): sqlite3_result_double(context, v)
+        case .text(let s):
+            let bytes = Array(s.utf8)
+            sqlite3_result_text(context, bytes, Int32(bytes.count), csqlcipher_transient())
+        case .blob(let bytes):
+            sqlite3_result_blob(context, bytes, Int32(bytes.count), csqlcipher_transient())
+        }
+    }
+
+    private static func text(_ argument: OpaquePointer?) -> String? {
+        guard sqlite3_value_type(argument) == SQLITE_TEXT, let pointer = sqlite3_value_text(argument) else {
+            return nil
+        }
+        return String(cString: pointer)
+    }
+
+    private static func value(_ argument: OpaquePointer?) -> DatabaseValue {
+        switch sqlite3_value_type(argument) {
+        case SQLITE_INTEGER: return .integer(sqlite3_value_int64(argument))
+        case SQLITE_FLOAT: return .real(sqlite3_value_double(argument))
+        case SQLITE_TEXT:
+            guard let pointer = sqlite3_value_text(argument) else { return .text("") }
+            let count = Int(sqlite3_value_bytes(argument))
+            return .text(String(decoding: UnsafeBufferPointer(start: pointer, count: count), as: UTF8.self))
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_value_bytes(argument))
+            guard count > 0, let pointer = sqlite3_value_blob(argument) else { return .blob([]) }
+            return .blob(Array(UnsafeRawBufferPointer(start: pointer, count: count)))
+        default: return .null
+        }
+    }
+}
