@@ -269,6 +269,7 @@ extension ODataService {
             taken[targetTable.entitySet] = Swift.max(top, stored)
         }
         try assignNestedKeys(&entity, targetTable, writer, &taken)
+        try refuseContradictions(entity, targetTable)
         let etag = Self.newETag()
         entity.control.etag = etag
         stampNested(&entity)
@@ -296,6 +297,35 @@ extension ODataService {
         var response = representation(stored, targetTable, request, status: 201)
         response.headers.merge(headers)
         return response
+    }
+
+    /// Refuses a deep insert whose nested entity gives a property its parent's referential
+    /// constraint sets otherwise (an item of order SO9 that says `"OrderID":"SO1"`): it would be
+    /// stored under the parent, and answered as the entity it named.
+    private func refuseContradictions(_ entity: Entity, _ table: StoreSchema.EntityTable, depth: Int = 0) throws {
+        guard depth < 32 else { return }
+        for value in entity.navigation {
+            guard let inline = value.inline, let nav = table.navigation(value.name),
+                let target = store.schema.table(forEntitySet: nav.targetEntitySet)
+            else { continue }
+            let children: [Entity]
+            switch inline {
+            case .entity(let child): children = child.map { [$0] } ?? []
+            case .collection(let collection): children = collection.entities
+            }
+            for child in children {
+                if let (property, given, implied) = store.schema.contradiction(
+                    creatingThrough: nav.name, of: table.entitySet, parent: entity, child: child)
+                {
+                    throw ServiceFailure(
+                        400, "BadRequest",
+                        "The nested \(target.entitySet) entity in \(value.name) gives \(property) "
+                            + "\(Literal.format(.primitive(given))), but its parent's referential constraint makes it "
+                            + "\(Literal.format(.primitive(implied)))")
+                }
+                try refuseContradictions(child, target, depth: depth + 1)
+            }
+        }
     }
 
     /// The created entity as stored, with the nested entities of a deep insert inline in the

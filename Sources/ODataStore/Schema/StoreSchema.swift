@@ -273,6 +273,21 @@ public struct StoreSchema: Sendable {
         }
     }
 
+    /// A nested entity of a deep insert that contradicts its parent: the first property the
+    /// parent implies through `navigation` (``propertiesImplied(creatingThrough:of:parent:)``)
+    /// to which `child` gives another, non-null value. Nil when they agree.
+    public func contradiction(
+        creatingThrough navigation: String, of entitySet: String, parent: Entity, child: Entity
+    ) -> (property: String, given: PrimitiveValue, implied: PrimitiveValue)? {
+        let implied = propertiesImplied(creatingThrough: navigation, of: entitySet, parent: parent)
+        for (name, value) in implied.sorted(by: { $0.key < $1.key }) {
+            guard case .primitive(let given)? = child[name] else { continue }
+            let same = Literal.convert(.primitive(given), to: value.type) == .primitive(value)
+            if !same { return (name, given, value) }
+        }
+        return nil
+    }
+
     /// The properties an entity created through `nav` of an entity of `table` takes from that
     /// parent: its foreign key to the parent's key, the two sides' columns being equal.
     /// `parentValue` gives a property of the parent by name.

@@ -298,6 +298,15 @@ struct LocalExecutor {
             else { continue }
             let implied = writer.schema.propertiesImplied(creatingThrough: name, of: set, parent: entity)
             func prepare(_ child: inout Entity, _ childPath: String) throws {
+                if let (property, given, value) = writer.schema.contradiction(
+                    creatingThrough: name, of: set, parent: entity, child: child)
+                {
+                    throw OfflineODataError(
+                        .invalidRequest,
+                        "POST \(url): the nested \(target) entity at \(childPath) gives \(property) "
+                            + "\(Literal.format(.primitive(given))), but its parent's referential constraint makes it "
+                            + "\(Literal.format(.primitive(value)))")
+                }
                 var local = false
                 let keyNames = Set(model.key(of: type).map(\.name))
                 for (property, value) in implied where child[property] == nil || child[property] == .null {
