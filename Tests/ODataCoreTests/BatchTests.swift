@@ -202,7 +202,17 @@ import Testing
             (#"{"id":"1","method":"POST","url":"/odata/$batch?x=1"}"#, "A batch cannot contain another $batch"),
             (#"{"id":"1","method":"GET","url":"A","id":"2"}"#, "'id' is given twice"),
             (#"{"id":"1","method":"GET","url":"A","verb":"x"}"#, "A request has no member 'verb'"),
-            (#"{"id":"1","method":"GET","url":"A","if":"$1"}"#, "'if' (a condition on an earlier request) is not supported"),
+            // Issue 55, item 4.
+            (#"{"id":"1","method":"POST","url":"A"},{"id":"2","method":"PATCH","url":"$1"}"#,
+             "The URL $1 refers to request 1, which dependsOn must name"),
+            (#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},{"id":"2","method":"GET","url":"$1/B","dependsOn":["1"]}"#,
+             "1 is a member of atomicity group g: depend on the group"),
+            (#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},{"id":"2","method":"GET","url":"$1/B","dependsOn":["g"],"atomicityGroup":"h"},{"id":"3","method":"GET","url":"$9"}"#,
+             "The URL $9 refers to request 9, which is no earlier request"),
+            (#"{"id":"1","method":"GET","url":"A","headers":{"accept":"a","Accept":"b"}}"#, "Header Accept is given twice"),
+            (#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g 1"}"#, "Atomicity group 'g 1' is not a request-id"),
+            (#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g/1"}"#, "Atomicity group 'g/1' is not a request-id"),
+            (#"{"id":"a b","method":"GET","url":"A"}"#, "Request id 'a b' is not a request-id"),
             (#"{"id":1,"method":"GET","url":"A"}"#, "'id' must be a string"),
             (#"{"id":"1","method":"GET","url":"A","dependsOn":"x"}"#, "'dependsOn' must be an array"),
             (#"{"id":"1","method":"GET","url":"A","atomicityGroup":7}"#, "'atomicityGroup' must be a string"),
@@ -215,6 +225,12 @@ import Testing
         }
         #expect(refusal("", root: #"{"requests":[],"extra":1}"#).contains("A JSON batch has no member 'extra'"))
         #expect(refusal("", root: #"{"requests":[],"requests":[]}"#).contains("'requests' is given twice"))
+        // `if` is read (a service without conditions answers 424 for that request), and a
+        // system resource is no request reference.
+        #expect(refusal(#"{"id":"1","method":"GET","url":"A","if":"$0/$succeeded"}"#) == "")
+        #expect(refusal(#"{"id":"1","method":"GET","url":"$metadata"}"#) == "")
+        #expect(refusal(#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},"#
+                        + #"{"id":"2","method":"GET","url":"$1/B","dependsOn":["g"]}"#) == "")
         // Within one group a member may depend on another; afterwards, on the group.
         #expect(refusal(#"{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},"#
                         + #"{"id":"2","method":"PATCH","url":"$1","atomicityGroup":"g","dependsOn":["1"]},"#

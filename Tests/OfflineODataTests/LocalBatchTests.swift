@@ -95,7 +95,7 @@ import Testing
           {"id":"r","method":"GET","url":"BusinessPartners('BP1')"},
           {"id":"1","atomicityGroup":"g","method":"POST","url":"BusinessPartners","headers":{"content-type":"application/json"},
            "body":{"PartnerID":"BPJS","CompanyName":"JSON"}},
-          {"id":"2","atomicityGroup":"g","method":"POST","url":"$1/Contacts","headers":{"content-type":"application/json"},
+          {"id":"2","atomicityGroup":"g","dependsOn":["1"],"method":"POST","url":"$1/Contacts","headers":{"content-type":"application/json"},
            "body":{"FirstName":"JSON contact"}}
         ]}
         """#
@@ -112,7 +112,7 @@ import Testing
           {"id":"s","method":"PATCH","url":"BusinessPartners('BP1')","headers":{"content-type":"application/json"},"body":{"Phone":"$1"}},
           {"id":"a","atomicityGroup":"bad","method":"POST","url":"BusinessPartners","headers":{"content-type":"application/json"},
            "body":{"PartnerID":"BPJX"}},
-          {"id":"b","atomicityGroup":"bad","method":"PATCH","url":"$a","headers":{"content-type":"application/json"},
+          {"id":"b","atomicityGroup":"bad","dependsOn":["a"],"method":"PATCH","url":"$a","headers":{"content-type":"application/json"},
            "body":{"Nope":"x"}}
         ]}
         """#
@@ -123,5 +123,38 @@ import Testing
         #expect(try await provider.readEntities("BusinessPartners('BPJX')").isEmpty)
         let standalone = try #require(try await provider.readEntities("RequestQueue?$orderby=RequestID desc&$top=1").first)
         #expect(string(standalone, "RequestURL") == "BusinessPartners('BP1')" && string(standalone, "TransactionID") == nil)
+    }
+
+    /// Issue 55, item 4, offline: a request that depends on a failed one is not run (424), an
+    /// `if` is not evaluated (424), a GET inside an atomicity group is refused (501) and its
+    /// group applies nothing, and `$1` may name the entity a GET returned.
+    @Test func aJSONBatchKeepsItsDependenciesOffline() async throws {
+        let fixture = try await Fixture.start()
+        defer { Task { await fixture.stop() } }
+        let provider = try await fixture.provider()
+        try await provider.open()
+        let body = #"""
+        {"requests":[
+          {"id":"bad","method":"PATCH","url":"BusinessPartners('NOPE')","headers":{"content-type":"application/json"},
+           "body":{"Phone":"x"}},
+          {"id":"after","dependsOn":["bad"],"method":"PATCH","url":"BusinessPartners('BP1')",
+           "headers":{"content-type":"application/json"},"body":{"Phone":"should-not"}},
+          {"id":"cond","method":"PATCH","url":"BusinessPartners('BP1')","if":"true",
+           "headers":{"content-type":"application/json"},"body":{"Phone":"should-not"}},
+          {"id":"c1","atomicityGroup":"g","method":"POST","url":"Contacts","headers":{"content-type":"application/json"},
+           "body":{"PartnerID":"BP1","FirstName":"Grouped"}},
+          {"id":"c2","atomicityGroup":"g","method":"GET","url":"Contacts"},
+          {"id":"read","method":"GET","url":"BusinessPartners('BP2')"},
+          {"id":"viaRead","dependsOn":["read"],"method":"GET","url":"$read/Contacts"}
+        ]}
+        """#
+        let response = try await provider.execute(
+            method: "POST", url: "$batch", headers: ["Content-Type": "application/json"], body: Array(body.utf8))
+        let answers = try JSONBatchResponse.read(response.body).responses
+        #expect(answers.map(\.id) == ["bad", "after", "cond", "c1", "c2", "read", "viaRead"])
+        #expect(answers.map(\.status) == [404, 424, 424, 424, 501, 200, 200], "\(answers.map(\.status))")
+        #expect(string(try await provider.readEntities("BusinessPartners('BP1')").first, "Phone") != "should-not")
+        #expect(try await provider.readEntities("Contacts?$filter=FirstName eq 'Grouped'").isEmpty)
+        #expect((answers.last?.body?["value"]?.arrayValue?.count ?? 0) > 0, "\(answers.suffix(2))")
     }
 }

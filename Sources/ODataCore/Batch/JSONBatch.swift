@@ -11,6 +11,10 @@ public struct JSONBatchRequest: Sendable, Hashable {
         public var body: JSONValue?
         public var atomicityGroup: String?
         public var dependsOn: [String]
+        /// The `if` member: a condition on earlier requests (OData JSON Format 4.01 §19.1). Read
+        /// so that it is answered as the format says for a service without them: the request
+        /// is not executed and gets 424, and so does its atomicity group.
+        public var condition: JSONValue?
         /// Creates a value from its parts.
         public init(id: String, method: String, url: String, headers: [String: String] = [:], body: JSONValue? = nil,
                     atomicityGroup: String? = nil, dependsOn: [String] = []) {
@@ -31,13 +35,41 @@ public struct JSONBatchRequest: Sendable, Hashable {
     /// The methods a request of a batch may have.
     public static let methods: Set<String> = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     /// The members a request object may have (OData JSON Format 4.01, §19.1).
-    static let requestMembers: Set<String> = ["id", "method", "url", "headers", "body", "atomicityGroup", "dependsOn"]
+    static let requestMembers: Set<String> = [
+        "id", "method", "url", "headers", "body", "atomicityGroup", "dependsOn", "if",
+    ]
+    /// First segments that start with `$` and name a system resource, not a request.
+    static let systemResources: Set<String> = [
+        "$batch", "$crossjoin", "$all", "$entity", "$root", "$id", "$metadata",
+    ]
+
+    /// The request a relative URL refers to by its first segment (`$1/Items` names request
+    /// `1`), nil when it names none (a system resource such as `$metadata`, or no `$`).
+    public static func referencedRequest(_ url: String) -> String? {
+        guard url.hasPrefix("$") else { return nil }
+        let end = url.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? url.endIndex
+        let segment = String(url[..<end])
+        guard !systemResources.contains(segment), segment.count > 1 else { return nil }
+        return String(segment.dropFirst())
+    }
+
+    /// OData ABNF `request-id = 1*unreserved`: what an id and an atomicity group are made of.
+    static func isRequestID(_ text: String) -> Bool {
+        !text.isEmpty
+            && text.utf8.allSatisfy { c in
+                (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
+                    || c == UInt8(ascii: "-") || c == UInt8(ascii: ".") || c == UInt8(ascii: "_")
+                    || c == UInt8(ascii: "~")
+            }
+    }
 
     /// Reads a JSON batch request body and checks the rules of OData JSON Format 4.01 §19.1:
-    /// unique ids; known members only, each once and of its type; known methods; no body on GET
-    /// or DELETE; no nested `$batch`; the members of an atomicity group adjacent; group names
-    /// distinct from ids; `dependsOn` naming an earlier request or group, a group rather than a
-    /// member of another group, and never its own group.
+    /// unique ids; ids and group names that are `request-id`s; known members only, each once
+    /// and of its type, and headers each once; known methods; no body on GET or DELETE; no
+    /// nested `$batch`; the members of an atomicity group adjacent; group names distinct from
+    /// ids; `dependsOn` naming an earlier request or group, a group rather than a member of
+    /// another group, and never its own group; a URL that starts with `$<id>` naming a request
+    /// that `dependsOn` names.
     public static func read(_ bytes: [UInt8]) throws(PayloadError) -> JSONBatchRequest {
         let root = try JSONValue.parse(bytes)
         guard let rootMembers = root.objectMembers else {
@@ -73,8 +105,7 @@ public struct JSONBatchRequest: Sendable, Hashable {
             var names: Set<String> = []
             for member in members {
                 guard Self.requestMembers.contains(member.name) || member.name.hasPrefix("@") else {
-                    throw fail(member.name == "if" ? "'if' (a condition on an earlier request) is not supported"
-                               : "A request has no member '\(member.name)'", member.name)
+                    throw fail("A request has no member '\(member.name)'", member.name)
                 }
                 guard names.insert(member.name).inserted else { throw fail("'\(member.name)' is given twice", member.name) }
             }
@@ -86,6 +117,9 @@ public struct JSONBatchRequest: Sendable, Hashable {
             }
             guard let url = try string("url") else {
                 throw PayloadError(.missingValue, "A request needs a 'url'", offset: 0, path: path)
+            }
+            guard Self.isRequestID(id) else {
+                throw fail("Request id '\(id)' is not a request-id (letters, digits, '-', '.', '_', '~')", "id")
             }
             guard seen.insert(id).inserted else { throw fail("Request id \(id) is used twice") }
             let verb = method.uppercased()
@@ -108,12 +142,24 @@ public struct JSONBatchRequest: Sendable, Hashable {
                     guard let value = member.value.stringValue else {
                         throw PayloadError(.wrongType, "Header \(member.name) must be a string", offset: 0, path: path + ".headers")
                     }
-                    request.headers[member.name.lowercased()] = value
+                    let name = member.name.lowercased()
+                    guard request.headers[name] == nil else {
+                        throw PayloadError(
+                            .unexpectedValue, "Header \(member.name) is given twice", offset: 0,
+                            path: path + ".headers")
+                    }
+                    request.headers[name] = value
                 }
             }
             request.body = item["body"]
             request.atomicityGroup = try string("atomicityGroup")
+            request.condition = item["if"]
             if let group = request.atomicityGroup {
+                guard Self.isRequestID(group) else {
+                    throw fail(
+                        "Atomicity group '\(group)' is not a request-id (letters, digits, '-', '.', '_', '~')",
+                        "atomicityGroup")
+                }
                 if groups.contains(group) && requests.last?.atomicityGroup != group {
                     throw fail("The requests of atomicity group \(group) must be adjacent", "atomicityGroup")
                 }
@@ -140,6 +186,23 @@ public struct JSONBatchRequest: Sendable, Hashable {
                     request.dependsOn.append(name)
                 }
             }
+            if let referenced = Self.referencedRequest(url) {
+                // `$1/Items` uses request 1's entity: only one that ran before, named in dependsOn
+                // (or its atomicity group, when that is another group).
+                guard seen.contains(referenced), referenced != id else {
+                    throw fail("The URL \(url) refers to request \(referenced), which is no earlier request", "url")
+                }
+                let group = groupOf[referenced]
+                let named =
+                    request.dependsOn.contains(referenced)
+                    || (group != nil && group != request.atomicityGroup && request.dependsOn.contains(group ?? ""))
+                guard named else {
+                    throw fail(
+                        "The URL \(url) refers to request \(referenced), which dependsOn must name"
+                            + (group.map { $0 == request.atomicityGroup ? "" : " (as its atomicity group \($0))" } ?? ""),
+                        "dependsOn")
+                }
+            }
             requests.append(request)
         }
         if let clash = groups.first(where: { seen.contains($0) }) {
@@ -157,6 +220,7 @@ public struct JSONBatchRequest: Sendable, Hashable {
             if !request.headers.isEmpty {
                 object.append(.init("headers", .object(request.headers.keys.sorted().map { .init($0, .string(request.headers[$0] ?? "")) })))
             }
+            if let condition = request.condition { object.append(.init("if", condition)) }
             if let body = request.body { object.append(.init("body", body)) }
             members.append(.object(object))
         }

@@ -7,10 +7,10 @@ extension ODataService {
     func subrequest(_ message: BatchMessage, _ outer: ServiceRequest, contentIDs: [String: String]) -> ServiceRequest {
         var url = ContentIDReferences.resolve(url: message.url ?? "", contentIDs)
         if let root = outer.serviceRoot, url.hasPrefix(root) { url = String(url.dropFirst(root.count)) }
-        // On the bytes: Foundation's `range(of:)` and the generic `firstRange(of:)` showed in
-        // the profile of every part.
-        for root in ["/odata/v4/", "/odata/v2/"] {
-            if let range = url.firstByteRange(of: root) { url = String(url[range.upperBound...]) }
+        // An absolute path is appended to the batch's scheme, host and port: this service's
+        // own root path (``checkPartURL(_:_:part:)`` refused any other).
+        if url.hasPrefix("/"), let root = Self.rootPath(outer), url.hasPrefix(root) {
+            url = String(url.dropFirst(root.count))
         }
         let body = ContentIDReferences.resolve(body: message.body, contentIDs)
         var request = ServiceRequest(
@@ -27,6 +27,17 @@ extension ODataService {
     func checkPartURL(_ url: String, _ outer: ServiceRequest, part: String) throws {
         // Absolute: a scheme before anything else (`https://a.example` in a filter is not one).
         let target = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+        if target.hasPrefix("/") {
+            // An absolute path: on this host, so under this service's root or another service.
+            let root = Self.rootPath(outer) ?? "/"
+            guard target.hasPrefix(root) else {
+                throw ServiceFailure(
+                    400, "BadBatch",
+                    "\(part) of the $batch request is addressed to another service (\(url) is not under \(root)); "
+                        + "a part's URL is relative to this service's root, or starts with it")
+            }
+            return
+        }
         guard let schemeEnd = target.firstByteRange(of: "://"),
             target[..<schemeEnd.lowerBound].allSatisfy({ $0.isLetter || $0.isNumber || "+-.".contains($0) }),
             !target[..<schemeEnd.lowerBound].isEmpty
@@ -40,6 +51,25 @@ extension ODataService {
             400, "BadBatch",
             "\(part) of the $batch request is addressed to another service (\(url)); "
                 + "a part's URL is relative to this service's root, or starts with it")
+    }
+
+    /// The path of this service's root (`/odata/v4/`), from the batch request's service root.
+    static func rootPath(_ outer: ServiceRequest) -> String? {
+        guard let root = outer.serviceRoot, let scheme = root.firstByteRange(of: "://") else { return nil }
+        let rest = root[scheme.upperBound...]
+        guard let slash = rest.firstIndex(of: "/") else { return "/" }
+        return String(rest[slash...])
+    }
+
+    /// Where the entity a GET of a batch answered is, for `$<id>` references: the request's
+    /// own path when the answer is one entity (its context ends in `/$entity`).
+    static func entityLocation(of response: ServiceResponse, _ request: ServiceRequest) -> String? {
+        guard response.status == 200, let body = try? JSONValue.parse(response.body),
+            let context = body["@odata.context"]?.stringValue ?? body["@context"]?.stringValue,
+            context.hasSuffix("/$entity")
+        else { return nil }
+        let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.target
+        return (request.serviceRoot ?? "") + path
     }
 
     static func batchMessage(_ response: ServiceResponse) -> BatchMessage {
@@ -318,8 +348,26 @@ extension ODataService {
                 } ?? []
             return .request(item.method, item.url, headers: headers, body: body)
         }
+        func refusal(_ item: JSONBatchRequest.Request, _ status: Int, _ code: String, _ message: String)
+            -> JSONBatchResponse.Response
+        {
+            let error = JSONValue.object([
+                .init("error", .object([.init("code", .string(code)), .init("message", .string(message))]))
+            ])
+            return JSONBatchResponse.Response(
+                id: item.id, status: status, headers: ["content-type": "application/json"], body: error,
+                atomicityGroup: item.atomicityGroup)
+        }
+        let noConditions =
+            "This service does not evaluate 'if' conditions (Capabilities.BatchSupport): the request was not run"
         while index < batch.requests.count {
             let item = batch.requests[index]
+            if item.atomicityGroup == nil, item.condition != nil {
+                failed.insert(item.id)
+                responses.append(refusal(item, 424, "FailedDependency", noConditions))
+                index += 1
+                continue
+            }
             if item.dependsOn.contains(where: failed.contains) {
                 failed.insert(item.id)
                 if let group = item.atomicityGroup { failed.insert(group) }
@@ -331,7 +379,12 @@ extension ODataService {
             guard let group = item.atomicityGroup else {
                 let sub = subrequest(message(item), request, contentIDs: locations)
                 let response = await handleUnfaulted(sub)
-                if let location = response.headers["Location"] { locations[item.id] = location }
+                if let location = response.headers["Location"] {
+                    locations[item.id] = location
+                } else if item.method == "GET", let location = Self.entityLocation(of: response, sub) {
+                    // `$1` may name the entity a GET returned, as well as one created.
+                    locations[item.id] = location
+                }
                 if response.status >= 400 { failed.insert(item.id) }
                 responses.append(toResponse(item.id, response, group: nil))
                 index += 1
@@ -342,6 +395,27 @@ extension ODataService {
             while index < batch.requests.count, batch.requests[index].atomicityGroup == group {
                 members.append(batch.requests[index])
                 index += 1
+            }
+            // Not run at all: a member with a condition (424), or a read (which this service
+            // answers outside a transaction: 501); the others of the group get 424.
+            if let blocker = members.first(where: { $0.condition != nil || $0.method == "GET" }) {
+                failed.insert(group)
+                for member in members { failed.insert(member.id) }
+                responses += members.map { member in
+                    if member.id == blocker.id, member.condition != nil {
+                        return refusal(member, 424, "FailedDependency", noConditions)
+                    }
+                    if member.id == blocker.id {
+                        return refusal(
+                            member, 501, "NotImplemented",
+                            "A GET inside an atomicity group is not supported by this service: send it outside the "
+                                + "group, with dependsOn naming the group to read what it changed")
+                    }
+                    return refusal(
+                        member, 424, "FailedDependency",
+                        "Not run: request \(blocker.id) of atomicity group \(group) could not be run")
+                }
+                continue
             }
             struct Failed: Error { var id: String; var response: ServiceResponse }
             let known = locations

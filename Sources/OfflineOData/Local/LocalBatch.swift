@@ -289,6 +289,19 @@ extension OfflineODataProvider {
         var responses: [JSONBatchResponse.Response] = []
         var index = 0
         let requests = batch.requests
+        // Requests and groups that failed (a dependant gets 424), and the entities earlier
+        // requests created or read (for `$<id>` in a URL).
+        var failed: Set<String> = []
+        var locations: [String: String] = [:]
+        func refusal(_ request: JSONBatchRequest.Request, _ status: Int, _ code: String, _ message: String)
+            -> JSONBatchResponse.Response
+        {
+            let error = JSONValue.object([
+                .init("error", .object([.init("code", .string(code)), .init("message", .string(message))]))
+            ])
+            return JSONBatchResponse.Response(
+                id: request.id, status: status, body: error, atomicityGroup: request.atomicityGroup)
+        }
         while index < requests.count {
             let first = requests[index]
             var group = [first]
@@ -298,28 +311,77 @@ extension OfflineODataProvider {
                 }
             }
             index += group.count
+            func fail(_ answers: [JSONBatchResponse.Response]) {
+                responses += answers
+                for request in group { failed.insert(request.id) }
+                if let atomicity = first.atomicityGroup { failed.insert(atomicity) }
+            }
+            // Not run: what depends on a failure, a condition (not evaluated offline), a read
+            // inside an atomicity group (a change set holds modifications only).
+            if let blocked = group.first(where: { $0.dependsOn.contains(where: failed.contains) }) {
+                let names = blocked.dependsOn.filter(failed.contains).joined(separator: ", ")
+                fail(group.map { refusal($0, 424, "FailedDependency", "Not run: \(names) failed") })
+                continue
+            }
+            if let blocker = group.first(where: { $0.condition != nil || ($0.atomicityGroup != nil && $0.method == "GET") }) {
+                fail(
+                    group.map { request in
+                        if request.id != blocker.id {
+                            return refusal(request, 424, "FailedDependency", "Not run: request \(blocker.id) was not")
+                        }
+                        if request.condition != nil {
+                            return refusal(
+                                request, 424, "FailedDependency",
+                                "The offline store does not evaluate 'if' conditions: the request was not run")
+                        }
+                        return refusal(
+                            request, 501, OfflineODataError.Code.notSupportedOffline.rawValue,
+                            "A GET inside an atomicity group is not supported: send it outside the group, with "
+                                + "dependsOn naming the group")
+                    })
+                continue
+            }
             let changeSet = group.map { request in
                 OfflineODataChangeSet.Request(
-                    method: request.method, url: request.url, headers: request.headers,
+                    method: request.method,
+                    // Requests of an earlier group or alone; the change set resolves its own.
+                    url: ContentIDReferences.resolve(url: request.url, locations),
+                    headers: request.headers,
                     body: request.body.map { Array($0.serialized.utf8) } ?? [], contentID: request.id)
             }
             if first.atomicityGroup == nil {
                 let message = await singleAnswer(changeSet[0], method: first.method.uppercased(), options: options)
+                let status = message.status ?? 500
+                if status >= 400 { failed.insert(first.id) }
+                if let location = message.headers["Location"] {
+                    locations[first.id] = location
+                } else if first.method == "GET", status == 200,
+                    let path = changeSet[0].url.split(separator: "?", maxSplits: 1).first.map(String.init),
+                    path.hasSuffix(")"), let body = try? JSONValue.parse(message.body), body.objectMembers != nil,
+                    body["value"] == nil
+                {
+                    // One entity read by its key: `$<id>` may name it too.
+                    locations[first.id] = path
+                }
                 responses.append(
                     JSONBatchResponse.Response(
-                        id: first.id, status: message.status ?? 500,
+                        id: first.id, status: status,
                         body: message.body.isEmpty ? nil : try? JSONValue.parse(message.body)))
                 continue
             }
             let answers = await changeSetAnswers(changeSet, options: options)
-            for (request, answer) in zip(
-                group, answers.count == group.count ? answers : Array(repeating: answers[0], count: group.count))
-            {
+            let whole = answers.count == group.count
+            for (request, answer) in zip(group, whole ? answers : Array(repeating: answers[0], count: group.count)) {
+                if let location = answer.headers["Location"], whole { locations[request.id] = location }
                 responses.append(
                     JSONBatchResponse.Response(
                         id: request.id, status: answer.status ?? 500,
                         body: answer.body.isEmpty ? nil : try? JSONValue.parse(answer.body),
                         atomicityGroup: request.atomicityGroup))
+            }
+            if !whole || answers.contains(where: { ($0.status ?? 500) >= 400 }) {
+                for request in group { failed.insert(request.id) }
+                if let atomicity = first.atomicityGroup { failed.insert(atomicity) }
             }
         }
         return OfflineODataResponse(
