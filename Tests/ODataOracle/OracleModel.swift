@@ -114,7 +114,8 @@ public enum OracleModel {
             random.chance(0.4) ? random.pick(OraclePools.decimalValues) : randomDecimal(&random)
         }
         add("Dt") { random in
-            "\"" + (random.chance(0.2) ? random.pick(OraclePools.dateValues) : randomDate(&random, years: 1900...2100)) + "\""
+            let date = random.chance(0.2) ? random.pick(OraclePools.dateValues) : randomDate(&random, years: 1900...2100)
+            return "\"" + date + "\""
         }
         add("Tod") { random in "\"" + randomTime(&random) + "\"" }
         add("Dto") { random in

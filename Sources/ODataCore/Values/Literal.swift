@@ -202,7 +202,13 @@ public enum Literal {
     }
 
     private static func numberValue(_ number: NumberShape) -> Value {
-        if number.hasExponent, let d = Double(number.text) { return .primitive(.double(d)) }
+        if number.hasExponent, let d = Double(number.text) {
+            // Past Double's range (`1e309`, up to decimal128's `1e6144`) the literal is still an
+            // exact Edm.Decimal, never an infinity or a zero that it is not.
+            let decimal = DecimalValue(number.text)
+            if !d.isFinite || (d == 0 && decimal?.isZero == false), let decimal { return .primitive(.decimal(decimal)) }
+            return .primitive(.double(d))
+        }
         if !number.hasFraction {
             if let v = Int32(number.text) { return .primitive(.int32(v)) }
             if let v = Int64(number.text) { return .primitive(.int64(v)) }

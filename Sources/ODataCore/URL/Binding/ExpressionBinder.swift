@@ -188,7 +188,9 @@ public struct ExpressionBinder: Sendable {
             }
             return .primitive(.boolean)
         case .eq, .ne, .gt, .ge, .lt, .le:
-            guard comparable(a, b) else { throw mismatch("Cannot compare \(a) with \(b)") }
+            guard comparable(a, b) || isDurationString(left, right) || isDurationString(right, left) else {
+                throw mismatch("Cannot compare \(a) with \(b)")
+            }
             try checkEnumStrings(left, right, context)
             try checkEnumStrings(right, left, context)
             if op != .eq && op != .ne {
@@ -211,7 +213,9 @@ public struct ExpressionBinder: Sendable {
         case .in:
             switch b {
             case .collection(let element):
-                guard comparable(a, element) else { throw mismatch("Cannot look for \(a) in a collection of \(element)") }
+                guard comparable(a, element) || right.operands.allSatisfy({ isDurationString(left, $0) }) else {
+                    throw mismatch("Cannot look for \(a) in a collection of \(element)")
+                }
                 for item in right.operands { try checkEnumStrings(left, item, context) }
             case .untyped, .null: break
             default: throw mismatch("The right side of 'in' must be a collection, not \(b)")
@@ -332,6 +336,15 @@ public struct ExpressionBinder: Sendable {
         default:
             return .untyped
         }
+    }
+
+    /// A duration written as a plain string (`ShelfLife eq 'P12DT23H59M59.999999999999S'`, 4.01,
+    /// whose `duration` prefix is optional) against a duration: a string literal that is one.
+    private func isDurationString(_ durationSide: BoundExpression, _ other: BoundExpression) -> Bool {
+        guard case .primitive(let type) = durationSide.type, type == .duration || type == .time,
+            case .literal(.primitive(.string(let text))) = other.expression.node
+        else { return false }
+        return (try? Literal.parsePayloadValue(text, as: .duration)) != nil
     }
 
     /// An enum value written as a plain string (`Color eq 'Red'`, 4.01) names members of the

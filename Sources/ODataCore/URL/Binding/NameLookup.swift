@@ -282,10 +282,25 @@ extension Model: NameLookup {
             throw BindingError(.typeMismatch, "\(type.qualifiedName) is not a flags type: one member only", input: input,
                                offset: offset)
         }
-        for part in parts where Int64(part) == nil && !type.members.contains(where: { $0.name == part }) {
-            let names = type.members.map(\.name).joined(separator: ", ")
-            throw BindingError(.unknownName, "\(type.qualifiedName) has no member \(part); its members are \(names)",
-                               input: input, offset: offset)
+        let names = type.members.map(\.name).joined(separator: ", ")
+        for part in parts {
+            if let number = Int64(part) {
+                // A number names a member's value, or (flags) a combination of them.
+                let known = type.members.contains { $0.value == number }
+                let bits = type.members.reduce(Int64(0)) { $0 | $1.value }
+                guard known || (type.isFlags && number >= 0 && number & ~bits == 0) else {
+                    throw BindingError(
+                        .unknownName,
+                        "\(type.qualifiedName) has no member of value \(number)"
+                            + (type.isFlags ? " nor a combination making it" : "") + "; its members are \(names)",
+                        input: input, offset: offset)
+                }
+                continue
+            }
+            guard type.members.contains(where: { $0.name == part }) else {
+                throw BindingError(.unknownName, "\(type.qualifiedName) has no member \(part); its members are \(names)",
+                                   input: input, offset: offset)
+            }
         }
     }
 

@@ -251,7 +251,13 @@ struct ExpressionParser {
         guard let (value, end) = Literal.scan(b, i, version: version) else {
             throw fail("Expected an enum literal after 'has'")
         }
-        guard case .enumeration = value else {
+        switch value {
+        case .enumeration: break
+        case .primitive(.string) where !version.isLegacy:
+            // 4.01: an enum literal may leave out its type (`Status has 'Shipped'`); the other
+            // side's enum type says which members the string names.
+            break
+        default:
             throw fail("The right side of 'has' must be an enum literal", at: start)
         }
         i = end

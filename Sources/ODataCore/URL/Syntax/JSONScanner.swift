@@ -152,8 +152,9 @@ struct SearchParser {
     private func isEncoded(_ j: Int) -> Bool { j < encoded.count && encoded[j] }
     private func isSpace(_ j: Int) -> Bool { j < b.count && (b[j] == 0x20 || b[j] == 0x09) }
     private func isQuote(_ j: Int) -> Bool { j < b.count && b[j] == UInt8(ascii: "\"") }
-    private func isOpen(_ j: Int) -> Bool { j < b.count && b[j] == UInt8(ascii: "(") && !isEncoded(j) }
-    private func isClose(_ j: Int) -> Bool { j < b.count && b[j] == UInt8(ascii: ")") && !isEncoded(j) }
+    /// ABNF `OPEN = "(" / "%28"`, `CLOSE = ")" / "%29"`: encoded parentheses group too.
+    private func isOpen(_ j: Int) -> Bool { j < b.count && b[j] == UInt8(ascii: "(") }
+    private func isClose(_ j: Int) -> Bool { j < b.count && b[j] == UInt8(ascii: ")") }
 
     /// Whether an operand can start at `j`.
     private func operandStarts(at j: Int) -> Bool {
@@ -179,42 +180,46 @@ struct SearchParser {
         return operandStarts(at: k) ? k : nil
     }
 
-    /// The deepest tree a `$search` may make (parentheses, `NOT` and every operand of an
-    /// `AND`/`OR` chain count), so that what compiles and prints it recurses as little.
+    /// The deepest nesting a `$search` may have: parentheses and `NOT`s. A chain of terms
+    /// (`a b c`, `a OR b OR c`) is no nesting: it becomes a balanced tree, whose depth grows
+    /// with the logarithm of its length, so what compiles and prints it recurses as little.
     static let maxDepth = 100
 
-    /// Enters one level of the tree; throws past ``maxDepth``.
+    /// Enters one level of nesting; throws past ``maxDepth``.
     private mutating func enter() throws(SyntaxError) {
         depth += 1
-        guard depth < Self.maxDepth else {
-            throw SyntaxError(.tooDeep, "$search nested too deeply (at most \(Self.maxDepth) levels of parentheses, NOT and terms)",
-                              input: text, offset: i)
+        guard depth <= Self.maxDepth else {
+            throw SyntaxError(
+                .tooDeep, "$search nested too deeply (at most \(Self.maxDepth) levels of parentheses and NOT)",
+                input: text, offset: i)
         }
+    }
+
+    /// `items` joined by `join` as a balanced tree, in their order.
+    static func balanced(
+        _ items: ArraySlice<SearchExpression>, _ join: (SearchExpression, SearchExpression) -> SearchExpression
+    ) -> SearchExpression {
+        if items.count == 1, let only = items.first { return only }
+        let middle = items.startIndex + items.count / 2
+        return join(balanced(items[..<middle], join), balanced(items[middle...], join))
     }
 
     mutating func parseOr() throws(SyntaxError) -> SearchExpression {
-        let entry = depth
-        defer { depth = entry }
-        try enter()
-        var left = try parseAnd()
+        var items = [try parseAnd()]
         while let next = binaryOperator("OR") {
             i = next
-            try enter()
-            left = .or(left, try parseAnd())
+            items.append(try parseAnd())
         }
-        return left
+        return Self.balanced(items[...]) { .or($0, $1) }
     }
 
     mutating func parseAnd() throws(SyntaxError) -> SearchExpression {
-        let entry = depth
-        defer { depth = entry }
-        var left = try parseUnary()
+        var items = [try parseUnary()]
         while true {
             if binaryOperator("OR") != nil { break }
             if let next = binaryOperator("AND") {
                 i = next
-                try enter()
-                left = .and(left, try parseUnary())
+                items.append(try parseUnary())
                 continue
             }
             // Implicit AND: whitespace followed by another operand.
@@ -223,10 +228,9 @@ struct SearchParser {
             while isSpace(j) { j += 1 }
             guard operandStarts(at: j) else { break }
             i = j
-            try enter()
-            left = .and(left, try parseUnary())
+            items.append(try parseUnary())
         }
-        return left
+        return Self.balanced(items[...]) { .and($0, $1) }
     }
 
     mutating func parseUnary() throws(SyntaxError) -> SearchExpression {
@@ -249,6 +253,9 @@ struct SearchParser {
         if isOpen(i) {
             i += 1
             while isSpace(i) { i += 1 }
+            let entry = depth
+            defer { depth = entry }
+            try enter()
             let inner = try parseOr()
             while isSpace(i) { i += 1 }
             guard isClose(i) else { throw fail("Expected ')' in $search") }
@@ -283,7 +290,8 @@ struct SearchParser {
     }
 
     /// `searchChar = unreserved / pct-encoded-no-DQUOTE / "!" / "*" / "+" / "," / ":" / "@" / "/" / "?" / "$" / "="`,
-    /// plus `'` after the first character; encoded parentheses are excluded too.
+    /// plus `'` after the first character; encoded parentheses are `OPEN` and `CLOSE`, not word
+    /// characters.
     private func isWordByte(_ j: Int, first: Bool) -> Bool {
         let c = b[j]
         if isEncoded(j) { return c != UInt8(ascii: "\"") && c != UInt8(ascii: "(") && c != UInt8(ascii: ")") && c != 0x20 && c != 0x09 }
