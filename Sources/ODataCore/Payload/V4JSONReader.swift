@@ -366,15 +366,32 @@ public struct V4JSONReader: Sendable {
         try r.readArray { (r, index) throws(PayloadError) in
             r.enter("[\(index)]")
             defer { r.leave() }
-            try readCollectionItem(&r, type: type, into: &collection, &context)
+            try readCollectionItem(&r, type: type, into: &collection, &context, nested: true)
         }
         return collection
     }
 
+    /// An entry nested in a navigation property that names its own context must be of that
+    /// property's set: a deleted entity of `Customers` inside `Orders` is refused, not read as
+    /// a deleted order.
+    private func checkNestedContext(_ context: String?, type: String?, _ r: JSONReader) throws(PayloadError) {
+        guard let context, let type, let model, let hash = context.lastIndex(of: "#") else { return }
+        let fragment = context[context.index(after: hash)...]
+        let setName = String(fragment.prefix { $0 != "/" && $0 != "(" })
+        guard let set = model.entitySet(setName) else { return }
+        guard model.isType(set.entityType, derivedFrom: type) || model.isType(type, derivedFrom: set.entityType) else {
+            throw r.error(
+                "The nested entry's context \(context) names the entity set \(setName) (\(set.entityType)), "
+                    + "not one of the navigation property's type \(type)", .unexpectedValue)
+        }
+    }
+
     /// One element of `value`: an entity, a reference, a deleted entity or a link change.
-    func readCollectionItem(_ r: inout JSONReader, type: String?, into collection: inout EntityCollection, _ context: inout Context) throws(PayloadError) {
+    func readCollectionItem(_ r: inout JSONReader, type: String?, into collection: inout EntityCollection, _ context: inout Context,
+                            nested: Bool = false) throws(PayloadError) {
         guard r.peek() == UInt8(ascii: "{") else { throw r.error("A collection element must be an object", .unexpectedValue) }
         let entity = try readEntity(&r, type: type, &context)
+        if nested { try checkNestedContext(entity.control.context, type: type, r) }
         let entityContext = entity.control.context ?? ""
         if entityContext.hasSuffix("$deletedEntity") || entity.annotations.contains(where: { $0.term == "odata.removed" || $0.term == "removed" }) {
             collection.deleted.append(deletedEntity(from: entity))

@@ -5,6 +5,9 @@ public struct ExpressionBinder: Sendable {
     public var model: Model
     /// Parameter aliases of the request, used to type `@p`.
     public var aliases: [String: CommonExpression]
+    /// The request's `$compute` aliases and their types: names `$filter`, `$orderby` and
+    /// `$select` may use as properties of the instance.
+    public var computed: [String: ExpressionType] = [:]
 
     /// Creates a value from its parts.
     public init(model: Model, aliases: [String: CommonExpression] = [:]) {
@@ -445,6 +448,10 @@ public struct ExpressionBinder: Sendable {
                 } else if let nav = model.navigationProperty(name, ofStructuredType: owner) {
                     current = expressionType(nav.type)
                     steps.append(BoundStep(kind: .navigation, name: name, type: current))
+                } else if steps.isEmpty, let type = computed[name] {
+                    // A `$compute` alias: a property of the instance for this request.
+                    current = type
+                    steps.append(BoundStep(kind: .dynamicProperty, name: name, type: type))
                 } else if isOpen(owner) {
                     current = .untyped
                     steps.append(BoundStep(kind: .dynamicProperty, name: name, type: .untyped))

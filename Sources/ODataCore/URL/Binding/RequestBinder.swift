@@ -60,7 +60,8 @@ public struct RequestBinder: Sendable {
 
     /// Resolves the path and binds every query option that refers to the model.
     public func bind(_ url: ParsedURL, input: String) throws(BindingError) -> BoundRequest {
-        let resolution = try resolver(url).resolve(url.path, input: input)
+        var resolution = try resolver(url).resolve(url.path, input: input)
+        try bindLegacyParameters(url, &resolution, input: input)
         // Options of `/$count` and `/$ref` apply to the collection before them.
         var optionsShape = resolution.shape
         if let last = url.path.segments.last, last.kind == .count || last.kind == .ref, url.path.segments.count > 1 {
@@ -70,7 +71,7 @@ public struct RequestBinder: Sendable {
             model.entityType(name) != nil || model.complexType(name) != nil ? name : nil
         }
         var request = BoundRequest(path: resolution, elementType: elementType, filter: nil, orderBy: [], compute: [], expand: [])
-        let binder = ExpressionBinder(model: model, aliases: url.query.aliases)
+        var binder = ExpressionBinder(model: model, aliases: url.query.aliases)
         let parser = URLParser(version: model.version)
         func text(_ name: String) -> String { parser.optionText(name, in: input) ?? "$" + name }
         guard let type = elementType else {
@@ -79,14 +80,43 @@ public struct RequestBinder: Sendable {
             }
             return request
         }
-        request.filter = try url.query.filter.map { (f) throws(BindingError) in try binder.bindFilter(f, itType: type, input: text("filter")) }
-        request.orderBy = try bindOrderBy(url.query.orderBy ?? [], binder, type, input: text("orderby"))
+        // `$compute` first: its aliases are properties for the other options.
         request.compute = try (url.query.compute ?? []).map { (item) throws(BindingError) in
             try binder.bind(item.expression, itType: type, input: text("compute"))
         }
-        try checkSelect(url.query.select ?? [], type)
+        for (item, bound) in zip(url.query.compute ?? [], request.compute) { binder.computed[item.alias] = bound.type }
+        request.filter = try url.query.filter.map { (f) throws(BindingError) in try binder.bindFilter(f, itType: type, input: text("filter")) }
+        request.orderBy = try bindOrderBy(url.query.orderBy ?? [], binder, type, input: text("orderby"))
+        try checkSelect(url.query.select ?? [], type, computed: Set(binder.computed.keys))
         request.expand = try bindExpand(url.query.expand ?? [], binder, type, resourceType: type)
         return request
+    }
+
+    /// V2 passes a function import's parameters as query options (`GetByCategory?ID='C1'`):
+    /// those named like its parameters are parsed as V2 literals, checked against the
+    /// parameters' types as arguments in parentheses are, and become the segment's arguments.
+    private func bindLegacyParameters(_ url: ParsedURL, _ resolution: inout PathResolver.Resolution, input: String)
+        throws(BindingError)
+    {
+        guard (version ?? model.version).isLegacy, let first = resolution.path.segments.first,
+            case .functionImport(let name, let given) = first.kind, given.isEmpty,
+            let item = model.functionImport(name)
+        else { return }
+        let parameters = item.function.flatMap { model.functions($0).first?.parameters } ?? item.parameters
+        var arguments: [NamedArgument] = []
+        for option in url.query.custom where parameters.contains(where: { $0.name == option.name }) {
+            guard let text = option.value else { continue }
+            do {
+                let value = try Literal.parse(text, version: .v2)
+                arguments.append(NamedArgument(name: option.name, value: CommonExpression(.literal(value), at: 0)))
+            } catch {
+                throw BindingError(
+                    .invalidArguments, "\(name): the parameter \(option.name)=\(text) is not a V2 literal: \(error.message)",
+                    input: input, offset: 0)
+            }
+        }
+        try model.checkArguments(arguments, ofFunction: name, isImport: true, input: input, offset: 0)
+        resolution.path.segments[0].kind = .functionImport(name, arguments)
     }
 
     private func bindOrderBy(_ items: [OrderByItem], _ binder: ExpressionBinder, _ type: String, resourceType: String? = nil,
@@ -107,9 +137,10 @@ public struct RequestBinder: Sendable {
         return result
     }
 
-    private func checkSelect(_ items: [SelectItem], _ type: String) throws(BindingError) {
+    private func checkSelect(_ items: [SelectItem], _ type: String, computed: Set<String> = []) throws(BindingError) {
         for item in items {
             guard case .path(let segments) = item.kind else { continue }
+            if segments.count == 1, let only = segments.first, computed.contains(only) { continue }
             var current: String? = type
             for segment in segments {
                 guard let owner = current else { break }
