@@ -148,6 +148,13 @@ let package = Package(
             path: "Tests/InteropSupport",
             swiftSettings: swiftSettings
         ),
+        // The second evaluator the store's query tests compare against (issue 55).
+        .target(
+            name: "ODataOracle",
+            dependencies: ["ODataCore"],
+            path: "Tests/ODataOracle",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "ODataCoreTests",
             dependencies: ["ODataCore", "InteropSupport"],
@@ -160,7 +167,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ODataStoreTests",
-            dependencies: ["ODataStore", "ODataCore"],
+            dependencies: ["ODataStore", "ODataCore", "ODataOracle"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -140,7 +140,20 @@ enum Catalogue {
         ("Products?$filter=Related/any(r:r/Tags/any(t:t eq 'power'))", [1]),
         ("Products?$filter=Related/all(r:r/Rating ge 3)", [1, 2, 3, 4, 5]),
         ("Products?$filter=Related/$count gt 1", [1]),
-        ("Products?$filter=not (Stock gt 5)", [2]),
+        // `gt` with a null operand is false, not unknown (Part 2, 5.1.1.1.3), so `not` makes
+        // it true for product 4, whose Stock is null (issue 55's oracle found this).
+        ("Products?$filter=not (Stock gt 5)", [2, 4]),
+        ("Products?$filter=not (Stock in (0, 10))", [3, 4, 5]),
+        ("Products?$filter=(Stock gt 5) eq false", [2, 4]),
+        // Found by the oracle too: an enum casts to an integer as its value (5.1.1.10.1 rule 9);
+        // a literal outside a column's range compares by value; case by Unicode rules; floor of a
+        // double past 2^52 is itself.
+        ("Products?$filter=cast(Color,Edm.Int32) eq 5", [2]),
+        ("Products?$filter=cast(Color,Edm.Byte) ge 2", [2, 3, 5]),
+        ("Products?$filter=CategoryID lt 3000000000", [1, 2, 3, 5]),
+        ("Products?$filter=toupper(Address/City) eq 'ZÜRICH'", [5]),
+        // (3: Rating is null, and null eq null.)
+        ("Products?$filter=floor(Rating mul 1e20) eq Rating mul 1e20", [1, 2, 3, 4, 5]),
         ("Products?$filter=Stock gt 5 or Name eq null", [1, 3, 4, 5]),
         ("Products?$filter=round(Rating) eq 5", [1, 5]),
         ("Products?$filter=floor(Rating) eq 1", [4]),

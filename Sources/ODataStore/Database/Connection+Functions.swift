@@ -9,6 +9,10 @@ import ODataCore
 /// cast to Edm type `to` (``PrimitiveCast``), in `to`'s stored form; NULL when the cast fails.
 /// A fourth argument, 1, casts for a V2 request (V2's string forms).
 /// A stored value that cannot be read is an error that names it, never a guess.
+///
+/// `oodata_lower(text)`, `oodata_upper(text)`, `oodata_trim(text)`: `tolower`, `toupper` and
+/// `trim` by Unicode rules (Part 2, 5.1.1.7): SQLite's own `lower`/`upper` change ASCII letters
+/// only, and its `trim` removes only the characters it is given.
 enum StoreFunctions {
     static func register(_ handle: OpaquePointer) -> Int32 {
         for count: Int32 in [3, 4] {
@@ -17,7 +21,44 @@ enum StoreFunctions {
                 { context, count, arguments in StoreFunctions.cast(context, count, arguments) }, nil, nil, nil)
             guard status == SQLITE_OK else { return status }
         }
+        let textFunctions: [(String, @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void)] = [
+            ("oodata_lower", { context, _, arguments in StoreFunctions.mapText(context, arguments) { $0.lowercased() } }),
+            ("oodata_upper", { context, _, arguments in StoreFunctions.mapText(context, arguments) { $0.uppercased() } }),
+            ("oodata_trim", { context, _, arguments in StoreFunctions.mapText(context, arguments, StoreFunctions.trim) }),
+        ]
+        for (name, function) in textFunctions {
+            let status = sqlite3_create_function_v2(
+                handle, name, 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, function, nil, nil, nil)
+            guard status == SQLITE_OK else { return status }
+        }
         return SQLITE_OK
+    }
+
+    /// The text argument mapped by `transform`; NULL stays NULL.
+    private static func mapText(
+        _ context: OpaquePointer?, _ arguments: UnsafeMutablePointer<OpaquePointer?>?, _ transform: (String) -> String
+    ) {
+        guard let arguments, sqlite3_value_type(arguments[0]) != SQLITE_NULL else {
+            sqlite3_result_null(context)
+            return
+        }
+        guard case .text(let text) = value(arguments[0]) else {
+            sqlite3_result_error(context, "tolower/toupper/trim: the argument is not text", -1)
+            return
+        }
+        let bytes = Array(transform(text).utf8)
+        sqlite3_result_text(context, bytes, Int32(bytes.count), csqlcipher_transient())
+    }
+
+    /// `text` without leading and trailing Unicode white space.
+    static func trim(_ text: String) -> String {
+        let scalars = Array(text.unicodeScalars)
+        guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }),
+            let last = scalars.lastIndex(where: { !$0.properties.isWhitespace })
+        else { return "" }
+        var view = String.UnicodeScalarView()
+        view.append(contentsOf: scalars[first...last])
+        return String(view)
     }
 
     private static func cast(

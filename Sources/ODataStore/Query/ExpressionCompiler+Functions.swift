@@ -94,11 +94,11 @@ extension ExpressionCompiler {
             if args.count > 2 { sql = sql + ", " + (try integer(2)) }
             return Operand(sql: sql + ")", storage: .primitive(.string))
         case "tolower":
-            return Operand(sql: "lower(" + (try text(0)) + ")", storage: .primitive(.string))
+            return Operand(sql: "oodata_lower(" + (try text(0)) + ")", storage: .primitive(.string))
         case "toupper":
-            return Operand(sql: "upper(" + (try text(0)) + ")", storage: .primitive(.string))
+            return Operand(sql: "oodata_upper(" + (try text(0)) + ")", storage: .primitive(.string))
         case "trim":
-            return Operand(sql: "trim(" + (try text(0)) + ", ' ')", storage: .primitive(.string))
+            return Operand(sql: "oodata_trim(" + (try text(0)) + ")", storage: .primitive(.string))
         case "concat":
             return Operand(sql: "(" + (try text(0)) + " || " + (try text(1)) + ")", storage: .primitive(.string))
         case "year", "month", "day", "hour", "minute", "second", "fractionalseconds", "date", "time",
@@ -126,13 +126,13 @@ extension ExpressionCompiler {
                 return Operand(sql: "round(" + x + ")", storage: .primitive(.double))
             case "floor":
                 return Operand(
-                    sql: "(CASE WHEN " + x + " < CAST(" + x + " AS INTEGER) THEN CAST(" + x
-                        + " AS INTEGER) - 1 ELSE CAST(" + x + " AS INTEGER) END)",
+                    sql: "(CASE WHEN abs(" + x + ") >= 4503599627370496.0 THEN " + x + " WHEN " + x + " < CAST(" + x
+                        + " AS INTEGER) THEN CAST(" + x + " AS INTEGER) - 1 ELSE CAST(" + x + " AS INTEGER) END)",
                     storage: .primitive(.double))
             default:
                 return Operand(
-                    sql: "(CASE WHEN " + x + " > CAST(" + x + " AS INTEGER) THEN CAST(" + x
-                        + " AS INTEGER) + 1 ELSE CAST(" + x + " AS INTEGER) END)",
+                    sql: "(CASE WHEN abs(" + x + ") >= 4503599627370496.0 THEN " + x + " WHEN " + x + " > CAST(" + x
+                        + " AS INTEGER) THEN CAST(" + x + " AS INTEGER) + 1 ELSE CAST(" + x + " AS INTEGER) END)",
                     storage: .primitive(.double))
             }
         case "isof":
@@ -182,6 +182,14 @@ extension ExpressionCompiler {
         case .boolean:
             return try castStored(value, from: .boolean, to: target)
         case .enumeration(let typeName):
+            if let range = Self.integralRanges[target] {
+                // Part 2, 5.1.1.10.1, rule 9: an enum casts to an integer type as its value, when
+                // that fits the type (null otherwise).
+                let check = SQLFragment(
+                    "(CASE WHEN " + value.sql.sql + " BETWEEN ? AND ? THEN " + value.sql.sql + " END)",
+                    value.sql.arguments + [.integer(range.lowerBound), .integer(range.upperBound)] + value.sql.arguments)
+                return Operand(sql: check, storage: .primitive(target))
+            }
             guard target == .string else { return Operand(sql: SQLFragment("NULL"), storage: .null) }
             guard let type = schema.model.enumType(typeName), !type.isFlags else {
                 throw Self.unsupported("cast of the flags enum \(typeName) to Edm.String")
@@ -196,15 +204,25 @@ extension ExpressionCompiler {
         }
     }
 
+    /// The values each integer type holds.
+    static let integralRanges: [PrimitiveType: ClosedRange<Int64>] = [
+        .byte: 0...255, .sbyte: -128...127, .int16: -32768...32767, .int32: Int64(Int32.min)...Int64(Int32.max),
+        .int64: Int64.min...Int64.max,
+    ]
+
     private func castStored(_ value: Operand, from source: PrimitiveType, to target: PrimitiveType) throws -> Operand {
         guard PrimitiveCast.isComputed(from: source, to: target) else {
             throw Self.unsupported("cast of \(source.rawValue) to \(target.rawValue)")
         }
-        if source == target { return value }
+        // Integers are all stored as SQLite integers, and a computed one (`-(U8)`, `I16 add I8`)
+        // may lie outside its declared type's range: it is read as the Int64 it is, and a cast
+        // to a smaller type checks the range (null when it does not fit), even to the same type.
+        let from: PrimitiveType = source.isIntegral ? .int64 : source
+        if from == target { return value }
         let stored = try materialize(value, as: .primitive(source))
         let legacy = legacyStrings && target == .string ? ", 1)" : ")"
         return Operand(
-            sql: SQLFragment("oodata_cast(?, ?, ", [.text(source.rawValue), .text(target.rawValue)]) + stored + legacy,
+            sql: SQLFragment("oodata_cast(?, ?, ", [.text(from.rawValue), .text(target.rawValue)]) + stored + legacy,
             storage: .primitive(target))
     }
 

@@ -12,6 +12,11 @@ struct ExpressionCompiler {
     private var aliasCounter = 0
     /// The predicate of the lambda that ends the path being compiled.
     var lambdaPredicate: BoundExpression?
+    /// Whether the node being compiled only selects rows (a WHERE, and/or inside one, a case
+    /// condition, a lambda predicate), where a null answer stands for false. Elsewhere (under
+    /// `not`, as a value) a comparison's null must be false: OData's `gt`/`ge`/`lt`/`le`/`in`
+    /// are false, not unknown, when an operand is null (Part 2, 5.1.1.1), where SQL's are null.
+    private var selecting = false
     /// A V2 request: `cast` to `Edm.String` writes V2's forms (an Edm.Date is an Edm.DateTime,
     /// an Edm.TimeOfDay an Edm.Time there; see ``PrimitiveCast/cast(_:to:legacy:)``).
     var legacyStrings = false
@@ -66,6 +71,14 @@ struct ExpressionCompiler {
 
     /// A Boolean SQL condition for a `$filter` (or lambda predicate).
     mutating func predicate(_ expression: BoundExpression, _ scope: Scope) throws -> SQLFragment {
+        let saved = selecting
+        selecting = true
+        defer { selecting = saved }
+        return try condition(expression, scope)
+    }
+
+    /// The SQL condition for `expression`, compiled in the current ``selecting`` state.
+    private mutating func condition(_ expression: BoundExpression, _ scope: Scope) throws -> SQLFragment {
         let operand = try compile(expression, scope)
         switch operand.storage {
         case .boolean: return operand.sql
@@ -79,6 +92,9 @@ struct ExpressionCompiler {
     // MARK: Values
 
     mutating func compile(_ expression: BoundExpression, _ scope: Scope) throws -> Operand {
+        let selectingHere = selecting
+        selecting = false
+        defer { selecting = selectingHere }
         switch expression.expression.node {
         case .literal(let value):
             if value == .null { return Operand(sql: SQLFragment("NULL"), storage: .null) }
@@ -105,7 +121,7 @@ struct ExpressionCompiler {
                 return Operand(sql: "(-" + operand.sql + ")", storage: operand.storage)
             }
         case .binary(let op, _, _):
-            return try binary(op, expression.operands[0], expression.operands[1], scope)
+            return try binary(op, expression.operands[0], expression.operands[1], scope, selecting: selectingHere)
         case .call(let name, _):
             return try call(name, expression, scope)
         case .list:
@@ -153,6 +169,18 @@ struct ExpressionCompiler {
         case (_, .null): return .null
         case (.primitive(let type), _):
             guard case .primitive(let converted)? = Literal.convert(value, to: type) else {
+                // A number outside the other side's range still compares by value (`I8 gt 255`
+                // is false, not an error): integers and reals compare across types in SQLite.
+                if type.isIntegral || type == .double || type == .single, case .primitive(let p) = value {
+                    if p.type.isIntegral, case .primitive(.int64(let n))? = Literal.convert(value, to: .int64) {
+                        return .integer(n)
+                    }
+                    if case .primitive(.double(let d))? = Literal.convert(value, to: .double), d.isFinite,
+                        p.type == .double || p.type == .single || type == .double || type == .single
+                    {
+                        return .real(d)
+                    }
+                }
                 throw StoreError(.badRequest, "The literal \(Literal.format(value)) does not fit \(type.rawValue)")
             }
             if type == .dateTimeOffset || type == .dateTime, case .dateTimeOffset(let d) = converted { return .text(ValueStorage.instantKey(d)) }
@@ -202,11 +230,19 @@ struct ExpressionCompiler {
 
     // MARK: Binary operators
 
-    private mutating func binary(_ op: BinaryOperator, _ lhs: BoundExpression, _ rhs: BoundExpression, _ scope: Scope) throws -> Operand {
+    private mutating func binary(
+        _ op: BinaryOperator, _ lhs: BoundExpression, _ rhs: BoundExpression, _ scope: Scope, selecting selectingHere: Bool
+    ) throws -> Operand {
+        /// A comparison that SQL answers null for a null operand, made false where that matters.
+        func twoValued(_ sql: SQLFragment) -> SQLFragment { selectingHere ? sql : "COALESCE(" + sql + ", 0)" }
         switch op {
         case .and, .or:
-            let a = try predicate(lhs, scope)
-            let b = try predicate(rhs, scope)
+            // and/or pass their own state on: under `not`, their comparisons must be two-valued.
+            let saved = selecting
+            selecting = selectingHere
+            defer { selecting = saved }
+            let a = try condition(lhs, scope)
+            let b = try condition(rhs, scope)
             return Operand(sql: .binary(a, op == .and ? "AND" : "OR", b), storage: .boolean)
         case .eq, .ne, .lt, .le, .gt, .ge:
             var a = try compile(lhs, scope)
@@ -227,7 +263,8 @@ struct ExpressionCompiler {
             case .gt: sqlOp = ">"
             default: sqlOp = ">="
             }
-            return Operand(sql: .binary(a.sql, sqlOp, b.sql), storage: .boolean)
+            let comparison = SQLFragment.binary(a.sql, sqlOp, b.sql)
+            return Operand(sql: op == .eq || op == .ne ? comparison : twoValued(comparison), storage: .boolean)
         case .add, .sub, .mul, .div, .mod, .divby:
             let a = try compile(lhs, scope)
             let b = try compile(rhs, scope)
@@ -268,7 +305,8 @@ struct ExpressionCompiler {
                 values.append(try comparable(operand, concreteStorage(a)))
             }
             if values.isEmpty { return Operand(sql: SQLFragment("0"), storage: .boolean) }
-            return Operand(sql: "(" + (try comparable(a, concreteStorage(a))) + " IN (" + SQLFragment.joined(values, ", ") + "))", storage: .boolean)
+            let membership = "(" + (try comparable(a, concreteStorage(a))) + " IN (" + SQLFragment.joined(values, ", ") + "))"
+            return Operand(sql: twoValued(membership), storage: .boolean)
         }
     }
 
