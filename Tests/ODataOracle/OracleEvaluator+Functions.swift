@@ -34,6 +34,7 @@ extension OracleEvaluator {
         }
         switch name {
         case "contains": return .boolean(try Self.find(string(1), in: string(0)) != nil)
+        case "substringof": return .boolean(try Self.find(string(0), in: string(1)) != nil)
         case "startswith": return .boolean(try string(0).starts(with: string(1)))
         case "endswith": return .boolean(try string(0).reversed().starts(with: string(1).reversed()))
         case "indexof": return .integer(Int64(try Self.find(string(1), in: string(0)) ?? -1))

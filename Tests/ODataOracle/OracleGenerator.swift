@@ -39,11 +39,20 @@ public struct OracleCase: Sendable, CustomStringConvertible {
 /// string), null literals and lambdas over a primitive collection and a navigation.
 public struct OracleGenerator {
     var random: SeededRandom
+    /// V2's grammar and model (``OracleModel/metadataV2``): its literal forms, `substringof`,
+    /// quoted type names; no enums, lambdas, `in`, `case` or `$count` in expressions.
+    let legacy: Bool
     /// Lambda variables in scope: `t` (a tag string) and `l` (a line).
     var variables: Set<String> = []
 
-    /// Starts the sequence of `seed`.
-    public init(seed: UInt64) { random = SeededRandom(seed: seed) }
+    /// Starts the sequence of `seed`, for V4 requests or (`legacy`) V2 ones.
+    public init(seed: UInt64, legacy: Bool = false) {
+        random = SeededRandom(seed: seed)
+        self.legacy = legacy
+    }
+
+    /// A type name as an argument of `cast`/`isof`: quoted in V2.
+    func typeName(_ name: String) -> String { legacy ? "'\(name)'" : name }
 
     /// The next case.
     public mutating func next() -> OracleCase {
@@ -51,19 +60,23 @@ public struct OracleGenerator {
         let filter = boolean(3)
         var orderBy: [String] = []
         for _ in 0..<Int.random(in: 0...2, using: &random) {
-            let key = random.pick([
-                "S", "N", "I32", "I64", "D", "F", "M", "Day", "At", "T", "Dur", "St", "B", "U8", "G", "Addr/City",
-                integer(1), string(1),
-            ])
+            let keys =
+                legacy
+                ? ["S", "N", "I32", "I64", "D", "F", "M", "When", "At", "Span", "B", "U8", "G", "Addr/City"]
+                : ["S", "N", "I32", "I64", "D", "F", "M", "Day", "At", "T", "Dur", "St", "B", "U8", "G", "Addr/City"]
+            let key = random.pick(keys + [integer(1), string(1)])
             orderBy.append(key + (random.chance(50) ? " desc" : ""))
         }
         orderBy.append("ID")
         let top = random.chance(40) ? Int.random(in: 0...12, using: &random) : nil
         let skip = random.chance(30) ? Int.random(in: 0...8, using: &random) : nil
-        let properties = [
-            "B", "U8", "I8", "I16", "I32", "I64", "F", "D", "M", "S", "G", "Day", "At", "T", "Dur", "Bin", "St",
-            "Col", "Addr", "Tags",
-        ]
+        let properties =
+            legacy
+            ? ["B", "U8", "I8", "I16", "I32", "I64", "F", "D", "M", "S", "G", "When", "At", "Span", "Bin", "Addr"]
+            : [
+                "B", "U8", "I8", "I16", "I32", "I64", "F", "D", "M", "S", "G", "Day", "At", "T", "Dur", "Bin", "St",
+                "Col", "Addr", "Tags",
+            ]
         let select = random.chance(40) ? properties.filter { _ in random.chance(25) } : []
         return OracleCase(filter: filter, orderBy: orderBy, top: top, skip: skip, select: select)
     }
@@ -76,12 +89,23 @@ public struct OracleGenerator {
         case 0: return "(\(boolean(depth - 1)) and \(boolean(depth - 1)))"
         case 1: return "(\(boolean(depth - 1)) or \(boolean(depth - 1)))"
         case 2: return "not (\(boolean(depth - 1)))"
-        case 3: return lambda(depth - 1)
+        case 3: return legacy ? comparison(depth - 1) : lambda(depth - 1)
         default: return comparison(depth - 1)
         }
     }
 
     mutating func simpleBoolean() -> String {
+        if legacy {
+            switch Int.random(in: 0..<7, using: &random) {
+            case 0: return "B"
+            case 1: return "B eq \(random.pick(["true", "false", "null"]))"
+            case 2: return "isof('\(random.pick(["O.Special", "O.Item"]))')"
+            case 3: return "\(random.pick(["S", "N", "I32", "M", "At", "Addr", "Addr/City", "When", "Span"])) eq null"
+            case 4: return "\(random.pick(["S", "I64", "D", "G", "Bin"])) ne null"
+            case 5: return "not B"
+            default: return "Addr/City \(random.pick(["eq", "ne"])) Addr/Zip"
+            }
+        }
         switch Int.random(in: 0..<12, using: &random) {
         case 6: return "not B"
         case 7: return "Bin \(random.pick(["eq", "ne"])) binary'\(random.pick(OracleModel.binaries))'"
@@ -118,6 +142,7 @@ public struct OracleGenerator {
 
     mutating func comparison(_ depth: Int) -> String {
         let op = random.pick(["eq", "ne", "gt", "ge", "lt", "le"])
+        if legacy { return legacyComparison(depth, op) }
         switch Int.random(in: 0..<20, using: &random) {
         case 16:
             let shift = random.pick(["duration'PT1H'", "duration'-P1D'", "duration'PT0.5S'"])
@@ -155,6 +180,22 @@ public struct OracleGenerator {
         }
     }
 
+    mutating func legacyComparison(_ depth: Int, _ op: String) -> String {
+        switch Int.random(in: 0..<12, using: &random) {
+        case 0, 1, 2: return "\(integer(depth)) \(op) \(integer(depth))"
+        case 3, 4: return stringComparison(depth)
+        case 5: return "\(double(depth)) \(op) \(double(depth))"
+        case 6: return "M \(op) \(random.pick(["0M", "1.5M", "-2.25M", "7M", "123456789.123456M", "7"]))"
+        case 7: return "When \(op) datetime'\(random.pick(OracleModel.dateTimes.map(\.literal)))'"
+        case 8: return "At \(op) datetimeoffset'\(random.pick(OracleModel.instants))'"
+        case 9: return "Span \(op) time'\(random.pick(OracleModel.spans))'"
+        case 10: return "G \(random.pick(["eq", "ne"])) guid'\(random.pick(OracleModel.guids))'"
+        default:
+            if random.chance(50) { return "substringof(\(string(depth)),\(string(depth)))" }
+            return "\(random.pick(["startswith", "endswith"]))(\(string(depth)),\(string(depth)))"
+        }
+    }
+
     mutating func stringComparison(_ depth: Int) -> String {
         "\(string(depth)) \(random.pick(["eq", "ne", "gt", "ge", "lt", "le"])) \(string(depth))"
     }
@@ -164,10 +205,12 @@ public struct OracleGenerator {
     mutating func integer(_ depth: Int) -> String {
         if depth <= 0 || random.chance(35) {
             if variables.contains("l") && random.chance(40) { return "l/Qty" }
+            let properties = ["ID", "U8", "I8", "I16", "I32", "I64"] + (legacy ? [] : ["Lines/$count"])
             return random.chance(60)
-                ? random.pick(["ID", "U8", "I8", "I16", "I32", "I64", "Lines/$count"])
-                : random.pick(["0", "1", "2", "-3", "42", "255", "1000"])
+                ? random.pick(properties)
+                : random.pick(["0", "1", "2", "-3", "42", "255", "1000"] + (legacy ? ["7L", "-9000000000L"] : []))
         }
+        if legacy { return legacyInteger(depth) }
         switch Int.random(in: 0..<15, using: &random) {
         case 12: return "Lines/$count($filter=Qty \(random.pick(["gt", "le", "eq"])) \(random.pick(["1", "3", "null"])))"
         case 13:
@@ -188,6 +231,20 @@ public struct OracleGenerator {
         }
     }
 
+    mutating func legacyInteger(_ depth: Int) -> String {
+        switch Int.random(in: 0..<9, using: &random) {
+        case 0: return "(\(integer(depth - 1)) add \(integer(depth - 1)))"
+        case 1: return "(\(integer(depth - 1)) sub \(integer(depth - 1)))"
+        case 2: return "(\(integer(depth - 1)) mul \(random.pick(["2", "-1", "10"])))"
+        case 3: return "(\(integer(depth - 1)) \(random.pick(["div", "mod"])) \(random.pick(["2", "3", "-4", "7"])))"
+        case 4: return "length(\(string(depth - 1)))"
+        case 5: return "indexof(\(string(depth - 1)),\(stringLiteral()))"
+        case 6: return "\(random.pick(["year", "month", "day", "hour", "minute", "second"]))(\(random.pick(["When", "At"])))"
+        case 7: return "cast(\(random.pick(["S", "N", "Addr/City"])),'Edm.\(random.pick(["Int32", "Int64", "Byte"]))')"
+        default: return "-(\(integer(depth - 1)))"
+        }
+    }
+
     mutating func double(_ depth: Int) -> String {
         if depth <= 0 || random.chance(40) {
             return random.chance(60) ? random.pick(["D", "F"]) : random.pick(["2.5", "-0.5", "0.1", "1e10", "3.3"])
@@ -196,9 +253,9 @@ public struct OracleGenerator {
         case 0: return "(\(double(depth - 1)) add \(random.chance(50) ? double(depth - 1) : integer(depth - 1)))"
         case 1: return "(\(double(depth - 1)) mul \(random.pick(["2.0", "-1", "0.5"])))"
         case 2: return "\(random.pick(["round", "floor", "ceiling"]))(\(double(depth - 1)))"
-        case 3: return "cast(\(integer(depth - 1)),Edm.Double)"
-        case 4: return "cast(\(random.pick(["S", "N"])),Edm.Double)"
-        default: return "cast(M,Edm.Double)"
+        case 3: return "cast(\(integer(depth - 1)),\(typeName("Edm.Double")))"
+        case 4: return "cast(\(random.pick(["S", "N"])),\(typeName("Edm.Double")))"
+        default: return "cast(M,\(typeName("Edm.Double")))"
         }
     }
 
@@ -208,7 +265,9 @@ public struct OracleGenerator {
             if variables.contains("l") && random.chance(40) { return "l/Note" }
             return random.chance(60) ? random.pick(["S", "N", "Addr/City", "Addr/Zip"]) : stringLiteral()
         }
-        switch Int.random(in: 0..<10, using: &random) {
+        switch Int.random(in: 0..<(legacy ? 6 : 10), using: &random) {
+        case 4 where legacy: return "cast(\(integer(depth - 1)),'Edm.String')"
+        case 5 where legacy: return "cast(\(random.pick(["G", "B"])),'Edm.String')"
         case 9: return "case(\(boolean(0)):\(string(depth - 1)),true:\(string(depth - 1)))"
         case 0: return "\(random.pick(["tolower", "toupper", "trim"]))(\(string(depth - 1)))"
         case 1: return "concat(\(string(depth - 1)),\(string(depth - 1)))"
