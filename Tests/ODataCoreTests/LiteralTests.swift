@@ -45,6 +45,16 @@ import Testing
             ("Orders(datetime'2023-13-01T00:00')", .v2, "month 13 does not exist"),
             ("Orders(time'PT25X')", .v2, "'PT25X' is not a duration"),
             ("Orders?$filter=At eq datetime'2023-01-01T24:30'", .v2, "hour 24 does not exist"),
+            // Issue 55, item 8: malformed shapes name the form, not "Unexpected text after the expression".
+            ("People?$filter=Birthday eq 2023-1-01", .v401, "2023-1-01 is not a date: the form is YYYY-MM-DD"),
+            ("People?$filter=Birthday eq 2023-01-01Z", .v401, "2023-01-01Z is not a date"),
+            ("People?$filter=At eq 2023-02-01T10:00:00", .v401, "is not a date-time: the form is YYYY-MM-DDThh:mm"),
+            ("People?$filter=At eq 2023-02-01T10:00:00.Z", .v401, "2023-02-01T10:00:00.Z is not a date-time"),
+            ("People?$filter=At eq 2023-02-01T", .v401, "2023-02-01T is not a date-time"),
+            ("People?$filter=T eq 25:00:00", .v401, "25:00:00 is not a time of day"),
+            ("People?$filter=T eq 10:61", .v401, "10:61 is not a time of day"),
+            ("Orders(2023-1-01)", .v401, "2023-1-01 is not a date"),
+            ("Orders?$filter=Amount eq 2023-1-01", .v2, "2023-1-01 is not a date"),
         ]
         for (url, version, expected) in cases {
             let text = message(url, version)

@@ -124,8 +124,8 @@ extension OracleEvaluator {
     static func find(_ needle: [Unicode.Scalar], in haystack: [Unicode.Scalar]) -> Int? {
         if needle.isEmpty { return 0 }
         guard needle.count <= haystack.count else { return nil }
-        for start in 0...(haystack.count - needle.count) where haystack[start..<start + needle.count].elementsEqual(needle)
-        {
+        for start in 0...(haystack.count - needle.count)
+        where haystack[start..<start + needle.count].elementsEqual(needle) {
             return start
         }
         return nil

@@ -246,7 +246,8 @@ extension OracleEvaluator {
         }
         return DateTimeOffsetValue(
             date: DateValue(daysSinceEpoch: Int(days)),
-            time: TimeOfDayValue(hour: second / 3600, minute: second / 60 % 60, second: second % 60, fraction: fraction),
+            time: TimeOfDayValue(
+                hour: second / 3600, minute: second / 60 % 60, second: second % 60, fraction: fraction),
             offsetMinutes: 0)
     }
 

@@ -147,8 +147,12 @@ public struct OracleGenerator {
         case 16:
             let shift = random.pick(["duration'PT1H'", "duration'-P1D'", "duration'PT0.5S'"])
             return "(At \(random.pick(["add", "sub"])) \(shift)) \(op) \(random.pick(OracleModel.instants))"
-        case 17: return "(Day add duration'P\(Int.random(in: 1...40, using: &random))D') \(op) \(random.pick(OracleModel.dates))"
-        case 18: return "(\(integer(depth)) divby \(random.pick(["2", "4", "-3"]))) \(op) \(random.pick(["1.5", "0", "-2.5", "10"]))"
+        case 17:
+            let days = Int.random(in: 1...40, using: &random)
+            return "(Day add duration'P\(days)D') \(op) \(random.pick(OracleModel.dates))"
+        case 18:
+            let divisor = random.pick(["2", "4", "-3"])
+            return "(\(integer(depth)) divby \(divisor)) \(op) \(random.pick(["1.5", "0", "-2.5", "10"]))"
         case 19: return "fractionalseconds(\(random.pick(["T", "At"]))) \(op) \(random.pick(["0", "0.5", "0.789"]))"
         case 0, 1, 2: return "\(integer(depth)) \(op) \(integer(depth))"
         case 3, 4: return stringComparison(depth)
@@ -163,7 +167,8 @@ public struct OracleGenerator {
             return "Dur \(op) \(random.chance(50) ? "duration'\(literal)'" : "'\(literal)'")"
         case 11:
             let member = random.pick(OracleModel.statuses)
-            let right = random.pick(["O.Status'\(member)'", "'\(member)'", "O.Status'\(Int.random(in: 0...2, using: &random))'"])
+            let number = Int.random(in: 0...2, using: &random)
+            let right = random.pick(["O.Status'\(member)'", "'\(member)'", "O.Status'\(number)'"])
             return "St \(random.pick(["eq", "ne"])) \(right)"
         case 12:
             let member = random.pick(["Red", "Green", "Blue", "Red,Blue"])
@@ -212,7 +217,8 @@ public struct OracleGenerator {
         }
         if legacy { return legacyInteger(depth) }
         switch Int.random(in: 0..<15, using: &random) {
-        case 12: return "Lines/$count($filter=Qty \(random.pick(["gt", "le", "eq"])) \(random.pick(["1", "3", "null"])))"
+        case 12:
+            return "Lines/$count($filter=Qty \(random.pick(["gt", "le", "eq"])) \(random.pick(["1", "3", "null"])))"
         case 13:
             return "case(\(boolean(0)):\(integer(depth - 1)),\(boolean(0)):\(integer(depth - 1)),true:\(integer(0)))"
         case 14: return "Lines/$count"
@@ -239,7 +245,9 @@ public struct OracleGenerator {
         case 3: return "(\(integer(depth - 1)) \(random.pick(["div", "mod"])) \(random.pick(["2", "3", "-4", "7"])))"
         case 4: return "length(\(string(depth - 1)))"
         case 5: return "indexof(\(string(depth - 1)),\(stringLiteral()))"
-        case 6: return "\(random.pick(["year", "month", "day", "hour", "minute", "second"]))(\(random.pick(["When", "At"])))"
+        case 6:
+            let part = random.pick(["year", "month", "day", "hour", "minute", "second"])
+            return "\(part)(\(random.pick(["When", "At"])))"
         case 7: return "cast(\(random.pick(["S", "N", "Addr/City"])),'Edm.\(random.pick(["Int32", "Int64", "Byte"]))')"
         default: return "-(\(integer(depth - 1)))"
         }
@@ -272,7 +280,8 @@ public struct OracleGenerator {
         case 0: return "\(random.pick(["tolower", "toupper", "trim"]))(\(string(depth - 1)))"
         case 1: return "concat(\(string(depth - 1)),\(string(depth - 1)))"
         case 2: return "substring(\(string(depth - 1)),\(random.pick(["0", "1", "3", "20"])))"
-        case 3: return "substring(\(string(depth - 1)),\(random.pick(["0", "2"])),\(random.pick(["0", "1", "4", "50"])))"
+        case 3:
+            return "substring(\(string(depth - 1)),\(random.pick(["0", "2"])),\(random.pick(["0", "1", "4", "50"])))"
         case 4: return "cast(\(integer(depth - 1)),Edm.String)"
         case 5: return "cast(\(random.pick(["St", "Day", "G", "B"])),Edm.String)"
         case 6: return "cast(Col,Edm.String)"

@@ -55,7 +55,8 @@ extension OracleModel {
             fields.append("\"I64\":\(maybe(int64s, quoted: true, &random))")
             fields.append("\"F\":\(maybe(singles, quoted: false, &random))")
             fields.append("\"D\":\(maybe(doubles, quoted: false, &random))")
-            fields.append("\"M\":\(maybe(["0", "1.5", "-2.25", "7", "0.1", "123456789.123456"], quoted: true, &random))")
+            let decimals = ["0", "1.5", "-2.25", "7", "0.1", "123456789.123456"]
+            fields.append("\"M\":\(maybe(decimals, quoted: true, &random))")
             fields.append("\"S\":\(maybe(strings, quoted: true, &random))")
             fields.append("\"N\":\(maybe(strings, quoted: true, &random))")
             fields.append("\"G\":\(maybe(guids, quoted: true, &random))")

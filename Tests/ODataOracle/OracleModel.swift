@@ -51,8 +51,10 @@ public enum OracleModel {
           <NavigationProperty Name="Item" Type="O.Item" Partner="Lines">
             <ReferentialConstraint Property="ItemID" ReferencedProperty="ID"/></NavigationProperty></EntityType>
         <EntityContainer Name="C">
-          <EntitySet Name="Items" EntityType="O.Item"><NavigationPropertyBinding Path="Lines" Target="Lines"/></EntitySet>
-          <EntitySet Name="Lines" EntityType="O.Line"><NavigationPropertyBinding Path="Item" Target="Items"/></EntitySet>
+          <EntitySet Name="Items" EntityType="O.Item">
+            <NavigationPropertyBinding Path="Lines" Target="Lines"/></EntitySet>
+          <EntitySet Name="Lines" EntityType="O.Line">
+            <NavigationPropertyBinding Path="Item" Target="Items"/></EntitySet>
         </EntityContainer>
         </Schema></edmx:DataServices></edmx:Edmx>
         """

@@ -379,6 +379,17 @@ import Darwin
         #expect(parserAnswer.status == 431, "\(String(decoding: parserAnswer.body.prefix(300), as: UTF8.self))")
         #expect(try ODataError.parse(parserAnswer.body).code == "RequestHeaderFieldsTooLarge")
         #expect(parserAnswer.headers["connection"] == "close")
+        // Too many header fields, each short: the answer names the field limit, not only bytes
+        // (issue 55, item 8).
+        let fields = (0...ParserErrorAnswer.headerFieldLimit).map { ("X-F\($0)", "1") }
+        let many = MalformedRequestTests.Case(
+            "many headers", "GET", MalformedRequestTests.v4 + "Products", headers: fields
+        ).raw()
+        let countAnswer = try await MalformedRequestTests.exchangeOffPool(port: running.port, many)
+        #expect(countAnswer.status == 431)
+        let countError = try ODataError.parse(countAnswer.body)
+        let named = countError.message.contains("\(ParserErrorAnswer.headerFieldLimit) header fields")
+        #expect(named, "\(countError.message)")
     }
 }
 

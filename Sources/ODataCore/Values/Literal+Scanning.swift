@@ -56,8 +56,35 @@ extension Literal {
             }
         }
         if let problem = dateShapeProblem(b, i) { return problem }
-        guard let (date, _) = scanDate(b, i, checkCalendar: false), let problem = date.calendarProblem else { return nil }
-        return "\(problem): \(date) is not a date"
+        if let (date, _) = scanDate(b, i, checkCalendar: false), let problem = date.calendarProblem {
+            return "\(problem): \(date) is not a date"
+        }
+        return i == start ? malformedTemporal(b, start) : nil
+    }
+
+    /// A bare token that starts like a date (`2020-`), a date-time or a time of day (`10:`) but
+    /// is none (`2020-1-01`, `2020-01-01T10:00` without an offset, `25:00:00`): which form it
+    /// misses. Only called where no literal could be read at `start`.
+    static func malformedTemporal(_ b: [UInt8], _ start: Int) -> String? {
+        var i = start
+        if i < b.count, b[i] == UInt8(ascii: "-") { i += 1 }
+        var digitsEnd = i
+        while digitsEnd < b.count, isDigit(b[digitsEnd]) { digitsEnd += 1 }
+        guard digitsEnd < b.count else { return nil }
+        let isDate = digitsEnd - i >= 4 && b[digitsEnd] == UInt8(ascii: "-")
+        let isTime = i == start && (1...2).contains(digitsEnd - i) && b[digitsEnd] == UInt8(ascii: ":")
+        guard isDate || isTime else { return nil }
+        var end = digitsEnd
+        let allowed = Set("0123456789-+:.TtZz".utf8)
+        while end < b.count, allowed.contains(b[end]), end - start < 40 { end += 1 }
+        let text = String(decoding: b[start..<end], as: UTF8.self)
+        if isTime {
+            return "\(text) is not a time of day: the form is hh:mm[:ss[.fraction]], hour 00–23, minute 00–59"
+        }
+        if text.contains("T") || text.contains("t") {
+            return "\(text) is not a date-time: the form is YYYY-MM-DDThh:mm[:ss[.fraction]] followed by Z or ±hh:mm"
+        }
+        return "\(text) is not a date: the form is YYYY-MM-DD, with a two-digit month and day"
     }
 
     /// A date of the shape `YYYY-MM-DD[Thh:mm[:ss]]` with a month, day, hour, minute or second

@@ -23,9 +23,11 @@ public enum ODataHTTPServer {
         // The parser takes the longest URL the service answers (with a 414 beyond it) and the usual
         // 80 KiB of headers; what it refuses still gets an OData error body (ParserErrorAnswer).
         let limit = service.options.maxURLBytes + 80 * 1024
+        let fields = ParserErrorAnswer.headerFieldLimit
         let http1 = HTTP1Channel.Configuration(
             additionalChannelHandlers: [ParserErrorAnswer(headerLimit: limit)],
-            httpDecoderConfiguration: .init(maxHeaderFieldSize: limit, maxHeaderListSize: limit))
+            httpDecoderConfiguration: .init(
+                maxHeaderFieldSize: limit, maxHeaderListSize: limit, maxHeaderFieldCount: fields))
         return Application(router: router, server: .http1(configuration: http1),
                            configuration: .init(address: .hostname(host, port: port), serverName: "oodata"),
                            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? port) }, logger: log)

@@ -17,6 +17,9 @@ final class ParserErrorAnswer: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundOut = HTTPResponsePart
 
     private let headerLimit: Int
+    /// How many header fields a request may have (Hummingbird's default, named here so that the
+    /// answer can say it).
+    static let headerFieldLimit = 1000
     /// Requests whose head was read and whose response has not ended.
     private var open = 0
     private var answered = false
@@ -59,10 +62,12 @@ final class ParserErrorAnswer: ChannelDuplexHandler, RemovableChannelHandler {
     static func answer(to error: HTTPParserError, headerLimit: Int) -> (Int, ODataError) {
         switch error {
         case .headerOverflow:
+            // The parser reports too many bytes and too many fields alike: both limits are named.
             return (431, ODataError(
                 code: "RequestHeaderFieldsTooLarge",
-                message: "The request line and headers are longer than \(headerLimit) bytes. "
-                    + "Send a long query as a GET inside a $batch.", httpStatus: 431))
+                message: "The request line and headers exceed a limit of this server: at most \(headerLimit) bytes "
+                    + "in at most \(headerFieldLimit) header fields. Send a long query as a GET inside a $batch.",
+                httpStatus: 431))
         case .invalidConstant, .invalidVersion, .invalidURL:
             return (400, ODataError(
                 code: "BadHTTPRequest",

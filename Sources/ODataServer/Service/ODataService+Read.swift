@@ -88,7 +88,8 @@ extension ODataService {
 
     func table(forPath target: String, version: ODataVersion) throws -> StoreSchema.EntityTable? {
         let parsed = try URLParser(version: version.grammar).parse(target)
-        let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: target)
+        let resolved = try PathResolver(lookup: model, aliases: parsed.query.aliases)
+            .resolve(parsed.path, input: target)
         var setName: String?
         var current: String?
         for segment in resolved.path.segments {
@@ -234,7 +235,8 @@ extension ODataService {
             if request.isV2 {
                 // `$links` of a to-one navigation property: `{"d":{"uri":…}}`, else a collection.
                 let linked = ResourcePath(segments: parsedURL.path.segments.filter { $0.kind != .ref })
-                let single = (try? PathResolver(lookup: model).resolve(linked, input: request.target))?.shape.isCollection == false
+                let resolver = PathResolver(lookup: model, aliases: parsedURL.query.aliases)
+                let single = (try? resolver.resolve(linked, input: request.target))?.shape.isCollection == false
                 let uris = ids.map { JSONValue.object([.init("uri", .string(root + $0))]) }
                 if single, ids.count <= 1 {
                     guard let uri = uris.first else { throw ServiceFailure(404, "NotFound", "No link at \(request.path)") }

@@ -17,7 +17,8 @@ extension ODataService {
 
     func writeTarget(_ request: ServiceRequest) throws -> WriteTarget {
         let parsed = try URLParser(version: request.version.grammar).parse(request.target)
-        let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: request.target)
+        let resolved = try PathResolver(lookup: model, aliases: parsed.query.aliases)
+            .resolve(parsed.path, input: request.target)
         guard case .entitySet(let setName)? = resolved.path.segments.first?.kind, let table = store.schema.table(forEntitySet: setName) else {
             throw ServiceFailure(400, "BadRequest", "\(request.method) needs an entity set, not \(request.path)")
         }
@@ -524,7 +525,7 @@ extension ODataService {
             if let range = path.range(of: root) { path = String(path[range.upperBound...]) }
         }
         let parsed = try URLParser(version: version.grammar).parse(path)
-        let resolved = try PathResolver(lookup: model).resolve(parsed.path, input: path)
+        let resolved = try PathResolver(lookup: model, aliases: parsed.query.aliases).resolve(parsed.path, input: path)
         guard resolved.path.segments.count == 2, case .entitySet(let set) = resolved.path.segments[0].kind,
               case .key(let parts) = resolved.path.segments[1].kind, let table = store.schema.table(forEntitySet: set) else {
             throw ServiceFailure(400, "BadReference", "\(id) does not name one entity")

@@ -21,10 +21,11 @@ enum StoreFunctions {
                 { context, count, arguments in StoreFunctions.cast(context, count, arguments) }, nil, nil, nil)
             guard status == SQLITE_OK else { return status }
         }
-        let textFunctions: [(String, @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void)] = [
-            ("oodata_lower", { context, _, arguments in StoreFunctions.mapText(context, arguments) { $0.lowercased() } }),
-            ("oodata_upper", { context, _, arguments in StoreFunctions.mapText(context, arguments) { $0.uppercased() } }),
-            ("oodata_trim", { context, _, arguments in StoreFunctions.mapText(context, arguments, StoreFunctions.trim) }),
+        typealias Function = @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void
+        let textFunctions: [(String, Function)] = [
+            ("oodata_lower", { context, _, arguments in StoreFunctions.mapped(context, arguments) { $0.lowercased() } }),
+            ("oodata_upper", { context, _, arguments in StoreFunctions.mapped(context, arguments) { $0.uppercased() } }),
+            ("oodata_trim", { context, _, arguments in StoreFunctions.mapped(context, arguments, StoreFunctions.trim) }),
         ]
         for (name, function) in textFunctions {
             let status = sqlite3_create_function_v2(
@@ -35,7 +36,7 @@ enum StoreFunctions {
     }
 
     /// The text argument mapped by `transform`; NULL stays NULL.
-    private static func mapText(
+    private static func mapped(
         _ context: OpaquePointer?, _ arguments: UnsafeMutablePointer<OpaquePointer?>?, _ transform: (String) -> String
     ) {
         guard let arguments, sqlite3_value_type(arguments[0]) != SQLITE_NULL else {

@@ -185,9 +185,9 @@ extension ExpressionCompiler {
             if let range = Self.integralRanges[target] {
                 // Part 2, 5.1.1.10.1, rule 9: an enum casts to an integer type as its value, when
                 // that fits the type (null otherwise).
-                let check = SQLFragment(
-                    "(CASE WHEN " + value.sql.sql + " BETWEEN ? AND ? THEN " + value.sql.sql + " END)",
-                    value.sql.arguments + [.integer(range.lowerBound), .integer(range.upperBound)] + value.sql.arguments)
+                let bounds = SQLFragment(
+                    " BETWEEN ? AND ? THEN ", [.integer(range.lowerBound), .integer(range.upperBound)])
+                let check = "(CASE WHEN " + value.sql + bounds + value.sql + " END)"
                 return Operand(sql: check, storage: .primitive(target))
             }
             guard target == .string else { return Operand(sql: SQLFragment("NULL"), storage: .null) }

@@ -231,7 +231,8 @@ struct ExpressionCompiler {
     // MARK: Binary operators
 
     private mutating func binary(
-        _ op: BinaryOperator, _ lhs: BoundExpression, _ rhs: BoundExpression, _ scope: Scope, selecting selectingHere: Bool
+        _ op: BinaryOperator, _ lhs: BoundExpression, _ rhs: BoundExpression, _ scope: Scope,
+        selecting selectingHere: Bool
     ) throws -> Operand {
         /// A comparison that SQL answers null for a null operand, made false where that matters.
         func twoValued(_ sql: SQLFragment) -> SQLFragment { selectingHere ? sql : "COALESCE(" + sql + ", 0)" }
@@ -305,7 +306,8 @@ struct ExpressionCompiler {
                 values.append(try comparable(operand, concreteStorage(a)))
             }
             if values.isEmpty { return Operand(sql: SQLFragment("0"), storage: .boolean) }
-            let membership = "(" + (try comparable(a, concreteStorage(a))) + " IN (" + SQLFragment.joined(values, ", ") + "))"
+            let left = try comparable(a, concreteStorage(a))
+            let membership = "(" + left + " IN (" + SQLFragment.joined(values, ", ") + "))"
             return Operand(sql: twoValued(membership), storage: .boolean)
         }
     }

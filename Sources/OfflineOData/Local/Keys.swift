@@ -9,7 +9,8 @@ enum Keys {
         let version: ODataVersion = model.version.grammar
         do {
             let parsed = try URLParser(version: version).parse(url)
-            return (parsed, try PathResolver(lookup: model).resolve(parsed.path, input: url))
+            let resolver = PathResolver(lookup: model, aliases: parsed.query.aliases)
+            return (parsed, try resolver.resolve(parsed.path, input: url))
         } catch {
             throw OfflineODataError(.invalidRequest, "The \(what) \(url) is not valid: \(error)")
         }
@@ -69,7 +70,8 @@ enum Keys {
     static func parseFully(_ relative: String, model: Model) -> (String, [String: PrimitiveValue])? {
         let version: ODataVersion = model.version.grammar
         guard let parsed = try? URLParser(version: version).parse(relative),
-            let resolved = try? PathResolver(lookup: model).resolve(parsed.path, input: relative),
+            let resolved = try? PathResolver(lookup: model, aliases: parsed.query.aliases)
+                .resolve(parsed.path, input: relative),
             resolved.path.segments.count == 2, case .entitySet(let set) = resolved.path.segments[0].kind,
             case .key(let parts) = resolved.path.segments[1].kind,
             let key = try? values(parts, entitySet: set, model: model, query: parsed.query)

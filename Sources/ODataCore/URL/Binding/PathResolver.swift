@@ -121,11 +121,23 @@ public struct PathResolver: Sendable {
                 guard hadKey, case .entityCollection(let type) = shape else {
                     throw fail(.invalidKey, "A key may only follow an entity collection", segment)
                 }
-                // An alias is checked by its value, as the value written in place would be.
-                let valued = parts.map { part -> KeyValue in
-                    guard case .alias(let name) = part.value.node, let value = aliases[name],
-                          case .literal = value.node else { return part }
-                    return KeyValue(name: part.name, value: CommonExpression(value.node, at: part.value.offset))
+                // An alias is checked by its value, as the value written in place would be; a key
+                // alias the query gives no literal value is a client error (issue 55, item 8).
+                var valued: [KeyValue] = []
+                for part in parts {
+                    guard case .alias(let name) = part.value.node else {
+                        valued.append(part)
+                        continue
+                    }
+                    guard let value = aliases[name] else {
+                        throw fail(
+                            .invalidKey, "The key alias @\(name) has no value: give it in the query (@\(name)=…)",
+                            segment)
+                    }
+                    guard case .literal = value.node else {
+                        throw fail(.invalidKey, "The key alias @\(name) must have a literal value", segment)
+                    }
+                    valued.append(KeyValue(name: part.name, value: CommonExpression(value.node, at: part.value.offset)))
                 }
                 if let navigation, allowsShortenedKeys {
                     // A referential constraint of the partner may supply key parts (V4).

@@ -71,7 +71,7 @@ public struct RequestBinder: Sendable {
             model.entityType(name) != nil || model.complexType(name) != nil ? name : nil
         }
         var request = BoundRequest(path: resolution, elementType: elementType, filter: nil, orderBy: [], compute: [], expand: [])
-        var binder = ExpressionBinder(model: model, aliases: url.query.aliases)
+        var binder = ExpressionBinder(model: model, aliases: typedAliases(url, resolution))
         let parser = URLParser(version: model.version)
         func text(_ name: String) -> String { parser.optionText(name, in: input) ?? "$" + name }
         guard let type = elementType else {
@@ -90,6 +90,27 @@ public struct RequestBinder: Sendable {
         try checkSelect(url.query.select ?? [], type, computed: Set(binder.computed.keys))
         request.expand = try bindExpand(url.query.expand ?? [], binder, type, resourceType: type)
         return request
+    }
+
+    /// The request's aliases, those passed to a function import's primitive parameter typed as
+    /// that parameter (`Cheap(max=@p)?$filter=Price gt @p&@p=5`: `@p` is the Edm.Decimal 5 in
+    /// `$filter` too, as in the function), so that one alias has one type in the whole request.
+    private func typedAliases(_ url: ParsedURL, _ resolution: PathResolver.Resolution) -> [String: CommonExpression] {
+        var aliases = url.query.aliases
+        guard let first = resolution.path.segments.first, case .functionImport(let name, let given) = first.kind,
+            let item = model.functionImport(name)
+        else { return aliases }
+        let parameters = item.function.flatMap { model.functions($0).first?.parameters } ?? item.parameters
+        for argument in given {
+            guard case .alias(let alias) = argument.value.node, let expression = aliases[alias],
+                case .literal(let value) = expression.node, value != .null,
+                let parameter = parameters.first(where: { $0.name == argument.name }), !parameter.type.isCollection,
+                let type = PrimitiveType(qualifiedName: parameter.type.name),
+                let converted = Literal.convert(value, to: type)
+            else { continue }
+            aliases[alias] = CommonExpression(.literal(converted), at: expression.offset)
+        }
+        return aliases
     }
 
     /// V2 passes a function import's parameters as query options (`GetByCategory?ID='C1'`):
