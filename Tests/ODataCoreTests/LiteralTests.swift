@@ -52,7 +52,7 @@ import Testing
             ("People?$filter=At eq 2023-02-01T10:00:00.Z", .v401, "2023-02-01T10:00:00.Z is not a date-time"),
             ("People?$filter=At eq 2023-02-01T", .v401, "2023-02-01T is not a date-time"),
             ("People?$filter=T eq 25:00:00", .v401, "25:00:00 is not a time of day"),
-            ("People?$filter=T eq 10:61", .v401, "10:61 is not a time of day"),
+            ("People?$filter=T eq 10:61:00", .v401, "10:61:00 is not a time of day"),
             ("Orders(2023-1-01)", .v401, "2023-1-01 is not a date"),
             ("Orders?$filter=Amount eq 2023-1-01", .v2, "2023-1-01 is not a date"),
         ]

@@ -180,15 +180,21 @@ extension OracleEvaluator {
     static func arithmetic(_ op: BinaryOperator, _ a: OracleValue, _ b: OracleValue) throws -> OracleValue {
         switch (a, b) {
         case (.dateTimeOffset(let d), .duration(let x)) where op == .add || op == .sub:
-            // 5.1.1.2.1–2: a duration moves the instant.
-            let start = d.instant, length = x.totalPicoseconds
+            // 5.1.1.2.1–2: a duration moves the date-time, which keeps its offset.
+            let localSeconds = Int64(d.date.daysSinceEpoch) * 86_400
+                + Int64(d.time.hour * 3600 + d.time.minute * 60 + d.time.second)
+            let start = (seconds: localSeconds, picoseconds: d.time.picosecondsSinceMidnight % 1_000_000_000_000)
+            let length = x.totalPicoseconds
             let sign: Int64 = op == .add ? 1 : -1
             var picos = start.picoseconds + sign * length.picos
             var seconds = start.seconds + sign * length.whole
             seconds += picos >= 0 ? picos / 1_000_000_000_000 : -((-picos + 999_999_999_999) / 1_000_000_000_000)
             picos -= (picos >= 0 ? picos / 1_000_000_000_000 : -((-picos + 999_999_999_999) / 1_000_000_000_000))
                 * 1_000_000_000_000
-            return .dateTimeOffset(utc(seconds: seconds, picoseconds: picos))
+            var moved = utc(seconds: seconds, picoseconds: picos)
+            moved.offsetMinutes = d.offsetMinutes
+            moved.usesZ = d.usesZ
+            return .dateTimeOffset(moved)
         case (.date(let day), .duration(let x)) where op == .add || op == .sub:
             let length = x.totalPicoseconds
             guard length.picos == 0, length.whole % 86_400 == 0 else {
@@ -235,7 +241,7 @@ extension OracleEvaluator {
         }
     }
 
-    /// The instant as a UTC DateTimeOffset.
+    /// The local date-time of `seconds` since 1970-01-01T00:00, as a DateTimeOffset at UTC.
     static func utc(seconds: Int64, picoseconds: Int64) -> DateTimeOffsetValue {
         let days = seconds >= 0 ? seconds / 86_400 : -((-seconds + 86_399) / 86_400)
         let second = Int(seconds - days * 86_400)

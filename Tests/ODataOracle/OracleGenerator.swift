@@ -146,6 +146,9 @@ public struct OracleGenerator {
         switch Int.random(in: 0..<20, using: &random) {
         case 16:
             let shift = random.pick(["duration'PT1H'", "duration'-P1D'", "duration'PT0.5S'"])
+            if random.chance(30) {
+                return "\(random.pick(["day", "hour"]))(At add \(shift)) \(op) \(random.pick(["1", "2", "9", "12"]))"
+            }
             return "(At \(random.pick(["add", "sub"])) \(shift)) \(op) \(random.pick(OracleModel.instants))"
         case 17:
             let days = Int.random(in: 1...40, using: &random)

@@ -152,6 +152,14 @@ enum Catalogue {
         ("Products?$filter=cast(Color,Edm.Byte) ge 2", [2, 3, 5]),
         ("Products?$filter=CategoryID lt 3000000000", [1, 2, 3, 5]),
         ("Products?$filter=toupper(Address/City) eq 'ZÜRICH'", [5]),
+        // What the oracle saw refused, now answered: a flags enum as a string; a date-time or a
+        // date moved by a duration (in its own offset: 10:00+02:00 plus 14 hours is day 2).
+        ("Products?$filter=cast(Color,Edm.String) eq 'Red,Blue'", [2]),
+        ("Products?$filter=cast(Color,Edm.String) eq null", [4]),
+        ("Products?$filter=Released add duration'PT1H' gt 2020-01-01T08:30:00Z", [1, 5]),
+        ("Products?$filter=day(Released add duration'PT14H') eq 2", [1]),
+        ("Products?$filter=Available add duration'P1D' eq 2020-01-06", [1]),
+        ("Products?$filter=Available sub duration'P366D' lt 2019-01-01", [3]),
         // (3: Rating is null, and null eq null.)
         ("Products?$filter=floor(Rating mul 1e20) eq Rating mul 1e20", [1, 2, 3, 4, 5]),
         ("Products?$filter=Stock gt 5 or Name eq null", [1, 3, 4, 5]),

@@ -62,8 +62,8 @@ extension Literal {
         return i == start ? malformedTemporal(b, start) : nil
     }
 
-    /// A bare token that starts like a date (`2020-`), a date-time or a time of day (`10:`) but
-    /// is none (`2020-1-01`, `2020-01-01T10:00` without an offset, `25:00:00`): which form it
+    /// A bare token that starts like a date (`2020-`), a date-time or a time of day (`10:00:`)
+    /// but is none (`2020-1-01`, `2020-01-01T10:00` without an offset, `25:00:00`): which form it
     /// misses. Only called where no literal could be read at `start`.
     static func malformedTemporal(_ b: [UInt8], _ start: Int) -> String? {
         var i = start
@@ -72,7 +72,10 @@ extension Literal {
         while digitsEnd < b.count, isDigit(b[digitsEnd]) { digitsEnd += 1 }
         guard digitsEnd < b.count else { return nil }
         let isDate = digitsEnd - i >= 4 && b[digitsEnd] == UInt8(ascii: "-")
-        let isTime = i == start && (1...2).contains(digitsEnd - i) && b[digitsEnd] == UInt8(ascii: ":")
+        // A time only with three parts (`25:00:00`): `5:1` and `10:61` may be a `case` branch.
+        let isTime =
+            i == start && digitsEnd - i == 2 && b[digitsEnd] == UInt8(ascii: ":")
+            && digits(b, digitsEnd + 1, min: 2, max: 2).map { $0.1 < b.count && b[$0.1] == UInt8(ascii: ":") } == true
         guard isDate || isTime else { return nil }
         var end = digitsEnd
         let allowed = Set("0123456789-+:.TtZz".utf8)

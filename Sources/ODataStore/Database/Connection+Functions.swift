@@ -27,12 +27,50 @@ enum StoreFunctions {
             ("oodata_upper", { context, _, arguments in StoreFunctions.mapped(context, arguments) { $0.uppercased() } }),
             ("oodata_trim", { context, _, arguments in StoreFunctions.mapped(context, arguments, StoreFunctions.trim) }),
         ]
+        let shift: Function = { context, count, arguments in StoreFunctions.shift(context, count, arguments) }
+        guard sqlite3_create_function_v2(
+            handle, "oodata_shift", 4, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, shift, nil, nil, nil) == SQLITE_OK
+        else { return SQLITE_ERROR }
         for (name, function) in textFunctions {
             let status = sqlite3_create_function_v2(
                 handle, name, 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, function, nil, nil, nil)
             guard status == SQLITE_OK else { return status }
         }
         return SQLITE_OK
+    }
+
+    /// `oodata_shift(type, value, seconds, picoseconds)`: the stored Edm.DateTimeOffset,
+    /// Edm.DateTime or Edm.Date `value` (`type` its qualified name) moved by a duration, in its
+    /// own offset, in the same stored form. NULL stays NULL; a date moves by whole days only.
+    private static func shift(
+        _ context: OpaquePointer?, _ count: Int32, _ arguments: UnsafeMutablePointer<OpaquePointer?>?
+    ) {
+        guard count == 4, let arguments, let type = text(arguments[0]).flatMap(PrimitiveType.init(qualifiedName:))
+        else {
+            sqlite3_result_error(context, "oodata_shift: wrong arguments", -1)
+            return
+        }
+        let seconds = sqlite3_value_int64(arguments[2])
+        let picoseconds = sqlite3_value_int64(arguments[3])
+        let decoded: PrimitiveValue?
+        do {
+            decoded = try ValueStorage.decode(value(arguments[1]), as: type)
+        } catch {
+            sqlite3_result_error(context, "date arithmetic on \(type.rawValue): \(error.message)", -1)
+            return
+        }
+        guard let decoded, let moved = DateArithmetic.shifted(decoded, seconds: seconds, picoseconds: picoseconds)
+        else {
+            sqlite3_result_null(context)
+            return
+        }
+        switch ValueStorage.encode(moved) {
+        case .text(let s):
+            let bytes = Array(s.utf8)
+            sqlite3_result_text(context, bytes, Int32(bytes.count), csqlcipher_transient())
+        case .integer(let v): sqlite3_result_int64(context, v)
+        default: sqlite3_result_null(context)
+        }
     }
 
     /// The text argument mapped by `transform`; NULL stays NULL.

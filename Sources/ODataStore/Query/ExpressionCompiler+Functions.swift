@@ -191,12 +191,29 @@ extension ExpressionCompiler {
                 return Operand(sql: check, storage: .primitive(target))
             }
             guard target == .string else { return Operand(sql: SQLFragment("NULL"), storage: .null) }
-            guard let type = schema.model.enumType(typeName), !type.isFlags else {
-                throw Self.unsupported("cast of the flags enum \(typeName) to Edm.String")
+            guard let type = schema.model.enumType(typeName) else {
+                throw Self.unsupported("cast of the enum \(typeName) to Edm.String")
             }
             var sql = "(CASE " + value.sql
             for member in type.members {
                 sql = sql + SQLFragment(" WHEN ? THEN ?", [.integer(member.value), .text(member.name)])
+            }
+            if type.isFlags {
+                // A combination: its members' names in declaration order, as a payload writes it
+                // (`Red,Blue`).
+                var names: [SQLFragment] = []
+                for member in type.members where member.value != 0 {
+                    names.append(
+                        "(CASE WHEN (" + value.sql
+                            + SQLFragment(
+                                " & ?) = ? THEN ? ELSE '' END)",
+                                [.integer(member.value), .integer(member.value), .text("," + member.name)]))
+                }
+                if !names.isEmpty {
+                    // (A null stays null: the parts would make it an empty string.)
+                    sql = sql + " ELSE (CASE WHEN " + value.sql + " IS NULL THEN NULL ELSE substr("
+                        + SQLFragment.joined(names, " || ") + ", 2) END)"
+                }
             }
             return Operand(sql: sql + " END)", storage: .primitive(.string))
         default:

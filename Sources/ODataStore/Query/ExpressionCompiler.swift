@@ -269,6 +269,7 @@ struct ExpressionCompiler {
         case .add, .sub, .mul, .div, .mod, .divby:
             let a = try compile(lhs, scope)
             let b = try compile(rhs, scope)
+            if op == .add || op == .sub, let moved = try shiftedDate(op, a, b) { return moved }
             try requireArithmetic(a.storage, "arithmetic")
             try requireArithmetic(b.storage, "arithmetic")
             let storage = arithmeticStorage(a.storage, b.storage)
@@ -310,6 +311,38 @@ struct ExpressionCompiler {
             let membership = "(" + left + " IN (" + SQLFragment.joined(values, ", ") + "))"
             return Operand(sql: twoValued(membership), storage: .boolean)
         }
+    }
+
+    /// `At add duration'PT1H'`, `Day sub duration'P1D'`: a date-time or date moved by a duration
+    /// literal (``DateArithmetic``; stored values by `oodata_shift`). Nil when the left side is
+    /// no date; a duration that is not a literal is refused, as is part of a day for a date.
+    private func shiftedDate(_ op: BinaryOperator, _ a: Operand, _ b: Operand) throws -> Operand? {
+        let dates: Set<PrimitiveType> = [.dateTimeOffset, .dateTime, .date]
+        let type: PrimitiveType
+        switch a.storage {
+        case .primitive(let t) where dates.contains(t): type = t
+        case .literal(.primitive(let v)) where dates.contains(v.type): type = v.type
+        default: return nil
+        }
+        let length: DurationValue
+        switch b.storage {
+        case .literal(.primitive(.duration(let d))), .literal(.primitive(.time(let d))): length = d
+        default: throw Self.unsupported("adding to \(type.rawValue) a duration that is not a literal")
+        }
+        let sign: Int64 = op == .add ? 1 : -1
+        let total = length.totalPicoseconds
+        if type == .date, total.picos != 0 || total.whole % 86_400 != 0 {
+            throw Self.unsupported("moving an Edm.Date by part of a day")
+        }
+        if case .literal(.primitive(let value)) = a.storage {
+            guard let moved = DateArithmetic.shifted(value, seconds: sign * total.whole, picoseconds: sign * total.picos)
+            else { throw StoreError(.badRequest, "\(Literal.format(.primitive(value))) moved by \(length) is no date") }
+            return Operand(sql: SQLFragment(""), storage: .literal(.primitive(moved)))
+        }
+        let moved =
+            SQLFragment("oodata_shift(?, ", [.text(type.rawValue)]) + a.sql
+            + SQLFragment(", ?, ?)", [.integer(sign * total.whole), .integer(sign * total.picos)])
+        return Operand(sql: moved, storage: .primitive(type))
     }
 
     /// `x in CollectionProperty`: an EXISTS over the collection table.

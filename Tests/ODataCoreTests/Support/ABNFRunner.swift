@@ -112,7 +112,7 @@ struct ABNFRunner {
             let url = try parser.parse(input)
             try checkCustomNames(url.query, input)
             if !url.path.segments.isEmpty {
-                _ = try PathResolver(lookup: lookup).resolve(url.path, input: input)
+                _ = try PathResolver(lookup: lookup, aliases: url.query.aliases).resolve(url.path, input: input)
             }
         case "resourcePath":
             let path = try parser.parsePath(input)

@@ -2,7 +2,8 @@
 /// checks that each segment may follow the previous one, and computes the shape addressed.
 public struct PathResolver: Sendable {
     public var lookup: any NameLookup
-    /// The request's parameter aliases, whose values keys and function parameters are checked by.
+    /// The request's parameter aliases, whose values keys and function parameters are checked by;
+    /// a key alias without a value here is refused (`invalidKey`).
     public var aliases: [String: CommonExpression]
     /// Whether a key after a navigation may leave out the parts a referential constraint
     /// supplies (V4 and later; V2 needs every key part).
