@@ -156,6 +156,8 @@ enum Catalogue {
         // date moved by a duration (in its own offset: 10:00+02:00 plus 14 hours is day 2).
         ("Products?$filter=cast(Color,Edm.String) eq 'Red,Blue'", [2]),
         ("Products?$filter=cast(Color,Edm.String) eq null", [4]),
+        ("Categories?$filter=Products/$count($filter=Price gt 10) ge 2", [1]),
+        ("Categories?$filter=Products/$count($filter=Price gt 10) eq 1", [2]),
         ("Products?$filter=Released add duration'PT1H' gt 2020-01-01T08:30:00Z", [1, 5]),
         ("Products?$filter=day(Released add duration'PT14H') eq 2", [1]),
         ("Products?$filter=Available add duration'P1D' eq 2020-01-06", [1]),

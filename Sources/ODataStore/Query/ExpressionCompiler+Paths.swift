@@ -28,11 +28,15 @@ extension ExpressionCompiler {
 
     mutating func path(_ expression: BoundExpression, _ scope: Scope) throws -> Operand {
         guard case .path(let path) = expression.expression.node else { throw Self.unsupported("this path") }
-        // The count step compiles without options: with them it would count every related row.
+        // A count step's `$filter` is compiled with it (one per path, as its only operand);
+        // `$search` is not: without it the step would count every related row.
+        countFilter = nil
         for step in path.steps {
-            if case .count(let filter, let search) = step, filter != nil || search != nil {
-                throw Self.unsupported("$count with $filter or $search inside an expression")
+            guard case .count(let filter, let search) = step, filter != nil || search != nil else { continue }
+            guard search == nil, countFilter == nil, expression.operands.count == 1 else {
+                throw Self.unsupported("$count with $search, or with more than one $filter, inside an expression")
             }
+            countFilter = expression.operands[0]
         }
         var steps = expression.steps[...]
         lambdaPredicate = nil
@@ -134,8 +138,19 @@ extension ExpressionCompiler {
             case (.count, .navigationCollection(_, let nav, let alias)):
                 guard let target = schema.table(forEntitySet: nav.targetEntitySet) else { throw Self.unsupported("$count here") }
                 let targetAlias = nextAlias()
-                location = .value(Operand(sql: SQLFragment("(SELECT count(*) FROM \(q(target.name)) \(targetAlias) WHERE \(join(nav, from: alias, to: targetAlias)))"),
-                                          storage: .primitive(.int64)))
+                var sql = SQLFragment(
+                    "(SELECT count(*) FROM \(q(target.name)) \(targetAlias) WHERE \(join(nav, from: alias, to: targetAlias))")
+                if let filter = countFilter {
+                    countFilter = nil
+                    // `Lines/$count($filter=Qty gt 1)`: names in the filter are the related row's.
+                    let inner = Scope(
+                        table: target, alias: targetAlias, variables: scope.variables, rootTable: scope.rootTable,
+                        rootAlias: scope.rootAlias)
+                    sql = sql + " AND " + (try predicate(filter, inner))
+                }
+                location = .value(Operand(sql: sql + ")", storage: .primitive(.int64)))
+            case (.count, .propertyCollection) where countFilter != nil:
+                throw Self.unsupported("$count with $filter over a collection of values inside an expression")
             case (.count, .propertyCollection(let collection, let owner)):
                 location = .value(Operand(sql: SQLFragment("(SELECT count(*) FROM \(q(collection.name)) WHERE owner = \(owner)._rowid)"), storage: .primitive(.int64)))
             case (.any, _), (.all, _):

@@ -12,6 +12,8 @@ struct ExpressionCompiler {
     private var aliasCounter = 0
     /// The predicate of the lambda that ends the path being compiled.
     var lambdaPredicate: BoundExpression?
+    /// The `$filter` of the `$count` step of the path being compiled.
+    var countFilter: BoundExpression?
     /// Whether the node being compiled only selects rows (a WHERE, and/or inside one, a case
     /// condition, a lambda predicate), where a null answer stands for false. Elsewhere (under
     /// `not`, as a value) a comparison's null must be false: OData's `gt`/`ge`/`lt`/`le`/`in`
