@@ -194,7 +194,11 @@ public struct OracleGenerator {
         case 3, 4: return stringComparison(depth)
         case 5: return "\(double(depth)) \(op) \(double(depth))"
         case 6: return "M \(op) \(random.pick(["0M", "1.5M", "-2.25M", "7M", "123456789.123456M", "7"]))"
-        case 7: return "When \(op) datetime'\(random.pick(OracleModel.dateTimes.map(\.literal)))'"
+        case 7:
+            let moment = "datetime'\(random.pick(OracleModel.dateTimes.map(\.literal)))'"
+            guard random.chance(30) else { return "When \(op) \(moment)" }
+            let shift = random.pick(["time'PT1H'", "time'P1D'", "time'PT0.5S'"])
+            return "(When \(random.pick(["add", "sub"])) \(shift)) \(op) \(moment)"
         case 8: return "At \(op) datetimeoffset'\(random.pick(OracleModel.instants))'"
         case 9: return "Span \(op) time'\(random.pick(OracleModel.spans))'"
         case 10: return "G \(random.pick(["eq", "ne"])) guid'\(random.pick(OracleModel.guids))'"
