@@ -224,38 +224,39 @@ public struct OracleGenerator {
         }
         if legacy { return legacyInteger(depth) }
         switch Int.random(in: 0..<15, using: &random) {
-        case 12:
+        case 0:
             return "Lines/$count($filter=Qty \(random.pick(["gt", "le", "eq"])) \(random.pick(["1", "3", "null"])))"
-        case 13:
+        case 1:
             return "case(\(boolean(0)):\(integer(depth - 1)),\(boolean(0)):\(integer(depth - 1)),true:\(integer(0)))"
-        case 14: return "Lines/$count"
-        case 0: return "(\(integer(depth - 1)) add \(integer(depth - 1)))"
-        case 1: return "(\(integer(depth - 1)) sub \(integer(depth - 1)))"
-        case 2: return "(\(integer(depth - 1)) mul \(random.pick(["2", "-1", "10"])))"
-        case 3: return "(\(integer(depth - 1)) \(random.pick(["div", "mod"])) \(random.pick(["2", "3", "-4", "7"])))"
-        case 4: return "length(\(string(depth - 1)))"
-        case 5: return "indexof(\(string(depth - 1)),\(stringLiteral()))"
-        case 6: return "\(random.pick(["year", "month", "day"]))(\(random.pick(["Day", "At"])))"
-        case 7: return "\(random.pick(["hour", "minute", "second"]))(\(random.pick(["T", "At"])))"
-        case 8: return "cast(\(random.pick(["S", "N", "Addr/City"])),Edm.\(random.pick(["Int32", "Int64", "Byte"])))"
-        case 9: return "cast(\(integer(depth - 1)),Edm.\(random.pick(["Byte", "SByte", "Int16", "Int64"])))"
-        case 10: return "cast(St,Edm.Int32)"
-        default: return "-(\(integer(depth - 1)))"
+        case 2: return "Lines/$count"
+        case 3: return "\(random.pick(["year", "month", "day"]))(\(random.pick(["Day", "At"])))"
+        case 4: return "\(random.pick(["hour", "minute", "second"]))(\(random.pick(["T", "At"])))"
+        case 5: return "cast(\(random.pick(["S", "N", "Addr/City"])),Edm.\(random.pick(["Int32", "Int64", "Byte"])))"
+        case 6: return "cast(\(integer(depth - 1)),Edm.\(random.pick(["Byte", "SByte", "Int16", "Int64"])))"
+        case 7: return "cast(St,Edm.Int32)"
+        default: return sharedInteger(depth)
         }
     }
 
     mutating func legacyInteger(_ depth: Int) -> String {
         switch Int.random(in: 0..<9, using: &random) {
+        case 0:
+            let part = random.pick(["year", "month", "day", "hour", "minute", "second"])
+            return "\(part)(\(random.pick(["When", "At"])))"
+        case 1: return "cast(\(random.pick(["S", "N", "Addr/City"])),'Edm.\(random.pick(["Int32", "Int64", "Byte"]))')"
+        default: return sharedInteger(depth)
+        }
+    }
+
+    /// Integer forms V2 and V4 share: arithmetic, `length`, `indexof`, negation.
+    mutating func sharedInteger(_ depth: Int) -> String {
+        switch Int.random(in: 0..<7, using: &random) {
         case 0: return "(\(integer(depth - 1)) add \(integer(depth - 1)))"
         case 1: return "(\(integer(depth - 1)) sub \(integer(depth - 1)))"
         case 2: return "(\(integer(depth - 1)) mul \(random.pick(["2", "-1", "10"])))"
         case 3: return "(\(integer(depth - 1)) \(random.pick(["div", "mod"])) \(random.pick(["2", "3", "-4", "7"])))"
         case 4: return "length(\(string(depth - 1)))"
         case 5: return "indexof(\(string(depth - 1)),\(stringLiteral()))"
-        case 6:
-            let part = random.pick(["year", "month", "day", "hour", "minute", "second"])
-            return "\(part)(\(random.pick(["When", "At"])))"
-        case 7: return "cast(\(random.pick(["S", "N", "Addr/City"])),'Edm.\(random.pick(["Int32", "Int64", "Byte"]))')"
         default: return "-(\(integer(depth - 1)))"
         }
     }

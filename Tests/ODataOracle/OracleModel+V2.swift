@@ -38,39 +38,20 @@ extension OracleModel {
     /// as strings, DateTime as `/Date(…)/`, as V2 producers write them.
     public static func rowsV2(seed: UInt64, items count: Int) -> String {
         var random = SeededRandom(seed: seed)
-        func maybe(_ pool: [String], quoted: Bool, _ random: inout SeededRandom) -> String {
-            if random.chance(20) { return "null" }
-            let value = random.pick(pool)
-            return quoted ? json(value) : value
-        }
         var items: [String] = []
         for id in 1...count {
             let special = random.chance(25)
             var fields = ["\"__metadata\":{\"type\":\"O.\(special ? "Special" : "Item")\"}", "\"ID\":\(id)"]
-            fields.append("\"B\":\(maybe(["true", "false"], quoted: false, &random))")
-            fields.append("\"U8\":\(maybe(bytes, quoted: false, &random))")
-            fields.append("\"I8\":\(maybe(sbytes, quoted: false, &random))")
-            fields.append("\"I16\":\(maybe(int16s, quoted: false, &random))")
-            fields.append("\"I32\":\(maybe(int32s, quoted: false, &random))")
-            fields.append("\"I64\":\(maybe(int64s, quoted: true, &random))")
-            fields.append("\"F\":\(maybe(singles, quoted: false, &random))")
-            fields.append("\"D\":\(maybe(doubles, quoted: false, &random))")
             let decimals = ["0", "1.5", "-2.25", "7", "0.1", "123456789.123456"]
-            fields.append("\"M\":\(maybe(decimals, quoted: true, &random))")
-            fields.append("\"S\":\(maybe(strings, quoted: true, &random))")
-            fields.append("\"N\":\(maybe(strings, quoted: true, &random))")
-            fields.append("\"G\":\(maybe(guids, quoted: true, &random))")
-            fields.append("\"When\":\(maybe(dateTimes.map(\.payload), quoted: true, &random))")
-            fields.append("\"At\":\(maybe(instants, quoted: true, &random))")
-            fields.append("\"Span\":\(maybe(spans, quoted: true, &random))")
-            fields.append("\"Bin\":\(maybe(binaries, quoted: true, &random))")
-            if random.chance(20) {
-                fields.append("\"Addr\":null")
-            } else {
-                let city = maybe(strings, quoted: true, &random)
-                let zip = maybe(["10115", "8001", "00000"], quoted: true, &random)
-                fields.append("\"Addr\":{\"__metadata\":{\"type\":\"O.Address\"},\"City\":\(city),\"Zip\":\(zip)}")
-            }
+            fields += values(
+                [
+                    ("B", ["true", "false"], false), ("U8", bytes, false), ("I8", sbytes, false),
+                    ("I16", int16s, false), ("I32", int32s, false), ("I64", int64s, true), ("F", singles, false),
+                    ("D", doubles, false), ("M", decimals, true), ("S", strings, true), ("N", strings, true),
+                    ("G", guids, true), ("When", dateTimes.map(\.payload), true), ("At", instants, true),
+                    ("Span", spans, true), ("Bin", binaries, true),
+                ], &random)
+            fields.append(address(type: "O.Address", &random))
             if special { fields.append("\"Extra\":\(maybe(int32s, quoted: false, &random))") }
             items.append("{" + fields.joined(separator: ",") + "}")
         }

@@ -93,11 +93,6 @@ public enum OracleModel {
     /// The items and lines of one seed as JSON payloads (`{"value":[…]}`).
     public static func rows(seed: UInt64, items count: Int) -> (items: String, lines: String) {
         var random = SeededRandom(seed: seed)
-        func maybe(_ pool: [String], quoted: Bool, _ random: inout SeededRandom) -> String {
-            if random.chance(20) { return "null" }
-            let value = random.pick(pool)
-            return quoted ? json(value) : value
-        }
         var items: [String] = []
         var lines: [String] = []
         var lineID = 1
@@ -105,32 +100,15 @@ public enum OracleModel {
             var fields = ["\"ID\":\(id)"]
             let special = random.chance(25)
             if special { fields.insert("\"@odata.type\":\"#O.Special\"", at: 0) }
-            fields.append("\"B\":\(maybe(["true", "false"], quoted: false, &random))")
-            fields.append("\"U8\":\(maybe(bytes, quoted: false, &random))")
-            fields.append("\"I8\":\(maybe(sbytes, quoted: false, &random))")
-            fields.append("\"I16\":\(maybe(int16s, quoted: false, &random))")
-            fields.append("\"I32\":\(maybe(int32s, quoted: false, &random))")
-            fields.append("\"I64\":\(maybe(int64s, quoted: false, &random))")
-            fields.append("\"F\":\(maybe(singles, quoted: false, &random))")
-            fields.append("\"D\":\(maybe(doubles, quoted: false, &random))")
-            fields.append("\"M\":\(maybe(decimals, quoted: false, &random))")
-            fields.append("\"S\":\(maybe(strings, quoted: true, &random))")
-            fields.append("\"N\":\(maybe(strings, quoted: true, &random))")
-            fields.append("\"G\":\(maybe(guids, quoted: true, &random))")
-            fields.append("\"Day\":\(maybe(dates, quoted: true, &random))")
-            fields.append("\"At\":\(maybe(instants, quoted: true, &random))")
-            fields.append("\"T\":\(maybe(times, quoted: true, &random))")
-            fields.append("\"Dur\":\(maybe(durations, quoted: true, &random))")
-            fields.append("\"Bin\":\(maybe(binaries, quoted: true, &random))")
-            fields.append("\"St\":\(maybe(statuses, quoted: true, &random))")
-            fields.append("\"Col\":\(maybe(colors, quoted: true, &random))")
-            if random.chance(20) {
-                fields.append("\"Addr\":null")
-            } else {
-                let city = maybe(strings, quoted: true, &random)
-                let zip = maybe(["10115", "8001", "00000"], quoted: true, &random)
-                fields.append("\"Addr\":{\"City\":\(city),\"Zip\":\(zip)}")
-            }
+            fields += values(
+                [
+                    ("B", ["true", "false"], false), ("U8", bytes, false), ("I8", sbytes, false),
+                    ("I16", int16s, false), ("I32", int32s, false), ("I64", int64s, false), ("F", singles, false),
+                    ("D", doubles, false), ("M", decimals, false), ("S", strings, true), ("N", strings, true),
+                    ("G", guids, true), ("Day", dates, true), ("At", instants, true), ("T", times, true),
+                    ("Dur", durations, true), ("Bin", binaries, true), ("St", statuses, true), ("Col", colors, true),
+                ], &random)
+            fields.append(address(type: nil, &random))
             let itemTags = tags.filter { _ in random.chance(40) }
             fields.append("\"Tags\":[\(itemTags.map(json).joined(separator: ","))]")
             if special { fields.append("\"Extra\":\(maybe(int32s, quoted: false, &random))") }
@@ -143,6 +121,28 @@ public enum OracleModel {
             }
         }
         return ("{\"value\":[\(items.joined(separator: ",\n"))]}", "{\"value\":[\(lines.joined(separator: ",\n"))]}")
+    }
+
+    /// A value of `pool` as JSON, or null one time in five.
+    static func maybe(_ pool: [String], quoted: Bool, _ random: inout SeededRandom) -> String {
+        if random.chance(20) { return "null" }
+        let value = random.pick(pool)
+        return quoted ? json(value) : value
+    }
+
+    /// `"Name":value` for each property, from its pool (strings quoted when `quoted`).
+    static func values(_ properties: [(String, [String], Bool)], _ random: inout SeededRandom) -> [String] {
+        properties.map { name, pool, quoted in "\"\(name)\":\(maybe(pool, quoted: quoted, &random))" }
+    }
+
+    /// An `Addr` member: null one time in five, else a city and a zip (with V2's `__metadata`
+    /// when `type` is given).
+    static func address(type: String?, _ random: inout SeededRandom) -> String {
+        if random.chance(20) { return "\"Addr\":null" }
+        let city = maybe(strings, quoted: true, &random)
+        let zip = maybe(["10115", "8001", "00000"], quoted: true, &random)
+        let metadata = type.map { "\"__metadata\":{\"type\":\"\($0)\"}," } ?? ""
+        return "\"Addr\":{\(metadata)\"City\":\(city),\"Zip\":\(zip)}"
     }
 
     static func json(_ text: String) -> String {
