@@ -234,6 +234,12 @@ extension OracleEvaluator {
             case .add: return .decimal(x + y)
             case .sub: return .decimal(x - y)
             case .mul: return .decimal(x * y)
+            case .mod:
+                guard !y.isZero else { throw OracleUnsupported("decimal mod by zero") }
+                // The remainder of the quotient truncated towards zero (sign of the left side).
+                var quotient = x / y, whole = Decimal()
+                NSDecimalRound(&whole, &quotient, 0, quotient < 0 ? .up : .down)
+                return .decimal(x - y * whole)
             default: throw OracleUnsupported("decimal division")
             }
         default:

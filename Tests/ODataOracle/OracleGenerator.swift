@@ -64,7 +64,7 @@ public struct OracleGenerator {
                 legacy
                 ? ["S", "N", "I32", "I64", "D", "F", "M", "When", "At", "Span", "B", "U8", "G", "Addr/City"]
                 : ["S", "N", "I32", "I64", "D", "F", "M", "Day", "At", "T", "Dur", "St", "B", "U8", "G", "Addr/City"]
-            let key = random.pick(keys + [integer(1), string(1)])
+            let key = random.pick(keys + [integer(1), string(1), legacy ? "B" : "I32 gt 5"])
             orderBy.append(key + (random.chance(50) ? " desc" : ""))
         }
         orderBy.append("ID")
@@ -143,7 +143,14 @@ public struct OracleGenerator {
     mutating func comparison(_ depth: Int) -> String {
         let op = random.pick(["eq", "ne", "gt", "ge", "lt", "le"])
         if legacy { return legacyComparison(depth, op) }
-        switch Int.random(in: 0..<20, using: &random) {
+        switch Int.random(in: 0..<23, using: &random) {
+        case 20:
+            // A comparison as a value: two-valued there too.
+            return "(\(integer(depth)) \(op) \(integer(depth))) \(random.pick(["eq", "ne"])) \(random.pick(["true", "false"]))"
+        case 21:
+            // Fractions and numbers past Int64 against integers.
+            return "\(integer(depth)) \(op) \(random.pick(["1.5", "-0.5", "9223372036854775808", "1e20"]))"
+        case 22: return "\(random.pick(["M", "cast(M,Edm.Double)"])) \(op) \(random.pick(["I32", "D", "I64"]))"
         case 16:
             let shift = random.pick(["duration'PT1H'", "duration'-P1D'", "duration'PT0.5S'"])
             if random.chance(30) {
@@ -263,9 +270,11 @@ public struct OracleGenerator {
 
     mutating func double(_ depth: Int) -> String {
         if depth <= 0 || random.chance(40) {
-            return random.chance(60) ? random.pick(["D", "F"]) : random.pick(["2.5", "-0.5", "0.1", "1e10", "3.3"])
+            return random.chance(60)
+                ? random.pick(["D", "F"]) : random.pick(["2.5", "-0.5", "0.1", "1e10", "3.3", "1e20", "-4.5e15"])
         }
-        switch Int.random(in: 0..<6, using: &random) {
+        switch Int.random(in: 0..<7, using: &random) {
+        case 6: return "(\(double(depth - 1)) mod \(random.pick(["2", "0.75", "-3"])))"
         case 0: return "(\(double(depth - 1)) add \(random.chance(50) ? double(depth - 1) : integer(depth - 1)))"
         case 1: return "(\(double(depth - 1)) mul \(random.pick(["2.0", "-1", "0.5"])))"
         case 2: return "\(random.pick(["round", "floor", "ceiling"]))(\(double(depth - 1)))"

@@ -79,7 +79,7 @@ import Testing
         let gaps = tally.oracleGaps.sorted { $0.value > $1.value }.map { "  \($0.value)× \($0.key)" }
         print(
             "oracle \(label): \(Self.cases) cases, \(tally.agreed) agreed (\(tally.agreedWithRows) with rows), "
-                + "\(tally.refused.values.reduce(0, +)) refused by the store (501), "
+                + "\(tally.refused.values.reduce(0, +)) refused by the store (501, or issue 34's 400), "
                 + "\(tally.oracleGaps.values.reduce(0, +)) outside the oracle, \(tally.differences.count) differences\n"
                 + "refusals:\n\(refusals.prefix(15).joined(separator: "\n"))\n"
                 + "outside the oracle:\n\(gaps.prefix(15).joined(separator: "\n"))")
@@ -116,6 +116,10 @@ import Testing
             answer = try await store.query(url).entities
         } catch let error as StoreError where error.code == .unsupported {
             tally.refused[Self.shape(error.message), default: 0] += 1
+            return
+        } catch let error as StoreError where error.code == .badRequest && error.message.contains("does not fit") {
+            // Issue 34's documented rule: a number that cannot fit the type it meets is a 400.
+            tally.refused["(400) a literal that does not fit the type it meets", default: 0] += 1
             return
         } catch {
             tally.differences.append("\(item)\n    the store refused a valid request: \(error)")

@@ -289,8 +289,8 @@ extension StrictBindingTests {
             ("SalesOrders?$filter=Status in ('New','Nope')", 400, "Sales.OrderStatus has no member Nope"),
             ("SalesOrders?$compute=GrossAmount mul 2 as Twice&$select=Twice", 501, "$compute is not supported"),
             ("BusinessPartners?$expand=Contacts($levels=2)", 400, "$levels needs a navigation that can be followed again"),
-            ("SalesOrders?$filter=Items/$count($filter=Quantity gt 100000) gt 0", 501,
-             "$count with $filter or $search inside an expression"),
+            // (`$count($filter=…)` is answered since issue 55; `$search` there is not.)
+            ("SalesOrders?$filter=Items/$count($search=big) gt 0", 501, "$count with $search"),
         ]
         for (url, status, message) in refused {
             let served = try await Self.get(fixture, v2: false, url)

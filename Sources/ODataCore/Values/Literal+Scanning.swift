@@ -62,28 +62,23 @@ extension Literal {
         return i == start ? malformedTemporal(b, start) : nil
     }
 
-    /// A bare token that starts like a date (`2020-`), a date-time or a time of day (`10:00:`)
-    /// but is none (`2020-1-01`, `2020-01-01T10:00` without an offset, `25:00:00`): which form it
-    /// misses. Only called where no literal could be read at `start`.
+    /// A bare token that starts like a date (`2020-`) but is neither a date nor a date-time
+    /// (`2020-1-01`, `2020-01-01T10:00` without an offset): which form it misses.
     static func malformedTemporal(_ b: [UInt8], _ start: Int) -> String? {
         var i = start
         if i < b.count, b[i] == UInt8(ascii: "-") { i += 1 }
         var digitsEnd = i
         while digitsEnd < b.count, isDigit(b[digitsEnd]) { digitsEnd += 1 }
         guard digitsEnd < b.count else { return nil }
-        let isDate = digitsEnd - i >= 4 && b[digitsEnd] == UInt8(ascii: "-")
-        // A time only with three parts (`25:00:00`): `5:1` and `10:61` may be a `case` branch.
-        let isTime =
-            i == start && digitsEnd - i == 2 && b[digitsEnd] == UInt8(ascii: ":")
-            && digits(b, digitsEnd + 1, min: 2, max: 2).map { $0.1 < b.count && b[$0.1] == UInt8(ascii: ":") } == true
-        guard isDate || isTime else { return nil }
+        // Dates only: a number before `:` may be a `case` branch (`case(I32 eq 42:10:00:00,…)`).
+        guard digitsEnd - i >= 4, b[digitsEnd] == UInt8(ascii: "-") else { return nil }
+        // A valid date or date-time is no problem here, only perhaps of another type.
+        if let (_, end) = scanDateTimeOffset(b, start), !continuesIdentifier(b, end) { return nil }
+        if let (_, end) = scanDate(b, start), end == b.count || !continuesIdentifier(b, end) { return nil }
         var end = digitsEnd
         let allowed = Set("0123456789-+:.TtZz".utf8)
         while end < b.count, allowed.contains(b[end]), end - start < 40 { end += 1 }
         let text = String(decoding: b[start..<end], as: UTF8.self)
-        if isTime {
-            return "\(text) is not a time of day: the form is hh:mm[:ss[.fraction]], hour 00–23, minute 00–59"
-        }
         if text.contains("T") || text.contains("t") {
             return "\(text) is not a date-time: the form is YYYY-MM-DDThh:mm[:ss[.fraction]] followed by Z or ±hh:mm"
         }

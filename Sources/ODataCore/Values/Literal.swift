@@ -174,7 +174,7 @@ public enum Literal {
             }
         }
         // A date or time of the right shape that the calendar does not have is no number either.
-        if temporalProblem(b, start) != nil { return nil }
+        if !legacy || malformedTemporal(b, start) != nil, temporalProblem(b, start) != nil { return nil }
         guard let number = scanNumber(b, start) else { return nil }
         var end = number.end
         if legacy, end < b.count {

@@ -27,6 +27,10 @@ enum StoreFunctions {
             ("oodata_upper", { context, _, arguments in StoreFunctions.mapped(context, arguments) { $0.uppercased() } }),
             ("oodata_trim", { context, _, arguments in StoreFunctions.mapped(context, arguments, StoreFunctions.trim) }),
         ]
+        let remainder: Function = { context, _, arguments in StoreFunctions.remainder(context, arguments) }
+        guard sqlite3_create_function_v2(
+            handle, "oodata_mod", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, remainder, nil, nil, nil) == SQLITE_OK
+        else { return SQLITE_ERROR }
         let shift: Function = { context, count, arguments in StoreFunctions.shift(context, count, arguments) }
         guard sqlite3_create_function_v2(
             handle, "oodata_shift", 4, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, shift, nil, nil, nil) == SQLITE_OK
@@ -37,6 +41,19 @@ enum StoreFunctions {
             guard status == SQLITE_OK else { return status }
         }
         return SQLITE_OK
+    }
+
+    /// `oodata_mod(a, b)`: OData's `mod` of reals, the exact remainder with the sign of `a`
+    /// (`2.5 mod 2` is 0.5; SQLite's `%` takes integer parts). NULL for a null or zero `b`.
+    private static func remainder(_ context: OpaquePointer?, _ arguments: UnsafeMutablePointer<OpaquePointer?>?) {
+        guard let arguments, sqlite3_value_type(arguments[0]) != SQLITE_NULL,
+            sqlite3_value_type(arguments[1]) != SQLITE_NULL, sqlite3_value_double(arguments[1]) != 0
+        else {
+            sqlite3_result_null(context)
+            return
+        }
+        let a = sqlite3_value_double(arguments[0]), b = sqlite3_value_double(arguments[1])
+        sqlite3_result_double(context, a.truncatingRemainder(dividingBy: b))
     }
 
     /// `oodata_shift(type, value, seconds, picoseconds)`: the stored Edm.DateTimeOffset,
@@ -81,10 +98,14 @@ enum StoreFunctions {
             sqlite3_result_null(context)
             return
         }
-        guard case .text(let text) = value(arguments[0]) else {
-            sqlite3_result_error(context, "tolower/toupper/trim: the argument is not text", -1)
+        // A value of an open type's dynamic property may be a number: SQLite's own text of it,
+        // as its `lower` would take.
+        guard let pointer = sqlite3_value_text(arguments[0]) else {
+            sqlite3_result_null(context)
             return
         }
+        let text = String(
+            decoding: UnsafeBufferPointer(start: pointer, count: Int(sqlite3_value_bytes(arguments[0]))), as: UTF8.self)
         let bytes = Array(transform(text).utf8)
         sqlite3_result_text(context, bytes, Int32(bytes.count), csqlcipher_transient())
     }

@@ -235,7 +235,7 @@ extension ExpressionCompiler {
         // may lie outside its declared type's range: it is read as the Int64 it is, and a cast
         // to a smaller type checks the range (null when it does not fit), even to the same type.
         let from: PrimitiveType = source.isIntegral ? .int64 : source
-        if from == target { return value }
+        if from == target { return Operand(sql: value.sql, storage: .primitive(target)) }
         let stored = try materialize(value, as: .primitive(source))
         let legacy = legacyStrings && target == .string ? ", 1)" : ")"
         return Operand(

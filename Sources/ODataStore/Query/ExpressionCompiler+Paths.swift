@@ -132,8 +132,18 @@ extension ExpressionCompiler {
                     return Operand(sql: "(SELECT " + inner.sql + " FROM \(q(target.name)) \(targetAlias) WHERE \(join(nav, from: alias, to: targetAlias)))",
                                    storage: inner.storage)
                 }
+            case (.cast, .row(let table, _, let prefix)) where prefix.isEmpty:
+                // Columns of derived types live in the same table, null in rows of other types, so
+                // a cast to a derived type narrows by itself for the properties that type declares;
+                // a property it inherits would be read from every row (`O.Special/ID`).
+                if step.name != table.entityType, let next = remaining.first, next.kind == .property,
+                    let derived = schema.model.entityType(step.name),
+                    !derived.properties.contains(where: { $0.name == next.name })
+                {
+                    throw Self.unsupported("\(next.name) after the cast to \(step.name), which inherits it")
+                }
+                continue
             case (.cast, _):
-                // Columns of derived types live in the same table; a cast only narrows.
                 continue
             case (.count, .navigationCollection(_, let nav, let alias)):
                 guard let target = schema.table(forEntitySet: nav.targetEntitySet) else { throw Self.unsupported("$count here") }

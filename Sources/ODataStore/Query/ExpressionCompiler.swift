@@ -171,18 +171,8 @@ struct ExpressionCompiler {
         case (_, .null): return .null
         case (.primitive(let type), _):
             guard case .primitive(let converted)? = Literal.convert(value, to: type) else {
-                // A number outside the other side's range still compares by value (`I8 gt 255`
-                // is false, not an error): integers and reals compare across types in SQLite.
-                if type.isIntegral || type == .double || type == .single, case .primitive(let p) = value {
-                    if p.type.isIntegral, case .primitive(.int64(let n))? = Literal.convert(value, to: .int64) {
-                        return .integer(n)
-                    }
-                    if case .primitive(.double(let d))? = Literal.convert(value, to: .double), d.isFinite,
-                        p.type == .double || p.type == .single || type == .double || type == .single
-                    {
-                        return .real(d)
-                    }
-                }
+                // Issue 34's rule: a number that cannot fit the type it meets is refused, naming
+                // the type (`I8 gt 255`, `I32 eq 1.5`); the oracle counts it as this refusal.
                 throw StoreError(.badRequest, "The literal \(Literal.format(value)) does not fit \(type.rawValue)")
             }
             if type == .dateTimeOffset || type == .dateTime, case .dateTimeOffset(let d) = converted { return .text(ValueStorage.instantKey(d)) }
@@ -281,7 +271,13 @@ struct ExpressionCompiler {
             case .add: return Operand(sql: .binary(sa, "+", sb), storage: storage)
             case .sub: return Operand(sql: .binary(sa, "-", sb), storage: storage)
             case .mul: return Operand(sql: .binary(sa, "*", sb), storage: storage)
-            case .mod: return Operand(sql: .binary(sa, "%", sb), storage: storage)
+            case .mod:
+                if case .primitive(let p) = storage, p == .double || p == .single {
+                    // SQLite's `%` takes its operands' integer parts; OData's mod keeps the
+                    // fraction, with the sign of the left operand (`2.5 mod 2` is 0.5).
+                    return Operand(sql: "oodata_mod(" + sa + ", " + sb + ")", storage: storage)
+                }
+                return Operand(sql: .binary(sa, "%", sb), storage: storage)
             case .div:
                 // Integer division truncates in both OData and SQLite; division by zero is null.
                 return Operand(sql: .binary(sa, "/", sb), storage: storage)
@@ -329,7 +325,9 @@ struct ExpressionCompiler {
         let length: DurationValue
         switch b.storage {
         case .literal(.primitive(.duration(let d))), .literal(.primitive(.time(let d))): length = d
-        default: throw Self.unsupported("adding to \(type.rawValue) a duration that is not a literal")
+        case .primitive(.duration), .primitive(.time):
+            throw Self.unsupported("adding to \(type.rawValue) a duration that is not a literal")
+        default: return nil
         }
         let sign: Int64 = op == .add ? 1 : -1
         let total = length.totalPicoseconds
@@ -393,6 +391,13 @@ struct ExpressionCompiler {
         }
         if case .primitive(.decimal) = operand.storage, case .primitive(let other) = storage, other != .decimal, other.isNumeric {
             throw Self.unsupported("comparing an Edm.Decimal property with a computed \(other.rawValue) value")
+        }
+        // The other way round (`M gt I32`): a decimal's stored BLOB against an integer or a real
+        // would compare by SQLite's type order, not by value.
+        if case .primitive(.decimal) = storage, case .primitive(let other) = operand.storage, other != .decimal,
+            other.isNumeric
+        {
+            throw Self.unsupported("comparing an Edm.Decimal value with an \(other.rawValue) property or value")
         }
         return operand.sql
     }
