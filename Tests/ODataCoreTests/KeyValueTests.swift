@@ -19,7 +19,8 @@ import ODataCore
 
     func keys(_ url: String) throws -> [String: PrimitiveValue] {
         let parsed = try URLParser(version: .v401).parse(url)
-        let resolved = try PathResolver(lookup: Self.model, aliases: parsed.query.aliases).resolve(parsed.path, input: url)
+        let resolved = try PathResolver(lookup: Self.model, aliases: parsed.query.aliases)
+            .resolve(parsed.path, input: url)
         guard case .entitySet(let set) = resolved.path.segments[0].kind, case .key(let parts) = resolved.path.segments[1].kind else {
             throw BindingError(.invalidKey, "no key", input: url, offset: 0)
         }

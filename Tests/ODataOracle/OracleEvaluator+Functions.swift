@@ -165,7 +165,7 @@ extension OracleEvaluator {
             return Self.fits(i, target) ? .integer(i) : .null
         case (.integer(let i), "Edm.Double"), (.integer(let i), "Edm.Single"): return .double(Double(i))
         case (.integer(let i), "Edm.Decimal"): return .decimal(Decimal(i))
-        case (.decimal(let d), "Edm.Double"): return .double(NSDecimalNumber(decimal: d).doubleValue)
+        case (.decimal(let d), "Edm.Double"): return .double(Self.nearestDouble(d))
         case (.decimal, "Edm.Decimal"), (.double, "Edm.Double"): return value
         case (.string(let s), _):
             guard let type = PrimitiveType(qualifiedName: target) else { throw OracleUnsupported("cast to \(target)") }

@@ -122,8 +122,8 @@ extension OracleEvaluator {
         case (.double(let x), .integer(let y)): return sign(x, Double(y))
         case (.integer(let x), .decimal(let y)): return sign(Decimal(x), y)
         case (.decimal(let x), .integer(let y)): return sign(x, Decimal(y))
-        case (.decimal(let x), .double(let y)): return sign(NSDecimalNumber(decimal: x).doubleValue, y)
-        case (.double(let x), .decimal(let y)): return sign(x, NSDecimalNumber(decimal: y).doubleValue)
+        case (.decimal(let x), .double(let y)): return sign(Self.nearestDouble(x), y)
+        case (.double(let x), .decimal(let y)): return sign(x, Self.nearestDouble(y))
         case (.string(let x), .string(let y)): return scalarOrder(x, y)
         case (.boolean(let x), .boolean(let y)): return sign(x ? 1 : 0, y ? 1 : 0)
         case (.date(let x), .date(let y)): return sign(x, y)
@@ -263,11 +263,18 @@ extension OracleEvaluator {
             offsetMinutes: 0)
     }
 
+    /// The Double nearest to a decimal, read from its text (correctly rounded;
+    /// `NSDecimalNumber.doubleValue` is not: the oracle first used it and differed from the store
+    /// for 12345678901234567890.123).
+    static func nearestDouble(_ d: Decimal) -> Double {
+        Double(d.description) ?? .nan
+    }
+
     static func double(_ value: OracleValue) -> Double? {
         switch value {
         case .integer(let i): Double(i)
         case .double(let d): d
-        case .decimal(let d): NSDecimalNumber(decimal: d).doubleValue
+        case .decimal(let d): Self.nearestDouble(d)
         default: nil
         }
     }

@@ -146,7 +146,8 @@ public struct OracleGenerator {
         switch Int.random(in: 0..<23, using: &random) {
         case 20:
             // A comparison as a value: two-valued there too.
-            return "(\(integer(depth)) \(op) \(integer(depth))) \(random.pick(["eq", "ne"])) \(random.pick(["true", "false"]))"
+            let truth = random.pick(["true", "false"])
+            return "(\(integer(depth)) \(op) \(integer(depth))) \(random.pick(["eq", "ne"])) \(truth)"
         case 21:
             // Fractions and numbers past Int64 against integers.
             return "\(integer(depth)) \(op) \(random.pick(["1.5", "-0.5", "9223372036854775808", "1e20"]))"

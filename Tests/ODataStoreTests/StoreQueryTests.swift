@@ -164,6 +164,7 @@ enum Catalogue {
         ("Products?$filter=Available sub duration'P366D' lt 2019-01-01", [3]),
         // (3: Rating is null, and null eq null.)
         ("Products?$filter=floor(Rating mul 1e20) eq Rating mul 1e20", [1, 2, 3, 4, 5]),
+        ("Products?$filter=round(Rating mul 1e20) eq Rating mul 1e20", [1, 2, 3, 4, 5]),
         ("Products?$filter=Stock gt 5 or Name eq null", [1, 3, 4, 5]),
         ("Products?$filter=round(Rating) eq 5", [1, 5]),
         ("Products?$filter=floor(Rating) eq 1", [4]),

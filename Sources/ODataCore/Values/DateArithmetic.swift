@@ -22,7 +22,8 @@ public enum DateArithmetic {
     }
 
     static func shifted(_ d: DateTimeOffsetValue, seconds: Int64, picoseconds: Int64) -> DateTimeOffsetValue? {
-        let local = Int64(d.date.daysSinceEpoch) * 86_400 + Int64(d.time.hour * 3600 + d.time.minute * 60 + d.time.second)
+        let local =
+            Int64(d.date.daysSinceEpoch) * 86_400 + Int64(d.time.hour * 3600 + d.time.minute * 60 + d.time.second)
         var picos = d.time.picosecondsSinceMidnight % picosPerSecond + picoseconds
         var total = local + seconds
         // Floor division keeps the fraction in 0 ..< 1 s.

@@ -122,8 +122,12 @@ extension ExpressionCompiler {
             if type.isIntegral { return Operand(sql: x, storage: .primitive(type)) }
             switch name {
             case "round":
-                // OData rounds half away from zero, as SQLite's round does.
-                return Operand(sql: "round(" + x + ")", storage: .primitive(.double))
+                // OData rounds half away from zero, as SQLite's round does; past 2^52 a double is
+                // whole already, and SQLite's round of one past 2^63 goes through its printf,
+                // which keeps 16 digits (the oracle found 12345678901234567890.0 changed).
+                return Operand(
+                    sql: "(CASE WHEN abs(" + x + ") >= 4503599627370496.0 THEN " + x + " ELSE round(" + x + ") END)",
+                    storage: .primitive(.double))
             case "floor":
                 return Operand(
                     sql: "(CASE WHEN abs(" + x + ") >= 4503599627370496.0 THEN " + x + " WHEN " + x + " < CAST(" + x

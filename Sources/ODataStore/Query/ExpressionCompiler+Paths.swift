@@ -148,8 +148,8 @@ extension ExpressionCompiler {
             case (.count, .navigationCollection(_, let nav, let alias)):
                 guard let target = schema.table(forEntitySet: nav.targetEntitySet) else { throw Self.unsupported("$count here") }
                 let targetAlias = nextAlias()
-                var sql = SQLFragment(
-                    "(SELECT count(*) FROM \(q(target.name)) \(targetAlias) WHERE \(join(nav, from: alias, to: targetAlias))")
+                let linked = join(nav, from: alias, to: targetAlias)
+                var sql = SQLFragment("(SELECT count(*) FROM \(q(target.name)) \(targetAlias) WHERE \(linked)")
                 if let filter = countFilter {
                     countFilter = nil
                     // `Lines/$count($filter=Qty gt 1)`: names in the filter are the related row's.
