@@ -57,6 +57,18 @@ public enum PrimitiveType: String, Sendable, Hashable, Codable, CaseIterable {
         }
     }
 
+    /// The values an integer type holds; nil for the other types.
+    public var integralRange: ClosedRange<Int64>? {
+        switch self {
+        case .byte: 0...255
+        case .sbyte: -128...127
+        case .int16: Int64(Int16.min)...Int64(Int16.max)
+        case .int32: Int64(Int32.min)...Int64(Int32.max)
+        case .int64: Int64.min...Int64.max
+        default: nil
+        }
+    }
+
     public var isNumeric: Bool {
         isIntegral || self == .single || self == .double || self == .decimal
     }

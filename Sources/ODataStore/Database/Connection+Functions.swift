@@ -12,7 +12,8 @@ import ODataCore
 ///
 /// `oodata_lower(text)`, `oodata_upper(text)`, `oodata_trim(text)`: `tolower`, `toupper` and
 /// `trim` by Unicode rules (Part 2, 5.1.1.7): SQLite's own `lower`/`upper` change ASCII letters
-/// only, and its `trim` removes only the characters it is given.
+/// only, and its `trim` removes only the characters it is given. `oodata_round`, `oodata_mod`
+/// and `oodata_shift` are described where they are defined.
 enum StoreFunctions {
     static func register(_ handle: OpaquePointer) -> Int32 {
         for count: Int32 in [3, 4] {
@@ -27,6 +28,10 @@ enum StoreFunctions {
             ("oodata_upper", { context, _, arguments in StoreFunctions.mapped(context, arguments) { $0.uppercased() } }),
             ("oodata_trim", { context, _, arguments in StoreFunctions.mapped(context, arguments, StoreFunctions.trim) }),
         ]
+        let rounded: Function = { context, _, arguments in StoreFunctions.rounded(context, arguments) }
+        guard sqlite3_create_function_v2(
+            handle, "oodata_round", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, rounded, nil, nil, nil) == SQLITE_OK
+        else { return SQLITE_ERROR }
         let remainder: Function = { context, _, arguments in StoreFunctions.remainder(context, arguments) }
         guard sqlite3_create_function_v2(
             handle, "oodata_mod", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, remainder, nil, nil, nil) == SQLITE_OK
@@ -41,6 +46,25 @@ enum StoreFunctions {
             guard status == SQLITE_OK else { return status }
         }
         return SQLITE_OK
+    }
+
+    /// `oodata_round(x, name)`: `round` (half away from zero, Part 2 5.1.1.9.3), `floor` or
+    /// `ceiling` of a real, exact for every double. NULL stays NULL.
+    private static func rounded(_ context: OpaquePointer?, _ arguments: UnsafeMutablePointer<OpaquePointer?>?) {
+        guard let arguments, sqlite3_value_type(arguments[0]) != SQLITE_NULL else {
+            sqlite3_result_null(context)
+            return
+        }
+        let rule: FloatingPointRoundingRule
+        switch text(arguments[1]) {
+        case "round": rule = .toNearestOrAwayFromZero
+        case "floor": rule = .down
+        case "ceiling": rule = .up
+        default:
+            sqlite3_result_error(context, "oodata_round: the second argument is round, floor or ceiling", -1)
+            return
+        }
+        sqlite3_result_double(context, sqlite3_value_double(arguments[0]).rounded(rule))
     }
 
     /// `oodata_mod(a, b)`: OData's `mod` of reals, the exact remainder with the sign of `a`

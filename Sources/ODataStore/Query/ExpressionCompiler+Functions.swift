@@ -120,25 +120,10 @@ extension ExpressionCompiler {
             }
             let x = try materialize(args[0], as: .primitive(type))
             if type.isIntegral { return Operand(sql: x, storage: .primitive(type)) }
-            switch name {
-            case "round":
-                // OData rounds half away from zero, as SQLite's round does; past 2^52 a double is
-                // whole already, and SQLite's round of one past 2^63 goes through its printf,
-                // which keeps 16 digits (the oracle found 12345678901234567890.0 changed).
-                return Operand(
-                    sql: "(CASE WHEN abs(" + x + ") >= 4503599627370496.0 THEN " + x + " ELSE round(" + x + ") END)",
-                    storage: .primitive(.double))
-            case "floor":
-                return Operand(
-                    sql: "(CASE WHEN abs(" + x + ") >= 4503599627370496.0 THEN " + x + " WHEN " + x + " < CAST(" + x
-                        + " AS INTEGER) THEN CAST(" + x + " AS INTEGER) - 1 ELSE CAST(" + x + " AS INTEGER) END)",
-                    storage: .primitive(.double))
-            default:
-                return Operand(
-                    sql: "(CASE WHEN abs(" + x + ") >= 4503599627370496.0 THEN " + x + " WHEN " + x + " > CAST(" + x
-                        + " AS INTEGER) THEN CAST(" + x + " AS INTEGER) + 1 ELSE CAST(" + x + " AS INTEGER) END)",
-                    storage: .primitive(.double))
-            }
+            // One function of the store's own (`oodata_round`), exact for every double: SQLite's
+            // round of a value past 2^63 goes through its 16-digit printf (the oracle found
+            // 12345678901234567890.0 changed), and CAST(… AS INTEGER) saturates there.
+            return Operand(sql: "oodata_round(" + x + SQLFragment(", ?)", [.text(name)]), storage: .primitive(.double))
         case "isof":
             guard expression.operands.count == 1, case .typeName(let typeName) = expression.operands[0].expression.node
             else {
@@ -186,7 +171,7 @@ extension ExpressionCompiler {
         case .boolean:
             return try castStored(value, from: .boolean, to: target)
         case .enumeration(let typeName):
-            if let range = Self.integralRanges[target] {
+            if let range = target.integralRange {
                 // Part 2, 5.1.1.10.1, rule 9: an enum casts to an integer type as its value, when
                 // that fits the type (null otherwise).
                 let bounds = SQLFragment(
@@ -224,12 +209,6 @@ extension ExpressionCompiler {
             throw Self.unsupported("cast of this value to \(target.rawValue)")
         }
     }
-
-    /// The values each integer type holds.
-    static let integralRanges: [PrimitiveType: ClosedRange<Int64>] = [
-        .byte: 0...255, .sbyte: -128...127, .int16: -32768...32767, .int32: Int64(Int32.min)...Int64(Int32.max),
-        .int64: Int64.min...Int64.max,
-    ]
 
     private func castStored(_ value: Operand, from source: PrimitiveType, to target: PrimitiveType) throws -> Operand {
         guard PrimitiveCast.isComputed(from: source, to: target) else {

@@ -604,14 +604,9 @@ extension QueryExecutor {
             guard let value = statement.integer(position) else { return false }
             writer.integer(value, int64: true, at: index)
         case .int32, .int16, .byte, .sbyte:
-            guard let value = statement.integer(position) else { return false }
-            let range: ClosedRange<Int64> = switch type {
-            case .int32: Int64(Int32.min)...Int64(Int32.max)
-            case .int16: Int64(Int16.min)...Int64(Int16.max)
-            case .byte: 0...255
-            default: -128...127
+            guard let value = statement.integer(position), type.integralRange?.contains(value) == true else {
+                return false
             }
-            guard range.contains(value) else { return false }
             writer.integer(value, int64: false, at: index)
         default:
             return false
