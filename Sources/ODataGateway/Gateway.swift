@@ -49,6 +49,8 @@ public final class Gateway: Sendable {
     let buildSlots = BuildSlots()
     let identities = GatewayIdentities()
     let refreshJobs = RefreshJobs()
+    let operations = GatewayOperations()
+    let throttle = ThrottleBuckets()
     let metrics: GatewayMetrics
 
     /// A gateway over `store`, reaching backends through `transport`.
@@ -83,6 +85,22 @@ public final class Gateway: Sendable {
             try LeavingPath.checkRequest(request, backendRoot: backend.url)
             // Whose data this is: from what can be verified, never from a name the device gives.
             request.user = try await identities.identity(of: request, backend: backend, gateway: self)
+            // Progress pulls are not counted: a device polls them while it waits.
+            if !request.target.hasPrefix("$oodata/progress/"),
+                let refused = await throttled(request, backend: backend, legacy: legacy)
+            {
+                return refused
+            }
+            let path = String(request.target.prefix { $0 != "?" })
+            await noteDevice(
+                request, backend: backend,
+                sync: path == "$batch" || Self.modifying.contains(request.method.uppercased())
+                    || request.headers["Prefer"]?.contains("track-changes") == true
+                    || request.target.contains("$deltatoken") || request.target.contains("!deltatoken"))
+            if request.method == "GET", path.hasPrefix("$oodata/requests/") {
+                return try await resolutionAnswer(
+                    String(path.dropFirst("$oodata/requests/".count)), request: request, backend: backend)
+            }
             if request.method == "GET", request.target.hasPrefix("$oodata/progress/") {
                 // The operation's ID, without the query a client's `urlSuffix` adds (`sap-client`).
                 let rest = request.target.dropFirst("$oodata/progress/".count)

@@ -69,6 +69,10 @@ public struct GatewayBackend: Sendable {
     /// (`jwt_issuer`, `jwt_audience`, `jwt_jwks`, `jwt_hs_secret`). Empty: tokens are not
     /// verified, and each token is an identity of its own (SPEC §13, "Identity").
     public var jwtVerification: [JWTVerification] = []
+    /// Requests a device may make (by its `Client-Instance-ID`), and a user (by identity), as
+    /// token buckets (`throttle_device`, `throttle_user`); nil: not limited.
+    public var deviceThrottle: ThrottleRate?
+    public var userThrottle: ThrottleRate?
     /// Cookies that carry a device's credentials (`identity_cookies`, e.g. a session of an
     /// identity provider): part of its identity and sent on the reads the gateway makes for it.
     /// Other cookies (CSRF sessions, load balancers) are neither.
@@ -142,6 +146,9 @@ public struct GatewayConfiguration: Sendable {
     public var metadataCheckInterval: Double = 60
     /// Seconds a backend request may take.
     public var backendTimeout: Double = 120
+    /// Who may use the admin API (`[admin]`: `token=` or `user=` and `password=`); nil: no
+    /// one, and the admin port is refused.
+    public var admin: GatewayAdminAccess?
 
     /// A configuration serving `backends`.
     public init(backends: [GatewayBackend]) {
@@ -185,11 +192,16 @@ extension GatewayConfiguration {
     /// jwt_audience=sales-app          ; the aud the tokens must name
     /// jwt_jwks=/etc/idp/jwks.json     ; the issuer's keys: a JWKS file or URL (or jwt_hs_secret=)
     /// identity_cookies=MYSAPSSO2      ; cookies that carry credentials (default: none)
+    /// throttle_device=10/s,burst=40   ; requests per device (Client-Instance-ID): 429 beyond
+    /// throttle_user=30/s              ; requests per user (identity), all devices together
     ///
     /// [jwt_issuer]                    ; another issuer the endpoint above trusts
     /// issuer=https://idp2/
     /// audience=sales-app
     /// jwks=https://idp2/keys          ; or hs_secret=
+    ///
+    /// [admin]                         ; who may use the admin port (--admin-port)
+    /// token=…                         ; Authorization: Bearer …, or user= and password= (Basic)
     ///
     /// [defining_query]
     /// name=Products
@@ -222,10 +234,10 @@ extension GatewayConfiguration {
             if line.hasPrefix("[") {
                 guard line.hasSuffix("]") else { throw .init(line: number, message: "'\(line)' is not a [section]") }
                 let kind = String(line.dropFirst().dropLast()).trimmingCharacters(in: .whitespaces)
-                guard ["endpoint", "defining_query", "jwt_issuer"].contains(kind) else {
+                guard ["endpoint", "defining_query", "jwt_issuer", "admin"].contains(kind) else {
                     throw .init(
                         line: number,
-                        message: "unknown section [\(kind)]: use [endpoint], [defining_query] or [jwt_issuer]")
+                        message: "unknown section [\(kind)]: use [endpoint], [defining_query], [jwt_issuer] or [admin]")
                 }
                 sections.append(Section(kind: kind, line: number))
                 continue
@@ -243,13 +255,15 @@ extension GatewayConfiguration {
             }
             let kind = sections[sections.count - 1].kind
             let known: Set<String> =
-                kind == "jwt_issuer"
+                kind == "admin"
+                ? ["token", "user", "password"]
+                : kind == "jwt_issuer"
                 ? ["issuer", "audience", "jwks", "hs_secret", "endpoint_name"]
                 : kind == "endpoint"
                     ? [
                         "name", "url", "track_deltas", "shared_authorization", "tombstone_retention", "supports_batch",
                         "prepopulate_offline_db", "prepopulate_offline_db_interval", "jwt_issuer", "jwt_audience",
-                        "jwt_jwks", "jwt_hs_secret", "identity_cookies",
+                        "jwt_jwks", "jwt_hs_secret", "identity_cookies", "throttle_device", "throttle_user",
                     ]
                     : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
             if kind == "endpoint", ignoredEndpointKeys.contains(key) {
@@ -293,7 +307,17 @@ extension GatewayConfiguration {
             guard let current else { throw .init(line: section.line, message: "\(named) comes before any [endpoint]") }
             return current
         }
+        var admin: GatewayAdminAccess?
         for section in sections {
+            if section.kind == "admin" {
+                guard admin == nil else { throw .init(line: section.line, message: "[admin] appears twice") }
+                let access = GatewayAdminAccess(
+                    token: section.values["token"]?.value, user: section.values["user"]?.value,
+                    password: section.values["password"]?.value)
+                if let problem = access.problem { throw .init(line: section.line, message: "[admin]: \(problem)") }
+                admin = access
+                continue
+            }
             if section.kind == "endpoint" {
                 guard let name = section.values["name"], !name.value.isEmpty else {
                     throw .init(line: section.line, message: "an [endpoint] needs name=")
@@ -349,6 +373,16 @@ extension GatewayConfiguration {
                     backend.identityCookies = cookies.value.split(separator: ",").map {
                         $0.trimmingCharacters(in: .whitespaces)
                     }.filter { !$0.isEmpty }
+                }
+                for (key, path) in [
+                    ("throttle_device", \GatewayBackend.deviceThrottle), ("throttle_user", \GatewayBackend.userThrottle),
+                ] {
+                    guard let entry = section.values[key] else { continue }
+                    do {
+                        backend[keyPath: path] = try ThrottleRate(parsing: entry.value)
+                    } catch {
+                        throw .init(line: entry.line, message: "\(key)=\(entry.value): \(error.message)")
+                    }
                 }
                 if let batch = section.values["supports_batch"] {
                     switch batch.value.uppercased() {
@@ -415,6 +449,7 @@ extension GatewayConfiguration {
             configuration.backends.append(root)
         }
         if let retention { configuration.tombstoneRetention = retention }
+        configuration.admin = admin
         return (configuration, warnings)
     }
 }

@@ -33,6 +33,8 @@ public struct GatewayMetrics: Sendable {
     let madeDue: Counter
     /// Refreshes the refresher ran off the request path.
     let backgroundRefreshes: Counter
+    /// Requests answered 429 by throttling.
+    let throttled: Counter
 
     /// Metrics made by `factory`.
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
@@ -66,6 +68,7 @@ public struct GatewayMetrics: Sendable {
         madeDue = Counter(label: "oodata_gateway_scopes_made_due_total", factory: factory)
         backgroundRefreshes = Counter(
             label: "oodata_gateway_background_refreshes_total", factory: factory)
+        throttled = Counter(label: "oodata_gateway_throttled_total", factory: factory)
         refreshTime = CoreMetrics.Timer(
             label: "oodata_gateway_refresh_seconds", preferredDisplayUnit: .seconds,
             factory: factory)

@@ -3,10 +3,20 @@ import Foundation
 import Logging
 import ODataGateway
 
-/// `oodata gateway`: the sync gateway in front of an OData backend (SPEC §13).
+/// `oodata gateway`: the sync gateway in front of an OData backend (SPEC §13), and the tools
+/// its operator uses (`status`).
 struct GatewayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "gateway",
+        abstract: "The sync gateway: run it (the default), or look at a running one (docs/gateway.md).",
+        subcommands: [GatewayRunCommand.self, GatewayStatusCommand.self],
+        defaultSubcommand: GatewayRunCommand.self)
+}
+
+/// `oodata gateway [run]`: serves devices.
+struct GatewayRunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
         abstract: "Run the sync gateway: deltas for any OData backend, from PostgreSQL (docs/gateway.md).",
         discussion: """
             Devices use the gateway's URL as their service root. Defining queries (collection reads with \
@@ -27,6 +37,16 @@ struct GatewayCommand: AsyncParsableCommand {
             valueName: "URL")) var postgres: String
     @Option(help: "Port to listen on.") var port = 8090
     @Option(help: "Address to listen on (loopback unless you say otherwise).") var host = "127.0.0.1"
+    @Option(
+        help: ArgumentHelp(
+            "Serve the admin API (and page) on this port; needs --admin-token, $OODATA_ADMIN_TOKEN or an [admin] "
+                + "section in --config.", valueName: "PORT")) var adminPort: Int?
+    @Option(help: "Address the admin port listens on.") var adminHost = "127.0.0.1"
+    @Option(
+        help: ArgumentHelp(
+            "The admin API's bearer token, at least 16 characters (prefer $OODATA_ADMIN_TOKEN: a command line is "
+                + "visible to other users). Overrides the configuration file's.", valueName: "TOKEN"))
+    var adminToken: String?
     @Option(
         help: ArgumentHelp(
             "Each scope's refresh target, seconds (default 60): devices are answered from PostgreSQL "
@@ -175,6 +195,16 @@ struct GatewayCommand: AsyncParsableCommand {
         if let inDoubtAfter { configuration.inDoubtAfter = inDoubtAfter }
         if let requestRetention { configuration.requestRetention = requestRetention }
         configuration.pageSize = pageSize
+        if let token = adminToken ?? ProcessInfo.processInfo.environment["OODATA_ADMIN_TOKEN"] {
+            var access = configuration.admin ?? GatewayAdminAccess()
+            access.token = token
+            if let problem = access.problem { throw CLIFailure("--admin-token: \(problem)") }
+            configuration.admin = access
+        }
+        if adminPort != nil, configuration.admin == nil {
+            throw CLIFailure(
+                "--admin-port needs credentials: --admin-token, $OODATA_ADMIN_TOKEN, or an [admin] section in --config")
+        }
         do {
             _ = try PostgresURL.configuration(postgres)
         } catch {
@@ -186,13 +216,19 @@ struct GatewayCommand: AsyncParsableCommand {
         let running: RunningGateway
         do {
             running = try await RunningGateway.start(
-                configuration: configuration, postgresURL: postgres, host: host, port: port, logger: logger
+                configuration: configuration, postgresURL: postgres, host: host, port: port, adminPort: adminPort,
+                adminHost: adminHost, logger: logger
             ) { port in
                 let lines = served.map { "gateway: http://\(host):\(port)\($0)\n" }.joined()
                 FileHandle.standardOutput.write(Data(lines.utf8))
             }
+        } catch let error as GatewayError {
+            throw CLIFailure("the gateway cannot start: \(error.message)")
         } catch {
             throw CLIFailure("the gateway cannot start: \(error)")
+        }
+        if let admin = running.adminPort {
+            FileHandle.standardOutput.write(Data("gateway admin: http://\(adminHost):\(admin)/\n".utf8))
         }
         try await running.wait()
     }

@@ -37,7 +37,8 @@ struct OODataCommand: AsyncParsableCommand {
         var path = ["oodata"]
         for argument in arguments {
             let children = command.configuration.subcommands
-            guard !children.isEmpty else { return }
+            // A group with a default subcommand (`oodata gateway` runs one) takes its options.
+            guard !children.isEmpty, command.configuration.defaultSubcommand == nil else { return }
             if argument.hasPrefix("-") {
                 // ArgumentParser's own options (help, version, completion scripts, its dumps).
                 let builtIn = ["-h", "--help", "--version", "--generate-completion-script", "--experimental", "---"]

@@ -98,8 +98,9 @@ struct OfflineStoreOptions: ParsableArguments {
     @Option(
         name: .customLong("conflicts"),
         help: ArgumentHelp(
-            "How an upload resolves a 412 or 428 (SPEC §15): archive (default), merge-disjoint, client-wins, "
-                + "backend-wins.", valueName: "POLICY"))
+            "How an upload resolves a 412 or 428 (SPEC §15): archive (default), mergeDisjoint, clientWins, "
+                + "backendWins (the SPEC's names; merge-disjoint, client-wins, backend-wins also work).",
+            valueName: "POLICY"))
     var conflicts: String?
     @Flag(name: .customLong("check-metadata"),
           help: "Opening an existing store also checks the backend's $metadata and migrates the store (SPEC §14).")
@@ -135,14 +136,15 @@ struct OfflineStoreOptions: ParsableArguments {
         parameters.csrfProtection = !noCSRF
         parameters.acceptsServerBuiltStore = !noServerStore
         parameters.checksMetadataAtOpen = checkMetadata
-        switch conflicts {
+        // The SPEC's and the docs' names (`mergeDisjoint`), and the dashed forms, in any case.
+        switch conflicts.map({ $0.lowercased().replacingOccurrences(of: "-", with: "") }) {
         case nil, "archive": parameters.conflictPolicy = .archive
-        case "merge-disjoint": parameters.conflictPolicy = .mergeDisjoint
-        case "client-wins": parameters.conflictPolicy = .clientWins
-        case "backend-wins": parameters.conflictPolicy = .backendWins
-        case let other?:
+        case "mergedisjoint": parameters.conflictPolicy = .mergeDisjoint
+        case "clientwins": parameters.conflictPolicy = .clientWins
+        case "backendwins": parameters.conflictPolicy = .backendWins
+        case .some:
             throw ValidationError(
-                "--conflicts \(other): give archive, merge-disjoint, client-wins or backend-wins")
+                "--conflicts \(conflicts ?? ""): give archive, mergeDisjoint, clientWins or backendWins")
         }
         parameters.urlSuffix = urlSuffix
         parameters.authenticator = try credentials().map { StaticCredentials($0) }

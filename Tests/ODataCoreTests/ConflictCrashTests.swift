@@ -50,7 +50,7 @@ extension CLITests {
     }
 
     /// `oodata offline errors` shows the properties in which a conflict's three copies differ,
-    /// side by side; `--conflicts merge-disjoint` resolves disjoint changes and says so.
+    /// side by side; `--conflicts mergeDisjoint` (or `merge-disjoint`) resolves disjoint changes and says so.
     @Test(arguments: [false, true])
     func theCLIShowsAConflictsCopiesSideBySide(v2: Bool) async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
@@ -79,7 +79,8 @@ extension CLITests {
         // Disjoint: the device changes BP2's phone, the office its e-mail; merged.
         _ = try await runOffPool(["offline", "update"] + store + ["BusinessPartners('BP2')", #"{"Phone":"field"}"#])
         #expect(try await backendPatch(v4Root + "BusinessPartners('BP2')", #"{"Email":"o@example.com"}"#) < 300)
-        let merged = try await runOffPool(["offline", "upload", "--conflicts", "merge-disjoint"] + store)
+        // The SPEC's name works as the dashed one does.
+        let merged = try await runOffPool(["offline", "upload", "--conflicts", "mergeDisjoint"] + store)
         #expect(merged.out.contains("conflict resolved"), "\(merged.out) \(merged.err)")
         let bp2 = try await backendJSONOffPool(v4Root + "BusinessPartners('BP2')")
         #expect(bp2["Phone"] as? String == "field" && bp2["Email"] as? String == "o@example.com")

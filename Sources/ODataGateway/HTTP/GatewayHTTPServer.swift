@@ -1,12 +1,14 @@
 public import Hummingbird
+import Foundation
 import HTTPTypes
 public import Logging
 import NIOCore
 import ODataCore
 public import Prometheus
 
-/// Puts a ``Gateway`` on Hummingbird: each backend at its name (or the root), `/health` for
-/// load balancers.
+/// Puts a ``Gateway`` on Hummingbird: each backend at its name (or the root); `/livez` (the
+/// process serves), `/readyz` (it can serve devices: ``Gateway/readiness()``, 503 with the
+/// reason otherwise) and `/health` (the same as `/readyz`) for load balancers and orchestrators.
 public enum GatewayHTTPServer {
     /// Largest request body forwarded, in bytes.
     public static let maxBodyBytes = 64 * 1024 * 1024
@@ -19,7 +21,23 @@ public enum GatewayHTTPServer {
         onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         let router = Router()
-        router.get("/health") { _, _ in "ok" }
+        // First: it wraps the routes below too (each answer says `OOData-Gateway`).
+        router.add(middleware: GatewayMiddleware(gateway: gateway))
+        router.get("/livez") { _, _ in "ok" }
+        for path in ["/readyz", "/health"] {
+            router.get(RouterPath(path)) { _, _ in
+                let report = await gateway.readiness()
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                var headers = HTTPFields()
+                headers[.contentType] = "application/json"
+                headers[.cacheControl] = "no-store"
+                if !report.ready { headers[.retryAfter] = "5" }
+                return Response(
+                    status: report.ready ? .ok : .serviceUnavailable, headers: headers,
+                    body: ResponseBody(byteBuffer: ByteBuffer(bytes: Array((try? encoder.encode(report)) ?? Data()))))
+            }
+        }
         if let registry {
             router.get("/metrics") { _, _ in
                 var headers = HTTPFields()
@@ -29,7 +47,6 @@ public enum GatewayHTTPServer {
                     body: ResponseBody(byteBuffer: ByteBuffer(bytes: registry.emitToBuffer())))
             }
         }
-        router.add(middleware: GatewayMiddleware(gateway: gateway))
         var log = logger ?? Logger(label: "oodata.gateway.http")
         if logger == nil { log.logLevel = .warning }
         return Application(
@@ -47,7 +64,12 @@ struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
         -> Response
     {
         let path = input.uri.path
-        if path == "/health" || path == "/metrics" { return try await next(input, context) }
+        if Self.ownPaths.contains(path) {
+            // The gateway's own endpoints say so too (docs/gateway.md).
+            var response = try await next(input, context)
+            if let name = HTTPField.Name("OOData-Gateway") { response.headers[name] = "1" }
+            return response
+        }
         guard let (backend, rest) = gateway.route(path: path) else {
             return Self.response(
                 .error(
@@ -78,6 +100,9 @@ struct GatewayMiddleware<Context: RequestContext>: RouterMiddleware {
             backend: backend)
         return Self.response(answer)
     }
+
+    /// Paths the gateway answers itself, never a backend's.
+    static var ownPaths: Set<String> { ["/livez", "/readyz", "/health", "/metrics"] }
 
     static func response(_ answer: GatewayResponse) -> Response {
         if answer.dropsConnection {

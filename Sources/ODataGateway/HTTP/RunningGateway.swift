@@ -11,13 +11,16 @@ import ServiceLifecycle
 public final class RunningGateway: Sendable {
     /// The port the gateway listens on.
     public let port: Int
+    /// The port of the admin API, when it was asked for.
+    public let adminPort: Int?
     /// The gateway behind the server.
     public let gateway: Gateway
     private let task: Task<Void, any Error>
     private let group: ServiceGroup
 
-    private init(port: Int, gateway: Gateway, task: Task<Void, any Error>, group: ServiceGroup) {
+    private init(port: Int, adminPort: Int?, gateway: Gateway, task: Task<Void, any Error>, group: ServiceGroup) {
         self.port = port
+        self.adminPort = adminPort
         self.gateway = gateway
         self.task = task
         self.group = group
@@ -27,15 +30,30 @@ public final class RunningGateway: Sendable {
     public var root: URL { URL(string: "http://127.0.0.1:\(port)/") ?? URL(fileURLWithPath: "/") }
 
     /// Connects to PostgreSQL, creates the gateway's tables when missing, and serves
-    /// `configuration` on `host`:`port` (0: a free port).
+    /// `configuration` on `host`:`port` (0: a free port), and its admin API on `adminPort`
+    /// (nil: none; 0: a free one) of `adminHost`, which needs ``GatewayConfiguration/admin``.
+    /// A PostgreSQL that cannot be used is named within ``GatewayConfiguration/postgresTimeout``
+    /// (at most 10 s), with the server's message.
     public static func start(
         configuration: GatewayConfiguration, postgres: PostgresClient.Configuration, host: String = "127.0.0.1",
-        port: Int = 0, transport: any Transport = DefaultTransport.make(),
+        port: Int = 0, adminPort: Int? = nil, adminHost: String = "127.0.0.1",
+        transport: any Transport = DefaultTransport.make(),
         logger: Logger = Logger(label: "oodata.gateway"),
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws -> RunningGateway {
-        guard (0...65535).contains(port) else {
-            throw GatewayError(status: 400, code: "Configuration", "port \(port) is not a TCP port (0-65535)")
+        for (name, value) in [("port", port), ("admin port", adminPort ?? 0)] where !(0...65535).contains(value) {
+            throw GatewayError(status: 400, code: "Configuration", "\(name) \(value) is not a TCP port (0-65535)")
+        }
+        if adminPort != nil {
+            guard let access = configuration.admin else {
+                throw GatewayError(
+                    status: 400, code: "Configuration",
+                    "the admin port needs credentials: an [admin] section with token= (or user= and password=), "
+                        + "or --admin-token")
+            }
+            if let problem = access.problem {
+                throw GatewayError(status: 400, code: "Configuration", "admin access: \(problem)")
+            }
         }
         for backend in configuration.backends {
             for verification in backend.jwtVerification {
@@ -51,6 +69,9 @@ public final class RunningGateway: Sendable {
             logger.logLevel = .critical
             return logger
         }()
+        // One connection by hand first: the server's own words within seconds, not a pool's
+        // circuit breaker a minute later.
+        try await PostgresProbe.check(postgres, seconds: min(configuration.postgresTimeout, 10))
         let client = PostgresClient(configuration: postgres, backgroundLogger: quiet)
         let store = GatewayStore(
             client: client, logger: quiet, deadline: configuration.postgresTimeout,
@@ -61,6 +82,7 @@ public final class RunningGateway: Sendable {
             configuration: configuration, store: store, transport: transport, logger: logger,
             metrics: GatewayMetrics(factory: PrometheusMetricsFactory(registry: registry)))
         let waiter = PortWaiter()
+        let adminWaiter = PortWaiter()
         let migrated = MigrationGate()
         var group = ServiceGroupConfiguration(services: [client], logger: quiet)
         group.maximumGracefulShutdownDuration = .seconds(2)
@@ -72,6 +94,7 @@ public final class RunningGateway: Sendable {
                 tasks.addTask {
                     do {
                         try await store.migrate()
+                        await gateway.operations.setMigrated()
                         GatewayIdentities.warnUnverified(configuration, logger: logger)
                         await migrated.open(nil)
                     } catch {
@@ -84,7 +107,14 @@ public final class RunningGateway: Sendable {
                     ) {
                         port in await waiter.set(port)
                     }
-                    var configuration = ServiceGroupConfiguration(services: [app], logger: quiet)
+                    var services: [any Service] = [app]
+                    if let adminPort, let access = configuration.admin {
+                        services.append(
+                            GatewayAdminServer.application(
+                                gateway: gateway, access: access, host: adminHost, port: adminPort, logger: quiet
+                            ) { port in await adminWaiter.set(port) })
+                    }
+                    var configuration = ServiceGroupConfiguration(services: services, logger: quiet)
                     configuration.maximumGracefulShutdownDuration = .seconds(2)
                     // Refreshes off the request path, for as long as the server runs.
                     let refresher = Task { await gateway.runRefresher() }
@@ -94,6 +124,7 @@ public final class RunningGateway: Sendable {
                     } catch {
                         // A port that cannot be bound: start() says so instead of waiting.
                         await waiter.fail(error)
+                        await adminWaiter.fail(error)
                         throw error
                     }
                 }
@@ -117,20 +148,31 @@ public final class RunningGateway: Sendable {
             task.cancel()
             throw GatewayError(status: 503, code: "Listen", "cannot listen on \(host):\(port): \(error)")
         }
+        var boundAdmin: Int?
+        if adminPort != nil {
+            do {
+                boundAdmin = try await adminWaiter.wait()
+            } catch {
+                task.cancel()
+                throw GatewayError(
+                    status: 503, code: "Listen", "cannot listen on \(adminHost):\(adminPort ?? 0) (admin): \(error)")
+            }
+        }
         await onListening(bound)
-        return RunningGateway(port: bound, gateway: gateway, task: task, group: clients)
+        return RunningGateway(port: bound, adminPort: boundAdmin, gateway: gateway, task: task, group: clients)
     }
 
-    /// ``start(configuration:postgres:host:port:transport:logger:onListening:)`` with PostgreSQL
+    /// ``start(configuration:postgres:host:port:adminPort:adminHost:transport:logger:onListening:)`` with PostgreSQL
     /// named by a URL (see ``PostgresURL``).
     public static func start(
         configuration: GatewayConfiguration, postgresURL: String, host: String = "127.0.0.1", port: Int = 0,
+        adminPort: Int? = nil, adminHost: String = "127.0.0.1",
         logger: Logger = Logger(label: "oodata.gateway"),
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws -> RunningGateway {
         try await start(
             configuration: configuration, postgres: try PostgresURL.configuration(postgresURL), host: host,
-            port: port, logger: logger, onListening: onListening)
+            port: port, adminPort: adminPort, adminHost: adminHost, logger: logger, onListening: onListening)
     }
 
     /// Stops serving and closes the connections. Waits for that at most `patience` seconds: a

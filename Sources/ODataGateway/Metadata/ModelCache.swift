@@ -58,6 +58,9 @@ actor ModelCache {
     }
 
     private var models: [String: Entry] = [:]
+
+    /// Whether a model of `backend` was read (readiness).
+    func hasModel(for backend: String) -> Bool { models[backend] != nil }
     /// How long a model is used before the backend's `$metadata` is read again.
     static let maximumAge: Duration = .seconds(300)
 

@@ -69,8 +69,14 @@ struct DeadlineClient: Sendable {
     /// `operation`'s result, or ``PostgresDeadlineExceeded`` after the deadline (the operation
     /// is cancelled and left to end on its own: a lease waiting in the pool may not end at once).
     func within<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await Self.within(deadline, server: server, operation)
+    }
+
+    /// `operation`'s result, or ``PostgresDeadlineExceeded`` naming `server` after `deadline` seconds.
+    static func within<T: Sendable>(
+        _ deadline: Double, server: String, _ operation: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
         let once = Once()
-        let deadline = self.deadline
         let failure = PostgresDeadlineExceeded(server: server, seconds: deadline)
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             let work = Task {

@@ -57,6 +57,10 @@ extension GatewayStore {
           PRIMARY KEY (backend, request_id))
         """,
         "CREATE INDEX IF NOT EXISTS oodata_request_created ON oodata_request (created_at)",
+        // What the request was (method and URL), and what an operator decided of it in doubt.
+        "ALTER TABLE oodata_request ADD COLUMN IF NOT EXISTS request_line TEXT",
+        "ALTER TABLE oodata_request ADD COLUMN IF NOT EXISTS resolution TEXT",
+        "ALTER TABLE oodata_request ADD COLUMN IF NOT EXISTS resolved_at TIMESTAMPTZ",
         """
         CREATE TABLE IF NOT EXISTS oodata_secret (
           name TEXT PRIMARY KEY,
@@ -247,16 +251,19 @@ extension GatewayStore {
     }
 
     /// Records `ids` as being forwarded (committed before the gateway sends them).
+    /// `lines` gives each request's method and URL (`PATCH Contacts(5)`), shown to operators
+    /// when it is in doubt.
     func recordForwarding(
-        _ ids: [String], backend: String, user: String, on connection: PostgresConnection
+        _ ids: [String], lines: [String], backend: String, user: String, on connection: PostgresConnection
     )
         async throws
     {
         guard !ids.isEmpty else { return }
+        let lines = ids.indices.map { $0 < lines.count ? String(lines[$0].prefix(2000)) : "" }
         try await connection.query(
             """
-            INSERT INTO oodata_request (backend, user_name, request_id)
-            SELECT \(backend), \(user), unnest(\(ids)::text[])
+            INSERT INTO oodata_request (backend, user_name, request_id, request_line)
+            SELECT \(backend), \(user), i, l FROM unnest(\(ids)::text[], \(lines)::text[]) AS t(i, l)
             ON CONFLICT (backend, request_id) DO UPDATE SET created_at = clock_timestamp()
             WHERE NOT oodata_request.answered AND oodata_request.user_name = EXCLUDED.user_name
             """, logger: logger)

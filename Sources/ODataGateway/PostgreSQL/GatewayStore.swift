@@ -54,7 +54,7 @@ public struct GatewayStore: Sendable {
             // One instance at a time: CREATE ... IF NOT EXISTS races on the catalog otherwise.
             try await connection.query("SELECT pg_advisory_lock(7262, 13)", logger: logger)
             do {
-                for statement in Self.schema + Self.requestSchema + Self.fileSchema {
+                for statement in Self.schema + Self.requestSchema + Self.fileSchema + Self.adminSchema {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
             } catch {
@@ -393,7 +393,7 @@ public struct GatewayStore: Sendable {
             try await connection.query(
                 """
                 UPDATE oodata_scope SET published = \(seq), refreshed_at = clock_timestamp(),
-                  refreshed_from = \(started)::timestamptz, refresh_error = NULL
+                  refreshed_from = \(started)::timestamptz, refresh_error = NULL, row_count = \(Int64(summary.rows))
                 WHERE id = \(scope.id)
                 """, logger: logger)
             try await connection.query(

@@ -34,6 +34,12 @@ actor RefreshJobs {
         jobs[job.scope] = job
     }
 
+    /// The job of `scope`, while this instance keeps it fresh.
+    func job(_ scope: Int64) -> RefreshJob? {
+        guard let job = jobs[scope], job.until > Date() else { return nil }
+        return job
+    }
+
     /// Stops keeping `scope` fresh (its credentials were refused).
     func forget(_ scope: Int64) { jobs[scope] = nil }
 

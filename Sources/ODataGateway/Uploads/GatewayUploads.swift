@@ -21,6 +21,9 @@ struct UploadOperation: Sendable {
         if method == "POST", let tunnelled = message.headers["X-HTTP-Method"] { return tunnelled.uppercased() }
         return method
     }
+
+    /// Its method and URL, as operators see it in doubt.
+    var line: String { method + " " + (message.url ?? "") }
 }
 
 /// What a backend applies at once: a change set, or one request on its own.
@@ -397,7 +400,10 @@ extension Gateway {
             }
             // Recorded (committed) before anything reaches the backend; one by one, each request
             // just before it goes.
-            if !oneByOne { try await store.recordForwarding(sent, backend: backend.url, user: user, on: connection) }
+            if !oneByOne {
+                let lines = forwarded.filter { !units[$0].ids.isEmpty }.flatMap { units[$0].operations.map(\.line) }
+                try await store.recordForwarding(sent, lines: lines, backend: backend.url, user: user, on: connection)
+            }
             metrics.backendRequests("upload").increment()
             do {
                 if oneByOne {
@@ -687,7 +693,9 @@ extension Gateway {
                 answered += 1
                 continue
             }
-            try await store.recordForwarding(unit.ids, backend: backend.url, user: request.user, on: connection)
+            try await store.recordForwarding(
+                unit.ids, lines: unit.operations.map(\.line), backend: backend.url, user: request.user,
+                on: connection)
             let response: TransportResponse
             do {
                 response = try await forwardOperation(

@@ -112,7 +112,11 @@ extension Downloader {
         try await store.setBulkFill(true)
         // Until the last page is in, the store is marked as filling: a later open that finds
         // the mark starts again.
-        try await store.write { writer in try LocalSchema.prepareNewStore(writer, serviceRoot: root, queries: queries) }
+        let instance = provider.clientInstanceID
+        try await store.write { writer in
+            try LocalSchema.prepareNewStore(writer, serviceRoot: root, queries: queries)
+            _ = try LocalSchema.clientInstanceID(writer, proposed: instance, replacing: true)
+        }
         return store
     }
 }

@@ -137,6 +137,17 @@ enum LocalSchema {
         for (ordinal, query) in queries.enumerated() { try DefiningQueries.insert(query, ordinal: ordinal + 1, writer) }
     }
 
+    /// The store's `Client-Instance-ID`: the one it keeps, or `proposed` when it keeps none
+    /// (or `replacing`, for a new store or one built elsewhere).
+    static func clientInstanceID(_ writer: StoreWriter, proposed: String, replacing: Bool) throws -> String {
+        _ = try writer.connection.execute(
+            "INSERT OR \(replacing ? "REPLACE" : "IGNORE") INTO oo_meta (key, value) VALUES ('clientInstanceID', ?)",
+            [.text(proposed)])
+        let rows = try writer.connection.query("SELECT value FROM oo_meta WHERE key = 'clientInstanceID'")
+        if case .text(let value)? = rows.first?.first { return value }
+        return proposed
+    }
+
     /// The fill of a new store is complete.
     static func markFilled(_ writer: StoreWriter) throws {
         _ = try writer.connection.execute("DELETE FROM oo_meta WHERE key = 'filling'")

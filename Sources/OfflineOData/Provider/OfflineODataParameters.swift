@@ -28,6 +28,13 @@ public struct OfflineODataParameters: Sendable {
     public var extraStreamParameters: String?
     /// Headers added to every HTTP request the provider sends.
     public var customHeaders: [String: String] = [:]
+    /// The app's version, sent as `OOData-App-Version` (a sync gateway lists it with the
+    /// device's `Client-Instance-ID`); nil sends none.
+    public var applicationVersion: String?
+    /// The longest `Retry-After` a request waits for when it is answered 429 (too many
+    /// requests) before it is sent again, seconds; a longer one, or a fourth 429 in a row,
+    /// reaches the caller. 0 never waits.
+    public var maximumRetryAfter: Double = 60
     /// Cookies added to every HTTP request the provider sends.
     public var customCookies: [String: String] = [:]
     /// Send repeatable-request headers with every modification so each is applied exactly once.

@@ -51,6 +51,10 @@ public actor OfflineODataProvider {
     var logger: Logger { parameters.logger }
     /// Bytes sent and received during the current upload or download (for progress).
     var bytesSent: Int64 = 0
+    /// This store's `Client-Instance-ID`, sent with every request (a sync gateway lists the
+    /// devices it saw by it, as SAP's registration ID): made at random for a new store and
+    /// kept in it; until the store is open, the one the new store will keep.
+    var clientInstanceID = UUID().uuidString.lowercased()
     /// Whether the service root is a sync gateway (an answer carried `OOData-Gateway`): its
     /// server-side steps are pulled during uploads and downloads.
     var throughGateway = false
@@ -98,7 +102,8 @@ public actor OfflineODataProvider {
         self.transport = transport ?? DefaultTransport.make(logger: parameters.logger)
         self.session = BackendSession(
             transport: self.transport, serviceRoot: root, authenticator: parameters.authenticator,
-            csrfProtection: parameters.csrfProtection, logger: parameters.logger)
+            csrfProtection: parameters.csrfProtection, maximumRetryAfter: parameters.maximumRetryAfter,
+            logger: parameters.logger)
         self.delegate = delegate
     }
 
@@ -458,7 +463,12 @@ public actor OfflineODataProvider {
         }
         let stored = try await opened.read { reader in try DefiningQueries.load(reader.connection) }
         do {
-            try await opened.write { writer in try LocalSchema.upgrade(writer) }
+            let proposed = clientInstanceID
+            clientInstanceID = try await opened.write { writer in
+                try LocalSchema.upgrade(writer)
+                // A store built on a gateway came with the builder's: this device takes its own.
+                return try LocalSchema.clientInstanceID(writer, proposed: proposed, replacing: installing)
+            }
         } catch let error as DatabaseError where Self.isDiskFull(error) {
             // A full disk must not lock the user out of the data: the store opens for reading
             // (the upgrade is made at the next open with space; writes report `diskFull`).

@@ -5,8 +5,13 @@ import ODataStore
 extension OfflineODataProvider {
     /// What every request carries (see ``RequestDefaults``).
     var requestDefaults: RequestDefaults {
-        RequestDefaults(
-            serviceRoot: serviceRoot, urlSuffix: parameters.urlSuffix, customHeaders: parameters.customHeaders,
+        var headers = parameters.customHeaders
+        if headers["Client-Instance-ID"] == nil { headers["Client-Instance-ID"] = clientInstanceID }
+        if let version = parameters.applicationVersion, headers["OOData-App-Version"] == nil {
+            headers["OOData-App-Version"] = version
+        }
+        return RequestDefaults(
+            serviceRoot: serviceRoot, urlSuffix: parameters.urlSuffix, customHeaders: headers,
             customCookies: parameters.customCookies, version: serviceVersion)
     }
 

@@ -85,6 +85,8 @@ actor BackendSession {
     let serviceRoot: String
     /// False: no CSRF token is fetched or sent.
     let csrfProtection: Bool
+    /// The longest `Retry-After` of a 429 that is waited out before the request goes again.
+    let maximumRetryAfter: Double
 
     private var cookies: [String: String] = [:]
     private var csrfToken: String?
@@ -102,9 +104,10 @@ actor BackendSession {
 
     init(
         transport: any Transport, serviceRoot: String, authenticator: (any ODataAuthenticator)?, csrfProtection: Bool,
-        logger: Logger = OfflineODataLogging.disabled
+        maximumRetryAfter: Double = 60, logger: Logger = OfflineODataLogging.disabled
     ) {
         self.logger = logger
+        self.maximumRetryAfter = maximumRetryAfter
         self.transport = transport
         self.serviceRoot = serviceRoot
         self.authenticator = authenticator
@@ -128,6 +131,41 @@ actor BackendSession {
     /// `sendStore` to a support server) goes without credentials, cookies or CSRF token, and
     /// what it answers is not kept.
     func send(
+        _ request: TransportRequest, timeout: TimeInterval?, tokenRequest: TransportRequest
+    ) async throws -> TransportResponse {
+        // A 429 (a gateway's or a backend's throttling) was not processed: it is sent again
+        // after its Retry-After, up to three times, while that is within `maximumRetryAfter`.
+        var response = try await sendOnce(request, timeout: timeout, tokenRequest: tokenRequest)
+        var waits = 0
+        while response.status == 429, waits < 3,
+            let seconds = Self.retryAfter(response.headers["Retry-After"]), seconds <= maximumRetryAfter
+        {
+            waits += 1
+            logger.notice(
+                "Answered 429: waiting Retry-After and sending again",
+                metadata: [
+                    "seconds": .stringConvertible(seconds), "url": .string(OfflineODataLogging.redacted(request.url)),
+                ])
+            try await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
+            response = try await sendOnce(request, timeout: timeout, tokenRequest: tokenRequest)
+        }
+        return response
+    }
+
+    /// A `Retry-After` value in seconds from now: delta-seconds or an HTTP date (RFC 9110
+    /// §10.2.3); nil when it is neither.
+    static func retryAfter(_ value: String?, now: Date = Date()) -> Double? {
+        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        if let seconds = Int(value) { return seconds >= 0 ? Double(seconds) : nil }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: value) else { return nil }
+        return max(0, date.timeIntervalSince(now))
+    }
+
+    private func sendOnce(
         _ request: TransportRequest, timeout: TimeInterval?, tokenRequest: TransportRequest
     ) async throws -> TransportResponse {
         guard Self.origin(of: request.url) == Self.origin(of: serviceRoot) else {

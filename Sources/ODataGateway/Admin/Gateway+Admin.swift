@@ -1,0 +1,101 @@
+import Foundation
+import ODataCore
+
+/// The configuration in force as the admin API shows it: every secret left out.
+public struct ConfigurationSummary: Sendable, Codable, Equatable {
+    public struct Backend: Sendable, Codable, Equatable {
+        public var name: String
+        public var url: String
+        public var trackDeltas: String
+        public var sharedQueries: [String]
+        public var sharedAuthorization: Bool
+        public var jwtIssuers: [String]
+        public var identityCookies: [String]
+        public var prepopulate: String
+        public var supportsBatch: Bool
+        public var deviceThrottle: String?
+        public var userThrottle: String?
+    }
+
+    public var backends: [Backend]
+    public var refreshInterval: Double
+    public var tombstoneRetention: Double
+    public var scopeRetention: Double
+    public var requestRetention: Double
+    public var inDoubtAfter: Double
+    public var pageSize: Int
+    public var postgresTimeout: Double
+    public var backendTimeout: Double
+    /// How the admin API is reached: `token`, `basic`, or both.
+    public var adminAccess: [String]
+}
+
+/// What `POST /api/scopes/<id>/refresh` did.
+public struct AdminRefreshOutcome: Sendable, Codable, Equatable {
+    public var scope: Int64
+    /// `refreshed` (this instance held credentials for it and refreshed it now), or `markedDue`
+    /// (the next device read, on any instance, refreshes it; as does a refresher that holds its
+    /// credentials).
+    public var outcome: String
+    public var rows: Int?
+    public var changed: Int?
+    public var removed: Int?
+    public var error: String?
+}
+
+extension GatewayConfiguration {
+    /// The configuration without its secrets.
+    public var summary: ConfigurationSummary {
+        ConfigurationSummary(
+            backends: backends.map { backend in
+                .init(
+                    name: backend.name, url: backend.url, trackDeltas: backend.trackDeltas.rawValue,
+                    sharedQueries: backend.sharedQueries.sorted(), sharedAuthorization: backend.sharedAuthorization != nil,
+                    jwtIssuers: backend.jwtVerification.map(\.issuer), identityCookies: backend.identityCookies,
+                    prepopulate: backend.prepopulate.rawValue, supportsBatch: backend.supportsBatch,
+                    deviceThrottle: backend.deviceThrottle?.description, userThrottle: backend.userThrottle?.description)
+            },
+            refreshInterval: refreshInterval, tombstoneRetention: tombstoneRetention, scopeRetention: scopeRetention,
+            requestRetention: requestRetention, inDoubtAfter: inDoubtAfter, pageSize: pageSize,
+            postgresTimeout: postgresTimeout, backendTimeout: backendTimeout,
+            adminAccess: (admin?.token != nil ? ["token"] : []) + (admin?.user != nil ? ["basic"] : []))
+    }
+}
+
+extension Gateway {
+    /// Puts this instance on standby (`/readyz` answers 503, so that load balancers send no new
+    /// devices) or back; requests that come are still served.
+    public func setStandby(_ standby: Bool) async {
+        await operations.setStandby(standby)
+        logger.notice(standby ? "On standby: /readyz answers 503" : "Back from standby")
+    }
+
+    /// Whether this instance is on standby.
+    public var isOnStandby: Bool { get async { await operations.standby } }
+
+    /// Makes scope `id` due and refreshes it now when this instance holds credentials for it
+    /// (a device read it lately, or it is shared data); nil when there is no such scope.
+    public func refreshNow(scope id: Int64) async throws -> AdminRefreshOutcome? {
+        guard try await store.markDue(scope: id) != nil else { return nil }
+        guard let job = await refreshJobs.job(id),
+            let backend = configuration.backends.first(where: { $0.url == job.backend }),
+            let scope = try await store.scope(id: id)
+        else { return AdminRefreshOutcome(scope: id, outcome: "markedDue") }
+        do {
+            let summary = try await refresh(
+                scope, query: job.query, backend: backend, keyNames: job.keyNames, legacy: job.legacy,
+                authorization: job.authorization, interval: 0)
+            metrics.refreshes.increment()
+            return AdminRefreshOutcome(
+                scope: id, outcome: "refreshed", rows: summary.rows, changed: summary.changed,
+                removed: summary.removed)
+        } catch let answer as BackendAnswer {
+            try? await store.noteRefreshError(scope: id, "the backend answered \(answer.response.status)")
+            return AdminRefreshOutcome(
+                scope: id, outcome: "markedDue", error: "the backend answered \(answer.response.status)")
+        } catch {
+            try? await store.noteRefreshError(scope: id, "\(error)")
+            return AdminRefreshOutcome(scope: id, outcome: "markedDue", error: "\(error)")
+        }
+    }
+}

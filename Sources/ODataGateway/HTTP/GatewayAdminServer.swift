@@ -1,0 +1,170 @@
+import Foundation
+public import Hummingbird
+import HTTPTypes
+public import Logging
+import NIOCore
+
+/// The admin API on a port of its own (issue 56), for operators only: every request needs the
+/// configuration's ``GatewayAdminAccess``; without one the server is not started. JSON, as
+/// docs/gateway.md ("Operating the gateway") describes:
+///
+/// - `GET /api/status`: readiness, standby, version;
+/// - `GET /api/scopes`: scopes with lag, rows, last refresh and last error;
+///   `POST /api/scopes/<id>/refresh`: refresh one now;
+/// - `GET /api/requests/in-doubt`; `POST /api/requests/in-doubt/resolve` with
+///   `{"backend":…,"requestID":…,"applied":true|false}`;
+/// - `GET /api/devices`, `GET /api/files`, `GET /api/config`;
+/// - `POST /api/standby` with `{"standby":true|false}`.
+public enum GatewayAdminServer {
+    /// The application serving `gateway`'s admin API on `host`:`port` (0: a free port).
+    public static func application(
+        gateway: Gateway, access: GatewayAdminAccess, host: String = "127.0.0.1", port: Int,
+        logger: Logger, onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        let router = Router()
+        router.add(middleware: AdminMiddleware(gateway: gateway, access: access))
+        return Application(
+            router: router,
+            configuration: .init(address: .hostname(host, port: port), serverName: "oodata-gateway-admin"),
+            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? port) }, logger: logger)
+    }
+}
+
+/// Largest admin request body, in bytes.
+private let adminBodyLimit = 64 * 1024
+
+struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
+    let gateway: Gateway
+    let access: GatewayAdminAccess
+
+    func handle(
+        _ input: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        guard access.allows(input.headers[.authorization]) else {
+            var fields = HTTPFields()
+            fields[.wwwAuthenticate] = #"Bearer realm="oodata-gateway-admin", Basic realm="oodata-gateway-admin""#
+            return Self.json(
+                401, ["error": "the admin API needs the [admin] token (Bearer) or user and password (Basic)"],
+                headers: fields)
+        }
+        var request = input
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: adminBodyLimit)
+        } catch {
+            return Self.json(413, ["error": "an admin request body is at most \(adminBodyLimit) bytes"])
+        }
+        let bytes = Array(body.readableBytesView)
+        let path = input.uri.path
+        let method = input.method.rawValue
+        do {
+            return try await route(method: method, path: path, body: bytes)
+        } catch let error as GatewayError {
+            return Self.json(error.status, ["error": error.message])
+        } catch {
+            gateway.logger.warning("Admin request failed", metadata: ["path": .string(path), "error": "\(error)"])
+            return Self.json(503, ["error": "\(error)"])
+        }
+    }
+
+    func route(method: String, path: String, body: [UInt8]) async throws -> Response {
+        let parts = path.split(separator: "/").map(String.init)
+        switch (method, parts) {
+        case ("GET", ["api", "status"]):
+            let report = await gateway.readiness()
+            return Self.encoded(
+                200,
+                AdminStatus(
+                    version: GatewayVersion.current, ready: report.ready, standby: await gateway.isOnStandby,
+                    readiness: report))
+        case ("GET", ["api", "scopes"]):
+            return Self.encoded(200, try await gateway.store.scopeSummaries())
+        case ("POST", let p) where p.count == 4 && p[0] == "api" && p[1] == "scopes" && p[3] == "refresh":
+            guard let id = Int64(p[2]) else { throw GatewayError(status: 400, code: "BadScope", "'\(p[2])' is no scope ID") }
+            guard let outcome = try await gateway.refreshNow(scope: id) else {
+                throw GatewayError(status: 404, code: "NoScope", "there is no scope \(id)")
+            }
+            return Self.encoded(outcome.outcome == "refreshed" ? 200 : 202, outcome)
+        case ("GET", ["api", "requests", "in-doubt"]):
+            return Self.encoded(200, try await gateway.store.inDoubtRequests(cutAfter: 0))
+        case ("POST", ["api", "requests", "in-doubt", "resolve"]):
+            let decision: Resolution
+            do {
+                decision = try JSONDecoder().decode(Resolution.self, from: Data(body))
+            } catch {
+                throw GatewayError(
+                    status: 400, code: "BadResolution",
+                    #"give {"backend":"<service root>","requestID":"<id>","applied":true|false}: \#(error)"#)
+            }
+            let backend = decision.backend.hasSuffix("/") ? decision.backend : decision.backend + "/"
+            guard
+                try await gateway.store.resolveInDoubt(
+                    backend: backend, requestID: decision.requestID, applied: decision.applied)
+            else {
+                throw GatewayError(
+                    status: 404, code: "NotInDoubt",
+                    "request \(decision.requestID) of \(backend) is not in doubt, or a gateway forwards it now")
+            }
+            gateway.logger.notice(
+                "An operator resolved a request in doubt",
+                metadata: [
+                    "request": .string(decision.requestID), "applied": .stringConvertible(decision.applied),
+                ])
+            return Self.json(200, ["resolution": decision.applied ? "applied" : "notApplied"])
+        case ("GET", ["api", "devices"]):
+            return Self.encoded(200, try await gateway.store.devices())
+        case ("GET", ["api", "files"]):
+            return Self.encoded(200, try await gateway.store.storeFiles())
+        case ("GET", ["api", "config"]):
+            return Self.encoded(200, gateway.configuration.summary)
+        case ("POST", ["api", "standby"]):
+            guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+                let standby = object["standby"] as? Bool
+            else { throw GatewayError(status: 400, code: "BadStandby", #"give {"standby":true} or {"standby":false}"#) }
+            await gateway.setStandby(standby)
+            return Self.json(200, ["standby": standby ? "true" : "false"])
+        default:
+            throw GatewayError(status: 404, code: "NotFound", "no admin endpoint \(method) \(path)")
+        }
+    }
+
+    struct Resolution: Decodable {
+        var backend: String
+        var requestID: String
+        var applied: Bool
+    }
+
+    static func encoded(_ status: Int, _ value: some Encodable) -> Response {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(value)) ?? Data(#"{"error":"the answer could not be written"}"#.utf8)
+        return respond(status, data)
+    }
+
+    static func json(_ status: Int, _ value: [String: String], headers: HTTPFields = HTTPFields()) -> Response {
+        let data = (try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        return respond(status, data, headers: headers)
+    }
+
+    static func respond(_ status: Int, _ data: Data, headers: HTTPFields = HTTPFields()) -> Response {
+        var fields = headers
+        fields[.contentType] = "application/json"
+        fields[.cacheControl] = "no-store"
+        return Response(
+            status: .init(code: status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: Array(data))))
+    }
+}
+
+/// What `GET /api/status` answers.
+public struct AdminStatus: Sendable, Codable, Equatable {
+    public var version: String
+    public var ready: Bool
+    public var standby: Bool
+    public var readiness: ReadinessReport
+}
+
+/// The gateway's version, as the admin API and support bundles name it.
+public enum GatewayVersion {
+    public static let current = "0.56.0"
+}

@@ -1,0 +1,171 @@
+import ArgumentParser
+import Foundation
+import ODataCore
+import ODataGateway
+import OfflineOData
+
+/// `oodata gateway status --admin URL`: a running gateway as its admin API shows it, with lag
+/// thresholds and exit codes for scripts and monitoring (0 OK, 1 warning, 2 critical, 3 the
+/// admin API could not be read).
+struct GatewayStatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show a running gateway: readiness, scopes and their lag, requests in doubt, devices.",
+        discussion: """
+            Exit codes: 0 all is well; 1 a warning (a scope in use lags more than --warn-lag, a refresh \
+            failed, requests are in doubt, or the instance is on standby); 2 critical (not ready, or a \
+            scope lags more than --fatal-lag); 3 the admin API could not be read. Scopes no device read \
+            within --active-within are idle: the refresher leaves them, and their lag is not counted.
+            """)
+
+    @Option(help: ArgumentHelp("The gateway's admin URL (its --admin-port).", valueName: "URL")) var admin: String
+    @Option(
+        help: ArgumentHelp(
+            "The admin token (prefer $OODATA_ADMIN_TOKEN: a command line is visible to other users).",
+            valueName: "TOKEN")) var token: String?
+    @Option(help: ArgumentHelp("Basic user of the admin API; its password from $OODATA_ADMIN_PASSWORD.", valueName: "USER"))
+    var user: String?
+    @Option(help: ArgumentHelp("Seconds of lag that warn (default 300).", valueName: "SECONDS")) var warnLag: Double = 300
+    @Option(help: ArgumentHelp("Seconds of lag that are critical (default 1800).", valueName: "SECONDS"))
+    var fatalLag: Double = 1800
+    @Option(help: ArgumentHelp("Seconds since a device last read a scope for it to count (default 7200).",
+                               valueName: "SECONDS")) var activeWithin: Double = 7200
+    @Flag(help: "Print the admin API's answers as one JSON object instead of text.") var json = false
+
+    func run() async throws {
+        guard warnLag > 0, fatalLag >= warnLag, activeWithin > 0 else {
+            throw ValidationError("--warn-lag must be more than 0, --fatal-lag at least --warn-lag, --active-within more than 0")
+        }
+        let root = admin.hasSuffix("/") ? String(admin.dropLast()) : admin
+        var headers = ODataCore.HTTPHeaders()
+        if let user {
+            guard let password = ProcessInfo.processInfo.environment["OODATA_ADMIN_PASSWORD"] else {
+                throw CLIFailure("--user \(user) needs $OODATA_ADMIN_PASSWORD")
+            }
+            headers["Authorization"] = "Basic " + Data((user + ":" + password).utf8).base64EncodedString()
+        } else if let token = token ?? ProcessInfo.processInfo.environment["OODATA_ADMIN_TOKEN"] {
+            headers["Authorization"] = "Bearer " + token
+        }
+        let transport = DefaultTransport.make()
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        func get<T: Decodable>(_ path: String, as type: T.Type) async throws -> (T, Data) {
+            let response: TransportResponse
+            do {
+                response = try await transport.send(
+                    TransportRequest(method: "GET", url: root + path, headers: headers), timeout: 15)
+            } catch {
+                throw StatusUnknown(message: "\(root)\(path): \(error)")
+            }
+            guard response.status == 200 else {
+                let text = String(decoding: response.body.prefix(300), as: UTF8.self)
+                throw StatusUnknown(message: "\(root)\(path) answered \(response.status): \(text)")
+            }
+            do {
+                return (try decoder.decode(T.self, from: Data(response.body)), Data(response.body))
+            } catch {
+                throw StatusUnknown(message: "\(root)\(path) did not answer as the admin API does: \(error)")
+            }
+        }
+        let status: AdminStatus
+        let scopes: [ScopeSummary]
+        let doubts: [InDoubtRequest]
+        let devices: [DeviceSummary]
+        var raw: [String: Data] = [:]
+        do {
+            (status, raw["status"]) = try await get("/api/status", as: AdminStatus.self)
+            (scopes, raw["scopes"]) = try await get("/api/scopes", as: [ScopeSummary].self)
+            (doubts, raw["inDoubt"]) = try await get("/api/requests/in-doubt", as: [InDoubtRequest].self)
+            (devices, raw["devices"]) = try await get("/api/devices", as: [DeviceSummary].self)
+        } catch let failure as StatusUnknown {
+            FileHandle.standardError.write(Data("oodata: gateway status: \(failure.message)\n".utf8))
+            throw ExitCode(3)
+        }
+        let verdict = GatewayStatusVerdict(
+            status: status, scopes: scopes, inDoubt: doubts, warnLag: warnLag, fatalLag: fatalLag,
+            activeWithin: activeWithin, now: Date())
+        if json {
+            var parts: [String] = []
+            for key in raw.keys.sorted() {
+                if let data = raw[key] { parts.append("\"\(key)\":" + String(decoding: data, as: UTF8.self)) }
+            }
+            parts.append("\"verdict\":\"\(verdict.level.word)\"")
+            print("{" + parts.joined(separator: ",") + "}")
+        } else {
+            print(verdict.report(devices: devices))
+        }
+        if verdict.level != .ok { throw ExitCode(verdict.level.rawValue) }
+    }
+
+    struct StatusUnknown: Error { var message: String }
+}
+
+/// What `gateway status` concludes from the admin API's answers; a value, tested on its own.
+struct GatewayStatusVerdict {
+    enum Level: Int32, Comparable {
+        case ok = 0, warning = 1, critical = 2
+        static func < (a: Level, b: Level) -> Bool { a.rawValue < b.rawValue }
+        var word: String { ["OK", "WARNING", "CRITICAL"][Int(rawValue)] }
+    }
+
+    var status: AdminStatus
+    var scopes: [ScopeSummary]
+    var inDoubt: [InDoubtRequest]
+    var warnLag: Double
+    var fatalLag: Double
+    var activeWithin: Double
+    var now: Date
+
+    /// Each finding with its level.
+    var findings: [(Level, String)] {
+        var found: [(Level, String)] = []
+        if !status.ready { found.append((.critical, "not ready: \(status.readiness.reason ?? "?")")) }
+        if status.standby { found.append((.warning, "on standby: load balancers send no new devices")) }
+        for scope in scopes where isActive(scope) {
+            let lag = scope.lagSeconds ?? .infinity
+            if lag > fatalLag {
+                found.append((.critical, "scope \(scope.id) (\(scope.query)) lags \(Self.seconds(lag))"))
+            } else if lag > warnLag {
+                found.append((.warning, "scope \(scope.id) (\(scope.query)) lags \(Self.seconds(lag))"))
+            }
+            if let error = scope.lastError {
+                found.append((.warning, "scope \(scope.id) (\(scope.query)): last refresh failed: \(error)"))
+            }
+        }
+        let open = inDoubt.filter { $0.resolution == nil }
+        if !open.isEmpty { found.append((.warning, "\(open.count) request(s) in doubt wait for an operator")) }
+        return found
+    }
+
+    var level: Level { findings.map(\.0).max() ?? .ok }
+
+    func isActive(_ scope: ScopeSummary) -> Bool { now.timeIntervalSince(scope.lastUsed) <= activeWithin }
+
+    static func seconds(_ value: Double) -> String {
+        guard value.isFinite else { return "never refreshed" }
+        return value < 120 ? "\(Int(value)) s" : value < 7200 ? "\(Int(value / 60)) min" : "\(Int(value / 3600)) h"
+    }
+
+    func report(devices: [DeviceSummary]) -> String {
+        var lines = ["gateway \(status.version): \(level.word)" + (status.ready ? ", ready" : ", NOT READY")]
+        for check in status.readiness.checks { lines.append("  \(check.ok ? "ok  " : "FAIL") \(check.name): \(check.detail)") }
+        lines.append("scopes: \(scopes.count) (\(scopes.filter(isActive).count) in use)")
+        lines.append("  id | lag | rows | user | query | last error")
+        for scope in scopes.prefix(50) {
+            let lag = isActive(scope) ? Self.seconds(scope.lagSeconds ?? .infinity) : "idle"
+            lines.append(
+                "  \(scope.id) | \(lag) | \(scope.rows.map(String.init) ?? "-") | \(scope.user) | \(scope.query) | "
+                    + (scope.lastError ?? "-"))
+        }
+        if scopes.count > 50 { lines.append("  … \(scopes.count - 50) more (--json lists every one)") }
+        lines.append("requests in doubt: \(inDoubt.count)")
+        for request in inDoubt.prefix(20) {
+            lines.append(
+                "  \(request.requestID) | \(request.state) | \(request.request) | "
+                    + (request.resolution ?? "waits for an operator"))
+        }
+        lines.append("devices: \(devices.count)")
+        for finding in findings { lines.append("\(finding.0.word): \(finding.1)") }
+        return lines.joined(separator: "\n")
+    }
+}
