@@ -113,6 +113,15 @@ struct GatewayRunCommand: AsyncParsableCommand {
         help: ArgumentHelp(
             "Seconds a store file of shared data is reused before it is built again (default a day).",
             valueName: "SECONDS")) var prepopulateInterval: Double?
+    @Option(
+        help: ArgumentHelp(
+            "Requests one device (by its Client-Instance-ID) may make: N/s, N/min or N/h, optionally ,burst=M; "
+                + "429 with Retry-After beyond. Overrides the configuration file's throttle_device.",
+            valueName: "RATE")) var throttleDevice: String?
+    @Option(
+        help: ArgumentHelp(
+            "Requests one user's devices may make together (the same form). Overrides throttle_user.",
+            valueName: "RATE")) var throttleUser: String?
     @Option(help: ArgumentHelp("Log to standard error from this level (info logs each refresh).", valueName: "LEVEL"))
     var logLevel = "info"
 
@@ -173,6 +182,18 @@ struct GatewayRunCommand: AsyncParsableCommand {
             if let sharedAuthorization { configuration.backends[index].sharedAuthorization = sharedAuthorization }
             if backendWithoutBatch { configuration.backends[index].supportsBatch = false }
             if let prepopulateInterval { configuration.backends[index].prepopulateInterval = prepopulateInterval }
+        }
+        for (flag, text, path) in [
+            ("--throttle-device", throttleDevice, \GatewayBackend.deviceThrottle),
+            ("--throttle-user", throttleUser, \GatewayBackend.userThrottle),
+        ] {
+            guard let text else { continue }
+            do {
+                let rate = try ThrottleRate(parsing: text)
+                for index in configuration.backends.indices { configuration.backends[index][keyPath: path] = rate }
+            } catch {
+                throw CLIFailure("\(flag) \(text): \(error.message)")
+            }
         }
         guard (refreshInterval ?? 0) >= 0, (inDoubtAfter ?? 0) >= 0, (retention ?? 1) > 0, (scopeRetention ?? 1) > 0,
             (requestRetention ?? 1) > 0, pageSize > 0

@@ -90,6 +90,15 @@ final class PostgresServer: Sendable {
             ], outputFile: folder + "/pg_ctl.out")
     }
 
+    /// Runs `sql` with psql as `postgres`; throws with psql's output when it fails.
+    @discardableResult
+    func psql(_ sql: String) async throws -> String {
+        try await Self.run(
+            binaries + "/psql",
+            ["-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-Atc", sql],
+            outputFile: folder + "/psql-\(UUID().uuidString).out")
+    }
+
     /// Stops the server at once and removes its files.
     func stop() async {
         _ = try? await Self.run(

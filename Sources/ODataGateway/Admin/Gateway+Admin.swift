@@ -74,11 +74,28 @@ extension Gateway {
     public var isOnStandby: Bool { get async { await operations.standby } }
 
     /// Makes scope `id` due and refreshes it now when this instance holds credentials for it
-    /// (a device read it lately, or it is shared data); nil when there is no such scope.
+    /// (a device read it through this instance within ``GatewayConfiguration/refresherKeeps``,
+    /// or it is shared data); otherwise the next read of it, on any instance, refreshes it. Nil
+    /// when there is no such scope.
     public func refreshNow(scope id: Int64) async throws -> AdminRefreshOutcome? {
-        guard try await store.markDue(scope: id) != nil else { return nil }
-        guard let job = await refreshJobs.job(id),
-            let backend = configuration.backends.first(where: { $0.url == job.backend }),
+        guard let marked = try await store.markDue(scope: id) else { return nil }
+        var job = await refreshJobs.job(id)
+        if job == nil, marked.user.isEmpty,
+            let backend = configuration.backends.first(where: { $0.url == marked.backend }),
+            backend.isShared(marked.query)
+        {
+            // Shared data: the gateway's own credentials read it, whoever asked last.
+            let model = try await models.model(for: backend, credentials: Self.shared(backend), gateway: self)
+            let tracked = try TrackedQuery(target: marked.query)
+            let set = tracked.path.removingPercentEncoding ?? tracked.path
+            if let type = model.entityType(ofEntitySet: set) {
+                job = RefreshJob(
+                    scope: id, backend: backend.url, query: tracked, keyNames: model.key(of: type).map(\.name),
+                    legacy: model.version.isLegacy, authorization: Self.shared(backend),
+                    interval: backend.refreshInterval(marked.query, default: configuration.refreshInterval))
+            }
+        }
+        guard let job, let backend = configuration.backends.first(where: { $0.url == job.backend }),
             let scope = try await store.scope(id: id)
         else { return AdminRefreshOutcome(scope: id, outcome: "markedDue") }
         do {

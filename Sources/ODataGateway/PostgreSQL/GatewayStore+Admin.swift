@@ -1,4 +1,5 @@
 public import Foundation
+import ODataCore
 import PostgresNIO
 
 /// What the admin API shows of a scope (issue 56).
@@ -170,16 +171,13 @@ extension GatewayStore {
     }
 
     /// Records an operator's word on a request in doubt: `applied` or not. A request whose
-    /// forwarding was cut is answered from then on: applied, its repeat is answered 200 without
-    /// being sent; not applied, its record goes and its repeat is forwarded again. One answered
+    /// forwarding was cut is answered from then on: applied, its repeat is not sent (an update
+    /// or delete is answered 204, a create 409 saying it was applied); not applied, its record
+    /// goes and its repeat is forwarded again. One answered
     /// `RequestInDoubt` keeps its answer and carries the resolution, which its device reads
     /// (`$oodata/requests/<id>`). Returns false when no such request is in doubt.
     public func resolveInDoubt(backend: String, requestID: String, applied: Bool) async throws -> Bool {
         let word = applied ? "applied" : "notApplied"
-        let note =
-            #"{"resolution":"\#(word)","note":"An operator confirmed on the gateway that this request was "#
-            + (applied ? #"applied."}"# : #"not applied."}"#)
-        let body = Self.hex(Array(note.utf8))
         return try await client.withConnection { connection in
             // Not while a gateway forwards it: its lock is taken first, and held to the end.
             let name = backend + "\n" + requestID
@@ -192,8 +190,7 @@ extension GatewayStore {
             guard locked else { return false }
             let changed: Int
             do {
-                changed = try await resolveLocked(
-                    backend: backend, requestID: requestID, word: word, body: body, on: connection)
+                changed = try await resolveLocked(backend: backend, requestID: requestID, word: word, on: connection)
             } catch {
                 try? await unlockRequests(on: connection)
                 throw error
@@ -204,15 +201,37 @@ extension GatewayStore {
     }
 
     private func resolveLocked(
-        backend: String, requestID: String, word: String, body: String, on connection: PostgresConnection
+        backend: String, requestID: String, word: String, on connection: PostgresConnection
     ) async throws -> Int {
         var changed = 0
         let rows: PostgresRowSequence
         if word == "applied" {
+            // Its repeat is answered from now on: an update or a delete as done (204); a create
+            // with a 409 that says it was applied (the device cannot be given the entity the
+            // backend made; its next download brings it), so that it reaches the ErrorArchive.
+            var line = ""
+            for try await value in try await connection.query(
+                """
+                SELECT coalesce(request_line, '') FROM oodata_request
+                WHERE backend = \(backend) AND request_id = \(requestID) AND NOT answered
+                """, logger: logger
+            ).decode(String.self) {
+                line = value
+            }
+            let create = line.uppercased().hasPrefix("POST ")
+            let status = create ? 409 : 204
+            let body =
+                create
+                ? ODataError(
+                    code: "RequestInDoubt",
+                    message: "An operator confirmed on the gateway that request \(requestID) (\(line)) was applied: "
+                        + "it is not sent again, and the next download brings the backend's entity",
+                    httpStatus: 409
+                ).v4JSON() : []
             rows = try await connection.query(
                 """
-                UPDATE oodata_request SET answered = true, status = 200,
-                  headers = 'Content-Type: application/json', answer = decode(\(body), 'hex'),
+                UPDATE oodata_request SET answered = true, status = \(Int32(status)),
+                  headers = \(create ? "Content-Type: application/json" : ""), answer = decode(\(Self.hex(body)), 'hex'),
                   answered_at = clock_timestamp(), resolution = 'applied', resolved_at = clock_timestamp()
                 WHERE backend = \(backend) AND request_id = \(requestID) AND NOT answered
                 RETURNING 1

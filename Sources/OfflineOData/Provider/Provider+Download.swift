@@ -83,6 +83,7 @@ extension OfflineODataProvider {
         try await downloader.run(selected, store: store, on: self)
         // The download forgot the local keys no queued request needs.
         keyMapCache = nil
+        await noteInDoubtResolutions(store: store)
     }
 
     /// Tells the app and the log what a migration to a changed `$metadata` did.
@@ -99,4 +100,70 @@ extension OfflineODataProvider {
 
     /// Asks a running download to stop at the next safe point; nothing is half-applied.
     public func cancelDownload() { cancelDownloadRequested = true }
+}
+
+extension OfflineODataProvider {
+    /// Through a sync gateway: asks it what an operator decided of the requests in the
+    /// ErrorArchive as `RequestInDoubt` (`GET $oodata/requests/<repeatable-request ID>`, which
+    /// answers only this device's credentials), and writes the answer into each entry's
+    /// `Message`. Best effort, after the download succeeded: a failure is logged.
+    func noteInDoubtResolutions(store: Store) async {
+        guard throughGateway else { return }
+        let prefix = Self.resolvedInDoubtPrefix
+        let entries: [(request: Int64, repeatID: String, message: String)]
+        do {
+            entries = try await store.read { reader in
+                guard let table = reader.schema.table(forEntitySet: LocalSchema.errorArchive)?.name else { return [] }
+                let rows = try reader.connection.query(
+                    """
+                    SELECT e."RequestID", q.repeat_id, coalesce(e."Message", '') FROM \(StoreSchema.quote(table)) AS e
+                    JOIN oo_queue AS q ON q.id = e."RequestID"
+                    WHERE e."Code" = 'RequestInDoubt' AND q.repeat_id IS NOT NULL
+                      AND substr(coalesce(e."Message", ''), 1, ?) <> ?
+                    LIMIT 100
+                    """, [.integer(Int64(prefix.count)), .text(prefix)])
+                return rows.compactMap { row in
+                    guard case .integer(let id) = row[0], case .text(let repeatID) = row[1],
+                        case .text(let message) = row[2]
+                    else { return nil }
+                    return (id, repeatID, message)
+                }
+            }
+        } catch {
+            logger.notice("The ErrorArchive's requests in doubt could not be read", metadata: ["error": "\(error)"])
+            return
+        }
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.remove(charactersIn: "/?#%")
+        for entry in entries {
+            guard let path = entry.repeatID.addingPercentEncoding(withAllowedCharacters: allowed),
+                let response = try? await send(method: "GET", url: "$oodata/requests/" + path),
+                response.status == 200,
+                let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any],
+                let word = object["resolution"] as? String
+            else { continue }
+            let when = (object["resolvedAt"] as? String).map { " on \($0)" } ?? ""
+            let said =
+                word == "applied"
+                ? "applied: the change is in the backend; nothing needs to be sent again"
+                : "not applied: the backend does not have the change; make it again if it is still wanted"
+            let message = prefix + said + when + ". " + entry.message
+            do {
+                try await store.write { writer in
+                    guard let table = writer.schema.table(forEntitySet: LocalSchema.errorArchive)?.name else { return }
+                    _ = try writer.connection.execute(
+                        "UPDATE \(StoreSchema.quote(table)) SET \"Message\" = ? WHERE \"RequestID\" = ?",
+                        [.text(message), .integer(entry.request)])
+                }
+                logger.notice(
+                    "A request in doubt was resolved by the gateway's operator",
+                    metadata: ["request": .stringConvertible(entry.request), "resolution": .string(word)])
+            } catch {
+                logger.notice("An ErrorArchive entry could not be updated", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// How an ErrorArchive entry's `Message` starts once the gateway's operator resolved it.
+    static let resolvedInDoubtPrefix = "Resolved by the gateway's operator as "
 }
