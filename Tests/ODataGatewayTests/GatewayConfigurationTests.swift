@@ -66,6 +66,14 @@ import Testing
         ("name=a", 1, "before any [endpoint]"),
         ("[endpoint]\nname=a\nname=b", 3, "appears twice"),
         ("[endpoint]\njust text", 2, "is not key=value"),
+        ("[endpoint]\nname=a\nurl=http://h/\nthrottle_device=fast", 4, "throttle_device=fast: give a number"),
+        ("[endpoint]\nname=a\nurl=http://h/\nthrottle_user=10/s,burst=0", 4, "is not burst=N"),
+        ("[endpoint]\nname=a\nurl=http://h/\nthrottle_user=0/s", 4, "requests per period"),
+        ("[admin]\ntoken=short\n[endpoint]\nname=a\nurl=http://h/", 1, "at least 16 characters"),
+        ("[admin]\nuser=ops\n[endpoint]\nname=a\nurl=http://h/", 1, "needs a password= of at least 12"),
+        ("[admin]\ncolour=x\n[endpoint]\nname=a\nurl=http://h/", 2, "unknown key colour in [admin]"),
+        ("[admin]\ntoken=0123456789abcdef\n[admin]\ntoken=0123456789abcdef\n[endpoint]\nname=a\nurl=http://h/", 3,
+         "[admin] appears twice"),
     ])
     func aWrongLineIsRefusedByNumber(text: String, line: Int, message: String) {
         do {
@@ -76,6 +84,36 @@ import Testing
             #expect(error.message.contains(message), "\(error)")
             #expect(error.description.hasPrefix("line \(line): "))
         }
+    }
+
+    /// Issue 56: `[admin]` access and throttling per endpoint, read from the file.
+    @Test func adminAccessAndThrottlesAreRead() throws {
+        let text = """
+            [admin]
+            token=0123456789abcdef-token
+            user=ops
+            password=ops-password-long
+
+            [endpoint]
+            name=sales
+            url=http://127.0.0.1:8080/odata/v4/
+            throttle_device=600/min,burst=20
+            throttle_user=5/s
+            """
+        let (configuration, _) = try GatewayConfiguration.parse(ini: text)
+        let admin = try #require(configuration.admin)
+        #expect(admin.allows("Bearer 0123456789abcdef-token"))
+        #expect(admin.allows("Basic " + Data("ops:ops-password-long".utf8).base64EncodedString()))
+        #expect(!admin.allows("Bearer 0123456789abcdef-toke"))
+        #expect(!admin.allows("Basic " + Data("ops:ops-password-lon".utf8).base64EncodedString()))
+        #expect(!admin.allows("0123456789abcdef-token"))
+        #expect(!admin.allows(nil))
+        let sales = try #require(configuration.backends.first)
+        #expect(sales.deviceThrottle == ThrottleRate(perSecond: 10, burst: 20))
+        #expect(sales.userThrottle == ThrottleRate(perSecond: 5, burst: 5))
+        #expect(sales.deviceThrottle?.description == "10/s,burst=20")
+        #expect(try ThrottleRate(parsing: "30/h").description == "0.5/min,burst=1")
+        #expect(configuration.summary.adminAccess == ["token", "basic"])
     }
 
     @Test func theCommandRefusesAWrongFileAtStart() throws {

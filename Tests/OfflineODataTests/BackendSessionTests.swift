@@ -85,3 +85,18 @@ import Testing
         #expect("\(ODataCredentials.basic(user: "alice", password: "secret"))" == "basic(alice, ***)")
     }
 }
+
+/// Issue 56: `Retry-After` as RFC 9110 gives it: seconds, or an HTTP date.
+@Suite struct RetryAfterTests {
+    @Test func retryAfterIsSecondsOrADate() {
+        let now = Date(timeIntervalSince1970: 1_700_000_000)
+        #expect(BackendSession.retryAfter("5", now: now) == 5)
+        #expect(BackendSession.retryAfter(" 0 ", now: now) == 0)
+        #expect(BackendSession.retryAfter("-3", now: now) == nil)
+        #expect(BackendSession.retryAfter("soon", now: now) == nil)
+        #expect(BackendSession.retryAfter(nil, now: now) == nil)
+        // 2023-11-14T22:13:20Z is 1_700_000_000; ten seconds later:
+        #expect(BackendSession.retryAfter("Tue, 14 Nov 2023 22:13:30 GMT", now: now) == 10)
+        #expect(BackendSession.retryAfter("Tue, 14 Nov 2023 22:13:00 GMT", now: now) == 0, "a date past is now")
+    }
+}
