@@ -16,14 +16,24 @@ struct DemoCommand: AsyncParsableCommand {
     @Option(help: "Size of the sample data.") var scale = 5
     @Flag(help: "Show the typed API instead: generated types, a live query, a local change, upload and sync status.")
     var typed = false
+    @Flag(
+        help: ArgumentHelp(
+            "Show the server half: a throwaway PostgreSQL, a backend without delta links, two gateways and two "
+                + "devices (`make demo ARGS=--gateway` installs PostgreSQL first)."))
+    var gateway = false
 
     func run() async throws {
         let started = Date()
-        print("OfflineOData \(PackageVersion.string) demo" + (typed ? " (typed API)" : ""))
+        print("OfflineOData \(PackageVersion.string) demo" + (typed ? " (typed API)" : gateway ? " (sync gateway)" : ""))
         let folder = directory.map { URL(fileURLWithPath: $0) }
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("oodata-demo-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { if directory == nil { try? FileManager.default.removeItem(at: folder) } }
+        if gateway {
+            guard !typed else { throw CLIFailure("--gateway and --typed are two demos: give one") }
+            try await GatewayDemo.run(folder: folder, scale: scale, started: started)
+            return
+        }
         // The server rejects edits of one order, as a backend with a business rule would.
         let rule = FaultRule(method: "PATCH", urlContains: "SalesOrders('SO2')", status: 400, code: "OrderLocked",
                              message: "Sales order SO2 is already delivered and cannot be changed")

@@ -108,6 +108,26 @@ import Testing
         #expect(result.out.contains("observation results: 3;"), "\(result.out)")
     }
 
+    /// Issue 56: `demo --gateway`, the server half: a throwaway PostgreSQL, a backend without
+    /// delta links, two gateways, two devices; one backend read serves both devices, and a
+    /// change reaches both by delta.
+    @Test func gatewayDemoShowsBothHalves() async throws {
+        let result = try await run(["demo", "--gateway"])
+        #expect(result.status == 0, "demo --gateway failed: \(result.err)")
+        #expect(result.out.split(separator: "\n").first == "OfflineOData \(PackageVersion.string) demo (sync gateway)")
+        #expect(result.out.contains("device A: 5 business partners"), "\(result.out)")
+        #expect(result.out.contains("device B: 5 business partners"), "\(result.out)")
+        #expect(result.out.contains("the partners were read from the backend 1 time(s) for both devices"), "\(result.out)")
+        #expect(result.out.contains("refresh scope 1 now → refreshed, 1 row changed"), "\(result.out)")
+        #expect(result.out.contains("device A downloads (a delta from PostgreSQL): BP1 Phone = '+49 555 0100'"))
+        #expect(result.out.contains("device B downloads (a delta from PostgreSQL): BP1 Phone = '+49 555 0100'"))
+        #expect(result.out.contains("devices seen: 2"), "\(result.out)")
+        #expect(result.out.contains("/readyz: ready"), "\(result.out)")
+        #expect(!(try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).contains {
+            $0.hasPrefix("oodata-demo-") && result.out.contains($0)
+        }), "the demo removes its folder, PostgreSQL's included")
+    }
+
     /// Starts `oodata serve --sample sales` with `arguments` on `port` (0: any free one), with
     /// `environment` added to the test's; its process and V4 and V2 roots.
     func serve(_ arguments: [String], port: Int = 0, environment: [String: String] = [:]) async throws
