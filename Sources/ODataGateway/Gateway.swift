@@ -37,8 +37,13 @@ public struct GatewayResponse: Sendable {
 /// request to the backend with the device's credentials. Keeps nothing a device depends on in
 /// memory: any number of instances share one ``GatewayStore``.
 public final class Gateway: Sendable {
-    /// What the gateway serves.
-    public let configuration: GatewayConfiguration
+    /// What the gateway serves now (``reload(_:)`` replaces it; a request that began keeps
+    /// reading the one it read first only where it holds a copy).
+    public var configuration: GatewayConfiguration { current.value }
+    let current: ConfigurationBox
+    /// Where ``reloadFromSource()`` gets a new configuration (the command line re-reads its
+    /// file and flags); nil: the gateway cannot reload.
+    let reloadSource: (@Sendable () throws -> GatewayConfiguration)?
     /// Where scopes, rows and tokens are kept.
     public let store: GatewayStore
     let transport: any Transport
@@ -56,10 +61,12 @@ public final class Gateway: Sendable {
     /// A gateway over `store`, reaching backends through `transport`.
     public init(
         configuration: GatewayConfiguration, store: GatewayStore, transport: any Transport = DefaultTransport.make(),
-        logger: Logger = Logger(label: "oodata.gateway"), metrics: GatewayMetrics = GatewayMetrics()
+        logger: Logger = Logger(label: "oodata.gateway"), metrics: GatewayMetrics = GatewayMetrics(),
+        reloadSource: (@Sendable () throws -> GatewayConfiguration)? = nil
     ) {
         self.metrics = metrics
-        self.configuration = configuration
+        self.current = ConfigurationBox(configuration)
+        self.reloadSource = reloadSource
         self.store = store
         self.transport = transport
         self.logger = logger

@@ -125,7 +125,8 @@ struct GatewayRunCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Log to standard error from this level (info logs each refresh).", valueName: "LEVEL"))
     var logLevel = "info"
 
-    func run() async throws {
+    /// The configuration the file and the flags give (read again at each reload).
+    func makeConfiguration() throws -> GatewayConfiguration {
         var configuration: GatewayConfiguration
         if let config {
             let text: String
@@ -226,6 +227,11 @@ struct GatewayRunCommand: AsyncParsableCommand {
             throw CLIFailure(
                 "--admin-port needs credentials: --admin-token, $OODATA_ADMIN_TOKEN, or an [admin] section in --config")
         }
+        return configuration
+    }
+
+    func run() async throws {
+        let configuration = try makeConfiguration()
         do {
             _ = try PostgresURL.configuration(postgres)
         } catch {
@@ -238,7 +244,7 @@ struct GatewayRunCommand: AsyncParsableCommand {
         do {
             running = try await RunningGateway.start(
                 configuration: configuration, postgresURL: postgres, host: host, port: port, adminPort: adminPort,
-                adminHost: adminHost, logger: logger
+                adminHost: adminHost, logger: logger, reloadSource: { [self] in try self.makeConfiguration() }
             ) { port in
                 let lines = served.map { "gateway: http://\(host):\(port)\($0)\n" }.joined()
                 FileHandle.standardOutput.write(Data(lines.utf8))
@@ -251,6 +257,21 @@ struct GatewayRunCommand: AsyncParsableCommand {
         if let admin = running.adminPort {
             FileHandle.standardOutput.write(Data("gateway admin: http://\(adminHost):\(admin)/\n".utf8))
         }
+        // SIGHUP: the file and flags read again, checked whole; refused with the line and reason
+        // (on standard error and in the log), the running configuration staying.
+        signal(SIGHUP, SIG_IGN)
+        let hangUp = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        let gateway = running.gateway
+        hangUp.setEventHandler {
+            let outcome = gateway.reloadFromSource()
+            let line =
+                outcome.applied
+                ? "gateway: configuration reloaded (changed: \(outcome.changed.joined(separator: ", ")))\n"
+                : "gateway: configuration reload refused: \(outcome.error ?? "?")\n"
+            FileHandle.standardError.write(Data(line.utf8))
+        }
+        hangUp.resume()
+        defer { hangUp.cancel() }
         try await running.wait()
     }
 }

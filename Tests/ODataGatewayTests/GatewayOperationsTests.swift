@@ -46,6 +46,16 @@ import Testing
                 body: Array((body ?? "").utf8)), timeout: 60)
     }
 
+    /// An admin request to `port` (a gateway process's admin port).
+    static func adminRaw(_ port: Int, _ method: String, _ path: String, token: String? = token) async throws
+        -> TransportResponse
+    {
+        var headers = HTTPHeaders()
+        if let token { headers["Authorization"] = "Bearer \(token)" }
+        return try await DefaultTransport.make().send(
+            TransportRequest(method: method, url: "http://127.0.0.1:\(port)" + path, headers: headers), timeout: 60)
+    }
+
     static func json(_ response: TransportResponse) throws -> JSONValue { try JSONValue.parse(response.body) }
 
     /// `/livez`, `/readyz` and `/health` answer with `OOData-Gateway`; `/readyz` names what is

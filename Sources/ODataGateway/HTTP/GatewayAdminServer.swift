@@ -13,16 +13,18 @@ import NIOCore
 ///   `POST /api/scopes/<id>/refresh`: refresh one now;
 /// - `GET /api/requests/in-doubt`; `POST /api/requests/in-doubt/resolve` with
 ///   `{"backend":…,"requestID":…,"applied":true|false}`;
-/// - `GET /api/devices`, `GET /api/files`, `GET /api/config`;
+/// - `GET /api/devices`, `GET /api/files`, `GET /api/config`; `POST /api/config/reload` (as
+///   SIGHUP: the file and flags read again, checked whole, refused with the line and reason);
 /// - `POST /api/standby` with `{"standby":true|false}`.
 public enum GatewayAdminServer {
-    /// The application serving `gateway`'s admin API on `host`:`port` (0: a free port).
+    /// The application serving `gateway`'s admin API on `host`:`port` (0: a free port), to the
+    /// ``GatewayConfiguration/admin`` access in force (a reload can rotate it).
     public static func application(
-        gateway: Gateway, access: GatewayAdminAccess, host: String = "127.0.0.1", port: Int,
+        gateway: Gateway, host: String = "127.0.0.1", port: Int,
         logger: Logger, onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         let router = Router()
-        router.add(middleware: AdminMiddleware(gateway: gateway, access: access))
+        router.add(middleware: AdminMiddleware(gateway: gateway))
         return Application(
             router: router,
             configuration: .init(address: .hostname(host, port: port), serverName: "oodata-gateway-admin"),
@@ -35,12 +37,11 @@ private let adminBodyLimit = 64 * 1024
 
 struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
     let gateway: Gateway
-    let access: GatewayAdminAccess
 
     func handle(
         _ input: Request, context: Context, next: (Request, Context) async throws -> Response
     ) async throws -> Response {
-        guard access.allows(input.headers[.authorization]) else {
+        guard let access = gateway.configuration.admin, access.allows(input.headers[.authorization]) else {
             var fields = HTTPFields()
             fields[.wwwAuthenticate] = #"Bearer realm="oodata-gateway-admin", Basic realm="oodata-gateway-admin""#
             return Self.json(
@@ -117,6 +118,9 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             return Self.encoded(200, try await gateway.store.storeFiles())
         case ("GET", ["api", "config"]):
             return Self.encoded(200, gateway.configuration.summary)
+        case ("POST", ["api", "config", "reload"]):
+            let outcome = gateway.reloadFromSource()
+            return Self.encoded(outcome.applied ? 200 : 422, outcome)
         case ("POST", ["api", "standby"]):
             guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
                 let standby = object["standby"] as? Bool

@@ -39,6 +39,7 @@ public final class RunningGateway: Sendable {
         port: Int = 0, adminPort: Int? = nil, adminHost: String = "127.0.0.1",
         transport: any Transport = DefaultTransport.make(),
         logger: Logger = Logger(label: "oodata.gateway"),
+        reloadSource: (@Sendable () throws -> GatewayConfiguration)? = nil,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws -> RunningGateway {
         for (name, value) in [("port", port), ("admin port", adminPort ?? 0)] where !(0...65535).contains(value) {
@@ -55,14 +56,10 @@ public final class RunningGateway: Sendable {
                 throw GatewayError(status: 400, code: "Configuration", "admin access: \(problem)")
             }
         }
-        for backend in configuration.backends {
-            for verification in backend.jwtVerification {
-                if let problem = verification.problem {
-                    throw GatewayError(
-                        status: 500, code: "Configuration",
-                        "JWT verification of \(verification.issuer) for \(backend.url): \(problem)")
-                }
-            }
+        do {
+            try configuration.validate()
+        } catch {
+            throw GatewayError(status: 500, code: "Configuration", error.message)
         }
         let quiet = {
             var logger = Logger(label: "oodata.gateway.lifecycle")
@@ -80,7 +77,7 @@ public final class RunningGateway: Sendable {
         let registry = PrometheusCollectorRegistry()
         let gateway = Gateway(
             configuration: configuration, store: store, transport: transport, logger: logger,
-            metrics: GatewayMetrics(factory: PrometheusMetricsFactory(registry: registry)))
+            metrics: GatewayMetrics(factory: PrometheusMetricsFactory(registry: registry)), reloadSource: reloadSource)
         let waiter = PortWaiter()
         let adminWaiter = PortWaiter()
         let migrated = MigrationGate()
@@ -108,10 +105,10 @@ public final class RunningGateway: Sendable {
                         port in await waiter.set(port)
                     }
                     var services: [any Service] = [app]
-                    if let adminPort, let access = configuration.admin {
+                    if let adminPort, configuration.admin != nil {
                         services.append(
                             GatewayAdminServer.application(
-                                gateway: gateway, access: access, host: adminHost, port: adminPort, logger: quiet
+                                gateway: gateway, host: adminHost, port: adminPort, logger: quiet
                             ) { port in await adminWaiter.set(port) })
                     }
                     var configuration = ServiceGroupConfiguration(services: services, logger: quiet)
@@ -162,17 +159,19 @@ public final class RunningGateway: Sendable {
         return RunningGateway(port: bound, adminPort: boundAdmin, gateway: gateway, task: task, group: clients)
     }
 
-    /// ``start(configuration:postgres:host:port:adminPort:adminHost:transport:logger:onListening:)`` with PostgreSQL
+    /// ``start(configuration:postgres:host:port:adminPort:adminHost:transport:logger:reloadSource:onListening:)`` with PostgreSQL
     /// named by a URL (see ``PostgresURL``).
     public static func start(
         configuration: GatewayConfiguration, postgresURL: String, host: String = "127.0.0.1", port: Int = 0,
         adminPort: Int? = nil, adminHost: String = "127.0.0.1",
         logger: Logger = Logger(label: "oodata.gateway"),
+        reloadSource: (@Sendable () throws -> GatewayConfiguration)? = nil,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws -> RunningGateway {
         try await start(
             configuration: configuration, postgres: try PostgresURL.configuration(postgresURL), host: host,
-            port: port, adminPort: adminPort, adminHost: adminHost, logger: logger, onListening: onListening)
+            port: port, adminPort: adminPort, adminHost: adminHost, logger: logger, reloadSource: reloadSource,
+            onListening: onListening)
     }
 
     /// Stops serving and closes the connections. Waits for that at most `patience` seconds: a
