@@ -258,14 +258,15 @@ extension GatewayConfiguration {
                 kind == "admin"
                 ? ["token", "user", "password"]
                 : kind == "jwt_issuer"
-                ? ["issuer", "audience", "jwks", "hs_secret", "endpoint_name"]
-                : kind == "endpoint"
-                    ? [
-                        "name", "url", "track_deltas", "shared_authorization", "tombstone_retention", "supports_batch",
-                        "prepopulate_offline_db", "prepopulate_offline_db_interval", "jwt_issuer", "jwt_audience",
-                        "jwt_jwks", "jwt_hs_secret", "identity_cookies", "throttle_device", "throttle_user",
-                    ]
-                    : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
+                    ? ["issuer", "audience", "jwks", "hs_secret", "endpoint_name"]
+                    : kind == "endpoint"
+                        ? [
+                            "name", "url", "track_deltas", "shared_authorization", "tombstone_retention",
+                            "supports_batch",
+                            "prepopulate_offline_db", "prepopulate_offline_db_interval", "jwt_issuer", "jwt_audience",
+                            "jwt_jwks", "jwt_hs_secret", "identity_cookies", "throttle_device", "throttle_user",
+                        ]
+                        : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
             if kind == "endpoint", ignoredEndpointKeys.contains(key) {
                 warnings.append("line \(number): \(key) is not used by this gateway yet")
                 continue
@@ -375,7 +376,8 @@ extension GatewayConfiguration {
                     }.filter { !$0.isEmpty }
                 }
                 for (key, path) in [
-                    ("throttle_device", \GatewayBackend.deviceThrottle), ("throttle_user", \GatewayBackend.userThrottle),
+                    ("throttle_device", \GatewayBackend.deviceThrottle),
+                    ("throttle_user", \GatewayBackend.userThrottle),
                 ] {
                     guard let entry = section.values[key] else { continue }
                     do {

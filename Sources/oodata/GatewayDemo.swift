@@ -16,10 +16,10 @@ enum GatewayDemo {
         let backend: EmbeddedServer
         do {
             backend = try await EmbeddedServer.sales(
-            at: folder.appendingPathComponent("backend.sqlite").path, scale: scale
-        ) { options in
-            // As most SAP Gateway services: no delta links. The gateway tracks the changes.
-            options.tracksChanges = false
+                at: folder.appendingPathComponent("backend.sqlite").path, scale: scale
+            ) { options in
+                // As most SAP Gateway services: no delta links. The gateway tracks the changes.
+                options.tracksChanges = false
             }
         } catch {
             await postgres.stop()
@@ -61,7 +61,8 @@ enum GatewayDemo {
             parameters.applicationVersion = "demo 1.0"
             parameters.acceptsServerBuiltStore = false
             let provider = OfflineODataProvider(serviceRoot: gateway.root, parameters: parameters)
-            try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners"))
+            try await provider.add(
+                definingQuery: OfflineODataDefiningQuery(name: "Partners", query: "BusinessPartners"))
             try await provider.open()
             return provider
         }
@@ -87,13 +88,16 @@ enum GatewayDemo {
             TransportRequest(
                 method: "PATCH", url: backend.v4Root.absoluteString + "BusinessPartners('BP1')", headers: headers,
                 body: Array(#"{"Phone":"+49 555 0100"}"#.utf8)), timeout: 30)
-        guard patched.status < 300 else { throw CLIFailure("the backend refused the demo's change (\(patched.status))") }
+        guard patched.status < 300 else {
+            throw CLIFailure("the backend refused the demo's change (\(patched.status))")
+        }
         print("  backend: BusinessPartners('BP1') Phone = '+49 555 0100' (made directly, not through a gateway)")
         // The refresh target has not run out: the operator's "refresh now" reads the backend.
         let scope = try await one.gateway.store.scopeSummaries().first { $0.query == "BusinessPartners" }
         await journal.clear()
         if let scope, let outcome = try await one.gateway.refreshNow(scope: scope.id) {
-            print("  admin API: refresh scope \(scope.id) now → \(outcome.outcome), \(outcome.changed ?? 0) row changed")
+            print(
+                "  admin API: refresh scope \(scope.id) now → \(outcome.outcome), \(outcome.changed ?? 0) row changed")
         }
         for (name, provider) in [("A", first), ("B", second)] {
             try await provider.download()
@@ -106,14 +110,19 @@ enum GatewayDemo {
 
         heading("4. What the operator sees")
         let devices = try await one.gateway.store.devices()
-        print("  devices seen: \(devices.count) (by Client-Instance-ID, app version '\(devices.first?.appVersion ?? "-")')")
+        print(
+            "  devices seen: \(devices.count) (by Client-Instance-ID, app version '\(devices.first?.appVersion ?? "-")')"
+        )
         for summary in try await one.gateway.store.scopeSummaries() {
-            print("  scope \(summary.id) \(summary.query): \(summary.rows ?? 0) rows, user \(summary.user), lag "
-                + String(format: "%.1f s", summary.lagSeconds ?? 0))
+            print(
+                "  scope \(summary.id) \(summary.query): \(summary.rows ?? 0) rows, user \(summary.user), lag "
+                    + String(format: "%.1f s", summary.lagSeconds ?? 0))
         }
         let ready = await two.gateway.readiness()
         print("  gateway B /readyz: \(ready.ready ? "ready" : "not ready: \(ready.reason ?? "")")")
-        print("  try it: oodata gateway status --admin http://127.0.0.1:PORT (docs/gateway.md, \"Operating the gateway\")")
+        print(
+            "  try it: oodata gateway status --admin http://127.0.0.1:PORT (docs/gateway.md, \"Operating the gateway\")"
+        )
         await first.close()
         await second.close()
         await one.stop()

@@ -23,18 +23,23 @@ struct GatewayStatusCommand: AsyncParsableCommand {
         help: ArgumentHelp(
             "The admin token (prefer $OODATA_ADMIN_TOKEN: a command line is visible to other users).",
             valueName: "TOKEN")) var token: String?
-    @Option(help: ArgumentHelp("Basic user of the admin API; its password from $OODATA_ADMIN_PASSWORD.", valueName: "USER"))
+    @Option(
+        help: ArgumentHelp("Basic user of the admin API; its password from $OODATA_ADMIN_PASSWORD.", valueName: "USER"))
     var user: String?
-    @Option(help: ArgumentHelp("Seconds of lag that warn (default 300).", valueName: "SECONDS")) var warnLag: Double = 300
+    @Option(help: ArgumentHelp("Seconds of lag that warn (default 300).", valueName: "SECONDS")) var warnLag: Double =
+        300
     @Option(help: ArgumentHelp("Seconds of lag that are critical (default 1800).", valueName: "SECONDS"))
     var fatalLag: Double = 1800
-    @Option(help: ArgumentHelp("Seconds since a device last read a scope for it to count (default 7200).",
-                               valueName: "SECONDS")) var activeWithin: Double = 7200
+    @Option(
+        help: ArgumentHelp(
+            "Seconds since a device last read a scope for it to count (default 7200).",
+            valueName: "SECONDS")) var activeWithin: Double = 7200
     @Flag(help: "Print the admin API's answers as one JSON object instead of text.") var json = false
 
     func run() async throws {
         guard warnLag > 0, fatalLag >= warnLag, activeWithin > 0 else {
-            throw ValidationError("--warn-lag must be more than 0, --fatal-lag at least --warn-lag, --active-within more than 0")
+            throw ValidationError(
+                "--warn-lag must be more than 0, --fatal-lag at least --warn-lag, --active-within more than 0")
         }
         let root = admin.hasSuffix("/") ? String(admin.dropLast()) : admin
         var headers = ODataCore.HTTPHeaders()
@@ -148,7 +153,9 @@ struct GatewayStatusVerdict {
 
     func report(devices: [DeviceSummary]) -> String {
         var lines = ["gateway \(status.version): \(level.word)" + (status.ready ? ", ready" : ", NOT READY")]
-        for check in status.readiness.checks { lines.append("  \(check.ok ? "ok  " : "FAIL") \(check.name): \(check.detail)") }
+        for check in status.readiness.checks {
+            lines.append("  \(check.ok ? "ok  " : "FAIL") \(check.name): \(check.detail)")
+        }
         lines.append("scopes: \(scopes.count) (\(scopes.filter(isActive).count) in use)")
         lines.append("  id | lag | rows | user | query | last error")
         for scope in scopes.prefix(50) {

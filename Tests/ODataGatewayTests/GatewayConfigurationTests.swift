@@ -72,8 +72,10 @@ import Testing
         ("[admin]\ntoken=short\n[endpoint]\nname=a\nurl=http://h/", 1, "at least 16 characters"),
         ("[admin]\nuser=ops\n[endpoint]\nname=a\nurl=http://h/", 1, "needs a password= of at least 12"),
         ("[admin]\ncolour=x\n[endpoint]\nname=a\nurl=http://h/", 2, "unknown key colour in [admin]"),
-        ("[admin]\ntoken=0123456789abcdef\n[admin]\ntoken=0123456789abcdef\n[endpoint]\nname=a\nurl=http://h/", 3,
-         "[admin] appears twice"),
+        (
+            "[admin]\ntoken=0123456789abcdef\n[admin]\ntoken=0123456789abcdef\n[endpoint]\nname=a\nurl=http://h/", 3,
+            "[admin] appears twice"
+        ),
     ])
     func aWrongLineIsRefusedByNumber(text: String, line: Int, message: String) {
         do {

@@ -129,7 +129,8 @@ import Testing
             func listed(_ id: String) async throws -> JSONValue? {
                 // PostgreSQL ends the killed process's session (and its locks) at once; allow it a moment.
                 for _ in 0..<50 {
-                    if let found = try await Self.inDoubt(gateway).first(where: { $0["requestID"]?.stringValue == id }) {
+                    if let found = try await Self.inDoubt(gateway).first(where: { $0["requestID"]?.stringValue == id })
+                    {
                         return found
                     }
                     try await Task.sleep(for: .milliseconds(100))
@@ -144,7 +145,9 @@ import Testing
             let entry = try #require(try await listed(createdID), "the cut request is listed")
             #expect(entry["state"]?.stringValue == "forwarding-cut")
             #expect(entry["request"]?.stringValue?.hasPrefix("POST ") == true, "\(entry)")
-            #expect(try await GatewayUploadTests.backendRows(setup, "Contacts?$filter=FirstName eq 'CutApplied'").count == 1)
+            #expect(
+                try await GatewayUploadTests.backendRows(setup, "Contacts?$filter=FirstName eq 'CutApplied'").count == 1
+            )
             #expect(try await Self.resolve(gateway, backend: setup.backendRoot, id: createdID, applied: true) == 200)
             await setup.backend.service.journal.clear()
             let (repeated, answer) = try await GatewayUploadTests.send(created, to: root)
@@ -154,7 +157,9 @@ import Testing
             let said = String(decoding: message?.body ?? [], as: UTF8.self)
             #expect(said.contains("An operator confirmed"), "\(said)")
             #expect(await GatewayUploadTests.batches(setup) == 0, "the repeat did not reach the backend")
-            #expect(try await GatewayUploadTests.backendRows(setup, "Contacts?$filter=FirstName eq 'CutApplied'").count == 1)
+            #expect(
+                try await GatewayUploadTests.backendRows(setup, "Contacts?$filter=FirstName eq 'CutApplied'").count == 1
+            )
             // Not applied: the backend refused it after its delay.
             let refused = GatewayUploadTests.batch(id: "cut-\(UUID().uuidString)", name: "CutRefused")
             let refusedID = try #require(refused.operations.first?.message.headers["Repeatability-Request-ID"])
@@ -164,14 +169,17 @@ import Testing
                     method: "POST", urlContains: "$batch", status: 503, code: "Busy", message: "busy",
                     delayMilliseconds: 2500, times: 1))
             #expect(try await listed(refusedID)?["state"]?.stringValue == "forwarding-cut")
-            #expect(try await GatewayUploadTests.backendRows(setup, "Contacts?$filter=FirstName eq 'CutRefused'").isEmpty)
+            #expect(
+                try await GatewayUploadTests.backendRows(setup, "Contacts?$filter=FirstName eq 'CutRefused'").isEmpty)
             #expect(try await Self.resolve(gateway, backend: setup.backendRoot, id: refusedID, applied: false) == 200)
             let settled = try await Self.inDoubt(gateway)
             #expect(!settled.contains { $0["requestID"]?.stringValue == refusedID }, "settled: no longer in doubt")
             let (again, againAnswer) = try await GatewayUploadTests.send(refused, to: root)
             #expect(again.status < 300)
             #expect(againAnswer?.operations.first?.message.status == 201)
-            #expect(try await GatewayUploadTests.backendRows(setup, "Contacts?$filter=FirstName eq 'CutRefused'").count == 1)
+            #expect(
+                try await GatewayUploadTests.backendRows(setup, "Contacts?$filter=FirstName eq 'CutRefused'").count == 1
+            )
             await gateway.stop()
         } catch {
             Issue.record("\(error)")

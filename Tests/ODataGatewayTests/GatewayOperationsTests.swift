@@ -47,7 +47,9 @@ import Testing
     }
 
     /// An admin request to `port` (a gateway process's admin port).
-    static func adminRaw(_ port: Int, _ method: String, _ path: String, token: String? = token) async throws
+    static func adminRaw(
+        _ port: Int, _ method: String, _ path: String, token: String? = token
+    ) async throws
         -> TransportResponse
     {
         var headers = HTTPHeaders()
@@ -164,7 +166,9 @@ import Testing
                 #expect(standby.status == 401)
             }
             #expect(await gateway.gateway.isOnStandby == false)
-            #expect(try await Self.admin(gateway, "GET", "/api/scopes", authorization: basic("operator:operator-password")).status == 200)
+            #expect(
+                try await Self.admin(gateway, "GET", "/api/scopes", authorization: basic("operator:operator-password"))
+                    .status == 200)
             // The public port forwards /api/… to the backend like any path: no admin there.
             let publicAnswer = try await Self.get(gateway.root.absoluteString + "api/scopes")
             #expect(publicAnswer.status != 200)
@@ -201,7 +205,8 @@ import Testing
                 configuration.backends[0].sharedQueries = ["BusinessPartners"]
                 configuration.backends[0].trackDeltas = .always
                 configuration.backends[0].jwtVerification = [
-                    JWTVerification(issuer: "https://idp.example", audience: "app", hmacSecret: String(repeating: "s", count: 40))
+                    JWTVerification(
+                        issuer: "https://idp.example", audience: "app", hmacSecret: String(repeating: "s", count: 40))
                 ]
             }
             var parameters = OfflineODataParameters()
@@ -266,7 +271,9 @@ import Testing
             let text = String(decoding: config.body, as: UTF8.self)
             #expect(config.status == 200)
             #expect(text.contains("https://idp.example") && text.contains(#""sharedAuthorization":true"#), "\(text)")
-            let secrets = ["c2hhcmVkOnNoYXJlZC1zZWNyZXQ=", String(repeating: "s", count: 40), Self.token, "operator-password"]
+            let secrets = [
+                "c2hhcmVkOnNoYXJlZC1zZWNyZXQ=", String(repeating: "s", count: 40), Self.token, "operator-password",
+            ]
             for secret in secrets { #expect(!text.contains(secret), "a secret in /api/config: \(text)") }
             let status = try Self.json(try await Self.admin(gateway, "GET", "/api/status"))
             #expect(status["ready"]?.jsonBool == true)

@@ -85,13 +85,16 @@ import Testing
                 try await Task.sleep(for: .milliseconds(100))
                 said = (try? String(contentsOf: errors, encoding: .utf8)) ?? ""
             }
-            #expect(said.contains("configuration reload refused") && said.contains("line 8: unknown key colour"), "\(said)")
+            #expect(
+                said.contains("configuration reload refused") && said.contains("line 8: unknown key colour"), "\(said)")
             #expect(try await config()?["deviceThrottle"]?.stringValue == "50/s,burst=60")
             // The admin API says the same in its answer.
             let refused = try await GatewayOperationsTests.adminRaw(adminPort, "POST", "/api/config/reload")
             #expect(refused.status == 422)
             #expect(String(decoding: refused.body, as: UTF8.self).contains("line 8: unknown key colour"))
-            #expect(try await GatewayOperationsTests.adminRaw(adminPort, "POST", "/api/config/reload", token: nil).status == 401)
+            #expect(
+                try await GatewayOperationsTests.adminRaw(adminPort, "POST", "/api/config/reload", token: nil).status
+                    == 401)
             try write(Self.file(backend: setup.backendRoot, throttle: "7/s", shared: false))
             let taken = try await GatewayOperationsTests.adminRaw(adminPort, "POST", "/api/config/reload")
             #expect(taken.status == 200)

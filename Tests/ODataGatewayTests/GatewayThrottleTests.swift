@@ -29,8 +29,11 @@ import Testing
         var headers = HTTPHeaders()
         headers["Accept"] = "application/json"
         if let device { headers["Client-Instance-ID"] = device }
-        if let user { headers["Authorization"] = "Basic " + Data("\(user):\(user)-password".utf8).base64EncodedString() }
-        return try await DefaultTransport.make().send(TransportRequest(method: "GET", url: url, headers: headers), timeout: 30)
+        if let user {
+            headers["Authorization"] = "Basic " + Data("\(user):\(user)-password".utf8).base64EncodedString()
+        }
+        return try await DefaultTransport.make().send(
+            TransportRequest(method: "GET", url: url, headers: headers), timeout: 30)
     }
 
     /// Over a device's limit: 429 with `Retry-After` and an OData error; another device of the
@@ -53,11 +56,16 @@ import Testing
             #expect(error.code == "TooManyRequests")
             #expect(error.message.contains("this device"), "\(error.message)")
             #expect(try await Self.get(url, device: "d2", user: "alice").status == 200, "another device")
-            #expect(try await Self.get(url, device: "d1", user: "bob").status == 200, "d1 as another user is another device")
+            #expect(
+                try await Self.get(url, device: "d1", user: "bob").status == 200, "d1 as another user is another device"
+            )
             try await Task.sleep(for: .seconds(after))
             #expect(try await Self.get(url, device: "d1", user: "alice").status == 200, "refilled")
             // Probes are never throttled.
-            for _ in 0..<5 { #expect(try await Self.get(gateway.root.absoluteString + "livez", device: "d1", user: nil).status == 200) }
+            for _ in 0..<5 {
+                #expect(
+                    try await Self.get(gateway.root.absoluteString + "livez", device: "d1", user: nil).status == 200)
+            }
             await gateway.stop()
             gateway = try await GatewayOperationsTests.adminGateway(setup) { configuration in
                 configuration.backends[0].userThrottle = ThrottleRate(perSecond: 0.2, burst: 2)
@@ -69,7 +77,9 @@ import Testing
             #expect(user.status == 429)
             #expect(try ODataError.parse(user.body).message.contains("this user's devices together"))
             #expect(try await Self.get(root, device: "b1", user: "bob").status == 200, "another user")
-            let metrics = String(decoding: try await Self.get(gateway.root.absoluteString + "metrics", device: nil, user: nil).body, as: UTF8.self)
+            let metrics = String(
+                decoding: try await Self.get(gateway.root.absoluteString + "metrics", device: nil, user: nil).body,
+                as: UTF8.self)
             #expect(metrics.contains("oodata_gateway_throttled_total 1"), "\(metrics)")
             await gateway.stop()
         } catch {
@@ -101,7 +111,9 @@ import Testing
             try await device.download()
             #expect(try await device.readEntities("ErrorArchive").isEmpty)
             #expect(try await device.readEntities("BusinessPartners('BP1')").first?.string("Phone") == "slow")
-            let metrics = String(decoding: try await Self.get(gateway.root.absoluteString + "metrics", device: nil, user: nil).body, as: UTF8.self)
+            let metrics = String(
+                decoding: try await Self.get(gateway.root.absoluteString + "metrics", device: nil, user: nil).body,
+                as: UTF8.self)
             let line = metrics.split(separator: "\n").first { $0.hasPrefix("oodata_gateway_throttled_total ") }
             let count = line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
             #expect(count > 0, "the device was throttled on the way: \(line ?? "no line")")

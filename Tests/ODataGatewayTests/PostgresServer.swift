@@ -95,7 +95,10 @@ final class PostgresServer: Sendable {
     func psql(_ sql: String) async throws -> String {
         try await Self.run(
             binaries + "/psql",
-            ["-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-Atc", sql],
+            [
+                "-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-Atc",
+                sql,
+            ],
             outputFile: folder + "/psql-\(UUID().uuidString).out")
     }
 

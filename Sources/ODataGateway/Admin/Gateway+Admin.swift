@@ -50,10 +50,12 @@ extension GatewayConfiguration {
             backends: backends.map { backend in
                 .init(
                     name: backend.name, url: backend.url, trackDeltas: backend.trackDeltas.rawValue,
-                    sharedQueries: backend.sharedQueries.sorted(), sharedAuthorization: backend.sharedAuthorization != nil,
+                    sharedQueries: backend.sharedQueries.sorted(),
+                    sharedAuthorization: backend.sharedAuthorization != nil,
                     jwtIssuers: backend.jwtVerification.map(\.issuer), identityCookies: backend.identityCookies,
                     prepopulate: backend.prepopulate.rawValue, supportsBatch: backend.supportsBatch,
-                    deviceThrottle: backend.deviceThrottle?.description, userThrottle: backend.userThrottle?.description)
+                    deviceThrottle: backend.deviceThrottle?.description, userThrottle: backend.userThrottle?.description
+                )
             },
             refreshInterval: refreshInterval, tombstoneRetention: tombstoneRetention, scopeRetention: scopeRetention,
             requestRetention: requestRetention, inDoubtAfter: inDoubtAfter, pageSize: pageSize,

@@ -133,7 +133,8 @@ extension Gateway {
         var wait: Double?
         var which = ""
         let device = Self.clientInstanceID(request).map { backend.url + "\n" + $0 + "\n" + request.user }
-        if let rate = backend.deviceThrottle, let device, let seconds = await throttle.take("d\n" + device, rate: rate) {
+        if let rate = backend.deviceThrottle, let device, let seconds = await throttle.take("d\n" + device, rate: rate)
+        {
             wait = seconds
             which = "this device (\(rate))"
         }
@@ -175,7 +176,9 @@ extension Gateway {
     /// `GET $oodata/requests/<id>`: what an operator decided of a request of this identity that
     /// was in doubt (`{"requestID":…,"resolution":"applied"|"notApplied","resolvedAt":…}`),
     /// or 404: no word yet, or the request is another identity's.
-    func resolutionAnswer(_ id: String, request: GatewayRequest, backend: GatewayBackend) async throws
+    func resolutionAnswer(
+        _ id: String, request: GatewayRequest, backend: GatewayBackend
+    ) async throws
         -> GatewayResponse
     {
         let id = id.removingPercentEncoding ?? id

@@ -21,7 +21,8 @@ extension GatewayConfiguration {
         for backend in backends {
             for verification in backend.jwtVerification {
                 if let problem = verification.problem {
-                    throw .init(line: 0, message: "JWT verification of \(verification.issuer) for \(backend.url): \(problem)")
+                    throw .init(
+                        line: 0, message: "JWT verification of \(verification.issuer) for \(backend.url): \(problem)")
                 }
             }
         }
@@ -80,7 +81,8 @@ extension Gateway {
         // Secrets are not in the summary: a changed one is a change too.
         if old.backends.map(\.sharedAuthorization) != new.backends.map(\.sharedAuthorization)
             || old.backends.map({ $0.jwtVerification.map(\.hmacSecret) })
-                != new.backends.map({ $0.jwtVerification.map(\.hmacSecret) }), !changed.contains("backends")
+                != new.backends.map({ $0.jwtVerification.map(\.hmacSecret) }),
+            !changed.contains("backends")
         {
             changed.append("backends")
         }

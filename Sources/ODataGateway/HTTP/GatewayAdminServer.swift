@@ -81,7 +81,9 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
         case ("GET", ["api", "scopes"]):
             return Self.encoded(200, try await gateway.store.scopeSummaries())
         case ("POST", let p) where p.count == 4 && p[0] == "api" && p[1] == "scopes" && p[3] == "refresh":
-            guard let id = Int64(p[2]) else { throw GatewayError(status: 400, code: "BadScope", "'\(p[2])' is no scope ID") }
+            guard let id = Int64(p[2]) else {
+                throw GatewayError(status: 400, code: "BadScope", "'\(p[2])' is no scope ID")
+            }
             guard let outcome = try await gateway.refreshNow(scope: id) else {
                 throw GatewayError(status: 404, code: "NoScope", "there is no scope \(id)")
             }
@@ -147,7 +149,9 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 
     static func json(_ status: Int, _ value: [String: String], headers: HTTPFields = HTTPFields()) -> Response {
-        let data = (try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        let data =
+            (try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys, .withoutEscapingSlashes]))
+            ?? Data()
         return respond(status, data, headers: headers)
     }
 
@@ -156,7 +160,8 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
         fields[.contentType] = "application/json"
         fields[.cacheControl] = "no-store"
         return Response(
-            status: .init(code: status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: Array(data))))
+            status: .init(code: status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: Array(data)))
+        )
     }
 }
 

@@ -61,7 +61,8 @@ actor ThrottleBuckets {
     /// Takes a token of `key`'s bucket: nil when one was there, or the seconds until one is.
     func take(_ key: String, rate: ThrottleRate, now: ContinuousClock.Instant = .now) -> Double? {
         var bucket = buckets[key] ?? Bucket(tokens: rate.burst, at: now)
-        let elapsed = Double((now - bucket.at).components.seconds)
+        let elapsed =
+            Double((now - bucket.at).components.seconds)
             + Double((now - bucket.at).components.attoseconds) / 1e18
         bucket.tokens = min(rate.burst, bucket.tokens + max(0, elapsed) * rate.perSecond)
         bucket.at = now

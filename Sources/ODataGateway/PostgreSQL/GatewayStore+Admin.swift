@@ -117,7 +117,8 @@ extension GatewayStore {
         {
             result.append(
                 ScopeSummary(
-                    id: id, backend: backend, query: query, user: Self.shownUser(user, empty: "shared"), published: published,
+                    id: id, backend: backend, query: query, user: Self.shownUser(user, empty: "shared"),
+                    published: published,
                     rows: count, lastRefresh: refreshed, refreshedFrom: from, lagSeconds: lag, markedDue: due,
                     lastError: error, lastUsed: used))
         }
@@ -258,7 +259,9 @@ extension GatewayStore {
     }
 
     /// What an operator decided of `requestID` of `user` (only that user's), or nil.
-    func resolution(backend: String, requestID: String, user: String) async throws
+    func resolution(
+        backend: String, requestID: String, user: String
+    ) async throws
         -> (resolution: String, at: Date)?
     {
         let rows = try await client.query(
@@ -317,7 +320,8 @@ extension GatewayStore {
         {
             result.append(
                 StoreFileSummary(
-                    id: id, backend: backend, shared: shared, user: Self.shownUser(owner, empty: "shared"), size: size, sha256: sha,
+                    id: id, backend: backend, shared: shared, user: Self.shownUser(owner, empty: "shared"), size: size,
+                    sha256: sha,
                     createdAt: created))
         }
         return result

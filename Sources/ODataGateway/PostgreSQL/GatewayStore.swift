@@ -225,7 +225,9 @@ public struct GatewayStore: Sendable {
     /// refresh began (a device may hold what it changed, with its answer's ETag), or when a
     /// later refresh changed rows since (the next delta carries the checksum). Computed once per
     /// published sequence number and kept with the scope.
-    public func checksum(scope: Int64, upTo published: Int64, gatewayETags: Bool) async throws
+    public func checksum(
+        scope: Int64, upTo published: Int64, gatewayETags: Bool
+    ) async throws
         -> (rows: Int64, sum: String)?
     {
         let kept = try await client.query(
