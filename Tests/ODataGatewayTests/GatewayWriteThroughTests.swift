@@ -189,7 +189,11 @@ import Testing
             Issue.record("the gateway started")
         } catch let error as GatewayError {
             #expect(error.message.contains("127.0.0.1:9") && error.message.contains("database inventory"), "\(error)")
-            #expect(error.message.contains("did not answer within 3"), "\(error)")
+            // Nothing listens on port 9: refused at once (issue 56), or, where a firewall drops
+            // the connection, no answer within the deadline.
+            #expect(
+                error.message.contains("connection refused") || error.message.contains("did not answer within 3"),
+                "\(error)")
         }
         #expect(ContinuousClock.now - started < .seconds(20))
     }
