@@ -149,7 +149,7 @@ extension Gateway {
         }
         guard let wait else { return nil }
         metrics.throttled.increment()
-        let after = max(1, Int(wait.rounded(.up)))
+        let after = max(1, Int(min(wait, 86_400).rounded(.up)))
         var answer = GatewayResponse.error(
             GatewayError(
                 status: 429, code: "TooManyRequests",

@@ -86,7 +86,7 @@ actor ThrottleBuckets {
     private func sweep(now: ContinuousClock.Instant, rate: ThrottleRate) {
         guard buckets.count > Self.limit || now - sweptAt > .seconds(60) else { return }
         sweptAt = now
-        let full = rate.burst / rate.perSecond
+        let full = min(rate.burst / rate.perSecond, 86_400)
         buckets = buckets.filter { now - $0.value.at < .milliseconds(Int64(full * 1000)) }
     }
 }

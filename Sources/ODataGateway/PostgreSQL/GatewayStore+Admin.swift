@@ -249,7 +249,7 @@ extension GatewayStore {
             """
             UPDATE oodata_request SET resolution = \(word), resolved_at = clock_timestamp()
             WHERE backend = \(backend) AND request_id = \(requestID) AND answered AND status = 409
-              AND position('RequestInDoubt' in convert_from(answer, 'UTF8')) > 0
+              AND resolution IS NULL AND position('RequestInDoubt' in convert_from(answer, 'UTF8')) > 0
             RETURNING 1
             """, logger: logger
         ).decode(Int.self) {

@@ -140,7 +140,7 @@ extension OfflineODataProvider {
                 let response = try? await send(method: "GET", url: "$oodata/requests/" + path),
                 response.status == 200,
                 let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any],
-                let word = object["resolution"] as? String
+                let word = object["resolution"] as? String, word == "applied" || word == "notApplied"
             else { continue }
             let when = (object["resolvedAt"] as? String).map { " on \($0)" } ?? ""
             let said =
