@@ -85,6 +85,29 @@ public final class Gateway: Sendable {
 
     /// Answers `request` for `backend`.
     public func handle(_ incoming: GatewayRequest, backend: GatewayBackend) async -> GatewayResponse {
+        var identified: GatewayRequest?
+        let answer = await serve(incoming, backend: backend, identified: &identified)
+        // A device is noted only once its request succeeded: its credentials were accepted (by
+        // the backend or the gateway's check), so made-up credentials or instance IDs leave no
+        // rows. Progress and resolution polls are no sign of a device's use.
+        if let request = identified, (200..<300).contains(answer.status) || answer.status == 304,
+            !request.target.hasPrefix("$oodata/progress/"), !request.target.hasPrefix("$oodata/requests/")
+        {
+            let path = String(request.target.prefix { $0 != "?" })
+            await noteDevice(
+                request, backend: backend,
+                sync: path == "$batch" || Self.modifying.contains(request.method.uppercased())
+                    || request.headers["Prefer"]?.contains("track-changes") == true
+                    || request.target.contains("$deltatoken") || request.target.contains("!deltatoken"))
+        }
+        return answer
+    }
+
+    /// Answers `request` for `backend`; `identified` is the request with its verified identity,
+    /// once the gateway knows it.
+    func serve(
+        _ incoming: GatewayRequest, backend: GatewayBackend, identified: inout GatewayRequest?
+    ) async -> GatewayResponse {
         var legacy = false
         var request = incoming
         do {
@@ -92,6 +115,7 @@ public final class Gateway: Sendable {
             try LeavingPath.checkRequest(request, backendRoot: backend.url)
             // Whose data this is: from what can be verified, never from a name the device gives.
             request.user = try await identities.identity(of: request, backend: backend, gateway: self)
+            identified = request
             // Progress pulls are not counted: a device polls them while it waits.
             if !request.target.hasPrefix("$oodata/progress/"),
                 let refused = await throttled(request, backend: backend, legacy: legacy)
@@ -99,11 +123,6 @@ public final class Gateway: Sendable {
                 return refused
             }
             let path = String(request.target.prefix { $0 != "?" })
-            await noteDevice(
-                request, backend: backend,
-                sync: path == "$batch" || Self.modifying.contains(request.method.uppercased())
-                    || request.headers["Prefer"]?.contains("track-changes") == true
-                    || request.target.contains("$deltatoken") || request.target.contains("!deltatoken"))
             if request.method == "GET", path.hasPrefix("$oodata/requests/") {
                 return try await resolutionAnswer(
                     String(path.dropFirst("$oodata/requests/".count)), request: request, backend: backend)
@@ -239,6 +258,8 @@ public final class Gateway: Sendable {
             let removed = try await store.removeUnusedScopes(unused: retention)
             if removed > 0 { logger.info("Removed unused scopes", metadata: ["scopes": "\(removed)"]) }
             try await store.removeProgress(olderThan: 3600)
+            // Devices unseen for the scope retention: their rows go with their scopes.
+            try await store.removeDevices(unseenFor: retention)
             // Store files outlive their reuse by a day (shared ones) or an hour (a user's, reused
             // ten minutes), for devices still downloading them.
             let reuse = configuration.backends.map(\.prepopulateInterval).max() ?? 0

@@ -25,6 +25,21 @@ import Testing
         #expect(await buckets.take("a", rate: rate, now: start + .seconds(60)) != nil)
     }
 
+    /// A sweep keeps each bucket until its own rate would have filled it: a slow limit's empty
+    /// bucket outlives a sweep that a fast limit's request starts.
+    @Test func aSweepKeepsEachBucketForItsOwnRate() async {
+        let buckets = ThrottleBuckets()
+        let slow = ThrottleRate(perSecond: 1.0 / 3600, burst: 1)
+        let fast = ThrottleRate(perSecond: 10, burst: 10)
+        let start = ContinuousClock.now
+        #expect(await buckets.take("slow", rate: slow, now: start) == nil)
+        #expect(await buckets.take("fast", rate: fast, now: start) == nil)
+        // A minute on: the fast request sweeps; the fast bucket is full again and goes.
+        #expect(await buckets.take("other", rate: fast, now: start + .seconds(61)) == nil)
+        #expect(await buckets.count == 2, "the slow bucket and the new one")
+        #expect(await buckets.take("slow", rate: slow, now: start + .seconds(62)) != nil, "still throttled")
+    }
+
     static func get(_ url: String, device: String?, user: String?) async throws -> TransportResponse {
         var headers = HTTPHeaders()
         headers["Accept"] = "application/json"

@@ -28,8 +28,22 @@ actor GatewayOperations {
     var backendProbes: [String: (ok: Bool, detail: String, at: ContinuousClock.Instant)] = [:]
     /// When each device was last written to `oodata_device` (and last as syncing).
     private var deviceNotes: [String: (seen: ContinuousClock.Instant, sync: ContinuousClock.Instant?)] = [:]
+    private var notesInFlight = 0
+    static let notesInFlightLimit = 8
 
-    func setStandby(_ value: Bool) { standby = value }
+    /// The last readiness report and when it was made: the public probe answers from it for a
+    /// second, so probes cannot load PostgreSQL.
+    var lastReadiness: (report: ReadinessReport, at: ContinuousClock.Instant)?
+
+    func setStandby(_ value: Bool) {
+        standby = value
+        lastReadiness = nil
+    }
+    func cachedReadiness(within seconds: Double) -> ReadinessReport? {
+        guard let last = lastReadiness, ContinuousClock.now - last.at < .seconds(seconds) else { return nil }
+        return last.report
+    }
+    func keepReadiness(_ report: ReadinessReport) { lastReadiness = (report, .now) }
     func setMigrated() { migrated = true }
     func setProbe(_ backend: String, ok: Bool, detail: String) { backendProbes[backend] = (ok, detail, .now) }
     func probe(_ backend: String, within seconds: Double) -> (ok: Bool, detail: String)? {
@@ -40,20 +54,52 @@ actor GatewayOperations {
     /// Whether a device's request should be written now: at most every 30 s per device, and
     /// at most every 30 s as a sync.
     func shouldNote(_ key: String, sync: Bool) -> Bool {
+        // Writes are best effort: beyond a few in flight (PostgreSQL slow), a note waits for
+        // the device's next request.
+        guard notesInFlight < Self.notesInFlightLimit else { return false }
         let now = ContinuousClock.now
         let last = deviceNotes[key]
         let seenDue = last.map { now - $0.seen > .seconds(30) } ?? true
         let syncDue = sync && (last?.sync.map { now - $0 > .seconds(30) } ?? true)
         guard seenDue || syncDue else { return false }
-        if deviceNotes.count > 50_000 { deviceNotes = deviceNotes.filter { now - $0.value.seen < .seconds(30) } }
+        if deviceNotes.count > 50_000 {
+            deviceNotes = deviceNotes.filter { now - $0.value.seen < .seconds(30) }
+            // Still full: forgetting costs at most one more write per device.
+            if deviceNotes.count > 50_000 { deviceNotes.removeAll(keepingCapacity: true) }
+        }
         deviceNotes[key] = (now, syncDue ? now : last?.sync)
+        notesInFlight += 1
         return true
     }
+
+    /// The end of a write `shouldNote` allowed.
+    func noted() { notesInFlight -= 1 }
 }
 
 extension Gateway {
-    /// The readiness of this instance (`/readyz`).
+    /// The readiness as the public `/readyz` tells it: made at most once a second, and naming
+    /// only which check failed (`standby`, `postgres`, `backend`); the details are the admin
+    /// API's (`GET /api/status`).
+    public func publicReadiness() async -> ReadinessReport {
+        let report: ReadinessReport
+        if let cached = await operations.cachedReadiness(within: 1) {
+            report = cached
+        } else {
+            report = await readiness()
+        }
+        let failed = report.checks.first { !$0.ok }
+        return ReadinessReport(
+            ready: report.ready, reason: failed.map { $0.name.hasPrefix("backend") ? "backend" : $0.name }, checks: [])
+    }
+
+    /// The readiness of this instance, with each check's details (the admin API's status).
     public func readiness() async -> ReadinessReport {
+        let report = await measuredReadiness()
+        await operations.keepReadiness(report)
+        return report
+    }
+
+    func measuredReadiness() async -> ReadinessReport {
         var checks: [ReadinessReport.Check] = []
         let standby = await operations.standby
         checks.append(
@@ -167,9 +213,11 @@ extension Gateway {
         let version = request.headers["OOData-App-Version"].map { String($0.prefix(64)) }
         let store = self.store
         let user = request.user
+        let operations = self.operations
         Task {
             try? await store.noteDevice(
                 backend: backend.url, instance: instance, user: user, appVersion: version, sync: sync)
+            await operations.noted()
         }
     }
 

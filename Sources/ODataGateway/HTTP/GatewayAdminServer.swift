@@ -48,6 +48,9 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
                 401, ["error": "the admin API needs the [admin] token (Bearer) or user and password (Basic)"],
                 headers: fields)
         }
+        if input.method != .get, input.method != .head, let refusal = Self.crossSiteRefusal(input) {
+            return Self.json(403, ["error": refusal])
+        }
         var request = input
         let body: ByteBuffer
         do {
@@ -66,6 +69,31 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             gateway.logger.warning("Admin request failed", metadata: ["path": .string(path), "error": "\(error)"])
             return Self.json(503, ["error": "\(error)"])
         }
+    }
+
+    /// Why a changing request may come from another site's page (a browser that holds the admin
+    /// page's Basic credentials sends them along): nil when it cannot. A browser names the page
+    /// a request comes from (`Sec-Fetch-Site`, `Origin`); it must be the admin port's own. The
+    /// JSON API takes only `application/json`, which a cross-site form cannot send.
+    static func crossSiteRefusal(_ request: Request) -> String? {
+        if let name = HTTPField.Name("Sec-Fetch-Site"), let site = request.headers[name]?.lowercased(), site != "same-origin", site != "none" {
+            return "a changing admin request must come from the admin page itself (Sec-Fetch-Site: \(site))"
+        }
+        if let origin = request.headers[.origin] {
+            let host = request.head.authority ?? ""
+            let named = origin.split(separator: "/", omittingEmptySubsequences: true).dropFirst().first.map(String.init)
+            guard origin != "null", let named, !host.isEmpty, named.lowercased() == host.lowercased() else {
+                return "a changing admin request must come from the admin page itself (Origin: \(origin))"
+            }
+        }
+        if request.uri.path.hasPrefix("/api/") {
+            let type = request.headers[.contentType]?.split(separator: ";").first?
+                .trimmingCharacters(in: .whitespaces).lowercased()
+            guard type == "application/json" else {
+                return "the admin API's POST requests take Content-Type: application/json"
+            }
+        }
+        return nil
     }
 
     func route(method: String, path: String, body: [UInt8]) async throws -> Response {

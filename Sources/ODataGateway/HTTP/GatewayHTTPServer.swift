@@ -7,8 +7,8 @@ import ODataCore
 public import Prometheus
 
 /// Puts a ``Gateway`` on Hummingbird: each backend at its name (or the root); `/livez` (the
-/// process serves), `/readyz` (it can serve devices: ``Gateway/readiness()``, 503 with the
-/// reason otherwise) and `/health` (the same as `/readyz`) for load balancers and orchestrators.
+/// process serves), `/readyz` (it can serve devices: ``Gateway/publicReadiness()``, 503 naming
+/// the failed check otherwise) and `/health` (the same as `/readyz`) for load balancers and orchestrators.
 public enum GatewayHTTPServer {
     /// Largest request body forwarded, in bytes.
     public static let maxBodyBytes = 64 * 1024 * 1024
@@ -26,7 +26,7 @@ public enum GatewayHTTPServer {
         router.get("/livez") { _, _ in "ok" }
         for path in ["/readyz", "/health"] {
             router.get(RouterPath(path)) { _, _ in
-                let report = await gateway.readiness()
+                let report = await gateway.publicReadiness()
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
                 var headers = HTTPFields()

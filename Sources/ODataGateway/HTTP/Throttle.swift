@@ -51,6 +51,8 @@ actor ThrottleBuckets {
     private struct Bucket {
         var tokens: Double
         var at: ContinuousClock.Instant
+        /// How long this bucket takes to fill from empty (its own rate's, capped at a day).
+        var fills: Duration
     }
 
     private var buckets: [String: Bucket] = [:]
@@ -60,7 +62,8 @@ actor ThrottleBuckets {
 
     /// Takes a token of `key`'s bucket: nil when one was there, or the seconds until one is.
     func take(_ key: String, rate: ThrottleRate, now: ContinuousClock.Instant = .now) -> Double? {
-        var bucket = buckets[key] ?? Bucket(tokens: rate.burst, at: now)
+        var bucket =
+            buckets[key] ?? Bucket(tokens: rate.burst, at: now, fills: .milliseconds(Int64(Self.fillTime(rate) * 1000)))
         let elapsed =
             Double((now - bucket.at).components.seconds)
             + Double((now - bucket.at).components.attoseconds) / 1e18
@@ -69,7 +72,7 @@ actor ThrottleBuckets {
         if bucket.tokens >= 1 {
             bucket.tokens -= 1
             buckets[key] = bucket
-            sweep(now: now, rate: rate)
+            sweep(now: now)
             return nil
         }
         buckets[key] = bucket
@@ -83,10 +86,24 @@ actor ThrottleBuckets {
         buckets[key] = bucket
     }
 
-    private func sweep(now: ContinuousClock.Instant, rate: ThrottleRate) {
+    /// Seconds `rate` takes to fill a bucket from empty, at most a day.
+    static func fillTime(_ rate: ThrottleRate) -> Double { min(rate.burst / rate.perSecond, 86_400) }
+
+    private func sweep(now: ContinuousClock.Instant) {
         guard buckets.count > Self.limit || now - sweptAt > .seconds(60) else { return }
         sweptAt = now
-        let full = min(rate.burst / rate.perSecond, 86_400)
-        buckets = buckets.filter { now - $0.value.at < .milliseconds(Int64(full * 1000)) }
+        buckets = buckets.filter { now - $0.value.at < $0.value.fills }
+        // Still over the limit (many keys in use at once, as from made-up credentials): some go,
+        // which gives them a full burst again, rather than a sweep at every request.
+        if buckets.count > Self.limit {
+            var kept = 0
+            buckets = buckets.filter { _ in
+                kept += 1
+                return kept <= Self.limit * 3 / 4
+            }
+        }
     }
+
+    /// The number of buckets kept (for tests).
+    var count: Int { buckets.count }
 }

@@ -288,6 +288,13 @@ extension GatewayStore {
             """, logger: logger)
     }
 
+    /// Removes the devices not seen for `seconds`.
+    func removeDevices(unseenFor seconds: Double) async throws {
+        try await client.query(
+            "DELETE FROM oodata_device WHERE last_seen < clock_timestamp() - make_interval(secs => \(seconds))",
+            logger: logger)
+    }
+
     /// The devices seen, most recent first.
     public func devices(limit: Int = 1000) async throws -> [DeviceSummary] {
         let rows = try await client.query(
