@@ -39,7 +39,7 @@ struct GatewayRunCommand: AsyncParsableCommand {
     @Option(help: "Address to listen on (loopback unless you say otherwise).") var host = "127.0.0.1"
     @Option(
         help: ArgumentHelp(
-            "Serve the admin API on this port; needs --admin-token, $OODATA_ADMIN_TOKEN or an [admin] "
+            "Serve the admin API and page on this port; needs --admin-token, $OODATA_ADMIN_TOKEN or an [admin] "
                 + "section in --config.", valueName: "PORT")) var adminPort: Int?
     @Option(help: "Address the admin port listens on.") var adminHost = "127.0.0.1"
     @Option(

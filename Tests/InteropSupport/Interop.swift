@@ -5,9 +5,12 @@ public import Foundation
 /// run to the end, and producers run as servers on loopback.
 public enum Interop {
     /// The PyPI packages of the peers, pinned.
-    public static let packages = ["pyodata==1.12.1", "requests", "pyslet==0.7.20170805", "python-odata==0.8.1"]
+    /// Selenium drives Debian's Chromium for the admin page's test.
+    public static let packages = [
+        "pyodata==1.12.1", "requests", "pyslet==0.7.20170805", "python-odata==0.8.1", "selenium==4.*",
+    ]
     /// What the venv must import.
-    static let imports = "import pyodata, requests, pyslet.odata2.server, odata"
+    static let imports = "import pyodata, requests, pyslet.odata2.server, odata, selenium"
 
     /// The repository's root folder.
     public static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

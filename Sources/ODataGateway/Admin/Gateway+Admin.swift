@@ -118,3 +118,18 @@ extension Gateway {
         }
     }
 }
+
+extension Gateway {
+    /// Records an operator's word on a request in doubt of `backend` (with or without its final
+    /// `/`): false when it is not in doubt (decided already, unknown, or forwarded right now).
+    public func resolveInDoubt(backend: String, requestID: String, applied: Bool) async throws -> Bool {
+        let root = backend.hasSuffix("/") ? backend : backend + "/"
+        guard try await store.resolveInDoubt(backend: root, requestID: requestID, applied: applied) else {
+            return false
+        }
+        logger.notice(
+            "An operator resolved a request in doubt",
+            metadata: ["request": .string(requestID), "applied": .stringConvertible(applied)])
+        return true
+    }
+}

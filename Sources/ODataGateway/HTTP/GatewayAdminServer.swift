@@ -5,8 +5,9 @@ public import Logging
 import NIOCore
 
 /// The admin API on a port of its own (issue 56), for operators only: every request needs the
-/// configuration's ``GatewayAdminAccess``; without one the server is not started. JSON, as
-/// docs/gateway.md ("Operating the gateway") describes:
+/// configuration's ``GatewayAdminAccess``; without one the server is not started. An HTML page
+/// at `/` (``GatewayAdminPage``), and JSON, as docs/gateway.md ("Operating the gateway")
+/// describes:
 ///
 /// - `GET /api/status`: readiness, standby, version;
 /// - `GET /api/scopes`: scopes with lag, rows, last refresh and last error;
@@ -62,7 +63,7 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
         let path = input.uri.path
         let method = input.method.rawValue
         do {
-            return try await route(method: method, path: path, body: bytes)
+            return try await route(method: method, path: path, query: input.uri.query, body: bytes)
         } catch let error as GatewayError {
             return Self.json(error.status, ["error": error.message])
         } catch {
@@ -96,9 +97,13 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
         return nil
     }
 
-    func route(method: String, path: String, body: [UInt8]) async throws -> Response {
+    func route(method: String, path: String, query: String? = nil, body: [UInt8]) async throws -> Response {
         let parts = path.split(separator: "/").map(String.init)
         switch (method, parts) {
+        case ("GET", []), ("GET", ["ui"]):
+            return await GatewayAdminPage.page(gateway: gateway, query: query)
+        case ("POST", let p) where p.first == "ui":
+            return try await GatewayAdminPage.act(gateway: gateway, path: p, body: body)
         case ("GET", ["api", "status"]):
             let report = await gateway.readiness()
             return Self.encoded(
@@ -127,20 +132,14 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
                     status: 400, code: "BadResolution",
                     #"give {"backend":"<service root>","requestID":"<id>","applied":true|false}: \#(error)"#)
             }
-            let backend = decision.backend.hasSuffix("/") ? decision.backend : decision.backend + "/"
             guard
-                try await gateway.store.resolveInDoubt(
-                    backend: backend, requestID: decision.requestID, applied: decision.applied)
+                try await gateway.resolveInDoubt(
+                    backend: decision.backend, requestID: decision.requestID, applied: decision.applied)
             else {
                 throw GatewayError(
                     status: 404, code: "NotInDoubt",
-                    "request \(decision.requestID) of \(backend) is not in doubt, or a gateway forwards it now")
+                    "request \(decision.requestID) of \(decision.backend) is not in doubt, or a gateway forwards it now")
             }
-            gateway.logger.notice(
-                "An operator resolved a request in doubt",
-                metadata: [
-                    "request": .string(decision.requestID), "applied": .stringConvertible(decision.applied),
-                ])
             return Self.json(200, ["resolution": decision.applied ? "applied" : "notApplied"])
         case ("GET", ["api", "devices"]):
             return Self.encoded(200, try await gateway.store.devices())
