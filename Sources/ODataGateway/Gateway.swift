@@ -132,6 +132,11 @@ public final class Gateway: Sendable {
                 let rest = request.target.dropFirst("$oodata/progress/".count)
                 return await progressAnswer(String(rest.prefix { $0 != "?" }), user: request.user)
             }
+            // Stores devices send for support (issue 56).
+            if path == "$oodata/support" || path.hasPrefix("$oodata/support/") {
+                return try await supportChunk(
+                    request, backend: backend, rest: String(path.dropFirst("$oodata/support".count).drop { $0 == "/" }))
+            }
             // Stores built on the gateway for first opens (issue 37).
             if request.target.hasPrefix("$oodata/store") {
                 let path = String(request.target.prefix { $0 != "?" })
@@ -264,6 +269,9 @@ public final class Gateway: Sendable {
             // ten minutes), for devices still downloading them.
             let reuse = configuration.backends.map(\.prepopulateInterval).max() ?? 0
             try await store.removeStoreFiles(sharedOlderThan: reuse + 24 * 3600, userOlderThan: 600 + 3600)
+            for backend in configuration.backends {
+                try await store.removeSupportStores(backend: backend.url, olderThan: backend.supportStoreRetention)
+            }
             let requests = try await store.removeRequestRecords(olderThan: configuration.requestRetention)
             if requests > 0 { logger.info("Removed request records", metadata: ["requests": "\(requests)"]) }
         } catch {

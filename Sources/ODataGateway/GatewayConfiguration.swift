@@ -73,6 +73,11 @@ public struct GatewayBackend: Sendable {
     /// token buckets (`throttle_device`, `throttle_user`); nil: not limited.
     public var deviceThrottle: ThrottleRate?
     public var userThrottle: ThrottleRate?
+    /// The largest support store a device may send (`support_store_max_mb`, default 32 MiB, as
+    /// SAP's Mobile Services), in bytes.
+    public var supportStoreLimit: Int64 = 32 << 20
+    /// Seconds a support store is kept (`support_store_retention`, minutes; default 7 days).
+    public var supportStoreRetention: Double = 7 * 24 * 3600
     /// Cookies that carry a device's credentials (`identity_cookies`, e.g. a session of an
     /// identity provider): part of its identity and sent on the reads the gateway makes for it.
     /// Other cookies (CSRF sessions, load balancers) are neither.
@@ -194,6 +199,8 @@ extension GatewayConfiguration {
     /// identity_cookies=MYSAPSSO2      ; cookies that carry credentials (default: none)
     /// throttle_device=10/s,burst=40   ; requests per device (Client-Instance-ID): 429 beyond
     /// throttle_user=30/s              ; requests per user (identity), all devices together
+    /// support_store_max_mb=32         ; the largest store a device may send for support
+    /// support_store_retention=10080   ; minutes a support store is kept
     ///
     /// [jwt_issuer]                    ; another issuer the endpoint above trusts
     /// issuer=https://idp2/
@@ -265,6 +272,7 @@ extension GatewayConfiguration {
                             "supports_batch",
                             "prepopulate_offline_db", "prepopulate_offline_db_interval", "jwt_issuer", "jwt_audience",
                             "jwt_jwks", "jwt_hs_secret", "identity_cookies", "throttle_device", "throttle_user",
+                            "support_store_max_mb", "support_store_retention",
                         ]
                         : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
             if kind == "endpoint", ignoredEndpointKeys.contains(key) {
@@ -385,6 +393,19 @@ extension GatewayConfiguration {
                     } catch {
                         throw .init(line: entry.line, message: "\(key)=\(entry.value): \(error.message)")
                     }
+                }
+                if let entry = section.values["support_store_max_mb"] {
+                    guard let megabytes = Int64(entry.value), megabytes > 0, megabytes <= 1024 else {
+                        throw .init(line: entry.line, message: "support_store_max_mb must be 1 to 1024 (megabytes)")
+                    }
+                    backend.supportStoreLimit = megabytes << 20
+                }
+                if let entry = section.values["support_store_retention"] {
+                    let value = try minutes(entry, "support_store_retention")
+                    guard value > 0 else {
+                        throw .init(line: entry.line, message: "support_store_retention must be more than 0")
+                    }
+                    backend.supportStoreRetention = value
                 }
                 if let batch = section.values["supports_batch"] {
                     switch batch.value.uppercased() {

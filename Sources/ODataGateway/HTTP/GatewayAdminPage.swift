@@ -7,7 +7,7 @@ import NIOCore
 /// The admin page (issue 56): one server-rendered HTML page on the admin port, behind the same
 /// credentials as the admin API (a browser asks for the `[admin]` user and password), without
 /// JavaScript. It shows readiness, scopes with their lag, requests in doubt with the actions that
-/// settle them, devices and store files; its forms post to `/ui/…` and come back to the page
+/// settle them, devices, store files and support stores; its forms post to `/ui/…` and come back to the page
 /// (303) with what was done.
 enum GatewayAdminPage {
     /// What the page's forms did, as the page names it after the redirect (`?done=`): a fixed
@@ -117,6 +117,7 @@ enum GatewayAdminPage {
         let inDoubt = try await gateway.store.inDoubtRequests(cutAfter: 0)
         let devices = try await gateway.store.devices()
         let files = try await gateway.store.storeFiles()
+        let support = try await gateway.store.supportStores()
         var values: [String: Any] = [
             "version": GatewayVersion.current, "ready": report.ready, "standby": standby,
             "readyText": report.ready ? "ready" : "not ready",
@@ -156,6 +157,16 @@ enum GatewayAdminPage {
                 ]
             },
             "hasFiles": !files.isEmpty,
+            "support": support.map { store -> [String: Any] in
+                [
+                    "id": String(store.id), "name": store.name, "user": store.user,
+                    "instance": store.clientInstanceID ?? "", "appVersion": store.appVersion ?? "",
+                    "size": ByteCountFormatter.string(fromByteCount: store.size, countStyle: .file),
+                    "complete": store.complete, "received": String(store.received),
+                    "createdAt": Self.time(store.createdAt),
+                ]
+            },
+            "hasSupport": !support.isEmpty,
             "generatedAt": Self.time(Date()),
         ]
         if let notice { values["notice"] = notice }
@@ -241,8 +252,17 @@ enum GatewayAdminPage {
         {{#files}}<tr><td><code>{{id}}</code></td><td>{{user}}</td><td class="num">{{size}}</td><td>{{createdAt}}</td>\
         </tr>{{/files}}
         </table>{{/hasFiles}}
+        <h2>Support stores</h2>
+        {{^hasSupport}}<p class="muted">No device sent its store for support.</p>{{/hasSupport}}
+        {{#hasSupport}}<table id="support"><tr><th>id</th><th>name</th><th>user</th><th>Client-Instance-ID</th>\
+        <th>app version</th><th>size</th><th>sent</th><th></th></tr>
+        {{#support}}<tr><td>{{id}}</td><td><code>{{name}}</code></td><td>{{user}}</td><td><code>{{instance}}</code></td>\
+        <td>{{appVersion}}</td><td class="num">{{size}}</td><td>{{createdAt}}</td><td>{{#complete}}\
+        <a href="/api/support/{{id}}" download>Download</a>{{/complete}}{{^complete}}\
+        <span class="muted">{{received}} bytes so far</span>{{/complete}}</td></tr>{{/support}}
+        </table>{{/hasSupport}}
         <p class="muted">The same as JSON: <code>/api/status</code>, <code>/api/scopes</code>, \
-        <code>/api/requests/in-doubt</code>, <code>/api/devices</code>, <code>/api/files</code> (docs/gateway.md).</p>
+        <code>/api/requests/in-doubt</code>, <code>/api/devices</code>, <code>/api/files</code>, <code>/api/support</code> (docs/gateway.md).</p>
         </body></html>
         """
 }

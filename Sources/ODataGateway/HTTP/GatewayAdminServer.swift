@@ -14,6 +14,8 @@ import NIOCore
 ///   `POST /api/scopes/<id>/refresh`: refresh one now;
 /// - `GET /api/requests/in-doubt`; `POST /api/requests/in-doubt/resolve` with
 ///   `{"backend":…,"requestID":…,"applied":true|false}`;
+/// - `GET /api/support` (stores devices sent), `GET /api/support/<id>` (its bytes),
+///   `DELETE /api/support/<id>`;
 /// - `GET /api/devices`, `GET /api/files`, `GET /api/config`; `POST /api/config/reload` (as
 ///   SIGHUP: the file and flags read again, checked whole, refused with the line and reason);
 /// - `POST /api/standby` with `{"standby":true|false}`.
@@ -77,7 +79,9 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
     /// a request comes from (`Sec-Fetch-Site`, `Origin`); it must be the admin port's own. The
     /// JSON API takes only `application/json`, which a cross-site form cannot send.
     static func crossSiteRefusal(_ request: Request) -> String? {
-        if let name = HTTPField.Name("Sec-Fetch-Site"), let site = request.headers[name]?.lowercased(), site != "same-origin", site != "none" {
+        if let name = HTTPField.Name("Sec-Fetch-Site"), let site = request.headers[name]?.lowercased(),
+            site != "same-origin", site != "none"
+        {
             return "a changing admin request must come from the admin page itself (Sec-Fetch-Site: \(site))"
         }
         if let origin = request.headers[.origin] {
@@ -138,11 +142,31 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             else {
                 throw GatewayError(
                     status: 404, code: "NotInDoubt",
-                    "request \(decision.requestID) of \(decision.backend) is not in doubt, or a gateway forwards it now")
+                    "request \(decision.requestID) of \(decision.backend) is not in doubt, or a gateway forwards it now"
+                )
             }
             return Self.json(200, ["resolution": decision.applied ? "applied" : "notApplied"])
         case ("GET", ["api", "devices"]):
             return Self.encoded(200, try await gateway.store.devices())
+        case ("GET", ["api", "support"]):
+            return Self.encoded(200, try await gateway.store.supportStores())
+        case ("GET", let p) where p.count == 3 && p[0] == "api" && p[1] == "support":
+            guard let id = Int64(p[2]) else {
+                throw GatewayError(status: 400, code: "BadSupportStore", "'\(p[2])' is no support store ID")
+            }
+            guard let (summary, bytes) = try await gateway.store.supportStoreContent(id: id) else {
+                throw GatewayError(status: 404, code: "NoSupportStore", "there is no complete support store \(id)")
+            }
+            var fields = HTTPFields()
+            fields[.contentType] = "application/octet-stream"
+            fields[.cacheControl] = "no-store"
+            fields[.contentDisposition] = "attachment; filename=\"support-\(summary.id)-\(summary.name)\""
+            return Response(status: .ok, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
+        case ("DELETE", let p) where p.count == 3 && p[0] == "api" && p[1] == "support":
+            guard let id = Int64(p[2]), try await gateway.store.removeSupportStore(id: id) else {
+                throw GatewayError(status: 404, code: "NoSupportStore", "there is no support store \(p[2])")
+            }
+            return Self.json(200, ["removed": String(id)])
         case ("GET", ["api", "files"]):
             return Self.encoded(200, try await gateway.store.storeFiles())
         case ("GET", ["api", "config"]):

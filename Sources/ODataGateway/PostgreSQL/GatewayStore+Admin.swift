@@ -338,7 +338,7 @@ extension GatewayStore {
     func missingTables(within seconds: Double) async throws -> [String] {
         let names = [
             "oodata_scope", "oodata_row", "oodata_refresh", "oodata_request", "oodata_progress", "oodata_store_file",
-            "oodata_device",
+            "oodata_device", "oodata_support_store", "oodata_support_chunk",
         ]
         let quick = DeadlineClient(client.base, deadline: seconds, server: client.server)
         let rows = try await quick.query(

@@ -54,7 +54,9 @@ public struct GatewayStore: Sendable {
             // One instance at a time: CREATE ... IF NOT EXISTS races on the catalog otherwise.
             try await connection.query("SELECT pg_advisory_lock(7262, 13)", logger: logger)
             do {
-                for statement in Self.schema + Self.requestSchema + Self.fileSchema + Self.adminSchema {
+                for statement in Self.schema + Self.requestSchema + Self.fileSchema + Self.adminSchema
+                    + Self.supportSchema
+                {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
             } catch {
