@@ -135,10 +135,17 @@ extension OfflineODataProvider {
         }
         var allowed = CharacterSet.urlPathAllowed
         allowed.remove(charactersIn: "/?#%")
+        // A download is not held up by it: ten seconds in all, and a throttled gateway (429)
+        // ends it until the next download.
+        let deadline = ContinuousClock.now + .seconds(10)
         for entry in entries {
+            guard ContinuousClock.now < deadline else { break }
             guard let path = entry.repeatID.addingPercentEncoding(withAllowedCharacters: allowed),
-                let response = try? await send(method: "GET", url: "$oodata/requests/" + path),
-                response.status == 200,
+                let response = try? await send(
+                    method: "GET", url: "$oodata/requests/" + path, timeout: 5, retryThrottled: false)
+            else { continue }
+            if response.status == 429 { break }
+            guard response.status == 200,
                 let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any],
                 let word = object["resolution"] as? String, word == "applied" || word == "notApplied"
             else { continue }

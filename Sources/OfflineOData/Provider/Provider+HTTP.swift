@@ -41,14 +41,15 @@ extension OfflineODataProvider {
     /// headers, `urlSuffix` and `timeout` are applied in this one place.
     func send(
         method: String, url: String, headers: [String: String] = [:], body: [UInt8] = [], expect: Int? = nil,
-        timeout: TimeInterval? = nil
+        timeout: TimeInterval? = nil, retryThrottled: Bool = true
     ) async throws -> TransportResponse {
         let defaults = requestDefaults
         let request = defaults.request(method: method, url: url, headers: headers, body: body)
         let response: TransportResponse
         do {
             response = try await session.send(
-                request, timeout: timeout ?? parameters.effectiveTimeout, tokenRequest: defaults.tokenRequest)
+                request, timeout: timeout ?? parameters.effectiveTimeout, tokenRequest: defaults.tokenRequest,
+                retryThrottled: retryThrottled)
         } catch let error as OfflineODataError {
             throw error
         } catch let error as TransportError {

@@ -129,17 +129,22 @@ actor BackendSession {
     /// Sends `request`; `tokenRequest` is the GET that fetches a CSRF token when one is needed.
     /// A request to another origin than the service root's (a next link naming another host,
     /// `sendStore` to a support server) goes without credentials, cookies or CSRF token, and
-    /// what it answers is not kept.
+    /// what it answers is not kept. `retryThrottled` false: a 429 is answered at once.
     func send(
-        _ request: TransportRequest, timeout: TimeInterval?, tokenRequest: TransportRequest
+        _ request: TransportRequest, timeout: TimeInterval?, tokenRequest: TransportRequest,
+        retryThrottled: Bool = true
     ) async throws -> TransportResponse {
         // A 429 (a gateway's or a backend's throttling) was not processed: it is sent again
-        // after its Retry-After, up to three times, while that is within `maximumRetryAfter`.
+        // after its Retry-After, up to three times, while that is within `maximumRetryAfter`
+        // (at most an hour; 0, negative or not a number: never). A Retry-After of 0 still waits
+        // a quarter of a second.
         var response = try await sendOnce(request, timeout: timeout, tokenRequest: tokenRequest)
+        let limit = maximumRetryAfter > 0 ? min(maximumRetryAfter, 3600) : 0
         var waits = 0
-        while response.status == 429, waits < 3,
-            let seconds = Self.retryAfter(response.headers["Retry-After"]), seconds <= maximumRetryAfter
+        while retryThrottled, limit > 0, response.status == 429, waits < 3,
+            let asked = Self.retryAfter(response.headers["Retry-After"]), asked <= limit
         {
+            let seconds = max(asked, 0.25)
             waits += 1
             logger.notice(
                 "Answered 429: waiting Retry-After and sending again",
