@@ -48,6 +48,8 @@ public final class Gateway: Sendable {
     public let store: GatewayStore
     let transport: any Transport
     let logger: Logger
+    /// The last warnings and errors this gateway logged (`GET /api/log` on the admin port).
+    public let recentLog = GatewayRecentLog()
     let models = ModelCache()
     let credentialCheck = CredentialCheck()
     let housekeeping = Housekeeping()
@@ -69,7 +71,9 @@ public final class Gateway: Sendable {
         self.reloadSource = reloadSource
         self.store = store
         self.transport = transport
-        self.logger = logger
+        var recording = logger
+        recording.handler = RecordingLogHandler(inner: logger.handler, recent: recentLog)
+        self.logger = recording
     }
 
     /// The backend served at `path` (`/NAME/...` or the root) and the rest of the path.

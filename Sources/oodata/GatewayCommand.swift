@@ -9,7 +9,7 @@ struct GatewayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "gateway",
         abstract: "The sync gateway: run it (the default), or look at a running one (docs/gateway.md).",
-        subcommands: [GatewayRunCommand.self, GatewayStatusCommand.self],
+        subcommands: [GatewayRunCommand.self, GatewayStatusCommand.self, GatewayDiagnoseCommand.self],
         defaultSubcommand: GatewayRunCommand.self)
 }
 
@@ -219,6 +219,13 @@ struct GatewayRunCommand: AsyncParsableCommand {
         configuration.pageSize = pageSize
         if let token = adminToken ?? ProcessInfo.processInfo.environment["OODATA_ADMIN_TOKEN"] {
             var access = configuration.admin ?? GatewayAdminAccess()
+            // Two tokens would leave one silently unused (and a token rotated in the file would
+            // not take on a reload, the flag still winning): one place only.
+            if let filed = access.token, filed != token {
+                throw CLIFailure(
+                    "--admin-token or $OODATA_ADMIN_TOKEN and [admin] token= in --config give different admin "
+                        + "tokens: keep one")
+            }
             access.token = token
             if let problem = access.problem { throw CLIFailure("--admin-token: \(problem)") }
             configuration.admin = access

@@ -18,14 +18,7 @@ struct GatewayStatusCommand: AsyncParsableCommand {
             within --active-within are idle: the refresher leaves them, and their lag is not counted.
             """)
 
-    @Option(help: ArgumentHelp("The gateway's admin URL (its --admin-port).", valueName: "URL")) var admin: String
-    @Option(
-        help: ArgumentHelp(
-            "The admin token (prefer $OODATA_ADMIN_TOKEN: a command line is visible to other users).",
-            valueName: "TOKEN")) var token: String?
-    @Option(
-        help: ArgumentHelp("Basic user of the admin API; its password from $OODATA_ADMIN_PASSWORD.", valueName: "USER"))
-    var user: String?
+    @OptionGroup var connection: AdminOptions
     @Option(help: ArgumentHelp("Seconds of lag that warn (default 300).", valueName: "SECONDS")) var warnLag: Double =
         300
     @Option(help: ArgumentHelp("Seconds of lag that are critical (default 1800).", valueName: "SECONDS"))
@@ -41,36 +34,9 @@ struct GatewayStatusCommand: AsyncParsableCommand {
             throw ValidationError(
                 "--warn-lag must be more than 0, --fatal-lag at least --warn-lag, --active-within more than 0")
         }
-        let root = admin.hasSuffix("/") ? String(admin.dropLast()) : admin
-        var headers = ODataCore.HTTPHeaders()
-        if let user {
-            guard let password = ProcessInfo.processInfo.environment["OODATA_ADMIN_PASSWORD"] else {
-                throw CLIFailure("--user \(user) needs $OODATA_ADMIN_PASSWORD")
-            }
-            headers["Authorization"] = "Basic " + Data((user + ":" + password).utf8).base64EncodedString()
-        } else if let token = token ?? ProcessInfo.processInfo.environment["OODATA_ADMIN_TOKEN"] {
-            headers["Authorization"] = "Bearer " + token
-        }
-        let transport = DefaultTransport.make()
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        let admin = try connection.connection()
         func get<T: Decodable>(_ path: String, as type: T.Type) async throws -> (T, Data) {
-            let response: TransportResponse
-            do {
-                response = try await transport.send(
-                    TransportRequest(method: "GET", url: root + path, headers: headers), timeout: 15)
-            } catch {
-                throw StatusUnknown(message: "\(root)\(path): \(error)")
-            }
-            guard response.status == 200 else {
-                let text = String(decoding: response.body.prefix(300), as: UTF8.self)
-                throw StatusUnknown(message: "\(root)\(path) answered \(response.status): \(text)")
-            }
-            do {
-                return (try decoder.decode(T.self, from: Data(response.body)), Data(response.body))
-            } catch {
-                throw StatusUnknown(message: "\(root)\(path) did not answer as the admin API does: \(error)")
-            }
+            try await admin.decoded(path, as: type)
         }
         let status: AdminStatus
         let scopes: [ScopeSummary]
@@ -79,10 +45,10 @@ struct GatewayStatusCommand: AsyncParsableCommand {
         var raw: [String: Data] = [:]
         do {
             (status, raw["status"]) = try await get("/api/status", as: AdminStatus.self)
-            (scopes, raw["scopes"]) = try await get("/api/scopes", as: [ScopeSummary].self)
-            (doubts, raw["inDoubt"]) = try await get("/api/requests/in-doubt", as: [InDoubtRequest].self)
-            (devices, raw["devices"]) = try await get("/api/devices", as: [DeviceSummary].self)
-        } catch let failure as StatusUnknown {
+            (scopes, raw["scopes"]) = try await get("/api/scopes?limit=100000", as: [ScopeSummary].self)
+            (doubts, raw["inDoubt"]) = try await get("/api/requests/in-doubt?limit=100000", as: [InDoubtRequest].self)
+            (devices, raw["devices"]) = try await get("/api/devices?limit=100000", as: [DeviceSummary].self)
+        } catch let failure as AdminUnreadable {
             FileHandle.standardError.write(Data("oodata: gateway status: \(failure.message)\n".utf8))
             throw ExitCode(3)
         }
@@ -102,7 +68,69 @@ struct GatewayStatusCommand: AsyncParsableCommand {
         if verdict.level != .ok { throw ExitCode(verdict.level.rawValue) }
     }
 
-    struct StatusUnknown: Error { var message: String }
+}
+
+/// How the `gateway` commands that read a running gateway reach its admin API.
+struct AdminOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("The gateway's admin URL (its --admin-port).", valueName: "URL")) var admin: String
+    @Option(
+        help: ArgumentHelp(
+            "The admin token (prefer $OODATA_ADMIN_TOKEN: a command line is visible to other users).",
+            valueName: "TOKEN")) var token: String?
+    @Option(
+        help: ArgumentHelp("Basic user of the admin API; its password from $OODATA_ADMIN_PASSWORD.", valueName: "USER"))
+    var user: String?
+
+    func connection() throws -> AdminConnection {
+        var headers = ODataCore.HTTPHeaders()
+        if let user {
+            guard let password = ProcessInfo.processInfo.environment["OODATA_ADMIN_PASSWORD"] else {
+                throw CLIFailure("--user \(user) needs $OODATA_ADMIN_PASSWORD")
+            }
+            headers["Authorization"] = "Basic " + Data((user + ":" + password).utf8).base64EncodedString()
+        } else if let token = token ?? ProcessInfo.processInfo.environment["OODATA_ADMIN_TOKEN"] {
+            headers["Authorization"] = "Bearer " + token
+        }
+        return AdminConnection(root: admin.hasSuffix("/") ? String(admin.dropLast()) : admin, headers: headers)
+    }
+}
+
+/// The admin API could not be read: refused, unreachable, or not answering as it does.
+struct AdminUnreadable: Error { var message: String }
+
+/// A running gateway's admin API.
+struct AdminConnection {
+    var root: String
+    var headers: ODataCore.HTTPHeaders
+    let transport = DefaultTransport.make()
+
+    /// The body of `GET path`, which must answer 200.
+    func body(_ path: String) async throws -> Data {
+        let response: TransportResponse
+        do {
+            response = try await transport.send(
+                TransportRequest(method: "GET", url: root + path, headers: headers), timeout: 15)
+        } catch {
+            throw AdminUnreadable(message: "\(root)\(path): \(error)")
+        }
+        guard response.status == 200 else {
+            let text = String(decoding: response.body.prefix(300), as: UTF8.self)
+            throw AdminUnreadable(message: "\(root)\(path) answered \(response.status): \(text)")
+        }
+        return Data(response.body)
+    }
+
+    /// `GET path` decoded as `type`, with its body.
+    func decoded<T: Decodable>(_ path: String, as type: T.Type) async throws -> (T, Data) {
+        let data = try await body(path)
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        do {
+            return (try decoder.decode(T.self, from: data), data)
+        } catch {
+            throw AdminUnreadable(message: "\(root)\(path) did not answer as the admin API does: \(error)")
+        }
+    }
 }
 
 /// What `gateway status` concludes from the admin API's answers; a value, tested on its own.

@@ -1,16 +1,18 @@
 import Foundation
 
 /// A PostgreSQL server in a temporary folder for the demo, as the gateway's tests start one:
-/// `initdb` with trust on loopback, `pg_ctl` on a free port, stopped and removed afterwards. As
-/// root its programs run as the `postgres` user Debian's package creates (PostgreSQL refuses
-/// root).
+/// `initdb` with a random password (SCRAM) on loopback, so that no other user of the machine can
+/// connect while the demo runs, its socket only for its owner; `pg_ctl` on a free port, stopped
+/// and removed afterwards. As root its programs run as the `postgres` user Debian's package
+/// creates (PostgreSQL refuses root).
 struct ThrowawayPostgres {
     let folder: String
     let port: Int
     let binaries: String
+    let password: String
 
-    /// `postgres://postgres@127.0.0.1:PORT/postgres`.
-    var url: String { "postgres://postgres@127.0.0.1:\(port)/postgres" }
+    /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres`, for this process only.
+    var url: String { "postgres://postgres:\(password)@127.0.0.1:\(port)/postgres" }
 
     static func binaries() throws -> String {
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
@@ -74,17 +76,30 @@ struct ThrowawayPostgres {
                 throw CLIFailure("chown postgres \(folder) failed (errno \(errno))")
             }
         }
+        let password = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let passwordFile = folder + "/password"
+        guard FileManager.default.createFile(
+            atPath: passwordFile, contents: Data(password.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw CLIFailure("\(passwordFile) could not be written") }
+        if getuid() == 0, let user = getpwnam("postgres") {
+            _ = chown(passwordFile, user.pointee.pw_uid, user.pointee.pw_gid)
+        }
         try await run(
-            binaries + "/initdb", ["-D", folder + "/data", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
-            log: folder + "/initdb.log")
+            binaries + "/initdb",
+            [
+                "-D", folder + "/data", "--auth-host=scram-sha-256", "--auth-local=peer", "--pwfile=" + passwordFile,
+                "-U", "postgres", "-E", "UTF8", "--no-sync",
+            ], log: folder + "/initdb.log")
+        try? FileManager.default.removeItem(atPath: passwordFile)
         let port = freePort()
         try await run(
             binaries + "/pg_ctl",
             [
                 "-D", folder + "/data", "-l", folder + "/server.log", "-w", "-t", "60", "-o",
-                "-p \(port) -k \(folder) -c listen_addresses=127.0.0.1 -c fsync=off", "start",
+                "-p \(port) -k \(folder) -c listen_addresses=127.0.0.1 -c fsync=off -c unix_socket_permissions=0700",
+                "start",
             ], log: folder + "/pg_ctl.log")
-        return ThrowawayPostgres(folder: folder, port: port, binaries: binaries)
+        return ThrowawayPostgres(folder: folder, port: port, binaries: binaries, password: password)
     }
 
     func stop() async {

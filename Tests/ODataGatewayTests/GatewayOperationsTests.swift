@@ -389,6 +389,102 @@ import Testing
     }
 }
 
+extension GatewayOperationsTests {
+    /// `oodata gateway diagnose`: one JSON file with the status, configuration, scopes, devices,
+    /// metrics and the gateway's last warnings and errors, plus a log file's tail; no secret of
+    /// the configuration, a device or a log line in it; 3 when the admin API refuses the tool.
+    @Test func theDiagnoseBundleHasTheFactsAndNoSecrets() async throws {
+        let setup = try await GatewayDeltaTests.start(v2: false, instances: 0)
+        do {
+            let tool = try #require(ProcessLaunch.builtTool("oodata"), "oodata was not built next to the tests")
+            var configuration = GatewayConfiguration(backends: [GatewayBackend(url: setup.backendRoot)])
+            configuration.refreshInterval = 0
+            configuration.metadataCheckInterval = 0
+            configuration.postgresTimeout = 30
+            configuration.backends[0].sharedAuthorization = "Basic c2hhcmVkLXNlY3JldDpzaGFyZWQtcHc="
+            configuration.backends[0].sharedQueries = ["Contacts"]
+            configuration.backends[0].trackDeltas = .always
+            configuration.admin = GatewayAdminAccess(token: Self.token, user: "operator", password: "operator-password")
+            let gateway = try await RunningGateway.start(
+                configuration: configuration, postgresURL: setup.postgres.url, adminPort: 0,
+                reloadSource: {
+                    struct Refused: Error, CustomStringConvertible {
+                        var description: String { "line 7: jwt_hs_secret=hunter2-hunter2 is too short" }
+                    }
+                    throw Refused()
+                })
+            let contacts = try await Self.get(
+                gateway.root.absoluteString + "Contacts",
+                headers: [
+                    ("Client-Instance-ID", "diagnosed-tablet"), ("Authorization", "Basic ZGV2aWNlOmRldmljZS1wdw=="),
+                    ("Prefer", "odata.track-changes"),
+                ])
+            #expect(contacts.status == 200)
+            // A refused reload: an error line whose text holds a secret.
+            #expect(try await Self.admin(gateway, "POST", "/api/config/reload").status == 422)
+            let log = setup.folder.appendingPathComponent("gateway.log").path
+            let logText =
+                (1...700).map { "line \($0)" }.joined(separator: "\n")
+                + "\nforwarded with Authorization: Basic ZGV2aWNlOmRldmljZS1wdw== to http://ops:pw-in-url@backend/\n"
+            try logText.write(toFile: log, atomically: true, encoding: .utf8)
+            let adminURL = "http://127.0.0.1:\(try #require(gateway.adminPort))"
+            let bundlePath = setup.folder.appendingPathComponent("bundle.json").path
+            let output = setup.folder.appendingPathComponent("diagnose.out").path
+            let code = try await Spawn.waitOffPool(
+                [
+                    tool.path, "gateway", "diagnose", "--admin", adminURL, "--token", Self.token, "--log", log,
+                    "--log-lines", "100", "--output", bundlePath,
+                ], outputFile: output)
+            let said = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+            #expect(code == 0, "\(said)")
+            let text = try String(contentsOfFile: bundlePath, encoding: .utf8)
+            let bundle = try JSONValue.parse(Array(text.utf8))
+            #expect(bundle["status"]?["ready"]?.jsonBool == true, "\(text.prefix(500))")
+            #expect(bundle["configuration"]?["backends"]?.arrayValue?.first?["url"]?.stringValue == setup.backendRoot)
+            #expect(bundle["configuration"]?["backends"]?.arrayValue?.first?["sharedAuthorization"]?.jsonBool == true)
+            #expect(bundle["scopes"]?.arrayValue?.first?["query"]?.stringValue == "Contacts")
+            #expect(bundle["errors"]?.arrayValue?.isEmpty == true)
+            #expect(bundle["metrics"]?.stringValue?.contains("oodata_gateway") == true)
+            #expect(bundle["tool"]?["version"]?.stringValue?.hasPrefix("oodata") == true)
+            let recent = bundle["recentLog"]?.arrayValue ?? []
+            let refusal = recent.first { $0["message"]?.stringValue?.contains("reload refused") == true }
+            #expect(refusal?["level"]?.stringValue == "error", "\(recent)")
+            #expect(refusal?["message"]?.stringValue?.contains("jwt_hs_secret=•••") == true, "\(recent)")
+            let lines = bundle["logFile"]?["lines"]?.arrayValue ?? []
+            #expect(lines.count == 100)
+            #expect(lines.first?.stringValue == "line 602")
+            #expect(lines.last?.stringValue == "forwarded with Authorization: ••• to http://•••@backend/")
+            for secret in ["hunter2", "c2hhcmVk", "ZGV2aWNl", "pw-in-url", Self.token, "operator-password"] {
+                #expect(!text.contains(secret), "\(secret) is in the bundle")
+            }
+            let mode = try FileManager.default.attributesOfItem(atPath: bundlePath)[.posixPermissions] as? Int
+            #expect(mode == 0o600)
+
+            // The tool refused: 3 and no bundle.
+            let refusedPath = setup.folder.appendingPathComponent("refused.json").path
+            let refused = try await Spawn.waitOffPool(
+                [
+                    tool.path, "gateway", "diagnose", "--admin", adminURL, "--token", "wrong-token-0123456789",
+                    "--output", refusedPath,
+                ], outputFile: output)
+            #expect(refused == 3)
+            #expect(!FileManager.default.fileExists(atPath: refusedPath))
+            // Anonymous and with a device's credentials, the parts it reads are refused too.
+            for path in ["/api/log", "/api/metrics"] {
+                #expect(try await Self.admin(gateway, "GET", path, authorization: nil).status == 401)
+                #expect(
+                    try await Self.admin(gateway, "GET", path, authorization: "Basic ZGV2aWNlOmRldmljZS1wdw==").status
+                        == 401)
+            }
+            #expect(try await Self.get(gateway.root.absoluteString + "api/log").status != 200)
+            await gateway.stop()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+}
+
 extension JSONValue {
     var jsonBool: Bool? {
         if case .bool(let value) = self { return value }

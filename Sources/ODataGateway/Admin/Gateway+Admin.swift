@@ -15,6 +15,9 @@ public struct ConfigurationSummary: Sendable, Codable, Equatable {
         public var supportsBatch: Bool
         public var deviceThrottle: String?
         public var userThrottle: String?
+        /// The largest support store, in bytes, and how long one is kept, in seconds.
+        public var supportStoreLimit: Int64
+        public var supportStoreRetention: Double
     }
 
     public var backends: [Backend]
@@ -54,7 +57,9 @@ extension GatewayConfiguration {
                     sharedAuthorization: backend.sharedAuthorization != nil,
                     jwtIssuers: backend.jwtVerification.map(\.issuer), identityCookies: backend.identityCookies,
                     prepopulate: backend.prepopulate.rawValue, supportsBatch: backend.supportsBatch,
-                    deviceThrottle: backend.deviceThrottle?.description, userThrottle: backend.userThrottle?.description
+                    deviceThrottle: backend.deviceThrottle?.description,
+                    userThrottle: backend.userThrottle?.description,
+                    supportStoreLimit: backend.supportStoreLimit, supportStoreRetention: backend.supportStoreRetention
                 )
             },
             refreshInterval: refreshInterval, tombstoneRetention: tombstoneRetention, scopeRetention: scopeRetention,
@@ -94,7 +99,8 @@ extension Gateway {
                 job = RefreshJob(
                     scope: id, backend: backend.url, query: tracked, keyNames: model.key(of: type).map(\.name),
                     legacy: model.version.isLegacy, authorization: Self.shared(backend),
-                    interval: backend.refreshInterval(marked.query, default: configuration.refreshInterval))
+                    interval: backend.refreshInterval(marked.query, default: configuration.refreshInterval),
+                    shared: true)
             }
         }
         guard let job, let backend = configuration.backends.first(where: { $0.url == job.backend }),
@@ -103,7 +109,7 @@ extension Gateway {
         do {
             let summary = try await refresh(
                 scope, query: job.query, backend: backend, keyNames: job.keyNames, legacy: job.legacy,
-                authorization: job.authorization, interval: 0)
+                authorization: job.credentials(for: backend), interval: 0)
             metrics.refreshes.increment()
             return AdminRefreshOutcome(
                 scope: id, outcome: "refreshed", rows: summary.rows, changed: summary.changed,

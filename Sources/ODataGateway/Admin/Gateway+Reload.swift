@@ -11,6 +11,11 @@ final class ConfigurationBox: @unchecked Sendable {
     var value: GatewayConfiguration { lock.withLock { stored } }
 
     func replace(_ configuration: GatewayConfiguration) { lock.withLock { stored = configuration } }
+
+    /// Reloads one at a time (SIGHUP and the admin API may come together): each compares with,
+    /// and replaces, what the one before it left. Recursive: a reload from the source reloads.
+    private let reloading = NSRecursiveLock()
+    func serialized<T>(_ body: () -> T) -> T { reloading.withLock(body) }
 }
 
 extension GatewayConfiguration {
@@ -46,6 +51,10 @@ extension Gateway {
     /// leave a running admin API without credentials, or when it changes what only a restart
     /// changes (PostgreSQL's deadline).
     public func reload(_ new: GatewayConfiguration) -> ReloadOutcome {
+        current.serialized { reloadSerialized(new) }
+    }
+
+    private func reloadSerialized(_ new: GatewayConfiguration) -> ReloadOutcome {
         let old = configuration
         do {
             try new.validate()
@@ -76,13 +85,24 @@ extension Gateway {
         ] where a != b {
             changed.append(name)
         }
+        for (name, a, b) in [
+            ("refresherKeeps", old.refresherKeeps, new.refresherKeeps),
+            ("metadataCheckInterval", old.metadataCheckInterval, new.metadataCheckInterval),
+        ] where a != b {
+            changed.append(name)
+        }
         if before.pageSize != after.pageSize { changed.append("pageSize") }
+        if old.gatewayETags != new.gatewayETags { changed.append("gatewayETags") }
         if old.admin != new.admin { changed.append("admin") }
-        // Secrets are not in the summary: a changed one is a change too.
-        if old.backends.map(\.sharedAuthorization) != new.backends.map(\.sharedAuthorization)
-            || old.backends.map({ $0.jwtVerification.map(\.hmacSecret) })
-                != new.backends.map({ $0.jwtVerification.map(\.hmacSecret) }),
-            !changed.contains("backends")
+        // What the summary leaves out (secrets, per-query settings) is a change too.
+        if !changed.contains("backends"),
+            old.backends.count != new.backends.count
+                || zip(old.backends, new.backends).contains(where: { a, b in
+                    a.sharedAuthorization != b.sharedAuthorization || a.queryTracking != b.queryTracking
+                        || a.queryRefreshInterval != b.queryRefreshInterval
+                        || a.prepopulateInterval != b.prepopulateInterval
+                        || a.jwtVerification.map(\.fingerprint) != b.jwtVerification.map(\.fingerprint)
+                })
         {
             changed.append("backends")
         }
@@ -93,6 +113,10 @@ extension Gateway {
 
     /// Reloads from the source the gateway was started with (its file and flags).
     public func reloadFromSource() -> ReloadOutcome {
+        current.serialized { reloadFromSourceSerialized() }
+    }
+
+    private func reloadFromSourceSerialized() -> ReloadOutcome {
         guard let reloadSource else {
             return ReloadOutcome(
                 applied: false, changed: [], error: "this gateway was started without a configuration source to reload")
@@ -104,4 +128,9 @@ extension Gateway {
             return ReloadOutcome(applied: false, changed: [], error: "\(error)")
         }
     }
+}
+
+extension JWTVerification {
+    /// Every setting of it, to tell two apart (secrets included; never shown).
+    var fingerprint: [String?] { [issuer, audience, jwks, hmacSecret] }
 }

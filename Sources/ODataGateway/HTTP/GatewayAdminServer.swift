@@ -3,6 +3,7 @@ public import Hummingbird
 import HTTPTypes
 public import Logging
 import NIOCore
+public import Prometheus
 
 /// The admin API on a port of its own (issue 56), for operators only: every request needs the
 /// configuration's ``GatewayAdminAccess``; without one the server is not started. An HTML page
@@ -16,18 +17,22 @@ import NIOCore
 ///   `{"backend":…,"requestID":…,"applied":true|false}`;
 /// - `GET /api/support` (stores devices sent), `GET /api/support/<id>` (its bytes),
 ///   `DELETE /api/support/<id>`;
+/// - `GET /api/log` (the last warnings and errors), `GET /api/metrics` (as the public
+///   `/metrics`);
 /// - `GET /api/devices`, `GET /api/files`, `GET /api/config`; `POST /api/config/reload` (as
 ///   SIGHUP: the file and flags read again, checked whole, refused with the line and reason);
 /// - `POST /api/standby` with `{"standby":true|false}`.
 public enum GatewayAdminServer {
     /// The application serving `gateway`'s admin API on `host`:`port` (0: a free port), to the
-    /// ``GatewayConfiguration/admin`` access in force (a reload can rotate it).
+    /// ``GatewayConfiguration/admin`` access in force (a reload can rotate it); `metrics`, when
+    /// given, at `/api/metrics`.
     public static func application(
         gateway: Gateway, host: String = "127.0.0.1", port: Int,
-        logger: Logger, onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+        logger: Logger, metrics: PrometheusCollectorRegistry? = nil,
+        onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         let router = Router()
-        router.add(middleware: AdminMiddleware(gateway: gateway))
+        router.add(middleware: AdminMiddleware(gateway: gateway, metrics: metrics))
         return Application(
             router: router,
             configuration: .init(address: .hostname(host, port: port), serverName: "oodata-gateway-admin"),
@@ -40,6 +45,7 @@ private let adminBodyLimit = 64 * 1024
 
 struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
     let gateway: Gateway
+    let metrics: PrometheusCollectorRegistry?
 
     func handle(
         _ input: Request, context: Context, next: (Request, Context) async throws -> Response
@@ -116,7 +122,8 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
                     version: GatewayVersion.current, ready: report.ready, standby: await gateway.isOnStandby,
                     readiness: report))
         case ("GET", ["api", "scopes"]):
-            return Self.encoded(200, try await gateway.store.scopeSummaries())
+            let limit = try Self.limit(query)
+            return Self.listed(try await gateway.store.scopeSummaries(limit: limit + 1), limit: limit)
         case ("POST", let p) where p.count == 4 && p[0] == "api" && p[1] == "scopes" && p[3] == "refresh":
             guard let id = Int64(p[2]) else {
                 throw GatewayError(status: 400, code: "BadScope", "'\(p[2])' is no scope ID")
@@ -126,7 +133,8 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             }
             return Self.encoded(outcome.outcome == "refreshed" ? 200 : 202, outcome)
         case ("GET", ["api", "requests", "in-doubt"]):
-            return Self.encoded(200, try await gateway.store.inDoubtRequests(cutAfter: 0))
+            let limit = try Self.limit(query)
+            return Self.listed(try await gateway.store.inDoubtRequests(cutAfter: 0, limit: limit + 1), limit: limit)
         case ("POST", ["api", "requests", "in-doubt", "resolve"]):
             let decision: Resolution
             do {
@@ -147,9 +155,11 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             }
             return Self.json(200, ["resolution": decision.applied ? "applied" : "notApplied"])
         case ("GET", ["api", "devices"]):
-            return Self.encoded(200, try await gateway.store.devices())
+            let limit = try Self.limit(query)
+            return Self.listed(try await gateway.store.devices(limit: limit + 1), limit: limit)
         case ("GET", ["api", "support"]):
-            return Self.encoded(200, try await gateway.store.supportStores())
+            let limit = try Self.limit(query)
+            return Self.listed(try await gateway.store.supportStores(limit: limit + 1), limit: limit)
         case ("GET", let p) where p.count == 3 && p[0] == "api" && p[1] == "support":
             guard let id = Int64(p[2]) else {
                 throw GatewayError(status: 400, code: "BadSupportStore", "'\(p[2])' is no support store ID")
@@ -168,7 +178,18 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             }
             return Self.json(200, ["removed": String(id)])
         case ("GET", ["api", "files"]):
-            return Self.encoded(200, try await gateway.store.storeFiles())
+            let limit = try Self.limit(query)
+            return Self.listed(try await gateway.store.storeFiles(limit: limit + 1), limit: limit)
+        case ("GET", ["api", "log"]):
+            return Self.encoded(200, gateway.recentLog.entries)
+        case ("GET", ["api", "metrics"]):
+            guard let metrics else {
+                throw GatewayError(status: 404, code: "NoMetrics", "this gateway keeps no metrics registry")
+            }
+            var fields = HTTPFields()
+            fields[.contentType] = "text/plain; version=0.0.4"
+            return Response(
+                status: .ok, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: metrics.emitToBuffer())))
         case ("GET", ["api", "config"]):
             return Self.encoded(200, gateway.configuration.summary)
         case ("POST", ["api", "config", "reload"]):
@@ -189,6 +210,26 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
         var backend: String
         var requestID: String
         var applied: Bool
+    }
+
+    /// A list's `?limit=N` (1 to 100,000; default 1,000).
+    static func limit(_ query: String?) throws -> Int {
+        for pair in (query ?? "").split(separator: "&") where pair.hasPrefix("limit=") {
+            guard let value = Int(pair.dropFirst(6)), (1...100_000).contains(value) else {
+                throw GatewayError(
+                    status: 400, code: "BadLimit", "limit must be 1 to 100000, not '\(pair.dropFirst(6))'")
+            }
+            return value
+        }
+        return 1000
+    }
+
+    /// The first `limit` of `rows` (read with one more), with `OOData-More: true` when there
+    /// were more: a list never ends short without saying so.
+    static func listed<Row: Encodable>(_ rows: [Row], limit: Int) -> Response {
+        var response = encoded(200, Array(rows.prefix(limit)))
+        if rows.count > limit, let name = HTTPField.Name("OOData-More") { response.headers[name] = "true" }
+        return response
     }
 
     static func encoded(_ status: Int, _ value: some Encodable) -> Response {

@@ -108,7 +108,8 @@ public final class RunningGateway: Sendable {
                     if let adminPort, configuration.admin != nil {
                         services.append(
                             GatewayAdminServer.application(
-                                gateway: gateway, host: adminHost, port: adminPort, logger: quiet
+                                gateway: gateway, host: adminHost, port: adminPort, logger: quiet,
+                                metrics: registry
                             ) { port in await adminWaiter.set(port) })
                     }
                     var configuration = ServiceGroupConfiguration(services: services, logger: quiet)

@@ -155,7 +155,7 @@ extension GatewayStore {
                      WHERE l.locktype = 'advisory' AND l.classid::bigint = \(Int64(Self.requestLockSpace))
                        AND l.objid::bigint = (hashtext(r.backend || E'\\n' || r.request_id)::bigint & 4294967295)
                        AND l.objsubid = 2 AND l.granted))
-               OR (answered AND status = 409 AND position('RequestInDoubt' in convert_from(answer, 'UTF8')) > 0)
+               OR (answered AND status = 409 AND position(convert_to('RequestInDoubt', 'UTF8') in answer) > 0)
             ORDER BY created_at LIMIT \(limit)
             """, logger: logger)
         var result: [InDoubtRequest] = []
@@ -179,25 +179,18 @@ extension GatewayStore {
     /// (`$oodata/requests/<id>`). Returns false when no such request is in doubt.
     public func resolveInDoubt(backend: String, requestID: String, applied: Bool) async throws -> Bool {
         let word = applied ? "applied" : "notApplied"
-        return try await client.withConnection { connection in
-            // Not while a gateway forwards it: its lock is taken first, and held to the end.
+        return try await client.withTransaction(logger: logger) { connection in
+            // Not while a gateway forwards it: its lock is taken first, held to the transaction's
+            // end, and both changes commit together.
             let name = backend + "\n" + requestID
             var locked = false
             for try await value in try await connection.query(
-                "SELECT pg_try_advisory_lock(\(Self.requestLockSpace), hashtext(\(name)))", logger: logger
+                "SELECT pg_try_advisory_xact_lock(\(Self.requestLockSpace), hashtext(\(name)))", logger: logger
             ).decode(Bool.self) {
                 locked = value
             }
             guard locked else { return false }
-            let changed: Int
-            do {
-                changed = try await resolveLocked(backend: backend, requestID: requestID, word: word, on: connection)
-            } catch {
-                try? await unlockRequests(on: connection)
-                throw error
-            }
-            try await unlockRequests(on: connection)
-            return changed > 0
+            return try await resolveLocked(backend: backend, requestID: requestID, word: word, on: connection) > 0
         }
     }
 
@@ -249,7 +242,7 @@ extension GatewayStore {
             """
             UPDATE oodata_request SET resolution = \(word), resolved_at = clock_timestamp()
             WHERE backend = \(backend) AND request_id = \(requestID) AND answered AND status = 409
-              AND resolution IS NULL AND position('RequestInDoubt' in convert_from(answer, 'UTF8')) > 0
+              AND resolution IS NULL AND position(convert_to('RequestInDoubt', 'UTF8') in answer) > 0
             RETURNING 1
             """, logger: logger
         ).decode(Int.self) {

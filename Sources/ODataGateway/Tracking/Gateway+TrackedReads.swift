@@ -61,7 +61,7 @@ extension Gateway {
                 RefreshJob(
                     scope: scope.id, backend: backend.url, query: tracked, keyNames: keyNames, legacy: legacy,
                     authorization: shared ? Self.shared(backend) : credentials(of: request, backend: backend),
-                    interval: interval),
+                    interval: interval, shared: shared),
                 keep: configuration.refresherKeeps)
         }
         func refreshIfDue() async throws {

@@ -15,7 +15,15 @@ struct RefreshJob: Sendable {
     var authorization: HTTPHeaders
     /// The scope's refresh target, seconds.
     var interval: Double
+    /// Shared data: read with the gateway's own credentials as the configuration in force has
+    /// them (a reload that changes `shared_authorization` takes effect on the next refresh).
+    var shared = false
     var until = Date.distantFuture
+
+    /// The credentials a refresh of it sends to `backend`.
+    func credentials(for backend: GatewayBackend) -> HTTPHeaders {
+        shared ? Gateway.shared(backend) : authorization
+    }
 }
 
 /// The scopes this instance's refresher keeps fresh.
@@ -128,7 +136,8 @@ extension Gateway {
         do {
             let summary = try await refresh(
                 scope, query: job.query, backend: backend, keyNames: job.keyNames, legacy: job.legacy,
-                authorization: job.authorization, interval: job.interval * RefreshSchedule.ahead, waits: false)
+                authorization: job.credentials(for: backend), interval: job.interval * RefreshSchedule.ahead,
+                waits: false)
             guard summary.ran else { return }
             metrics.backgroundRefreshes.increment()
             metrics.refreshes.increment()
