@@ -276,6 +276,7 @@ public final class Gateway: Sendable {
             for backend in configuration.backends {
                 try await store.removeSupportStores(backend: backend.url, olderThan: backend.supportStoreRetention)
             }
+            try await store.removeSupportStores(notOf: configuration.backends.map(\.url))
             let requests = try await store.removeRequestRecords(olderThan: configuration.requestRetention)
             if requests > 0 { logger.info("Removed request records", metadata: ["requests": "\(requests)"]) }
         } catch {

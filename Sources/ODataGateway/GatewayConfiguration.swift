@@ -78,6 +78,10 @@ public struct GatewayBackend: Sendable {
     public var supportStoreLimit: Int64 = 32 << 20
     /// Seconds a support store is kept (`support_store_retention`, minutes; default 7 days).
     public var supportStoreRetention: Double = 7 * 24 * 3600
+    /// The most bytes all support stores of this endpoint take together
+    /// (`support_store_total_mb`, default 1 GiB): a new store beyond is refused with 413, so no
+    /// set of credentials can fill the database.
+    public var supportStoreTotalLimit: Int64 = 1024 << 20
     /// Cookies that carry a device's credentials (`identity_cookies`, e.g. a session of an
     /// identity provider): part of its identity and sent on the reads the gateway makes for it.
     /// Other cookies (CSRF sessions, load balancers) are neither.
@@ -201,6 +205,7 @@ extension GatewayConfiguration {
     /// throttle_user=30/s              ; requests per user (identity), all devices together
     /// support_store_max_mb=32         ; the largest store a device may send for support
     /// support_store_retention=10080   ; minutes a support store is kept
+    /// support_store_total_mb=1024     ; all of the endpoint's support stores together
     ///
     /// [jwt_issuer]                    ; another issuer the endpoint above trusts
     /// issuer=https://idp2/
@@ -399,6 +404,13 @@ extension GatewayConfiguration {
                         throw .init(line: entry.line, message: "support_store_max_mb must be 1 to 1024 (megabytes)")
                     }
                     backend.supportStoreLimit = megabytes << 20
+                }
+                if let entry = section.values["support_store_total_mb"] {
+                    guard let megabytes = Int64(entry.value), megabytes > 0, megabytes <= 1 << 20 else {
+                        throw .init(
+                            line: entry.line, message: "support_store_total_mb must be 1 to 1048576 (megabytes)")
+                    }
+                    backend.supportStoreTotalLimit = megabytes << 20
                 }
                 if let entry = section.values["support_store_retention"] {
                     let value = try minutes(entry, "support_store_retention")

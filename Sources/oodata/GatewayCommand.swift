@@ -45,7 +45,7 @@ struct GatewayRunCommand: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "The admin API's bearer token, at least 16 characters (prefer $OODATA_ADMIN_TOKEN: a command line is "
-                + "visible to other users). Overrides the configuration file's.", valueName: "TOKEN"))
+                + "visible to other users). A file's [admin] token= must be the same.", valueName: "TOKEN"))
     var adminToken: String?
     @Option(
         help: ArgumentHelp(
@@ -227,7 +227,9 @@ struct GatewayRunCommand: AsyncParsableCommand {
                         + "tokens: keep one")
             }
             access.token = token
-            if let problem = access.problem { throw CLIFailure("--admin-token: \(problem)") }
+            if let problem = access.problem {
+                throw CLIFailure("\(adminToken != nil ? "--admin-token" : "$OODATA_ADMIN_TOKEN"): \(problem)")
+            }
             configuration.admin = access
         }
         if adminPort != nil, configuration.admin == nil {

@@ -41,7 +41,13 @@ struct GatewayDiagnoseCommand: AsyncParsableCommand {
 
     func run() async throws {
         guard (1...100_000).contains(logLines) else { throw ValidationError("--log-lines must be 1 to 100000") }
-        let admin = try connection.connection()
+        let admin: AdminConnection
+        do {
+            admin = try await connection.connection()
+        } catch let failure as AdminUnreadable {
+            FileHandle.standardError.write(Data("oodata: gateway diagnose: \(failure.message)\n".utf8))
+            throw ExitCode(3)
+        }
         var bundle: [String: Any] = [:]
         var errors: [String] = []
         do {
@@ -51,9 +57,12 @@ struct GatewayDiagnoseCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("oodata: gateway diagnose: \(message)\n".utf8))
             throw ExitCode(3)
         }
+        var truncated: [String] = []
         for part in Self.parts {
             do {
-                bundle[part.key] = try JSONSerialization.jsonObject(with: try await admin.body(part.path))
+                let answer = try await admin.response(part.path)
+                bundle[part.key] = try JSONSerialization.jsonObject(with: Data(answer.body))
+                if answer.headers["OOData-More"] == "true" { truncated.append(part.key) }
             } catch {
                 errors.append("\(part.key): \((error as? AdminUnreadable)?.message ?? "\(error)")")
             }
@@ -80,7 +89,9 @@ struct GatewayDiagnoseCommand: AsyncParsableCommand {
             "admin": GatewayRecentLog.masked(admin.root),
         ]
         bundle["errors"] = errors
-        let cleaned = Self.withoutSecrets(bundle)
+        // Lists that stop at 100,000 entries: the rest is not in the bundle.
+        bundle["truncated"] = truncated
+        let cleaned = Self.withoutSecrets(bundle, known: admin.secrets)
         let data = try JSONSerialization.data(
             withJSONObject: cleaned, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
         if output == "-" {
@@ -89,8 +100,7 @@ struct GatewayDiagnoseCommand: AsyncParsableCommand {
             let stamp = formatter.string(from: now).replacingOccurrences(of: ":", with: "")
             let path = output ?? "gateway-diagnose-\(stamp).json"
             // Only its owner reads it: it describes the gateway's users and their devices.
-            guard FileManager.default.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600])
-            else { throw CLIFailure("--output \(path): the bundle could not be written there") }
+            try Self.writePrivately(data, to: path)
             print("gateway diagnose: wrote \(path) (\(data.count) bytes)")
         }
         if !errors.isEmpty {
@@ -108,18 +118,54 @@ struct GatewayDiagnoseCommand: AsyncParsableCommand {
         }
     }
 
-    /// `value` with every secret-named key's string masked and every string run through
-    /// ``GatewayRecentLog/masked(_:)``.
-    static func withoutSecrets(_ value: Any, key: String? = nil) -> Any {
+    /// `value` with every string under a secret-named key (at any depth below it) masked, the
+    /// `known` secrets (the credentials the tool itself holds) replaced wherever they appear,
+    /// and every string run through ``GatewayRecentLog/masked(_:)``.
+    static func withoutSecrets(_ value: Any, known: [String] = [], underSecret: Bool = false) -> Any {
         if let object = value as? [String: Any] {
-            return object.reduce(into: [String: Any]()) { $0[$1.key] = withoutSecrets($1.value, key: $1.key) }
+            return object.reduce(into: [String: Any]()) {
+                $0[$1.key] = withoutSecrets($1.value, known: known, underSecret: underSecret || isSecret($1.key))
+            }
         }
-        if let array = value as? [Any] { return array.map { withoutSecrets($0, key: key) } }
+        if let array = value as? [Any] {
+            return array.map { withoutSecrets($0, known: known, underSecret: underSecret) }
+        }
         if let text = value as? String {
-            if let key, isSecret(key), !text.isEmpty { return "•••" }
-            return GatewayRecentLog.masked(text)
+            if underSecret, !text.isEmpty { return "•••" }
+            var masked = text
+            for secret in known where secret.count >= 4 {
+                masked = masked.replacingOccurrences(of: secret, with: "•••")
+            }
+            return GatewayRecentLog.masked(masked)
         }
         return value
+    }
+
+    /// Writes `data` to `path` created with mode 0600 (never readable by others, not even for
+    /// a moment), replacing a file there; a symbolic link there is not followed.
+    static func writePrivately(_ data: Data, to path: String) throws {
+        var isFolder: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
+            throw CLIFailure("--output \(path) is a folder: name a file")
+        }
+        let temporary = path + ".\(getpid()).partial"
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o600)
+        guard descriptor >= 0 else {
+            throw CLIFailure("--output \(path): \(String(cString: strerror(errno)))")
+        }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        do {
+            try handle.write(contentsOf: data)
+            try handle.close()
+        } catch {
+            unlink(temporary)
+            throw CLIFailure("--output \(path): \(error.localizedDescription)")
+        }
+        guard rename(temporary, path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(temporary)
+            throw CLIFailure("--output \(path): \(reason)")
+        }
     }
 
     /// The last `count` lines of the file at `path`, read from its last 8 MiB at most, masked.

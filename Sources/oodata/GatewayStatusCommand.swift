@@ -34,26 +34,35 @@ struct GatewayStatusCommand: AsyncParsableCommand {
             throw ValidationError(
                 "--warn-lag must be more than 0, --fatal-lag at least --warn-lag, --active-within more than 0")
         }
-        let admin = try connection.connection()
-        func get<T: Decodable>(_ path: String, as type: T.Type) async throws -> (T, Data) {
-            try await admin.decoded(path, as: type)
-        }
+        let admin: AdminConnection
         let status: AdminStatus
-        let scopes: [ScopeSummary]
-        let doubts: [InDoubtRequest]
-        let devices: [DeviceSummary]
         var raw: [String: Data] = [:]
         do {
-            (status, raw["status"]) = try await get("/api/status", as: AdminStatus.self)
-            (scopes, raw["scopes"]) = try await get("/api/scopes?limit=100000", as: [ScopeSummary].self)
-            (doubts, raw["inDoubt"]) = try await get("/api/requests/in-doubt?limit=100000", as: [InDoubtRequest].self)
-            (devices, raw["devices"]) = try await get("/api/devices?limit=100000", as: [DeviceSummary].self)
+            admin = try await connection.connection()
+            (status, raw["status"]) = try await admin.decoded("/api/status", as: AdminStatus.self)
         } catch let failure as AdminUnreadable {
             FileHandle.standardError.write(Data("oodata: gateway status: \(failure.message)\n".utf8))
             throw ExitCode(3)
         }
+        // The lists can fail on their own (PostgreSQL down: the status says not ready); what
+        // could not be read is a finding, and a list that stops short is said so.
+        var unread: [String] = []
+        func list<T: Decodable>(_ key: String, _ path: String, as type: [T].Type) async -> [T] {
+            do {
+                let (value, data, more) = try await admin.listed(path, as: type)
+                raw[key] = data
+                if more { unread.append("\(key): more than \(value.count); only those are counted") }
+                return value
+            } catch {
+                unread.append("\(key): \((error as? AdminUnreadable)?.message ?? "\(error)")")
+                return []
+            }
+        }
+        let scopes = await list("scopes", "/api/scopes?limit=100000", as: [ScopeSummary].self)
+        let doubts = await list("inDoubt", "/api/requests/in-doubt?limit=100000", as: [InDoubtRequest].self)
+        let devices = await list("devices", "/api/devices?limit=100000", as: [DeviceSummary].self)
         let verdict = GatewayStatusVerdict(
-            status: status, scopes: scopes, inDoubt: doubts, warnLag: warnLag, fatalLag: fatalLag,
+            status: status, scopes: scopes, inDoubt: doubts, unread: unread, warnLag: warnLag, fatalLag: fatalLag,
             activeWithin: activeWithin, now: Date())
         if json {
             var parts: [String] = []
@@ -81,17 +90,30 @@ struct AdminOptions: ParsableArguments {
         help: ArgumentHelp("Basic user of the admin API; its password from $OODATA_ADMIN_PASSWORD.", valueName: "USER"))
     var user: String?
 
-    func connection() throws -> AdminConnection {
+    /// The admin API at `--admin`, once it answered as the admin API does: credentials are sent
+    /// only then, never to the public port or anything else listening there.
+    func connection() async throws -> AdminConnection {
+        guard let url = URL(string: admin), ["http", "https"].contains(url.scheme?.lowercased() ?? ""),
+            url.host != nil
+        else {
+            throw CLIFailure("--admin \(admin): give the admin port's URL, such as http://127.0.0.1:8081")
+        }
         var headers = ODataCore.HTTPHeaders()
+        var secrets: [String] = []
         if let user {
             guard let password = ProcessInfo.processInfo.environment["OODATA_ADMIN_PASSWORD"] else {
                 throw CLIFailure("--user \(user) needs $OODATA_ADMIN_PASSWORD")
             }
             headers["Authorization"] = "Basic " + Data((user + ":" + password).utf8).base64EncodedString()
+            secrets = [password, headers["Authorization"] ?? ""]
         } else if let token = token ?? ProcessInfo.processInfo.environment["OODATA_ADMIN_TOKEN"] {
             headers["Authorization"] = "Bearer " + token
+            secrets = [token]
         }
-        return AdminConnection(root: admin.hasSuffix("/") ? String(admin.dropLast()) : admin, headers: headers)
+        let root = admin.hasSuffix("/") ? String(admin.dropLast()) : admin
+        let connection = AdminConnection(root: root, headers: headers, secrets: secrets.filter { !$0.isEmpty })
+        try await connection.probe(withCredentials: headers["Authorization"] != nil)
+        return connection
     }
 }
 
@@ -102,10 +124,41 @@ struct AdminUnreadable: Error { var message: String }
 struct AdminConnection {
     var root: String
     var headers: ODataCore.HTTPHeaders
+    /// The credentials given, to be masked wherever they show.
+    var secrets: [String] = []
     let transport = DefaultTransport.make()
 
-    /// The body of `GET path`, which must answer 200.
-    func body(_ path: String) async throws -> Data {
+    /// Asks `/api/status` without credentials: the admin API answers 401 naming its realm. The
+    /// public port (whose answers carry `OOData-Gateway`) and other servers are refused before
+    /// a credential goes to them.
+    func probe(withCredentials: Bool) async throws {
+        let response: TransportResponse
+        do {
+            response = try await transport.send(
+                TransportRequest(method: "GET", url: root + "/api/status"), timeout: 15)
+        } catch {
+            throw AdminUnreadable(message: "\(root)/api/status: \(error)")
+        }
+        if response.headers["OOData-Gateway"] != nil {
+            throw AdminUnreadable(
+                message: "\(root) is the gateway's public port (its answers carry OOData-Gateway): --admin takes "
+                    + "the admin port (the gateway's --admin-port); no credentials were sent")
+        }
+        let realm = response.headers["WWW-Authenticate"]?.contains("oodata-gateway-admin") == true
+        guard response.status == 401, realm else {
+            throw AdminUnreadable(
+                message: "\(root)/api/status answered \(response.status) without the admin API's realm: this is "
+                    + "no gateway admin port; no credentials were sent")
+        }
+        guard withCredentials else {
+            throw AdminUnreadable(
+                message: "the admin API needs credentials: --token or $OODATA_ADMIN_TOKEN, or --user with "
+                    + "$OODATA_ADMIN_PASSWORD")
+        }
+    }
+
+    /// `GET path`, which must answer 200.
+    func response(_ path: String) async throws -> TransportResponse {
         let response: TransportResponse
         do {
             response = try await transport.send(
@@ -117,16 +170,31 @@ struct AdminConnection {
             let text = String(decoding: response.body.prefix(300), as: UTF8.self)
             throw AdminUnreadable(message: "\(root)\(path) answered \(response.status): \(text)")
         }
-        return Data(response.body)
+        return response
     }
+
+    /// The body of `GET path`, which must answer 200.
+    func body(_ path: String) async throws -> Data { Data(try await response(path).body) }
 
     /// `GET path` decoded as `type`, with its body.
     func decoded<T: Decodable>(_ path: String, as type: T.Type) async throws -> (T, Data) {
         let data = try await body(path)
+        return (try decode(data, path, as: type), data)
+    }
+
+    /// A list of the admin API decoded, with its body and whether it stopped short of all
+    /// (`OOData-More`).
+    func listed<T: Decodable>(_ path: String, as type: [T].Type) async throws -> ([T], Data, more: Bool) {
+        let answer = try await response(path)
+        let data = Data(answer.body)
+        return (try decode(data, path, as: type), data, answer.headers["OOData-More"] == "true")
+    }
+
+    private func decode<T: Decodable>(_ data: Data, _ path: String, as type: T.Type) throws -> T {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         do {
-            return (try decoder.decode(T.self, from: data), data)
+            return try decoder.decode(T.self, from: data)
         } catch {
             throw AdminUnreadable(message: "\(root)\(path) did not answer as the admin API does: \(error)")
         }
@@ -144,6 +212,8 @@ struct GatewayStatusVerdict {
     var status: AdminStatus
     var scopes: [ScopeSummary]
     var inDoubt: [InDoubtRequest]
+    /// The lists that could not be read or stopped short, and why.
+    var unread: [String] = []
     var warnLag: Double
     var fatalLag: Double
     var activeWithin: Double
@@ -152,7 +222,13 @@ struct GatewayStatusVerdict {
     /// Each finding with its level.
     var findings: [(Level, String)] {
         var found: [(Level, String)] = []
-        if !status.ready { found.append((.critical, "not ready: \(status.readiness.reason ?? "?")")) }
+        // On standby alone an instance is not ready by choice: a warning, not an outage.
+        let failed = status.readiness.checks.filter { !$0.ok }.map(\.name)
+        let onlyStandby = status.standby && !failed.isEmpty && failed.allSatisfy { $0 == "standby" }
+        if !status.ready && !onlyStandby {
+            found.append((.critical, "not ready: \(status.readiness.reason ?? "?")"))
+        }
+        for part in unread { found.append((.warning, "not read: \(part)")) }
         if status.standby { found.append((.warning, "on standby: load balancers send no new devices")) }
         for scope in scopes where isActive(scope) {
             let lag = scope.lagSeconds ?? .infinity
@@ -180,7 +256,8 @@ struct GatewayStatusVerdict {
     }
 
     func report(devices: [DeviceSummary]) -> String {
-        var lines = ["gateway \(status.version): \(level.word)" + (status.ready ? ", ready" : ", NOT READY")]
+        let readiness = status.ready ? ", ready" : status.standby && level < .critical ? ", on standby" : ", NOT READY"
+        var lines = ["gateway \(status.version): \(level.word)" + readiness]
         for check in status.readiness.checks {
             lines.append("  \(check.ok ? "ok  " : "FAIL") \(check.name): \(check.detail)")
         }

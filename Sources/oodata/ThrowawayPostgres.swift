@@ -78,9 +78,16 @@ struct ThrowawayPostgres {
         }
         let password = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
         let passwordFile = folder + "/password"
-        guard FileManager.default.createFile(
-            atPath: passwordFile, contents: Data(password.utf8), attributes: [.posixPermissions: 0o600])
-        else { throw CLIFailure("\(passwordFile) could not be written") }
+        // Made 0600 at once: never readable by others, not even for a moment.
+        let descriptor = open(passwordFile, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o600)
+        guard descriptor >= 0,
+            password.utf8CString.withUnsafeBufferPointer({ write(descriptor, $0.baseAddress, $0.count - 1) })
+                == password.utf8.count
+        else {
+            if descriptor >= 0 { close(descriptor) }
+            throw CLIFailure("\(passwordFile) could not be written (errno \(errno))")
+        }
+        close(descriptor)
         if getuid() == 0, let user = getpwnam("postgres") {
             _ = chown(passwordFile, user.pointee.pw_uid, user.pointee.pw_gid)
         }

@@ -352,8 +352,9 @@ import Testing
         await setup.stop()
     }
 
-    /// `oodata gateway status`: 0 when all is well, 1 on standby, 3 with a wrong token; the
-    /// text names the scopes and the checks.
+    /// `oodata gateway status`: 0 when all is well, 1 on standby, 3 with a wrong token, without
+    /// one, or pointed at the public port (where it sends no credential); the text names the
+    /// scopes and the checks.
     @Test func theStatusCommandHasExitCodesForScripts() async throws {
         let setup = try await GatewayDeltaTests.start(v2: false, instances: 0)
         do {
@@ -372,15 +373,23 @@ import Testing
             #expect(ok == 0, "\(text)")
             #expect(text.contains("OK, ready") && text.contains("| Contacts |"), "\(text)")
             _ = try await Self.admin(gateway, "POST", "/api/standby", body: #"{"standby":true}"#)
-            let (critical, standbyText) = try await status(["--token", Self.token])
-            #expect(critical == 2, "not ready is critical: \(standbyText)")
-            #expect(standbyText.contains("standby"))
+            let (warning, standbyText) = try await status(["--token", Self.token])
+            #expect(warning == 1, "standby is chosen, a warning: \(standbyText)")
+            #expect(standbyText.contains("WARNING, on standby"), "\(standbyText)")
             let (unknown, refused) = try await status(["--token", "wrong-token-0123456789"])
             #expect(unknown == 3, "\(refused)")
             #expect(refused.contains("401"))
+            let (none, noneText) = try await status([])
+            #expect(none == 3 && noneText.contains("needs credentials"), "\(noneText)")
+            let publicPort = setup.folder.appendingPathComponent("public.out").path
+            let (publicCode) = try await Spawn.waitOffPool(
+                [tool.path, "gateway", "status", "--admin", gateway.root.absoluteString, "--token", Self.token],
+                outputFile: publicPort)
+            let publicText = (try? String(contentsOfFile: publicPort, encoding: .utf8)) ?? ""
+            #expect(publicCode == 3 && publicText.contains("public port"), "\(publicText)")
             let (json, jsonText) = try await status(["--token", Self.token, "--json"])
-            #expect(json == 2)
-            #expect((try? JSONValue.parse(Array(jsonText.utf8)))?["verdict"]?.stringValue == "CRITICAL", "\(jsonText)")
+            #expect(json == 1)
+            #expect((try? JSONValue.parse(Array(jsonText.utf8)))?["verdict"]?.stringValue == "WARNING", "\(jsonText)")
             await gateway.stop()
         } catch {
             Issue.record("\(error)")
@@ -424,7 +433,8 @@ extension GatewayOperationsTests {
             #expect(try await Self.admin(gateway, "POST", "/api/config/reload").status == 422)
             let log = setup.folder.appendingPathComponent("gateway.log").path
             let logText =
-                (1...700).map { "line \($0)" }.joined(separator: "\n")
+                (1...699).map { "line \($0)" }.joined(separator: "\n")
+                + "\nstarted with --admin-token \(Self.token) by hand"
                 + "\nforwarded with Authorization: Basic ZGV2aWNlOmRldmljZS1wdw== to http://ops:pw-in-url@backend/\n"
             try logText.write(toFile: log, atomically: true, encoding: .utf8)
             let adminURL = "http://127.0.0.1:\(try #require(gateway.adminPort))"
@@ -453,7 +463,8 @@ extension GatewayOperationsTests {
             let lines = bundle["logFile"]?["lines"]?.arrayValue ?? []
             #expect(lines.count == 100)
             #expect(lines.first?.stringValue == "line 602")
-            #expect(lines.last?.stringValue == "forwarded with Authorization: ••• to http://•••@backend/")
+            #expect(lines.dropLast().last?.stringValue == "started with --admin-token ••• by hand")
+            #expect(lines.last?.stringValue == "forwarded with Authorization: Basic ••• to http://•••@backend/")
             for secret in ["hunter2", "c2hhcmVk", "ZGV2aWNl", "pw-in-url", Self.token, "operator-password"] {
                 #expect(!text.contains(secret), "\(secret) is in the bundle")
             }
@@ -499,5 +510,50 @@ extension JSONValue {
     var jsonDouble: Double? {
         if case .number(let text) = self { return Double(text) }
         return nil
+    }
+}
+
+extension GatewayOperationsTests {
+    /// Shared credentials the backend refuses (a wrong `shared_authorization`): a device whose
+    /// own credentials the backend takes gets 502 `SharedCredentialsRefused`, not a 401 that
+    /// would send it to its login, and the operator finds an error in `/api/log` without the
+    /// credential in it.
+    @Test(arguments: [false, true])
+    func refusedSharedCredentialsAreTheOperatorsToFix(v2: Bool) async throws {
+        let setup = try await GatewayIsolationTests.start(v2: v2)
+        do {
+            let gateway = try await Self.adminGateway(setup) { configuration in
+                configuration.backends[0].sharedAuthorization = GatewayIsolationTests.basic("alice", "not-her-pw")
+                configuration.backends[0].sharedQueries = ["Contacts"]
+                configuration.backends[0].trackDeltas = .always
+            }
+            let answer = try await GatewayIsolationTests.send(
+                "GET", gateway.root.absoluteString + "Contacts", authorization: GatewayIsolationTests.alice,
+                tracked: true)
+            let text = GatewayIsolationTests.text(answer)
+            #expect(answer.status == 502, "\(text)")
+            #expect(text.contains("SharedCredentialsRefused") && text.contains("shared_authorization"), "\(text)")
+            #expect(answer.headers["WWW-Authenticate"] == nil)
+            // Her own read of data that is not shared still works.
+            let own = try await GatewayIsolationTests.send(
+                "GET", gateway.root.absoluteString + "BusinessPartners", authorization: GatewayIsolationTests.alice,
+                tracked: true)
+            #expect(own.status == 200)
+            let log = try Self.json(try await Self.admin(gateway, "GET", "/api/log?limit=10")).arrayValue ?? []
+            let refusal = log.first {
+                $0["message"]?.stringValue?.contains("refused the shared credentials") == true
+            }
+            #expect(refusal?["level"]?.stringValue == "error", "\(log)")
+            #expect(refusal?["message"]?.stringValue?.contains("Contacts") == true)
+            let scopes = try Self.json(try await Self.admin(gateway, "GET", "/api/scopes")).arrayValue ?? []
+            let contacts = scopes.first { $0["query"]?.stringValue == "Contacts" }
+            let id = try #require(contacts?["id"]?.jsonInt)
+            let refresh = try Self.json(try await Self.admin(gateway, "POST", "/api/scopes/\(id)/refresh"))
+            #expect(refresh["error"]?.stringValue == "the backend answered 401 to shared_authorization", "\(refresh)")
+            await gateway.stop()
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
     }
 }

@@ -28,12 +28,13 @@ private typealias Users = GatewayIsolationTests
     /// is listed on the admin port with her device and downloaded whole: it opens with the
     /// support key only and has her rows and her queued change. Nobody else can add to it,
     /// read it or send a store without credentials the backend takes; a store over the limit is
-    /// refused before any byte is kept; an identity keeps at most three; retention removes them.
+    /// refused before any byte is kept, and so is one that would take the endpoint's stores past
+    /// their total; an identity keeps at most three; retention removes them.
     @Test(arguments: [false, true])
     func aDevicesStoreReachesTheOperatorOnly(v2: Bool) async throws {
         let setup = try await Users.start(v2: v2)
         do {
-            let gateway = try await Ops.adminGateway(setup)
+            let gateway = try await Ops.adminGateway(setup) { $0.backends[0].supportStoreTotalLimit = 4 << 20 }
             let root = gateway.root.absoluteString
             var parameters = OfflineODataParameters()
             parameters.storePath = setup.folder
@@ -79,6 +80,9 @@ private typealias Users = GatewayIsolationTests
             for authorization in [nil, Users.basic("mallory", "guess"), Users.basic("alice", "wrong")] {
                 let answer = try await Self.post(support, authorization: authorization, range: nil, body: chunk)
                 #expect([401, 403].contains(answer.status), "\(authorization ?? "anonymous"): \(answer.status)")
+                if authorization == nil {
+                    #expect(String(decoding: answer.body, as: UTF8.self).contains("SupportNeedsCredentials"))
+                }
             }
             let bobs = try await Self.post(
                 support, authorization: Users.bob, range: "bytes \(size - 10)-\(size - 1)/\(size)", body: chunk)
@@ -125,9 +129,20 @@ private typealias Users = GatewayIsolationTests
                     root + "$oodata/support/" + name, authorization: Users.alice, range: nil, body: chunk)
                 #expect(answer.status == 200, "\(name): \(String(decoding: answer.body, as: UTF8.self))")
             }
-            let bob = try await Self.post(
+            // Two first chunks of one store at once are taken one after the other.
+            async let one = Self.post(
                 root + "$oodata/support/bobs", authorization: Users.bob, range: nil, body: chunk)
-            #expect(bob.status == 200)
+            async let other = Self.post(
+                root + "$oodata/support/bobs", authorization: Users.bob, range: nil, body: chunk)
+            let bobs1 = try await one
+            let bobs2 = try await other
+            #expect(bobs1.status == 200 && bobs2.status == 200, "\(bobs1.status) \(bobs2.status)")
+            // A store that would take the endpoint's stores past support_store_total_mb (4 MiB
+            // here) is refused, and Alice's oldest, which it would have replaced, stays.
+            let full = try await Self.post(
+                root + "$oodata/support/s4", authorization: Users.alice, range: "bytes 0-9/\(4 << 20)", body: chunk)
+            #expect(full.status == 413)
+            #expect(String(decoding: full.body, as: UTF8.self).contains("support_store_total_mb"))
             let kept = try Ops.json(try await Ops.admin(gateway, "GET", "/api/support")).arrayValue ?? []
             #expect(Set(kept.compactMap { $0["name"]?.stringValue }) == ["s1", "s2", "s3", "bobs"], "\(kept)")
             // The page lists them with a download link.
@@ -145,6 +160,11 @@ private typealias Users = GatewayIsolationTests
                     method: "DELETE", url: "http://127.0.0.1:\(try #require(gateway.adminPort))/api/support/\(s1)",
                     headers: headers), timeout: 30)
             #expect(removed.status == 200)
+            let notAnID = try await DefaultTransport.make().send(
+                TransportRequest(
+                    method: "DELETE", url: "http://127.0.0.1:\(try #require(gateway.adminPort))/api/support/abc",
+                    headers: headers), timeout: 30)
+            #expect(notAnID.status == 400)
             try await gateway.gateway.store.removeSupportStores(backend: setup.backendRoot, olderThan: 0)
             #expect(try await gateway.gateway.store.supportStores().isEmpty)
             await device.close()

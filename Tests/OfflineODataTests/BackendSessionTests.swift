@@ -124,10 +124,12 @@ import Testing
         private var count = 0
         let retryAfter: String
         let refusals: Int
+        let fromGateway: Bool
         var sent: Int { lock.withLock { count } }
-        init(retryAfter: String, refusals: Int) {
+        init(retryAfter: String, refusals: Int, fromGateway: Bool = false) {
             self.retryAfter = retryAfter
             self.refusals = refusals
+            self.fromGateway = fromGateway
         }
         func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
             let index = lock.withLock {
@@ -136,20 +138,26 @@ import Testing
             }
             var headers = ODataCore.HTTPHeaders()
             headers["Retry-After"] = retryAfter
+            if fromGateway { headers["OOData-Gateway"] = "1" }
             return TransportResponse(status: index <= refusals ? 429 : 200, headers: headers)
         }
     }
 
     /// A 429 is sent again after its Retry-After (a quarter of a second at least), three times
     /// at most, only within `maximumRetryAfter`: 0 or less never waits, an infinite one is an
-    /// hour (a Retry-After of days reaches the caller instead of a sleep that overflows).
+    /// hour (a Retry-After of days reaches the caller instead of a sleep that overflows). A
+    /// plain POST is sent again only when a gateway (which throttles before doing anything)
+    /// answered, or it carries a Repeatability-Request-ID.
     @Test func throttledRequestsWaitWithinTheirLimit() async throws {
         let token = TransportRequest(method: "GET", url: "http://backend.example/odata/")
-        let request = TransportRequest(method: "GET", url: "http://backend.example/odata/A")
         func run(
-            _ retryAfter: String, refusals: Int, limit: Double, retry: Bool = true
+            _ retryAfter: String, refusals: Int, limit: Double, retry: Bool = true, method: String = "GET",
+            repeatable: Bool = false, fromGateway: Bool = false
         ) async throws -> (Int, Int, Double) {
-            let transport = Throttling(retryAfter: retryAfter, refusals: refusals)
+            var headers = ODataCore.HTTPHeaders()
+            if repeatable { headers["Repeatability-Request-ID"] = "3f1c" }
+            let request = TransportRequest(method: method, url: "http://backend.example/odata/A", headers: headers)
+            let transport = Throttling(retryAfter: retryAfter, refusals: refusals, fromGateway: fromGateway)
             let session = BackendSession(
                 transport: transport, serviceRoot: "http://backend.example/odata/", authenticator: nil,
                 csrfProtection: false, maximumRetryAfter: limit)
@@ -176,5 +184,11 @@ import Testing
         #expect(nan.0 == 429 && nan.1 == 1)
         let unasked = try await run("0", refusals: 1, limit: 60, retry: false)
         #expect(unasked.0 == 429 && unasked.1 == 1)
+        let post = try await run("0", refusals: 1, limit: 60, method: "POST")
+        #expect(post.0 == 429 && post.1 == 1, "a backend's 429 to a plain POST is not sent again")
+        let repeatable = try await run("0", refusals: 1, limit: 60, method: "POST", repeatable: true)
+        #expect(repeatable.0 == 200 && repeatable.1 == 2)
+        let gateways = try await run("0", refusals: 1, limit: 60, method: "POST", fromGateway: true)
+        #expect(gateways.0 == 200 && gateways.1 == 2)
     }
 }

@@ -15,9 +15,11 @@ public struct ConfigurationSummary: Sendable, Codable, Equatable {
         public var supportsBatch: Bool
         public var deviceThrottle: String?
         public var userThrottle: String?
-        /// The largest support store, in bytes, and how long one is kept, in seconds.
+        /// The largest support store, in bytes, how long one is kept, in seconds, and the most
+        /// bytes all of the endpoint's stores take together.
         public var supportStoreLimit: Int64
         public var supportStoreRetention: Double
+        public var supportStoreTotalLimit: Int64
     }
 
     public var backends: [Backend]
@@ -59,7 +61,8 @@ extension GatewayConfiguration {
                     prepopulate: backend.prepopulate.rawValue, supportsBatch: backend.supportsBatch,
                     deviceThrottle: backend.deviceThrottle?.description,
                     userThrottle: backend.userThrottle?.description,
-                    supportStoreLimit: backend.supportStoreLimit, supportStoreRetention: backend.supportStoreRetention
+                    supportStoreLimit: backend.supportStoreLimit, supportStoreRetention: backend.supportStoreRetention,
+                    supportStoreTotalLimit: backend.supportStoreTotalLimit
                 )
             },
             refreshInterval: refreshInterval, tombstoneRetention: tombstoneRetention, scopeRetention: scopeRetention,
@@ -115,9 +118,12 @@ extension Gateway {
                 scope: id, outcome: "refreshed", rows: summary.rows, changed: summary.changed,
                 removed: summary.removed)
         } catch let answer as BackendAnswer {
-            try? await store.noteRefreshError(scope: id, "the backend answered \(answer.response.status)")
-            return AdminRefreshOutcome(
-                scope: id, outcome: "markedDue", error: "the backend answered \(answer.response.status)")
+            let status = answer.response.status
+            let refusedShared = job.shared && [401, 403].contains(status)
+            if refusedShared { logSharedRefusal(status, backend: backend, query: job.query.canonical) }
+            let said = "the backend answered \(status)" + (refusedShared ? " to shared_authorization" : "")
+            try? await store.noteRefreshError(scope: id, said)
+            return AdminRefreshOutcome(scope: id, outcome: "markedDue", error: said)
         } catch {
             try? await store.noteRefreshError(scope: id, "\(error)")
             return AdminRefreshOutcome(scope: id, outcome: "markedDue", error: "\(error)")

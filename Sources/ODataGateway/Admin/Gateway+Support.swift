@@ -14,6 +14,15 @@ extension Gateway {
                 status: 405, code: "MethodNotAllowed",
                 "A device sends support stores with POST $oodata/support/<name>; operators read them on the admin port")
         }
+        // Only a device the backend takes may leave a store here (its refusal is the answer),
+        // and never one without credentials: anonymous callers would share one identity.
+        guard !request.user.isEmpty else {
+            throw GatewayError(
+                status: 401, code: "SupportNeedsCredentials",
+                "A support store is kept per identity: send it with the credentials the backend takes")
+        }
+        _ = try await credentialCheck.check(
+            credentials(of: request, backend: backend), url: backend.url, askDelta: false, gateway: self)
         let name = rest.isEmpty ? "store" : (rest.removingPercentEncoding ?? rest)
         guard (1...100).contains(name.utf8.count),
             name.utf8.allSatisfy({
@@ -35,20 +44,24 @@ extension Gateway {
                 "The store is \(total) bytes; this gateway keeps support stores of at most "
                     + "\(backend.supportStoreLimit) bytes (support_store_max_mb)")
         }
-        // Only a device the backend takes may leave a store here (its refusal is the answer).
-        _ = try await credentialCheck.check(
-            credentials(of: request, backend: backend), url: backend.url, askDelta: false, gateway: self)
-        guard
-            let outcome = try await store.takeSupportChunk(
-                backend: backend.url, user: request.user, name: name, instance: Self.clientInstanceID(request),
-                appVersion: request.headers["OOData-App-Version"].map { String($0.prefix(64)) }, start: start,
-                total: total, bytes: bytes)
-        else {
+        let outcome = try await store.takeSupportChunk(
+            backend: backend.url, user: request.user, name: name, instance: Self.clientInstanceID(request),
+            appVersion: request.headers["OOData-App-Version"].map { String($0.prefix(64)) }, start: start,
+            total: total, bytes: bytes, totalLimit: backend.supportStoreTotalLimit)
+        let received: Int64
+        switch outcome {
+        case .taken(let taken, _): received = taken
+        case .notContinued:
             throw GatewayError(
                 status: 416, code: "SupportRangeNotContinued",
                 "bytes \(start)-\(end)/\(total) do not continue support store \(name): send it again from byte 0")
+        case .full(let used):
+            throw GatewayError(
+                status: 413, code: "SupportStoresFull",
+                "The support stores of this endpoint take \(used) bytes; a store of \(total) more would pass "
+                    + "\(backend.supportStoreTotalLimit) (support_store_total_mb): ask the operator to remove some")
         }
-        if outcome.received == outcome.total, end + 1 == total {
+        if received == total, end + 1 == total {
             logger.notice(
                 "A device sent a store for support",
                 metadata: ["name": .string(name), "bytes": .stringConvertible(total), "backend": .string(backend.url)])
@@ -57,8 +70,8 @@ extension Gateway {
         headers["Content-Type"] = "application/json"
         headers["Cache-Control"] = "no-store"
         let body = JSONValue.object([
-            JSONValue.Member("name", .string(name)), JSONValue.Member("received", .string(String(outcome.received))),
-            JSONValue.Member("total", .string(String(outcome.total))),
+            JSONValue.Member("name", .string(name)), JSONValue.Member("received", .string(String(received))),
+            JSONValue.Member("total", .string(String(total))),
         ])
         return GatewayResponse(status: 200, headers: headers, body: Array(body.serialized.utf8))
     }

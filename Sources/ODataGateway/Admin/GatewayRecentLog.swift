@@ -43,37 +43,63 @@ public final class GatewayRecentLog: @unchecked Sendable {
         }
     }
 
-    /// `text` with what looks like a credential replaced by `•••`: the value after
-    /// `Authorization`, `Bearer`, `Basic`, `password`, `token`, `secret` or `key` (a `=`, `:` or
-    /// a space between), and a URL's user information.
+    /// `text` with what looks like a credential replaced by `•••`: an `Authorization` value
+    /// (its scheme, any, kept), a `Bearer`, `Basic` or `Negotiate` credential anywhere, a
+    /// `Cookie` or `Set-Cookie` value, a JWT, the value after `password`, `token`, `secret`,
+    /// `api_key` and the like (a `=` or `:` between), Digest's `response` and `nonce`, and a
+    /// URL's user information.
     public static func masked(_ text: String) -> String {
         var result = text
-        let patterns = [
-            #"(?i)(authorization["']?\s*[:=]\s*["']?)(bearer |basic )?[^\s"',;]+"#,
-            #"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"#,
-            #"(?i)((password|passwd|pwd|token|secret|api[_-]?key|hs_secret)["']?\s*[:=]\s*["']?)"#
-                + #"[^\s"',;&]+"#,
-            #"(?i)(://)[^/\s:@]+:[^/\s@]+@"#,
-        ]
-        let replacements = ["$1•••", "$1 •••", "$1•••", "$1•••@"]
-        for (pattern, replacement) in zip(patterns, replacements) {
-            guard let expression = try? NSRegularExpression(pattern: pattern) else { continue }
+        for (expression, template) in maskings {
             result = expression.stringByReplacingMatches(
-                in: result, range: NSRange(result.startIndex..., in: result), withTemplate: replacement)
+                in: result, range: NSRange(result.startIndex..., in: result), withTemplate: template)
         }
         return result
     }
+
+    private static let maskings: [(NSRegularExpression, String)] = {
+        let secretNames = "password|passwd|pwd|token|secret|api[_-]?key|credential"
+        let patterns: [(String, String)] = [
+            // A JWT wherever it is (three base64url parts, the first a JSON object).
+            (#"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"#, "•••"),
+            // Authorization: SCHEME CREDENTIAL, whatever the scheme and the spaces.
+            (
+                #"(?i)((?:proxy-)?authorization["']?\s*[:=]\s*["']?(?:[A-Za-z][A-Za-z0-9_-]*[ \t]+)?)"#
+                    + #"[^\s"',;]+"#, "$1•••"
+            ),
+            (#"(?i)\b(bearer|basic|negotiate)[ \t]+[A-Za-z0-9._~+/=-]{4,}"#, "$1 •••"),
+            // A cookie header's value, to the end of the line or quote.
+            (#"(?i)(\b(?:set-)?cookie["']?\s*[:=]\s*["']?)[^\r\n"']+"#, "$1•••"),
+            (#"(?i)((?:"# + secretNames + #")["']?\s*[:=]\s*["']?)[^\s"',;&]+"#, "$1•••"),
+            (#"(?i)(\b(?:response|nonce|cnonce)\s*=\s*"?)[^\s"',;]+"#, "$1•••"),
+            (#"(?i)(://)[^/\s:@]+:[^/\s@]+@"#, "$1•••@"),
+        ]
+        return patterns.compactMap { pattern, template in
+            (try? NSRegularExpression(pattern: pattern)).map { ($0, template) }
+        }
+    }()
 }
 
-/// Passes every line to the handler it wraps and keeps warnings and worse in a
-/// ``GatewayRecentLog``.
+/// Passes the lines of the log level set to the handler it wraps, and keeps warnings and
+/// worse in a ``GatewayRecentLog`` whatever that level (`--log-level error` still keeps
+/// warnings for the admin API).
 struct RecordingLogHandler: LogHandler {
-    var inner: any LogHandler
+    private var inner: any LogHandler
+    private var innerLevel: Logger.Level
     let recent: GatewayRecentLog
 
+    init(inner: any LogHandler, recent: GatewayRecentLog) {
+        self.inner = inner
+        self.innerLevel = inner.logLevel
+        self.recent = recent
+    }
+
     var logLevel: Logger.Level {
-        get { inner.logLevel }
-        set { inner.logLevel = newValue }
+        get { min(innerLevel, .warning) }
+        set {
+            innerLevel = newValue
+            inner.logLevel = newValue
+        }
     }
     var metadata: Logger.Metadata {
         get { inner.metadata }
@@ -89,15 +115,16 @@ struct RecordingLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        inner.log(event: event)
+        if event.level >= innerLevel { inner.log(event: event) }
         guard event.level >= .warning else { return }
         var text = "\(event.message)"
         let all = inner.metadata.merging(event.metadata ?? [:]) { _, new in new }
         if !all.isEmpty {
             text += " " + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
         }
-        let line = GatewayRecentLog.Line(
-            time: Date(), level: "\(event.level)", message: GatewayRecentLog.masked(String(text.prefix(2000))))
-        recent.append(line)
+        // Masked before it is cut, so that no credential is cut short of its pattern.
+        let masked = GatewayRecentLog.masked(String(text.prefix(16_000)))
+        recent.append(
+            GatewayRecentLog.Line(time: Date(), level: "\(event.level)", message: String(masked.prefix(2000))))
     }
 }

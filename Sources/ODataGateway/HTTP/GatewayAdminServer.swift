@@ -3,6 +3,7 @@ public import Hummingbird
 import HTTPTypes
 public import Logging
 import NIOCore
+import PostgresNIO
 public import Prometheus
 
 /// The admin API on a port of its own (issue 56), for operators only: every request needs the
@@ -76,7 +77,7 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             return Self.json(error.status, ["error": error.message])
         } catch {
             gateway.logger.warning("Admin request failed", metadata: ["path": .string(path), "error": "\(error)"])
-            return Self.json(503, ["error": "\(error)"])
+            return Self.json(503, ["error": Self.explain(error)])
         }
     }
 
@@ -101,7 +102,7 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             let type = request.headers[.contentType]?.split(separator: ";").first?
                 .trimmingCharacters(in: .whitespaces).lowercased()
             guard type == "application/json" else {
-                return "the admin API's POST requests take Content-Type: application/json"
+                return "the admin API's changing requests (POST, DELETE) take Content-Type: application/json"
             }
         }
         return nil
@@ -142,7 +143,8 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             } catch {
                 throw GatewayError(
                     status: 400, code: "BadResolution",
-                    #"give {"backend":"<service root>","requestID":"<id>","applied":true|false}: \#(error)"#)
+                    #"give {"backend":"<service root>","requestID":"<id>","applied":true|false}: "#
+                        + Self.explain(decoding: error))
             }
             guard
                 try await gateway.resolveInDoubt(
@@ -164,16 +166,26 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             guard let id = Int64(p[2]) else {
                 throw GatewayError(status: 400, code: "BadSupportStore", "'\(p[2])' is no support store ID")
             }
-            guard let (summary, bytes) = try await gateway.store.supportStoreContent(id: id) else {
+            guard let summary = try await gateway.store.supportStore(id: id), summary.complete else {
                 throw GatewayError(status: 404, code: "NoSupportStore", "there is no complete support store \(id)")
             }
             var fields = HTTPFields()
             fields[.contentType] = "application/octet-stream"
             fields[.cacheControl] = "no-store"
             fields[.contentDisposition] = "attachment; filename=\"support-\(summary.id)-\(summary.name)\""
-            return Response(status: .ok, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
+            // Streamed chunk by chunk: a store of up to 1 GiB is never whole in memory. Should it
+            // change meanwhile, the connection is cut before its announced length.
+            let store = gateway.store
+            let body = ResponseBody(contentLength: Int(summary.size)) { writer in
+                try await store.streamSupportStore(id: summary.id, size: summary.size) { try await writer.write($0) }
+                try await writer.finish(nil)
+            }
+            return Response(status: .ok, headers: fields, body: body)
         case ("DELETE", let p) where p.count == 3 && p[0] == "api" && p[1] == "support":
-            guard let id = Int64(p[2]), try await gateway.store.removeSupportStore(id: id) else {
+            guard let id = Int64(p[2]) else {
+                throw GatewayError(status: 400, code: "BadSupportStore", "'\(p[2])' is no support store ID")
+            }
+            guard try await gateway.store.removeSupportStore(id: id) else {
                 throw GatewayError(status: 404, code: "NoSupportStore", "there is no support store \(p[2])")
             }
             return Self.json(200, ["removed": String(id)])
@@ -181,7 +193,12 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             let limit = try Self.limit(query)
             return Self.listed(try await gateway.store.storeFiles(limit: limit + 1), limit: limit)
         case ("GET", ["api", "log"]):
-            return Self.encoded(200, gateway.recentLog.entries)
+            // The newest `limit` lines, oldest first.
+            let limit = try Self.limit(query)
+            let entries = gateway.recentLog.entries
+            var response = Self.encoded(200, Array(entries.suffix(limit)))
+            if entries.count > limit, let more = HTTPField.Name("OOData-More") { response.headers[more] = "true" }
+            return response
         case ("GET", ["api", "metrics"]):
             guard let metrics else {
                 throw GatewayError(status: 404, code: "NoMetrics", "this gateway keeps no metrics registry")
@@ -203,6 +220,31 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
             return Self.json(200, ["standby": standby ? "true" : "false"])
         default:
             throw GatewayError(status: 404, code: "NotFound", "no admin endpoint \(method) \(path)")
+        }
+    }
+
+    /// What failed, for the operator: PostgreSQL's troubles in words, not a pool's internals.
+    static func explain(_ error: any Error) -> String {
+        let text = "\(error)"
+        if error is PostgresDeadlineExceeded {
+            return "PostgreSQL did not answer in time (see /api/status); try again shortly"
+        }
+        if text.contains("ConnectionPoolError") || text.contains("CircuitBreakerTripped") {
+            return "PostgreSQL cannot be reached: the gateway's connections to it fail (see /api/status and the "
+                + "gateway's log); try again when it is back"
+        }
+        if error is PSQLError { return "PostgreSQL: \(PostgresProbe.explain(error))" }
+        return text
+    }
+
+    /// A JSON body's fault in a few words: the member missing or of the wrong type.
+    static func explain(decoding error: any Error) -> String {
+        switch error as? DecodingError {
+        case .keyNotFound(let key, _)?: return "'\(key.stringValue)' is missing"
+        case .typeMismatch(_, let context)?, .valueNotFound(_, let context)?:
+            return "'\(context.codingPath.map(\.stringValue).joined(separator: "."))' has the wrong type"
+        case .dataCorrupted?: return "the body is not JSON"
+        default: return "the body is not such an object"
         }
     }
 

@@ -92,7 +92,7 @@ public final class RunningGateway: Sendable {
                     do {
                         try await store.migrate()
                         await gateway.operations.setMigrated()
-                        GatewayIdentities.warnUnverified(configuration, logger: logger)
+                        GatewayIdentities.warnUnverified(configuration, logger: gateway.logger)
                         await migrated.open(nil)
                     } catch {
                         await migrated.open(error)
@@ -243,32 +243,48 @@ public enum PostgresURL {
     /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`, or with `?host=/socket/folder` for a
     /// Unix socket. TLS is not offered yet: `sslmode` other than `disable` is refused.
     public static func configuration(_ text: String) throws -> PostgresClient.Configuration {
+        // Never the password in an error: these go to terminals and logs.
+        let shown = GatewayRecentLog.masked(text)
+        func refuse(_ message: String) -> GatewayError {
+            GatewayError(status: 400, code: "BadPostgresURL", "'\(shown)': \(message)")
+        }
         guard let components = URLComponents(string: text),
             components.scheme == "postgres" || components.scheme == "postgresql"
         else {
-            throw GatewayError(
-                status: 400, code: "BadPostgresURL",
-                "'\(text)' is not a postgres://USER@HOST:PORT/DATABASE URL")
+            throw refuse("not a postgres://USER@HOST:PORT/DATABASE URL")
         }
         let user = components.user ?? "postgres"
         let password = components.password
         let database = components.path.isEmpty || components.path == "/" ? user : String(components.path.dropFirst())
         let items = components.queryItems ?? []
-        if let mode = items.first(where: { $0.name == "sslmode" })?.value, mode != "disable" {
-            throw GatewayError(
-                status: 400, code: "BadPostgresURL",
-                "sslmode=\(mode): TLS to PostgreSQL is not supported yet; use sslmode=disable")
+        if let unknown = items.first(where: { !["host", "port", "sslmode"].contains($0.name) }) {
+            throw refuse("'\(unknown.name)' is not a setting the gateway takes (host, port, sslmode)")
         }
+        if let mode = items.first(where: { $0.name == "sslmode" })?.value, mode != "disable" {
+            throw refuse("sslmode=\(mode): TLS to PostgreSQL is not supported yet; use sslmode=disable")
+        }
+        var port = components.port ?? 5432
+        if let given = items.first(where: { $0.name == "port" })?.value {
+            guard let value = Int(given), components.port == nil || components.port == value else {
+                throw refuse("port=\(given) is no port, or another one than the URL's")
+            }
+            port = value
+        }
+        guard (1...65535).contains(port) else { throw refuse("port \(port) is outside 1-65535") }
         var configuration: PostgresClient.Configuration
-        if let socketFolder = items.first(where: { $0.name == "host" })?.value, socketFolder.hasPrefix("/") {
-            let port = components.port ?? 5432
+        if let socketFolder = items.first(where: { $0.name == "host" })?.value {
+            guard socketFolder.hasPrefix("/") else {
+                throw refuse("host=\(socketFolder) is no socket folder (an absolute path, such as /var/run/postgresql)")
+            }
             configuration = .init(
                 unixSocketPath: socketFolder + "/.s.PGSQL.\(port)", username: user, password: password,
                 database: database)
         } else {
+            guard let host = components.host, !host.isEmpty else {
+                throw refuse("no host: give postgres://USER@HOST:PORT/DATABASE or ?host=/socket/folder")
+            }
             configuration = .init(
-                host: components.host ?? "127.0.0.1", port: components.port ?? 5432, username: user,
-                password: password, database: database, tls: .disable)
+                host: host, port: port, username: user, password: password, database: database, tls: .disable)
         }
         configuration.options.maximumConnections = 40
         return configuration

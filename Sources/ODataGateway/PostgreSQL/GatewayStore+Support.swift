@@ -18,10 +18,21 @@ public struct SupportStoreSummary: Sendable, Codable, Equatable {
     public var createdAt: Date
 }
 
-/// Where a support store's chunk landed.
-struct SupportChunkOutcome: Sendable {
-    var received: Int64
-    var total: Int64
+/// A support store's chunks changed while it was read (removed, or begun again).
+public struct SupportStoreChanged: Error, CustomStringConvertible {
+    public var id: Int64
+    public var description: String { "support store \(id) changed while it was read" }
+}
+
+/// What became of a support store's chunk.
+enum SupportChunkOutcome: Sendable, Equatable {
+    /// Taken: `received` of `total` bytes are kept.
+    case taken(received: Int64, total: Int64)
+    /// It does not continue the store (a gap, another total, no store begun).
+    case notContinued
+    /// A new store that would take the endpoint's stores past their limit; `used` bytes are
+    /// taken by the others.
+    case full(used: Int64)
 }
 
 extension GatewayStore {
@@ -55,16 +66,40 @@ extension GatewayStore {
     /// oldest, so a device cannot fill the database.
     static let supportStoresPerUser = 3
 
+    /// The advisory lock space of support stores: one lock per endpoint, identity and name, so
+    /// that two first chunks of one store at once are taken one after the other.
+    static let supportLockSpace: Int32 = 7264
+
     /// Takes bytes `start...` of a support store of `total` bytes: a chunk at 0 begins it anew
-    /// (replacing one of the same name of this identity); a later one must continue it (a
-    /// chunk already taken is taken again without change, a retry). Nil: it does not continue
-    /// the store (a gap, another total, no store begun).
+    /// (replacing one of the same name of this identity) when the endpoint's stores stay within
+    /// `totalLimit` bytes; a later one must continue it (a chunk already taken is taken again
+    /// without change, a retry).
     func takeSupportChunk(
         backend: String, user: String, name: String, instance: String?, appVersion: String?,
-        start: Int64, total: Int64, bytes: [UInt8]
-    ) async throws -> SupportChunkOutcome? {
+        start: Int64, total: Int64, bytes: [UInt8], totalLimit: Int64
+    ) async throws -> SupportChunkOutcome {
+        do {
+            return try await takeSupportChunkOnce(
+                backend: backend, user: user, name: name, instance: instance, appVersion: appVersion, start: start,
+                total: total, bytes: bytes, totalLimit: totalLimit)
+        } catch let full as SupportStoresFull {
+            return .full(used: full.used)
+        }
+    }
+
+    private struct SupportStoresFull: Error {
+        var used: Int64
+    }
+
+    private func takeSupportChunkOnce(
+        backend: String, user: String, name: String, instance: String?, appVersion: String?,
+        start: Int64, total: Int64, bytes: [UInt8], totalLimit: Int64
+    ) async throws -> SupportChunkOutcome {
         try await client.withTransaction(logger: logger) { connection in
             let end = start + Int64(bytes.count)
+            let lockName = backend + "\n" + user + "\n" + name
+            try await connection.query(
+                "SELECT pg_advisory_xact_lock(\(Self.supportLockSpace), hashtext(\(lockName)))", logger: logger)
             if start == 0 {
                 try await connection.query(
                     """
@@ -78,6 +113,13 @@ extension GatewayStore {
                       SELECT id FROM oodata_support_store WHERE backend = \(backend) AND user_name = \(user)
                       ORDER BY created_at DESC OFFSET \(keep))
                     """, logger: logger)
+                let sums = try await connection.query(
+                    "SELECT COALESCE(SUM(total), 0)::BIGINT FROM oodata_support_store WHERE backend = \(backend)",
+                    logger: logger)
+                var used: Int64 = 0
+                for try await value in sums.decode(Int64.self) { used = value }
+                // Thrown to undo the removals above: the stores stay as they were.
+                guard used + total <= totalLimit else { throw SupportStoresFull(used: used) }
                 let rows = try await connection.query(
                     """
                     INSERT INTO oodata_support_store
@@ -87,7 +129,7 @@ extension GatewayStore {
                     """, logger: logger)
                 var id: Int64?
                 for try await value in rows.decode(Int64.self) { id = value }
-                guard let id else { return nil }
+                guard let id else { return .notContinued }
                 try await connection.query(
                     """
                     INSERT INTO oodata_support_chunk (store_id, start_at, bytes)
@@ -99,7 +141,7 @@ extension GatewayStore {
                         "UPDATE oodata_support_store SET completed_at = clock_timestamp() WHERE id = \(id)",
                         logger: logger)
                 }
-                return SupportChunkOutcome(received: end, total: total)
+                return .taken(received: end, total: total)
             }
             let rows = try await connection.query(
                 """
@@ -108,9 +150,9 @@ extension GatewayStore {
                 """, logger: logger)
             var found: (Int64, Int64, Int64)?
             for try await row in rows.decode((Int64, Int64, Int64).self) { found = row }
-            guard let (id, known, received) = found, known == total else { return nil }
-            if end <= received { return SupportChunkOutcome(received: received, total: total) }
-            guard start == received else { return nil }
+            guard let (id, known, received) = found, known == total else { return .notContinued }
+            if end <= received { return .taken(received: received, total: total) }
+            guard start == received else { return .notContinued }
             try await connection.query(
                 """
                 INSERT INTO oodata_support_chunk (store_id, start_at, bytes)
@@ -122,7 +164,7 @@ extension GatewayStore {
                   completed_at = CASE WHEN \(end) = total THEN clock_timestamp() END
                 WHERE id = \(id)
                 """, logger: logger)
-            return SupportChunkOutcome(received: end, total: total)
+            return .taken(received: end, total: total)
         }
     }
 
@@ -146,19 +188,25 @@ extension GatewayStore {
         return result
     }
 
-    /// A whole support store's bytes, nil when there is none or it is not complete.
-    public func supportStoreContent(id: Int64) async throws -> (summary: SupportStoreSummary, bytes: [UInt8])? {
-        guard let summary = try await supportStore(id: id), summary.complete else { return nil }
+    /// Passes a complete support store's chunks to `write` in order, one at a time, as
+    /// PostgreSQL sends them; throws ``SupportStoreChanged`` when the chunks are not the
+    /// `size` bytes listed (removed or replaced meanwhile).
+    func streamSupportStore(
+        id: Int64, size: Int64, to write: (ByteBuffer) async throws -> Void
+    ) async throws {
         let rows = try await client.query(
-            "SELECT bytes FROM oodata_support_chunk WHERE store_id = \(id) ORDER BY start_at", logger: logger)
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(Int(summary.size))
-        for try await chunk in rows.decode(ByteBuffer.self) { bytes.append(contentsOf: chunk.readableBytesView) }
-        guard Int64(bytes.count) == summary.size else { return nil }
-        return (summary, bytes)
+            "SELECT start_at, bytes FROM oodata_support_chunk WHERE store_id = \(id) ORDER BY start_at",
+            logger: logger)
+        var sent: Int64 = 0
+        for try await (start, chunk) in rows.decode((Int64, ByteBuffer).self) {
+            guard start == sent, sent + Int64(chunk.readableBytes) <= size else { throw SupportStoreChanged(id: id) }
+            sent += Int64(chunk.readableBytes)
+            try await write(chunk)
+        }
+        guard sent == size else { throw SupportStoreChanged(id: id) }
     }
 
-    func supportStore(id: Int64) async throws -> SupportStoreSummary? {
+    public func supportStore(id: Int64) async throws -> SupportStoreSummary? {
         let rows = try await client.query(
             """
             SELECT id, backend, name, user_name, instance_id, app_version, total, received, completed_at IS NOT NULL,
@@ -182,6 +230,16 @@ extension GatewayStore {
         var removed = false
         for try await _ in rows.decode(Int64.self) { removed = true }
         return removed
+    }
+
+    /// Removes the support stores of endpoints no longer configured (`backends` are those that
+    /// are) after the default retention, 7 days.
+    func removeSupportStores(notOf backends: [String]) async throws {
+        try await client.query(
+            """
+            DELETE FROM oodata_support_store WHERE backend <> ALL(\(backends))
+              AND created_at < clock_timestamp() - interval '7 days'
+            """, logger: logger)
     }
 
     /// Removes `backend`'s support stores older than `seconds`, and those not complete an hour

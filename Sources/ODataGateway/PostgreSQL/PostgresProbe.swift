@@ -72,6 +72,10 @@ public enum PostgresProbe {
             if cause.contains("Connection refused") {
                 return "connection refused: no PostgreSQL listens there (is it running, and on this port?)"
             }
+            if cause.contains("No such file or directory") || cause.contains("errno: 2") {
+                return "no socket file there: no PostgreSQL listens in that folder on that port (the socket is "
+                    + ".s.PGSQL.PORT; give the port as :PORT or ?port=)"
+            }
             return "cannot connect: \(cause)"
         case .authMechanismRequiresPassword:
             return "the server asks for a password and the URL gives none (postgres://USER:PASSWORD@HOST/DB)"

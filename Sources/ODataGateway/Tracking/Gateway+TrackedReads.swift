@@ -68,9 +68,20 @@ extension Gateway {
             guard scope.due else { return }
             let authorization = shared ? Self.shared(backend) : credentials(of: request, backend: backend)
             let started = ContinuousClock.now
-            let summary = try await refresh(
-                scope, query: tracked, backend: backend, keyNames: keyNames, legacy: legacy,
-                authorization: authorization, interval: interval, for: request)
+            let summary: GatewayStore.RefreshSummary
+            do {
+                summary = try await refresh(
+                    scope, query: tracked, backend: backend, keyNames: keyNames, legacy: legacy,
+                    authorization: authorization, interval: interval, for: request)
+            } catch let answer as BackendAnswer where shared && [401, 403].contains(answer.response.status) {
+                // The device's own credentials were accepted above: a 401 would tell it to log in
+                // again, when it is the gateway's shared ones the backend refused.
+                logSharedRefusal(answer.response.status, backend: backend, query: canonical)
+                throw GatewayError(
+                    status: 502, code: "SharedCredentialsRefused",
+                    "The backend refused the gateway's shared credentials for \(canonical) "
+                        + "(\(answer.response.status)); the operator must fix shared_authorization")
+            }
             if summary.ran {
                 await housekeep()
                 metrics.refreshes.increment()

@@ -147,13 +147,26 @@ extension Gateway {
             await housekeep()
         } catch let answer as BackendAnswer {
             // Credentials refused: the scope waits for a device's next read (and its credentials).
-            if [401, 403].contains(answer.response.status) { await refreshJobs.forget(job.scope) }
-            try? await store.noteRefreshError(scope: job.scope, "the backend answered \(answer.response.status)")
+            if [401, 403].contains(answer.response.status) {
+                await refreshJobs.forget(job.scope)
+                if job.shared { logSharedRefusal(answer.response.status, backend: backend, query: job.query.canonical) }
+            }
+            try? await store.noteRefreshError(
+                scope: job.scope,
+                "the backend answered \(answer.response.status)"
+                    + (job.shared && [401, 403].contains(answer.response.status) ? " to shared_authorization" : ""))
         } catch {
             logger.notice(
                 "A refresh off the request path failed",
                 metadata: ["query": .string(job.query.canonical), "error": "\(error)"])
             try? await store.noteRefreshError(scope: job.scope, "\(error)")
         }
+    }
+
+    /// The endpoint's shared credentials were refused: the operator's to fix, said as an error.
+    func logSharedRefusal(_ status: Int, backend: GatewayBackend, query: String) {
+        logger.error(
+            "The backend refused the shared credentials (shared_authorization)",
+            metadata: ["backend": .string(backend.url), "query": .string(query), "status": "\(status)"])
     }
 }

@@ -33,7 +33,10 @@ public struct OfflineODataParameters: Sendable {
     public var applicationVersion: String?
     /// The longest `Retry-After` a request waits for when it is answered 429 (too many
     /// requests) before it is sent again, seconds; a longer one, or a fourth 429 in a row,
-    /// reaches the caller. 0 (or less) never waits; more than an hour counts as an hour.
+    /// reaches the caller. 0 (or less) never waits; more than an hour counts as an hour. A
+    /// request can so take up to three times this plus four of its timeouts. A change (POST,
+    /// PATCH, …) is sent again only with a `Repeatability-Request-ID` (see
+    /// ``enableRepeatableRequests``) or when a sync gateway answered the 429.
     public var maximumRetryAfter: Double = 60
     /// Cookies added to every HTTP request the provider sends.
     public var customCookies: [String: String] = [:]

@@ -135,14 +135,16 @@ extension OfflineODataProvider {
         }
         var allowed = CharacterSet.urlPathAllowed
         allowed.remove(charactersIn: "/?#%")
-        // A download is not held up by it: ten seconds in all, and a throttled gateway (429)
-        // ends it until the next download.
+        // A download is not held up by it: ten seconds in all (each request within what is
+        // left), and a throttled gateway (429) ends it until the next download.
         let deadline = ContinuousClock.now + .seconds(10)
         for entry in entries {
-            guard ContinuousClock.now < deadline else { break }
+            let left = deadline - ContinuousClock.now
+            guard left > .milliseconds(100) else { break }
+            let seconds = min(5, Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18)
             guard let path = entry.repeatID.addingPercentEncoding(withAllowedCharacters: allowed),
                 let response = try? await send(
-                    method: "GET", url: "$oodata/requests/" + path, timeout: 5, retryThrottled: false)
+                    method: "GET", url: "$oodata/requests/" + path, timeout: seconds, retryThrottled: false)
             else { continue }
             if response.status == 429 { break }
             guard response.status == 200,

@@ -137,11 +137,17 @@ actor BackendSession {
         // A 429 (a gateway's or a backend's throttling) was not processed: it is sent again
         // after its Retry-After, up to three times, while that is within `maximumRetryAfter`
         // (at most an hour; 0, negative or not a number: never). A Retry-After of 0 still waits
-        // a quarter of a second.
+        // a quarter of a second. A change is sent again only when that is safe: it carries a
+        // Repeatability-Request-ID (applied once whatever happens), or the 429 is a sync
+        // gateway's (OOData-Gateway: its throttle answers before anything is done); a
+        // backend's 429 to a plain POST may come after the work (RFC 6585 does not say).
         var response = try await sendOnce(request, timeout: timeout, tokenRequest: tokenRequest)
         let limit = maximumRetryAfter > 0 ? min(maximumRetryAfter, 3600) : 0
+        let idempotent = ["GET", "HEAD", "OPTIONS"].contains(request.method.uppercased())
+        let repeatable = request.headers["Repeatability-Request-ID"] != nil
         var waits = 0
         while retryThrottled, limit > 0, response.status == 429, waits < 3,
+            idempotent || repeatable || response.headers["OOData-Gateway"] != nil,
             let asked = Self.retryAfter(response.headers["Retry-After"]), asked <= limit
         {
             let seconds = max(asked, 0.25)
