@@ -130,11 +130,16 @@ struct GatewayRunCommand: AsyncParsableCommand {
         var configuration: GatewayConfiguration
         if let config {
             let text: String
+            let data: Data
             do {
-                text = try String(contentsOfFile: config, encoding: .utf8)
+                data = try Data(contentsOf: URL(fileURLWithPath: config))
             } catch {
                 throw CLIFailure("--config \(config): cannot read it (\(error.localizedDescription))")
             }
+            guard let decoded = String(data: data, encoding: .utf8) else {
+                throw CLIFailure("--config \(config): the file is not UTF-8 text")
+            }
+            text = decoded
             do {
                 let (parsed, warnings) = try GatewayConfiguration.parse(ini: text)
                 for warning in warnings { FileHandle.standardError.write(Data("oodata: \(config): \(warning)\n".utf8)) }

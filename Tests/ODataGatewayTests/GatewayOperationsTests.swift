@@ -82,7 +82,9 @@ import Testing
             #expect(
                 status["readiness"]?["checks"]?.arrayValue?.count == 3, "standby, postgres, one backend: \(status)")
             // Standby: not ready, still serving.
-            #expect(try await Self.admin(gateway, "POST", "/api/standby", body: #"{"standby":true}"#).status == 200)
+            let switched = try await Self.admin(gateway, "POST", "/api/standby", body: #"{"standby":true}"#)
+            #expect(switched.status == 200)
+            #expect(try Self.json(switched)["standby"]?.jsonBool == true)
             let standby = try await Self.get(root + "readyz")
             #expect(standby.status == 503)
             #expect(standby.headers["Retry-After"] != nil)

@@ -217,7 +217,7 @@ struct AdminMiddleware<Context: RequestContext>: RouterMiddleware {
                 let standby = object["standby"] as? Bool
             else { throw GatewayError(status: 400, code: "BadStandby", #"give {"standby":true} or {"standby":false}"#) }
             await gateway.setStandby(standby)
-            return Self.json(200, ["standby": standby ? "true" : "false"])
+            return Self.encoded(200, ["standby": standby])
         default:
             throw GatewayError(status: 404, code: "NotFound", "no admin endpoint \(method) \(path)")
         }
