@@ -87,10 +87,15 @@ extension Gateway {
             status: 400, code: "BadContentRange",
             "Content-Range '\(text.prefix(80))' is not 'bytes FIRST-LAST/TOTAL' for the \(count) bytes sent")
         guard text.lowercased().hasPrefix("bytes ") else { throw fail }
-        let parts = text.dropFirst(6).split(separator: "/")
-        guard parts.count == 2, let total = Int64(parts[1]) else { throw fail }
-        let range = parts[0].split(separator: "-")
-        guard range.count == 2, let first = Int64(range[0]), let last = Int64(range[1]), first >= 0, last >= first,
+        // Digits only, each part present: `bytes 0--3/10` or `+5` are no ranges.
+        func number(_ part: Substring) -> Int64? {
+            guard !part.isEmpty, part.count <= 18, part.utf8.allSatisfy({ (48...57).contains($0) }) else { return nil }
+            return Int64(part)
+        }
+        let parts = text.dropFirst(6).split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let total = number(parts[1]) else { throw fail }
+        let range = parts[0].split(separator: "-", omittingEmptySubsequences: false)
+        guard range.count == 2, let first = number(range[0]), let last = number(range[1]), last >= first,
             last < total, last - first + 1 == Int64(count)
         else { throw fail }
         return (first, last, total)

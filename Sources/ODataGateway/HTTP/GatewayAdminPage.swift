@@ -113,11 +113,18 @@ enum GatewayAdminPage {
     static func render(gateway: Gateway, notice: String?) async throws -> String {
         let report = await gateway.readiness()
         let standby = await gateway.isOnStandby
-        let scopes = try await gateway.store.scopeSummaries()
-        let inDoubt = try await gateway.store.inDoubtRequests(cutAfter: 0)
-        let devices = try await gateway.store.devices()
-        let files = try await gateway.store.storeFiles()
-        let support = try await gateway.store.supportStores()
+        // Each list shows its first `shown`; one with more says so (the admin API lists them all).
+        let shown = 1000
+        var cut: [String] = []
+        func first<Row>(_ rows: [Row], _ name: String) -> [Row] {
+            if rows.count > shown { cut.append(name) }
+            return Array(rows.prefix(shown))
+        }
+        let scopes = first(try await gateway.store.scopeSummaries(limit: shown + 1), "scopes")
+        let inDoubt = first(try await gateway.store.inDoubtRequests(cutAfter: 0, limit: shown + 1), "requests in doubt")
+        let devices = first(try await gateway.store.devices(limit: shown + 1), "devices")
+        let files = first(try await gateway.store.storeFiles(limit: shown + 1), "store files")
+        let support = first(try await gateway.store.supportStores(limit: shown + 1), "support stores")
         var values: [String: Any] = [
             "version": GatewayVersion.current, "ready": report.ready, "standby": standby,
             "readyText": report.ready ? "ready" : "not ready",
@@ -170,6 +177,11 @@ enum GatewayAdminPage {
             "generatedAt": Self.time(Date()),
         ]
         if let notice { values["notice"] = notice }
+        if !cut.isEmpty {
+            values["cut"] =
+                "Only the first \(shown) of the " + cut.joined(separator: ", ")
+                + " are shown; the admin API lists more (GET /api/…?limit=N)."
+        }
         return try template.get().render(values)
     }
 
@@ -207,6 +219,7 @@ enum GatewayAdminPage {
         {{readyText}}</span>{{#standby}} <span class="bad" id="standby">(standby)</span>{{/standby}}</h1>
         <p class="muted">As of {{generatedAt}}. Reload the page for fresh figures.</p>
         {{#notice}}<p class="notice" id="notice">{{notice}}</p>{{/notice}}
+        {{#cut}}<p class="notice" id="cut">{{cut}}</p>{{/cut}}
         <h2>Readiness</h2>
         <table id="checks"><tr><th>check</th><th>state</th><th>detail</th></tr>
         {{#checks}}<tr><td>{{name}}</td><td class="{{#ok}}ok{{/ok}}{{^ok}}bad{{/ok}}">\
