@@ -102,6 +102,11 @@ struct UploadPlanner: Sendable {
     private var cancelled = false
     /// `Set(key)` → the failed request that entity now waits for.
     private(set) var failedEntities: [String: Int64]
+    /// Entities of requests a batch's answer left unanswered (the backend stopped early, or
+    /// the answer was cut): they stay queued, and so does every later request that touches
+    /// one, until the next upload. Sent now, a later change of such an entity would reach the
+    /// backend before the earlier one, which its repeat would then undo.
+    private(set) var heldEntities: Set<String> = []
     /// Requests planned (sent or answered as dependants) so far.
     private(set) var planned = 0
     private(set) var succeeded = 0
@@ -158,6 +163,12 @@ struct UploadPlanner: Sendable {
         var hasTransaction = false
         while index < units.count {
             let unit = units[index]
+            // A change set after an unanswered request of an entity it touches waits with it.
+            if unit.contains(where: { !$0.touched.isDisjoint(with: heldEntities) }) {
+                for entry in unit { heldEntities.formUnion(entry.produced) }
+                index += 1
+                continue
+            }
             // A change set that depends on a failed request is not sent at all.
             let failing = failedEntities
             if let failedID = unit.lazy.compactMap({ entry in entry.touched.lazy.compactMap { failing[$0] }.first })
@@ -199,6 +210,10 @@ struct UploadPlanner: Sendable {
     /// answered when the backend stopped early) and returns what to do with each, in order.
     mutating func received(_ results: [SentResult], for batch: Batch) -> [Action] {
         let entries = Dictionary(batch.units.joined().map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        let answered = Set(results.map(\.request.id))
+        for entry in batch.units.joined() where !answered.contains(entry.id) {
+            heldEntities.formUnion(entry.produced)
+        }
         var actions: [Action] = []
         for result in results {
             guard result.status >= 400 else {
