@@ -61,15 +61,28 @@ final class PostgresServer: Sendable {
         try await run(
             binaries + "/initdb", ["-D", folder + "/data", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
             outputFile: folder + "/initdb.out")
-        let port = freePort()
-        try await run(
-            binaries + "/pg_ctl",
-            [
-                "-D", folder + "/data", "-l", folder + "/log", "-w", "-t", "60",
-                "-o", "-p \(port) -k \(folder) -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
-                "start",
-            ], outputFile: folder + "/pg_ctl.out")
-        return PostgresServer(folder: folder, port: port, binaries: binaries)
+        // A free port can be taken by another test between its check and PostgreSQL's bind:
+        // then the server stops at once with "Address already in use", and another port is tried.
+        var attempt = 0
+        while true {
+            attempt += 1
+            let port = freePort()
+            do {
+                try await run(
+                    binaries + "/pg_ctl",
+                    [
+                        "-D", folder + "/data", "-l", folder + "/log", "-w", "-t", "60",
+                        "-o",
+                        "-p \(port) -k \(folder) -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                        "start",
+                    ], outputFile: folder + "/pg_ctl.out")
+                return PostgresServer(folder: folder, port: port, binaries: binaries)
+            } catch {
+                let log = (try? String(contentsOfFile: folder + "/log", encoding: .utf8)) ?? ""
+                guard attempt < 4, log.contains("Address already in use") else { throw error }
+                try? FileManager.default.removeItem(atPath: folder + "/log")
+            }
+        }
     }
 
     /// Stops the server (`pg_ctl stop -m MODE`), keeping its files for ``startAgain()``.
