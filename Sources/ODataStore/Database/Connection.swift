@@ -319,6 +319,18 @@ public final class Connection {
         return Int(current)
     }
 
+    /// The pages this connection's page cache has written to the file since it opened, at
+    /// commits and when the cache spilled (`SQLITE_DBSTATUS_CACHE_WRITE`).
+    public var pagesWritten: Int {
+        guard isOpen else { return 0 }
+        var current: Int32 = 0
+        var highest: Int32 = 0
+        guard sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_WRITE, &current, &highest, 0) == SQLITE_OK else {
+            return 0
+        }
+        return Int(current)
+    }
+
     // MARK: Transactions
 
     /// An open write group: one transaction that the writes until its commit join.

@@ -153,6 +153,13 @@ public struct StoreSchema: Sendable {
     /// The table of an entity set.
     public func table(forEntitySet name: String) -> EntityTable? { tables.first { $0.entitySet == name } }
 
+    /// Whether the rows of `entitySet` can be stored and merged from a ``FlatCollection``:
+    /// every column is a single property and there are no collection or dynamic properties.
+    public func acceptsRows(ofEntitySet entitySet: String) -> Bool {
+        guard let table = table(forEntitySet: entitySet) else { return false }
+        return table.collections.isEmpty && table.dynamicTable == nil && table.columns.allSatisfy { $0.path.count == 1 }
+    }
+
     /// The name of an index an application asked for: its table and columns, so that the same
     /// declaration always names the same index.
     static func extraIndexName(table: String, columns: [String]) -> String {
@@ -374,8 +381,13 @@ public struct StoreSchema: Sendable {
 
     /// The names of the lookup indexes and the statements that create them.
     func lookupIndexes() -> [(name: String, statement: String)] {
+        lookupIndexesByTable().map { ($0.name, $0.statement) }
+    }
+
+    /// ``lookupIndexes()`` with the table each one indexes.
+    func lookupIndexesByTable() -> [(name: String, table: String, statement: String)] {
         let q = Self.quote
-        var indexes: [(name: String, statement: String)] = []
+        var indexes: [(name: String, table: String, statement: String)] = []
         for table in tables {
             for nav in table.navigation {
                 switch nav.relation {
@@ -383,13 +395,13 @@ public struct StoreSchema: Sendable {
                     // Index the foreign-key side (unless it is the key, which is indexed already).
                     let name = table.name + "/$fk/" + sourceColumns.joined(separator: ",")
                     if sourceColumns != table.keyColumns && !indexes.contains(where: { $0.name == name }) {
-                        indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(table.name)) (\(sourceColumns.map(q).joined(separator: ", ")))"))
+                        indexes.append((name, table.name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(table.name)) (\(sourceColumns.map(q).joined(separator: ", ")))"))
                     }
                 case .linkTable(let link):
                     guard !link.reversed, self.table(forEntitySet: nav.targetEntitySet) != nil else { continue }
                     let linkTable = link.name
                     let name = linkTable + "/$target"
-                    indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(linkTable)) (target, source)"))
+                    indexes.append((name, linkTable, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(linkTable)) (target, source)"))
                 }
             }
         }
@@ -406,7 +418,7 @@ public struct StoreSchema: Sendable {
                 }
                 return q(name)
             }
-            indexes.append((name, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(extra.table)) (\(terms.joined(separator: ", ")))"))
+            indexes.append((name, extra.table, "CREATE INDEX IF NOT EXISTS \(q(name)) ON \(q(extra.table)) (\(terms.joined(separator: ", ")))"))
         }
         return indexes
     }

@@ -390,6 +390,37 @@ public final class Store: Sendable {
         try await pool.withWriter { db in try db.beginWriteGroup() }
     }
 
+    /// What the writer has written so far: the pages its cache wrote to the file (commits and
+    /// spills, ``Connection/pagesWritten``) and the file's size in pages. A bulk fill compares
+    /// the two between commits: a fill that writes many more pages than the file grows by is
+    /// rewriting index pages its cache cannot hold.
+    package func writerPageCounts() async throws -> (written: Int, fileSize: Int) {
+        try await pool.withWriter { db in
+            guard case .integer(let pages)? = try db.query("PRAGMA page_count").first?.first else {
+                return (db.pagesWritten, 0)
+            }
+            return (db.pagesWritten, Int(pages))
+        }
+    }
+
+    /// Drops the lookup indexes (see ``createLookupIndexes()``) of the tables of `entitySets`
+    /// and of their link tables, for a bulk fill to build them once at its end; returns their
+    /// names. Outside a write group.
+    package func dropLookupIndexes(ofEntitySets entitySets: Set<String>) async throws -> [String] {
+        let tables = Set(entitySets.compactMap { schema.table(forEntitySet: $0) }.flatMap { table in
+            [table.name] + table.navigation.compactMap { navigation -> String? in
+                if case .linkTable(let link) = navigation.relation, !link.reversed { return link.name }
+                return nil
+            }
+        })
+        let names = schema.lookupIndexesByTable().filter { tables.contains($0.table) }.map(\.name)
+        guard !names.isEmpty else { return [] }
+        try await pool.write { db in
+            for name in names { try db.execute("DROP INDEX IF EXISTS \(StoreSchema.quote(name))") }
+        }
+        return names
+    }
+
     /// Commits the open write group (see ``beginWriteGroup()``); nothing when none is open.
     /// Throws, having rolled the group back, when one of its writes failed.
     package func commitWriteGroup() async throws {

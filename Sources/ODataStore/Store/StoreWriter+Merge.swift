@@ -17,10 +17,7 @@ extension StoreWriter {
 
     /// Whether the rows of `entitySet` can be merged from a ``FlatCollection``: every column is
     /// a single property and there are no collection or dynamic properties.
-    public func acceptsRows(of entitySet: String) -> Bool {
-        guard let table = schema.table(forEntitySet: entitySet) else { return false }
-        return table.collections.isEmpty && table.dynamicTable == nil && table.columns.allSatisfy { $0.path.count == 1 }
-    }
+    public func acceptsRows(of entitySet: String) -> Bool { schema.acceptsRows(ofEntitySet: entitySet) }
 
     /// Merges a page of the backend's rows into `entitySet`, each row with one lookup of its
     /// key that also compares the stored values with the incoming ones in SQL:

@@ -20,6 +20,8 @@ extension Downloader {
         // the last page (`deferringLookupIndexes`) sorts every key in memory: at 1,000,000 rows
         // the open's peak memory went from 74 to 108 MiB, and it was slower (6.3–6.4 s against
         // 6.9–7.3 s), since the fill's small page cache holds the few index pages it touches.
+        // Unless the cache cannot hold them (a foreign key whose values come scattered): then
+        // the sets' lookup indexes are built at the end after all (see `thrashing`).
         // Until the fill is complete, a marker beside the store says so (see `open`).
         // It holds how many defining queries the fill had: a provider without any may redo a
         // fill that had none either.
@@ -58,29 +60,54 @@ extension Downloader {
             // pages (1,000 is common) cost no more commits than large ones.
             let perCommit = max(1, provider.parameters.firstOpenEntitiesPerCommit)
             var grouped = 0
+            // Each group's pages written against the pages the file grew by (see `thrashing`).
+            var groupStart = (written: 0, fileSize: 0)
+            var groupSets: Set<String> = []
+            var deferredIndexes: [String] = []
             let read = try await fetchDefiningQueries(
                 queries.map { ($0, nil) }, model: model, rowQueries: rowQueries, keepingBodies: false, on: provider
             ) { page in
                 let created = try await ready()
                 provider.report(progress, .buildingEntityStore)
-                if grouped == 0 { try await created.beginWriteGroup() }
+                if grouped == 0 {
+                    groupStart = try await created.writerPageCounts()
+                    try await created.beginWriteGroup()
+                }
                 _ = try await self.applyFirstFill(
                     page, to: created, bulkSets: bulkSets[page.name] ?? [], allQueries: provider.definingQueries)
                 try await self.fetchStreams(of: page, staged: false, store: created, on: provider)
                 grouped += max(1, page.flat?.entityCount ?? page.entities.count)
+                groupSets.insert(page.entitySet)
                 if grouped >= perCommit {
                     try await created.commitWriteGroup()
                     grouped = 0
+                    if deferredIndexes.isEmpty,
+                        Self.thrashing(
+                            from: groupStart, to: try await created.writerPageCounts(),
+                            limits: provider.parameters.firstOpenIndexDeferral)
+                    {
+                        deferredIndexes = try await created.dropLookupIndexes(ofEntitySets: groupSets)
+                        if !deferredIndexes.isEmpty {
+                            provider.logger.debug(
+                                "First open: the lookup indexes are built after the fill: \(deferredIndexes)"
+                            )
+                        }
+                    }
+                    groupSets = []
                 }
             }
             let created = try await ready()
             try await created.commitWriteGroup()
+            // Built in one pass over each table, sorted in memory.
+            if !deferredIndexes.isEmpty { try await created.createLookupIndexes() }
             provider.report(progress, .analyzingReceivedData)
             let pages = read.reduce(0) { $0 + $1.pages }
             let entities = read.reduce(0) { $0 + $1.received }
             try await provider.logEvent(
                 in: created, type: "Open",
-                details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored")
+                details: "\(queries.count) defining queries, \(pages) pages, \(entities) entities stored"
+                    + (deferredIndexes.isEmpty
+                        ? "" : "; lookup indexes built after the fill: \(deferredIndexes.joined(separator: ", "))"))
             // Back to WAL mode and durable commits: the commit that removes the mark makes
             // every page before it durable; then the marker file goes.
             try await created.setBulkFill(false)
@@ -95,6 +122,24 @@ extension Downloader {
             StoreFiles.remove(path)
             throw error
         }
+    }
+
+    /// Whether a group of the first open's pages wrote many more pages than the file grew by
+    /// (`start` and `end`: ``Store/writerPageCounts()`` before and after it). Rows are appended
+    /// in key order, so the table and its key index grow at their ends, and a lookup index whose
+    /// values come in turn (a foreign key of 100 values) gains rows at a few places: the group
+    /// writes about 1.5 pages per page the file grew. A foreign key whose values come scattered
+    /// over many (10,000 categories) gains rows all over its index; once the index outgrows the
+    /// fill's 2 MiB cache, its pages are written out and read back again and again: 14 times
+    /// the file's size for 1M rows, and the open 3–4 times as long. Such a fill drops the lookup
+    /// indexes of the sets it fills and builds them at its end, in one pass each. Groups that
+    /// grow the file by little (updates of stored rows) are not judged.
+    static func thrashing(
+        from start: (written: Int, fileSize: Int), to end: (written: Int, fileSize: Int),
+        limits: (factor: Int, minimumGrowth: Int) = (3, 256)
+    ) -> Bool {
+        let grown = end.fileSize - start.fileSize
+        return grown >= limits.minimumGrowth && end.written - start.written > limits.factor * grown
     }
 
     /// The store a first open is making, once `creating` has made it, with the offline side

@@ -10,7 +10,7 @@ import Logging
 /// the next page fetched while one is applied; the media streams of queries that retrieve
 /// them; and the apply. The first open applies each page into the new store as it arrives
 /// (``applyFirstFill(_:to:bulkSets:allQueries:)``); a later download stages the pages and applies them
-/// in one transaction once all are in (``applyStaged(to:allQueries:)``), so a failure changes nothing.
+/// in one transaction once all are in (``applyStaged(to:allQueries:start:held:)``), so a failure changes nothing.
 /// ``PageApplier`` does the apply: upserts, deletions, the local diff of a full read, and
 /// keeping local changes (their kept state takes the backend's values). Its methods that talk
 /// to the backend run on the provider's actor (`isolated` parameter).
@@ -71,6 +71,14 @@ struct Downloader: Sendable {
             try emptyStaging(writer)
             return (try DefiningQueries.deltaLinks(writer.connection), try DownloadStart(writer))
         }
+        // A delta's first pages wait in memory instead, parsed, up to `heldDeltaBytes` of bodies
+        // (a parameter):
+        // staging them would write them to the store, read them back and parse them again, for
+        // a small delta a good part of its cost. Once a page does not fit, it and every later
+        // page are staged (pages are applied in the order they came).
+        var held: [FetchedQuery] = []
+        var heldBytes = 0
+        var staging = false
         do {
             // Pages are read as rows where they are flat (only their links and rows are needed
             // here: rows are compared with the store as they arrive).
@@ -78,7 +86,17 @@ struct Downloader: Sendable {
                 selected.map { ($0, links[$0.name]) }, model: store.model, rowQueries: Set(selected.map(\.name)),
                 on: provider
             ) { page in
-                try await store.write(durability) { writer in try Self.stage(page, writer: writer) }
+                if !staging, page.isDelta, heldBytes + page.raw.count <= provider.parameters.heldDeltaBytes,
+                    page.flat == nil || store.schema.acceptsRows(ofEntitySet: page.entitySet)
+                {
+                    var kept = page
+                    heldBytes += page.raw.count
+                    if kept.flat != nil { kept.raw = [] }
+                    held.append(kept)
+                } else {
+                    staging = true
+                    try await store.write(durability) { writer in try Self.stage(page, writer: writer) }
+                }
                 try await self.fetchStreams(of: page, staged: true, store: store, on: provider)
             }
             if provider.cancelDownloadRequested || Task.isCancelled {
@@ -90,7 +108,9 @@ struct Downloader: Sendable {
         }
         provider.report(progress, .analyzingReceivedData)
         provider.report(progress, .removingDeletedRelationships)
-        let summary = try await applyStaged(to: store, allQueries: provider.definingQueries, start: start)
+        let summary = try await applyStaged(
+            to: store, allQueries: provider.definingQueries, start: start, held: held)
+        held = []
         provider.report(progress, .reapplyingChanges)
         let checksums = provider.scopeChecksums
         provider.scopeChecksums = [:]
@@ -108,8 +128,9 @@ struct Downloader: Sendable {
                     try DefiningQueries.forgetDeltaLinks(named: Array(names), writer)
                 }
                 // Once: a full read that still differs is logged by the next download.
-                try await runStaged(selected.filter { names.contains($0.name) }, store: store, on: provider,
-                                    verifyingChecksums: false)
+                try await runStaged(
+                    selected.filter { names.contains($0.name) }, store: store, on: provider,
+                    verifyingChecksums: false)
             }
         }
         provider.operationSummary["defining-queries"] = .stringConvertible(selected.count)
@@ -306,13 +327,17 @@ struct Downloader: Sendable {
         }
     }
 
-    /// Stages one fetched page. A page read as rows is compared with the store as it arrives:
-    /// only the rows that are new, changed or locally changed are staged (a full read of an
-    /// unchanged backend stages next to nothing), and a full read marks the rows it returned as
-    /// seen. The apply compares the staged rows again.
+    /// Stages one fetched page. A page of a full read, read as rows, is compared with the store
+    /// as it arrives: only the rows that are new, changed or locally changed are staged (a full
+    /// read of an unchanged backend stages next to nothing), and the rows it returned are
+    /// marked seen. A delta's page is staged as it came: its rows are the backend's changes, and
+    /// the apply compares each of them with the store anyway. Compared here too, each changed
+    /// row's table page was read and decrypted twice, once now and once at the apply, since a
+    /// delta larger than the writer's cache has pushed it out by then (at 1M rows, 1 % changed:
+    /// 10,000 pages for a 16 MiB cache of 4,000).
     static func stage(_ page: FetchedQuery, writer: StoreWriter) throws {
         var body = page.raw
-        if let rows = page.flat, writer.acceptsRows(of: page.entitySet) {
+        if !page.isDelta, let rows = page.flat, writer.acceptsRows(of: page.entitySet) {
             let changed = try writer.changedRows(rows, in: page.entitySet, recordSeen: !page.isDelta)
             body = rows.page(ofRows: changed, from: page.raw)
         }
@@ -321,11 +346,13 @@ struct Downloader: Sendable {
             [.text(page.name), .text(page.entitySet), .integer(page.isDelta ? 1 : 0), .blob(body)])
     }
 
-    /// Applies the staged pages of a download in one transaction, one page in memory at a
-    /// time, and empties the staging table. `start`: the store when the download began (rows
-    /// and requests made since were not there when the pages were compared).
+    /// Applies the pages of a download in one transaction: first `held`, the pages kept in
+    /// memory, then the staged ones, one in memory at a time; and empties the staging table.
+    /// `start`: the store when the download began (rows and requests made since were not there
+    /// when the pages were compared).
     func applyStaged(
-        to store: Store, allQueries: [OfflineODataDefiningQuery], start: DownloadStart? = nil
+        to store: Store, allQueries: [OfflineODataDefiningQuery], start: DownloadStart? = nil,
+        held: [FetchedQuery] = []
     ) async throws -> String {
         let model = store.model
         var applier = PageApplier(
@@ -338,6 +365,7 @@ struct Downloader: Sendable {
             // Rows this download writes are marked with a new generation: the marks of the last
             // one stop counting without a scan of every table.
             try writer.beginDownloadGeneration()
+            for chunk in held { try applier.apply(chunk, writer: writer) }
             var last: Int64 = 0
             while let row = try writer.connection.query(
                 "SELECT seq, query, entity_set, is_delta, body FROM oo_staging WHERE seq > ? ORDER BY seq LIMIT 1",

@@ -124,6 +124,15 @@ public struct OfflineODataParameters: Sendable {
     /// over. Committed per page of 1,000 entities, the first open of 1M took 1.3 times as long
     /// as in groups of 20,000 (docs/benchmarks.md).
     package var firstOpenEntitiesPerCommit = 20_000
+    /// When a first open builds the lookup indexes of the sets it fills at its end instead of
+    /// row by row: once a group of its pages (``firstOpenEntitiesPerCommit``) writes more than
+    /// `factor` pages per page the file grew by, for a group that grew it by at least
+    /// `minimumGrowth` pages (see `Downloader.thrashing`). Tests lower both to force it.
+    package var firstOpenIndexDeferral = (factor: 3, minimumGrowth: 256)
+    /// How many bytes of a delta's pages (their bodies as received) a download keeps in memory,
+    /// parsed, before it stages the rest in the store (see `Downloader.runStaged`): at 1M rows
+    /// of ten properties, a delta of 1 % is 2.9 MiB.
+    package var heldDeltaBytes = 4 << 20
     /// Most pages in a row without a single entity that still link to a next page; past it the
     /// download fails (a backend that pages through nothing).
     public var maximumEmptyPagesInARow = 100
