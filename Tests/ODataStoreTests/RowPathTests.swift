@@ -393,6 +393,51 @@ import ODataCore
         #expect(none.entityCount == 0 && none.deltaLink == cut.deltaLink)
     }
 
+    /// The rows a full read has seen are kept with the writer's connection across the read's
+    /// transactions (each page is compared in its own) until `forgetSeen`.
+    @Test func seenRowsLastAcrossTransactionsUntilForgotten() async throws {
+        let dir = TemporaryDirectory()
+        let (model, rows) = try Self.flatItems()
+        let store = try await Store.create(path: dir.path("seen.sqlite"), model: model, key: "seen-key")
+        defer { store.close() }
+        try await store.write { writer in try writer.bulkInsert(rows, into: "Items") }
+        let table = StoreSchema.quote(store.schema.table(forEntitySet: "Items")?.name ?? "")
+        let stored = try await store.read { reader in
+            try reader.connection.query("SELECT _rowid, ID FROM \(table) ORDER BY ID").compactMap { row -> (Int64, Int64)? in
+                guard case .integer(let rowid) = row[0], case .integer(let id) = row[1] else { return nil }
+                return (rowid, id)
+            }
+        }
+        try #require(stored.count >= 3)
+        func unseen() async throws -> [Int64] {
+            try await store.write { writer in
+                try writer.unseenRows(in: "Items").compactMap { row -> Int64? in
+                    if case .int32(let id)? = row.key["ID"] { return Int64(id) }
+                    return nil
+                }.sorted()
+            }
+        }
+        let all = stored.map(\.1)
+        #expect(try await unseen() == all)
+        try await store.write { writer in try writer.markSeen(in: "Items", rowid: stored[0].0) }
+        try await store.write { writer in try writer.markSeen(in: "Items", rowid: stored[2].0) }
+        #expect(try await unseen() == all.filter { $0 != stored[0].1 && $0 != stored[2].1 })
+        try await store.write { writer in try writer.forgetSeen() }
+        #expect(try await unseen() == all)
+    }
+
+    /// The seen rows' bitmap, across its chunks of 65,536 rowids, with negative rowids too.
+    @Test func aRowidSetHoldsWhatWasInsertedAndNothingElse() {
+        var set = RowidSet()
+        let inserted: [Int64] = [0, 1, 63, 64, 65_535, 65_536, 3_000_000, 1 << 40, -1, -65_537]
+        for rowid in inserted + [1, 64, 65_536] { set.insert(rowid) }
+        #expect(set.count == inserted.count)
+        for rowid in inserted { #expect(set.contains(rowid), "\(rowid)") }
+        for rowid: Int64 in [2, 62, 65, 65_534, 65_537, 2_999_999, (1 << 40) + 1, -2, -65_536] {
+            #expect(!set.contains(rowid), "\(rowid)")
+        }
+    }
+
     @Test func storesFromBeforeGenerationsKeepTheirMarks() async throws {
         let dir = TemporaryDirectory()
         let (model, rows) = try Self.flatItems()

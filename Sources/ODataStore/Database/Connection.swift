@@ -36,6 +36,9 @@ public final class Connection {
     var statementLog: [String]?
     private var isOpen = true
     private var savepointDepth = 0
+    /// The rows a full read has seen so far, by table (see `StoreWriter.markSeen(in:rowid:)`):
+    /// kept across the read's transactions, emptied by `StoreWriter.forgetSeen()`.
+    var seenRows: [String: RowidSet] = [:]
 
     /// Opens (or creates) the database at `path`. With a key, the key is checked right away:
     /// a wrong or missing key is an `invalidEncryptionKey` error here, not at the first read.
@@ -705,4 +708,33 @@ public final class Statement {
 
     /// Every column of the current row.
     public func row() -> [DatabaseValue] { (0..<columnCount).map(column) }
+}
+
+/// A set of rowids as a bitmap in chunks of 65,536 rowids (8 KiB each), made as rows are
+/// added: 3,000,000 rowids in a row take 46 chunks, 368 KiB. A full read records every row it
+/// sees here; as a temporary table in memory, the same rows had taken 25–30 MiB at 3M.
+struct RowidSet {
+    private var chunks: [Int64: [UInt64]] = [:]
+    private static let chunkShift: Int64 = 16
+    private static let wordsPerChunk = 1 << 10
+
+    /// How many rowids the set holds.
+    private(set) var count = 0
+
+    mutating func insert(_ rowid: Int64) {
+        let chunk = rowid >> Self.chunkShift
+        let offset = Int(rowid & ((1 << Self.chunkShift) - 1))
+        let (word, bit) = (offset >> 6, UInt64(1) << UInt64(offset & 63))
+        if chunks[chunk] == nil { chunks[chunk] = [UInt64](repeating: 0, count: Self.wordsPerChunk) }
+        if chunks[chunk, default: []][word] & bit == 0 {
+            chunks[chunk, default: []][word] |= bit
+            count += 1
+        }
+    }
+
+    func contains(_ rowid: Int64) -> Bool {
+        guard let words = chunks[rowid >> Self.chunkShift] else { return false }
+        let offset = Int(rowid & ((1 << Self.chunkShift) - 1))
+        return words[offset >> 6] & (UInt64(1) << UInt64(offset & 63)) != 0
+    }
 }

@@ -61,7 +61,9 @@ extension StoreWriter {
         let lookup = try db.statement(sql.lookup)
         let update = try db.statement(sql.update)
         let insert = try db.statement(sql.insert)
-        let seen = recordSeen ? try db.statement(try seenTable(table).insert) : nil
+        // The rows seen go into the connection's set once the page is merged (or fails).
+        var seen = recordSeen ? db.seenRows.removeValue(forKey: table.name) ?? RowidSet() : nil
+        defer { if let seen { db.seenRows[table.name] = seen } }
         let typeName = Self.storedType(page.entityType, in: table)
         let width = table.columns.count
         var scratch: [UInt8] = []
@@ -73,7 +75,6 @@ extension StoreWriter {
                 lookup.reset()
                 update.reset()
                 insert.reset()
-                seen?.reset()
             }
             // Binds the row's type, ETag, edit link and columns at 1, 2, 3 and 4... .
             func bindRow(_ row: Int, _ statement: Statement) throws {
@@ -101,14 +102,14 @@ extension StoreWriter {
                         try insert.bind(.integer(generation), at: Int32(4 + width))
                         while try insert.step() {}
                         result.written += 1
-                        if let seen { try markSeen(db.lastInsertRowID, with: seen) }
+                        seen?.insert(db.lastInsertRowID)
                         continue
                     }
                     let pending = lookup.integer(1) == 1
                     let same = lookup.integer(2) == 1
                     let clean = lookup.integer(3) == 1
                     lookup.reset()
-                    if let seen { try markSeen(rowid, with: seen) }
+                    seen?.insert(rowid)
                     if pending || (compareOnly && !(same && clean)) {
                         result.deferred.append(row)
                         continue
@@ -130,12 +131,6 @@ extension StoreWriter {
             }
         }
         return result
-    }
-
-    private func markSeen(_ rowid: Int64, with statement: Statement) throws {
-        statement.reset()
-        try statement.bind(.integer(rowid), at: 1)
-        while try statement.step() {}
     }
 
     /// The three statements of a merge, with numbered parameters: 1 type, 2 ETag, 3 edit link,
@@ -182,37 +177,34 @@ extension StoreWriter {
 
     // MARK: Seen rows of a full read
 
-    /// The temporary table of the rows of `table` a full read has seen (made when missing; in
-    /// memory, dropped with ``forgetSeen()`` or with the connection), and its INSERT.
-    private func seenTable(_ table: StoreSchema.EntityTable) throws -> (name: String, insert: String) {
-        let name = "temp." + StoreSchema.quote("oo_seen/" + table.name)
-        if insertStatements.seenTables.insert(name).inserted {
-            try db.execute("CREATE TEMP TABLE IF NOT EXISTS \(name) (row INTEGER PRIMARY KEY)")
-        }
-        return (name, "INSERT OR IGNORE INTO \(name) (row) VALUES (?1)")
-    }
-
-    /// Records that a full read returned the entity stored in row `rowid` of `entitySet`.
+    /// Records that a full read returned the entity stored in row `rowid` of `entitySet`. The
+    /// rows seen are kept with the writer's connection, in memory, until ``forgetSeen()``.
     public func markSeen(in entitySet: String, rowid: Int64) throws {
         let table = try table(entitySet)
-        try markSeen(rowid, with: try db.statement(try seenTable(table).insert))
+        db.seenRows[table.name, default: RowidSet()].insert(rowid)
     }
 
     /// The stored entities of `entitySet` a full read did not return (no ``markSeen(in:rowid:)``
-    /// and no merge with `recordSeen`), found in SQL: their rowids, keys and pending flags.
+    /// and no merge with `recordSeen`): their rowids, keys and pending flags.
     public func unseenRows(
         in entitySet: String
     ) throws -> [(rowid: Int64, key: [String: PrimitiveValue], pending: Bool)] {
         let table = try table(entitySet)
         let q = StoreSchema.quote
-        let seen = try seenTable(table).name
+        let seen = db.seenRows[table.name] ?? RowidSet()
         // Only rowids: SQLite then scans the smallest index that holds them (every index does)
         // instead of the table, which at 1,000,000 rows is ten times larger and decrypted page
         // by page. The few rows found are read one by one.
-        let rows = try db.query("SELECT _rowid FROM \(q(table.name)) WHERE _rowid NOT IN (SELECT row FROM \(seen))")
+        let scan = try db.statement("SELECT _rowid FROM \(q(table.name))")
+        defer { scan.reset() }
+        var unseen: [Int64] = []
+        while try scan.step() {
+            if let rowid = scan.integer(0), !seen.contains(rowid) { unseen.append(rowid) }
+        }
+        scan.reset()
         var result: [(rowid: Int64, key: [String: PrimitiveValue], pending: Bool)] = []
-        for row in rows {
-            guard case .integer(let rowid) = row[0], let key = try keyValues(ofRow: rowid, in: table) else { continue }
+        for rowid in unseen {
+            guard let key = try keyValues(ofRow: rowid, in: table) else { continue }
             let pending = try db.query(
                 "SELECT (_pending = 1 OR _error = 1) FROM \(q(table.name)) WHERE _rowid = ?", [.integer(rowid)])
             result.append((rowid, key, pending.first?.first == .integer(1)))
@@ -220,11 +212,8 @@ extension StoreWriter {
         return result
     }
 
-    /// Drops every seen table of this connection.
+    /// Forgets every row a full read has seen on this connection.
     public func forgetSeen() throws {
-        insertStatements.seenTables = []
-        for table in schema.tables {
-            try db.execute("DROP TABLE IF EXISTS temp.\(StoreSchema.quote("oo_seen/" + table.name))")
-        }
+        db.seenRows = [:]
     }
 }

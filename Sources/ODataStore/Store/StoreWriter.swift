@@ -440,8 +440,6 @@ public struct StoreWriter {
         var sql: [String: String] = [:]
         /// The download generation rows marked upserted get (read once per transaction).
         var generation: Int64?
-        /// The seen tables made in this transaction (see `markSeen(in:rowid:)`).
-        var seenTables: Set<String> = []
     }
 
     /// The error `body` throws, or nil.
