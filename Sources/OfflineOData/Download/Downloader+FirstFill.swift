@@ -48,11 +48,15 @@ extension Downloader {
             // A set is bulk-filled by the first query that covers it; later queries over it upsert.
             var bulkSets: [String: Set<String>] = [:]
             var claimed: Set<String> = []
+            // The sets each query writes: its own and those of its expands.
+            var writtenSets: [String: Set<String>] = [:]
             for query in queries {
                 let set = try DefiningQueries.entitySet(of: query.query, model: model)
                 bulkSets[query.name] = claimed.contains(set) ? [] : [set]
-                claimed.formUnion(try DefiningQueries.coveredSets(of: query.query, model: model))
+                let covered = try DefiningQueries.coveredSets(of: query.query, model: model)
+                claimed.formUnion(covered)
                 claimed.insert(set)
+                writtenSets[query.name] = covered.union([set])
             }
             // Queries that fill an empty set may read their pages as rows.
             let rowQueries = Set(queries.filter { !(bulkSets[$0.name] ?? []).isEmpty }.map(\.name))
@@ -64,6 +68,7 @@ extension Downloader {
             var groupStart = (written: 0, fileSize: 0)
             var groupSets: Set<String> = []
             var deferredIndexes: [String] = []
+            var deferredSets: Set<String> = []
             let read = try await fetchDefiningQueries(
                 queries.map { ($0, nil) }, model: model, rowQueries: rowQueries, keepingBodies: false, on: provider
             ) { page in
@@ -77,20 +82,22 @@ extension Downloader {
                     page, to: created, bulkSets: bulkSets[page.name] ?? [], allQueries: provider.definingQueries)
                 try await self.fetchStreams(of: page, staged: false, store: created, on: provider)
                 grouped += max(1, page.flat?.entityCount ?? page.entities.count)
-                groupSets.insert(page.entitySet)
+                groupSets.formUnion(writtenSets[page.name] ?? [page.entitySet])
                 if grouped >= perCommit {
                     try await created.commitWriteGroup()
                     grouped = 0
-                    if deferredIndexes.isEmpty,
+                    // Judged again after each group: a later query may fill sets that thrash.
+                    let undecided = groupSets.subtracting(deferredSets)
+                    if !undecided.isEmpty,
                         Self.thrashing(
                             from: groupStart, to: try await created.writerPageCounts(),
                             limits: provider.parameters.firstOpenIndexDeferral)
                     {
-                        deferredIndexes = try await created.dropLookupIndexes(ofEntitySets: groupSets)
-                        if !deferredIndexes.isEmpty {
-                            provider.logger.debug(
-                                "First open: the lookup indexes are built after the fill: \(deferredIndexes)"
-                            )
+                        let dropped = try await created.dropLookupIndexes(ofEntitySets: undecided)
+                        deferredSets.formUnion(undecided)
+                        deferredIndexes += dropped
+                        if !dropped.isEmpty {
+                            provider.logger.debug("First open: the lookup indexes are built after the fill: \(dropped)")
                         }
                     }
                     groupSets = []
