@@ -107,6 +107,40 @@ import Testing
         return names
     }
 
+    /// Pages held in memory are applied before the staged ones, in the order they came (a
+    /// download holds only pages before its first staged one): an entity a held page changes
+    /// and a staged page changes or removes again ends as the staged page says; a held page's
+    /// removal applies too.
+    @Test func heldPagesApplyBeforeStagedOnes() async throws {
+        let (store, directory) = try await Self.store()
+        defer { store.close(); try? FileManager.default.removeItem(at: directory) }
+        let model = store.model
+        func held(_ page: Page) throws -> FetchedQuery {
+            let rows = try #require(
+                try V4JSONReader(model: model).readFlatCollection(Array(page.body.utf8), entityType: "Shop.Customer"))
+            var chunk = FetchedQuery(name: page.query, entitySet: "Customers")
+            chunk.flat = rows
+            chunk.isDelta = page.isDelta
+            return chunk
+        }
+        let first = Page(
+            query: "Customers", customers: [(101, "Held 101"), (102, "Held 102"), (104, "Held 104")], isDelta: true)
+        let removal = try model.readCollection(
+            Array(Page(query: "Customers", removed: [103], isDelta: true).body.utf8), entityType: "Shop.Customer")
+        var removing = FetchedQuery(name: "Customers", entitySet: "Customers", deleted: removal.deleted)
+        removing.isDelta = true
+        let later = Page(query: "Customers", customers: [(101, "Staged 101")], removed: [104], isDelta: true)
+        try await store.write { writer in
+            _ = try writer.connection.execute(
+                "INSERT INTO oo_staging (query, entity_set, is_delta, body) VALUES (?, ?, 1, ?)",
+                [.text(later.query), .text("Customers"), .blob(Array(later.body.utf8))])
+        }
+        _ = try await Self.downloader.applyStaged(to: store, allQueries: Self.all, held: [try held(first), removing])
+        #expect(try await Self.names(store) == [101: "Staged 101", 102: "Held 102"])
+        let left = try await store.read { reader in try reader.connection.query("SELECT count(*) FROM oo_staging") }
+        #expect(left.first?.first == .integer(0))
+    }
+
     @Test func aFullReadRemovesWhatTheBackendNoLongerHasAndKeepsLocalChanges() async throws {
         let (store, directory) = try await Self.store()
         defer { store.close(); try? FileManager.default.removeItem(at: directory) }
@@ -165,8 +199,14 @@ import Testing
             return try DownloadStart(writer)
         }
         // The backend returns the three customers unchanged.
-        let body = Array(Page(query: "Customers", customers: [(101, "Downloaded 101"), (102, "Downloaded 102"),
-                                                              (103, "Downloaded 103")]).body.utf8)
+        let body = Array(
+            Page(
+                query: "Customers",
+                customers: [
+                    (101, "Downloaded 101"), (102, "Downloaded 102"),
+                    (103, "Downloaded 103"),
+                ]
+            ).body.utf8)
         var page = FetchedQuery(name: "Customers", entitySet: "Customers")
         page.raw = body
         page.flat = try V4JSONReader(model: model).readFlatCollection(body, entityType: "Shop.Customer")
@@ -260,23 +300,28 @@ import Testing
         let queued = try await Self.queue(store)
         var answers: [(SentResult, UploadPlanner.Action)] = []
         for (request, key) in zip(queued.prefix(2), [555, 556]) {
-            answers.append((
-                SentResult(request: request, status: 201, headers: HTTPHeaders(),
-                           body: Array(#"{"CustomerID":\#(key),"Name":"x","City":null}"#.utf8)),
-                .apply(.created)))
+            answers.append(
+                (
+                    SentResult(
+                        request: request, status: 201, headers: HTTPHeaders(),
+                        body: Array(#"{"CustomerID":\#(key),"Name":"x","City":null}"#.utf8)),
+                    .apply(.created)
+                ))
         }
         _ = try await Self.record(answers, in: store)
         let keyMap = { try await store.read { reader in try RequestQueue.keyMap(reader.connection) } }
         #expect(try await keyMap() == ["Customers(-1)": "Customers(555)", "Customers(-2)": "Customers(556)"])
         let left = try await Self.queue(store)
         #expect(left.map(\.method) == ["PATCH"])
-        _ = try await DownloadApplyTests.download([DownloadApplyTests.Page(query: "Customers", isDelta: true)], to: store)
+        _ = try await DownloadApplyTests.download(
+            [DownloadApplyTests.Page(query: "Customers", isDelta: true)], to: store)
         // The PATCH still queued names -2 (by its URL): that entry stays, the other goes.
         #expect(left.first?.url.contains("Customers(-2)") == true, "\(left.first?.url ?? "")")
         #expect(try await keyMap() == ["Customers(-2)": "Customers(556)"])
         // Once nothing is queued, the next download forgets it too.
         try await store.write { writer in _ = try writer.connection.execute("DELETE FROM oo_queue") }
-        _ = try await DownloadApplyTests.download([DownloadApplyTests.Page(query: "Customers", isDelta: true)], to: store)
+        _ = try await DownloadApplyTests.download(
+            [DownloadApplyTests.Page(query: "Customers", isDelta: true)], to: store)
         #expect(try await keyMap().isEmpty)
     }
 

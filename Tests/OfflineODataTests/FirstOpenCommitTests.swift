@@ -127,7 +127,7 @@ import Testing
 
     /// A fill whose groups write many more pages than the file grows by (a foreign key whose
     /// values come scattered; forced here, every group of 2 counts as one) drops the lookup
-    /// indexes of the sets it fills and builds them at its end. The store then has every lookup
+    /// indexes of the sets it fills in bulk and builds them at its end. The store then has every lookup
     /// index, as one filled row by row does, the Open event names those built at the end, and
     /// reads through foreign keys and expands give the same answers. V4 and V2.
     @Test(arguments: [false, true])
@@ -153,10 +153,11 @@ import Testing
             string($0, "Details")
         }
         #expect(referenceDetails.count == 1 && !referenceDetails[0].contains("lookup indexes"), "\(referenceDetails)")
-        // The sets' foreign-key indexes were dropped and built again, those of the sets an
-        // expand fills (the orders' items) too.
-        #expect(details.first?.contains("$fk/") == true, "\(details)")
-        #expect(details.first?.contains("SalesOrderItems/$fk/") == true, "\(details)")
+        // The foreign-key indexes of the sets filled in bulk by one query alone were dropped and
+        // built again (the contacts'); not those of sets an expand writes (the orders and their
+        // items: linking them looks rows up while the fill runs).
+        #expect(details.first?.contains("Contacts/$fk/") == true, "\(details)")
+        #expect(details.first?.contains("SalesOrder") == false, "\(details)")
         let built = try await Self.lookupIndexes(provider)
         #expect(built == (try await Self.lookupIndexes(reference)))
         #expect(!built.isEmpty)

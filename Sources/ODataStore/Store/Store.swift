@@ -391,28 +391,27 @@ public final class Store: Sendable {
     }
 
     /// What the writer has written so far: the pages its cache wrote to the file (commits and
-    /// spills, ``Connection/pagesWritten``) and the file's size in pages. A bulk fill compares
-    /// the two between commits: a fill that writes many more pages than the file grows by is
-    /// rewriting index pages its cache cannot hold.
+    /// spills, ``Connection/pagesWritten``) and the pages in use in the file (its size without
+    /// its free pages, which an index dropped leaves). A bulk fill compares the two between
+    /// commits: a fill that writes many more pages than the file grows by is rewriting index
+    /// pages its cache cannot hold.
     package func writerPageCounts() async throws -> (written: Int, fileSize: Int) {
         try await pool.withWriter { db in
-            guard case .integer(let pages)? = try db.query("PRAGMA page_count").first?.first else {
+            guard case .integer(let pages)? = try db.query("PRAGMA page_count").first?.first,
+                case .integer(let free)? = try db.query("PRAGMA freelist_count").first?.first
+            else {
                 return (db.pagesWritten, 0)
             }
-            return (db.pagesWritten, Int(pages))
+            return (db.pagesWritten, Int(pages - free))
         }
     }
 
-    /// Drops the lookup indexes (see ``createLookupIndexes()``) of the tables of `entitySets`
-    /// and of their link tables, for a bulk fill to build them once at its end; returns their
-    /// names. Outside a write group.
+    /// Drops the lookup indexes (see ``createLookupIndexes()``) on the tables of `entitySets`
+    /// (foreign keys, the indexes asked for), for a bulk fill to build them once at its end;
+    /// returns their names. Link tables keep theirs: making a link deletes by its target.
+    /// Outside a write group.
     package func dropLookupIndexes(ofEntitySets entitySets: Set<String>) async throws -> [String] {
-        let tables = Set(entitySets.compactMap { schema.table(forEntitySet: $0) }.flatMap { table in
-            [table.name] + table.navigation.compactMap { navigation -> String? in
-                if case .linkTable(let link) = navigation.relation, !link.reversed { return link.name }
-                return nil
-            }
-        })
+        let tables = Set(entitySets.compactMap { schema.table(forEntitySet: $0)?.name })
         let names = schema.lookupIndexesByTable().filter { tables.contains($0.table) }.map(\.name)
         guard !names.isEmpty else { return [] }
         try await pool.write { db in

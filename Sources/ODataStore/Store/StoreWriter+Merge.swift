@@ -29,7 +29,7 @@ extension StoreWriter {
     ///   an entity whose local change the backend now has, are set).
     ///
     /// With `recordSeen`, the rowid of every row merged or deferred while stored goes into the
-    /// set's seen table (see ``unseenRows(in:)``). The stored forms are those of
+    /// set's seen rows (see ``unseenRows(in:)``). The stored forms are those of
     /// ``bulkInsert(_:into:)-(FlatCollection,_)``, so equal values compare equal.
     public func mergeRows(
         _ page: FlatCollection, into entitySet: String, recordSeen: Bool, isLocallyDeleted: (Int) throws -> Bool
@@ -61,7 +61,8 @@ extension StoreWriter {
         let lookup = try db.statement(sql.lookup)
         let update = try db.statement(sql.update)
         let insert = try db.statement(sql.insert)
-        // The rows seen go into the connection's set once the page is merged (or fails).
+        // The rows seen go into the connection's set once the page is merged (or fails): nothing
+        // called meanwhile (`isLocallyDeleted`) may mark rows of this table seen, or they are lost.
         var seen = recordSeen ? db.seenRows.removeValue(forKey: table.name) ?? RowidSet() : nil
         defer { if let seen { db.seenRows[table.name] = seen } }
         let typeName = Self.storedType(page.entityType, in: table)

@@ -58,6 +58,18 @@ extension Downloader {
                 claimed.insert(set)
                 writtenSets[query.name] = covered.union([set])
             }
+            // Sets whose lookup indexes the fill may build at its end (see `thrashing`): filled in
+            // bulk by a query without expands, which no other query writes (their upserts and
+            // links would look rows up through those indexes while the fill runs).
+            var writers: [String: Int] = [:]
+            for sets in writtenSets.values { for set in sets { writers[set, default: 0] += 1 } }
+            let deferrable = Set(
+                queries.compactMap { query -> String? in
+                    guard let sets = writtenSets[query.name], sets.count == 1, let set = sets.first,
+                        bulkSets[query.name] == [set], writers[set] == 1
+                    else { return nil }
+                    return set
+                })
             // Queries that fill an empty set may read their pages as rows.
             let rowQueries = Set(queries.filter { !(bulkSets[$0.name] ?? []).isEmpty }.map(\.name))
             // Pages are committed in groups (`firstOpenEntitiesPerCommit`): a backend's small
@@ -82,11 +94,11 @@ extension Downloader {
                     page, to: created, bulkSets: bulkSets[page.name] ?? [], allQueries: provider.definingQueries)
                 try await self.fetchStreams(of: page, staged: false, store: created, on: provider)
                 grouped += max(1, page.flat?.entityCount ?? page.entities.count)
-                groupSets.formUnion(writtenSets[page.name] ?? [page.entitySet])
+                if deferrable.contains(page.entitySet) { groupSets.insert(page.entitySet) }
                 if grouped >= perCommit {
                     try await created.commitWriteGroup()
                     grouped = 0
-                    // Judged again after each group: a later query may fill sets that thrash.
+                    // Judged again after each group: a later query's sets may thrash too.
                     let undecided = groupSets.subtracting(deferredSets)
                     if !undecided.isEmpty,
                         Self.thrashing(

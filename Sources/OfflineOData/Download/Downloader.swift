@@ -56,8 +56,9 @@ struct Downloader: Sendable {
         verifyingChecksums: Bool = true
     ) async throws {
         provider.scopeChecksums = [:]
-        // Pages wait in a staging table as they arrive (memory stays flat); only when every
-        // page is in are they applied, in one transaction, so a failure changes nothing.
+        // Pages wait in memory or in a staging table as they arrive (memory stays bounded); only
+        // when every page is in are they applied, in one transaction, so a failure changes
+        // nothing.
         let emptyStaging = { @Sendable (writer: StoreWriter) throws in
             _ = try writer.connection.execute("DELETE FROM oo_staging")
             _ = try writer.connection.execute("DELETE FROM oo_stream_staging")
@@ -79,6 +80,9 @@ struct Downloader: Sendable {
         var held: [FetchedQuery] = []
         var heldBytes = 0
         var staging = false
+        // A page read as entities, not rows (V2, `@removed` entries, expands), takes several
+        // times its body's size in memory.
+        func weight(_ page: FetchedQuery) -> Int { page.flat != nil ? page.raw.count : 4 * page.raw.count }
         do {
             // Pages are read as rows where they are flat (only their links and rows are needed
             // here: rows are compared with the store as they arrive).
@@ -86,12 +90,12 @@ struct Downloader: Sendable {
                 selected.map { ($0, links[$0.name]) }, model: store.model, rowQueries: Set(selected.map(\.name)),
                 on: provider
             ) { page in
-                if !staging, page.isDelta, heldBytes + page.raw.count <= provider.parameters.heldDeltaBytes,
+                if !staging, page.isDelta, heldBytes + weight(page) <= provider.parameters.heldDeltaBytes,
                     page.flat == nil || store.schema.acceptsRows(ofEntitySet: page.entitySet)
                 {
                     var kept = page
-                    heldBytes += page.raw.count
-                    if kept.flat != nil { kept.raw = [] }
+                    heldBytes += weight(page)
+                    kept.raw = []
                     held.append(kept)
                 } else {
                     staging = true

@@ -4,8 +4,8 @@ import ODataStore
 
 /// Applies pages of defining queries inside one write transaction and keeps what the local
 /// diff of a full read needs until ``finish(writer:)``: the rows it returned, per entity set,
-/// in the store's seen tables (``StoreWriter/markSeen(in:rowid:)``), so that what it did not
-/// return is found in SQL.
+/// marked seen on the writer's connection (``StoreWriter/markSeen(in:rowid:)``), so that what
+/// it did not return is found by a scan of rowids.
 struct PageApplier: Sendable {
     let model: Model
     let root: String
@@ -131,7 +131,9 @@ struct PageApplier: Sendable {
     ) throws -> Bool {
         let predicate = Keys.predicate(key, in: entitySet, model: model)
         let state = try writer.reader.bookkeeping(in: entitySet, key: key)
-        guard try state?.keepsLocalChanges == true || (state == nil && locallyChanged(writer).contains(entitySet + predicate))
+        guard
+            try state?.keepsLocalChanges == true
+                || (state == nil && locallyChanged(writer).contains(entitySet + predicate))
         else {
             return false
         }
@@ -140,8 +142,8 @@ struct PageApplier: Sendable {
         return true
     }
 
-    /// A full read: what the backend no longer returns is gone (found in SQL from the seen
-    /// tables), unless another query not read in full this time also covers the set, or the
+    /// A full read: what the backend no longer returns is gone (the rows not marked seen),
+    /// unless another query not read in full this time also covers the set, or the
     /// row has pending changes.
     mutating func finish(writer: StoreWriter) throws -> String {
         // Entities changed while the download ran: a page may have shown one unchanged before.
