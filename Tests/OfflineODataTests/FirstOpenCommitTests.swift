@@ -175,12 +175,14 @@ import Testing
     /// The judgement itself: a group is judged only when the file grew by at least the
     /// minimum, and counts when it wrote more than `factor` pages per page grown.
     @Test func aGroupRewritesItsIndexesWhenItWritesMoreThanThreePagesPerPageGrown() {
-        #expect(!Downloader.thrashing(from: (0, 0), to: (1_500, 1_000)))
-        #expect(!Downloader.thrashing(from: (0, 0), to: (3_000, 1_000)))
-        #expect(Downloader.thrashing(from: (0, 0), to: (3_001, 1_000)))
-        #expect(Downloader.thrashing(from: (10_000, 500), to: (24_000, 1_500)))
+        let limits = OfflineODataParameters().firstOpenIndexDeferral
+        #expect(limits == (3, 256))
+        #expect(!Downloader.thrashing(from: (0, 0), to: (1_500, 1_000), limits: limits))
+        #expect(!Downloader.thrashing(from: (0, 0), to: (3_000, 1_000), limits: limits))
+        #expect(Downloader.thrashing(from: (0, 0), to: (3_001, 1_000), limits: limits))
+        #expect(Downloader.thrashing(from: (10_000, 500), to: (24_000, 1_500), limits: limits))
         // Updates of stored rows grow the file by little: never judged.
-        #expect(!Downloader.thrashing(from: (0, 1_000), to: (50_000, 1_255)))
-        #expect(Downloader.thrashing(from: (0, 1_000), to: (50_000, 1_256)))
+        #expect(!Downloader.thrashing(from: (0, 1_000), to: (50_000, 1_255), limits: limits))
+        #expect(Downloader.thrashing(from: (0, 1_000), to: (50_000, 1_256), limits: limits))
     }
 }

@@ -312,25 +312,18 @@ public final class Connection {
     public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
     /// The bytes this connection's page cache holds now (`SQLITE_DBSTATUS_CACHE_USED`).
-    public var pageCacheBytes: Int {
-        guard isOpen else { return 0 }
-        var current: Int32 = 0
-        var highest: Int32 = 0
-        guard sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_USED, &current, &highest, 0) == SQLITE_OK else {
-            return 0
-        }
-        return Int(current)
-    }
+    public var pageCacheBytes: Int { status(SQLITE_DBSTATUS_CACHE_USED) }
 
     /// The pages this connection's page cache has written to the file since it opened, at
     /// commits and when the cache spilled (`SQLITE_DBSTATUS_CACHE_WRITE`).
-    public var pagesWritten: Int {
+    public var pagesWritten: Int { status(SQLITE_DBSTATUS_CACHE_WRITE) }
+
+    /// The current value of one of SQLite's per-connection counters; 0 once closed.
+    private func status(_ counter: Int32) -> Int {
         guard isOpen else { return 0 }
         var current: Int32 = 0
         var highest: Int32 = 0
-        guard sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_WRITE, &current, &highest, 0) == SQLITE_OK else {
-            return 0
-        }
+        guard sqlite3_db_status(handle, counter, &current, &highest, 0) == SQLITE_OK else { return 0 }
         return Int(current)
     }
 
@@ -721,15 +714,15 @@ struct RowidSet {
     /// How many rowids the set holds.
     private(set) var count = 0
 
+    private static let emptyChunk = [UInt64](repeating: 0, count: wordsPerChunk)
+
     mutating func insert(_ rowid: Int64) {
-        let chunk = rowid >> Self.chunkShift
         let offset = Int(rowid & ((1 << Self.chunkShift) - 1))
         let (word, bit) = (offset >> 6, UInt64(1) << UInt64(offset & 63))
-        if chunks[chunk] == nil { chunks[chunk] = [UInt64](repeating: 0, count: Self.wordsPerChunk) }
-        if chunks[chunk, default: []][word] & bit == 0 {
-            chunks[chunk, default: []][word] |= bit
-            count += 1
-        }
+        let before = chunks[rowid >> Self.chunkShift, default: Self.emptyChunk][word]
+        guard before & bit == 0 else { return }
+        chunks[rowid >> Self.chunkShift, default: Self.emptyChunk][word] = before | bit
+        count += 1
     }
 
     func contains(_ rowid: Int64) -> Bool {

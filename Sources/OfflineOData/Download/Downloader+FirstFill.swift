@@ -87,7 +87,8 @@ extension Downloader {
                 let created = try await ready()
                 provider.report(progress, .buildingEntityStore)
                 if grouped == 0 {
-                    groupStart = try await created.writerPageCounts()
+                    // Counted only while some set may still have its indexes deferred.
+                    if !deferrable.isSubset(of: deferredSets) { groupStart = try await created.writerPageCounts() }
                     try await created.beginWriteGroup()
                 }
                 _ = try await self.applyFirstFill(
@@ -155,7 +156,7 @@ extension Downloader {
     /// grow the file by little (updates of stored rows) are not judged.
     static func thrashing(
         from start: (written: Int, fileSize: Int), to end: (written: Int, fileSize: Int),
-        limits: (factor: Int, minimumGrowth: Int) = (3, 256)
+        limits: (factor: Int, minimumGrowth: Int)
     ) -> Bool {
         let grown = end.fileSize - start.fileSize
         return grown >= limits.minimumGrowth && end.written - start.written > limits.factor * grown

@@ -73,9 +73,8 @@ struct Downloader: Sendable {
             return (try DefiningQueries.deltaLinks(writer.connection), try DownloadStart(writer))
         }
         // A delta's first pages wait in memory instead, parsed, up to `heldDeltaBytes` of bodies
-        // (a parameter):
-        // staging them would write them to the store, read them back and parse them again, for
-        // a small delta a good part of its cost. Once a page does not fit, it and every later
+        // (a parameter): staging them would write them to the store, read them back and parse
+        // them again, for a small delta a good part of its cost. Once a page does not fit, it and every later
         // page are staged (pages are applied in the order they came).
         var held: [FetchedQuery] = []
         var heldBytes = 0
@@ -114,7 +113,7 @@ struct Downloader: Sendable {
         provider.report(progress, .removingDeletedRelationships)
         let summary = try await applyStaged(
             to: store, allQueries: provider.definingQueries, start: start, held: held)
-        held = []
+        held = []  // applied: not kept through the checksum check and its full read
         provider.report(progress, .reapplyingChanges)
         let checksums = provider.scopeChecksums
         provider.scopeChecksums = [:]
@@ -342,7 +341,7 @@ struct Downloader: Sendable {
     static func stage(_ page: FetchedQuery, writer: StoreWriter) throws {
         var body = page.raw
         if !page.isDelta, let rows = page.flat, writer.acceptsRows(of: page.entitySet) {
-            let changed = try writer.changedRows(rows, in: page.entitySet, recordSeen: !page.isDelta)
+            let changed = try writer.changedRows(rows, in: page.entitySet, recordSeen: true)
             body = rows.page(ofRows: changed, from: page.raw)
         }
         _ = try writer.connection.execute(
