@@ -56,6 +56,7 @@ public final class Gateway: Sendable {
     let buildSlots = BuildSlots()
     let identities = GatewayIdentities()
     let refreshJobs = RefreshJobs()
+    let streams = FirstReadStreams()
     let operations = GatewayOperations()
     let throttle = ThrottleBuckets()
     let metrics: GatewayMetrics

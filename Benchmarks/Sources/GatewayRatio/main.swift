@@ -102,6 +102,13 @@ let orders = try await count(direct)
 print(
     String(format: "first open: direct %.3f s, through the gateway %.3f s (%d orders)", openDirect, openGateway, orders)
 )
+if ProcessInfo.processInfo.environment["FIRST_OPEN_ONLY"] != nil {
+    for provider in [direct, first, second] { await provider.close() }
+    await gateway.stop()
+    await patient.stop()
+    await backend.stop()
+    exit(0)
+}
 
 // Where the scope stood before the changes: a delta link from there is what the devices follow.
 let before = try await patient.gateway.store.scope(backend: root, query: "SalesOrders", user: "", interval: 1e9)

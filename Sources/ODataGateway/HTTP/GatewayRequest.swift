@@ -69,6 +69,9 @@ struct TrackedQuery: Equatable {
         case page(scope: Int64, published: Int64, after: String)
         /// A delta since `since` (a delta link); with `upTo` and a position, its next page.
         case delta(scope: Int64, since: Int64, upTo: Int64?, afterSeq: Int64, afterKey: String)
+        /// The next page of the streamed first read `generation`: after chunk `afterSeq` whole,
+        /// or within it after `afterKey`.
+        case stream(scope: Int64, generation: Int64, afterSeq: Int64, afterKey: String?)
     }
 
     static let tokenNames: Set<String> = ["$skiptoken", "$deltatoken", "!deltatoken"]
@@ -143,6 +146,8 @@ struct TrackedQuery: Equatable {
             text =
                 upTo.map { "gd.\(scope).\(since).\($0).\(afterSeq).\(Self.base64URL(afterKey))" }
                 ?? "gd.\(scope).\(since)"
+        case .stream(let scope, let generation, let afterSeq, let afterKey):
+            text = "gs.\(scope).\(generation).\(afterSeq)" + (afterKey.map { "." + Self.base64URL($0) } ?? "")
         }
         let value = legacy && name == "!deltatoken" ? "'\(text)'" : text
         return root + backendTarget + (options.isEmpty ? "?" : "&") + name + "=" + value
@@ -151,7 +156,7 @@ struct TrackedQuery: Equatable {
     static func parseToken(_ raw: String) throws(GatewayError) -> Token? {
         var text = raw.removingPercentEncoding ?? raw
         if text.hasPrefix("'"), text.hasSuffix("'"), text.count >= 2 { text = String(text.dropFirst().dropLast()) }
-        guard text.hasPrefix("gp.") || text.hasPrefix("gd.") else { return nil }
+        guard text.hasPrefix("gp.") || text.hasPrefix("gd.") || text.hasPrefix("gs.") else { return nil }
         let fields = text.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         let bad = GatewayError(status: 400, code: "BadToken", "The gateway token '\(text.prefix(80))' is malformed")
         func number(_ index: Int) throws(GatewayError) -> Int64 {
@@ -161,6 +166,12 @@ struct TrackedQuery: Equatable {
         func key(_ index: Int) throws(GatewayError) -> String {
             guard index < fields.count, let value = unbase64URL(fields[index]) else { throw bad }
             return value
+        }
+        if fields[0] == "gs" {
+            guard fields.count == 4 || fields.count == 5 else { throw bad }
+            return .stream(
+                scope: try number(1), generation: try number(2), afterSeq: try number(3),
+                afterKey: fields.count == 5 ? try key(4) : nil)
         }
         if fields[0] == "gp" {
             guard fields.count == 4 else { throw bad }

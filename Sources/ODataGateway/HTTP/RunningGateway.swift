@@ -179,6 +179,7 @@ public final class RunningGateway: Sendable {
     /// request still running then (a long refresh whose device went away, waiting on a
     /// PostgreSQL connection that is closing) ends in the background, and `stop()` returns.
     public func stop(patience: Double = 10) async {
+        await gateway.streams.cancelAll()
         task.cancel()
         let (ended, continuation) = AsyncStream<Void>.makeStream()
         let task = self.task

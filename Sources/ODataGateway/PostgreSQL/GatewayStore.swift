@@ -55,7 +55,7 @@ public struct GatewayStore: Sendable {
             try await connection.query("SELECT pg_advisory_lock(7262, 13)", logger: logger)
             do {
                 for statement in Self.schema + Self.requestSchema + Self.fileSchema + Self.adminSchema
-                    + Self.supportSchema
+                    + Self.supportSchema + Self.streamSchema
                 {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
@@ -325,7 +325,8 @@ public struct GatewayStore: Sendable {
                 FROM oodata_scope WHERE id = \(scope.id)
                 """, logger: logger)
             var started = Date()
-            // A scope never published has no rows (a refresh killed half way left none).
+            // A scope never published has no rows a device was given a delta link for (a refresh
+            // killed half way left none; a streamed first read that broke off left some).
             var empty = false
             for try await (skip, now, published) in fresh.decode((Bool, Date, Int64).self) {
                 if skip { return RefreshSummary(ran: false) }
@@ -340,6 +341,10 @@ public struct GatewayStore: Sendable {
                 seq = value
             }
             summary.published = seq
+            if empty {
+                // What a streamed first read that broke off left (it was never published).
+                try await connection.query("DELETE FROM oodata_row WHERE scope_id = \(scope.id)", logger: logger)
+            }
             try await connection.query(
                 "CREATE TEMPORARY TABLE IF NOT EXISTS oodata_seen (key TEXT COLLATE \"C\" PRIMARY KEY) ON COMMIT DROP",
                 logger: logger)
@@ -397,7 +402,8 @@ public struct GatewayStore: Sendable {
             try await connection.query(
                 """
                 UPDATE oodata_scope SET published = \(seq), refreshed_at = clock_timestamp(),
-                  refreshed_from = \(started)::timestamptz, refresh_error = NULL, row_count = \(Int64(summary.rows))
+                  refreshed_from = \(started)::timestamptz, refresh_error = NULL, row_count = \(Int64(summary.rows)),
+                  stream_gen = CASE WHEN \(empty) THEN NULL ELSE stream_gen END
                 WHERE id = \(scope.id)
                 """, logger: logger)
             try await connection.query(

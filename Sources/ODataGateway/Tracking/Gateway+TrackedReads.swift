@@ -76,11 +76,7 @@ extension Gateway {
             } catch let answer as BackendAnswer where shared && [401, 403].contains(answer.response.status) {
                 // The device's own credentials were accepted above: a 401 would tell it to log in
                 // again, when it is the gateway's shared ones the backend refused.
-                logSharedRefusal(answer.response.status, backend: backend, query: canonical)
-                throw GatewayError(
-                    status: 502, code: "SharedCredentialsRefused",
-                    "The backend refused the gateway's shared credentials for \(canonical) "
-                        + "(\(answer.response.status)); the operator must fix shared_authorization")
+                throw mappedRefreshError(answer, shared: shared, backend: backend, query: canonical)
             }
             if summary.ran {
                 await housekeep()
@@ -104,6 +100,16 @@ extension Gateway {
         }
         switch tracked.token {
         case nil:
+            // A scope never published: its first read is streamed to the device as the backend
+            // gives it (unless another instance reads it without streaming, or a stream began
+            // too early for this device).
+            if scope.published == 0,
+                let answer = try await firstRead(
+                    tracked, scope: scope, request: request, backend: backend, keyNames: keyNames, legacy: legacy,
+                    interval: interval, shared: shared, pageSize: pageSize, set: set)
+            {
+                return answer
+            }
             try await refreshIfDue()
             return try await fullPage(
                 tracked, scope: scope.id, published: scope.published, after: "",
@@ -114,6 +120,12 @@ extension Gateway {
             return try await fullPage(
                 tracked, scope: id, published: published, after: after, pageSize: pageSize,
                 set: set, legacy: legacy, root: request.gatewayRoot, backend: backend)
+        case .stream(let id, let generation, let afterSeq, let afterKey):
+            guard id == scope.id else { throw try await foreignToken(id, canonical: canonical, set: set) }
+            return try await streamPage(
+                tracked, scope: id, generation: generation, afterSeq: afterSeq, afterKey: afterKey,
+                pageSize: pageSize, set: set, legacy: legacy, root: request.gatewayRoot, backend: backend,
+                shared: shared)
         case .delta(let id, let since, let upTo, let afterSeq, let afterKey):
             guard id == scope.id else { throw try await foreignToken(id, canonical: canonical, set: set) }
             if upTo == nil { try await refreshIfDue() }
@@ -351,50 +363,9 @@ extension Gateway {
         try await store.refresh(
             scope, interval: interval, retention: configuration.tombstoneRetention, waits: waits
         ) { write in
-            var url: String? = backend.url + query.backendTarget
-            var seen: Set<String> = []
-            var pages = 0
-            var read = 0
-            let started = ContinuousClock.now
-            var reported = started
-            var reportedToDevice = started
-            if let request { await report(request, "waitingForDownload", number: 0) }
-            while let current = url {
-                pages += 1
-                guard pages <= Self.maximumPages, seen.insert(current).inserted else {
-                    throw GatewayError(
-                        status: 502, code: "BackendPaging",
-                        "The backend's next links for \(query.path) repeat or do not end (page \(pages))")
-                }
-                var headers = HTTPHeaders()
-                headers["Accept"] = "application/json"
-                for field in authorization { headers[field.name] = field.value }
-                metrics.backendRequests("refresh").increment()
-                let response = try await transport.send(
-                    TransportRequest(method: "GET", url: current, headers: headers),
-                    timeout: configuration.backendTimeout)
-                guard response.status == 200 else { throw BackendAnswer(response: response) }
-                let (rows, next) = try Self.rows(of: response.body, keyNames: keyNames, legacy: legacy, set: query.path)
-                try await write(rows)
-                read += rows.count
-                url = try next.map { try Self.nextPage($0, against: current, backend: backend) }
-                // The device waiting for it sees the rows read so far (pulled by its client).
-                if let request, ContinuousClock.now - reportedToDevice >= .milliseconds(500) {
-                    reportedToDevice = ContinuousClock.now
-                    await report(request, "waitingForDownload", number: read)
-                }
-                // A long refresh (a first one of a large query) says how far it is.
-                let now = ContinuousClock.now
-                if url != nil, now - reported >= Self.progressInterval {
-                    reported = now
-                    logger.info(
-                        "Refreshing",
-                        metadata: [
-                            "query": .string(query.canonical), "rows": "\(read)", "pages": "\(pages)",
-                            "seconds": "\((now - started).components.seconds)",
-                        ])
-                }
-            }
+            try await readBackend(
+                query, backend: backend, keyNames: keyNames, legacy: legacy, authorization: authorization,
+                request: request, write: write)
         }
     }
 

@@ -1,0 +1,253 @@
+public import Foundation
+import Logging
+import PostgresNIO
+
+/// A scope's first read, streamed (SPEC §13, "First reads"): the rows of each backend page are
+/// committed as a chunk with a sequence number of its own while the backend is still being
+/// read, so that devices page through them at once, in (sequence, key) order, instead of
+/// waiting for the whole refresh. The scope is published (and its delta link given) only when
+/// the last page is in.
+///
+/// A stream is one generation (`stream_gen`, the sequence number taken when it began) and runs
+/// under the scope's lock, held by its connection: a gateway killed half way releases it, and
+/// the next first read deletes the unpublished rows and begins a new generation, whose tokens
+/// differ (a device holding the old one reads again).
+extension GatewayStore {
+    static let streamSchema = [
+        // The generation of the scope's streamed first read, the last chunk it committed, and
+        // when it began reading the backend.
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS stream_gen BIGINT",
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS stream_upto BIGINT",
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS stream_from TIMESTAMPTZ",
+    ]
+
+    /// Where a scope's streamed first read stands.
+    public struct StreamState: Sendable, Equatable {
+        /// The stream's generation; nil when the scope was never streamed, or a refresh that
+        /// was not streamed published it after a stream broke off.
+        public var generation: Int64?
+        /// The last chunk committed; once published, the sequence number published.
+        public var upTo: Int64
+        /// When the stream began reading the backend, by PostgreSQL's clock.
+        public var began: Date?
+        /// The scope's published sequence number (0 while the first read runs).
+        public var published: Int64
+        /// Whether a refresh of the scope holds its lock now (a stream, or a refresh).
+        public var locked: Bool
+        /// What the scope's last refresh failed with.
+        public var error: String?
+        /// When the state was read, by PostgreSQL's clock.
+        public var now: Date
+
+        /// Whether generation `generation` is finished: everything up to ``upTo`` is the
+        /// published first read.
+        public func finished(_ generation: Int64) -> Bool {
+            self.generation == generation && published != 0 && published >= upTo
+        }
+    }
+
+    /// The stream state of scope `id`; nil when there is no such scope.
+    public func streamState(scope id: Int64) async throws -> StreamState? {
+        let rows = try await client.query(
+            """
+            SELECT stream_gen, coalesce(stream_upto, 0), stream_from, published, refresh_error, clock_timestamp(),
+                   EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+                           AND classid = \(Self.lockClass(id))::bigint::oid AND objid = \(Self.lockObject(id))::bigint::oid)
+            FROM oodata_scope WHERE id = \(id)
+            """, logger: logger)
+        for try await (generation, upTo, began, published, error, now, locked)
+            in rows.decode((Int64?, Int64, Date?, Int64, String?, Date, Bool).self)
+        {
+            return StreamState(
+                generation: generation, upTo: upTo, began: began, published: published, locked: locked,
+                error: error, now: now)
+        }
+        return nil
+    }
+
+    /// The two halves of a one-key advisory lock as `pg_locks` shows them.
+    static func lockClass(_ key: Int64) -> Int64 { Int64(UInt64(bitPattern: key) >> 32) }
+    static func lockObject(_ key: Int64) -> Int64 { Int64(UInt64(bitPattern: key) & 0xffff_ffff) }
+
+    /// One chunk a stream committed: a backend page's rows under their sequence number.
+    public struct StreamChunk: Sendable {
+        /// The chunk's sequence number.
+        public var seq: Int64
+        /// The chunk before it (the generation for the first).
+        public var previous: Int64
+        /// Its rows, in the backend's order, one per key.
+        public var rows: [Row]
+    }
+
+    /// Streams the first read of scope `id`: takes the scope's lock without waiting and, when
+    /// the scope is still unpublished, deletes what a broken-off stream left, begins a new
+    /// generation (`began` gets it and the time), commits each page `pages` writes as a
+    /// chunk (`committed` gets it) and publishes at the end. Nil when another holds the lock or
+    /// the scope was published meanwhile: nothing was done.
+    public func streamFirstRead(
+        scope id: Int64,
+        began: (_ generation: Int64, _ at: Date) async -> Void,
+        committed: @escaping @Sendable (StreamChunk) async -> Void,
+        pages: (_ write: ([(key: String, keyMembers: String, payload: String)]) async throws -> Void) async throws ->
+            Void
+    ) async throws -> RefreshSummary? {
+        try await client.withConnection { connection in
+            var taken = false
+            for try await value in try await connection.query(
+                "SELECT pg_try_advisory_lock(\(id))", logger: logger
+            ).decode(Bool.self) {
+                taken = value
+            }
+            guard taken else { return nil }
+            do {
+                let summary = try await stream(id, on: connection, began: began, committed: committed, pages: pages)
+                try await connection.query("SELECT pg_advisory_unlock(\(id))", logger: logger)
+                return summary
+            } catch {
+                // A connection that cannot say it let go of the lock would keep it in the pool.
+                do {
+                    try await connection.query("SELECT pg_advisory_unlock(\(id))", logger: logger)
+                } catch {
+                    try? await connection.close()
+                }
+                throw error
+            }
+        }
+    }
+
+    private func stream(
+        _ id: Int64, on connection: PostgresConnection,
+        began: (_ generation: Int64, _ at: Date) async -> Void,
+        committed: @escaping @Sendable (StreamChunk) async -> Void,
+        pages: (_ write: ([(key: String, keyMembers: String, payload: String)]) async throws -> Void) async throws ->
+            Void
+    ) async throws -> RefreshSummary? {
+        let logger = self.logger
+        func nextSeq() async throws -> Int64 {
+            for try await value in try await connection.query("SELECT nextval('oodata_seq')", logger: logger)
+                .decode(Int64.self)
+            {
+                return value
+            }
+            throw GatewayError(status: 503, code: "GatewayState", "PostgreSQL gave no sequence number")
+        }
+        // Begin: the scope must still be unpublished (a refresh may have published it between
+        // the device's look and the lock).
+        let start: (generation: Int64, at: Date)? = try await connection.withTransaction(logger: logger) {
+            connection in
+            var published: Int64 = -1
+            var now = Date()
+            for try await (value, clock) in try await connection.query(
+                "SELECT published, clock_timestamp() FROM oodata_scope WHERE id = \(id) FOR UPDATE", logger: logger
+            ).decode((Int64, Date).self) {
+                published = value
+                now = clock
+            }
+            guard published == 0 else { return nil }
+            try await connection.query("DELETE FROM oodata_row WHERE scope_id = \(id)", logger: logger)
+            let generation = try await nextSeq()
+            try await connection.query(
+                """
+                UPDATE oodata_scope SET stream_gen = \(generation), stream_upto = \(generation), stream_from = \(now),
+                  refresh_error = NULL
+                WHERE id = \(id)
+                """, logger: logger)
+            return (generation, now)
+        }
+        guard let start else { return nil }
+        await began(start.generation, start.at)
+        var summary = RefreshSummary(ran: true)
+        var previous = start.generation
+        try await pages { rows in
+            // A key twice on one page: the last one wins (as in a refresh).
+            var latest: [String: Int] = [:]
+            for (index, row) in rows.enumerated() { latest[row.key] = index }
+            let kept = rows.indices.filter { latest[rows[$0].key] == $0 }.map { rows[$0] }
+            guard !kept.isEmpty else { return }
+            let hashes = kept.map { Self.md5($0.payload) }
+            let keys = kept.map(\.key)
+            let members = kept.map(\.keyMembers)
+            let payloads = kept.map(\.payload)
+            let seq = try await connection.withTransaction(logger: logger) { connection in
+                // A chunk lost in a crash of PostgreSQL leaves the scope unpublished: the next
+                // first read starts a new generation, so chunks need not wait for the disk.
+                try await connection.query("SET LOCAL synchronous_commit = off", logger: logger)
+                let seq = try await nextSeq()
+                try await connection.query(
+                    """
+                    INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
+                    SELECT \(id), k, m, h, p, \(seq) FROM unnest(\(keys)::text[], \(members)::text[], \
+                    \(hashes)::text[], \(payloads)::text[]) AS t(k, m, h, p)
+                    ON CONFLICT (scope_id, key) DO UPDATE
+                      SET hash = EXCLUDED.hash, payload = EXCLUDED.payload, key_members = EXCLUDED.key_members,
+                          seq = EXCLUDED.seq
+                    """, logger: logger)
+                try await connection.query(
+                    "UPDATE oodata_scope SET stream_upto = \(seq) WHERE id = \(id)", logger: logger)
+                return seq
+            }
+            let chunk = StreamChunk(
+                seq: seq, previous: previous,
+                rows: kept.indices.map {
+                    Row(seq: seq, key: keys[$0], keyMembers: members[$0], payload: payloads[$0], hash: hashes[$0])
+                })
+            previous = seq
+            summary.rows += kept.count
+            summary.changed += kept.count
+            await committed(chunk)
+        }
+        try await connection.withTransaction(logger: logger) { connection in
+            let seq = try await nextSeq()
+            summary.published = seq
+            // Rows a key repeated across pages overwrote are counted once.
+            var rows: Int64 = 0
+            for try await count in try await connection.query(
+                "SELECT count(*) FROM oodata_row WHERE scope_id = \(id)", logger: logger
+            ).decode(Int64.self) {
+                rows = count
+            }
+            summary.rows = Int(rows)
+            summary.changed = Int(rows)
+            try await connection.query(
+                """
+                UPDATE oodata_scope SET published = \(seq), stream_upto = \(seq), refreshed_at = clock_timestamp(),
+                  refreshed_from = \(start.at)::timestamptz, refresh_error = NULL, row_count = \(rows)
+                WHERE id = \(id)
+                """, logger: logger)
+            try await connection.query(
+                "INSERT INTO oodata_refresh (scope_id, seq) VALUES (\(id), \(seq))", logger: logger)
+        }
+        return summary
+    }
+
+    /// A page of a streamed first read of scope `id`: live rows of its chunks after the
+    /// position (after chunk `afterSeq` whole, or within it after `afterKey`), up to `upTo`,
+    /// in (sequence, key) order. Rows a later refresh changed have moved past `upTo`: the
+    /// delta from there carries them.
+    public func streamPage(
+        scope id: Int64, afterSeq: Int64, afterKey: String?, upTo: Int64, limit: Int
+    ) async throws -> [Row] {
+        let query: PostgresQuery
+        if let afterKey {
+            query = """
+                SELECT seq, key, key_members, payload, hash FROM oodata_row
+                WHERE scope_id = \(id) AND (seq, key) > (\(afterSeq), \(afterKey)::text COLLATE "C")
+                  AND seq <= \(upTo) AND payload IS NOT NULL
+                ORDER BY seq, key LIMIT \(limit)
+                """
+        } else {
+            query = """
+                SELECT seq, key, key_members, payload, hash FROM oodata_row
+                WHERE scope_id = \(id) AND seq > \(afterSeq) AND seq <= \(upTo) AND payload IS NOT NULL
+                ORDER BY seq, key LIMIT \(limit)
+                """
+        }
+        let rows = try await client.query(query, logger: logger)
+        var result: [Row] = []
+        for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self)
+        {
+            result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload, hash: hash))
+        }
+        return result
+    }
+}
