@@ -87,9 +87,10 @@ extension GatewayStore {
     public func streamFirstRead(
         scope id: Int64,
         began: (_ generation: Int64, _ at: Date) async -> Void,
-        committed: @escaping @Sendable (StreamChunk) async -> Void,
-        pages: (_ write: ([(key: String, keyMembers: String, payload: String)]) async throws -> Void) async throws ->
-            Void
+        committed: @escaping @Sendable (StreamChunk, _ published: Int64?) async -> Void,
+        pages: (
+            _ write: (_ rows: [(key: String, keyMembers: String, payload: String)], _ last: Bool) async throws -> Void
+        ) async throws -> Void
     ) async throws -> RefreshSummary? {
         try await client.withConnection { connection in
             var taken = false
@@ -118,9 +119,10 @@ extension GatewayStore {
     private func stream(
         _ id: Int64, on connection: PostgresConnection,
         began: (_ generation: Int64, _ at: Date) async -> Void,
-        committed: @escaping @Sendable (StreamChunk) async -> Void,
-        pages: (_ write: ([(key: String, keyMembers: String, payload: String)]) async throws -> Void) async throws ->
-            Void
+        committed: @escaping @Sendable (StreamChunk, _ published: Int64?) async -> Void,
+        pages: (
+            _ write: (_ rows: [(key: String, keyMembers: String, payload: String)], _ last: Bool) async throws -> Void
+        ) async throws -> Void
     ) async throws -> RefreshSummary? {
         let logger = self.logger
         func nextSeq() async throws -> Int64 {
@@ -158,47 +160,11 @@ extension GatewayStore {
         await began(start.generation, start.at)
         var summary = RefreshSummary(ran: true)
         var previous = start.generation
-        try await pages { rows in
-            // A key twice on one page: the last one wins (as in a refresh).
-            var latest: [String: Int] = [:]
-            for (index, row) in rows.enumerated() { latest[row.key] = index }
-            let kept = rows.indices.filter { latest[rows[$0].key] == $0 }.map { rows[$0] }
-            guard !kept.isEmpty else { return }
-            let hashes = kept.map { Self.md5($0.payload) }
-            let keys = kept.map(\.key)
-            let members = kept.map(\.keyMembers)
-            let payloads = kept.map(\.payload)
-            let seq = try await connection.withTransaction(logger: logger) { connection in
-                // A chunk lost in a crash of PostgreSQL leaves the scope unpublished: the next
-                // first read starts a new generation, so chunks need not wait for the disk.
-                try await connection.query("SET LOCAL synchronous_commit = off", logger: logger)
-                let seq = try await nextSeq()
-                try await connection.query(
-                    """
-                    INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
-                    SELECT \(id), k, m, h, p, \(seq) FROM unnest(\(keys)::text[], \(members)::text[], \
-                    \(hashes)::text[], \(payloads)::text[]) AS t(k, m, h, p)
-                    ON CONFLICT (scope_id, key) DO UPDATE
-                      SET hash = EXCLUDED.hash, payload = EXCLUDED.payload, key_members = EXCLUDED.key_members,
-                          seq = EXCLUDED.seq
-                    """, logger: logger)
-                try await connection.query(
-                    "UPDATE oodata_scope SET stream_upto = \(seq) WHERE id = \(id)", logger: logger)
-                return seq
-            }
-            let chunk = StreamChunk(
-                seq: seq, previous: previous,
-                rows: kept.indices.map {
-                    Row(seq: seq, key: keys[$0], keyMembers: members[$0], payload: payloads[$0], hash: hashes[$0])
-                })
-            previous = seq
-            summary.rows += kept.count
-            summary.changed += kept.count
-            await committed(chunk)
-        }
-        try await connection.withTransaction(logger: logger) { connection in
+        var published = false
+        /// Publishes the stream, in the transaction of its last chunk: a device that sees the
+        /// last chunk sees the delta link too.
+        func publish(on connection: PostgresConnection) async throws -> (seq: Int64, rows: Int64) {
             let seq = try await nextSeq()
-            summary.published = seq
             // Rows a key repeated across pages overwrote are counted once.
             var rows: Int64 = 0
             for try await count in try await connection.query(
@@ -206,8 +172,6 @@ extension GatewayStore {
             ).decode(Int64.self) {
                 rows = count
             }
-            summary.rows = Int(rows)
-            summary.changed = Int(rows)
             try await connection.query(
                 """
                 UPDATE oodata_scope SET published = \(seq), stream_upto = \(seq), refreshed_at = clock_timestamp(),
@@ -216,6 +180,64 @@ extension GatewayStore {
                 """, logger: logger)
             try await connection.query(
                 "INSERT INTO oodata_refresh (scope_id, seq) VALUES (\(id), \(seq))", logger: logger)
+            return (seq, rows)
+        }
+        func note(_ done: (seq: Int64, rows: Int64)) {
+            published = true
+            summary.published = done.seq
+            summary.rows = Int(done.rows)
+            summary.changed = Int(done.rows)
+        }
+        try await pages { rows, last in
+            // A key twice on one page: the last one wins (as in a refresh).
+            var latest: [String: Int] = [:]
+            for (index, row) in rows.enumerated() { latest[row.key] = index }
+            let kept = rows.indices.filter { latest[rows[$0].key] == $0 }.map { rows[$0] }
+            guard !kept.isEmpty || last else { return }
+            let hashes = kept.map { Self.md5($0.payload) }
+            let keys = kept.map(\.key)
+            let members = kept.map(\.keyMembers)
+            let payloads = kept.map(\.payload)
+            let (seq, done) = try await connection.withTransaction(logger: logger) {
+                connection -> (Int64?, (seq: Int64, rows: Int64)?) in
+                // A chunk lost in a crash of PostgreSQL leaves the scope unpublished: the next
+                // first read starts a new generation, so chunks need not wait for the disk (the
+                // last one, which publishes, does).
+                if !last { try await connection.query("SET LOCAL synchronous_commit = off", logger: logger) }
+                var seq: Int64?
+                if !kept.isEmpty {
+                    let chunk = try await nextSeq()
+                    seq = chunk
+                    try await connection.query(
+                        """
+                        INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
+                        SELECT \(id), k, m, h, p, \(chunk) FROM unnest(\(keys)::text[], \(members)::text[], \
+                        \(hashes)::text[], \(payloads)::text[]) AS t(k, m, h, p)
+                        ON CONFLICT (scope_id, key) DO UPDATE
+                          SET hash = EXCLUDED.hash, payload = EXCLUDED.payload, key_members = EXCLUDED.key_members,
+                              seq = EXCLUDED.seq
+                        """, logger: logger)
+                    try await connection.query(
+                        "UPDATE oodata_scope SET stream_upto = \(chunk) WHERE id = \(id)", logger: logger)
+                }
+                return (seq, last ? try await publish(on: connection) : nil)
+            }
+            if let done { note(done) }
+            if let seq {
+                let chunk = StreamChunk(
+                    seq: seq, previous: previous,
+                    rows: kept.indices.map {
+                        Row(seq: seq, key: keys[$0], keyMembers: members[$0], payload: payloads[$0], hash: hashes[$0])
+                    })
+                previous = seq
+                await committed(chunk, last ? summary.published : nil)
+            } else if last {
+                await committed(StreamChunk(seq: summary.published, previous: previous, rows: []), summary.published)
+            }
+        }
+        if !published {
+            note(try await connection.withTransaction(logger: logger) { try await publish(on: $0) })
+            await committed(StreamChunk(seq: summary.published, previous: previous, rows: []), summary.published)
         }
         return summary
     }

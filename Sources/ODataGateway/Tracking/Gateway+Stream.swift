@@ -45,16 +45,21 @@ actor FirstReadStreams {
         streams[scope]?.phase = .running(generation: generation, began: at)
     }
 
-    func committed(_ scope: Int64, _ chunk: GatewayStore.StreamChunk) {
+    /// `chunk` is committed; with `published`, it is the last, and the stream is published.
+    func committed(_ scope: Int64, _ chunk: GatewayStore.StreamChunk, published: Int64?) {
         guard var stream = streams[scope] else { return }
         streams[scope] = nil
         stream.chunks.append(chunk)
         if stream.chunks.count > Self.kept { stream.chunks.removeFirst(stream.chunks.count - Self.kept) }
+        if let published, case .running(let generation, _) = stream.phase {
+            stream.phase = .finished(generation: generation, published: published)
+            stream.ended = .now
+        }
         streams[scope] = stream
     }
 
     func end(_ scope: Int64, _ phase: Phase) {
-        guard var stream = streams[scope] else { return }
+        guard var stream = streams[scope], stream.ended == nil else { return }
         if case .failed = phase { stream.chunks = [] }
         stream.phase = phase
         stream.ended = .now
@@ -119,6 +124,8 @@ extension Gateway {
         _ tracked: TrackedQuery, scope: GatewayStore.Scope, request: GatewayRequest, backend: GatewayBackend,
         keyNames: [String], legacy: Bool, interval: Double, shared: Bool, pageSize: Int, set: String
     ) async throws -> GatewayResponse? {
+        // The device's progress: it waits for the backend's first page.
+        await report(request, "waitingForDownload", number: 0)
         let earliest = scope.arrival.addingTimeInterval(-interval)
         func joinable(_ began: Date) -> Bool { interval > 0 && began >= earliest }
         func answer(_ generation: Int64) async throws -> GatewayResponse {
@@ -172,7 +179,7 @@ extension Gateway {
             let summary = try await store.streamFirstRead(
                 scope: scope,
                 began: { generation, at in await streams.began(scope, generation: generation, at: at) },
-                committed: { chunk in await self.streams.committed(scope, chunk) }
+                committed: { chunk, published in await self.streams.committed(scope, chunk, published: published) }
             ) { write in
                 try await readBackend(
                     tracked, backend: backend, keyNames: keyNames, legacy: legacy, authorization: authorization,
@@ -181,9 +188,6 @@ extension Gateway {
             guard let summary else {
                 await streams.end(scope, .notNeeded)
                 return
-            }
-            if case .running(let generation, _)? = await streams.phase(scope) {
-                await streams.end(scope, .finished(generation: generation, published: summary.published))
             }
             metrics.refreshes.increment()
             metrics.rowsChanged.increment(by: summary.changed)
@@ -305,12 +309,13 @@ extension Gateway {
     }
 
     /// Reads every page of `query` from `backend` with `authorization`, handing each page's
-    /// rows to `write`; the next page is fetched and parsed while `write` runs. Reports the
+    /// rows to `write` (with whether it is the last); the next page is fetched and parsed while
+    /// `write` runs. Reports the
     /// rows read to `request`'s device when there is one.
     func readBackend(
         _ query: TrackedQuery, backend: GatewayBackend, keyNames: [String], legacy: Bool, authorization: HTTPHeaders,
         request: GatewayRequest?,
-        write: ([(key: String, keyMembers: String, payload: String)]) async throws -> Void
+        write: (_ rows: [(key: String, keyMembers: String, payload: String)], _ last: Bool) async throws -> Void
     ) async throws {
         typealias Page = (rows: [(key: String, keyMembers: String, payload: String)], next: String?)
         var seen: Set<String> = []
@@ -356,7 +361,7 @@ extension Gateway {
             if let next = url, !seen.contains(next), pages < Self.maximumPages {
                 pending = Task { try await fetch(next) }
             }
-            try await write(page.rows)
+            try await write(page.rows, url == nil)
             read += page.rows.count
             // The device waiting for it sees the rows read so far (pulled by its client).
             if let request, ContinuousClock.now - reportedToDevice >= .milliseconds(500) {

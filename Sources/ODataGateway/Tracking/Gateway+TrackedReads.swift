@@ -365,7 +365,8 @@ extension Gateway {
         ) { write in
             try await readBackend(
                 query, backend: backend, keyNames: keyNames, legacy: legacy, authorization: authorization,
-                request: request, write: write)
+                request: request
+            ) { rows, _ in try await write(rows) }
         }
     }
 
