@@ -51,3 +51,36 @@ import Testing
         #expect(injected.contains(#""__metadata":{"etag":""# + Self.etag + #"","uri":"u"}"#), "\(injected)")
     }
 }
+
+/// Pages are built as bytes (`PageText`): the same text as the string way, the backend's URL
+/// replaced wherever a payload names it, and the gateway's ETag where the string way puts it.
+@Suite struct GatewayPageTextTests {
+    static let backend = "http://backend:8080/odata/v4/"
+    static let root = "http://gateway/sales/"
+
+    static let payloads = [
+        #"{"ID":1}"#, "{}", #"{"@odata.etag":"W/\"1\"","ID":1}"#,
+        #"{"ID":1,"@odata.id":"http://backend:8080/odata/v4/Things(1)","Note":"x"}"#,
+        #"{"Link":"http://backend:8080/odata/v4/","Other":"http://backend:8080/odata/v4/A(1)"}"#,
+        #"{"__metadata":{"uri":"http://backend:8080/odata/v4/Things(1)","type":"T"},"ID":1}"#,
+        #"{"__metadata":{},"ID":1}"#, #"{"ID":1,"__metadata":{"uri":"u"}}"#, #"{"Name":"Zoë 🚚"}"#,
+        #"{"Half":"http://backend:8080/odata/v"}"#, "",
+    ]
+
+    @Test(arguments: [false, true])
+    func bytesAreTheStringWaysText(legacy: Bool) {
+        for payload in Self.payloads {
+            let named = payload.replacingOccurrences(of: Self.backend, with: Self.root)
+            var bytes: [UInt8] = []
+            PageText.append(payload, replacing: Array(Self.backend.utf8), with: Array(Self.root.utf8), to: &bytes)
+            #expect(String(decoding: bytes, as: UTF8.self) == named, "\(payload)")
+            for hash in [GatewayETagInjectionTests.hash, nil] as [String?] {
+                var tagged: [UInt8] = []
+                PageText.appendWithETag(bytes, scope: 7, hash: hash, legacy: legacy, to: &tagged)
+                #expect(
+                    String(decoding: tagged, as: UTF8.self)
+                        == Gateway.withETag(named, scope: 7, hash: hash, legacy: legacy), "\(payload)")
+            }
+        }
+    }
+}

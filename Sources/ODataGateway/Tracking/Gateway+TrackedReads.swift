@@ -249,38 +249,49 @@ extension Gateway {
         _ rows: [GatewayStore.Row], scope: Int64, set: String, legacy: Bool, delta: Bool, nextLink: String?,
         deltaLink: String?, root: String, backend: GatewayBackend
     ) -> GatewayResponse {
-        var text =
-            legacy
-            ? #"{"d":{"results":["#
-            : #"{"@odata.context":"# + JSONValue.string(root + "$metadata#" + set + (delta ? "/$delta" : "")).serialized
-                + #","value":["#
+        var text: [UInt8] = []
+        text.reserveCapacity(rows.reduce(256) { $0 + ($1.payload?.utf8.count ?? 64) + 64 })
+        text += Array(
+            (legacy
+                ? #"{"d":{"results":["#
+                : #"{"@odata.context":"# + JSONValue.string(root + "$metadata#" + set + (delta ? "/$delta" : ""))
+                    .serialized + #","value":["#).utf8)
+        let from = Array(backend.url.utf8)
+        let to = Array(root.utf8)
+        let etags = configuration.gatewayETags
+        var named: [UInt8] = []
         for (index, row) in rows.enumerated() {
-            if index > 0 { text += "," }
+            if index > 0 { text.append(UInt8(ascii: ",")) }
             if let payload = row.payload {
-                let named = payload.replacingOccurrences(of: backend.url, with: root)
-                text +=
-                    configuration.gatewayETags
-                    ? Self.withETag(named, scope: scope, hash: row.hash, legacy: legacy) : named
+                named.removeAll(keepingCapacity: true)
+                PageText.append(payload, replacing: from, with: to, to: &named)
+                if etags {
+                    PageText.appendWithETag(named, scope: scope, hash: row.hash, legacy: legacy, to: &text)
+                } else {
+                    text += named
+                }
             } else if legacy {
-                text += #"{"__deleted":true"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
+                text += Array((#"{"__deleted":true"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}").utf8)
             } else {
-                text +=
-                    #"{"@removed":{"reason":"deleted"}"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}"
+                text += Array(
+                    (#"{"@removed":{"reason":"deleted"}"# + (row.keyMembers.isEmpty ? "" : "," + row.keyMembers) + "}")
+                        .utf8)
             }
         }
-        text += "]"
+        var tail = "]"
         if let nextLink {
-            text += (legacy ? #","__next":"# : #","@odata.nextLink":"#) + JSONValue.string(nextLink).serialized
+            tail += (legacy ? #","__next":"# : #","@odata.nextLink":"#) + JSONValue.string(nextLink).serialized
         }
         if let deltaLink {
-            text += (legacy ? #","__delta":"# : #","@odata.deltaLink":"#) + JSONValue.string(deltaLink).serialized
+            tail += (legacy ? #","__delta":"# : #","@odata.deltaLink":"#) + JSONValue.string(deltaLink).serialized
         }
-        text += legacy ? "}}" : "}"
+        tail += legacy ? "}}" : "}"
+        text += Array(tail.utf8)
         var headers = HTTPHeaders()
         headers["Content-Type"] = "application/json"
         headers[legacy ? "DataServiceVersion" : "OData-Version"] = legacy ? "2.0" : "4.0"
         headers["Preference-Applied"] = "odata.track-changes"
-        return GatewayResponse(status: 200, headers: headers, body: Array(text.utf8))
+        return GatewayResponse(status: 200, headers: headers, body: text)
     }
 
     /// The gateway's ETag of a row of `scope`: `W/"gw.<scope>.<hash>"`.
