@@ -65,6 +65,9 @@ import Testing
         #"{"__metadata":{"uri":"http://backend:8080/odata/v4/Things(1)","type":"T"},"ID":1}"#,
         #"{"__metadata":{},"ID":1}"#, #"{"ID":1,"__metadata":{"uri":"u"}}"#, #"{"Name":"Zoë 🚚"}"#,
         #"{"Half":"http://backend:8080/odata/v"}"#, "",
+        #"{"__metadata":{"uri":"u","etag":"W/\"3\""},"ID":1}"#,
+        #"{"__metadata":{"uri":"u","deferred":{"etag":"x"}},"ID":1}"#,
+        #"{"__metadata":{"uri":"u"},"Note":"\"etag\":"}"#, #"{"odata.etag":"W/\"1\"","ID":1}"#,
     ]
 
     @Test(arguments: [false, true])

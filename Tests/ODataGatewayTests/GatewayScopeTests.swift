@@ -1,6 +1,6 @@
 import Foundation
 import ODataCore
-import ODataGateway
+@testable import ODataGateway
 import ODataServer
 import OfflineOData
 import Testing
@@ -180,6 +180,14 @@ import Testing
                 running.root.absoluteString + "BusinessPartners?$filter=PartnerID%20eq%20'BP1'")
             #expect(other.status == 200)
             #expect(try await store.scopeCount() == 1)
+            // The removed scopes' rows went with them (no foreign key does it).
+            var orphans: Int64 = -1
+            for try await count in try await store.client.query(
+                "SELECT count(*) FROM oodata_row WHERE scope_id NOT IN (SELECT id FROM oodata_scope)"
+            ).decode(Int64.self) {
+                orphans = count
+            }
+            #expect(orphans == 0)
             #expect(
                 try await GatewayDeltaTests.backendSend(setup, "PATCH", "BusinessPartners('BP2')", #"{"Phone":"gc"}"#)
                     < 300)

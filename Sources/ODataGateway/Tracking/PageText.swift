@@ -41,6 +41,20 @@ enum PageText {
     }
 
     static let etag = Array("etag".utf8)
+    static let v4Own = [Array(#"{"@odata.etag":"#.utf8), Array(#"{"odata.etag":"#.utf8)]
+    static let v2Own = Array(#""etag":"#.utf8)
+
+    /// Whether `payload` visibly carries the backend's ETag at its top level: V4 control
+    /// information first (as backends write it), or V2's `etag` in the leading `__metadata`
+    /// before any nested object. Other spellings take the parsing way.
+    static func hasOwnETag(_ payload: [UInt8], legacy: Bool) -> Bool {
+        guard legacy else { return v4Own.contains { payload.starts(with: $0) } }
+        guard payload.starts(with: v2Metadata) else { return false }
+        return payload.withUnsafeBufferPointer { bytes in
+            guard let found = find(v2Own, in: bytes, from: v2Metadata.count) else { return false }
+            return !bytes[v2Metadata.count..<found].contains { $0 == UInt8(ascii: "{") || $0 == UInt8(ascii: "}") }
+        }
+    }
     static let v4Opening = Array(#"{"@odata.etag":"#.utf8)
     static let v2Metadata = Array(#"{"__metadata":{"#.utf8)
     static let v2ETag = Array(#""etag":"#.utf8)
@@ -50,6 +64,10 @@ enum PageText {
     /// for the others.
     static func appendWithETag(_ payload: [UInt8], scope: Int64, hash: String?, legacy: Bool, to output: inout [UInt8])
     {
+        if hasOwnETag(payload, legacy: legacy) {
+            output += payload
+            return
+        }
         guard let hash, payload.first == UInt8(ascii: "{"), !contains(payload, etag) else {
             let text = String(decoding: payload, as: UTF8.self)
             output += Array(Gateway.withETag(text, scope: scope, hash: hash, legacy: legacy).utf8)
