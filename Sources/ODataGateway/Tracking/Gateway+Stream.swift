@@ -191,10 +191,15 @@ extension Gateway {
             }
             metrics.refreshes.increment()
             metrics.rowsChanged.increment(by: summary.changed)
-            metrics.refreshTime.record(duration: ContinuousClock.now - started)
+            let took = ContinuousClock.now - started
+            metrics.refreshTime.record(duration: took)
+            let seconds = Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18
             logger.info(
                 "Refreshed (a first read, streamed)",
-                metadata: ["query": .string(tracked.canonical), "rows": "\(summary.rows)"])
+                metadata: [
+                    "query": .string(tracked.canonical), "rows": "\(summary.rows)",
+                    "seconds": "\((seconds * 1000).rounded() / 1000)",
+                ])
             await housekeep()
         } catch {
             await streams.end(scope, .failed(error))
