@@ -91,17 +91,47 @@ func count(_ provider: OfflineODataProvider) async throws -> Int {
     return Int(n)
 }
 
+/// CPU seconds (user plus system) of this process (backend, gateway and devices) and of every
+/// PostgreSQL process now running (Linux `/proc`; connections are pooled, so they last).
+func cpuSeconds() -> (own: Double, postgres: Double) {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let own =
+        Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+        + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    var postgres = 0.0
+    let tick = Double(sysconf(Int32(_SC_CLK_TCK)))
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(name) != nil {
+        guard let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+            stat.contains("(postgres)"), let close = stat.lastIndex(of: ")")
+        else { continue }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        if fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) {
+            postgres += (user + system) / tick
+        }
+    }
+    return (own, postgres)
+}
+
 print("GatewayRatio: sales scale \(scale), backend without delta links, gateway on PostgreSQL, loopback")
 let direct = try await device("direct", through: backend.v4Root)
 let first = try await device("first", through: gateway.root)
 let second = try await device("second", through: patient.root)
+let cpuBefore = cpuSeconds()
 let openDirect = try await seconds { try await direct.open() }
+let cpuBetween = cpuSeconds()
 let openGateway = try await seconds { try await first.open() }
+let cpuAfter = cpuSeconds()
 try await second.open()
 let orders = try await count(direct)
 print(
     String(format: "first open: direct %.3f s, through the gateway %.3f s (%d orders)", openDirect, openGateway, orders)
 )
+print(
+    String(
+        format: "  CPU: direct %.2f s (PostgreSQL %.2f), through the gateway %.2f s (PostgreSQL %.2f)",
+        cpuBetween.own - cpuBefore.own, cpuBetween.postgres - cpuBefore.postgres, cpuAfter.own - cpuBetween.own,
+        cpuAfter.postgres - cpuBetween.postgres))
 if ProcessInfo.processInfo.environment["FIRST_OPEN_ONLY"] != nil {
     for provider in [direct, first, second] { await provider.close() }
     await gateway.stop()

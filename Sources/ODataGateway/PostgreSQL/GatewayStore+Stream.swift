@@ -198,8 +198,12 @@ extension GatewayStore {
             let keys = kept.map(\.key)
             let members = kept.map(\.keyMembers)
             let payloads = kept.map(\.payload)
-            let (seq, done) = try await connection.withTransaction(logger: logger) {
-                connection -> (Int64?, (seq: Int64, rows: Int64)?) in
+            // Keys are new to the scope but for one a backend repeats across pages: a plain
+            // insert first (an upsert checks each key before it writes), the upsert again when
+            // PostgreSQL refuses a key twice.
+            func write(upserting: Bool) async throws -> (Int64?, (seq: Int64, rows: Int64)?) {
+                try await connection.withTransaction(logger: logger) {
+                    connection -> (Int64?, (seq: Int64, rows: Int64)?) in
                 // A chunk lost in a crash of PostgreSQL leaves the scope unpublished: the next
                 // first read starts a new generation, so chunks need not wait for the disk (the
                 // last one, which publishes, does).
@@ -213,14 +217,22 @@ extension GatewayStore {
                         INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
                         SELECT \(id), k, m, h, p, \(chunk) FROM unnest(\(keys)::text[], \(members)::text[], \
                         \(hashes)::text[], \(payloads)::text[]) AS t(k, m, h, p)
-                        ON CONFLICT (scope_id, key) DO UPDATE
-                          SET hash = EXCLUDED.hash, payload = EXCLUDED.payload, key_members = EXCLUDED.key_members,
-                              seq = EXCLUDED.seq
+                        \(unescaped: upserting ? Self.upsertTail : "")
                         """, logger: logger)
                     try await connection.query(
                         "UPDATE oodata_scope SET stream_upto = \(chunk) WHERE id = \(id)", logger: logger)
                 }
                 return (seq, last ? try await publish(on: connection) : nil)
+                }
+            }
+            let seq: Int64?
+            let done: (seq: Int64, rows: Int64)?
+            do {
+                (seq, done) = try await write(upserting: false)
+            } catch let error as PostgresTransactionError
+                where (error.closureError as? PSQLError)?.serverInfo?[.sqlState] == "23505"
+            {
+                (seq, done) = try await write(upserting: true)
             }
             if let done { note(done) }
             if let seq {
@@ -241,6 +253,11 @@ extension GatewayStore {
         }
         return summary
     }
+
+    static let upsertTail = """
+        ON CONFLICT (scope_id, key) DO UPDATE
+          SET hash = EXCLUDED.hash, payload = EXCLUDED.payload, key_members = EXCLUDED.key_members, seq = EXCLUDED.seq
+        """
 
     /// A page of a streamed first read of scope `id`: live rows of its chunks after the
     /// position (after chunk `afterSeq` whole, or within it after `afterKey`), up to `upTo`,

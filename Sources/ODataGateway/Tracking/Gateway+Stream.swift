@@ -24,6 +24,10 @@ actor FirstReadStreams {
     struct Stream {
         var phase = Phase.starting
         var chunks: [GatewayStore.StreamChunk] = []
+        /// How many chunks were committed, and the most any device here has asked past.
+        var committed = 0
+        var asked = 0
+        var lastAsk = ContinuousClock.now
         var task: Task<Void, Never>?
         var ended: ContinuousClock.Instant?
     }
@@ -50,6 +54,7 @@ actor FirstReadStreams {
         guard var stream = streams[scope] else { return }
         streams[scope] = nil
         stream.chunks.append(chunk)
+        stream.committed += 1
         if stream.chunks.count > Self.kept { stream.chunks.removeFirst(stream.chunks.count - Self.kept) }
         if let published, case .running(let generation, _) = stream.phase {
             stream.phase = .finished(generation: generation, published: published)
@@ -90,6 +95,7 @@ actor FirstReadStreams {
         case .running(let current, _), .finished(let current, _):
             guard current == generation else { return .elsewhere }
             if let index = stream.chunks.firstIndex(where: { $0.previous == afterSeq }) {
+                noteAsk(scope, reached: stream.committed - (stream.chunks.count - index))
                 let last = index == stream.chunks.count - 1
                 if last, case .finished(_, let published) = stream.phase {
                     return .chunk(stream.chunks[index], published: published)
@@ -97,10 +103,34 @@ actor FirstReadStreams {
                 return .chunk(stream.chunks[index], published: nil)
             }
             if stream.chunks.last?.seq == afterSeq || (stream.chunks.isEmpty && afterSeq == generation) {
+                noteAsk(scope, reached: stream.committed)
                 if case .finished = stream.phase { return .elsewhere }
                 return .waiting
             }
             return .elsewhere
+        }
+    }
+
+    private func noteAsk(_ scope: Int64, reached: Int) {
+        guard var stream = streams[scope] else { return }
+        stream.asked = max(stream.asked, reached)
+        stream.lastAsk = .now
+        streams[scope] = stream
+    }
+
+    /// How long a stream waits for its devices at most before it reads on regardless.
+    static let pacing: Duration = .seconds(1)
+
+    /// Waits while this instance's stream of `scope` is more than half its kept chunks ahead of
+    /// the furthest device reading it here (one that asked within ``pacing``): the backend
+    /// is read as fast as devices take the rows, which then come from memory, not PostgreSQL
+    /// (on a gateway whose cores the backend shares, a stream running ahead slows its devices).
+    /// A stream no device here reads runs at the backend's pace.
+    func pace(_ scope: Int64) async {
+        while let stream = streams[scope], stream.committed - stream.asked > Self.kept / 2,
+            ContinuousClock.now - stream.lastAsk < Self.pacing, !Task.isCancelled
+        {
+            try? await Task.sleep(for: .milliseconds(2))
         }
     }
 
@@ -183,7 +213,11 @@ extension Gateway {
             ) { write in
                 try await readBackend(
                     tracked, backend: backend, keyNames: keyNames, legacy: legacy, authorization: authorization,
-                    request: nil, write: write)
+                    request: nil
+                ) { rows, last in
+                    try await write(rows, last)
+                    await self.streams.pace(scope)
+                }
             }
             guard let summary else {
                 await streams.end(scope, .notNeeded)
