@@ -204,25 +204,25 @@ extension GatewayStore {
             func write(upserting: Bool) async throws -> (Int64?, (seq: Int64, rows: Int64)?) {
                 try await connection.withTransaction(logger: logger) {
                     connection -> (Int64?, (seq: Int64, rows: Int64)?) in
-                // A chunk lost in a crash of PostgreSQL leaves the scope unpublished: the next
-                // first read starts a new generation, so chunks need not wait for the disk (the
-                // last one, which publishes, does).
-                if !last { try await connection.query("SET LOCAL synchronous_commit = off", logger: logger) }
-                var seq: Int64?
-                if !kept.isEmpty {
-                    let chunk = try await nextSeq()
-                    seq = chunk
-                    try await connection.query(
-                        """
-                        INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
-                        SELECT \(id), k, m, h, p, \(chunk) FROM unnest(\(keys)::text[], \(members)::text[], \
-                        \(hashes)::text[], \(payloads)::text[]) AS t(k, m, h, p)
-                        \(unescaped: upserting ? Self.upsertTail : "")
-                        """, logger: logger)
-                    try await connection.query(
-                        "UPDATE oodata_scope SET stream_upto = \(chunk) WHERE id = \(id)", logger: logger)
-                }
-                return (seq, last ? try await publish(on: connection) : nil)
+                    // A chunk lost in a crash of PostgreSQL leaves the scope unpublished: the next
+                    // first read starts a new generation, so chunks need not wait for the disk (the
+                    // last one, which publishes, does).
+                    if !last { try await connection.query("SET LOCAL synchronous_commit = off", logger: logger) }
+                    var seq: Int64?
+                    if !kept.isEmpty {
+                        let chunk = try await nextSeq()
+                        seq = chunk
+                        try await connection.query(
+                            """
+                            INSERT INTO oodata_row (scope_id, key, key_members, hash, payload, seq)
+                            SELECT \(id), k, m, h, p, \(chunk) FROM unnest(\(keys)::text[], \(members)::text[], \
+                            \(hashes)::text[], \(payloads)::text[]) AS t(k, m, h, p)
+                            \(unescaped: upserting ? Self.upsertTail : "")
+                            """, logger: logger)
+                        try await connection.query(
+                            "UPDATE oodata_scope SET stream_upto = \(chunk) WHERE id = \(id)", logger: logger)
+                    }
+                    return (seq, last ? try await publish(on: connection) : nil)
                 }
             }
             let seq: Int64?

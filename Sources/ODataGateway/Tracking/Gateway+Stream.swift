@@ -274,7 +274,8 @@ extension Gateway {
         let deadline = ContinuousClock.now + Self.streamPatience
         func link(_ afterSeq: Int64, _ afterKey: String?) -> String {
             tracked.link(
-                root: root, token: .stream(scope: scope, generation: generation, afterSeq: afterSeq, afterKey: afterKey),
+                root: root,
+                token: .stream(scope: scope, generation: generation, afterSeq: afterSeq, afterKey: afterKey),
                 legacy: legacy)
         }
         func last(_ rows: [GatewayStore.Row], published: Int64) async -> GatewayResponse {

@@ -254,7 +254,8 @@ extension Gateway {
         text += Array(
             (legacy
                 ? #"{"d":{"results":["#
-                : #"{"@odata.context":"# + JSONValue.string(root + "$metadata#" + set + (delta ? "/$delta" : ""))
+                : #"{"@odata.context":"#
+                    + JSONValue.string(root + "$metadata#" + set + (delta ? "/$delta" : ""))
                     .serialized + #","value":["#).utf8)
         let from = Array(backend.url.utf8)
         let to = Array(root.utf8)
