@@ -73,7 +73,11 @@ import Testing
     func aFirstReadIsServedWhileTheBackendIsStillRead(v2: Bool, pageSize: Int) async throws {
         let setup = try await GatewayDeltaTests.start(v2: v2, scale: 30) { $0.pageSize = pageSize }
         do {
-            await Self.slowPages(setup, milliseconds: 150)
+            // The backend's second page takes 1.5 s: the state is read while it waits.
+            await setup.backend.service.faults.set([
+                FaultRule(urlContains: "skiptoken", delayMilliseconds: 1500, times: 1),
+                FaultRule(urlContains: "skiptoken", delayMilliseconds: 100),
+            ])
             let roots = setup.gateways.map(\.root.absoluteString)
             let first = try await Self.get(roots[0] + "Contacts")
             #expect(first.status == 200, "\(GatewayIsolationTests.text(first))")
@@ -274,7 +278,11 @@ import Testing
         let port = PostgresServer.freePort()
         var process: Process?
         do {
-            await Self.slowPages(setup, milliseconds: 300)
+            // The backend's second page takes 3 s: the kill lands while the stream waits for it.
+            await setup.backend.service.faults.set([
+                FaultRule(urlContains: "skiptoken", delayMilliseconds: 3000, times: 1),
+                FaultRule(urlContains: "skiptoken", delayMilliseconds: 300),
+            ])
             let spawned = try await GatewayCrashTests.spawn(
                 backend: setup.backendRoot, postgres: setup.postgres.url, port: port)
             process = spawned
