@@ -19,6 +19,9 @@ extension GatewayStore {
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS stream_gen BIGINT",
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS stream_upto BIGINT",
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS stream_from TIMESTAMPTZ",
+        // The PostgreSQL backend whose connection holds the stream's lock (a refresh's lock on
+        // the same scope is not a stream's).
+        "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS stream_pid INTEGER",
     ]
 
     /// Where a scope's streamed first read stands.
@@ -32,8 +35,10 @@ extension GatewayStore {
         public var began: Date?
         /// The scope's published sequence number (0 while the first read runs).
         public var published: Int64
-        /// Whether a refresh of the scope holds its lock now (a stream, or a refresh).
+        /// Whether the stream's connection still holds the scope's lock (the stream runs).
         public var locked: Bool
+        /// When a change that could not be written through made the scope due.
+        public var staleSince: Date?
         /// What the scope's last refresh failed with.
         public var error: String?
         /// When the state was read, by PostgreSQL's clock.
@@ -52,15 +57,18 @@ extension GatewayStore {
             """
             SELECT stream_gen, coalesce(stream_upto, 0), stream_from, published, refresh_error, clock_timestamp(),
                    EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
-                           AND classid = \(Self.lockClass(id))::bigint::oid AND objid = \(Self.lockObject(id))::bigint::oid)
-            FROM oodata_scope WHERE id = \(id)
+                           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                           AND pid = s.stream_pid
+                           AND classid = \(Self.lockClass(id))::bigint::oid AND objid = \(Self.lockObject(id))::bigint::oid),
+                   stale_since
+            FROM oodata_scope AS s WHERE id = \(id)
             """, logger: logger)
-        for try await (generation, upTo, began, published, error, now, locked)
-            in rows.decode((Int64?, Int64, Date?, Int64, String?, Date, Bool).self)
+        for try await (generation, upTo, began, published, error, now, locked, stale)
+            in rows.decode((Int64?, Int64, Date?, Int64, String?, Date, Bool, Date?).self)
         {
             return StreamState(
                 generation: generation, upTo: upTo, began: began, published: published, locked: locked,
-                error: error, now: now)
+                staleSince: stale, error: error, now: now)
         }
         return nil
     }
@@ -94,10 +102,16 @@ extension GatewayStore {
     ) async throws -> RefreshSummary? {
         try await client.withConnection { connection in
             var taken = false
-            for try await value in try await connection.query(
-                "SELECT pg_try_advisory_lock(\(id))", logger: logger
-            ).decode(Bool.self) {
-                taken = value
+            do {
+                for try await value in try await connection.query(
+                    "SELECT pg_try_advisory_lock(\(id))", logger: logger
+                ).decode(Bool.self) {
+                    taken = value
+                }
+            } catch {
+                // The lock may have been granted before the answer was read: the connection goes.
+                try? await connection.close()
+                throw error
             }
             guard taken else { return nil }
             do {
@@ -151,7 +165,7 @@ extension GatewayStore {
             try await connection.query(
                 """
                 UPDATE oodata_scope SET stream_gen = \(generation), stream_upto = \(generation), stream_from = \(now),
-                  refresh_error = NULL
+                  stream_pid = pg_backend_pid(), refresh_error = NULL
                 WHERE id = \(id)
                 """, logger: logger)
             return (generation, now)

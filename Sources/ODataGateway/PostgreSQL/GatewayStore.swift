@@ -103,7 +103,15 @@ public struct GatewayStore: Sendable {
         // Rows go with their scope by `removeUnusedScopes`, not by a foreign key: its check ran
         // for every row a refresh wrote (a tenth of a first read's time). Rows are written only
         // under the scope's lock, after the scope was read.
-        "ALTER TABLE oodata_row DROP CONSTRAINT IF EXISTS oodata_row_scope_id_fkey",
+        // Only when it is there: ALTER TABLE waits for every refresh under way, and blocks
+        // every read of the rows behind it.
+        """
+        DO $$ BEGIN
+          IF EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'oodata_row_scope_id_fkey') THEN
+            ALTER TABLE oodata_row DROP CONSTRAINT oodata_row_scope_id_fkey;
+          END IF;
+        END $$
+        """,
         // When a change the gateway could not write through made the scope due: a refresh that
         // began before then does not make it fresh.
         "ALTER TABLE oodata_scope ADD COLUMN IF NOT EXISTS stale_since TIMESTAMPTZ",

@@ -16,7 +16,8 @@ actor FirstReadStreams {
         case starting
         case running(generation: Int64, began: Date)
         case finished(generation: Int64, published: Int64)
-        case failed(any Error)
+        /// The stream failed (in `generation`, or before it began when nil).
+        case failed(generation: Int64?, any Error)
         /// Another held the scope's lock, or the scope was published meanwhile.
         case notNeeded
     }
@@ -27,7 +28,8 @@ actor FirstReadStreams {
         /// How many chunks were committed, and the most any device here has asked past.
         var committed = 0
         var asked = 0
-        var lastAsk = ContinuousClock.now
+        /// When a device here last asked past a chunk no device had asked past before.
+        var advanced = ContinuousClock.now
         var task: Task<Void, Never>?
         var ended: ContinuousClock.Instant?
     }
@@ -36,14 +38,21 @@ actor FirstReadStreams {
 
     /// Claims `scope` for a stream of this instance: false when one starts or runs here.
     func claim(_ scope: Int64) -> Bool {
-        let now = ContinuousClock.now
-        streams = streams.filter { $0.value.ended.map { now - $0 < Self.remembered } ?? true }
+        forgetEnded()
         if let stream = streams[scope], stream.ended == nil { return false }
         streams[scope] = Stream()
         return true
     }
 
     func run(_ scope: Int64, task: Task<Void, Never>) { streams[scope]?.task = task }
+
+    /// Drops the streams that ended more than ``remembered`` ago, with their chunks.
+    private func forgetEnded() {
+        let now = ContinuousClock.now
+        if streams.values.contains(where: { $0.ended.map { now - $0 >= Self.remembered } ?? false }) {
+            streams = streams.filter { $0.value.ended.map { now - $0 < Self.remembered } ?? true }
+        }
+    }
 
     func began(_ scope: Int64, generation: Int64, at: Date) {
         streams[scope]?.phase = .running(generation: generation, began: at)
@@ -87,11 +96,13 @@ actor FirstReadStreams {
     }
 
     func next(_ scope: Int64, generation: Int64, afterSeq: Int64) -> Next {
+        forgetEnded()
         guard let stream = streams[scope] else { return .elsewhere }
         switch stream.phase {
-        case .starting: return .waiting
-        case .notNeeded: return .elsewhere
-        case .failed(let error): return .failed(error)
+        case .starting, .notNeeded: return .elsewhere
+        case .failed(let failed, let error):
+            // Another generation's failure is not this one's (it may run on another instance).
+            return failed == generation ? .failed(error) : .elsewhere
         case .running(let current, _), .finished(let current, _):
             guard current == generation else { return .elsewhere }
             if let index = stream.chunks.firstIndex(where: { $0.previous == afterSeq }) {
@@ -112,9 +123,9 @@ actor FirstReadStreams {
     }
 
     private func noteAsk(_ scope: Int64, reached: Int) {
-        guard var stream = streams[scope] else { return }
-        stream.asked = max(stream.asked, reached)
-        stream.lastAsk = .now
+        guard var stream = streams[scope], reached > stream.asked else { return }
+        stream.asked = reached
+        stream.advanced = .now
         streams[scope] = stream
     }
 
@@ -122,13 +133,14 @@ actor FirstReadStreams {
     static let pacing: Duration = .seconds(1)
 
     /// Waits while this instance's stream of `scope` is more than half its kept chunks ahead of
-    /// the furthest device reading it here (one that asked within ``pacing``): the backend
+    /// the furthest device reading it here (while devices here move on: the furthest one
+    /// reached a new chunk within ``pacing``): the backend
     /// is read as fast as devices take the rows, which then come from memory, not PostgreSQL
     /// (on a gateway whose cores the backend shares, a stream running ahead slows its devices).
     /// A stream no device here reads runs at the backend's pace.
     func pace(_ scope: Int64) async {
         while let stream = streams[scope], stream.committed - stream.asked > Self.kept / 2,
-            ContinuousClock.now - stream.lastAsk < Self.pacing, !Task.isCancelled
+            ContinuousClock.now - stream.advanced < Self.pacing, !Task.isCancelled
         {
             try? await Task.sleep(for: .milliseconds(2))
         }
@@ -157,25 +169,29 @@ extension Gateway {
         // The device's progress: it waits for the backend's first page.
         await report(request, "waitingForDownload", number: 0)
         let earliest = scope.arrival.addingTimeInterval(-interval)
-        func joinable(_ began: Date) -> Bool { interval > 0 && began >= earliest }
+        func joinable(_ began: Date, stale: Date? = nil) -> Bool {
+            interval > 0 && began >= earliest && stale.map { began > $0 } ?? true
+        }
         func answer(_ generation: Int64) async throws -> GatewayResponse {
             try await streamPage(
                 tracked, scope: scope.id, generation: generation, afterSeq: generation, afterKey: nil,
                 pageSize: pageSize, set: set, legacy: legacy, root: request.gatewayRoot, backend: backend,
                 shared: shared)
         }
-        if let state = try await store.streamState(scope: scope.id), let generation = state.generation,
-            state.published == 0, state.locked, let began = state.began
-        {
-            return joinable(began) ? try await answer(generation) : nil
+        let state = try await store.streamState(scope: scope.id)
+        if let state, let generation = state.generation, state.published == 0, state.locked, let began = state.began {
+            return joinable(began, stale: state.staleSince) ? try await answer(generation) : nil
         }
+        let deadline = ContinuousClock.now + Self.streamPatience
         guard await streams.claim(scope.id) else {
             // This instance's stream of the scope is starting or runs.
             while true {
                 switch await streams.phase(scope.id) {
-                case .starting?: try await Task.sleep(for: .milliseconds(10))
+                case .starting?:
+                    guard ContinuousClock.now < deadline else { throw Self.streamSlow(set) }
+                    try await Task.sleep(for: .milliseconds(10))
                 case .running(let generation, let began)?:
-                    return joinable(began) ? try await answer(generation) : nil
+                    return joinable(began, stale: state?.staleSince) ? try await answer(generation) : nil
                 default: return nil
                 }
             }
@@ -189,9 +205,11 @@ extension Gateway {
         await streams.run(scope.id, task: job)
         while true {
             switch await streams.phase(scope.id) {
-            case .starting?: try await Task.sleep(for: .milliseconds(5))
+            case .starting?:
+                guard ContinuousClock.now < deadline else { throw Self.streamSlow(set) }
+                try await Task.sleep(for: .milliseconds(5))
             case .running(let generation, _)?, .finished(let generation, _)?: return try await answer(generation)
-            case .failed(let error)?:
+            case .failed(_, let error)?:
                 throw mappedRefreshError(error, shared: shared, backend: backend, query: tracked.canonical)
             case .notNeeded?, nil: return nil
             }
@@ -216,7 +234,8 @@ extension Gateway {
                     request: nil
                 ) { rows, last in
                     try await write(rows, last)
-                    await self.streams.pace(scope)
+                    // After the last, the stream publishes and lets go of the scope at once.
+                    if !last { await self.streams.pace(scope) }
                 }
             }
             guard let summary else {
@@ -236,7 +255,9 @@ extension Gateway {
                 ])
             await housekeep()
         } catch {
-            await streams.end(scope, .failed(error))
+            var generation: Int64?
+            if case .running(let current, _)? = await streams.phase(scope) { generation = current }
+            await streams.end(scope, .failed(generation: generation, error))
             logger.notice(
                 "A streamed first read stopped before its end",
                 metadata: ["query": .string(tracked.canonical), "error": "\(error)"])
@@ -288,6 +309,7 @@ extension Gateway {
                     root: root, backend: backend), scope: scope, upTo: published)
         }
         metrics.fullPages.increment()
+        var lookedAgain = false
         while true {
             if afterKey == nil {
                 switch await streams.next(scope, generation: generation, afterSeq: afterSeq) {
@@ -331,6 +353,12 @@ extension Gateway {
                     deltaLink: nil, root: root, backend: backend)
             }
             guard state.locked, state.published == 0 else {
+                // The stream may have published and let go between the statement's look at the
+                // scope and its look at the locks: look once more before saying it stopped.
+                if !lookedAgain {
+                    lookedAgain = true
+                    continue
+                }
                 throw GatewayError(
                     status: 502, code: "BackendRead",
                     "The gateway's first read of \(set) stopped before its end"
