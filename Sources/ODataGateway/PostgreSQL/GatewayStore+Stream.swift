@@ -59,7 +59,8 @@ extension GatewayStore {
                    EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
                            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
                            AND pid = s.stream_pid
-                           AND classid = \(Self.lockClass(id))::bigint::oid AND objid = \(Self.lockObject(id))::bigint::oid),
+                           AND classid = \(Self.lockClass(id))::bigint::oid
+                           AND objid = \(Self.lockObject(id))::bigint::oid),
                    stale_since
             FROM oodata_scope AS s WHERE id = \(id)
             """, logger: logger)
