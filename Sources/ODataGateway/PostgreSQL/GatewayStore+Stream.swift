@@ -78,6 +78,11 @@ extension GatewayStore {
     static func lockClass(_ key: Int64) -> Int64 { Int64(UInt64(bitPattern: key) >> 32) }
     static func lockObject(_ key: Int64) -> Int64 { Int64(UInt64(bitPattern: key) & 0xffff_ffff) }
 
+    /// Writes one backend page's rows as a chunk; `last` for the backend's last page.
+    public typealias StreamWrite = (
+        _ rows: [(key: String, keyMembers: String, payload: String)], _ last: Bool
+    ) async throws -> Void
+
     /// One chunk a stream committed: a backend page's rows under their sequence number.
     public struct StreamChunk: Sendable {
         /// The chunk's sequence number.
@@ -97,9 +102,7 @@ extension GatewayStore {
         scope id: Int64,
         began: (_ generation: Int64, _ at: Date) async -> Void,
         committed: @escaping @Sendable (StreamChunk, _ published: Int64?) async -> Void,
-        pages: (
-            _ write: (_ rows: [(key: String, keyMembers: String, payload: String)], _ last: Bool) async throws -> Void
-        ) async throws -> Void
+        pages: (_ write: StreamWrite) async throws -> Void
     ) async throws -> RefreshSummary? {
         try await client.withConnection { connection in
             var taken = false
@@ -135,9 +138,7 @@ extension GatewayStore {
         _ id: Int64, on connection: PostgresConnection,
         began: (_ generation: Int64, _ at: Date) async -> Void,
         committed: @escaping @Sendable (StreamChunk, _ published: Int64?) async -> Void,
-        pages: (
-            _ write: (_ rows: [(key: String, keyMembers: String, payload: String)], _ last: Bool) async throws -> Void
-        ) async throws -> Void
+        pages: (_ write: StreamWrite) async throws -> Void
     ) async throws -> RefreshSummary? {
         let logger = self.logger
         func nextSeq() async throws -> Int64 {
@@ -296,12 +297,6 @@ extension GatewayStore {
                 ORDER BY seq, key LIMIT \(limit)
                 """
         }
-        let rows = try await client.query(query, logger: logger)
-        var result: [Row] = []
-        for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self)
-        {
-            result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload, hash: hash))
-        }
-        return result
+        return try await rows(query)
     }
 }

@@ -454,18 +454,12 @@ public struct GatewayStore: Sendable {
 
     /// A page of a full read: live rows with keys after `after`, in key order.
     public func fullPage(scope: Int64, after: String, limit: Int) async throws -> [Row] {
-        let rows = try await client.query(
+        try await rows(
             """
             SELECT seq, key, key_members, payload, hash FROM oodata_row
             WHERE scope_id = \(scope) AND payload IS NOT NULL AND key > \(after)
             ORDER BY key LIMIT \(limit)
-            """, logger: logger)
-        var result: [Row] = []
-        for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self)
-        {
-            result.append(Row(seq: seq, key: key, keyMembers: members, payload: payload, hash: hash))
-        }
-        return result
+            """)
     }
 
     /// A page of a delta: rows (tombstones too) changed after `since` up to `upTo`, in
@@ -491,6 +485,11 @@ public struct GatewayStore: Sendable {
                 ORDER BY seq, key LIMIT \(limit)
                 """
         }
+        return try await rows(query)
+    }
+
+    /// The rows `query` selects as `seq, key, key_members, payload, hash`.
+    func rows(_ query: PostgresQuery) async throws -> [Row] {
         let rows = try await client.query(query, logger: logger)
         var result: [Row] = []
         for try await (seq, key, members, payload, hash) in rows.decode((Int64, String, String, String?, String?).self)

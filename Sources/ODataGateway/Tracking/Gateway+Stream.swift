@@ -25,6 +25,8 @@ actor FirstReadStreams {
     struct Stream {
         var phase = Phase.starting
         var chunks: [GatewayStore.StreamChunk] = []
+        /// Chunks kept without their rows: larger than any page a device may get.
+        var oversized: Set<Int64> = []
         /// How many chunks were committed, and the most any device here has asked past.
         var committed = 0
         var asked = 0
@@ -59,9 +61,14 @@ actor FirstReadStreams {
     }
 
     /// `chunk` is committed; with `published`, it is the last, and the stream is published.
-    func committed(_ scope: Int64, _ chunk: GatewayStore.StreamChunk, published: Int64?) {
+    func committed(_ scope: Int64, _ chunk: GatewayStore.StreamChunk, published: Int64?, largestPage: Int) {
         guard var stream = streams[scope] else { return }
         streams[scope] = nil
+        var chunk = chunk
+        if chunk.rows.count > largestPage {
+            chunk.rows = []
+            stream.oversized.insert(chunk.seq)
+        }
         stream.chunks.append(chunk)
         stream.committed += 1
         if stream.chunks.count > Self.kept { stream.chunks.removeFirst(stream.chunks.count - Self.kept) }
@@ -107,6 +114,7 @@ actor FirstReadStreams {
             guard current == generation else { return .elsewhere }
             if let index = stream.chunks.firstIndex(where: { $0.previous == afterSeq }) {
                 noteAsk(scope, reached: stream.committed - (stream.chunks.count - index))
+                if stream.oversized.contains(stream.chunks[index].seq) { return .elsewhere }
                 let last = index == stream.chunks.count - 1
                 if last, case .finished(_, let published) = stream.phase {
                     return .chunk(stream.chunks[index], published: published)
@@ -223,11 +231,14 @@ extension Gateway {
         authorization: HTTPHeaders
     ) async {
         let started = ContinuousClock.now
+        let largestPage = configuration.pageSize
         do {
             let summary = try await store.streamFirstRead(
                 scope: scope,
                 began: { generation, at in await streams.began(scope, generation: generation, at: at) },
-                committed: { chunk, published in await self.streams.committed(scope, chunk, published: published) }
+                committed: { chunk, published in
+                    await self.streams.committed(scope, chunk, published: published, largestPage: largestPage)
+                }
             ) { write in
                 try await readBackend(
                     tracked, backend: backend, keyNames: keyNames, legacy: legacy, authorization: authorization,
