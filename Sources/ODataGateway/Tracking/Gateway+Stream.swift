@@ -311,13 +311,9 @@ extension Gateway {
                 legacy: legacy)
         }
         func last(_ rows: [GatewayStore.Row], published: Int64) async -> GatewayResponse {
-            let delta = tracked.link(
-                root: root, token: .delta(scope: scope, since: published, upTo: nil, afterSeq: 0, afterKey: ""),
-                legacy: legacy)
-            return await withChecksum(
-                page(
-                    rows, scope: scope, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta,
-                    root: root, backend: backend), scope: scope, upTo: published)
+            await lastPage(
+                rows, tracked, scope: scope, published: published, set: set, legacy: legacy, root: root,
+                backend: backend)
         }
         metrics.fullPages.increment()
         var lookedAgain = false

@@ -216,14 +216,23 @@ extension Gateway {
                 root: root,
                 backend: backend)
         }
+        return await lastPage(
+            page, tracked, scope: scope, published: published, set: set, legacy: legacy, root: root, backend: backend)
+    }
+
+    /// The last page of a full read (paged or streamed) made at `published`: its rows, the
+    /// delta link from there and the scope checksum.
+    func lastPage(
+        _ rows: [GatewayStore.Row], _ tracked: TrackedQuery, scope: Int64, published: Int64, set: String,
+        legacy: Bool, root: String, backend: GatewayBackend
+    ) async -> GatewayResponse {
         let delta = tracked.link(
             root: root, token: .delta(scope: scope, since: published, upTo: nil, afterSeq: 0, afterKey: ""),
             legacy: legacy)
         return await withChecksum(
-            self.page(
-                page, scope: scope, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta,
-                root: root,
-                backend: backend), scope: scope, upTo: published)
+            page(
+                rows, scope: scope, set: set, legacy: legacy, delta: false, nextLink: nil, deltaLink: delta,
+                root: root, backend: backend), scope: scope, upTo: published)
     }
 
     /// The name of the header that carries a scope checksum on the last page of a read.
