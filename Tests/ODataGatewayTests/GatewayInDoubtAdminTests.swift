@@ -118,8 +118,19 @@ import Testing
                     backend: setup.backendRoot, postgres: setup.postgres.url, port: port)
                 processes.append(process)
                 await setup.backend.service.faults.set([fault])
+                await setup.backend.service.journal.clear()
                 let sending = Task { try? await GatewayUploadTests.send(batch, to: "http://127.0.0.1:\(port)/") }
-                try await Task.sleep(for: .milliseconds(1200))
+                // The kill lands while the backend holds the forwarded batch: not after a fixed
+                // time, which a loaded machine can spend before the gateway forwards at all.
+                var waited = 0
+                while await GatewayUploadTests.batches(setup) == 0 {
+                    guard waited < 1500 else {
+                        throw PostgresServer.Failure(description: "the backend never received the forwarded batch")
+                    }
+                    waited += 1
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                try await Task.sleep(for: .milliseconds(200))
                 GatewayCrashTests.killHard(process)
                 _ = await sending.value
                 // The backend finishes its delay (and commits or refuses) after the kill.
