@@ -336,7 +336,11 @@ struct CarriedState: Sendable {
 
     init(_ reader: StoreReader) throws {
         let connection = reader.connection
-        var names = ["oo_queue", "oo_original", "oo_key_map", "oo_stream_original", "oo_conflict"]
+        // With the requests of other users set aside on a shared device (SPEC §16).
+        var names = [
+            "oo_queue", "oo_original", "oo_key_map", "oo_stream_original", "oo_conflict", "oo_parked",
+            "oo_parked_archive", "oo_parked_conflict",
+        ]
         for set in [LocalSchema.errorArchive, LocalSchema.eventLog] {
             if let table = reader.schema.table(forEntitySet: set) { names.append(table.name) }
         }
@@ -373,6 +377,11 @@ struct CarriedState: Sendable {
             _ = try connection.execute("DELETE FROM \(StoreSchema.quote(log.name))")
         }
         for table in tables where !table.rows.isEmpty {
+            if table.name.hasPrefix("oo_parked") {
+                try connection.execute(
+                    "CREATE TABLE IF NOT EXISTS \(StoreSchema.quote(table.name)) ("
+                        + table.columns.map(StoreSchema.quote).joined(separator: ", ") + ")")
+            }
             let present = Set(
                 try connection.query("PRAGMA table_info(\(StoreSchema.quote(table.name)))").compactMap { row in
                     if row.count > 1, case .text(let column) = row[1] { return column }

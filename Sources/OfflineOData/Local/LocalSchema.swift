@@ -20,13 +20,14 @@ enum LocalSchema {
             <Property Name="Message" Type="Edm.String"/><Property Name="InnerError" Type="Edm.String"/>
             <Property Name="Domain" Type="Edm.String"/><Property Name="RequestMethod" Type="Edm.String"/>
             <Property Name="RequestURL" Type="Edm.String"/><Property Name="RequestBody" Type="Edm.String"/>
+            <Property Name="User" Type="Edm.String"/>
           </EntityType>
           <EntityType Name="RequestQueueEntry"><Key><PropertyRef Name="RequestID"/></Key>
             <Property Name="RequestID" Type="Edm.Int64" Nullable="false"/><Property Name="Status" Type="Edm.String"/>
             <Property Name="RequestMethod" Type="Edm.String"/><Property Name="RequestURL" Type="Edm.String"/>
             <Property Name="RequestBody" Type="Edm.String"/><Property Name="CustomTag" Type="Edm.String"/>
             <Property Name="TransactionID" Type="Edm.String"/><Property Name="UploadCategory" Type="Edm.String"/>
-            <Property Name="AffectedEntityURL" Type="Edm.String"/>
+            <Property Name="AffectedEntityURL" Type="Edm.String"/><Property Name="User" Type="Edm.String"/>
           </EntityType>
           <EntityType Name="EventLogEntry"><Key><PropertyRef Name="ID"/></Key>
             <Property Name="ID" Type="Edm.Int64" Nullable="false"/><Property Name="Type" Type="Edm.String"/>
@@ -49,6 +50,24 @@ enum LocalSchema {
         return model
     }
 
+    /// A store made before the ErrorArchive and the RequestQueue showed each entry's user
+    /// (SPEC §16), migrated in place to the local model with `User`; others as they are.
+    static func addingUserProperties(to store: Store) async throws -> Store {
+        let type = store.model.entityType(ofEntitySet: errorArchive)
+        guard let type, store.model.property("User", ofStructuredType: type.qualifiedName) == nil else { return store }
+        var backend = store.model
+        backend.schemas.removeAll { $0.namespace == namespace }
+        backend.rebuildIndex()
+        let model = try extend(backend)
+        return try await store.migratingInPlace(to: model) { writer in
+            let columns = try writer.connection.query("PRAGMA table_info(oo_queue)")
+            if !columns.contains(where: { $0.count > 1 && $0[1] == .text("owner") }) {
+                try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN owner TEXT")
+            }
+            try makeRequestQueueView(writer)
+        }
+    }
+
     /// Makes the RequestQueue entity set a view over `oo_queue`, so a local change writes one
     /// queue row instead of two (the store created a table for it from the model). The view
     /// has every column of that table; bookkeeping columns read as unset. A view made before
@@ -60,18 +79,20 @@ enum LocalSchema {
             "SELECT type, sql FROM sqlite_master WHERE name = ?", [.text(table.name)])
         guard let row = kind.first else { return }
         if row.first == .text("view") {
-            guard case .text(let sql) = row[1], !sql.contains("media_type") else { return }
+            guard case .text(let sql) = row[1], !sql.contains("media_type") || !sql.contains("owner") else { return }
         }
-        let columns = try writer.connection.query("PRAGMA table_info(\(q(table.name)))").compactMap { row -> String? in
+        var columns = try writer.connection.query("PRAGMA table_info(\(q(table.name)))").compactMap { row -> String? in
             if case .text(let name) = row[1] { return name }
             return nil
         }
+        // A property the local model gained since the view was made (`User`).
+        for column in table.columns where !columns.contains(column.name) { columns.append(column.name) }
         let expressions: [String: String] = [
             "_rowid": "id", "RequestID": "id", "Status": "status", "RequestMethod": "method", "RequestURL": "url",
             "RequestBody": "CASE WHEN length(body) > 0 AND media_type IS NULL THEN CAST(body AS TEXT) END",
             "CustomTag": "custom_tag",
             "TransactionID": "transaction_id", "UploadCategory": "upload_category",
-            "AffectedEntityURL": "entity_set || entity_key",
+            "AffectedEntityURL": "entity_set || entity_key", "User": "owner",
             "_isLocal": "0", "_pending": "0", "_error": "0", "_upserted": "0",
         ]
         let select = columns.map { "\(expressions[$0] ?? "NULL") AS \(q($0))" }.joined(separator: ", ")
@@ -89,7 +110,8 @@ enum LocalSchema {
               entity_set TEXT, entity_key TEXT, is_create INTEGER NOT NULL DEFAULT 0, local_key INTEGER NOT NULL DEFAULT 0,
               transaction_id TEXT, custom_tag TEXT, upload_category TEXT, remove_after_upload INTEGER NOT NULL DEFAULT 0,
               unmodifiable INTEGER NOT NULL DEFAULT 0, repeat_id TEXT, first_sent TEXT, cascade TEXT, status TEXT NOT NULL DEFAULT 'pending',
-              original_existed INTEGER, original BLOB, media_type TEXT, nested TEXT, resend_first_sent TEXT)
+              original_existed INTEGER, original BLOB, media_type TEXT, nested TEXT, resend_first_sent TEXT,
+              owner TEXT)
             """,
             queueEntityIndex,
             "CREATE TABLE oo_original (entity_set TEXT NOT NULL, entity_key TEXT NOT NULL, existed INTEGER NOT NULL, body BLOB, PRIMARY KEY (entity_set, entity_key)) WITHOUT ROWID",
@@ -114,6 +136,10 @@ enum LocalSchema {
     static let conflicts =
         "CREATE TABLE IF NOT EXISTS oo_conflict (request_id INTEGER PRIMARY KEY, entity_set TEXT NOT NULL, "
         + "backend BLOB, backend_etag TEXT, original BLOB)"
+
+    /// The user a new queue row belongs to: the store's current user (SPEC §16), read by the
+    /// insert itself, so that every path that queues a request records it.
+    static let currentOwner = "SELECT value FROM oo_meta WHERE key = 'currentUser'"
 
     /// The queued requests of one entity, found without reading the whole queue (an upload
     /// asks after each entity it touched, batch by batch).
@@ -190,6 +216,8 @@ enum LocalSchema {
         if !has("resend_first_sent") {
             try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN resend_first_sent TEXT")
         }
+        // Stores made before requests recorded their user (SPEC §16).
+        if !has("owner") { try writer.connection.execute("ALTER TABLE oo_queue ADD COLUMN owner TEXT") }
         // Stores made before the queue was indexed by entity.
         try writer.connection.execute(queueEntityIndex)
         // Stores made before RequestQueue became a view over the queue.
@@ -264,8 +292,15 @@ enum LocalSchema {
     static func archive(_ failure: OfflineODataFailedRequest, domain: String, _ writer: StoreWriter) throws {
         func text(_ value: String?) -> Value { value.map { .primitive(.string($0)) } ?? .null }
         let status: Value = failure.httpStatus == 0 ? .null : .primitive(.int32(Int32(failure.httpStatus)))
+        var user: [NamedValue] = []
+        if writer.schema.table(forEntitySet: errorArchive)?.columns.contains(where: { $0.name == "User" }) == true {
+            let owner = try writer.connection.query(
+                "SELECT owner FROM oo_queue WHERE id = ?", [.integer(failure.requestID)]
+            ).first?.first
+            if case .text(let name)? = owner { user = [NamedValue(name: "User", value: .primitive(.string(name)))] }
+        }
         try writer.insert(
-            Entity(properties: [
+            Entity(properties: user + [
                 NamedValue(name: "RequestID", value: .primitive(.int64(failure.requestID))),
                 NamedValue(name: "CustomTag", value: text(failure.customTag)),
                 NamedValue(name: "HTTPStatusCode", value: status),

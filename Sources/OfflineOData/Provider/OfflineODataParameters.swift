@@ -139,6 +139,25 @@ public struct OfflineODataParameters: Sendable {
     /// Credentials for the backend, asked for before the first request and refreshed once
     /// after a `401` (see ``ODataAuthenticator``). Nil: no `Authorization` header.
     public var authenticator: (any ODataAuthenticator)?
+    /// The user who works with the store now, on a device that several users share in turn
+    /// (SAP's `currentUser`; SPEC §16). The store records it with its data and with every
+    /// request queued, and a request is only ever sent with its own user's credentials. Opening
+    /// the store with another user switches it: the previous user's pending requests are
+    /// uploaded first (``forceUploadOnUserSwitch``) or dealt with as ``userSwitchPolicy`` says,
+    /// and every defining query is read again with the new user's credentials before the open
+    /// returns, so nothing only the previous user could read stays readable. Nil: a store
+    /// without users (opening one that has users with nil is refused).
+    public var currentUser: String?
+    /// Whether a switch to another ``currentUser`` first uploads the previous user's pending
+    /// requests with that user's credentials, from ``userAuthenticators`` (SAP's
+    /// `forceUploadOnUserSwitch`). Without them the switch goes as ``userSwitchPolicy`` says.
+    public var forceUploadOnUserSwitch = false
+    /// Credentials of users other than ``currentUser``, by user name: used only to upload that
+    /// user's own requests (a forced upload at a switch), never for anyone else's.
+    public var userAuthenticators: [String: any ODataAuthenticator] = [:]
+    /// What a switch to another ``currentUser`` does with pending requests of the previous user
+    /// that it does not upload (see ``OfflineODataUserSwitchPolicy``).
+    public var userSwitchPolicy: OfflineODataUserSwitchPolicy = .refuse
     /// Fetch an `X-CSRF-Token` before modifying requests and send it with them, keeping the
     /// session cookies it belongs to, as SAP Gateway requires (see `docs/offline.md`, "Real backends"). A
     /// backend that gives no token is not asked again until it answers `403` with
@@ -221,6 +240,19 @@ public struct OfflineODataParameters: Sendable {
         }
         return options
     }
+}
+
+/// What a switch to another user does with the previous user's pending requests when they
+/// are not uploaded first (SPEC §16; SAP's shared-device settings name the same choices).
+public enum OfflineODataUserSwitchPolicy: String, Sendable, Hashable, CaseIterable {
+    /// The open fails with ``OfflineODataError/Code/pendingChanges``, naming the user and how
+    /// many of their requests wait: the previous user (or their credentials) must upload them
+    /// first. Nothing changes.
+    case refuse
+    /// The requests are set aside for their user (with their ErrorArchive entries): the new
+    /// user neither sees nor sends them, the entities they changed go back to their downloaded
+    /// state, and they come back, applied again, when their user opens the store next.
+    case keepForTheirUser
 }
 
 /// A provider failure with a category and a message that names what is wrong.

@@ -29,7 +29,10 @@ public actor OfflineODataProvider {
     public private(set) var parameters: OfflineODataParameters
     let transport: any Transport
     /// Cookies, CSRF token and credentials across every request to the backend.
-    let session: BackendSession
+    var session: BackendSession
+    /// The user whose credentials ``session`` sends (SPEC §16): an upload sends only that
+    /// user's requests.
+    var sessionUser: String?
     weak var delegate: (any OfflineODataDelegate)?
     var definingQueries: [OfflineODataDefiningQuery] = []
     var store: Store?
@@ -105,6 +108,7 @@ public actor OfflineODataProvider {
             csrfProtection: parameters.csrfProtection, maximumRetryAfter: parameters.maximumRetryAfter,
             logger: parameters.logger)
         self.delegate = delegate
+        self.sessionUser = parameters.currentUser
     }
 
     /// Sets the delegate.
@@ -378,6 +382,7 @@ public actor OfflineODataProvider {
             operationSummary["store"] = "created"
             try await createAndFill(path)
         }
+        try await followCurrentUser()
         operationSummary["defining-queries"] = .stringConvertible(definingQueries.count)
     }
 
@@ -462,6 +467,7 @@ public actor OfflineODataProvider {
             return
         }
         let stored = try await opened.read { reader in try DefiningQueries.load(reader.connection) }
+        opened = try await LocalSchema.addingUserProperties(to: opened)
         do {
             let proposed = clientInstanceID
             clientInstanceID = try await opened.write { writer in

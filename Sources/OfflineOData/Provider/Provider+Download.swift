@@ -14,7 +14,7 @@ extension OfflineODataProvider {
         }
     }
 
-    private func runDownload(definingQueries names: [String]?) async throws {
+    func runDownload(definingQueries names: [String]?) async throws {
         var store = try beginExclusive()
         defer { busy = false }
         cancelDownloadRequested = false

@@ -17,7 +17,7 @@ extension OfflineODataProvider {
         }
     }
 
-    private func runUpload(categories: [String]?) async throws {
+    func runUpload(categories: [String]?) async throws {
         let store = try beginExclusive()
         defer { busy = false }
         cancelUploadRequested = false

@@ -84,6 +84,8 @@ struct QueuedRequest: Sendable {
     var mediaType: String?
     /// For a deep insert: the nested entities it creates.
     var nested: [NestedCreate] = []
+    /// The user who made the request (SPEC §16); nil in a store without users.
+    var owner: String?
     /// The state of its entity before this request, when this is the entity's first change
     /// (written with the request; not loaded with the queue).
     var original: Original?

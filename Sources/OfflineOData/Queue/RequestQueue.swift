@@ -34,8 +34,9 @@ struct RequestQueue {
         _ = try writer.connection.execute(
             """
             INSERT INTO oo_queue (method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag,
-              upload_category, remove_after_upload, unmodifiable, repeat_id, cascade, original_existed, original, media_type, nested, status)
-              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')
+              upload_category, remove_after_upload, unmodifiable, repeat_id, cascade, original_existed, original, media_type, nested, status,
+              owner)
+              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', (\(LocalSchema.currentOwner)))
             """,
             [
                 .text(request.method), .text(request.url), .blob(request.body), .text(headers), text(request.entitySet),
@@ -65,7 +66,7 @@ struct RequestQueue {
         let rows = try connection.query(
             """
             SELECT id, method, url, body, headers, entity_set, entity_key, is_create, local_key, transaction_id, custom_tag, upload_category,
-              remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status, media_type, nested
+              remove_after_upload, unmodifiable, repeat_id, first_sent, cascade, status, media_type, nested, owner
               FROM oo_queue WHERE status IN (\(statuses.map { _ in "?" }.joined(separator: ", ")))\(only) ORDER BY id
             """, statuses.map { .text($0) } + (ids ?? []).map { .integer($0) })
         return rows.map { row in
@@ -97,6 +98,7 @@ struct RequestQueue {
             if let json = text(19), let parsed = try? JSONValue.parse(Array(json.utf8)) {
                 request.nested = (parsed.arrayValue ?? []).compactMap(NestedCreate.init)
             }
+            request.owner = text(20)
             return request
         }
     }
@@ -117,15 +119,22 @@ struct RequestQueue {
     /// create ever uploaded. Run after a download: until then an app may still read or change
     /// an uploaded entity by the local key it had.
     static func pruneKeyMap(_ connection: Connection) throws -> Int {
-        try connection.execute(
+        // Other users' requests set aside (SPEC §16) keep what they name too.
+        var tables = ["oo_queue"]
+        if try !connection.query("SELECT 1 FROM sqlite_master WHERE name = 'oo_parked'").isEmpty {
+            tables.append("oo_parked")
+        }
+        let unnamed = tables.map { table in
             """
-            DELETE FROM oo_key_map WHERE NOT EXISTS (
-              SELECT 1 FROM oo_queue q WHERE (q.entity_set = oo_key_map.entity_set AND q.entity_key = oo_key_map.local_key)
+            NOT EXISTS (
+              SELECT 1 FROM \(table) q WHERE (q.entity_set = oo_key_map.entity_set AND q.entity_key = oo_key_map.local_key)
                 OR instr(q.url, oo_key_map.entity_set || oo_key_map.local_key) > 0
                 OR instr(CAST(q.body AS TEXT), oo_key_map.entity_set || oo_key_map.local_key) > 0
                 OR instr(q.cascade, oo_key_map.entity_set || oo_key_map.local_key) > 0
                 OR instr(q.nested, oo_key_map.entity_set || oo_key_map.local_key) > 0)
-            """, [])
+            """
+        }
+        return try connection.execute("DELETE FROM oo_key_map WHERE " + unnamed.joined(separator: " AND "), [])
     }
 
     /// Removes a queued request. The state it kept for its entity moves to `oo_original`, where

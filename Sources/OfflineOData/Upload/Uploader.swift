@@ -175,6 +175,15 @@ struct Uploader {
         var entries = try await store.read { reader in
             try RequestQueue.pendingEntries(reader.connection, model: model, serviceRoot: root, categories: categories)
         }
+        // A request goes only with its own user's credentials (SPEC §16): the queue holds no
+        // other user's, and one that did would stop the upload before anything is sent.
+        if let stray = entries.first(where: { $0.request.owner != provider.sessionUser }) {
+            throw OfflineODataError(
+                .invalidRequest,
+                "Request \(stray.id) (\(stray.request.method) \(stray.request.url)) was made by "
+                    + "\(stray.request.owner.map { "user \($0)" } ?? "no user") and is never sent with the credentials of "
+                    + "\(provider.sessionUser.map { "user \($0)" } ?? "a provider without currentUser"); nothing was sent")
+        }
         func persist(_ rewrite: QueueRewrite, before: [QueueEntry]) async throws {
             guard !rewrite.isEmpty else { return }
             try await store.write { writer in

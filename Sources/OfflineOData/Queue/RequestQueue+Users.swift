@@ -1,0 +1,169 @@
+import Foundation
+import ODataCore
+import ODataStore
+
+/// The users of a shared store (SPEC §16), as the store records them in `oo_meta`.
+struct StoreUsers: Sendable, Equatable {
+    /// The user the store's data and queue belong to now; nil for a store without users.
+    var current: String?
+    /// The user before ``current``.
+    var previous: String?
+    /// Whether a switch to ``current`` has not finished its download yet: the rows may still be
+    /// those another user could read, so the store must not open before that download.
+    var switching = false
+
+    static func load(_ connection: Connection) throws -> StoreUsers {
+        var users = StoreUsers()
+        for row in try connection.query(
+            "SELECT key, value FROM oo_meta WHERE key IN ('currentUser', 'previousUser', 'switchingUser')")
+        {
+            guard case .text(let key) = row[0], case .text(let value) = row[1] else { continue }
+            switch key {
+            case "currentUser": users.current = value
+            case "previousUser": users.previous = value
+            default: users.switching = true
+            }
+        }
+        return users
+    }
+
+    func save(_ writer: StoreWriter) throws {
+        let connection = writer.connection
+        _ = try connection.execute(
+            "DELETE FROM oo_meta WHERE key IN ('currentUser', 'previousUser', 'switchingUser')", [])
+        for (key, value) in [
+            ("currentUser", current), ("previousUser", previous), ("switchingUser", switching ? "1" : nil),
+        ] {
+            guard let value else { continue }
+            _ = try connection.execute("INSERT INTO oo_meta (key, value) VALUES (?, ?)", [.text(key), .text(value)])
+        }
+    }
+}
+
+/// Requests of users other than the current one wait in side tables (`oo_parked`, with their
+/// ErrorArchive rows in `oo_parked_archive` and their conflict copies in `oo_parked_conflict`):
+/// `oo_queue` only ever holds the current user's requests, so nothing that reads the queue (an
+/// upload, a download's reapplying, the RequestQueue) can see or send another user's.
+extension RequestQueue {
+    /// The ErrorArchive's table in the file.
+    private var archiveTable: String {
+        writer.schema.table(forEntitySet: LocalSchema.errorArchive)?.name ?? LocalSchema.errorArchive
+    }
+
+    /// The column names of a table, in order.
+    private func columns(of table: String) throws -> [String] {
+        try writer.connection.query("PRAGMA table_info(\(StoreSchema.quote(table)))").compactMap { row in
+            if row.count > 1, case .text(let name) = row[1] { return name }
+            return nil
+        }
+    }
+
+    /// Creates the side tables with the columns of the tables they mirror, and adds the columns
+    /// those gained since (a store upgraded by a later version).
+    private func prepareParking() throws {
+        for (parked, source) in [
+            ("oo_parked", "oo_queue"), ("oo_parked_archive", archiveTable), ("oo_parked_conflict", "oo_conflict"),
+        ] {
+            let q = StoreSchema.quote
+            try writer.connection.execute(
+                "CREATE TABLE IF NOT EXISTS \(q(parked)) AS SELECT * FROM \(q(source)) WHERE 0")
+            let have = Set(try columns(of: parked))
+            for column in try columns(of: source) where !have.contains(column) {
+                try writer.connection.execute("ALTER TABLE \(q(parked)) ADD COLUMN \(q(column))")
+            }
+        }
+    }
+
+    /// Copies the rows of `source` that `condition` selects into `target`, by column name;
+    /// `replacing` gives some columns another value (an SQL expression with its arguments).
+    private func copy(
+        from source: String, to target: String, where condition: String, _ arguments: [DatabaseValue],
+        skipping: Set<String> = [], replacing: [String: DatabaseValue] = [:]
+    ) throws {
+        let q = StoreSchema.quote
+        let targetColumns = Set(try columns(of: target))
+        let shared = try columns(of: source).filter { targetColumns.contains($0) && !skipping.contains($0) }
+        var values: [DatabaseValue] = []
+        let expressions = shared.map { column -> String in
+            guard let value = replacing[column] else { return q(column) }
+            values.append(value)
+            return "?"
+        }
+        let list = shared.map(q).joined(separator: ", ")
+        _ = try writer.connection.execute(
+            "INSERT INTO \(q(target)) (\(list)) SELECT \(expressions.joined(separator: ", ")) FROM \(q(source)) "
+                + "WHERE \(condition)", values + arguments)
+    }
+
+    /// Sets aside every queued request of `owner` (pending and failed, with their ErrorArchive
+    /// rows) and puts the entities they changed back into their downloaded state, as an undo
+    /// would, without losing the requests: ``unpark(owner:)`` brings them back. Returns how
+    /// many requests were set aside.
+    func park(owner: String) throws -> Int {
+        try prepareParking()
+        let (entries, keyMap) = try entries()
+        let ids = Set(entries.filter { $0.request.owner == owner }.map(\.id))
+        guard !ids.isEmpty else { return 0 }
+        try copy(
+            from: "oo_queue", to: "oo_parked", where: "owner = ? AND status IN ('pending', 'failed')",
+            [.text(owner)])
+        try copy(
+            from: archiveTable, to: "oo_parked_archive",
+            where: "\"RequestID\" IN (SELECT id FROM oo_queue WHERE owner = ?)", [.text(owner)], skipping: ["_rowid"])
+        try copy(
+            from: "oo_conflict", to: "oo_parked_conflict",
+            where: "request_id IN (SELECT id FROM oo_queue WHERE owner = ? AND status IN ('pending', 'failed'))",
+            [.text(owner)])
+        try removeRequests(ids, entries: entries, keyMap: keyMap)
+        return ids.count
+    }
+
+    /// Brings back the requests of `owner` that ``park(owner:)`` set aside, in their order,
+    /// after the current queue (each gets a new queue ID; its repeatable-request ID, which the
+    /// backend knows it by, stays), with their ErrorArchive rows, and applies them again to
+    /// the entities they change. Returns how many came back.
+    func unpark(owner: String) throws -> Int {
+        try prepareParking()
+        let parked = try writer.connection.query(
+            "SELECT id FROM oo_parked WHERE owner = ? ORDER BY id", [.text(owner)]
+        ).compactMap { row -> Int64? in
+            if case .integer(let id) = row[0] { return id }
+            return nil
+        }
+        guard !parked.isEmpty else { return 0 }
+        var renumbered: Set<Int64> = []
+        for old in parked {
+            try copy(from: "oo_parked", to: "oo_queue", where: "id = ?", [.integer(old)], skipping: ["id"])
+            guard case .integer(let new)? = try writer.connection.query("SELECT last_insert_rowid()").first?.first
+            else { continue }
+            renumbered.insert(new)
+            try copy(
+                from: "oo_parked_archive", to: archiveTable, where: "\"RequestID\" = ?", [.integer(old)],
+                skipping: ["_rowid"], replacing: ["RequestID": .integer(new)])
+            try copy(
+                from: "oo_parked_conflict", to: "oo_conflict", where: "request_id = ?", [.integer(old)],
+                replacing: ["request_id": .integer(new)])
+            for table in ["oo_parked_archive", "oo_parked_conflict"] {
+                let column = table == "oo_parked_archive" ? "\"RequestID\"" : "request_id"
+                _ = try writer.connection.execute("DELETE FROM \(table) WHERE \(column) = ?", [.integer(old)])
+            }
+        }
+        _ = try writer.connection.execute("DELETE FROM oo_parked WHERE owner = ?", [.text(owner)])
+        let (entries, keyMap) = try entries()
+        let affected = entries.filter { renumbered.contains($0.id) }.reduce(into: Set<String>()) {
+            $0.formUnion($1.changed)
+        }
+        try rebuild(affected, remaining: entries, keyMap: keyMap)
+        return renumbered.count
+    }
+
+    /// How many requests of each user other than the current one wait set aside.
+    static func parkedCounts(_ connection: Connection) throws -> [String: Int] {
+        guard try !connection.query("SELECT 1 FROM sqlite_master WHERE name = 'oo_parked'").isEmpty else { return [:] }
+        var counts: [String: Int] = [:]
+        for row in try connection.query("SELECT owner, count(*) FROM oo_parked GROUP BY owner") {
+            if case .text(let owner) = row[0], case .integer(let count) = row[1] { counts[owner] = Int(count) }
+        }
+        return counts
+    }
+}

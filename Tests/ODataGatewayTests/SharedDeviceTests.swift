@@ -1,0 +1,295 @@
+import Foundation
+import ODataCore
+import ODataServer
+import ODataStore
+import OfflineOData
+import Testing
+
+/// Issue 58: one store, several users in turn (SPEC §16). The backend is the reference server
+/// with users who see different rows (alice: partner BP0 and its contacts; bob: BP1 and its);
+/// the device talks to it directly and through a gateway on real PostgreSQL, V4 and V2. Each
+/// test checks what the backend received and with whose `Authorization`, and what the store
+/// lets the new user read.
+@Suite(.serialized) struct SharedDeviceTests {
+    static let cases: [(v2: Bool, gateway: Bool)] = [(false, false), (true, false), (false, true), (true, true)]
+    static let alice = StaticCredentials(.basic(user: "alice", password: "alice-pw"))
+    static let bob = StaticCredentials(.basic(user: "bob", password: "bob-pw"))
+
+    struct Device {
+        let setup: GatewayDeltaTests.Setup
+        let gateway: Bool
+        let v2: Bool
+
+        var root: String { gateway ? setup.gateways[0].root.absoluteString : setup.backendRoot }
+
+        /// Opens the shared store as `user`.
+        func open(
+            _ user: String, _ credentials: StaticCredentials,
+            configure: (inout OfflineODataParameters) -> Void = { _ in }
+        ) async throws -> OfflineODataProvider {
+            var parameters = OfflineODataParameters()
+            parameters.storePath = setup.folder
+            parameters.storeName = "shared"
+            parameters.currentUser = user
+            parameters.authenticator = credentials
+            configure(&parameters)
+            let provider = OfflineODataProvider(
+                serviceRoot: try #require(URL(string: root)), parameters: parameters)
+            for query in ["BusinessPartners", "Contacts"] {
+                try await provider.add(definingQuery: OfflineODataDefiningQuery(name: query, query: query))
+            }
+            try await provider.open()
+            return provider
+        }
+
+        /// What the backend holds for `credentials`, read directly (V4): partners, then contacts.
+        func truth(_ credentials: StaticCredentials) async throws -> [String] {
+            func rows(_ url: String) async throws -> [JSONValue] {
+                var headers = HTTPHeaders()
+                headers["Accept"] = "application/json"
+                headers["Authorization"] = credentials.credentials.authorization
+                var result: [JSONValue] = []
+                var next: String? = setup.backend.v4Root.absoluteString + url
+                while let current = next {
+                    let response = try await DefaultTransport.make().send(
+                        TransportRequest(method: "GET", url: current, headers: headers), timeout: 30)
+                    #expect(response.status == 200)
+                    let json = try JSONValue.parse(response.body)
+                    result += json["value"]?.arrayValue ?? []
+                    next = json["@odata.nextLink"]?.stringValue
+                }
+                return result
+            }
+            let partners = try await rows("BusinessPartners?$orderby=PartnerID").map {
+                "\($0["PartnerID"]?.stringValue ?? "?") \($0["Phone"]?.stringValue ?? "-")"
+            }
+            let contacts = try await rows("Contacts?$orderby=ContactID").map {
+                "\($0["ContactID"]?.serializedNumber ?? "-1") \($0["LastName"]?.stringValue ?? "-") "
+                    + "\($0["PartnerID"]?.stringValue ?? "-")"
+            }
+            return partners + contacts
+        }
+
+        /// The `Authorization` of every `$batch` the backend received since the journal was cleared.
+        func batchAuthorizations() async -> [String] {
+            await setup.backend.service.journal.requestHeaders().filter { $0.request.hasPrefix("POST $batch") }.map {
+                $0.headers["Authorization"] ?? "none"
+            }
+        }
+
+        /// A contact's key in this root's syntax.
+        func contact(_ id: Int) -> String { v2 ? "Contacts(\(id)L)" : "Contacts(\(id))" }
+        var update: String { v2 ? "MERGE" : "PATCH" }
+    }
+
+    static func withDevice(v2: Bool, gateway: Bool, _ body: (Device) async throws -> Void) async throws {
+        let setup = try await GatewayIsolationTests.start(v2: v2)
+        do {
+            try await body(Device(setup: setup, gateway: gateway, v2: v2))
+        } catch {
+            Issue.record("\(error)")
+        }
+        await setup.stop()
+    }
+
+    static func partnersAndContacts(_ provider: OfflineODataProvider) async throws -> [String] {
+        try await GatewayDeltaTests.held(provider)
+    }
+
+    /// Every row a provider can read, rendered, for checking that none of a user's appear.
+    static func everything(_ provider: OfflineODataProvider) async throws -> String {
+        var text = ""
+        for set in ["BusinessPartners", "Contacts", "RequestQueue", "ErrorArchive"] {
+            for entity in try await provider.readEntities(set) {
+                text += entity.properties.map { "\($0.name)=\($0.value)" }.joined(separator: ",") + "\n"
+            }
+        }
+        return text
+    }
+
+    /// Alice leaves an update and a create; bob opens with her credentials for the forced
+    /// upload: both reach the backend in a `$batch` sent as alice before bob's download, and
+    /// bob then reads exactly his own rows and none of hers.
+    @Test(arguments: cases)
+    func aSwitchUploadsThePreviousUsersRequestsWithTheirCredentials(v2: Bool, gateway: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: gateway) { device in
+            let aliceProvider = try await device.open("alice", Self.alice)
+            #expect(try await Self.partnersAndContacts(aliceProvider) == (try await device.truth(Self.alice)))
+            #expect(try await aliceProvider.currentUser() == "alice")
+            #expect(try await aliceProvider.previousUser() == nil)
+            _ = try await aliceProvider.execute(
+                method: device.update, url: device.contact(1), body: Array(#"{"LastName":"EditedByAlice"}"#.utf8))
+            _ = try await aliceProvider.execute(
+                method: "POST", url: "Contacts",
+                body: Array(#"{"PartnerID":"BP0","FirstName":"New","LastName":"CreatedByAlice"}"#.utf8))
+            let queued = try await aliceProvider.readEntities("RequestQueue")
+            #expect(queued.map { $0.string("User") } == ["alice", "alice"])
+            await aliceProvider.close()
+
+            await device.setup.backend.service.journal.clear()
+            let bobProvider = try await device.open("bob", Self.bob) { parameters in
+                parameters.forceUploadOnUserSwitch = true
+                parameters.userAuthenticators = ["alice": Self.alice]
+            }
+            #expect(await device.batchAuthorizations() == [Self.alice.credentials.authorization])
+            let aliceNow = try await device.truth(Self.alice)
+            #expect(aliceNow.contains { $0.hasSuffix(" EditedByAlice BP0") })
+            #expect(aliceNow.contains { $0.hasSuffix(" CreatedByAlice BP0") })
+            #expect(try await bobProvider.currentUser() == "bob")
+            #expect(try await bobProvider.previousUser() == "alice")
+            #expect(try await Self.partnersAndContacts(bobProvider) == (try await device.truth(Self.bob)))
+            let seen = try await Self.everything(bobProvider)
+            for word in ["BP0", "EditedByAlice", "CreatedByAlice", "alice"] {
+                #expect(!seen.contains(word), "bob reads \(word): \(seen)")
+            }
+            // Bob's own change is his, and goes as bob.
+            _ = try await bobProvider.execute(
+                method: device.update, url: device.contact(3), body: Array(#"{"LastName":"EditedByBob"}"#.utf8))
+            #expect(try await bobProvider.readEntities("RequestQueue").map { $0.string("User") } == ["bob"])
+            await device.setup.backend.service.journal.clear()
+            try await bobProvider.upload()
+            #expect(await device.batchAuthorizations() == [Self.bob.credentials.authorization])
+            #expect(try await device.truth(Self.bob).contains { $0.hasSuffix(" EditedByBob BP1") })
+            await bobProvider.close()
+        }
+    }
+
+    /// Without alice's credentials (and with the default policy) bob's open is refused, naming
+    /// her and her pending count; nothing changes, and alice finds her change and uploads it.
+    @Test(arguments: cases)
+    func aSwitchWithoutThePreviousUsersCredentialsIsRefused(v2: Bool, gateway: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: gateway) { device in
+            let aliceProvider = try await device.open("alice", Self.alice)
+            _ = try await aliceProvider.execute(
+                method: device.update, url: device.contact(2), body: Array(#"{"LastName":"Waiting"}"#.utf8))
+            await aliceProvider.close()
+            await device.setup.backend.service.journal.clear()
+            for force in [false, true] {
+                do {
+                    let opened = try await device.open("bob", Self.bob) { $0.forceUploadOnUserSwitch = force }
+                    Issue.record("bob's open succeeded")
+                    await opened.close()
+                } catch let error as OfflineODataError {
+                    #expect(error.code == .pendingChanges)
+                    #expect(error.message.contains("1 pending request of user alice"), "\(error.message)")
+                }
+            }
+            #expect(await device.batchAuthorizations().isEmpty, "nothing was sent")
+            let again = try await device.open("alice", Self.alice)
+            #expect(try await again.previousUser() == nil)
+            #expect(try await again.readEntities(device.contact(2)).first?.string("LastName") == "Waiting")
+            try await again.upload()
+            #expect(await device.batchAuthorizations() == [Self.alice.credentials.authorization])
+            #expect(try await device.truth(Self.alice).contains { $0.hasSuffix(" Waiting BP0") })
+            await again.close()
+        }
+    }
+
+    /// With `keepForTheirUser`, alice's requests wait for her: bob neither reads nor sends them
+    /// (his upload sends only his own), and when alice opens again they are back, applied, and
+    /// go with her credentials.
+    @Test(arguments: cases)
+    func keptRequestsWaitForTheirUser(v2: Bool, gateway: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: gateway) { device in
+            let keep = { (parameters: inout OfflineODataParameters) in parameters.userSwitchPolicy = .keepForTheirUser }
+            let aliceProvider = try await device.open("alice", Self.alice, configure: keep)
+            _ = try await aliceProvider.execute(
+                method: device.update, url: device.contact(1), body: Array(#"{"LastName":"KeptEdit"}"#.utf8))
+            _ = try await aliceProvider.execute(
+                method: "POST", url: "Contacts",
+                body: Array(#"{"PartnerID":"BP0","FirstName":"Kept","LastName":"KeptCreate"}"#.utf8))
+            await aliceProvider.close()
+            await device.setup.backend.service.journal.clear()
+
+            let bobProvider = try await device.open("bob", Self.bob, configure: keep)
+            #expect(await device.batchAuthorizations().isEmpty, "alice's requests were not sent")
+            #expect(try await bobProvider.requestsKeptForOtherUsers() == ["alice": 2])
+            #expect(try await bobProvider.isRequestQueueEmpty)
+            #expect(try await Self.partnersAndContacts(bobProvider) == (try await device.truth(Self.bob)))
+            let seen = try await Self.everything(bobProvider)
+            for word in ["BP0", "KeptEdit", "KeptCreate", "alice"] {
+                #expect(!seen.contains(word), "bob reads \(word): \(seen)")
+            }
+            _ = try await bobProvider.execute(
+                method: device.update, url: device.contact(4), body: Array(#"{"LastName":"BobsOwn"}"#.utf8))
+            try await bobProvider.upload()
+            #expect(await device.batchAuthorizations() == [Self.bob.credentials.authorization])
+            let aliceBackend = try await device.truth(Self.alice)
+            #expect(!aliceBackend.contains { $0.contains("Kept") }, "alice's requests wait for her")
+            await bobProvider.close()
+
+            await device.setup.backend.service.journal.clear()
+            let back = try await device.open("alice", Self.alice, configure: keep)
+            #expect(try await back.previousUser() == "bob")
+            #expect(try await back.requestsKeptForOtherUsers().isEmpty)
+            let queue = try await back.readEntities("RequestQueue")
+            #expect(queue.count == 2)
+            #expect(queue.allSatisfy { $0.string("User") == "alice" })
+            #expect(try await back.readEntities(device.contact(1)).first?.string("LastName") == "KeptEdit")
+            #expect(try await back.readEntities("Contacts?$filter=LastName eq 'KeptCreate'").count == 1)
+            #expect(!(try await Self.everything(back)).contains("BobsOwn"), "bob's rows are gone for alice")
+            #expect(await device.batchAuthorizations().isEmpty)
+            try await back.upload()
+            #expect(await device.batchAuthorizations() == [Self.alice.credentials.authorization])
+            try await back.download()
+            #expect(try await Self.partnersAndContacts(back) == (try await device.truth(Self.alice)))
+            let applied = try await device.truth(Self.alice)
+            #expect(applied.contains { $0.hasSuffix(" KeptEdit BP0") })
+            #expect(applied.filter { $0.hasSuffix(" KeptCreate BP0") }.count == 1)
+            await back.close()
+        }
+    }
+
+    /// A request of another user in the queue (put there behind the provider's back) stops the
+    /// upload before anything is sent: it would go with the wrong credentials.
+    @Test(arguments: [false, true])
+    func aRequestIsNeverSentWithAnotherUsersCredentials(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: false) { device in
+            let aliceProvider = try await device.open("alice", Self.alice)
+            _ = try await aliceProvider.execute(
+                method: device.update, url: device.contact(1), body: Array(#"{"LastName":"NotMine"}"#.utf8))
+            await aliceProvider.close()
+            let file = device.setup.folder.appendingPathComponent("shared.db").path
+            let connection = try Connection(path: file)
+            #expect(try connection.execute("UPDATE oo_queue SET owner = 'mallory'", []) == 1)
+            connection.close()
+            await device.setup.backend.service.journal.clear()
+            let reopened = try await device.open("alice", Self.alice)
+            do {
+                try await reopened.upload()
+                Issue.record("the upload sent mallory's request with alice's credentials")
+            } catch let error as OfflineODataError {
+                #expect(error.code == .invalidRequest)
+                #expect(error.message.contains("user mallory"), "\(error.message)")
+            }
+            #expect(await device.batchAuthorizations().isEmpty, "nothing was sent")
+            await reopened.close()
+        }
+    }
+
+    /// A store made without users becomes the first user's (with its requests); a store with
+    /// users refuses an open without `currentUser`.
+    @Test(arguments: [false, true])
+    func aStoreWithoutUsersIsClaimedAndAUserStoreNeedsAUser(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: false) { device in
+            let plain = try await device.open("ignored", Self.alice) { $0.currentUser = nil }
+            #expect(try await plain.currentUser() == nil)
+            _ = try await plain.execute(
+                method: device.update, url: device.contact(2), body: Array(#"{"LastName":"Before"}"#.utf8))
+            #expect(try await plain.readEntities("RequestQueue").first?.string("User") == nil)
+            await plain.close()
+            let claimed = try await device.open("alice", Self.alice)
+            #expect(try await claimed.currentUser() == "alice")
+            #expect(try await claimed.readEntities("RequestQueue").map { $0.string("User") } == ["alice"])
+            await claimed.close()
+            do {
+                let opened = try await device.open("ignored", Self.alice) { $0.currentUser = nil }
+                Issue.record("a store with users opened without one")
+                await opened.close()
+            } catch let error as OfflineODataError {
+                #expect(error.code == .invalidParameter)
+                #expect(error.message.contains("its current user is alice"), "\(error.message)")
+            }
+        }
+    }
+}
