@@ -114,6 +114,21 @@ struct OfflineStoreOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Log to standard error from this level: trace, debug, info, notice, warning, error, critical.",
                                valueName: "LEVEL"))
     var logLevel: String?
+    @Option(name: .customLong("current-user"),
+            help: ArgumentHelp("The user working with a shared store now (SPEC §16); another user than the last switches it.",
+                               valueName: "NAME"))
+    var currentUser: String?
+    @Flag(name: .customLong("force-upload-on-user-switch"),
+          help: "A switch first uploads the previous user's pending requests with their --user-credentials.")
+    var forceUploadOnUserSwitch = false
+    @Option(name: .customLong("user-credentials"),
+            help: ArgumentHelp("Basic credentials of another user, for their own requests only (repeatable).",
+                               valueName: "NAME=USER:PASSWORD"))
+    var userCredentials: [String] = []
+    @Option(name: .customLong("user-switch-policy"),
+            help: ArgumentHelp("What a switch does with the previous user's requests it does not upload: refuse "
+                                   + "(default) or keep (for their user).", valueName: "POLICY"))
+    var userSwitchPolicy: String?
 
     /// The credentials the options and environment give.
     func credentials() throws -> ODataCredentials? {
@@ -161,6 +176,22 @@ struct OfflineStoreOptions: ParsableArguments {
         parameters.storeName = url.lastPathComponent.hasSuffix(".db") ? String(url.lastPathComponent.dropLast(3)) : url.lastPathComponent
         parameters.storeEncryptionKey = key
         if let logLevel { parameters.logger = try standardErrorLogger(level: logLevel) }
+        parameters.currentUser = currentUser
+        parameters.forceUploadOnUserSwitch = forceUploadOnUserSwitch
+        for entry in userCredentials {
+            guard let equals = entry.firstIndex(of: "="), let colon = entry[equals...].firstIndex(of: ":"),
+                equals != entry.startIndex
+            else { throw CLIFailure("--user-credentials \(entry.prefix { $0 != ":" }) must be NAME=USER:PASSWORD") }
+            let name = String(entry[..<equals])
+            let user = String(entry[entry.index(after: equals)..<colon])
+            let password = String(entry[entry.index(after: colon)...])
+            parameters.userAuthenticators[name] = StaticCredentials(.basic(user: user, password: password))
+        }
+        switch userSwitchPolicy?.lowercased() {
+        case nil, "refuse": parameters.userSwitchPolicy = .refuse
+        case "keep", "keepfortheiruser": parameters.userSwitchPolicy = .keepForTheirUser
+        case .some(let other): throw ValidationError("--user-switch-policy \(other): give refuse or keep")
+        }
         return parameters
     }
 

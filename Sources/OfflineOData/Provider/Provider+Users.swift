@@ -61,9 +61,11 @@ extension OfflineODataProvider {
             return
         }
         if current != wanted { try await switchUser(from: current, to: wanted, store: opened, previous: users) }
+        CrashPoint.reach("user-switch-parked")
         // Every defining query is read again as the new user; the open returns after it.
         let started = ContinuousClock.now
         try await runDownload(definingQueries: nil)
+        CrashPoint.reach("user-switch-downloaded")
         guard let refreshed = store else { return }
         try await refreshed.write { writer in
             var done = try StoreUsers.load(writer.connection)
@@ -91,6 +93,7 @@ extension OfflineODataProvider {
             .count
         if pending > 0, parameters.forceUploadOnUserSwitch, let credentials = parameters.userAuthenticators[previous] {
             try await uploadAsAnotherUser(previous, credentials)
+            CrashPoint.reach("user-switch-uploaded")
             pending = try await store.read { reader in try RequestQueue.load(reader.connection, status: "pending") }
                 .count
         }
