@@ -137,6 +137,9 @@ public final class Gateway: Sendable {
                 let rest = request.target.dropFirst("$oodata/progress/".count)
                 return await progressAnswer(String(rest.prefix { $0 != "?" }), user: request.user)
             }
+            if request.method == "GET", path == "$oodata/shared-device" {
+                return try await sharedDevicePolicy(request, backend: backend)
+            }
             // Stores devices send for support (issue 56).
             if path == "$oodata/support" || path.hasPrefix("$oodata/support/") {
                 return try await supportChunk(

@@ -1,4 +1,5 @@
 import Foundation
+public import OfflineOData
 
 /// An error the gateway answers with an OData error body.
 public struct GatewayError: Error, Sendable, CustomStringConvertible {
@@ -82,6 +83,13 @@ public struct GatewayBackend: Sendable {
     /// (`support_store_total_mb`, default 1 GiB): a new store beyond is refused with 413, so no
     /// set of credentials can fill the database.
     public var supportStoreTotalLimit: Int64 = 1024 << 20
+    /// What a device shared by users in turn does at a user switch with the previous user's
+    /// requests it does not upload (`user_switch_policy`: refuse, keep or discard_after_backup;
+    /// SPEC §16); nil: each device follows its own parameters.
+    public var userSwitchPolicy: OfflineODataUserSwitchPolicy?
+    /// Whether such a device first uploads the previous user's requests with their credentials
+    /// when the app gives them (`force_upload_on_user_switch`); nil: the device's own setting.
+    public var forceUploadOnUserSwitch: Bool?
     /// Cookies that carry a device's credentials (`identity_cookies`, e.g. a session of an
     /// identity provider): part of its identity and sent on the reads the gateway makes for it.
     /// Other cookies (CSRF sessions, load balancers) are neither.
@@ -206,6 +214,8 @@ extension GatewayConfiguration {
     /// support_store_max_mb=32         ; the largest store a device may send for support
     /// support_store_retention=10080   ; minutes a support store is kept
     /// support_store_total_mb=1024     ; all of the endpoint's support stores together
+    /// user_switch_policy=keep         ; shared devices: refuse, keep or discard_after_backup
+    /// force_upload_on_user_switch=Y   ; shared devices upload the previous user's requests first
     ///
     /// [jwt_issuer]                    ; another issuer the endpoint above trusts
     /// issuer=https://idp2/
@@ -277,7 +287,8 @@ extension GatewayConfiguration {
                             "supports_batch",
                             "prepopulate_offline_db", "prepopulate_offline_db_interval", "jwt_issuer", "jwt_audience",
                             "jwt_jwks", "jwt_hs_secret", "identity_cookies", "throttle_device", "throttle_user",
-                            "support_store_max_mb", "support_store_retention",
+                            "support_store_max_mb", "support_store_retention", "user_switch_policy",
+                            "force_upload_on_user_switch",
                         ]
                         : ["name", "endpoint_name", "query", "is_shared_data", "refresh_interval", "track_deltas"]
             if kind == "endpoint", ignoredEndpointKeys.contains(key) {
@@ -397,6 +408,26 @@ extension GatewayConfiguration {
                         backend[keyPath: path] = try ThrottleRate(parsing: entry.value)
                     } catch {
                         throw .init(line: entry.line, message: "\(key)=\(entry.value): \(error.message)")
+                    }
+                }
+                if let entry = section.values["user_switch_policy"] {
+                    switch entry.value.lowercased() {
+                    case "refuse": backend.userSwitchPolicy = .refuse
+                    case "keep": backend.userSwitchPolicy = .keepForTheirUser
+                    case "discard_after_backup": backend.userSwitchPolicy = .discardAfterBackup
+                    default:
+                        throw .init(
+                            line: entry.line,
+                            message: "user_switch_policy=\(entry.value): give refuse, keep or discard_after_backup")
+                    }
+                }
+                if let entry = section.values["force_upload_on_user_switch"] {
+                    switch entry.value.uppercased() {
+                    case "Y": backend.forceUploadOnUserSwitch = true
+                    case "N": backend.forceUploadOnUserSwitch = false
+                    default:
+                        throw .init(
+                            line: entry.line, message: "force_upload_on_user_switch=\(entry.value): use Y or N")
                     }
                 }
                 if let entry = section.values["support_store_max_mb"] {

@@ -1,5 +1,6 @@
 import Foundation
 import ODataCore
+import ODataGateway
 import ODataServer
 import ODataStore
 import OfflineOData
@@ -20,7 +21,12 @@ import Testing
         let gateway: Bool
         let v2: Bool
 
-        var root: String { gateway ? setup.gateways[0].root.absoluteString : setup.backendRoot }
+        /// Another gateway to talk to (one with an admin port).
+        var through: RunningGateway?
+
+        var root: String {
+            through?.root.absoluteString ?? (gateway ? setup.gateways[0].root.absoluteString : setup.backendRoot)
+        }
 
         /// Opens the shared store as `user`.
         func open(
@@ -82,8 +88,11 @@ import Testing
         var update: String { v2 ? "MERGE" : "PATCH" }
     }
 
-    static func withDevice(v2: Bool, gateway: Bool, _ body: (Device) async throws -> Void) async throws {
-        let setup = try await GatewayIsolationTests.start(v2: v2)
+    static func withDevice(
+        v2: Bool, gateway: Bool, configure: @escaping (inout GatewayConfiguration) -> Void = { _ in },
+        _ body: (Device) async throws -> Void
+    ) async throws {
+        let setup = try await GatewayIsolationTests.start(v2: v2, configure: configure)
         do {
             try await body(Device(setup: setup, gateway: gateway, v2: v2))
         } catch {
@@ -290,6 +299,213 @@ import Testing
                 #expect(error.code == .invalidParameter)
                 #expect(error.message.contains("its current user is alice"), "\(error.message)")
             }
+        }
+    }
+
+    /// With `discardAfterBackup`, alice's requests go to the gateway as an encrypted backup (the
+    /// operator downloads it on the admin port and opens it with the backup key, never with the
+    /// app's), then are discarded: nothing of them reaches the backend or stays for alice.
+    @Test(arguments: [false, true])
+    func discardedRequestsAreBackedUpOnTheGatewayFirst(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: true) { base in
+            let admin = try await GatewayOperationsTests.adminGateway(base.setup)
+            var device = base
+            device.through = admin
+            let discard = { (parameters: inout OfflineODataParameters) in
+                parameters.userSwitchPolicy = .discardAfterBackup
+                parameters.userSwitchBackupKey = "operators-backup-key"
+                parameters.storeEncryptionKey = "app-key"
+            }
+            let aliceProvider = try await device.open("alice", Self.alice, configure: discard)
+            _ = try await aliceProvider.execute(
+                method: device.update, url: device.contact(1), body: Array(#"{"LastName":"Discarded"}"#.utf8))
+            _ = try await aliceProvider.execute(
+                method: "POST", url: "Contacts",
+                body: Array(#"{"PartnerID":"BP0","FirstName":"Gone","LastName":"DiscardedCreate"}"#.utf8))
+            await aliceProvider.close()
+            await device.setup.backend.service.journal.clear()
+
+            let bobProvider = try await device.open("bob", Self.bob, configure: discard)
+            #expect(await device.batchAuthorizations().isEmpty, "nothing of alice's was sent to the backend")
+            #expect(try await bobProvider.requestsKeptForOtherUsers().isEmpty)
+            #expect(try await Self.partnersAndContacts(bobProvider) == (try await device.truth(Self.bob)))
+            #expect(!(try await Self.everything(bobProvider)).contains("Discarded"))
+            await bobProvider.close()
+            #expect(!(try await device.truth(Self.alice)).contains { $0.contains("Discarded") })
+
+            let listed =
+                try GatewayOperationsTests.json(try await GatewayOperationsTests.admin(admin, "GET", "/api/support"))
+                .arrayValue ?? []
+            let backup = try #require(listed.first { $0["name"]?.stringValue?.hasPrefix("user-switch-alice-") == true })
+            #expect(backup["complete"] == .bool(true), "\(backup)")
+            let id = try #require(backup["id"]?.serializedNumber)
+            let download = try await GatewayOperationsTests.admin(admin, "GET", "/api/support/\(id)")
+            #expect(download.status == 200)
+            let file = device.setup.folder.appendingPathComponent("backup-\(v2).db").path
+            try Data(download.body).write(to: URL(fileURLWithPath: file))
+            #expect(throws: DatabaseError.self) {
+                try Connection(path: file, options: Connection.Options(key: "app-key"))
+            }
+            let opened = try Connection(path: file, options: Connection.Options(key: "operators-backup-key"))
+            #expect(try opened.query("SELECT user FROM backup") == [[.text("alice")]])
+            let requests = try opened.query("SELECT method, url, CAST(body AS TEXT), owner FROM requests ORDER BY id")
+            #expect(requests.count == 2)
+            #expect(requests.first?[1] == .text(device.contact(1)))
+            #expect(requests.allSatisfy { $0[3] == .text("alice") })
+            #expect(
+                requests.contains { row in
+                    if case .text(let body) = row[2] { return body.contains("DiscardedCreate") }
+                    return false
+                })
+            opened.close()
+
+            let again = try await device.open("alice", Self.alice, configure: discard)
+            #expect(try await again.isRequestQueueEmpty)
+            #expect(try await again.readEntities(device.contact(1)).first?.string("LastName") != "Discarded")
+            #expect(try await Self.partnersAndContacts(again) == (try await device.truth(Self.alice)))
+            await again.close()
+            await admin.stop()
+        }
+    }
+
+    /// A backup that cannot be taken (a backend without the gateway's support endpoint, or no
+    /// backup key) fails the switch and discards nothing: alice still has her request.
+    @Test(arguments: [false, true])
+    func aBackupThatIsNotTakenDiscardsNothing(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: false) { device in
+            let aliceProvider = try await device.open("alice", Self.alice)
+            _ = try await aliceProvider.execute(
+                method: device.update, url: device.contact(2), body: Array(#"{"LastName":"StillHere"}"#.utf8))
+            await aliceProvider.close()
+            for key in [nil, "operators-backup-key"] as [String?] {
+                do {
+                    let opened = try await device.open("bob", Self.bob) { parameters in
+                        parameters.userSwitchPolicy = .discardAfterBackup
+                        parameters.userSwitchBackupKey = key
+                    }
+                    Issue.record("bob's open succeeded without a backup")
+                    await opened.close()
+                } catch let error as OfflineODataError {
+                    if key == nil {
+                        #expect(error.code == .invalidParameter)
+                        #expect(error.message.contains("needs a userSwitchBackupKey"), "\(error.message)")
+                    } else {
+                        #expect(error.message.contains("was not taken at"), "\(error.message)")
+                        #expect(error.message.contains("not discarded"), "\(error.message)")
+                    }
+                }
+            }
+            let again = try await device.open("alice", Self.alice)
+            #expect(try await again.readEntities("RequestQueue").count == 1)
+            #expect(try await again.readEntities(device.contact(2)).first?.string("LastName") == "StillHere")
+            await again.close()
+        }
+    }
+
+    /// The gateway's shared-device policy (`user_switch_policy=keep`) reaches the device at its
+    /// downloads and decides its next switch over the app's default (refuse). The endpoint
+    /// answers only credentials the backend takes.
+    @Test(arguments: [false, true])
+    func theGatewaysPolicyDecidesTheSwitch(v2: Bool) async throws {
+        try await Self.withDevice(
+            v2: v2, gateway: true, configure: { $0.backends[0].userSwitchPolicy = .keepForTheirUser }
+        ) { device in
+            let endpoint = device.root + "$oodata/shared-device"
+            let anonymous = try await GatewayIsolationTests.send("GET", endpoint, authorization: nil)
+            #expect(anonymous.status == 401)
+            let wrong = try await GatewayIsolationTests.send(
+                "GET", endpoint, authorization: GatewayIsolationTests.basic("alice", "not-her-password"))
+            #expect(wrong.status >= 400)
+            let answered = try await GatewayIsolationTests.send(
+                "GET", endpoint, authorization: GatewayIsolationTests.alice)
+            #expect(answered.status == 200)
+            #expect(try JSONValue.parse(answered.body)["userSwitchPolicy"]?.stringValue == "keepForTheirUser")
+
+            let aliceProvider = try await device.open("alice", Self.alice)
+            _ = try await aliceProvider.execute(
+                method: device.update, url: device.contact(1), body: Array(#"{"LastName":"KeptByPolicy"}"#.utf8))
+            try await aliceProvider.download()
+            await aliceProvider.close()
+            let bobProvider = try await device.open("bob", Self.bob)
+            #expect(try await bobProvider.requestsKeptForOtherUsers() == ["alice": 1])
+            #expect(try await Self.partnersAndContacts(bobProvider) == (try await device.truth(Self.bob)))
+            await bobProvider.close()
+        }
+    }
+
+    /// `cancelPendingRequests` (SAP's batch form): the requests named go with their dependants
+    /// and their entities return to the downloaded state; an unknown ID cancels nothing; `[]`
+    /// none; nil all. Through the provider and the typed API.
+    @Test(arguments: [false, true])
+    func pendingRequestsAreCancelledTogether(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: false) { device in
+            let provider = try await device.open("alice", Self.alice)
+            let original = try await provider.readEntities(device.contact(2)).first?.string("LastName")
+            let created = try await provider.execute(
+                method: "POST", url: "Contacts",
+                body: Array(#"{"PartnerID":"BP0","FirstName":"Cancel","LastName":"Me"}"#.utf8))
+            let createdKey = try #require(
+                created.result.flatMap { result -> Int64? in
+                    if case .entity(let entity?) = result { return entity.int64("ContactID") }
+                    return nil
+                })
+            _ = try await provider.execute(
+                method: device.update, url: device.contact(Int(createdKey)),
+                body: Array(#"{"LastName":"MeToo"}"#.utf8))
+            _ = try await provider.execute(
+                method: device.update, url: device.contact(2), body: Array(#"{"LastName":"Stays"}"#.utf8))
+            let ids = try await provider.readEntities("RequestQueue").compactMap { $0.int64("RequestID") }
+            #expect(ids.count == 3)
+            do {
+                try await provider.cancelPendingRequests([ids[0], 999_999])
+                Issue.record("an unknown request was cancelled")
+            } catch let error as OfflineODataError {
+                #expect(error.code == .invalidRequest)
+                #expect(error.message.contains("999999"), "\(error.message)")
+            }
+            #expect(try await provider.readEntities("RequestQueue").count == 3, "nothing was cancelled")
+            let service = try await DataService(provider)
+            #expect(try await service.cancelPendingRequests([]) == 0)
+            #expect(try await service.cancelPendingRequests([ids[0]]) == 2, "the create and the change of it")
+            #expect(try await provider.readEntities("RequestQueue").compactMap { $0.int64("RequestID") } == [ids[2]])
+            #expect(try await provider.readEntities("Contacts?$filter=FirstName eq 'Cancel'").isEmpty)
+            #expect(try await provider.readEntities(device.contact(2)).first?.string("LastName") == "Stays")
+            #expect(try await provider.cancelPendingRequests() == 1)
+            #expect(try await provider.isRequestQueueEmpty)
+            #expect(try await provider.readEntities(device.contact(2)).first?.string("LastName") == original)
+            try await provider.upload()
+            #expect(await device.batchAuthorizations().isEmpty, "nothing left to send")
+            await provider.close()
+        }
+    }
+
+    /// Removing a defining query while requests are pending marks it `isRemoving` (kept across
+    /// opens): downloads leave it out, its rows stay readable, and it goes with its rows once an
+    /// upload empties the queue.
+    @Test(arguments: [false, true])
+    func aQueryRemovedWithPendingRequestsIsRemovingUntilTheQueueEmpties(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: false) { device in
+            var provider = try await device.open("alice", Self.alice)
+            _ = try await provider.execute(
+                method: device.update, url: "BusinessPartners('BP0')", body: Array(#"{"Phone":"removing"}"#.utf8))
+            let contacts = try await provider.readEntities("Contacts").count
+            #expect(contacts > 0)
+            try await provider.remove(definingQueryNamed: "Contacts")
+            #expect(await provider.currentDefiningQueries.first { $0.name == "Contacts" }?.isRemoving == true)
+            #expect(try await provider.readEntities("Contacts").count == contacts)
+            await provider.close()
+            provider = try await device.open("alice", Self.alice)
+            #expect(await provider.currentDefiningQueries.first { $0.name == "Contacts" }?.isRemoving == true)
+            await device.setup.backend.service.journal.clear()
+            try await provider.download()
+            let reads = await device.setup.backend.service.journal.requests()
+            #expect(!reads.contains { $0.hasPrefix("GET Contacts") }, "\(reads)")
+            #expect(reads.contains { $0.hasPrefix("GET BusinessPartners") }, "\(reads)")
+            #expect(try await provider.readEntities("Contacts").count == contacts)
+            try await provider.upload()
+            #expect(await provider.currentDefiningQueries.map(\.name) == ["BusinessPartners"])
+            #expect(try await provider.readEntities("Contacts").isEmpty)
+            await provider.close()
         }
     }
 }

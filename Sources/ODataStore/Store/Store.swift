@@ -337,6 +337,37 @@ public final class Store: Sendable {
         try await pool.withWriter { db in try db.export(to: path, key: key) }
     }
 
+    /// One table of a file ``exportTables(to:key:_:)`` writes: `name`, made from the rows
+    /// `select` (an SQL query over the store, with `arguments` bound) gives.
+    public struct ExportedTable: Sendable {
+        public var name: String
+        public var select: String
+        public var arguments: [DatabaseValue]
+
+        /// Creates a value from its parts.
+        public init(name: String, select: String, arguments: [DatabaseValue] = []) {
+            self.name = name
+            self.select = select
+            self.arguments = arguments
+        }
+    }
+
+    /// Writes a new file at `path`, encrypted with `key` or unencrypted when `key` is nil, that
+    /// holds only `tables`, taken from one consistent state of the store. Writes wait meanwhile.
+    public func exportTables(to path: String, key: String?, _ tables: [ExportedTable]) async throws {
+        try await pool.withWriter { db in
+            try db.execute("ATTACH DATABASE ? AS exported KEY ?", [.text(path), .text(key ?? "")])
+            defer { try? db.execute("DETACH DATABASE exported") }
+            if key != nil { try db.execute("PRAGMA exported.cipher_page_size = \(Connection.cipherPageSize)") }
+            try db.transaction {
+                for table in tables {
+                    _ = try db.execute(
+                        "CREATE TABLE exported.\(StoreSchema.quote(table.name)) AS \(table.select)", table.arguments)
+                }
+            }
+        }
+    }
+
     /// Whether the store is being filled in bulk, for a new store whose fill is started
     /// again from nothing when it is cut short (the caller must be able to tell, without
     /// reading the file). On, the writer keeps its rollback journal in memory instead of a

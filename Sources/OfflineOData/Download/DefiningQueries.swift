@@ -10,12 +10,27 @@ public struct OfflineODataDefiningQuery: Sendable, Hashable, Codable {
     public var query: String
     /// Whether media streams of the entities are downloaded too.
     public var automaticallyRetrievesStreams: Bool
+    /// Whether the query is being removed (SAP's `isRemoving`): removed while requests were
+    /// pending, it is left out of downloads, and its data goes once the request queue is
+    /// empty (see ``OfflineODataProvider/remove(definingQueryNamed:)``).
+    public var isRemoving = false
 
     /// Creates a defining query.
     public init(name: String, query: String, automaticallyRetrievesStreams: Bool = false) {
         self.name = name
         self.query = query
         self.automaticallyRetrievesStreams = automaticallyRetrievesStreams
+    }
+
+    private enum CodingKeys: String, CodingKey { case name, query, automaticallyRetrievesStreams, isRemoving }
+
+    /// Decodes a query; `isRemoving` may be missing (false).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        name = try container.decode(String.self, forKey: .name)
+        query = try container.decode(String.self, forKey: .query)
+        automaticallyRetrievesStreams = try container.decode(Bool.self, forKey: .automaticallyRetrievesStreams)
+        isRemoving = try container.decodeIfPresent(Bool.self, forKey: .isRemoving) ?? false
     }
 }
 
@@ -201,11 +216,28 @@ enum DefiningQueries {
 
     /// The defining queries a store was made or last opened with, in order.
     static func load(_ connection: Connection) throws -> [OfflineODataDefiningQuery] {
-        try connection.query("SELECT name, query, streams FROM oo_defining ORDER BY ordinal").compactMap { row in
-            guard case .text(let name) = row[0], case .text(let query) = row[1] else { return nil }
-            return OfflineODataDefiningQuery(
-                name: name, query: query, automaticallyRetrievesStreams: row[2] == .integer(1))
+        // Stores made before queries could be marked removing have no such column.
+        let marked = try connection.query("PRAGMA table_info(oo_defining)").contains {
+            $0.count > 1 && $0[1] == .text("removing")
         }
+        return try connection.query(
+            "SELECT name, query, streams, \(marked ? "removing" : "0") FROM oo_defining ORDER BY ordinal"
+        ).compactMap { row in
+            guard case .text(let name) = row[0], case .text(let query) = row[1] else { return nil }
+            var loaded = OfflineODataDefiningQuery(
+                name: name, query: query, automaticallyRetrievesStreams: row[2] == .integer(1))
+            loaded.isRemoving = row[3] == .integer(1)
+            return loaded
+        }
+    }
+
+    /// Marks a defining query as being removed (see ``OfflineODataDefiningQuery/isRemoving``).
+    static func markRemoving(named name: String, _ writer: StoreWriter) throws {
+        let columns = try writer.connection.query("PRAGMA table_info(oo_defining)")
+        if !columns.contains(where: { $0.count > 1 && $0[1] == .text("removing") }) {
+            try writer.connection.execute("ALTER TABLE oo_defining ADD COLUMN removing INTEGER NOT NULL DEFAULT 0")
+        }
+        _ = try writer.connection.execute("UPDATE oo_defining SET removing = 1 WHERE name = ?", [.text(name)])
     }
 
     /// Records a defining query; `ordinal` is its place, from 1.

@@ -158,6 +158,15 @@ public struct OfflineODataParameters: Sendable {
     /// What a switch to another ``currentUser`` does with pending requests of the previous user
     /// that it does not upload (see ``OfflineODataUserSwitchPolicy``).
     public var userSwitchPolicy: OfflineODataUserSwitchPolicy = .refuse
+    /// The key the backup of a previous user's requests is encrypted with
+    /// (``OfflineODataUserSwitchPolicy/discardAfterBackup``): the operator's, never the store's.
+    public var userSwitchBackupKey: String?
+    /// Whether that backup is a copy of the whole store (its data with the queue) instead of
+    /// the previous user's requests and ErrorArchive entries alone.
+    public var userSwitchBackupIncludesStore = false
+    /// Where that backup goes: nil for the sync gateway's `$oodata/support/<name>`; a URL
+    /// relative to the service root, or absolute, that takes chunks as ``OfflineODataProvider/sendStore(to:supportKey:chunkSize:)`` sends them.
+    public var userSwitchBackupURL: String?
     /// Fetch an `X-CSRF-Token` before modifying requests and send it with them, keeping the
     /// session cookies it belongs to, as SAP Gateway requires (see `docs/offline.md`, "Real backends"). A
     /// backend that gives no token is not asked again until it answers `403` with
@@ -253,6 +262,14 @@ public enum OfflineODataUserSwitchPolicy: String, Sendable, Hashable, CaseIterab
     /// user neither sees nor sends them, the entities they changed go back to their downloaded
     /// state, and they come back, applied again, when their user opens the store next.
     case keepForTheirUser
+    /// The requests (pending and failed, with their ErrorArchive entries) are sent to the sync
+    /// gateway for support first, in a file encrypted with
+    /// ``OfflineODataParameters/userSwitchBackupKey`` (`POST $oodata/support/user-switch-…`,
+    /// or ``OfflineODataParameters/userSwitchBackupURL``), then discarded, and the entities they
+    /// changed go back to their downloaded state (SAP's "discard after upload"). The backup must
+    /// be taken whole before anything is discarded: a failed backup fails the open, and nothing
+    /// changes.
+    case discardAfterBackup
 }
 
 /// A provider failure with a category and a message that names what is wrong.

@@ -237,19 +237,35 @@ public actor OfflineODataProvider {
     }
 
     /// Removes a defining query and the data of the entity sets it fills (its own and those of
-    /// its expands) that no other defining query covers.
-    /// Refused while changes are pending.
+    /// its expands) that no other defining query covers. While requests are pending (the data
+    /// they change must stay until they are sent), the query is only marked
+    /// ``OfflineODataDefiningQuery/isRemoving``, as SAP's: downloads leave it out, its data
+    /// stays readable, and it goes with its data once the queue is empty (after the upload or
+    /// download that finds it so, or at the next open).
     public func remove(definingQueryNamed name: String) async throws {
         while rebuildingStore { try await Task.sleep(nanoseconds: 10_000_000) }
         guard let index = definingQueries.firstIndex(where: { $0.name == name }) else {
             throw OfflineODataError(.unknownDefiningQuery, "No defining query named \(name)")
         }
+        if let store, try await !isRequestQueueEmpty {
+            try await store.write { writer in try DefiningQueries.markRemoving(named: name, writer) }
+            definingQueries[index].isRemoving = true
+            return
+        }
+        try await removeNow(index)
+    }
+
+    /// Removes the queries marked ``OfflineODataDefiningQuery/isRemoving`` once no request is
+    /// pending.
+    func finishRemovingDefiningQueries() async throws {
+        guard store != nil, definingQueries.contains(where: \.isRemoving), try await isRequestQueueEmpty else { return }
+        while let index = definingQueries.firstIndex(where: \.isRemoving) { try await removeNow(index) }
+    }
+
+    private func removeNow(_ index: Int) async throws {
         let removed = definingQueries[index]
+        let name = removed.name
         if let store {
-            guard try await isRequestQueueEmpty else {
-                throw OfflineODataError(
-                    .pendingChanges, "Defining query \(name) cannot be removed while changes are pending; upload first")
-            }
             let model = store.model
             // A query that no longer binds to the backend's model (SPEC §14) covers nothing.
             let stillCovered = definingQueries.filter { $0.name != name }
@@ -383,6 +399,7 @@ public actor OfflineODataProvider {
             try await createAndFill(path)
         }
         try await followCurrentUser()
+        try await finishRemovingDefiningQueries()
         operationSummary["defining-queries"] = .stringConvertible(definingQueries.count)
     }
 

@@ -64,7 +64,9 @@ extension OfflineODataProvider {
             coveredSetsCache = nil
             metadataChanged(change)
         }
-        var selected = names.map { wanted in definingQueries.filter { wanted.contains($0.name) } } ?? definingQueries
+        // Queries being removed are not read again (their data goes once the queue is empty).
+        var selected = (names.map { wanted in definingQueries.filter { wanted.contains($0.name) } } ?? definingQueries)
+            .filter { !$0.isRemoving }
         // Queries that no longer bind to the backend's model are left out, and said so.
         var leftOut: [String] = []
         selected.removeAll { query in
@@ -83,6 +85,8 @@ extension OfflineODataProvider {
         try await downloader.run(selected, store: store, on: self)
         // The download forgot the local keys no queued request needs.
         keyMapCache = nil
+        await refreshSharedDevicePolicy(store)
+        try await finishRemovingDefiningQueries()
         await noteInDoubtResolutions(store: store)
     }
 

@@ -168,9 +168,11 @@ extension OfflineODataProvider {
         let result = try await apply(change, store: store)
         // The written sets are worked out (a parse of the URL) only when someone observes.
         let archive = change.target.entitySet == LocalSchema.errorArchive
-        publishChange(OfflineODataStoreChange(
-            origin: archive ? .undo : .localWrite,
-            entitySets: archive || changeSubscribers.isEmpty ? nil : writtenSets(method: verb, url: url, model: model)))
+        publishChange(
+            OfflineODataStoreChange(
+                origin: archive ? .undo : .localWrite,
+                entitySets: archive || changeSubscribers.isEmpty
+                    ? nil : writtenSets(method: verb, url: url, model: model)))
         return OfflineODataResponse(
             status: result == nil ? 204 : 201, body: result.map { Self.encode(.entity($0), model: model) } ?? [],
             result: result.map { .entity($0) })

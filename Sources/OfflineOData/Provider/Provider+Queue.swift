@@ -31,6 +31,34 @@ extension OfflineODataProvider {
         }
     }
 
+    // MARK: Cancelling requests
+
+    /// Cancels pending requests together (SAP's `cancelPendingRequests`): nil cancels every
+    /// pending request, an empty list none. Each goes with the requests that depend on it (a
+    /// change of an entity it creates, a link to it), and the entities they changed go back to
+    /// their downloaded state, with the requests that stay applied again on top. A request that
+    /// is not pending (unknown, or failed: the ErrorArchive is where those go) is an
+    /// `invalidRequest` error naming it, and nothing is cancelled. Refused while an upload or
+    /// download runs. Returns how many requests went.
+    @discardableResult
+    public func cancelPendingRequests(_ requestIDs: [Int64]? = nil) async throws -> Int {
+        try await gatedLocalWrite {
+            let store = try openStore()
+            guard !busy else {
+                throw OfflineODataError(
+                    .invalidRequest, "Pending requests cannot be cancelled while an upload or download runs")
+            }
+            let model = store.model
+            let root = serviceRoot
+            let removed = try await store.write { writer in
+                try RequestQueue(writer, model: model, serviceRoot: root).cancel(requestIDs)
+            }
+            keyMapCache = nil
+            if removed > 0 { publishChange(OfflineODataStoreChange(origin: .undo, entitySets: nil)) }
+            return removed
+        }
+    }
+
     // MARK: Undo
 
     /// Undoes every pending change of one entity: an updated entity returns to its downloaded

@@ -28,6 +28,7 @@ extension OfflineODataProvider {
             store: store, serviceRoot: serviceRoot, parameters: parameters,
             progress: reporter(.upload, Uploader.plan(parameters)))
         try await uploader.run(categories: categories, on: self)
+        try await finishRemovingDefiningQueries()
     }
 
     /// Asks a running upload to stop after the batch in flight; nothing is lost.

@@ -118,6 +118,17 @@ extension RequestQueue {
         return ids.count
     }
 
+    /// Removes every queued request of `owner` (pending and failed, with their ErrorArchive
+    /// rows) and puts the entities they changed back into their downloaded state. Returns how
+    /// many went.
+    func discard(owner: String) throws -> Int {
+        let (entries, keyMap) = try entries()
+        let ids = Set(entries.filter { $0.request.owner == owner }.map(\.id))
+        guard !ids.isEmpty else { return 0 }
+        try removeRequests(ids, entries: entries, keyMap: keyMap)
+        return ids.count
+    }
+
     /// Brings back the requests of `owner` that ``park(owner:)`` set aside, in their order,
     /// after the current queue (each gets a new queue ID; its repeatable-request ID, which the
     /// backend knows it by, stays), with their ErrorArchive rows, and applies them again to

@@ -524,6 +524,30 @@ struct RequestQueue {
         try removeRequests(removed, entries: entries, also: targets, keyMap: keyMap)
     }
 
+    /// Cancels the pending requests `ids` (nil: all) with every request that depends on them;
+    /// returns how many went. One that is not pending is an error, and nothing goes.
+    func cancel(_ ids: [Int64]?) throws -> Int {
+        let (entries, keyMap) = try entries()
+        let pending = Set(entries.filter { !$0.request.failed }.map(\.id))
+        let roots: Set<Int64>
+        if let ids {
+            let unknown = ids.filter { !pending.contains($0) }
+            guard unknown.isEmpty else {
+                throw OfflineODataError(
+                    .invalidRequest,
+                    "No pending request \(unknown.map(String.init).joined(separator: ", ")) in the RequestQueue "
+                        + "(failed requests are deleted through the ErrorArchive); nothing was cancelled")
+            }
+            roots = Set(ids)
+        } else {
+            roots = pending
+        }
+        guard !roots.isEmpty else { return 0 }
+        let removed = QueueAlgorithms.dependants(of: roots, in: entries)
+        try removeRequests(removed, entries: entries, keyMap: keyMap)
+        return removed.count
+    }
+
     /// Deleting from the ErrorArchive (SPEC §7). By default any row clears the whole archive:
     /// every failed request goes and the local changes they made are reverted (unsent requests
     /// stay and are applied again on top). `individual`: only the row's request goes, with

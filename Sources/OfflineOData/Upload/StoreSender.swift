@@ -24,6 +24,13 @@ struct StoreSender {
         } catch {
             throw OfflineODataError(.store, "A copy of the store for support could not be made: \(error)")
         }
+        try await sendFile(copy, to: url, chunkSize: chunkSize, on: provider)
+    }
+
+    /// Sends the file at `copy` to `url` in chunks (the provider logs it as `SendStore`).
+    func sendFile(
+        _ copy: String, to url: String, chunkSize: Int, on provider: isolated OfflineODataProvider
+    ) async throws {
         guard let handle = FileHandle(forReadingAtPath: copy),
             let total = (try? FileManager.default.attributesOfItem(atPath: copy)[.size] as? NSNumber)?.int64Value,
             total > 0
