@@ -127,8 +127,13 @@ struct OfflineStoreOptions: ParsableArguments {
     var userCredentials: [String] = []
     @Option(name: .customLong("user-switch-policy"),
             help: ArgumentHelp("What a switch does with the previous user's requests it does not upload: refuse "
-                                   + "(default) or keep (for their user).", valueName: "POLICY"))
+                                   + "(default), keep (for their user) or discard (after a backup on the gateway).",
+                               valueName: "POLICY"))
     var userSwitchPolicy: String?
+    @Option(name: .customLong("user-switch-backup-key"),
+            help: ArgumentHelp("The key that backup is encrypted with (or $OODATA_USER_SWITCH_BACKUP_KEY).",
+                               valueName: "KEY"))
+    var userSwitchBackupKey: String?
 
     /// The credentials the options and environment give.
     func credentials() throws -> ODataCredentials? {
@@ -190,8 +195,11 @@ struct OfflineStoreOptions: ParsableArguments {
         switch userSwitchPolicy?.lowercased() {
         case nil, "refuse": parameters.userSwitchPolicy = .refuse
         case "keep", "keepfortheiruser": parameters.userSwitchPolicy = .keepForTheirUser
-        case .some(let other): throw ValidationError("--user-switch-policy \(other): give refuse or keep")
+        case "discard", "discardafterbackup", "discard_after_backup": parameters.userSwitchPolicy = .discardAfterBackup
+        case .some(let other): throw ValidationError("--user-switch-policy \(other): give refuse, keep or discard")
         }
+        parameters.userSwitchBackupKey = userSwitchBackupKey
+            ?? ProcessInfo.processInfo.environment["OODATA_USER_SWITCH_BACKUP_KEY"]
         return parameters
     }
 

@@ -30,7 +30,17 @@ import Testing
 
         /// Opens the shared store as `user`.
         func open(
-            _ user: String, _ credentials: StaticCredentials,
+            _ user: String, _ credentials: StaticCredentials, transport: (any Transport)? = nil,
+            configure: (inout OfflineODataParameters) -> Void = { _ in }
+        ) async throws -> OfflineODataProvider {
+            let provider = try await make(user, credentials, transport: transport, configure: configure)
+            try await provider.open()
+            return provider
+        }
+
+        /// The provider of the shared store for `user`, not opened yet.
+        func make(
+            _ user: String, _ credentials: StaticCredentials, transport: (any Transport)? = nil,
             configure: (inout OfflineODataParameters) -> Void = { _ in }
         ) async throws -> OfflineODataProvider {
             var parameters = OfflineODataParameters()
@@ -40,11 +50,10 @@ import Testing
             parameters.authenticator = credentials
             configure(&parameters)
             let provider = OfflineODataProvider(
-                serviceRoot: try #require(URL(string: root)), parameters: parameters)
+                serviceRoot: try #require(URL(string: root)), parameters: parameters, transport: transport)
             for query in ["BusinessPartners", "Contacts"] {
                 try await provider.add(definingQuery: OfflineODataDefiningQuery(name: query, query: query))
             }
-            try await provider.open()
             return provider
         }
 
@@ -506,6 +515,139 @@ import Testing
             #expect(await provider.currentDefiningQueries.map(\.name) == ["BusinessPartners"])
             #expect(try await provider.readEntities("Contacts").isEmpty)
             await provider.close()
+        }
+    }
+
+    /// Both users leave requests kept for them (their queue IDs overlap, since an emptied queue
+    /// numbers from 1 again): each finds exactly their own when they open, and each upload
+    /// sends only its user's.
+    @Test(arguments: cases)
+    func twoUsersKeepTheirRequestsApart(v2: Bool, gateway: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: gateway) { device in
+            let keep = { (parameters: inout OfflineODataParameters) in parameters.userSwitchPolicy = .keepForTheirUser }
+            let alice = try await device.open("alice", Self.alice, configure: keep)
+            _ = try await alice.execute(
+                method: device.update, url: device.contact(1), body: Array(#"{"LastName":"AliceOne"}"#.utf8))
+            _ = try await alice.execute(
+                method: device.update, url: device.contact(2), body: Array(#"{"LastName":"AliceTwo"}"#.utf8))
+            await alice.close()
+            let bob = try await device.open("bob", Self.bob, configure: keep)
+            _ = try await bob.execute(
+                method: device.update, url: device.contact(3), body: Array(#"{"LastName":"BobOne"}"#.utf8))
+            #expect(try await bob.readEntities("RequestQueue").map { $0.string("User") } == ["bob"])
+            await bob.close()
+
+            await device.setup.backend.service.journal.clear()
+            let aliceAgain = try await device.open("alice", Self.alice, configure: keep)
+            #expect(try await aliceAgain.requestsKeptForOtherUsers() == ["bob": 1])
+            let queue = try await aliceAgain.readEntities("RequestQueue")
+            #expect(queue.map { $0.string("User") } == ["alice", "alice"])
+            #expect(!(try await Self.everything(aliceAgain)).contains("BobOne"))
+            try await aliceAgain.upload()
+            #expect(await device.batchAuthorizations() == [Self.alice.credentials.authorization])
+            await aliceAgain.close()
+
+            await device.setup.backend.service.journal.clear()
+            let bobAgain = try await device.open("bob", Self.bob, configure: keep)
+            #expect(try await bobAgain.requestsKeptForOtherUsers().isEmpty)
+            #expect(try await bobAgain.readEntities("RequestQueue").map { $0.string("User") } == ["bob"])
+            try await bobAgain.upload()
+            #expect(await device.batchAuthorizations() == [Self.bob.credentials.authorization])
+            await bobAgain.close()
+            let aliceRows = try await device.truth(Self.alice)
+            #expect(
+                aliceRows.contains { $0.hasSuffix(" AliceOne BP0") }
+                    && aliceRows.contains { $0.hasSuffix(" AliceTwo BP0") })
+            #expect(try await device.truth(Self.bob).filter { $0.hasSuffix(" BobOne BP1") }.count == 1)
+        }
+    }
+
+    /// A transport that is never reached: the device is offline.
+    struct Offline: Transport {
+        func send(_ request: TransportRequest, timeout: TimeInterval?) async throws -> TransportResponse {
+            throw TransportError("offline: no network", url: request.url)
+        }
+    }
+
+    /// The same user opening again needs no backend (no switch: nothing is read), and a switch
+    /// that cannot reach it fails and leaves no store open for the new user.
+    @Test(arguments: [false, true])
+    func theSameUserOpensOfflineAndAnotherCannot(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: false) { device in
+            let first = try await device.open("alice", Self.alice)
+            _ = try await first.execute(
+                method: device.update, url: device.contact(1), body: Array(#"{"LastName":"Offline"}"#.utf8))
+            await first.close()
+            let offline = try await device.open("alice", Self.alice, transport: Offline())
+            #expect(try await offline.readEntities(device.contact(1)).first?.string("LastName") == "Offline")
+            #expect(try await offline.readEntities("RequestQueue").count == 1)
+            await offline.close()
+            let bob = try await device.make("bob", Self.bob, transport: Offline()) {
+                $0.userSwitchPolicy = .keepForTheirUser
+            }
+            await #expect(throws: (any Error).self) { try await bob.open() }
+            #expect(await !bob.isOpen)
+            // The hand-over happened before the download failed: the store is bob's, and opens
+            // for no one until its re-read is done.
+            let aliceBack = try await device.open("alice", Self.alice) { $0.userSwitchPolicy = .keepForTheirUser }
+            #expect(try await aliceBack.readEntities(device.contact(1)).first?.string("LastName") == "Offline")
+            #expect(try await Self.partnersAndContacts(aliceBack).filter { $0.contains("BP1") }.isEmpty)
+            await aliceBack.close()
+        }
+    }
+
+    /// While a switch runs (the backend slow), the store answers nothing else: a read is
+    /// refused as not open, a write too, and a second `open()` waits for the first. Then the
+    /// store is bob's alone.
+    @Test(arguments: [false, true])
+    func nothingReachesTheStoreWhileItChangesHands(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: false) { device in
+            let alice = try await device.open("alice", Self.alice)
+            await alice.close()
+            await device.setup.backend.service.faults.set([
+                FaultRule(method: "GET", urlContains: "Contacts", delayMilliseconds: 1500, times: 1)
+            ])
+            let bob = try await device.make("bob", Self.bob)
+            let opening = Task { try await bob.open() }
+            try await Task.sleep(for: .milliseconds(600))
+            do {
+                let rows = try await bob.readEntities("Contacts")
+                Issue.record("a read during the switch answered \(rows.count) rows")
+            } catch let error as OfflineODataError {
+                #expect(error.code == .notOpen, "\(error)")
+            }
+            do {
+                _ = try await bob.execute(
+                    method: device.update, url: device.contact(3), body: Array(#"{"LastName":"TooEarly"}"#.utf8))
+                Issue.record("a write during the switch was made")
+            } catch let error as OfflineODataError {
+                #expect(error.code == .notOpen, "\(error)")
+            }
+            try await bob.open()
+            try await opening.value
+            #expect(try await bob.isRequestQueueEmpty)
+            #expect(try await Self.partnersAndContacts(bob) == (try await device.truth(Self.bob)))
+            await bob.close()
+        }
+    }
+
+    /// A defining query being removed (alice removed it with a request pending) is read again
+    /// at a switch like the others: bob finds none of alice's rows in it.
+    @Test(arguments: [false, true])
+    func aQueryBeingRemovedHoldsNoneOfThePreviousUsersRows(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: false) { device in
+            let keep = { (parameters: inout OfflineODataParameters) in parameters.userSwitchPolicy = .keepForTheirUser }
+            let alice = try await device.open("alice", Self.alice, configure: keep)
+            _ = try await alice.execute(
+                method: device.update, url: "BusinessPartners('BP0')", body: Array(#"{"Phone":"pending"}"#.utf8))
+            try await alice.remove(definingQueryNamed: "Contacts")
+            #expect(await alice.currentDefiningQueries.first { $0.name == "Contacts" }?.isRemoving == true)
+            await alice.close()
+            let bob = try await device.open("bob", Self.bob, configure: keep)
+            let contacts = try await bob.readEntities("Contacts").compactMap { $0.string("PartnerID") }
+            #expect(!contacts.contains("BP0"), "\(contacts)")
+            #expect(!(try await Self.everything(bob)).contains("BP0"))
+            await bob.close()
         }
     }
 }

@@ -620,7 +620,7 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
         let file = await provider.parameters.storeFile
         await provider.close()
         // Make the store look like one from before: the kept states move to oo_original and
-        // the queue loses its two columns (and the later media_type, nested and resend_first_sent).
+        // the queue loses its two columns (and the later media_type, nested, resend_first_sent and owner).
         let connection = try Connection(path: file, options: Connection.Options(key: "shop-key"))
         try connection.execute("""
             INSERT INTO oo_original (entity_set, entity_key, existed, body)
@@ -628,7 +628,7 @@ func names(_ rows: [JSONValue]) -> [String] { rows.compactMap { $0["Name"]?.stri
             """)
         let columns = try connection.query("PRAGMA table_info(oo_queue)").compactMap { row -> String? in
             if case .text(let name) = row[1], !name.hasPrefix("original"), name != "media_type", name != "nested",
-                name != "resend_first_sent" { return name }
+                name != "resend_first_sent", name != "owner" { return name }
             return nil
         }
         #expect(columns.count == 18)

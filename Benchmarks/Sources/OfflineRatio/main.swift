@@ -26,6 +26,8 @@ let serveOnly = arguments.count > 3 && arguments[3] == "serve"
 let localOnly = arguments.count > 3 && arguments[3] == "local"
 let clientOnly = arguments.count > 3 && arguments[3] == "client"
 let fullReadOnly = arguments.count > 3 && arguments[3] == "fullread"
+// `userswitch`: a shared store handed to other users (SPEC §16) against the first open.
+let userSwitchOnly = arguments.count > 3 && arguments[3] == "userswitch"
 
 func seconds(_ body: () async throws -> Void) async rethrows -> Double {
     let start = DispatchTime.now().uptimeNanoseconds
@@ -198,6 +200,10 @@ var parameters = OfflineODataParameters()
 if let batch = Int(ProcessInfo.processInfo.environment["BATCH"] ?? "") { parameters.maxRequestsPerBatch = batch }
 parameters.storePath = directory
 parameters.storeEncryptionKey = "bench-key"
+if userSwitchOnly {
+    parameters.currentUser = "alice"
+    parameters.userSwitchPolicy = .keepForTheirUser
+}
 let provider = OfflineODataProvider(serviceRoot: serviceRoot, parameters: parameters, transport: transport)
 try await provider.add(definingQuery: OfflineODataDefiningQuery(name: "Products", query: "Products"))
 let cpuBeforeOpen = cpuSeconds()
@@ -215,6 +221,34 @@ if openOnly {
                  openCPU, serverOpenCPU ?? -1))
     print(String(format: "2. peak RSS of the offline client: %.0f MiB (%.0f MiB before the open)", rssAfterOpen, rssBeforeOpen))
     child?.terminate()
+    exit(0)
+}
+
+if userSwitchOnly {
+    // The backend has no users: each switch costs what it costs with them (every defining query
+    // read whole again), without the rows differing.
+    let changes = Int(ProcessInfo.processInfo.environment["CHANGES"] ?? "") ?? 1_000
+    for i in 0..<changes {
+        _ = try await provider.execute(method: "PATCH", url: "Products(\(i))", body: Array("{\"Quantity\":\(i % 97)}".utf8))
+    }
+    await provider.close()
+    func openAs(_ user: String) async throws -> Double {
+        var switched = parameters
+        switched.currentUser = user
+        let next = OfflineODataProvider(serviceRoot: serviceRoot, parameters: switched, transport: transport)
+        let time = try await seconds { try await next.open() }
+        await next.close()
+        return time
+    }
+    let toBob = try await openAs("bob")
+    let toCarol = try await openAs("carol")
+    let backToAlice = try await openAs("alice")
+    let reopen = try await openAs("alice")
+    print(String(format: "user switch, %d entities, first open %.2f s: to bob with %d of alice's requests kept %.2f s (%.2f×); "
+                 + "to carol, none kept %.2f s (%.2f×); back to alice, her %d requests applied again %.2f s (%.2f×); "
+                 + "an open with no switch %.3f s", count, openTime, changes, toBob, toBob / openTime, toCarol, toCarol / openTime,
+                 changes, backToAlice, backToAlice / openTime, reopen))
+    await server?.stop()
     exit(0)
 }
 

@@ -340,8 +340,11 @@ public final class Store: Sendable {
     /// One table of a file ``exportTables(to:key:_:)`` writes: `name`, made from the rows
     /// `select` (an SQL query over the store, with `arguments` bound) gives.
     public struct ExportedTable: Sendable {
+        /// The table's name in the new file.
         public var name: String
+        /// The query whose rows the table holds (over the store's tables, as `main.…`).
         public var select: String
+        /// The values bound to the query's `?` parameters.
         public var arguments: [DatabaseValue]
 
         /// Creates a value from its parts.

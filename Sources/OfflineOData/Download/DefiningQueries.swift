@@ -13,7 +13,7 @@ public struct OfflineODataDefiningQuery: Sendable, Hashable, Codable {
     /// Whether the query is being removed (SAP's `isRemoving`): removed while requests were
     /// pending, it is left out of downloads, and its data goes once the request queue is
     /// empty (see ``OfflineODataProvider/remove(definingQueryNamed:)``).
-    public var isRemoving = false
+    public internal(set) var isRemoving = false
 
     /// Creates a defining query.
     public init(name: String, query: String, automaticallyRetrievesStreams: Bool = false) {

@@ -165,7 +165,8 @@ public struct OfflineODataParameters: Sendable {
     /// the previous user's requests and ErrorArchive entries alone.
     public var userSwitchBackupIncludesStore = false
     /// Where that backup goes: nil for the sync gateway's `$oodata/support/<name>`; a URL
-    /// relative to the service root, or absolute, that takes chunks as ``OfflineODataProvider/sendStore(to:supportKey:chunkSize:)`` sends them.
+    /// relative to the service root, or absolute, that takes chunks as
+    /// ``OfflineODataProvider/sendStore(to:supportKey:chunkSize:)`` sends them.
     public var userSwitchBackupURL: String?
     /// Fetch an `X-CSRF-Token` before modifying requests and send it with them, keeping the
     /// session cookies it belongs to, as SAP Gateway requires (see `docs/offline.md`, "Real backends"). A

@@ -26,7 +26,7 @@ public actor OfflineODataProvider {
     /// The service root, ending in `/`.
     public nonisolated let serviceRoot: String
     /// The parameters given at creation; `customHeaders` and `customCookies` can change later.
-    public private(set) var parameters: OfflineODataParameters
+    public internal(set) var parameters: OfflineODataParameters
     let transport: any Transport
     /// Cookies, CSRF token and credentials across every request to the backend.
     var session: BackendSession
@@ -73,6 +73,9 @@ public actor OfflineODataProvider {
     /// Whether a migration to a changed `$metadata` is carrying the queue over to a new store:
     /// local writes wait until it is done (see `MetadataMigration`).
     var migrating = false
+    /// Whether the open store is being handed to another user (SPEC §16): only the switch's
+    /// own task may use it meanwhile.
+    var switchingUsers = false
     /// Local writes running now (a migration waits for them before it reads the queue).
     var localWritesInFlight = 0
     /// Whether a breaking migration runs (from its new store's download to the swap): the
@@ -353,6 +356,8 @@ public actor OfflineODataProvider {
     /// defining query. Later: only opens the file, checking the key. Cancelling the `Task`
     /// ends it with `CancellationError` and leaves no half-made store.
     public func open() async throws {
+        // An open that is handing the store to its user finishes first.
+        while switchingUsers { try await Task.sleep(nanoseconds: 10_000_000) }
         guard store == nil else { return }
         try await tracked(.open) { try await logged("open") { try await cancellable { try await openStoreFile() } } }
     }
@@ -484,7 +489,6 @@ public actor OfflineODataProvider {
             return
         }
         let stored = try await opened.read { reader in try DefiningQueries.load(reader.connection) }
-        opened = try await LocalSchema.addingUserProperties(to: opened)
         do {
             let proposed = clientInstanceID
             clientInstanceID = try await opened.write { writer in
@@ -492,6 +496,7 @@ public actor OfflineODataProvider {
                 // A store built on a gateway came with the builder's: this device takes its own.
                 return try LocalSchema.clientInstanceID(writer, proposed: proposed, replacing: installing)
             }
+            opened = try await LocalSchema.addingUserProperties(to: opened)
         } catch let error as DatabaseError where Self.isDiskFull(error) {
             // A full disk must not lock the user out of the data: the store opens for reading
             // (the upgrade is made at the next open with space; writes report `diskFull`).
@@ -615,6 +620,11 @@ public actor OfflineODataProvider {
 
     func openStore() throws -> Store {
         guard let store else { throw OfflineODataError(.notOpen, "The offline store is not open; call open() first") }
+        if switchingUsers, !UserSwitchTurn.held {
+            throw OfflineODataError(
+                .notOpen,
+                "The offline store is changing hands to user \(parameters.currentUser ?? "?"); wait for open()")
+        }
         return store
     }
 

@@ -64,9 +64,10 @@ extension OfflineODataProvider {
             coveredSetsCache = nil
             metadataChanged(change)
         }
-        // Queries being removed are not read again (their data goes once the queue is empty).
+        // Queries being removed are not read again (their data goes once the queue is empty),
+        // except by a user switch: every row the new user keeps must be theirs to read.
         var selected = (names.map { wanted in definingQueries.filter { wanted.contains($0.name) } } ?? definingQueries)
-            .filter { !$0.isRemoving }
+            .filter { !$0.isRemoving || UserSwitchTurn.held }
         // Queries that no longer bind to the backend's model are left out, and said so.
         var leftOut: [String] = []
         selected.removeAll { query in

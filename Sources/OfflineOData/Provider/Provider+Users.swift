@@ -28,10 +28,16 @@ extension OfflineODataProvider {
     /// Makes the open store ``OfflineODataParameters/currentUser``'s, right after it opened or
     /// was created. Any failure closes the store again: it must not be read by a user whose
     /// data it does not hold yet.
+    ///
+    /// While a switch runs, nothing else reaches the store (``openStore()`` refuses every call but
+    /// the switch's own, and another `open()` waits): a read would see the previous user's rows,
+    /// and a write would be recorded as theirs.
     func followCurrentUser() async throws {
         guard let opened = store else { return }
+        switchingUsers = true
+        defer { switchingUsers = false }
         do {
-            try await followCurrentUser(opened)
+            try await UserSwitchTurn.$held.withValue(true) { try await followCurrentUser(opened) }
         } catch {
             store?.close()
             store = nil
@@ -53,16 +59,27 @@ extension OfflineODataProvider {
         }
         guard let current = users.current else {
             // A new store, or one made without users: it is this user's from now on, with the
-            // requests it holds.
+            // requests it holds and their ErrorArchive entries.
             try await opened.write { writer in
                 _ = try writer.connection.execute("UPDATE oo_queue SET owner = ? WHERE owner IS NULL", [.text(wanted)])
+                if let archive = writer.schema.table(forEntitySet: LocalSchema.errorArchive),
+                    archive.columns.contains(where: { $0.name == "User" })
+                {
+                    _ = try writer.connection.execute(
+                        "UPDATE \(StoreSchema.quote(archive.name)) SET \"User\" = ? WHERE \"User\" IS NULL",
+                        [.text(wanted)])
+                }
                 try StoreUsers(current: wanted, previous: users.previous).save(writer)
             }
             await refreshSharedDevicePolicy(opened)
             return
         }
-        if current != wanted { try await switchUser(from: current, to: wanted, store: opened, previous: users) }
-        CrashPoint.reach("user-switch-parked")
+        // The same user again, with the last switch finished: an open like any other.
+        guard current != wanted || users.switching else { return }
+        if current != wanted {
+            try await switchUser(from: current, to: wanted, store: opened)
+            CrashPoint.reach("user-switch-parked")
+        }
         // Every defining query is read again as the new user; the open returns after it.
         let started = ContinuousClock.now
         try await runDownload(definingQueries: nil)
@@ -85,11 +102,7 @@ extension OfflineODataProvider {
     /// uploaded with their credentials or dealt with by the policy, their requests are set aside
     /// and the next user's brought back, and every delta link is forgotten, so that the
     /// download that follows reads each defining query whole as the next user.
-    private func switchUser(
-        from previous: String, to next: String, store: Store, previous users: StoreUsers
-    )
-        async throws
-    {
+    private func switchUser(from previous: String, to next: String, store: Store) async throws {
         var pending = try await store.read { reader in try RequestQueue.load(reader.connection, status: "pending") }
             .count
         let force = try await forcesUploadOnUserSwitch(store)
@@ -109,13 +122,17 @@ extension OfflineODataProvider {
                 .pendingChanges,
                 "The store \(parameters.storeFile) holds \(pending) pending request\(pending == 1 ? "" : "s") of user "
                     + "\(previous) that \(next) may not send: \(previous) must upload them first, or \(how), or "
-                    + "choose the userSwitchPolicy keepForTheirUser or discardAfterBackup. Nothing was changed")
+                    + "choose the userSwitchPolicy keepForTheirUser or discardAfterBackup. None of their requests "
+                    + "was changed")
         }
         let owned = try await store.read { reader in
             try RequestQueue.load(reader.connection, statuses: ["pending", "failed"]).count
         }
         let discarding = policy == .discardAfterBackup && owned > 0
-        if discarding { try await backUpRequests(of: previous, count: owned, store: store) }
+        if discarding {
+            try await backUpRequests(of: previous, count: owned, store: store)
+            CrashPoint.reach("user-switch-backed-up")
+        }
         let model = store.model
         let root = serviceRoot
         let names = definingQueries.map(\.name)
@@ -200,13 +217,15 @@ extension OfflineODataProvider {
             throw OfflineODataError(
                 .invalidParameter,
                 "The userSwitchPolicy discardAfterBackup needs a userSwitchBackupKey: \(count) request"
-                    + "\(count == 1 ? "" : "s") of user \(user) would be discarded without a backup; nothing was changed"
+                    + "\(count == 1 ? "" : "s") of user \(user) would be discarded without a backup; "
+                    + "nothing was changed"
             )
         }
         guard key != parameters.storeEncryptionKey else {
             throw OfflineODataError(
                 .invalidParameter,
-                "The userSwitchBackupKey is the store's own key: the backup would open with the app's key; give a key of its own"
+                "The userSwitchBackupKey is the store's own key: the backup would open with the app's key; "
+                    + "give a key of its own"
             )
         }
         let stamp = Int(Date().timeIntervalSince1970)
@@ -273,9 +292,17 @@ extension OfflineODataProvider {
 
     /// Uploads the queue with another user's credentials, on a session of its own (its own
     /// cookies and CSRF token), then goes back to the provider's.
+    ///
+    /// The app's custom cookies and an `Authorization` among its custom headers are left out:
+    /// they speak for the current user (a custom `Authorization` would even win over the
+    /// credentials given).
     private func uploadAsAnotherUser(_ user: String, _ credentials: any ODataAuthenticator) async throws {
         let own = session
         let ownUser = sessionUser
+        let ownHeaders = parameters.customHeaders
+        let ownCookies = parameters.customCookies
+        parameters.customHeaders = ownHeaders.filter { $0.key.lowercased() != "authorization" }
+        parameters.customCookies = [:]
         session = BackendSession(
             transport: transport, serviceRoot: serviceRoot, authenticator: credentials,
             csrfProtection: parameters.csrfProtection, maximumRetryAfter: parameters.maximumRetryAfter,
@@ -284,9 +311,16 @@ extension OfflineODataProvider {
         defer {
             session = own
             sessionUser = ownUser
+            parameters.customHeaders = ownHeaders
+            parameters.customCookies = ownCookies
         }
         try await runUpload(categories: nil)
     }
+}
+
+/// Set for the task of a user switch: the one that may use the store while it changes hands.
+enum UserSwitchTurn {
+    @TaskLocal static var held = false
 }
 
 extension DataService {

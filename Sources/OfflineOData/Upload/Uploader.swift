@@ -181,8 +181,10 @@ struct Uploader {
             throw OfflineODataError(
                 .invalidRequest,
                 "Request \(stray.id) (\(stray.request.method) \(stray.request.url)) was made by "
-                    + "\(stray.request.owner.map { "user \($0)" } ?? "no user") and is never sent with the credentials of "
-                    + "\(provider.sessionUser.map { "user \($0)" } ?? "a provider without currentUser"); nothing was sent")
+                    + "\(stray.request.owner.map { "user \($0)" } ?? "no user") and is never sent with the "
+                    + "credentials of "
+                    + "\(provider.sessionUser.map { "user \($0)" } ?? "a provider without currentUser"); "
+                    + "nothing was sent")
         }
         func persist(_ rewrite: QueueRewrite, before: [QueueEntry]) async throws {
             guard !rewrite.isEmpty else { return }
@@ -272,7 +274,8 @@ struct Uploader {
             var error = OfflineODataProvider.backendError(response, method: "POST", url: provider.absoluteURL("$batch"))
             if [404, 405, 501].contains(response.status) {
                 // A backend without $batch: the requests can go one by one.
-                error.message += "; the backend seems to have no $batch: set backendSupportsBatch = false "
+                error.message +=
+                    "; the backend seems to have no $batch: set backendSupportsBatch = false "
                     + "(oodata: --no-batch) to upload request by request. The requests stay queued"
             }
             throw error
@@ -298,7 +301,8 @@ struct Uploader {
     /// per resent request.
     func warnIfRepeatsAreNotRecognized(_ results: [SentResult], on provider: isolated OfflineODataProvider) {
         guard parameters.enableRepeatableRequests else { return }
-        for result in results where result.request.firstSent != nil && result.dependencyOf == nil
+        for result in results
+        where result.request.firstSent != nil && result.dependencyOf == nil
             && result.headers["Repeatability-Result"] == nil && result.headers["RepeatabilityResult"] == nil
         {
             provider.logger.warning(
@@ -354,14 +358,16 @@ struct Uploader {
     func readBackNestedCreates(in results: [SentResult], on provider: isolated OfflineODataProvider) async throws {
         let model = self.model
         let root = serviceRoot
-        for result in results where result.status < 300 && result.request.isCreate
+        for result in results
+        where result.status < 300 && result.request.isCreate
             && !result.request.options.removeAfterUpload && result.request.nested.contains(where: { $0.localKey })
         {
             guard let set = result.request.entitySet, let localPredicate = result.request.entityKey else { continue }
             let request = result.request
             let (pending, parent) = try await store.read { reader -> ([NestedCreate], String) in
                 let waiting = try request.nested.filter { created in
-                    guard created.localKey, let (nestedSet, key) = Keys.parse(created.entity, model: model, serviceRoot: "")
+                    guard created.localKey,
+                        let (nestedSet, key) = Keys.parse(created.entity, model: model, serviceRoot: "")
                     else { return false }
                     return try reader.entity(in: nestedSet, key: key) != nil
                 }
@@ -386,7 +392,10 @@ struct Uploader {
             else {
                 provider.logger.notice(
                     "The nested entities of a deep insert could not be read back; they keep their local keys until a download",
-                    metadata: ["url": .string(OfflineODataLogging.redacted(parent)), "status": .stringConvertible(response.status)])
+                    metadata: [
+                        "url": .string(OfflineODataLogging.redacted(parent)),
+                        "status": .stringConvertible(response.status),
+                    ])
                 continue
             }
             // Best effort: the batch is recorded already; a failure here only leaves local keys.
