@@ -650,4 +650,45 @@ import Testing
             await bob.close()
         }
     }
+
+    /// A request of alice's that the backend refused waits in her ErrorArchive: kept for her at
+    /// a switch (bob's archive is empty), it comes back with its entry, under its new queue ID.
+    @Test(arguments: [false, true])
+    func aFailedRequestIsKeptWithItsErrorArchiveEntry(v2: Bool) async throws {
+        try await Self.withDevice(v2: v2, gateway: false) { device in
+            let keep = { (parameters: inout OfflineODataParameters) in parameters.userSwitchPolicy = .keepForTheirUser }
+            let alice = try await device.open("alice", Self.alice, configure: keep)
+            _ = try await alice.execute(
+                method: device.update, url: device.contact(1), body: Array(#"{"LastName":"Refused"}"#.utf8))
+            await device.setup.backend.service.faults.set([
+                FaultRule(
+                    method: device.update, bodyContains: "Refused", status: 400, code: "Refused", message: "refused")
+            ])
+            try await alice.upload()
+            await device.setup.backend.service.faults.set([])
+            let archived = try await alice.readEntities("ErrorArchive")
+            #expect(archived.count == 1)
+            #expect(archived.first?.string("User") == "alice")
+            await alice.close()
+
+            let bob = try await device.open("bob", Self.bob, configure: keep)
+            #expect(try await bob.readEntities("ErrorArchive").isEmpty)
+            #expect(try await bob.requestsKeptForOtherUsers() == ["alice": 1])
+            _ = try await bob.execute(
+                method: device.update, url: device.contact(3), body: Array(#"{"LastName":"BobWaits"}"#.utf8))
+            await bob.close()
+
+            let back = try await device.open("alice", Self.alice, configure: keep)
+            let entry = try #require(try await back.readEntities("ErrorArchive").first)
+            #expect(entry.string("User") == "alice")
+            #expect(entry.string("RequestURL")?.contains(device.contact(1)) == true, "\(entry)")
+            let queued = try await back.readEntities("RequestQueue")
+            #expect(queued.count == 1)
+            #expect(queued.first?.int64("RequestID") == entry.int64("RequestID"))
+            #expect(queued.first?.string("Status") == "failed")
+            #expect(try await back.readEntities(device.contact(1)).first?.string("LastName") == "Refused")
+            #expect(try await back.requestsKeptForOtherUsers() == ["bob": 1])
+            await back.close()
+        }
+    }
 }

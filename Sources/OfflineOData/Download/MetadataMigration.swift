@@ -339,7 +339,7 @@ struct CarriedState: Sendable {
         // With the requests of other users set aside on a shared device (SPEC §16).
         var names = [
             "oo_queue", "oo_original", "oo_key_map", "oo_stream_original", "oo_conflict", "oo_parked",
-            "oo_parked_archive", "oo_parked_conflict",
+            "oo_parked_archive", "oo_parked_conflict", "oo_parked_original", "oo_parked_stream_original",
         ]
         for set in [LocalSchema.errorArchive, LocalSchema.eventLog] {
             if let table = reader.schema.table(forEntitySet: set) { names.append(table.name) }

@@ -83,6 +83,12 @@ extension RequestQueue {
                 try writer.connection.execute("ALTER TABLE \(q(parked)) ADD COLUMN \(q(column))")
             }
         }
+        // Rows are brought back one by one, by user and ID.
+        try writer.connection.execute("CREATE INDEX IF NOT EXISTS oo_parked_by_owner ON oo_parked (owner, id)")
+        try writer.connection.execute(
+            "CREATE INDEX IF NOT EXISTS oo_parked_archive_by_owner ON oo_parked_archive (parked_owner, \"RequestID\")")
+        try writer.connection.execute(
+            "CREATE INDEX IF NOT EXISTS oo_parked_conflict_by_owner ON oo_parked_conflict (parked_owner, request_id)")
     }
 
     /// Copies the rows of `source` that `condition` selects into `target`, by column name;

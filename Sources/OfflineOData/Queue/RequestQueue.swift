@@ -384,17 +384,24 @@ struct RequestQueue {
                 }
             }
         }
+        // Whether each entity still has pending and failed requests, in one pass over the queue
+        // (asking the queue per entity made bringing back a large queue quadratic).
+        var still: [String: (pending: Bool, failed: Bool)] = [:]
+        for entry in remaining {
+            for reference in entry.changed where entities.contains(reference) {
+                var flags = still[reference] ?? (false, false)
+                if entry.request.failed { flags.failed = true } else { flags.pending = true }
+                still[reference] = flags
+            }
+        }
         for reference in entities {
             guard let (set, key) = Keys.parse(reference, model: model, serviceRoot: "") else { continue }
             let predicate = Keys.predicate(key, in: set, model: model)
-            let own = remaining.filter { $0.changed.contains(reference) }
-            if own.isEmpty {
+            if let flags = still[reference] {
+                try writer.setState(in: set, key: key, isLocal: true, pending: flags.pending, inError: flags.failed)
+            } else {
                 try forgetKeptState(set, predicate: predicate)
                 try writer.setState(in: set, key: key, isLocal: false, pending: false, inError: false)
-            } else {
-                try writer.setState(
-                    in: set, key: key, isLocal: true, pending: own.contains { !$0.request.failed },
-                    inError: own.contains { $0.request.failed })
             }
         }
     }
