@@ -98,10 +98,12 @@ import Testing
     }
 
     static func withDevice(
-        v2: Bool, gateway: Bool, configure: @escaping (inout GatewayConfiguration) -> Void = { _ in },
+        v2: Bool, gateway: Bool, backendOptions: (inout ODataService.Options) -> Void = { _ in },
+        configure: @escaping (inout GatewayConfiguration) -> Void = { _ in },
         _ body: (Device) async throws -> Void
     ) async throws {
-        let setup = try await GatewayIsolationTests.start(v2: v2, configure: configure)
+        let setup = try await GatewayIsolationTests.start(
+            v2: v2, backendOptions: backendOptions, configure: configure)
         do {
             try await body(Device(setup: setup, gateway: gateway, v2: v2))
         } catch {
@@ -688,6 +690,50 @@ import Testing
             #expect(queued.first?.string("Status") == "failed")
             #expect(try await back.readEntities(device.contact(1)).first?.string("LastName") == "Refused")
             #expect(try await back.requestsKeptForOtherUsers() == ["bob": 1])
+            await back.close()
+        }
+    }
+
+    /// Directly against a backend that takes support stores (`userSwitchBackupURL`): the backup
+    /// lands there, encrypted with the backup key, and alice's requests are discarded.
+    @Test(arguments: [false, true])
+    func discardedRequestsAreBackedUpAtTheURLGiven(v2: Bool) async throws {
+        let support = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "oodata-switch-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: support, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: support) }
+        try await Self.withDevice(v2: v2, gateway: false, backendOptions: { $0.supportDirectory = support.path }) {
+            device in
+            let base = device.setup.backend.v4Root
+            let url =
+                "\(base.scheme ?? "http")://\(base.host ?? "127.0.0.1"):\(base.port ?? 80)/support/stores/switch.db"
+            let discard = { (parameters: inout OfflineODataParameters) in
+                parameters.userSwitchPolicy = .discardAfterBackup
+                parameters.userSwitchBackupKey = "operators-backup-key"
+                parameters.userSwitchBackupURL = url
+            }
+            let alice = try await device.open("alice", Self.alice, configure: discard)
+            _ = try await alice.execute(
+                method: device.update, url: device.contact(2), body: Array(#"{"LastName":"BackedUp"}"#.utf8))
+            await alice.close()
+            await device.setup.backend.service.journal.clear()
+            let bob = try await device.open("bob", Self.bob, configure: discard)
+            #expect(await device.batchAuthorizations().isEmpty)
+            #expect(try await Self.partnersAndContacts(bob) == (try await device.truth(Self.bob)))
+            await bob.close()
+            let files = try FileManager.default.contentsOfDirectory(atPath: support.path)
+            let file = try #require(files.first { $0.contains("switch") }, "\(files)")
+            let opened = try Connection(
+                path: support.appendingPathComponent(file).path,
+                options: Connection.Options(key: "operators-backup-key"))
+            let rows = try opened.query("SELECT url, CAST(body AS TEXT) FROM requests")
+            #expect(rows.count == 1)
+            #expect(rows.first?[0] == .text(device.contact(2)))
+            #expect(try opened.query("SELECT user FROM backup") == [[.text("alice")]])
+            opened.close()
+            let back = try await device.open("alice", Self.alice, configure: discard)
+            #expect(try await back.isRequestQueueEmpty)
+            #expect(try await back.readEntities(device.contact(2)).first?.string("LastName") != "BackedUp")
             await back.close()
         }
     }
