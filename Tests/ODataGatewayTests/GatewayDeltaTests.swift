@@ -84,16 +84,19 @@ import Testing
         return partners + contacts
     }
 
-    /// The same, read from the backend directly.
-    static func truth(_ setup: Setup) async throws -> [String] {
+    /// The same, read from the backend directly (as the user `authorization` names, if any).
+    static func truth(_ setup: Setup, authorization: String? = nil) async throws -> [String] {
         func rows(_ url: String) async throws -> [JSONValue] {
             var headers = HTTPHeaders()
             headers["Accept"] = "application/json"
+            if let authorization { headers["Authorization"] = authorization }
             var result: [JSONValue] = []
             var next: String? = setup.backend.v4Root.absoluteString + url
             while let current = next {
                 let response = try await DefaultTransport.make().send(
                     TransportRequest(method: "GET", url: current, headers: headers), timeout: 30)
+                // A refused read is not an empty one.
+                #expect(response.status == 200, "\(current): \(response.status)")
                 let json = try JSONValue.parse(response.body)
                 result += json["value"]?.arrayValue ?? []
                 next = json["@odata.nextLink"]?.stringValue

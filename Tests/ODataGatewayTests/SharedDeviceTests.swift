@@ -59,30 +59,7 @@ import Testing
 
         /// What the backend holds for `credentials`, read directly (V4): partners, then contacts.
         func truth(_ credentials: StaticCredentials) async throws -> [String] {
-            func rows(_ url: String) async throws -> [JSONValue] {
-                var headers = HTTPHeaders()
-                headers["Accept"] = "application/json"
-                headers["Authorization"] = credentials.credentials.authorization
-                var result: [JSONValue] = []
-                var next: String? = setup.backend.v4Root.absoluteString + url
-                while let current = next {
-                    let response = try await DefaultTransport.make().send(
-                        TransportRequest(method: "GET", url: current, headers: headers), timeout: 30)
-                    #expect(response.status == 200)
-                    let json = try JSONValue.parse(response.body)
-                    result += json["value"]?.arrayValue ?? []
-                    next = json["@odata.nextLink"]?.stringValue
-                }
-                return result
-            }
-            let partners = try await rows("BusinessPartners?$orderby=PartnerID").map {
-                "\($0["PartnerID"]?.stringValue ?? "?") \($0["Phone"]?.stringValue ?? "-")"
-            }
-            let contacts = try await rows("Contacts?$orderby=ContactID").map {
-                "\($0["ContactID"]?.serializedNumber ?? "-1") \($0["LastName"]?.stringValue ?? "-") "
-                    + "\($0["PartnerID"]?.stringValue ?? "-")"
-            }
-            return partners + contacts
+            try await GatewayDeltaTests.truth(setup, authorization: credentials.credentials.authorization)
         }
 
         /// The `Authorization` of every `$batch` the backend received since the journal was cleared.

@@ -9,13 +9,9 @@ extension Gateway {
     /// download and follows it at its next user switch. Only for credentials the backend takes:
     /// the policy is not secret, but the gateway answers no one it does not know.
     func sharedDevicePolicy(_ request: GatewayRequest, backend: GatewayBackend) async throws -> GatewayResponse {
-        guard !request.user.isEmpty else {
-            throw GatewayError(
-                status: 401, code: "SharedDeviceNeedsCredentials",
-                "The shared-device policy is given to devices with credentials the backend takes")
-        }
-        _ = try await credentialCheck.check(
-            credentials(of: request, backend: backend), url: backend.url, askDelta: false, gateway: self)
+        try await requireCredentials(
+            request, backend: backend, code: "SharedDeviceNeedsCredentials",
+            "The shared-device policy is given to devices with credentials the backend takes")
         var members: [JSONValue.Member] = []
         if let policy = backend.userSwitchPolicy {
             members.append(JSONValue.Member("userSwitchPolicy", .string(policy.rawValue)))
@@ -27,5 +23,15 @@ extension Gateway {
         headers["Content-Type"] = "application/json"
         headers["Cache-Control"] = "no-store"
         return GatewayResponse(status: 200, headers: headers, body: Array(JSONValue.object(members).serialized.utf8))
+    }
+
+    /// Refuses a request without credentials (401 `code`, `message`) or with credentials the
+    /// backend refuses (its answer), for endpoints the gateway answers itself.
+    func requireCredentials(
+        _ request: GatewayRequest, backend: GatewayBackend, code: String, _ message: String
+    ) async throws {
+        guard !request.user.isEmpty else { throw GatewayError(status: 401, code: code, message) }
+        _ = try await credentialCheck.check(
+            credentials(of: request, backend: backend), url: backend.url, askDelta: false, gateway: self)
     }
 }

@@ -16,13 +16,9 @@ extension Gateway {
         }
         // Only a device the backend takes may leave a store here (its refusal is the answer),
         // and never one without credentials: anonymous callers would share one identity.
-        guard !request.user.isEmpty else {
-            throw GatewayError(
-                status: 401, code: "SupportNeedsCredentials",
-                "A support store is kept per identity: send it with the credentials the backend takes")
-        }
-        _ = try await credentialCheck.check(
-            credentials(of: request, backend: backend), url: backend.url, askDelta: false, gateway: self)
+        try await requireCredentials(
+            request, backend: backend, code: "SupportNeedsCredentials",
+            "A support store is kept per identity: send it with the credentials the backend takes")
         let name = rest.isEmpty ? "store" : (rest.removingPercentEncoding ?? rest)
         guard (1...100).contains(name.utf8.count),
             name.utf8.allSatisfy({
