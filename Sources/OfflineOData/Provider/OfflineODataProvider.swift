@@ -323,11 +323,9 @@ public actor OfflineODataProvider {
         // them when it starts); a failure may come before, or from another operation running
         // (busy), so its record carries none of them.
         func metadata(summary: Bool) -> Logger.Metadata {
-            let parts = (ContinuousClock.now - started).components
             var metadata = summary ? operationSummary : [:]
             metadata["operation"] = .string(operation)
-            metadata["duration-ms"] = .stringConvertible(
-                parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000)
+            metadata["duration-ms"] = .stringConvertible((ContinuousClock.now - started).milliseconds)
             if summary {
                 metadata["bytes-sent"] = .stringConvertible(bytesSent)
                 metadata["bytes-received"] = .stringConvertible(bytesReceived)

@@ -90,9 +90,7 @@ extension OfflineODataProvider {
             done.switching = false
             try done.save(writer)
         }
-        let elapsed = (ContinuousClock.now - started).components
-        operationSummary["user-switch-ms"] = .stringConvertible(
-            elapsed.seconds * 1000 + elapsed.attoseconds / 1_000_000_000_000_000)
+        operationSummary["user-switch-ms"] = .stringConvertible((ContinuousClock.now - started).milliseconds)
         logger.info(
             "The store changed hands; every defining query was read again as the new user",
             metadata: ["previous-user": .string(current == wanted ? users.previous ?? "" : current)])
@@ -103,14 +101,13 @@ extension OfflineODataProvider {
     /// and the next user's brought back, and every delta link is forgotten, so that the
     /// download that follows reads each defining query whole as the next user.
     private func switchUser(from previous: String, to next: String, store: Store) async throws {
-        var pending = try await store.read { reader in try RequestQueue.load(reader.connection, status: "pending") }
-            .count
+        // Counted, not loaded: the queue may be long.
+        var pending = try await store.read { reader in try LocalSchema.syncCounts(reader.connection).pending }
         let force = try await forcesUploadOnUserSwitch(store)
         if pending > 0, force, let credentials = parameters.userAuthenticators[previous] {
             try await uploadAsAnotherUser(previous, credentials)
             CrashPoint.reach("user-switch-uploaded")
-            pending = try await store.read { reader in try RequestQueue.load(reader.connection, status: "pending") }
-                .count
+            pending = try await store.read { reader in try LocalSchema.syncCounts(reader.connection).pending }
         }
         let policy = try await userSwitchPolicy(store)
         if pending > 0, policy == .refuse {
@@ -126,7 +123,8 @@ extension OfflineODataProvider {
                     + "was changed")
         }
         let owned = try await store.read { reader in
-            try RequestQueue.load(reader.connection, statuses: ["pending", "failed"]).count
+            let counts = try LocalSchema.syncCounts(reader.connection)
+            return counts.pending + counts.failed
         }
         let discarding = policy == .discardAfterBackup && owned > 0
         if discarding {

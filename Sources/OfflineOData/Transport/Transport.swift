@@ -57,9 +57,9 @@ public enum DefaultTransport {
     /// logging its exchanges to `logger`.
     public static func make(logger: Logger = OfflineODataLogging.disabled) -> any Transport {
         #if os(Linux)
-        AsyncHTTPClientTransport(logger: logger)
+            AsyncHTTPClientTransport(logger: logger)
         #else
-        URLSessionTransport(logger: logger)
+            URLSessionTransport(logger: logger)
         #endif
     }
 }
@@ -85,5 +85,11 @@ extension Duration {
     var timeInterval: TimeInterval {
         let parts = components
         return TimeInterval(parts.seconds) + TimeInterval(parts.attoseconds) / 1e18
+    }
+
+    /// The duration in whole milliseconds (for `duration-ms` log fields).
+    var milliseconds: Int64 {
+        let parts = components
+        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
     }
 }

@@ -81,10 +81,7 @@ struct ExchangeLog {
         logger.trace("HTTP request", metadata: ["request-id": .string(id), "full-url": .string(request.url)])
     }
 
-    private var milliseconds: Int {
-        let parts = (ContinuousClock.now - started).components
-        return Int(parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000)
-    }
+    private var milliseconds: Int { Int((ContinuousClock.now - started).milliseconds) }
 
     func finished(_ response: TransportResponse) {
         var metadata = self.metadata
